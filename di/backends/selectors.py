@@ -1,0 +1,227 @@
+"""Backend selectors: small frozen dataclasses naming an engine and its options.
+
+Building a selector imports nothing; the engine is imported when a prep is made
+with it. Selectors are hashable and compare by value, so they can be dictionary
+keys, defaults of function arguments, or read from a configuration file with
+:func:`di.backend`.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+__all__ = [
+    "AbstractBackend",
+    "AutoAutograd",
+    "AutoFiniteDiff",
+    "AutoJAX",
+    "AutoTorch",
+    "available_backends",
+    "backend",
+]
+
+
+@dataclass(frozen=True)
+class AbstractBackend:
+    """Base class of every backend selector.
+
+    Subclasses name the engine module they need (``engine``) and the pip extra
+    that installs it (``extra``).
+
+    Example:
+        >>> import di
+        >>> isinstance(di.AutoJAX(), di.AbstractBackend)
+        True
+    """
+
+    engine: ClassVar[str] = ""
+    engine_display: ClassVar[str] = ""
+    extra: ClassVar[str] = ""
+
+    def __str__(self) -> str:
+        return repr(self)
+
+    @property
+    def is_installed(self) -> bool:
+        """Whether this selector's engine can be imported (checked without importing it)."""
+        return not self.engine or importlib.util.find_spec(self.engine) is not None
+
+
+def _check_mode(mode: str | None, name: str) -> None:
+    if mode not in (None, "forward", "reverse"):
+        raise ValueError(f"{name}(mode={mode!r}): mode must be None, 'forward' or 'reverse'")
+
+
+@dataclass(frozen=True)
+class AutoJAX(AbstractBackend):
+    """JAX.
+
+    Args:
+        jit: ``False`` runs ``f`` eagerly, op by op, every call (Python control
+            flow on values works; each call re-traces). ``True`` compiles one
+            program per operator at preparation with ``jax.jit``; see
+            ``docs/compiled.md`` for which contexts are traced and which are
+            compiled in.
+        mode: ``"forward"`` or ``"reverse"`` to force the strategy of
+            ``jacobian`` and ``derivative``; ``None`` picks from the sizes.
+
+    Example:
+        >>> import di
+        >>> di.AutoJAX(jit=True)
+        AutoJAX(jit=True, mode=None)
+    """
+
+    jit: bool = False
+    mode: str | None = None
+    engine: ClassVar[str] = "jax"
+    engine_display: ClassVar[str] = "JAX"
+    extra: ClassVar[str] = "jax"
+
+    def __post_init__(self) -> None:
+        _check_mode(self.mode, "AutoJAX")
+
+
+@dataclass(frozen=True)
+class AutoTorch(AbstractBackend):
+    """PyTorch.
+
+    Args:
+        compile: ``True`` builds the operator's program once at preparation and
+            wraps it in ``torch.compile``.
+        compile_options: keyword arguments for ``torch.compile`` (for example
+            ``{"backend": "aot_eager"}``); stored as a sorted tuple of pairs so the
+            selector stays hashable.
+        mode: ``"forward"`` or ``"reverse"`` to force the strategy of
+            ``jacobian`` and ``derivative``; ``None`` picks from the sizes.
+
+    Example:
+        >>> import di
+        >>> di.AutoTorch(compile=True, compile_options={"backend": "eager"}).compile_options
+        (('backend', 'eager'),)
+    """
+
+    compile: bool = False
+    compile_options: Any = field(default=None)
+    mode: str | None = None
+    engine: ClassVar[str] = "torch"
+    engine_display: ClassVar[str] = "PyTorch"
+    extra: ClassVar[str] = "torch"
+
+    def __post_init__(self) -> None:
+        _check_mode(self.mode, "AutoTorch")
+        options = self.compile_options
+        if isinstance(options, Mapping):
+            object.__setattr__(self, "compile_options", tuple(sorted(options.items())))
+        elif options is not None and not isinstance(options, tuple):
+            raise TypeError("AutoTorch(compile_options=...) must be a mapping of torch.compile keyword arguments")
+
+    @property
+    def compile_kwargs(self) -> dict[str, Any]:
+        """``compile_options`` as the keyword arguments of ``torch.compile``."""
+        return dict(self.compile_options or ())
+
+
+@dataclass(frozen=True)
+class AutoAutograd(AbstractBackend):
+    """HIPS autograd (reverse mode over NumPy code).
+
+    ``f`` must be written with ``autograd.numpy`` or the array API. ``Cache``
+    contexts are not supported: autograd cannot write traced values into arrays.
+
+    Example:
+        >>> import di
+        >>> di.AutoAutograd()
+        AutoAutograd()
+    """
+
+    engine: ClassVar[str] = "autograd"
+    engine_display: ClassVar[str] = "autograd"
+    extra: ClassVar[str] = "autograd"
+
+
+@dataclass(frozen=True)
+class AutoFiniteDiff(AbstractBackend):
+    """NumPy finite differences, evaluated in float64.
+
+    Args:
+        method: ``"central"`` (default, error O(h^2)) or ``"forward"`` (O(h), half
+            the evaluations).
+        step: relative step; ``None`` picks ``eps**(1/3)`` for central and
+            ``eps**(1/2)`` for forward differences (eps of float64). Each
+            coordinate's step is scaled by ``max(1, |x_i|)``.
+
+    Example:
+        >>> import di
+        >>> di.AutoFiniteDiff(method="forward")
+        AutoFiniteDiff(method='forward', step=None)
+    """
+
+    method: str = "central"
+    step: float | None = None
+    engine: ClassVar[str] = ""
+    engine_display: ClassVar[str] = "finite differences"
+    extra: ClassVar[str] = ""
+
+    def __post_init__(self) -> None:
+        if self.method not in ("central", "forward"):
+            raise ValueError(f"AutoFiniteDiff(method={self.method!r}): method must be 'central' or 'forward'")
+        if self.step is not None and not self.step > 0:
+            raise ValueError(f"AutoFiniteDiff(step={self.step!r}): step must be a positive float")
+
+
+_BY_NAME: dict[str, type[AbstractBackend]] = {
+    "jax": AutoJAX,
+    "torch": AutoTorch,
+    "pytorch": AutoTorch,
+    "autograd": AutoAutograd,
+    "finitediff": AutoFiniteDiff,
+    "finite_diff": AutoFiniteDiff,
+    "fd": AutoFiniteDiff,
+}
+
+
+def backend(name: str, **options: Any) -> AbstractBackend:
+    """Build a backend selector from its name, for configuration files and CLIs.
+
+    Args:
+        name: ``"jax"``, ``"torch"``, ``"autograd"`` or ``"finitediff"``
+            (case-insensitive).
+        **options: the selector's options, for example ``jit=True``.
+
+    Returns:
+        The selector, e.g. ``AutoJAX(jit=True)``.
+
+    Raises:
+        ValueError: unknown name.
+        TypeError: an option the selector does not have.
+
+    Example:
+        >>> import di
+        >>> di.backend("jax", jit=True)
+        AutoJAX(jit=True, mode=None)
+    """
+    try:
+        cls = _BY_NAME[name.lower()]
+    except KeyError:
+        known = ", ".join(repr(n) for n in ("jax", "torch", "autograd", "finitediff"))
+        raise ValueError(f"unknown backend {name!r}; known backends: {known}") from None
+    return cls(**options)
+
+
+def available_backends() -> list[AbstractBackend]:
+    """The default selector of every engine that is installed, importing none.
+
+    Returns:
+        A list such as ``[AutoJAX(), AutoTorch(), AutoAutograd(), AutoFiniteDiff()]``,
+        in that order, with the selectors whose engine is missing left out.
+
+    Example:
+        >>> import di
+        >>> di.AutoFiniteDiff() in di.available_backends()
+        True
+    """
+    candidates: list[AbstractBackend] = [AutoJAX(), AutoTorch(), AutoAutograd(), AutoFiniteDiff()]
+    return [candidate for candidate in candidates if candidate.is_installed]

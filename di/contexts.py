@@ -1,0 +1,95 @@
+"""Contexts: the arguments of ``f`` that are not differentiated.
+
+``f`` is always called as ``f(x, *values)``, one value per context, in the order
+the contexts were given. The wrapper says what the value is for:
+
+* :class:`Constant` - the value matters and is never mutated by ``di``.
+* :class:`Cache` - scratch space ``f`` may overwrite; its initial value is
+  irrelevant and it is never part of the result.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["Cache", "Constant", "Context"]
+
+
+class Context:
+    """Base class of :class:`Constant` and :class:`Cache`.
+
+    Example:
+        >>> import di
+        >>> isinstance(di.Constant(2.0), di.Context)
+        True
+    """
+
+    __slots__ = ("value",)
+    kind: str = "context"
+
+    def __init__(self, value: Any) -> None:
+        self.value = value
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.value!r})"
+
+
+class Constant(Context):
+    """A value ``f`` reads but does not differentiate.
+
+    ``di`` never writes into a ``Constant``. Array values in another array family
+    than the backend's are converted to the backend's family before ``f`` sees them
+    (zero-copy where the engines allow it).
+
+    Args:
+        value: any object; arrays, Python scalars and hashable objects are typical.
+        static: only meaningful for compiled backends. ``None`` (default) lets the
+            backend decide from the value's type (arrays and floats are traced,
+            ints, bools, strings and other hashable objects are compiled in);
+            ``True`` forces a hashable value to be compiled in; ``False`` forces a
+            Python scalar to be traced.
+
+    Example:
+        >>> import numpy as np, di
+        >>> f = lambda x, a: (a * x * x).sum()
+        >>> di.gradient(f, di.AutoFiniteDiff(), np.array([1.0, 2.0]), di.Constant(3.0))
+        array([ 6., 12.])
+    """
+
+    __slots__ = ("static",)
+    kind = "constant"
+
+    def __init__(self, value: Any, static: bool | None = None) -> None:
+        self.value = value
+        self.static = static
+
+    def __repr__(self) -> str:
+        if self.static is None:
+            return f"Constant({self.value!r})"
+        return f"Constant({self.value!r}, static={self.static})"
+
+
+class Cache(Context):
+    """Scratch space that ``f`` may overwrite.
+
+    Its initial value does not matter and ``f``'s result must not depend on it.
+    PyTorch and finite differences pass the caller's buffer to ``f`` (writes land
+    in it; torch detaches it after the call so it holds no graph). JAX arrays are
+    immutable: ``f`` receives an array it must not write into and builds new
+    arrays instead. autograd cannot write traced values into arrays, so it refuses
+    ``Cache`` at preparation with :class:`di.UnsupportedContextError`.
+
+    Args:
+        value: an array (numpy, torch or jax) of the shape ``f`` needs.
+
+    Example:
+        >>> import numpy as np, di
+        >>> def f(x, buf):
+        ...     buf[:] = x * x
+        ...     return buf.sum()
+        >>> di.gradient(f, di.AutoFiniteDiff(), np.array([1.0, 2.0]), di.Cache(np.zeros(2)))
+        array([2., 4.])
+    """
+
+    __slots__ = ()
+    kind = "cache"

@@ -1,0 +1,145 @@
+"""Errors and warnings raised by ``di``.
+
+Every error ``di`` raises itself derives from :class:`DIError`, and also from the
+built-in exception a caller would catch for the same mistake (``TypeError`` for a
+wrong type, ``ValueError`` for a wrong value, ``ImportError`` for a missing engine),
+so ``except TypeError`` keeps working around ``di`` calls. Errors raised inside the
+user's function are never wrapped: they reach the caller with their own type.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "BackendNotInstalledError",
+    "DIError",
+    "InvalidInputError",
+    "InvalidOutputError",
+    "OutBufferError",
+    "PreparationMismatchError",
+    "RecompileWarning",
+    "UnsupportedContextError",
+    "UnsupportedOperatorError",
+]
+
+
+class DIError(Exception):
+    """Base class of every error raised by ``di`` itself.
+
+    Example:
+        >>> import di
+        >>> issubclass(di.PreparationMismatchError, di.DIError)
+        True
+    """
+
+
+class BackendNotInstalledError(DIError, ImportError):
+    """A backend was selected whose engine is not installed.
+
+    The message names the missing engine and the ``pip`` command that installs it.
+
+    Example:
+        >>> import di
+        >>> issubclass(di.BackendNotInstalledError, ImportError)
+        True
+    """
+
+
+class PreparationMismatchError(DIError, ValueError):
+    """A prep was used with arguments other than those it was prepared for.
+
+    The message has one line per argument (``f``, ``backend``, ``x``, each context),
+    each marked ``ok`` or ``differs`` with the prepared and the given signature.
+
+    Example:
+        >>> import numpy as np, di
+        >>> f = lambda x: (x * x).sum()
+        >>> prep = di.prepare_gradient(f, di.AutoFiniteDiff(), np.zeros(3))
+        >>> try:
+        ...     di.gradient(f, prep, di.AutoFiniteDiff(), np.zeros(4))
+        ... except di.PreparationMismatchError as err:
+        ...     print(str(err).splitlines()[0])
+        this prep was made for other arguments.
+    """
+
+
+class UnsupportedContextError(DIError, TypeError):
+    """A backend cannot use a kind of context (for example autograd and ``Cache``).
+
+    Example:
+        >>> import numpy as np, di
+        >>> f = lambda x, c: (x * x).sum()
+        >>> try:
+        ...     di.prepare_gradient(f, di.AutoAutograd(), np.zeros(3), di.Cache(np.zeros(3)))
+        ... except di.UnsupportedContextError as err:
+        ...     print(str(err).split(":")[0])
+        AutoAutograd() cannot use Cache contexts
+    """
+
+
+class UnsupportedOperatorError(DIError, NotImplementedError):
+    """A backend cannot compute an operator, even through the generic fallbacks.
+
+    Example:
+        >>> import di
+        >>> issubclass(di.UnsupportedOperatorError, NotImplementedError)
+        True
+    """
+
+
+class InvalidInputError(DIError, TypeError):
+    """An argument has a type ``di`` cannot differentiate or pass on.
+
+    Raised for an ``x`` that is not a floating array (int, bool, complex, a list,
+    ``None``...) and for a raw value passed where a context (``Constant`` or
+    ``Cache``) is expected.
+
+    Example:
+        >>> import numpy as np, di
+        >>> try:
+        ...     di.gradient(lambda x: x.sum(), di.AutoFiniteDiff(), np.arange(3))
+        ... except di.InvalidInputError as err:
+        ...     print(str(err).split(":")[0])
+        x must be a real floating-point array
+    """
+
+
+class InvalidOutputError(DIError, TypeError):
+    """``f`` returned something the operator cannot use.
+
+    For ``gradient`` this is anything but a real scalar: an array with more than
+    one element (the message gives its shape), a complex or integer value, ``None``.
+
+    Example:
+        >>> import numpy as np, di
+        >>> try:
+        ...     di.gradient(lambda x: x * 2, di.AutoFiniteDiff(), np.ones(3))
+        ... except di.InvalidOutputError as err:
+        ...     print(str(err).split(",")[0])
+        gradient needs f to return a real scalar
+    """
+
+
+class OutBufferError(DIError, ValueError):
+    """The ``out=`` buffer does not fit the result (shape, dtype or array family).
+
+    The buffer is left untouched.
+
+    Example:
+        >>> import numpy as np, di
+        >>> try:
+        ...     di.gradient(lambda x: (x * x).sum(), di.AutoFiniteDiff(), np.ones(3),
+        ...                 out=np.empty(4))
+        ... except di.OutBufferError as err:
+        ...     print(str(err).split(":")[0])
+        out does not fit the gradient
+    """
+
+
+class RecompileWarning(UserWarning):
+    """A compiled backend keeps compiling again, or fell back to eager execution.
+
+    Example:
+        >>> import di
+        >>> issubclass(di.RecompileWarning, UserWarning)
+        True
+    """

@@ -1,0 +1,177 @@
+"""``gradient`` and ``value_and_gradient`` of a scalar-valued function."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from di.backends.selectors import AbstractBackend
+from di.contexts import Context
+from di.families import converter, family_of, identity
+from di.operators.common import adapter_for, float_x_program, split_call
+from di.prep.base import Prep, write_out
+
+__all__ = ["gradient", "prepare_gradient", "value_and_gradient"]
+
+_OPERATOR = "gradient"
+
+
+def prepare_gradient(
+    f: Callable[..., Any], backend: AbstractBackend, x: Any, *contexts: Context, strict: bool = True
+) -> Prep:
+    """Prepare ``gradient`` and ``value_and_gradient`` of ``f`` at arguments like ``x``.
+
+    The prep may be reused for any ``x`` and context values with the same array
+    family, shape, dtype and device; the values of each call are the ones used.
+    On compiled backends this is where compilation happens, once.
+
+    Args:
+        f: scalar-valued function, called as ``f(x, *context_values)``.
+        backend: a selector such as ``di.AutoJAX(jit=True)``.
+        x: the point's type and shape to prepare for (its values do not matter).
+        *contexts: ``di.Constant`` / ``di.Cache`` wrappers, in ``f``'s order.
+        strict: check every prepared call's arguments against this signature
+            (a few hundred nanoseconds) and raise on a mismatch.
+
+    Returns:
+        A :class:`di.Prep` for ``gradient`` and ``value_and_gradient``.
+
+    Raises:
+        InvalidInputError: ``x`` is not a real floating array, or a context is
+            not wrapped.
+        UnsupportedContextError: the backend cannot use one of the contexts.
+        BackendNotInstalledError: the backend's engine is not installed.
+
+    Example:
+        >>> import numpy as np, di
+        >>> f = lambda x: (x ** 2).sum()
+        >>> prep = di.prepare_gradient(f, di.AutoFiniteDiff(), np.zeros(2))
+        >>> di.gradient(f, prep, di.AutoFiniteDiff(), np.array([1.0, 2.0])).round(6)
+        array([2., 4.])
+    """
+    adapter = adapter_for(_OPERATOR, f, backend, x, contexts)
+    to_caller = converter(adapter.family, family_of(x) or "numpy")
+    value_and_gradient_program = float_x_program(x, adapter.prepare_value_and_gradient(f, x, contexts))
+    gradient_program = float_x_program(x, adapter.prepare_gradient(f, x, contexts))
+    programs = {
+        "gradient": _returning_caller_family(gradient_program, to_caller),
+        "value_and_gradient": _pair_returning_caller_family(value_and_gradient_program, to_caller),
+    }
+    return Prep(_OPERATOR, f, backend, x, contexts, programs, strict)
+
+
+def _returning_caller_family(program: Callable[..., Any], to_caller: Callable[[Any], Any]) -> Callable[..., Any]:
+    if to_caller is identity:
+        return program
+
+    def converted(*args: Any) -> Any:
+        return to_caller(program(*args))
+
+    return converted
+
+
+def _pair_returning_caller_family(program: Callable[..., Any], to_caller: Callable[[Any], Any]) -> Callable[..., Any]:
+    if to_caller is identity:
+        return program
+
+    def converted(*args: Any) -> Any:
+        y, g = program(*args)
+        return to_caller(y), to_caller(g)
+
+    return converted
+
+
+def gradient(f: Callable[..., Any], *args: Any, out: Any = None) -> Any:
+    """Gradient of a scalar-valued ``f`` at ``x``.
+
+    Called as ``gradient(f, prep, backend, x, *contexts)`` with a prep from
+    :func:`di.prepare_gradient`, or ``gradient(f, backend, x, *contexts)``, which
+    prepares and then runs (on compiled backends that compiles every call:
+    prepare once instead).
+
+    Args:
+        f: scalar-valued function, called as ``f(x, *context_values)``.
+        *args: ``[prep,] backend, x, *contexts``.
+        out: optional numpy array or torch tensor shaped like ``x`` to write the
+            gradient into; it is returned. It is untouched if the call fails.
+
+    Returns:
+        The gradient, in the array family, shape, dtype and device of ``x``.
+
+    Raises:
+        PreparationMismatchError: a strict prep used with other arguments.
+        InvalidOutputError: ``f`` does not return a real scalar.
+        OutBufferError: ``out`` does not fit.
+        Exception: whatever ``f`` raises, unchanged.
+
+    Example:
+        >>> import numpy as np, di
+        >>> f = lambda x, a: (a * x ** 2).sum()
+        >>> di.gradient(f, di.AutoFiniteDiff(), np.array([1.0, 2.0]), di.Constant(0.5)).round(6)
+        array([1., 2.])
+    """
+    prep = args[0] if args else None
+    if prep.__class__ is Prep and len(args) >= 3:
+        x = args[2]
+        contexts = args[3:]
+        if prep.operator != _OPERATOR:
+            prep.check_operator(_OPERATOR)
+        if prep.strict:
+            prep.check(f, args[1], x, contexts)
+    else:
+        prep, backend, x, contexts = split_call(_OPERATOR, args)
+        if prep is None:
+            prep = prepare_gradient(f, backend, x, *contexts, strict=False)
+        else:
+            prep.check_operator(_OPERATOR)
+            if prep.strict:
+                prep.check(f, backend, x, contexts)
+    if out is not None:
+        prep.check_out(out, _OPERATOR)
+    program = prep.programs[_OPERATOR]
+    g = program(x, *[c.value for c in contexts]) if contexts else program(x)
+    if out is not None:
+        return write_out(out, g)
+    return g
+
+
+def value_and_gradient(f: Callable[..., Any], *args: Any, out: Any = None) -> tuple[Any, Any]:
+    """Value and gradient of a scalar-valued ``f`` at ``x``, in one pass.
+
+    Same calling forms and prep as :func:`di.gradient`.
+
+    Args:
+        f: scalar-valued function, called as ``f(x, *context_values)``.
+        *args: ``[prep,] backend, x, *contexts``.
+        out: optional buffer for the gradient, as in :func:`di.gradient`.
+
+    Returns:
+        ``(y, g)``: ``y`` a 0-d array and ``g`` the gradient, both in ``x``'s
+        array family.
+
+    Raises:
+        PreparationMismatchError: a strict prep used with other arguments.
+        InvalidOutputError: ``f`` does not return a real scalar.
+        OutBufferError: ``out`` does not fit.
+
+    Example:
+        >>> import numpy as np, di
+        >>> y, g = di.value_and_gradient(lambda x: (x ** 2).sum(), di.AutoFiniteDiff(), np.array([3.0]))
+        >>> float(y), g.round(6)
+        (9.0, array([6.]))
+    """
+    prep, backend, x, contexts = split_call("value_and_gradient", args)
+    if prep is None:
+        prep = prepare_gradient(f, backend, x, *contexts, strict=False)
+    else:
+        if prep.operator != _OPERATOR:
+            prep.check_operator(_OPERATOR)
+        if prep.strict:
+            prep.check(f, backend, x, contexts)
+    if out is not None:
+        prep.check_out(out, _OPERATOR)
+    program = prep.programs["value_and_gradient"]
+    y, g = program(x, *[c.value for c in contexts]) if contexts else program(x)
+    if out is not None:
+        return y, write_out(out, g)
+    return y, g

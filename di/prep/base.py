@@ -1,0 +1,155 @@
+"""The preparation object returned by every ``prepare_<operator>``."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from di.backends.selectors import AbstractBackend
+from di.contexts import Context
+from di.errors import InvalidInputError, OutBufferError
+from di.families import NUMPY, TORCH, ArraySpec, family_of, spec_of
+from di.prep.signature import ArgumentCheck, check_contexts_wrapped, mismatch_error
+
+__all__ = ["Prep"]
+
+
+class Prep:
+    """What ``prepare_<operator>`` returns: the programs for one operator family
+    and the signature of the arguments they were built for.
+
+    A prep holds the user's ``f``, the backend selector, the engine programs
+    (compiled functions for compiled backends) and metadata (classes, shapes,
+    dtypes, devices). It holds none of the caller's arrays. It is immutable after
+    preparation except for bookkeeping counters, so one prep may be shared across
+    threads.
+
+    Attributes:
+        operator: the operator family it serves (``"gradient"`` serves
+            ``gradient`` and ``value_and_gradient``).
+        f: the function it was prepared for.
+        backend: the selector it was prepared with.
+        strict: whether each call checks its arguments against the signature.
+
+    Example:
+        >>> import numpy as np, di
+        >>> f = lambda x: (x * x).sum()
+        >>> prep = di.prepare_gradient(f, di.AutoFiniteDiff(), np.zeros(3))
+        >>> prep
+        Prep(gradient, AutoFiniteDiff(method='central', step=None), x=numpy float64 (3,), strict=True)
+    """
+
+    __slots__ = (
+        "_context_keys",
+        "_n_contexts",
+        "_x_expected",
+        "_x_key",
+        "backend",
+        "checks",
+        "f",
+        "operator",
+        "programs",
+        "strict",
+        "x_spec",
+    )
+
+    def __init__(
+        self,
+        operator: str,
+        f: Callable[..., Any],
+        backend: AbstractBackend,
+        x: Any,
+        contexts: Sequence[Context],
+        programs: dict[str, Callable[..., Any]],
+        strict: bool,
+    ) -> None:
+        self.operator = operator
+        self.f = f
+        self.backend = backend
+        self.strict = strict
+        self.programs = programs
+        self.x_spec: ArraySpec | None = spec_of(x) if family_of(x) is not None else None
+        x_check = ArgumentCheck.of("x", x)
+        context_checks = [ArgumentCheck.of(f"context {i}", c.value, type(c)) for i, c in enumerate(contexts, start=1)]
+        self.checks = (x_check, *context_checks)
+        self._x_key = x_check.key
+        self._x_expected = x_check.expected
+        self._n_contexts = len(contexts)
+        self._context_keys = tuple((c.wrapper, c.key, c.expected) for c in context_checks)
+
+    def __repr__(self) -> str:
+        return f"Prep({self.operator}, {self.backend!r}, x={self.checks[0].description}, strict={self.strict})"
+
+    def check(self, f: Any, backend: Any, x: Any, contexts: Sequence[Any]) -> None:
+        """Check a call's arguments against the prepared signature.
+
+        Costs a few hundred nanoseconds: it compares precomputed tuples.
+
+        Raises:
+            PreparationMismatchError: with one line per argument.
+            InvalidInputError: a raw value where a context is expected.
+        """
+        try:
+            if (
+                f is self.f
+                and (backend is self.backend or backend == self.backend)
+                and self._x_key(x) == self._x_expected
+                and len(contexts) == self._n_contexts
+            ):
+                for context, (wrapper, key, expected) in zip(contexts, self._context_keys):
+                    if context.__class__ is not wrapper or key(context.value) != expected:  # type: ignore[attr-defined]
+                        break
+                else:
+                    return
+        except Exception:  # a key function failing means the argument differs
+            pass
+        check_contexts_wrapped(contexts)
+        raise mismatch_error(
+            self.operator, self.checks, {"f": self.f, "backend": self.backend}, f, backend, (x, *contexts)
+        )
+
+    def check_operator(self, operator: str) -> None:
+        """Refuse a prep made for another operator family."""
+        if self.operator != operator:
+            raise InvalidInputError(
+                f"this prep was made by prepare_{self.operator}, not prepare_{operator}; "
+                f"call di.prepare_{operator}(f, backend, x, *contexts) for {operator}."
+            )
+
+    def check_out(self, out: Any, what: str) -> None:
+        """Refuse an ``out=`` buffer that cannot receive a result shaped like ``x``.
+
+        Raises:
+            OutBufferError: family, shape or dtype differ, or ``x`` is a JAX array.
+        """
+        spec = self.x_spec
+        family = family_of(out)
+        if spec is None or spec.family not in (NUMPY, TORCH):
+            given = "a Python float" if spec is None else "a JAX array"
+            raise OutBufferError(
+                f"out does not fit the {what}: x is {given}, whose results are immutable; "
+                f"call without out= and use the returned array."
+            )
+        if family != spec.family:
+            raise OutBufferError(
+                f"out does not fit the {what}: it must be a {spec.family} array like x, not "
+                f"{family or type(out).__name__}."
+            )
+        out_spec = spec_of(out)
+        if out_spec.shape != spec.shape or out_spec.dtype != spec.dtype or out_spec.device != spec.device:
+            raise OutBufferError(
+                f"out does not fit the {what}: it must be {spec.describe()} like x, not {out_spec.describe()}."
+            )
+
+
+def write_out(out: Any, result: Any) -> Any:
+    """Copy ``result`` into the caller's buffer ``out`` (numpy or torch) and return it."""
+    if isinstance(out, Context):  # pragma: no cover - defensive
+        raise TypeError("out must be an array")
+    if family_of(out) == TORCH:
+        out.detach().copy_(result)
+    else:
+        import numpy as np
+
+        np.copyto(out, result)
+    return out

@@ -1,0 +1,195 @@
+"""Signatures of prepared arguments, their fast check, and the mismatch report.
+
+A prep remembers, for ``x`` and each context, a *key*: a small tuple of the
+argument's type, shape, dtype and (torch) device, computed by a key function
+chosen once per argument at preparation. Checking a call is computing the same
+keys and comparing tuples; only when they differ is the readable report built.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from di.contexts import Context
+from di.errors import InvalidInputError, PreparationMismatchError
+from di.families import NUMPY, TORCH, family_of, is_floating_dtype, spec_of
+
+__all__ = ["ArgumentCheck", "check_x", "check_contexts_wrapped", "key_function", "mismatch_error"]
+
+KeyFunction = Callable[[Any], Any]
+
+
+def _array_key(value: Any) -> Any:
+    return (value.__class__, value.shape, value.dtype)
+
+
+def _torch_key(value: Any) -> Any:
+    return (value.__class__, value.shape, value.dtype, value.device)
+
+
+def _type_key(value: Any) -> Any:
+    return value.__class__
+
+
+def key_function(value: Any) -> KeyFunction:
+    """The key function for an argument like ``value``.
+
+    Arrays are keyed by class, shape, dtype (and device for torch); any other
+    value by its class only, so a new Python float or a new static value is
+    accepted (compiled backends then decide whether that means a new compile).
+    """
+    family = family_of(value)
+    if family == TORCH:
+        return _torch_key
+    if family is not None:
+        return _array_key
+    return _type_key
+
+
+def describe_value(value: Any) -> str:
+    """One-line description of an argument for reports."""
+    if family_of(value) is not None:
+        return spec_of(value).describe()
+    if isinstance(value, Context):
+        return f"{type(value).__name__} {describe_value(value.value)}"
+    text = repr(value)
+    if len(text) > 40:
+        text = text[:37] + "..."
+    return f"{type(value).__name__} {text}"
+
+
+class ArgumentCheck:
+    """How one prepared argument is recognised on later calls.
+
+    Args:
+        label: ``"x"`` or ``"context 1"``, ...
+        wrapper: the context class (``Constant``/``Cache``), ``None`` for ``x``.
+        key: the key function.
+        expected: the key at preparation.
+        description: the human description at preparation.
+    """
+
+    __slots__ = ("description", "expected", "key", "label", "wrapper")
+
+    def __init__(self, label: str, wrapper: type | None, key: KeyFunction, expected: Any, description: str) -> None:
+        self.label = label
+        self.wrapper = wrapper
+        self.key = key
+        self.expected = expected
+        self.description = description
+
+    @classmethod
+    def of(cls, label: str, value: Any, wrapper: type | None = None) -> ArgumentCheck:
+        """Record ``value`` (the bare value, not its context wrapper)."""
+        key = key_function(value)
+        described = describe_value(value)
+        if wrapper is not None:
+            described = f"{wrapper.__name__} {described}"
+        return cls(label, wrapper, key, key(value), described)
+
+    def matches(self, value: Any) -> bool:
+        """Whether ``value`` (a bare value, or a context for contexts) fits."""
+        try:
+            if self.wrapper is not None:
+                if value.__class__ is not self.wrapper:
+                    return False
+                value = value.value  # type: ignore[attr-defined]
+            return bool(self.key(value) == self.expected)
+        except Exception:
+            return False
+
+
+def mismatch_error(
+    operator: str,
+    checks: Sequence[ArgumentCheck],
+    prepared: dict[str, Any],
+    given_f: Any,
+    given_backend: Any,
+    given: Sequence[Any],
+) -> PreparationMismatchError:
+    """Build the report for a prep used with other arguments.
+
+    Args:
+        operator: the operator the prep is for (for the fix line).
+        checks: the prepared ``x`` and context checks, in order.
+        prepared: ``{"f": ..., "backend": ...}`` as prepared.
+        given_f: the ``f`` of the call.
+        given_backend: the backend of the call.
+        given: ``x`` then the contexts of the call.
+    """
+    rows: list[tuple[str, str, str]] = []
+    f_ok = given_f is prepared["f"]
+    rows.append(("f", "ok" if f_ok else "differs", "" if f_ok else "another function than the prepared one"))
+    b_ok = given_backend == prepared["backend"]
+    rows.append(
+        (
+            "backend",
+            "ok" if b_ok else "differs",
+            repr(prepared["backend"]) if b_ok else f"prepared {prepared['backend']!r}   given {given_backend!r}",
+        )
+    )
+    for index, check in enumerate(checks):
+        if index < len(given):
+            value = given[index]
+            ok = check.matches(value)
+            detail = check.description if ok else f"prepared {check.description}   given {describe_value(value)}"
+        else:
+            ok, detail = False, f"prepared {check.description}   given nothing"
+        rows.append((check.label, "ok" if ok else "differs", detail))
+    for index in range(len(checks), len(given)):
+        rows.append((f"context {index}", "differs", f"prepared nothing   given {describe_value(given[index])}"))
+    width = max(len(label) for label, _, _ in rows)
+    lines = ["this prep was made for other arguments."]
+    lines += [f"  {label.ljust(width)}  {status.ljust(7)}  {detail}".rstrip() for label, status, detail in rows]
+    lines.append(
+        f"Prepare again for the new arguments (di.prepare_{operator}), or pass strict=False to skip this check."
+    )
+    return PreparationMismatchError("\n".join(lines))
+
+
+def check_x(x: Any, operator: str) -> None:
+    """Refuse an ``x`` that cannot be differentiated.
+
+    Raises:
+        InvalidInputError: ``x`` is not an array or Python float, or its dtype is
+            not real floating point.
+    """
+    if isinstance(x, float):
+        return
+    family = family_of(x)
+    if family is None:
+        hint = ""
+        if isinstance(x, (list, tuple)):
+            hint = " Convert it first, e.g. np.asarray(x, dtype=float)."
+        elif isinstance(x, (bool, int, complex)):
+            hint = " Pass a float array, e.g. np.asarray(x, dtype=float)."
+        raise InvalidInputError(
+            f"x must be a real floating-point array (numpy, torch or jax) for {operator}, not {type(x).__name__}.{hint}"
+        )
+    dtype = x.dtype
+    if not is_floating_dtype(dtype):
+        if (family == NUMPY and np.dtype(dtype).kind == "c") or "complex" in str(dtype):
+            fix = "differentiate the real and imaginary parts as separate real arrays"
+        else:
+            fix = "convert it, e.g. x.astype(float) or torch's x.double()"
+        raise InvalidInputError(
+            f"x must be a real floating-point array for {operator}: got a {family} array of dtype "
+            f"{str(dtype).replace('torch.', '')}; {fix}."
+        )
+
+
+def check_contexts_wrapped(contexts: Sequence[Any]) -> None:
+    """Refuse positional arguments after ``x`` that are not contexts.
+
+    Raises:
+        InvalidInputError: a raw value where a ``Constant`` or ``Cache`` is expected.
+    """
+    for index, context in enumerate(contexts, start=1):
+        if not isinstance(context, Context):
+            raise InvalidInputError(
+                f"context {index} is {describe_value(context)}, not a context: wrap every argument after x "
+                f"as di.Constant(value) (read-only) or di.Cache(value) (scratch)."
+            )
