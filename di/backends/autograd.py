@@ -8,7 +8,7 @@ from typing import Any
 import autograd
 import numpy as np
 
-from di.backends.protocol import Adapter, Program, is_real_scalar, raise_bad_output
+from di.backends.protocol import Adapter, Program, Programs, is_real_scalar, raise_bad_output
 from di.contexts import Context
 from di.families import NUMPY
 
@@ -33,8 +33,11 @@ class AutogradAdapter(Adapter):
     def prepare_value_and_gradient(self, f: Callable[..., Any], x: Any, contexts: Sequence[Context]) -> Program:
         return self._gradient_program(f, x, contexts, with_value=True)
 
-    def prepare_gradient(self, f: Callable[..., Any], x: Any, contexts: Sequence[Context]) -> Program:
-        return self._gradient_program(f, x, contexts, with_value=False)
+    def prepare_gradient_programs(self, f: Callable[..., Any], x: Any, contexts: Sequence[Context]) -> Programs:
+        return {
+            "gradient": self._gradient_program(f, x, contexts, with_value=False),
+            "value_and_gradient": self._gradient_program(f, x, contexts, with_value=True),
+        }
 
     def _gradient_program(
         self, f: Callable[..., Any], x: Any, contexts: Sequence[Context], *, with_value: bool

@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from di.backends.protocol import Adapter, Program, is_real_scalar, raise_bad_output
+from di.backends.protocol import Adapter, Program, Programs, is_real_scalar, raise_bad_output
 from di.backends.selectors import AutoFiniteDiff
 from di.contexts import Cache, Context
 from di.families import JAX, NUMPY, family_of
@@ -40,8 +40,11 @@ class FiniteDiffAdapter(Adapter):
     def prepare_value_and_gradient(self, f: Callable[..., Any], x: Any, contexts: Sequence[Context]) -> Program:
         return self._gradient_program(f, x, contexts, with_value=True)
 
-    def prepare_gradient(self, f: Callable[..., Any], x: Any, contexts: Sequence[Context]) -> Program:
-        return self._gradient_program(f, x, contexts, with_value=False)
+    def prepare_gradient_programs(self, f: Callable[..., Any], x: Any, contexts: Sequence[Context]) -> Programs:
+        return {
+            "gradient": self._gradient_program(f, x, contexts, with_value=False),
+            "value_and_gradient": self._gradient_program(f, x, contexts, with_value=True),
+        }
 
     def _context_converters(self, contexts: Sequence[Context]) -> list[Callable[[Any], Any]]:
         converters = self.input_converters([c.value for c in contexts])

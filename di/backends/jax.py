@@ -7,26 +7,27 @@ input is float64 (the global flag is never touched).
 from __future__ import annotations
 
 import contextlib
-import enum
-import threading
-import warnings
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from di.backends.protocol import Adapter, Program, is_real_scalar, raise_bad_output
+from di.backends.protocol import (
+    Adapter,
+    Program,
+    counting_static_values,
+    is_real_scalar,
+    raise_bad_output,
+    static_positions,
+)
 from di.backends.selectors import AutoJAX
-from di.contexts import Constant, Context
-from di.errors import InvalidInputError, RecompileWarning
+from di.contexts import Context
 from di.families import JAX, NUMPY, family_of, identity
 
-__all__ = ["JAXAdapter", "is_static_context", "needs_x64"]
+__all__ = ["JAXAdapter", "needs_x64"]
 
-RECOMPILE_WARNING_THRESHOLD = 8
-_STATIC_SCALARS = (int, bool, str, bytes, type(None), enum.Enum)
 
 
 def needs_x64(values: Sequence[Any]) -> bool:
@@ -38,34 +39,13 @@ def needs_x64(values: Sequence[Any]) -> bool:
     return False
 
 
-def is_static_context(context: Context) -> bool:
-    """Whether a context is compiled in (static) under ``AutoJAX(jit=True)``.
-
-    Arrays and Python floats are traced; ints, bools, strings, ``None``, enums,
-    tuples of these, and other hashable non-array objects are static; a
-    ``Constant(..., static=...)`` overrides the choice.
-    """
-    value = context.value
-    if isinstance(context, Constant) and context.static is not None:
-        return context.static
-    if family_of(value) is not None or isinstance(value, (float, complex)):
-        return False
-    if isinstance(value, _STATIC_SCALARS):
-        return True
-    if isinstance(value, tuple):
-        return all(isinstance(item, _STATIC_SCALARS) for item in value)
-    if isinstance(value, (list, dict)) or not isinstance(value, Hashable):
-        return False  # containers are pytrees: their leaves are traced
-    return True
-
-
 class JAXAdapter(Adapter):
     """Adapter for :class:`di.AutoJAX`.
 
     Eager (``jit=False``): ``jax.value_and_grad(f)`` runs op by op on every call,
     so Python control flow on values works. Compiled (``jit=True``): one fused
     value-and-gradient program is compiled at preparation; contexts are traced or
-    compiled in as :func:`is_static_context` says. ``Cache`` values are passed as
+    compiled in as :func:`di.backends.protocol.is_static_context` says. ``Cache`` values are passed as
     immutable JAX arrays: ``f`` must build new arrays rather than write into them.
     """
 
@@ -105,14 +85,8 @@ class JAXAdapter(Adapter):
     def _compiled_value_and_gradient(
         self, f: Callable[..., Any], x: Any, contexts: Sequence[Context], x64: bool
     ) -> Program:
-        static_positions = tuple(i for i, c in enumerate(contexts) if is_static_context(c))
-        for i in static_positions:
-            if not isinstance(contexts[i].value, Hashable):
-                raise InvalidInputError(
-                    f"context {i + 1} is compiled in (static) but {type(contexts[i].value).__name__} is not "
-                    f"hashable: pass it as Constant(value, static=False) to trace it, or make it hashable."
-                )
-        jitted = jax.jit(jax.value_and_grad(self._checked(f)), static_argnums=tuple(1 + i for i in static_positions))
+        statics = static_positions(contexts, self.backend)
+        jitted = jax.jit(jax.value_and_grad(self._checked(f)), static_argnums=tuple(1 + i for i in statics))
         # jit takes numpy input itself (one device_put, no intermediate array); only
         # torch tensors need converting, through DLPack.
         inputs = [x, *[c.value for c in contexts]]
@@ -122,9 +96,7 @@ class JAXAdapter(Adapter):
         program = _in_engine_family(jitted, converters, x64)
         with jax.enable_x64(True) if x64 else contextlib.nullcontext():
             jitted.lower(*[convert(v) for convert, v in zip(converters, inputs)]).compile()
-        if not static_positions:
-            return program
-        return _counting_static_values(program, static_positions)
+        return counting_static_values(program, statics, self.backend)
 
 
 def _in_engine_family(function: Callable[..., Any], converters: Sequence[Callable[[Any], Any]], x64: bool) -> Program:
@@ -146,29 +118,3 @@ def _in_engine_family(function: Callable[..., Any], converters: Sequence[Callabl
             return function(convert_x(x), *[convert(v) for convert, v in zip(convert_values, values)])
 
     return converted
-
-
-def _counting_static_values(program: Program, static_positions: tuple[int, ...]) -> Program:
-    """Count the distinct static values a prep meets and warn once past the limit."""
-    seen: list[set[Any]] = [set() for _ in static_positions]
-    lock = threading.Lock()
-    warned = [False]
-
-    def counted(x: Any, *values: Any) -> Any:
-        for slot, i in enumerate(static_positions):
-            value = values[i]
-            if value not in seen[slot]:
-                with lock:
-                    seen[slot].add(value)
-                    if len(seen[slot]) > RECOMPILE_WARNING_THRESHOLD and not warned[0]:
-                        warned[0] = True
-                        warnings.warn(
-                            f"AutoJAX(jit=True): context {i + 1} is compiled in (static) and has taken "
-                            f"{len(seen[slot])} distinct values, each compiled separately. If it varies, "
-                            f"pass it as Constant(value, static=False) or as an array so it is traced.",
-                            RecompileWarning,
-                            stacklevel=4,
-                        )
-        return program(x, *values)
-
-    return counted

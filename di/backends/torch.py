@@ -7,7 +7,7 @@ from typing import Any
 
 import torch
 
-from di.backends.protocol import Adapter, Program, raise_bad_output
+from di.backends.protocol import Adapter, Program, Programs, raise_bad_output
 from di.contexts import Cache, Context
 from di.families import TORCH, family_of
 
@@ -28,8 +28,11 @@ class TorchAdapter(Adapter):
     def prepare_value_and_gradient(self, f: Callable[..., Any], x: Any, contexts: Sequence[Context]) -> Program:
         return self._gradient_program(f, x, contexts, with_value=True)
 
-    def prepare_gradient(self, f: Callable[..., Any], x: Any, contexts: Sequence[Context]) -> Program:
-        return self._gradient_program(f, x, contexts, with_value=False)
+    def prepare_gradient_programs(self, f: Callable[..., Any], x: Any, contexts: Sequence[Context]) -> Programs:
+        return {
+            "gradient": self._gradient_program(f, x, contexts, with_value=False),
+            "value_and_gradient": self._gradient_program(f, x, contexts, with_value=True),
+        }
 
     def _gradient_program(
         self, f: Callable[..., Any], x: Any, contexts: Sequence[Context], *, with_value: bool

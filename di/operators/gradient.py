@@ -51,11 +51,12 @@ def prepare_gradient(
     """
     adapter = adapter_for(_OPERATOR, f, backend, x, contexts)
     to_caller = converter(adapter.family, family_of(x) or "numpy")
-    value_and_gradient_program = float_x_program(x, adapter.prepare_value_and_gradient(f, x, contexts))
-    gradient_program = float_x_program(x, adapter.prepare_gradient(f, x, contexts))
+    engine_programs = adapter.prepare_gradient_programs(f, x, contexts)
     programs = {
-        "gradient": _returning_caller_family(gradient_program, to_caller),
-        "value_and_gradient": _pair_returning_caller_family(value_and_gradient_program, to_caller),
+        "gradient": _returning_caller_family(float_x_program(x, engine_programs["gradient"]), to_caller),
+        "value_and_gradient": _pair_returning_caller_family(
+            float_x_program(x, engine_programs["value_and_gradient"]), to_caller
+        ),
     }
     return Prep(_OPERATOR, f, backend, x, contexts, programs, strict)
 
