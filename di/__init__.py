@@ -31,7 +31,18 @@ from di.errors import (
     UnsupportedContextError,
     UnsupportedOperatorError,
 )
+from di.operators.derivative import derivative, prepare_derivative, value_and_derivative
 from di.operators.gradient import gradient, prepare_gradient, value_and_gradient
+from di.operators.hessian import hessian, prepare_hessian, value_gradient_and_hessian
+from di.operators.hvp import gradient_and_hvp, hvp, prepare_hvp, prepare_hvp_same_point
+from di.operators.jacobian import jacobian, prepare_jacobian, value_and_jacobian
+from di.operators.pullback import prepare_pullback, prepare_pullback_same_point, pullback, value_and_pullback
+from di.operators.pushforward import prepare_pushforward, pushforward, value_and_pushforward
+from di.operators.second_derivative import (
+    prepare_second_derivative,
+    second_derivative,
+    value_derivative_and_second_derivative,
+)
 from di.prep.base import Prep
 
 __version__ = "0.1.0"
@@ -57,7 +68,30 @@ __all__ = [
     "UnsupportedOperatorError",
     "available_backends",
     "backend",
+    "derivative",
     "gradient",
+    "gradient_and_hvp",
+    "hessian",
+    "hvp",
+    "jacobian",
+    "prepare_derivative",
     "prepare_gradient",
+    "prepare_hessian",
+    "prepare_hvp",
+    "prepare_hvp_same_point",
+    "prepare_jacobian",
+    "prepare_pullback",
+    "prepare_pullback_same_point",
+    "prepare_pushforward",
+    "prepare_second_derivative",
+    "pullback",
+    "pushforward",
+    "second_derivative",
+    "value_and_derivative",
     "value_and_gradient",
+    "value_and_jacobian",
+    "value_and_pullback",
+    "value_and_pushforward",
+    "value_derivative_and_second_derivative",
+    "value_gradient_and_hessian",
 ]

@@ -314,3 +314,48 @@ def output_converter(source: str, target: ArraySpec) -> Callable[[Any], Any]:
         return cast(convert(value))
 
     return convert_and_cast
+
+
+class ArrayOps:
+    """The few array operations the generic operator fallbacks need, for one family.
+
+    Args:
+        family: ``"numpy"``, ``"torch"`` or ``"jax"``.
+
+    Example:
+        >>> import numpy as np
+        >>> from di.families import ArrayOps
+        >>> ArrayOps("numpy").stack([np.ones(2), np.zeros(2)]).shape
+        (2, 2)
+    """
+
+    __slots__ = ("family", "module")
+
+    def __init__(self, family: str) -> None:
+        self.family = family
+        if family == TORCH:
+            import torch
+
+            self.module: Any = torch
+        elif family == JAX:
+            import jax.numpy as jnp
+
+            self.module = jnp
+        else:
+            self.module = np
+
+    def stack(self, arrays: Any, axis: int = 0) -> Any:
+        """Stack arrays along a new axis."""
+        if self.family == TORCH:
+            return self.module.stack(list(arrays), dim=axis)
+        return self.module.stack(list(arrays), axis=axis)
+
+    def tensordot(self, a: Any, b: Any, axes: int) -> Any:
+        """Contract the last ``axes`` axes of ``a`` with the first ``axes`` of ``b``."""
+        if self.family == TORCH:
+            return self.module.tensordot(a, b, dims=axes)
+        return self.module.tensordot(a, b, axes=axes)
+
+    def unstack(self, array: Any) -> tuple[Any, ...]:
+        """Split along the first axis."""
+        return tuple(array[i] for i in range(array.shape[0]))

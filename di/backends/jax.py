@@ -1,12 +1,18 @@
-"""JAX adapter: ``jax.value_and_grad`` eagerly, one ``jax.jit`` program when compiled.
+"""JAX adapter: JAX's own transforms for every operator, eager or under ``jax.jit``.
+
+Each operator family is one pure JAX function of ``(x, [tangents,] *context_values)``
+returning the ``value_and_*`` tuple; the plain operator takes its last element.
+With ``AutoJAX(jit=True)`` that function is compiled once, at preparation, with
+the static contexts as ``static_argnums``; without, it runs op by op each call.
 
 float64 is kept by running inside a scoped ``jax.enable_x64(True)`` whenever an
-input is float64 (the global flag is never touched).
+input is 64-bit (the global flag is never touched).
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -17,6 +23,7 @@ import numpy as np
 from di.backends.protocol import (
     Adapter,
     Program,
+    Programs,
     counting_static_values,
     is_real_scalar,
     raise_bad_output,
@@ -24,29 +31,35 @@ from di.backends.protocol import (
 )
 from di.backends.selectors import AutoJAX
 from di.contexts import Context
-from di.families import JAX, NUMPY, family_of, identity
+from di.families import JAX, NUMPY, converter, family_of, identity
 
 __all__ = ["JAXAdapter", "needs_x64"]
 
 
-
 def needs_x64(values: Sequence[Any]) -> bool:
-    """Whether any value is a 64-bit array or a Python float ``x`` (float64 in JAX
-    only exists inside ``jax.enable_x64``)."""
+    """Whether any value is a 64-bit array or a Python float ``x``'s stand-in
+    (float64 only exists in JAX inside ``jax.enable_x64``)."""
     for value in values:
         if family_of(value) is not None and np.dtype(str(value.dtype).replace("torch.", "")).itemsize == 8:
             return True
     return False
 
 
+def _x64_scope() -> contextlib.AbstractContextManager[Any]:
+    return jax.enable_x64(True)  # type: ignore[no-any-return]
+
+
 class JAXAdapter(Adapter):
     """Adapter for :class:`di.AutoJAX`.
 
-    Eager (``jit=False``): ``jax.value_and_grad(f)`` runs op by op on every call,
-    so Python control flow on values works. Compiled (``jit=True``): one fused
-    value-and-gradient program is compiled at preparation; contexts are traced or
-    compiled in as :func:`di.backends.protocol.is_static_context` says. ``Cache`` values are passed as
-    immutable JAX arrays: ``f`` must build new arrays rather than write into them.
+    Native: every operator, with JAX's transforms (``jvp``/``linearize`` and
+    ``vmap`` for batched pushforwards and hvps, ``vjp`` for pullbacks,
+    ``jacfwd``/``jacrev``, forward-over-reverse hvp and hessian). Eager
+    (``jit=False``) runs op by op on every call, so Python control flow on values
+    works; compiled (``jit=True``) compiles one program per operator family at
+    preparation, with contexts traced or compiled in as
+    :func:`di.backends.protocol.is_static_context` says. ``Cache`` values are
+    passed as immutable JAX arrays: ``f`` must build new arrays.
     """
 
     family = JAX
@@ -57,64 +70,283 @@ class JAXAdapter(Adapter):
         assert isinstance(self.backend, AutoJAX)
         return self.backend.jit
 
-    def prepare_value_and_gradient(self, f: Callable[..., Any], x: Any, contexts: Sequence[Context]) -> Program:
-        return self._value_and_gradient(f, x, contexts)
+    def scope(self, values: Sequence[Any]) -> Callable[[], contextlib.AbstractContextManager[Any]]:
+        if needs_x64([np.asarray(v) if isinstance(v, float) and i == 0 else v for i, v in enumerate(values)]):
+            return _x64_scope
+        return contextlib.nullcontext
 
-    def _checked(self, f: Callable[..., Any]) -> Callable[..., Any]:
+    # --- building programs ----------------------------------------------------------
+
+    def _checked(self, f: Callable[..., Any], operator: str, scalar: bool) -> Callable[..., Any]:
         backend = self.backend
 
         def checked(x: Any, *values: Any) -> Any:
             y = f(x, *values)
             if isinstance(y, float):
-                return jnp.asarray(y, dtype=x.dtype)
-            if not is_real_scalar(y):
-                raise_bad_output(y, backend)
+                y = jnp.asarray(y, dtype=x.dtype)
+            if scalar and not is_real_scalar(y):
+                raise_bad_output(y, backend, operator)
+            if not scalar and not hasattr(y, "shape"):
+                raise_bad_output(y, backend, operator)
             return y
 
         return checked
 
-    def _value_and_gradient(self, f: Callable[..., Any], x: Any, contexts: Sequence[Context]) -> Program:
-        # One program serves gradient and value_and_gradient: built once per prep.
-        values = [c.value for c in contexts]
-        x64 = needs_x64([x, *values])
-        if self.compiled:
-            return self._compiled_value_and_gradient(f, x, contexts, x64)
-        value_and_grad = jax.value_and_grad(self._checked(f))
-        return _in_engine_family(value_and_grad, self.input_converters([x, *values]), x64)
-
-    def _compiled_value_and_gradient(
-        self, f: Callable[..., Any], x: Any, contexts: Sequence[Context], x64: bool
+    def _program(
+        self,
+        core: Callable[..., Any],
+        x: Any,
+        tangents: Sequence[Any] | None,
+        contexts: Sequence[Context],
     ) -> Program:
-        statics = static_positions(contexts, self.backend)
-        jitted = jax.jit(jax.value_and_grad(self._checked(f)), static_argnums=tuple(1 + i for i in statics))
-        # jit takes numpy input itself (one device_put, no intermediate array); only
-        # torch tensors need converting, through DLPack.
-        inputs = [x, *[c.value for c in contexts]]
-        converters = [
-            identity if family_of(v) == NUMPY else convert for v, convert in zip(inputs, self.input_converters(inputs))
-        ]
-        program = _in_engine_family(jitted, converters, x64)
-        with jax.enable_x64(True) if x64 else contextlib.nullcontext():
-            jitted.lower(*[convert(v) for convert, v in zip(converters, inputs)]).compile()
-        return counting_static_values(program, statics, self.backend)
+        """Compile (or not) ``core(x, [tangents,] *values)`` and wrap it so it takes
+        caller-family inputs and runs in the right x64 scope."""
+        values = [c.value for c in contexts]
+        scope = self.scope([x, *values])
+        lead = 1 if tangents is None else 2
+        inputs = [x, *values]
+        function: Callable[..., Any]
+        if self.compiled:
+            statics = static_positions(contexts, self.backend)
+            function = jax.jit(core, static_argnums=tuple(lead + i for i in statics))
+            # jit takes numpy input itself (one transfer); only torch needs DLPack.
+            converters = [
+                identity if family_of(v) == NUMPY else convert
+                for v, convert in zip(inputs, self.input_converters(inputs))
+            ]
+        else:
+            statics, function, converters = (), core, self.input_converters(inputs)
+        program = _wrap(function, converters, tangents is not None, scope)
+        if self.compiled:
+            with scope():
+                args = [convert(v) for convert, v in zip(converters, inputs)]
+                if tangents is not None:
+                    args.insert(1, _engine_tangents(tangents))
+                function.lower(*args).compile()  # type: ignore[attr-defined]
+            program = counting_static_values(program, tuple(lead - 1 + i for i in statics), self.backend)
+        return program
+
+    # --- operators --------------------------------------------------------------------
+
+    def prepare_gradient_programs(self, f: Callable[..., Any], x: Any, contexts: Sequence[Context]) -> Programs:
+        core = jax.value_and_grad(self._checked(f, "gradient", scalar=True))
+        return _split(self._program(core, x, None, contexts), "gradient", "value_and_gradient")
+
+    def prepare_pushforward_programs(
+        self, f: Callable[..., Any], x: Any, tx: Sequence[Any], contexts: Sequence[Context]
+    ) -> Programs:
+        checked = self._checked(f, "pushforward", scalar=False)
+
+        def core(x: Any, tx: Sequence[Any], *values: Any) -> Any:
+            fx = functools.partial(_first_argument, checked, values)
+            tx = [jnp.asarray(t, dtype=x.dtype) for t in tx]
+            if len(tx) == 1:
+                y, dy = jax.jvp(fx, (x,), (tx[0],))
+                return y, (dy,)
+            y, linear = jax.linearize(fx, x)
+            return y, _unstack(jax.vmap(linear)(jnp.stack(tx)), len(tx))
+
+        return _split(self._program(core, x, tx, contexts), "pushforward", "value_and_pushforward")
+
+    def prepare_pullback_programs(
+        self, f: Callable[..., Any], x: Any, ty: Sequence[Any], contexts: Sequence[Context]
+    ) -> Programs:
+        checked = self._checked(f, "pullback", scalar=False)
+
+        def core(x: Any, ty: Sequence[Any], *values: Any) -> Any:
+            y, vjp = jax.vjp(functools.partial(_first_argument, checked, values), x)
+            return y, _apply_vjp(vjp, ty, y.dtype)
+
+        return _split(self._program(core, x, ty, contexts), "pullback", "value_and_pullback")
+
+    def prepare_pullback_same_point_programs(
+        self, f: Callable[..., Any], x: Any, ty: Sequence[Any], contexts: Sequence[Context]
+    ) -> Programs:
+        checked = self._checked(f, "pullback", scalar=False)
+        values = [c.value for c in contexts]
+        scope = self.scope([x, *values])
+        with scope():
+            engine_inputs = [convert(v) for convert, v in zip(self.input_converters([x, *values]), [x, *values])]
+            y, vjp = jax.vjp(functools.partial(_first_argument, checked, engine_inputs[1:]), engine_inputs[0])
+        apply = jax.jit(_apply_vjp, static_argnums=2) if self.compiled else _apply_vjp
+
+        def value_and_pullback(x: Any, ty: Sequence[Any], *values: Any) -> Any:
+            with scope():
+                return y, apply(vjp, _engine_tangents(ty), y.dtype)
+
+        return _split(value_and_pullback, "pullback", "value_and_pullback")
+
+    def prepare_jacobian_programs(self, f: Callable[..., Any], x: Any, contexts: Sequence[Context]) -> Programs:
+        checked = self._checked(f, "jacobian", scalar=False)
+        forward = self._forward_jacobian(checked, x, contexts)
+        transform = jax.jacfwd if forward else jax.jacrev
+
+        def core(x: Any, *values: Any) -> Any:
+            fx = functools.partial(_first_argument, checked, values)
+            jac, y = transform(lambda x: (fx(x), fx(x)), has_aux=True)(x)
+            return y, jac
+
+        return _split(self._program(core, x, None, contexts), "jacobian", "value_and_jacobian")
+
+    def _forward_jacobian(self, checked: Callable[..., Any], x: Any, contexts: Sequence[Context]) -> bool:
+        """Forward mode when the selector says so, or when x has no more elements
+        than f's output (one pass per input versus one per output)."""
+        assert isinstance(self.backend, AutoJAX)
+        if self.backend.mode is not None:
+            return self.backend.mode == "forward"
+        values = [c.value for c in contexts]
+        with self.scope([x, *values])():
+            inputs = [convert(v) for convert, v in zip(self.input_converters([x, *values]), [x, *values])]
+            y = jax.eval_shape(checked, *inputs)
+        return int(np.prod(np.shape(x))) <= int(np.prod(y.shape))
+
+    def prepare_derivative_programs(self, f: Callable[..., Any], x: Any, contexts: Sequence[Context]) -> Programs:
+        checked = self._checked(f, "derivative", scalar=False)
+
+        def core(x: Any, *values: Any) -> Any:
+            fx = functools.partial(_first_argument, checked, values)
+            return jax.jvp(fx, (x,), (jnp.ones_like(x),))
+
+        return _split(self._program(core, x, None, contexts), "derivative", "value_and_derivative")
+
+    def prepare_second_derivative_programs(
+        self, f: Callable[..., Any], x: Any, contexts: Sequence[Context]
+    ) -> Programs:
+        checked = self._checked(f, "second_derivative", scalar=False)
+
+        def core(x: Any, *values: Any) -> Any:
+            fx = functools.partial(_first_argument, checked, values)
+            one = jnp.ones_like(x)
+
+            def value_and_derivative(x: Any) -> Any:
+                return jax.jvp(fx, (x,), (one,))
+
+            (y, dy), (_, d2y) = jax.jvp(value_and_derivative, (x,), (one,))
+            return y, dy, d2y
+
+        return _split(
+            self._program(core, x, None, contexts), "second_derivative", "value_derivative_and_second_derivative"
+        )
+
+    def prepare_hvp_programs(
+        self, f: Callable[..., Any], x: Any, tx: Sequence[Any], contexts: Sequence[Context]
+    ) -> Programs:
+        checked = self._checked(f, "hvp", scalar=True)
+
+        def core(x: Any, tx: Sequence[Any], *values: Any) -> Any:
+            grad = jax.grad(functools.partial(_first_argument, checked, values))
+            tx = [jnp.asarray(t, dtype=x.dtype) for t in tx]
+            if len(tx) == 1:
+                g, hv = jax.jvp(grad, (x,), (tx[0],))
+                return g, (hv,)
+            g, linear = jax.linearize(grad, x)
+            return g, _unstack(jax.vmap(linear)(jnp.stack(tx)), len(tx))
+
+        return _split(self._program(core, x, tx, contexts), "hvp", "gradient_and_hvp")
+
+    def prepare_hvp_same_point_programs(
+        self, f: Callable[..., Any], x: Any, tx: Sequence[Any], contexts: Sequence[Context]
+    ) -> Programs:
+        checked = self._checked(f, "hvp", scalar=True)
+        values = [c.value for c in contexts]
+        scope = self.scope([x, *values])
+        with scope():
+            engine_inputs = [convert(v) for convert, v in zip(self.input_converters([x, *values]), [x, *values])]
+            grad = jax.grad(functools.partial(_first_argument, checked, engine_inputs[1:]))
+            # The Hessian is symmetric, so the vjp of the gradient is the hvp; unlike
+            # linearize's function, vjp's is a pytree that jit can take as an argument.
+            g, linear = jax.vjp(grad, engine_inputs[0])
+        apply = jax.jit(_apply_vjp, static_argnums=2) if self.compiled else _apply_vjp
+
+        def gradient_and_hvp(x: Any, tx: Sequence[Any], *values: Any) -> Any:
+            with scope():
+                return g, apply(linear, _engine_tangents(tx), g.dtype)
+
+        return _split(gradient_and_hvp, "hvp", "gradient_and_hvp")
+
+    def prepare_hessian_programs(self, f: Callable[..., Any], x: Any, contexts: Sequence[Context]) -> Programs:
+        checked = self._checked(f, "hessian", scalar=True)
+
+        def core(x: Any, *values: Any) -> Any:
+            value_and_grad = jax.value_and_grad(functools.partial(_first_argument, checked, values))
+
+            def gradient_with_aux(x: Any) -> Any:
+                y, g = value_and_grad(x)
+                return g, (y, g)
+
+            hessian, (y, g) = jax.jacfwd(gradient_with_aux, has_aux=True)(x)
+            return y, g, hessian
+
+        return _split(self._program(core, x, None, contexts), "hessian", "value_gradient_and_hessian")
 
 
-def _in_engine_family(function: Callable[..., Any], converters: Sequence[Callable[[Any], Any]], x64: bool) -> Program:
-    """Wrap ``function`` so its inputs are converted and run in the right x64 scope,
-    adding nothing when neither is needed."""
-    if all(convert is identity for convert in converters):
-        if not x64:
+# --- helpers (module level, so jit sees the same function objects) -----------------------
+
+
+def _first_argument(f: Callable[..., Any], values: Sequence[Any], x: Any) -> Any:
+    return f(x, *values)
+
+
+def _unstack(stacked: Any, count: int) -> tuple[Any, ...]:
+    return tuple(stacked[i] for i in range(count))
+
+
+def _apply_vjp(vjp: Any, ty: Sequence[Any], dtype: Any) -> tuple[Any, ...]:
+    ty = [jnp.asarray(t, dtype=dtype) for t in ty]
+    if len(ty) == 1:
+        return (vjp(ty[0])[0],)
+    return _unstack(jax.vmap(vjp)(jnp.stack(ty))[0], len(ty))
+
+
+def _engine_tangents(tangents: Sequence[Any]) -> tuple[Any, ...]:
+    """Tangents of any family, as jit accepts them (torch through DLPack)."""
+    return tuple(t if family_of(t) != "torch" else converter("torch", JAX)(t) for t in tangents)
+
+
+def _wrap(
+    function: Callable[..., Any],
+    converters: Sequence[Callable[[Any], Any]],
+    with_tangents: bool,
+    scope: Callable[[], contextlib.AbstractContextManager[Any]],
+) -> Program:
+    """``function`` taking caller-family inputs, in the x64 scope it needs, adding
+    nothing on the hot path when neither conversion nor scope is needed."""
+    plain = all(convert is identity for convert in converters)
+    convert_x, convert_values = converters[0], converters[1:]
+    if with_tangents:
+
+        def with_t(x: Any, tangents: Sequence[Any], *values: Any) -> Any:
+            with scope():
+                if plain:
+                    return function(x, _engine_tangents(tangents), *values)
+                return function(
+                    convert_x(x),
+                    _engine_tangents(tangents),
+                    *[convert(v) for convert, v in zip(convert_values, values)],
+                )
+
+        return with_t
+    if plain:
+        if scope is contextlib.nullcontext:
             return function
 
         def scoped(*args: Any) -> Any:
-            with jax.enable_x64(True):
+            with scope():
                 return function(*args)
 
         return scoped
-    convert_x, convert_values = converters[0], converters[1:]
 
     def converted(x: Any, *values: Any) -> Any:
-        with jax.enable_x64(True) if x64 else contextlib.nullcontext():
+        with scope():
             return function(convert_x(x), *[convert(v) for convert, v in zip(convert_values, values)])
 
     return converted
+
+
+def _split(program: Program, plain: str, full: str) -> Programs:
+    """The plain operator is the last element of the ``value_and_*`` tuple."""
+
+    def last(*args: Any) -> Any:
+        return program(*args)[-1]
+
+    return {plain: last, full: program}

@@ -13,15 +13,24 @@ decided there and the call itself does nothing else.
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import threading
 import warnings
 from collections.abc import Callable, Hashable, Sequence
 from typing import Any, ClassVar
 
+from di.backends import fallbacks
+from di.backends.fallbacks import OPERATOR_FAMILIES
 from di.backends.selectors import AbstractBackend
 from di.contexts import Cache, Constant, Context
-from di.errors import InvalidInputError, InvalidOutputError, RecompileWarning, UnsupportedContextError
+from di.errors import (
+    InvalidInputError,
+    InvalidOutputError,
+    RecompileWarning,
+    UnsupportedContextError,
+    UnsupportedOperatorError,
+)
 from di.families import converter, family_of
 
 __all__ = [
@@ -46,8 +55,14 @@ class Adapter:
     """Base class of the engine-specific code behind a backend selector.
 
     Subclasses set ``family`` (the array family the engine computes in) and
-    implement :meth:`prepare_value_and_gradient`. Capabilities are declared as
-    class attributes so documentation tables are generated from the code.
+    implement at least one primitive, :meth:`prepare_pushforward_programs` or
+    :meth:`prepare_pullback_programs`; every other operator then works through
+    :mod:`di.backends.fallbacks`, and overriding its ``prepare_<operator>_programs``
+    method gives it a native fast path. :meth:`support` reports which is which,
+    and the documentation's tables are generated from it.
+
+    A *program* takes ``x`` (and tangents) and the context values as the caller
+    passes them, in any array family, and returns engine-family arrays.
 
     Example:
         >>> from di.backends.registry import get_adapter
@@ -83,38 +98,116 @@ class Adapter:
         (identity for values that are not arrays or already in the family)."""
         return [converter(family_of(value), self.family) for value in values]
 
-    # --- operators --------------------------------------------------------------
+    def scope(self, values: Sequence[Any]) -> Callable[[], contextlib.AbstractContextManager[Any]]:
+        """The context manager the engine must run in for these inputs (JAX:
+        ``enable_x64`` when an input is 64-bit); by default none."""
+        return contextlib.nullcontext
 
-    def prepare_value_and_gradient(self, f: Callable[..., Any], x: Any, contexts: Sequence[Context]) -> Program:
-        """Build the program computing ``(y, g)`` for a scalar-valued ``f``.
+    # --- what the adapter implements ----------------------------------------------
 
-        Args:
-            f: the user's function, called as ``f(x, *context_values)``.
-            x: the active argument as the caller gave it at preparation.
-            contexts: the contexts given at preparation (values and kinds).
+    @classmethod
+    def has_native(cls, family: str) -> bool:
+        """Whether this adapter implements operator ``family`` itself (rather than
+        through the generic fallbacks built from its primitives)."""
+        method = getattr(cls, f"prepare_{family}_programs")
+        return method is not getattr(Adapter, f"prepare_{family}_programs")
 
-        Returns:
-            A callable ``program(x, *context_values) -> (y, g)``, with ``y`` a 0-d
-            array and ``g`` an array of ``x``'s shape, both in this engine's family.
-        """
-        raise NotImplementedError
+    @classmethod
+    def support(cls) -> dict[str, str]:
+        """For each operator family: ``"native"``, ``"fallback"`` or ``"unsupported"``;
+        the documentation's support tables are generated from this."""
+        has_primitive = cls.has_native("pushforward") or cls.has_native("pullback")
+        return {
+            family: "native" if cls.has_native(family) else ("fallback" if has_primitive else "unsupported")
+            for family in OPERATOR_FAMILIES
+        }
+
+    def _require_primitive(self, family: str) -> None:
+        if not (self.has_native("pushforward") or self.has_native("pullback")):
+            raise UnsupportedOperatorError(
+                f"{self.backend!r} does not implement {family}, nor a pushforward or pullback to build it from."
+            )
+
+    # --- primitives ---------------------------------------------------------------
+
+    def prepare_value_program(self, f: Callable[..., Any], x: Any, contexts: Sequence[Context]) -> Program:
+        """Build ``program(x, *context_values) -> f(x, *values)`` in the engine's
+        family (no differentiation)."""
+        converters = self.input_converters([x, *[c.value for c in contexts]])
+        scope = self.scope([x, *[c.value for c in contexts]])
+
+        def value(x: Any, *values: Any) -> Any:
+            with scope():
+                return f(*[convert(v) for convert, v in zip(converters, (x, *values))])
+
+        return value
+
+    def prepare_pushforward_programs(
+        self, f: Callable[..., Any], x: Any, tx: Sequence[Any], contexts: Sequence[Context]
+    ) -> Programs:
+        """Forward mode. Programs ``(x, tx, *values) -> tuple`` of output tangents
+        (``pushforward``) and ``-> (y, tuple)`` (``value_and_pushforward``). Tangents
+        may be arrays of any family; the programs convert them."""
+        if not self.has_native("pullback"):
+            self._require_primitive("pushforward")
+        return fallbacks.pushforward_programs(self, f, x, tx, contexts)
+
+    def prepare_pullback_programs(
+        self, f: Callable[..., Any], x: Any, ty: Sequence[Any], contexts: Sequence[Context]
+    ) -> Programs:
+        """Reverse mode. Programs ``(x, ty, *values) -> tuple`` of input cotangents
+        (``pullback``) and ``-> (y, tuple)`` (``value_and_pullback``)."""
+        if not self.has_native("pushforward"):
+            self._require_primitive("pullback")
+        return fallbacks.pullback_programs(self, f, x, ty, contexts)
+
+    # --- operators, by default from the primitives --------------------------------
+
+    def prepare_pullback_same_point_programs(
+        self, f: Callable[..., Any], x: Any, ty: Sequence[Any], contexts: Sequence[Context]
+    ) -> Programs:
+        """``pullback`` at one point: the linearisation is computed at preparation."""
+        return fallbacks.pullback_same_point_programs(self, f, x, ty, contexts)
+
+    def prepare_hvp_same_point_programs(
+        self, f: Callable[..., Any], x: Any, tx: Sequence[Any], contexts: Sequence[Context]
+    ) -> Programs:
+        """``hvp`` at one point: the second-order linearisation is computed at preparation."""
+        return fallbacks.hvp_same_point_programs(self, f, x, tx, contexts)
 
     def prepare_gradient_programs(self, f: Callable[..., Any], x: Any, contexts: Sequence[Context]) -> Programs:
-        """Build the programs behind ``gradient`` and ``value_and_gradient``.
+        """``gradient`` / ``value_and_gradient`` programs ``(x, *values)``."""
+        self._require_primitive("gradient")
+        return fallbacks.gradient_programs(self, f, x, contexts)
 
-        By default one value-and-gradient program serves both (``gradient`` drops
-        the value), so a compiled backend compiles once. Override when computing
-        the value costs extra work (finite differences).
+    def prepare_derivative_programs(self, f: Callable[..., Any], x: Any, contexts: Sequence[Context]) -> Programs:
+        """``derivative`` / ``value_and_derivative`` programs ``(x, *values)``."""
+        self._require_primitive("derivative")
+        return fallbacks.derivative_programs(self, f, x, contexts)
 
-        Returns:
-            ``{"gradient": program, "value_and_gradient": program}``.
-        """
-        value_and_gradient = self.prepare_value_and_gradient(f, x, contexts)
+    def prepare_jacobian_programs(self, f: Callable[..., Any], x: Any, contexts: Sequence[Context]) -> Programs:
+        """``jacobian`` / ``value_and_jacobian`` programs ``(x, *values)``."""
+        self._require_primitive("jacobian")
+        return fallbacks.jacobian_programs(self, f, x, contexts)
 
-        def gradient_only(*args: Any) -> Any:
-            return value_and_gradient(*args)[1]
+    def prepare_hvp_programs(
+        self, f: Callable[..., Any], x: Any, tx: Sequence[Any], contexts: Sequence[Context]
+    ) -> Programs:
+        """``hvp`` / ``gradient_and_hvp`` programs ``(x, tx, *values)``."""
+        self._require_primitive("hvp")
+        return fallbacks.hvp_programs(self, f, x, tx, contexts)
 
-        return {"gradient": gradient_only, "value_and_gradient": value_and_gradient}
+    def prepare_hessian_programs(self, f: Callable[..., Any], x: Any, contexts: Sequence[Context]) -> Programs:
+        """``hessian`` / ``value_gradient_and_hessian`` programs ``(x, *values)``."""
+        self._require_primitive("hessian")
+        return fallbacks.hessian_programs(self, f, x, contexts)
+
+    def prepare_second_derivative_programs(
+        self, f: Callable[..., Any], x: Any, contexts: Sequence[Context]
+    ) -> Programs:
+        """``second_derivative`` / ``value_derivative_and_second_derivative``."""
+        self._require_primitive("second_derivative")
+        return fallbacks.second_derivative_programs(self, f, x, contexts)
 
 
 def describe_output(y: Any) -> str:

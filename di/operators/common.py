@@ -7,15 +7,16 @@ from typing import Any
 
 import numpy as np
 
+from di.backends.fallbacks import OPERATOR_FAMILIES
 from di.backends.protocol import Adapter
 from di.backends.registry import get_adapter
 from di.contexts import Context
 from di.errors import InvalidInputError
-from di.families import converter, family_of
-from di.prep.base import Prep
+from di.families import converter, family_of, identity
+from di.prep.base import Prep, write_out
 from di.prep.signature import check_contexts_wrapped, check_x
 
-__all__ = ["adapter_for", "float_x_program", "result_converter", "split_call"]
+__all__ = ["adapter_for", "float_x_program", "prepare_operator", "run_operator", "split_call"]
 
 
 def split_call(operator: str, args: tuple[Any, ...]) -> tuple[Prep | None, Any, Any, tuple[Any, ...]]:
@@ -65,11 +66,143 @@ def float_x_program(x: Any, program: Callable[..., Any]) -> Callable[..., Any]:
     return from_float
 
 
-def result_converter(adapter: Adapter, x: Any) -> Callable[[Any], Any]:
-    """Converter from the engine's family to ``x``'s family (numpy for floats)."""
-    return converter(adapter.family, family_of(x) or "numpy")
-
-
 def context_values(contexts: Sequence[Context]) -> list[Any]:
     """The bare values of the contexts, in order."""
     return [context.value for context in contexts]
+
+
+# --- the generic operator machinery ---------------------------------------------------
+
+_WITH_TANGENTS = {"pushforward": "tx", "pullback": "ty", "hvp": "tx"}
+
+
+def check_tangents(tangents: Any, label: str, operator: str) -> tuple[Any, ...]:
+    """Validate a tuple of tangents (``tx``) or cotangents (``ty``).
+
+    Raises:
+        InvalidInputError: not a tuple or list of arrays.
+    """
+    if not isinstance(tangents, (tuple, list)):
+        raise InvalidInputError(
+            f"{label} must be a tuple of arrays for {operator} (one {operator} per element), not "
+            f"{type(tangents).__name__}; wrap a single one as ({label[1]},)."
+        )
+    for index, tangent in enumerate(tangents):
+        if family_of(tangent) is None and not isinstance(tangent, float):
+            raise InvalidInputError(f"{label}[{index}] must be an array, not {type(tangent).__name__}")
+    return tuple(tangents)
+
+
+def _nested_converter(to_caller: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    def convert(result: Any) -> Any:
+        if isinstance(result, tuple):
+            return tuple(convert(item) for item in result)
+        return to_caller(result)
+
+    return convert
+
+
+def _to_caller_family(program: Callable[..., Any], to_caller: Callable[[Any], Any]) -> Callable[..., Any]:
+    if to_caller is identity:
+        return program
+    convert = _nested_converter(to_caller)
+
+    def converted(*args: Any) -> Any:
+        return convert(program(*args))
+
+    return converted
+
+
+def prepare_operator(
+    family: str,
+    f: Callable[..., Any],
+    backend: Any,
+    x: Any,
+    tangents: Any,
+    contexts: Sequence[Any],
+    strict: bool,
+    *,
+    same_point: bool = False,
+) -> Prep:
+    """Prepare every program of an operator family (the body of each ``prepare_<op>``)."""
+    label = _WITH_TANGENTS.get(family)
+    adapter = adapter_for(family, f, backend, x, contexts)
+    if label is not None:
+        tangents = check_tangents(tangents, label, family)
+    if family in ("derivative", "second_derivative") and tuple(getattr(x, "shape", ())) != ():
+        raise InvalidInputError(
+            f"{family} needs a scalar x (a 0-d array or a float), not shape {tuple(x.shape)}; "
+            f"use jacobian (or hessian) for array inputs."
+        )
+    method = getattr(adapter, f"prepare_{family}{'_same_point' if same_point else ''}_programs")
+    engine_programs = method(f, x, tangents, contexts) if label is not None else method(f, x, contexts)
+    to_caller = converter(adapter.family, family_of(x) or "numpy")
+    programs = {
+        name: _to_caller_family(float_x_program(x, engine_programs[name]), to_caller)
+        for name in OPERATOR_FAMILIES[family]
+    }
+    point_check = same_point_check(x, contexts) if same_point else None
+    return Prep(family, f, backend, x, contexts, programs, strict, tangents, label or "tx", point_check)
+
+
+def same_point_check(x: Any, contexts: Sequence[Any]) -> Callable[[Any, Sequence[Any]], bool]:
+    """A by-value check that a call is at the prepared point (``x`` and every
+    ``Constant``), for same-point preps. Holds numpy copies of the point."""
+    from di.contexts import Constant
+
+    def snapshot(value: Any) -> Any:
+        family = family_of(value)
+        if family is None:
+            return value
+        return np.array(converter(family, "numpy")(value), copy=True)
+
+    x_copy = snapshot(x)
+    constants = [(i, snapshot(c.value)) for i, c in enumerate(contexts) if isinstance(c, Constant)]
+
+    def equal(a: Any, b: Any) -> bool:
+        if isinstance(b, np.ndarray):
+            return family_of(a) is not None and np.array_equal(snapshot(a), b, equal_nan=True)
+        return bool(a == b)
+
+    def at_point(x: Any, given: Sequence[Any]) -> bool:
+        return equal(x, x_copy) and all(equal(given[i].value, value) for i, value in constants)
+
+    return at_point
+
+
+def run_operator(
+    family: str, name: str, f: Callable[..., Any], args: tuple[Any, ...], out: Any, prepare: Callable[..., Prep]
+) -> Any:
+    """Run program ``name`` of operator ``family`` for a prepared or unprepared call.
+
+    ``out`` receives the operator's own result (the last element of a
+    ``value_and_*`` tuple) after it has been checked against it.
+    """
+    prep, backend, x, rest = split_call(name, args)
+    label = _WITH_TANGENTS.get(family)
+    if label is not None:
+        if not rest:
+            raise InvalidInputError(f"{name}(f, [prep,] backend, x, {label}, *contexts): {label} is missing")
+        tangents, contexts = rest[0], rest[1:]
+    else:
+        tangents, contexts = None, rest
+    if prep is None:
+        prep = prepare(f, backend, x, *((tangents,) if label else ()), *contexts, strict=False)
+    else:
+        prep.check_operator(family)
+        if prep.strict:
+            prep.check(f, backend, x, contexts)
+            if label is not None:
+                prep.check_tangents(tangents)
+            if prep.same_point is not None:
+                prep.check_same_point(x, contexts)
+    program = prep.programs[name]
+    values = [c.value for c in contexts]
+    result = program(x, tangents, *values) if label is not None else program(x, *values)
+    if out is None:
+        return result
+    if isinstance(result, tuple):
+        prep.check_out(out, name, result[-1])
+        return (*result[:-1], write_out(out, result[-1]))
+    prep.check_out(out, name, result)
+    return write_out(out, result)

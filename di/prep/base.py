@@ -49,7 +49,9 @@ class Prep:
         "f",
         "operator",
         "programs",
+        "same_point",
         "strict",
+        "tangent_check",
         "x_spec",
     )
 
@@ -62,6 +64,9 @@ class Prep:
         contexts: Sequence[Context],
         programs: dict[str, Callable[..., Any]],
         strict: bool,
+        tangents: tuple[Any, ...] | None = None,
+        tangent_label: str = "tx",
+        same_point: Callable[[Any, Sequence[Any]], bool] | None = None,
     ) -> None:
         self.operator = operator
         self.f = f
@@ -76,6 +81,8 @@ class Prep:
         self._x_expected = x_check.expected
         self._n_contexts = len(contexts)
         self._context_keys = tuple((c.wrapper, c.key, c.expected) for c in context_checks)
+        self.tangent_check = None if tangents is None else ArgumentCheck.of(tangent_label, tangents)
+        self.same_point = same_point
 
     def __repr__(self) -> str:
         return f"Prep({self.operator}, {self.backend!r}, x={self.checks[0].description}, strict={self.strict})"
@@ -108,6 +115,34 @@ class Prep:
             self.operator, self.checks, {"f": self.f, "backend": self.backend}, f, backend, (x, *contexts)
         )
 
+    def check_tangents(self, tangents: Any) -> None:
+        """Check the tangents (or cotangents) of a call against the prepared ones.
+
+        Raises:
+            PreparationMismatchError: their number, family, shape or dtype differ.
+        """
+        check = self.tangent_check
+        if check is not None and not check.matches(tangents):
+            raise mismatch_error(
+                self.operator, (check,), {"f": self.f, "backend": self.backend}, self.f, self.backend, (tangents,)
+            )
+
+    def check_same_point(self, x: Any, contexts: Sequence[Any]) -> None:
+        """For same-point preps: refuse another ``x`` or other ``Constant`` values.
+
+        Raises:
+            PreparationMismatchError: the point differs (compared by value).
+        """
+        if self.same_point is not None and not self.same_point(x, contexts):
+            from di.errors import PreparationMismatchError
+
+            raise PreparationMismatchError(
+                f"this prep was made by prepare_{self.operator}_same_point at one point, and this call gives "
+                f"another x or other Constant values. Prepare again at the new point "
+                f"(di.prepare_{self.operator}_same_point), or use di.prepare_{self.operator} for a prep that "
+                f"serves every point."
+            )
+
     def check_operator(self, operator: str) -> None:
         """Refuse a prep made for another operator family."""
         if self.operator != operator:
@@ -116,8 +151,9 @@ class Prep:
                 f"call di.prepare_{operator}(f, backend, x, *contexts) for {operator}."
             )
 
-    def check_out(self, out: Any, what: str) -> None:
-        """Refuse an ``out=`` buffer that cannot receive a result shaped like ``x``.
+    def check_out(self, out: Any, what: str, result: Any = None) -> None:
+        """Refuse an ``out=`` buffer that cannot receive the result: a ``result``
+        when given, else an array like ``x`` (the gradient).
 
         Raises:
             OutBufferError: family, shape or dtype differ, or ``x`` is a JAX array.
@@ -136,9 +172,12 @@ class Prep:
                 f"{family or type(out).__name__}."
             )
         out_spec = spec_of(out)
+        like = "like x"
+        if result is not None:
+            spec, like = spec_of(result), "like the result"
         if out_spec.shape != spec.shape or out_spec.dtype != spec.dtype or out_spec.device != spec.device:
             raise OutBufferError(
-                f"out does not fit the {what}: it must be {spec.describe()} like x, not {out_spec.describe()}."
+                f"out does not fit the {what}: it must be {spec.describe()} {like}, not {out_spec.describe()}."
             )
 
 

@@ -1,0 +1,357 @@
+"""Generic operators built from an adapter's primitives.
+
+An adapter that implements one primitive, ``pushforward`` (forward mode) or
+``pullback`` (reverse mode), gets every other operator from here:
+
+* jacobian: columns from pushforwards of the unit tangents, or rows from
+  pullbacks of the unit cotangents;
+* pushforward from pullback and pullback from pushforward: through the jacobian;
+* gradient: one pullback of the cotangent 1, or the jacobian's single row;
+* derivative: one pushforward of the tangent 1, or the jacobian;
+* hvp: forward over reverse, a pushforward of the adapter's own gradient (the
+  engine differentiates its own program, so this needs an engine that can);
+* hessian: hvps of the unit tangents; second derivative: a pushforward of the
+  derivative.
+
+Every program here takes and returns what adapter programs do: caller-family
+inputs, engine-family outputs. Unit tangents and cotangents are numpy arrays
+made at preparation (programs convert tangents from any family).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from di.contexts import Constant, Context
+from di.families import ArrayOps, family_of
+
+if TYPE_CHECKING:
+    from di.backends.protocol import Adapter, Programs
+
+__all__ = [
+    "derivative_programs",
+    "gradient_programs",
+    "hessian_programs",
+    "hvp_programs",
+    "jacobian_programs",
+    "numpy_dtype",
+    "pullback_programs",
+    "pushforward_programs",
+    "second_derivative_programs",
+    "unit_arrays",
+]
+
+
+def numpy_dtype(value: Any) -> Any:
+    """The numpy dtype matching an array's dtype, whatever its family."""
+    if isinstance(value, float):
+        return np.dtype(np.float64)
+    return np.dtype(str(value.dtype).replace("torch.", ""))
+
+
+def unit_arrays(shape: tuple[int, ...], dtype: Any) -> tuple[Any, ...]:
+    """The ``prod(shape)`` unit arrays of ``shape`` (the standard basis), in numpy."""
+    size = math.prod(shape)
+    return tuple(np.eye(size, dtype=dtype).reshape((size, *shape)))
+
+
+def _shape(value: Any) -> tuple[int, ...]:
+    return tuple(getattr(value, "shape", ()))
+
+
+def _values(contexts: Sequence[Context]) -> list[Any]:
+    return [c.value for c in contexts]
+
+
+def evaluate_output(adapter: Adapter, f: Callable[..., Any], x: Any, contexts: Sequence[Context]) -> Any:
+    """Evaluate ``f`` once at the prepared arguments (engine family), to learn the
+    shape and dtype of its output."""
+    return adapter.prepare_value_program(f, x, contexts)(x, *_values(contexts))
+
+
+def prefers_forward(adapter: Adapter, n_inputs: int, n_outputs: int) -> bool:
+    """Forward mode costs one pass per input, reverse one per output: pick the
+    cheaper one, unless the selector's ``mode`` or the adapter's primitives decide."""
+    mode = getattr(adapter.backend, "mode", None)
+    if not adapter.has_native("pullback"):
+        return True
+    if not adapter.has_native("pushforward"):
+        return False
+    if mode is not None:
+        return bool(mode == "forward")
+    return n_inputs <= n_outputs
+
+
+def jacobian_programs(adapter: Adapter, f: Callable[..., Any], x: Any, contexts: Sequence[Context]) -> Programs:
+    """``jacobian`` / ``value_and_jacobian`` from pushforwards or pullbacks."""
+    x_shape = _shape(x)
+    y_prep = evaluate_output(adapter, f, x, contexts)
+    y_shape = _shape(y_prep)
+    ops = ArrayOps(adapter.family)
+    scope = adapter.scope([x, *_values(contexts)])
+    if prefers_forward(adapter, math.prod(x_shape), math.prod(y_shape)):
+        tangents = unit_arrays(x_shape, numpy_dtype(x))
+        pushforward = adapter.prepare_pushforward_programs(f, x, tangents, contexts)["value_and_pushforward"]
+
+        def value_and_jacobian(x: Any, *values: Any) -> Any:
+            with scope():
+                y, columns = pushforward(x, tangents, *values)
+                if not columns:
+                    return y, ops.module.zeros((*y.shape, *x_shape), dtype=y.dtype)
+                return y, ops.stack(columns, axis=-1).reshape((*y.shape, *x_shape))
+
+    else:
+        cotangents = unit_arrays(y_shape, numpy_dtype(y_prep))
+        pullback = adapter.prepare_pullback_programs(f, x, cotangents, contexts)["value_and_pullback"]
+
+        def value_and_jacobian(x: Any, *values: Any) -> Any:
+            with scope():
+                y, rows = pullback(x, cotangents, *values)
+                if not rows:
+                    return y, ops.module.zeros((*y.shape, *x_shape), dtype=y.dtype)
+                return y, ops.stack(rows).reshape((*y.shape, *x_shape))
+
+    def jacobian(x: Any, *values: Any) -> Any:
+        return value_and_jacobian(x, *values)[1]
+
+    return {"jacobian": jacobian, "value_and_jacobian": value_and_jacobian}
+
+
+def _engine_tangent(adapter: Adapter) -> Callable[[Any], Any]:
+    from di.families import converter
+
+    family = adapter.family
+
+    def to_engine(tangent: Any) -> Any:
+        return converter(family_of(tangent), family)(tangent)
+
+    return to_engine
+
+
+def pushforward_programs(
+    adapter: Adapter, f: Callable[..., Any], x: Any, tx: Sequence[Any], contexts: Sequence[Context]
+) -> Programs:
+    """``pushforward`` through the reverse-mode jacobian: ``J @ t`` per tangent."""
+    value_and_jacobian = jacobian_programs(adapter, f, x, contexts)["value_and_jacobian"]
+    ops = ArrayOps(adapter.family)
+    to_engine = _engine_tangent(adapter)
+    x_ndim = len(_shape(x))
+    scope = adapter.scope([x, *_values(contexts)])
+
+    def value_and_pushforward(x: Any, tx: Sequence[Any], *values: Any) -> Any:
+        with scope():
+            y, jac = value_and_jacobian(x, *values)
+            return y, tuple(ops.tensordot(jac, to_engine(t), x_ndim) for t in tx)
+
+    def pushforward(x: Any, tx: Sequence[Any], *values: Any) -> Any:
+        return value_and_pushforward(x, tx, *values)[1]
+
+    return {"pushforward": pushforward, "value_and_pushforward": value_and_pushforward}
+
+
+def pullback_programs(
+    adapter: Adapter, f: Callable[..., Any], x: Any, ty: Sequence[Any], contexts: Sequence[Context]
+) -> Programs:
+    """``pullback`` through the forward-mode jacobian: ``t @ J`` per cotangent."""
+    value_and_jacobian = jacobian_programs(adapter, f, x, contexts)["value_and_jacobian"]
+    ops = ArrayOps(adapter.family)
+    to_engine = _engine_tangent(adapter)
+    scope = adapter.scope([x, *_values(contexts)])
+
+    def value_and_pullback(x: Any, ty: Sequence[Any], *values: Any) -> Any:
+        with scope():
+            y, jac = value_and_jacobian(x, *values)
+            return y, tuple(ops.tensordot(to_engine(t), jac, y.ndim) for t in ty)
+
+    def pullback(x: Any, ty: Sequence[Any], *values: Any) -> Any:
+        return value_and_pullback(x, ty, *values)[1]
+
+    return {"pullback": pullback, "value_and_pullback": value_and_pullback}
+
+
+def gradient_programs(adapter: Adapter, f: Callable[..., Any], x: Any, contexts: Sequence[Context]) -> Programs:
+    """``gradient``: one pullback of the cotangent 1, or the forward jacobian's row."""
+    if adapter.has_native("pullback"):
+        y_prep = evaluate_output(adapter, f, x, contexts)
+        one = (np.ones((), dtype=numpy_dtype(y_prep)),)
+        pullback = adapter.prepare_pullback_programs(f, x, one, contexts)["value_and_pullback"]
+
+        def value_and_gradient(x: Any, *values: Any) -> Any:
+            y, (g,) = pullback(x, one, *values)
+            return y, g
+
+    else:
+        value_and_jacobian = jacobian_programs(adapter, f, x, contexts)["value_and_jacobian"]
+        x_shape = _shape(x)
+
+        def value_and_gradient(x: Any, *values: Any) -> Any:
+            y, jac = value_and_jacobian(x, *values)
+            return y, jac.reshape(x_shape)
+
+    def gradient(x: Any, *values: Any) -> Any:
+        return value_and_gradient(x, *values)[1]
+
+    return {"gradient": gradient, "value_and_gradient": value_and_gradient}
+
+
+def derivative_programs(adapter: Adapter, f: Callable[..., Any], x: Any, contexts: Sequence[Context]) -> Programs:
+    """``derivative`` of a function of a scalar: one pushforward of the tangent 1,
+    or the reverse jacobian (shaped like the output)."""
+    if adapter.has_native("pushforward"):
+        one = (np.ones((), dtype=numpy_dtype(x)),)
+        pushforward = adapter.prepare_pushforward_programs(f, x, one, contexts)["value_and_pushforward"]
+
+        def value_and_derivative(x: Any, *values: Any) -> Any:
+            y, (dy,) = pushforward(x, one, *values)
+            return y, dy
+
+    else:
+        value_and_derivative = jacobian_programs(adapter, f, x, contexts)["value_and_jacobian"]
+
+    def derivative(x: Any, *values: Any) -> Any:
+        return value_and_derivative(x, *values)[1]
+
+    return {"derivative": derivative, "value_and_derivative": value_and_derivative}
+
+
+def _in_engine(adapter: Adapter, x: Any, contexts: Sequence[Context]) -> tuple[Any, list[Context]]:
+    """``x`` and the contexts converted to the engine's family, for preparing an
+    inner program that the engine will differentiate again."""
+    from di.families import converter
+
+    with adapter.scope([x, *_values(contexts)])():
+        x_engine = converter(family_of(x), adapter.family)(np.asarray(x) if isinstance(x, float) else x)
+        engine_contexts = [_rewrap(c, converter(family_of(c.value), adapter.family)(c.value)) for c in contexts]
+    return x_engine, engine_contexts
+
+
+def _rewrap(context: Context, value: Any) -> Context:
+    if isinstance(context, Constant):
+        return Constant(value, static=context.static)
+    return type(context)(value)
+
+
+def hvp_programs(
+    adapter: Adapter, f: Callable[..., Any], x: Any, tx: Sequence[Any], contexts: Sequence[Context]
+) -> Programs:
+    """``hvp`` forward over reverse: the pushforward of the adapter's own gradient."""
+    x_engine, engine_contexts = _in_engine(adapter, x, contexts)
+    inner_gradient = adapter.prepare_gradient_programs(f, x_engine, engine_contexts)["gradient"]
+    outer = adapter.prepare_pushforward_programs(inner_gradient, x, tx, contexts)
+
+    def gradient_and_hvp(x: Any, tx: Sequence[Any], *values: Any) -> Any:
+        return outer["value_and_pushforward"](x, tx, *values)
+
+    return {"hvp": outer["pushforward"], "gradient_and_hvp": gradient_and_hvp}
+
+
+def hessian_programs(adapter: Adapter, f: Callable[..., Any], x: Any, contexts: Sequence[Context]) -> Programs:
+    """``hessian`` from the hvps of the unit tangents."""
+    x_shape = _shape(x)
+    tangents = unit_arrays(x_shape, numpy_dtype(x))
+    gradient_and_hvp = adapter.prepare_hvp_programs(f, x, tangents, contexts)["gradient_and_hvp"]
+    value = adapter.prepare_value_program(f, x, contexts)
+    ops = ArrayOps(adapter.family)
+    scope = adapter.scope([x, *_values(contexts)])
+
+    def gradient_and_hessian(x: Any, *values: Any) -> Any:
+        with scope():
+            g, columns = gradient_and_hvp(x, tangents, *values)
+            if not columns:
+                return g, ops.module.zeros((*x_shape, *x_shape), dtype=g.dtype)
+            return g, ops.stack(columns).reshape((*x_shape, *x_shape))
+
+    def hessian(x: Any, *values: Any) -> Any:
+        return gradient_and_hessian(x, *values)[1]
+
+    def value_gradient_and_hessian(x: Any, *values: Any) -> Any:
+        g, h = gradient_and_hessian(x, *values)
+        return value(x, *values), g, h
+
+    return {"hessian": hessian, "value_gradient_and_hessian": value_gradient_and_hessian}
+
+
+def second_derivative_programs(
+    adapter: Adapter, f: Callable[..., Any], x: Any, contexts: Sequence[Context]
+) -> Programs:
+    """``second_derivative``: the derivative of the adapter's own derivative."""
+    x_engine, engine_contexts = _in_engine(adapter, x, contexts)
+    inner = adapter.prepare_derivative_programs(f, x_engine, engine_contexts)["derivative"]
+    outer = adapter.prepare_derivative_programs(inner, x, contexts)["value_and_derivative"]
+    value = adapter.prepare_value_program(f, x, contexts)
+
+    def value_derivative_and_second_derivative(x: Any, *values: Any) -> Any:
+        d, d2 = outer(x, *values)
+        return value(x, *values), d, d2
+
+    def second_derivative(x: Any, *values: Any) -> Any:
+        return outer(x, *values)[1]
+
+    return {
+        "second_derivative": second_derivative,
+        "value_derivative_and_second_derivative": value_derivative_and_second_derivative,
+    }
+
+
+def program_names(family: str) -> tuple[str, ...]:
+    """The program names of an operator family, plain form first."""
+    return OPERATOR_FAMILIES[family]
+
+
+OPERATOR_FAMILIES: dict[str, tuple[str, ...]] = {
+    "derivative": ("derivative", "value_and_derivative"),
+    "gradient": ("gradient", "value_and_gradient"),
+    "jacobian": ("jacobian", "value_and_jacobian"),
+    "pushforward": ("pushforward", "value_and_pushforward"),
+    "pullback": ("pullback", "value_and_pullback"),
+    "hvp": ("hvp", "gradient_and_hvp"),
+    "hessian": ("hessian", "value_gradient_and_hessian"),
+    "second_derivative": ("second_derivative", "value_derivative_and_second_derivative"),
+}
+
+
+def pullback_same_point_programs(
+    adapter: Adapter, f: Callable[..., Any], x: Any, ty: Sequence[Any], contexts: Sequence[Context]
+) -> Programs:
+    """Same-point ``pullback``: the jacobian is computed once, at preparation, and
+    each call contracts new cotangents with it."""
+    values = _values(contexts)
+    y, jac = adapter.prepare_jacobian_programs(f, x, contexts)["value_and_jacobian"](x, *values)
+    ops = ArrayOps(adapter.family)
+    to_engine = _engine_tangent(adapter)
+    scope = adapter.scope([x, *values])
+
+    def value_and_pullback(x: Any, ty: Sequence[Any], *values: Any) -> Any:
+        with scope():
+            return y, tuple(ops.tensordot(to_engine(t), jac, len(_shape(y))) for t in ty)
+
+    def pullback(x: Any, ty: Sequence[Any], *values: Any) -> Any:
+        return value_and_pullback(x, ty, *values)[1]
+
+    return {"pullback": pullback, "value_and_pullback": value_and_pullback}
+
+
+def hvp_same_point_programs(
+    adapter: Adapter, f: Callable[..., Any], x: Any, tx: Sequence[Any], contexts: Sequence[Context]
+) -> Programs:
+    """Same-point ``hvp``: the Hessian is computed once, at preparation, and each
+    call contracts new tangents with it."""
+    values = _values(contexts)
+    _, g, hessian = adapter.prepare_hessian_programs(f, x, contexts)["value_gradient_and_hessian"](x, *values)
+    ops = ArrayOps(adapter.family)
+    to_engine = _engine_tangent(adapter)
+    scope = adapter.scope([x, *values])
+    x_ndim = len(_shape(x))
+
+    def gradient_and_hvp(x: Any, tx: Sequence[Any], *values: Any) -> Any:
+        with scope():
+            return g, tuple(ops.tensordot(hessian, to_engine(t), x_ndim) for t in tx)
+
+    def hvp(x: Any, tx: Sequence[Any], *values: Any) -> Any:
+        return gradient_and_hvp(x, tx, *values)[1]
+
+    return {"hvp": hvp, "gradient_and_hvp": gradient_and_hvp}

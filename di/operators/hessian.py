@@ -1,0 +1,104 @@
+"""``hessian`` and ``value_gradient_and_hessian``."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from di.backends.selectors import AbstractBackend
+from di.contexts import Context
+from di.operators.common import prepare_operator, run_operator
+from di.prep.base import Prep
+
+__all__ = ["hessian", "prepare_hessian", "value_gradient_and_hessian"]
+
+_OPERATOR = "hessian"
+
+
+def prepare_hessian(
+    f: Callable[..., Any], backend: AbstractBackend, x: Any, *contexts: Context, strict: bool = True
+) -> Prep:
+    """Prepare ``hessian`` and ``value_gradient_and_hessian`` of ``f`` at arguments like ``x``.
+
+    The prep may be reused for any values of ``x`` and of the contexts with
+    the same array family, shape, dtype and device. Compiled backends compile here.
+
+    Args:
+        f: the function, called as ``f(x, *context_values)``.
+        backend: a backend selector.
+        x: an input like the ones the calls will pass (its values do not matter).
+        *contexts: ``di.Constant`` / ``di.Cache`` wrappers, in ``f``'s order.
+        strict: check every prepared call's arguments against this signature.
+
+    Returns:
+        A :class:`di.Prep` serving ``hessian`` and ``value_gradient_and_hessian``.
+
+    Raises:
+        InvalidInputError: bad ``x`` or contexts.
+        UnsupportedContextError: the backend cannot use one of the contexts.
+        BackendNotInstalledError: the engine is missing.
+
+    Example:
+        >>> import numpy as np, di
+        >>> prep = di.prepare_hessian(lambda x: (x ** 3).sum(), di.AutoFiniteDiff(), np.zeros(2))
+        >>> prep.operator
+        'hessian'
+    """
+    return prepare_operator(_OPERATOR, f, backend, x, None, contexts, strict)
+
+
+def hessian(f: Callable[..., Any], *args: Any, out: Any = None) -> Any:
+    """Hessian of a scalar-valued ``f`` at ``x``, of shape ``x.shape + x.shape``.
+
+    Called as ``hessian(f, prep, backend, x, *contexts)`` with a prep from
+    :func:`di.prepare_hessian`, or ``hessian(f, backend, x, *contexts)``, which prepares
+    and then runs (on compiled backends that compiles every call: prepare once instead).
+
+    Args:
+        f: the function, called as ``f(x, *context_values)``.
+        *args: ``[prep,] backend, x, *contexts``.
+        out: optional numpy array or torch tensor to write the result into (checked
+            against the result's shape and dtype first); it is returned.
+
+    Returns:
+        The Hessian, in ``x``'s array family.
+
+    Raises:
+        PreparationMismatchError: a strict prep used with other arguments.
+        InvalidOutputError: ``f``'s output does not suit the operator.
+        OutBufferError: ``out`` does not fit.
+
+    Example:
+        >>> import numpy as np, di
+        >>> di.hessian(lambda x: (x ** 3).sum(), di.AutoFiniteDiff(), np.array([1.0, 2.0])).round(4)
+        array([[ 6.,  0.],
+               [ 0., 12.]])
+    """
+    return run_operator(_OPERATOR, "hessian", f, args, out, prepare_hessian)
+
+
+def value_gradient_and_hessian(f: Callable[..., Any], *args: Any, out: Any = None) -> Any:
+    """``hessian`` together with the value and the gradient, from one prep.
+
+    Same calling forms and prep as :func:`di.hessian`.
+
+    Args:
+        f: the function, called as ``f(x, *context_values)``.
+        *args: ``[prep,] backend, x, *contexts``.
+        out: optional numpy array or torch tensor to write the result into (checked
+            against the result's shape and dtype first); it is returned.
+
+    Returns:
+        ``(y, g, H)``.
+
+    Raises:
+        PreparationMismatchError: a strict prep used with other arguments.
+        OutBufferError: ``out`` does not fit.
+
+    Example:
+        >>> import numpy as np, di
+        >>> result = di.value_gradient_and_hessian(lambda x: (x ** 3).sum(), di.AutoFiniteDiff(), np.ones(2))
+        >>> len(result)
+        3
+    """
+    return run_operator(_OPERATOR, "value_gradient_and_hessian", f, args, out, prepare_hessian)

@@ -1,0 +1,108 @@
+"""``jacobian`` and ``value_and_jacobian``."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from di.backends.selectors import AbstractBackend
+from di.contexts import Context
+from di.operators.common import prepare_operator, run_operator
+from di.prep.base import Prep
+
+__all__ = ["jacobian", "prepare_jacobian", "value_and_jacobian"]
+
+_OPERATOR = "jacobian"
+
+
+def prepare_jacobian(
+    f: Callable[..., Any], backend: AbstractBackend, x: Any, *contexts: Context, strict: bool = True
+) -> Prep:
+    """Prepare ``jacobian`` and ``value_and_jacobian`` of ``f`` at arguments like ``x``.
+
+    The prep may be reused for any values of ``x`` and of the contexts with
+    the same array family, shape, dtype and device. Compiled backends compile here.
+
+    Args:
+        f: the function, called as ``f(x, *context_values)``.
+        backend: a backend selector.
+        x: an input like the ones the calls will pass (its values do not matter).
+        *contexts: ``di.Constant`` / ``di.Cache`` wrappers, in ``f``'s order.
+        strict: check every prepared call's arguments against this signature.
+
+    Returns:
+        A :class:`di.Prep` serving ``jacobian`` and ``value_and_jacobian``.
+
+    Raises:
+        InvalidInputError: bad ``x`` or contexts.
+        UnsupportedContextError: the backend cannot use one of the contexts.
+        BackendNotInstalledError: the engine is missing.
+
+    Example:
+        >>> import numpy as np, di
+        >>> prep = di.prepare_jacobian(lambda x: x ** 2, di.AutoFiniteDiff(), np.zeros(2))
+        >>> prep.operator
+        'jacobian'
+    """
+    return prepare_operator(_OPERATOR, f, backend, x, None, contexts, strict)
+
+
+def jacobian(f: Callable[..., Any], *args: Any, out: Any = None) -> Any:
+    """Jacobian of an array-to-array ``f`` at ``x``, of shape ``y.shape + x.shape``.
+
+
+    Forward mode (one pushforward per input) or reverse mode (one pullback per output) is
+    picked from the sizes unless the backend's ``mode`` says otherwise.
+
+    Called as ``jacobian(f, prep, backend, x, *contexts)`` with a prep from
+    :func:`di.prepare_jacobian`, or ``jacobian(f, backend, x, *contexts)``, which prepares
+    and then runs (on compiled backends that compiles every call: prepare once instead).
+
+    Args:
+        f: the function, called as ``f(x, *context_values)``.
+        *args: ``[prep,] backend, x, *contexts``.
+        out: optional numpy array or torch tensor to write the result into (checked
+            against the result's shape and dtype first); it is returned.
+
+    Returns:
+        The jacobian, in ``x``'s array family.
+
+    Raises:
+        PreparationMismatchError: a strict prep used with other arguments.
+        InvalidOutputError: ``f``'s output does not suit the operator.
+        OutBufferError: ``out`` does not fit.
+
+    Example:
+        >>> import numpy as np, di
+        >>> di.jacobian(lambda x: x ** 2, di.AutoFiniteDiff(), np.array([1.0, 2.0])).round(6)
+        array([[2., 0.],
+               [0., 4.]])
+    """
+    return run_operator(_OPERATOR, "jacobian", f, args, out, prepare_jacobian)
+
+
+def value_and_jacobian(f: Callable[..., Any], *args: Any, out: Any = None) -> Any:
+    """``jacobian`` together with the value, from one prep.
+
+    Same calling forms and prep as :func:`di.jacobian`.
+
+    Args:
+        f: the function, called as ``f(x, *context_values)``.
+        *args: ``[prep,] backend, x, *contexts``.
+        out: optional numpy array or torch tensor to write the result into (checked
+            against the result's shape and dtype first); it is returned.
+
+    Returns:
+        ``(y, J)``.
+
+    Raises:
+        PreparationMismatchError: a strict prep used with other arguments.
+        OutBufferError: ``out`` does not fit.
+
+    Example:
+        >>> import numpy as np, di
+        >>> result = di.value_and_jacobian(lambda x: x ** 2, di.AutoFiniteDiff(), np.ones(2))
+        >>> len(result)
+        2
+    """
+    return run_operator(_OPERATOR, "value_and_jacobian", f, args, out, prepare_jacobian)

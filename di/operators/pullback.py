@@ -1,0 +1,145 @@
+"""``pullback`` and ``value_and_pullback``."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from di.backends.selectors import AbstractBackend
+from di.contexts import Context
+from di.operators.common import prepare_operator, run_operator
+from di.prep.base import Prep
+
+__all__ = ["prepare_pullback", "prepare_pullback_same_point", "pullback", "value_and_pullback"]
+
+_OPERATOR = "pullback"
+
+
+def prepare_pullback(
+    f: Callable[..., Any],
+    backend: AbstractBackend,
+    x: Any,
+    ty: tuple[Any, ...],
+    *contexts: Context,
+    strict: bool = True,
+) -> Prep:
+    """Prepare ``pullback`` and ``value_and_pullback`` of ``f`` at arguments like ``x``.
+
+    The prep may be reused for any values of ``x``, of ty and of the contexts with
+    the same array family, shape, dtype and device. Compiled backends compile here.
+
+    Args:
+        f: the function, called as ``f(x, *context_values)``.
+        backend: a backend selector.
+        x: an input like the ones the calls will pass (its values do not matter).
+        ty: tuple of cotangents shaped like f(x) (one result per element).
+        *contexts: ``di.Constant`` / ``di.Cache`` wrappers, in ``f``'s order.
+        strict: check every prepared call's arguments against this signature.
+
+    Returns:
+        A :class:`di.Prep` serving ``pullback`` and ``value_and_pullback``.
+
+    Raises:
+        InvalidInputError: bad ``x``, ty or contexts.
+        UnsupportedContextError: the backend cannot use one of the contexts.
+        BackendNotInstalledError: the engine is missing.
+
+    Example:
+        >>> import numpy as np, di
+        >>> prep = di.prepare_pullback(lambda x: x ** 2, di.AutoFiniteDiff(), np.zeros(2), (np.ones(2),))
+        >>> prep.operator
+        'pullback'
+    """
+    return prepare_operator(_OPERATOR, f, backend, x, ty, contexts, strict)
+
+
+def prepare_pullback_same_point(
+    f: Callable[..., Any],
+    backend: AbstractBackend,
+    x: Any,
+    ty: tuple[Any, ...],
+    *contexts: Context,
+    strict: bool = True,
+) -> Prep:
+    """Prepare ``pullback`` at one point: the forward sweep runs once here and every
+    call reuses it for new cotangents.
+
+    The prep serves only this ``x`` and these ``Constant`` values: in strict mode a
+    call at another point raises :class:`di.PreparationMismatchError` (compared by
+    value). Unlike other preps it holds the point and the engine's residuals.
+
+    Args:
+        f: the function, called as ``f(x, *context_values)``.
+        backend: a backend selector.
+        x: the point.
+        ty: cotangents like the ones the calls will pass.
+        *contexts: ``di.Constant`` / ``di.Cache`` wrappers.
+        strict: check each call's arguments, and that it is at this point.
+
+    Returns:
+        A :class:`di.Prep` for ``pullback`` and ``value_and_pullback`` at this point.
+
+    Raises:
+        InvalidInputError: bad ``x``, ``ty`` or contexts.
+        BackendNotInstalledError: the engine is missing.
+
+    Example:
+        >>> import numpy as np, di
+        >>> f = lambda x: x ** 2
+        >>> x = np.array([1.0, 2.0])
+        >>> prep = di.prepare_pullback_same_point(f, di.AutoFiniteDiff(), x, (np.ones(2),))
+        >>> di.pullback(f, prep, di.AutoFiniteDiff(), x, (np.array([1.0, 0.0]),))[0].round(4)
+        array([2., 0.])
+    """
+    return prepare_operator(_OPERATOR, f, backend, x, ty, contexts, strict, same_point=True)
+
+
+def pullback(f: Callable[..., Any], *args: Any) -> Any:
+    """Vector-Jacobian products (VJPs) of ``f`` at ``x``, one per cotangent in the tuple ``ty``.
+
+    Called as ``pullback(f, prep, backend, x, ty, *contexts)`` with a prep from
+    :func:`di.prepare_pullback`, or ``pullback(f, backend, x, ty, *contexts)``, which prepares
+    and then runs (on compiled backends that compiles every call: prepare once instead).
+
+    Args:
+        f: the function, called as ``f(x, *context_values)``.
+        *args: ``[prep,] backend, x, ty, *contexts``.
+
+    Returns:
+        A tuple with one input cotangent (shaped like ``x``) per cotangent.
+
+    Raises:
+        PreparationMismatchError: a strict prep used with other arguments.
+        InvalidOutputError: ``f``'s output does not suit the operator.
+
+    Example:
+        >>> import numpy as np, di
+        >>> tx = di.pullback(lambda x: x ** 2, di.AutoFiniteDiff(), np.array([1.0, 2.0]), (np.array([0.0, 1.0]),))
+        >>> tx[0].round(6)
+        array([0., 4.])
+    """
+    return run_operator(_OPERATOR, "pullback", f, args, None, prepare_pullback)
+
+
+def value_and_pullback(f: Callable[..., Any], *args: Any) -> Any:
+    """``pullback`` together with the value, from one prep.
+
+    Same calling forms and prep as :func:`di.pullback`.
+
+    Args:
+        f: the function, called as ``f(x, *context_values)``.
+        *args: ``[prep,] backend, x, ty, *contexts``.
+
+    Returns:
+        ``(y, tuple)``.
+
+    Raises:
+        PreparationMismatchError: a strict prep used with other arguments.
+
+    Example:
+        >>> import numpy as np, di
+        >>> result = di.value_and_pullback(lambda x: x ** 2, di.AutoFiniteDiff(), np.ones(2), (np.ones(2),))
+        >>> len(result)
+        2
+    """
+    return run_operator(_OPERATOR, "value_and_pullback", f, args, None, prepare_pullback)

@@ -1,0 +1,104 @@
+"""``pushforward`` and ``value_and_pushforward``."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from di.backends.selectors import AbstractBackend
+from di.contexts import Context
+from di.operators.common import prepare_operator, run_operator
+from di.prep.base import Prep
+
+__all__ = ["prepare_pushforward", "pushforward", "value_and_pushforward"]
+
+_OPERATOR = "pushforward"
+
+
+def prepare_pushforward(
+    f: Callable[..., Any],
+    backend: AbstractBackend,
+    x: Any,
+    tx: tuple[Any, ...],
+    *contexts: Context,
+    strict: bool = True,
+) -> Prep:
+    """Prepare ``pushforward`` and ``value_and_pushforward`` of ``f`` at arguments like ``x``.
+
+    The prep may be reused for any values of ``x``, of tx and of the contexts with
+    the same array family, shape, dtype and device. Compiled backends compile here.
+
+    Args:
+        f: the function, called as ``f(x, *context_values)``.
+        backend: a backend selector.
+        x: an input like the ones the calls will pass (its values do not matter).
+        tx: tuple of tangents shaped like x (one result per element).
+        *contexts: ``di.Constant`` / ``di.Cache`` wrappers, in ``f``'s order.
+        strict: check every prepared call's arguments against this signature.
+
+    Returns:
+        A :class:`di.Prep` serving ``pushforward`` and ``value_and_pushforward``.
+
+    Raises:
+        InvalidInputError: bad ``x``, tx or contexts.
+        UnsupportedContextError: the backend cannot use one of the contexts.
+        BackendNotInstalledError: the engine is missing.
+
+    Example:
+        >>> import numpy as np, di
+        >>> prep = di.prepare_pushforward(lambda x: x ** 2, di.AutoFiniteDiff(), np.zeros(2), (np.ones(2),))
+        >>> prep.operator
+        'pushforward'
+    """
+    return prepare_operator(_OPERATOR, f, backend, x, tx, contexts, strict)
+
+
+def pushforward(f: Callable[..., Any], *args: Any) -> Any:
+    """Jacobian-vector products (JVPs) of ``f`` at ``x``, one per tangent in the tuple ``tx``.
+
+    Called as ``pushforward(f, prep, backend, x, tx, *contexts)`` with a prep from
+    :func:`di.prepare_pushforward`, or ``pushforward(f, backend, x, tx, *contexts)``, which prepares
+    and then runs (on compiled backends that compiles every call: prepare once instead).
+
+    Args:
+        f: the function, called as ``f(x, *context_values)``.
+        *args: ``[prep,] backend, x, tx, *contexts``.
+
+    Returns:
+        A tuple with one output tangent (shaped like ``f``'s output) per tangent.
+
+    Raises:
+        PreparationMismatchError: a strict prep used with other arguments.
+        InvalidOutputError: ``f``'s output does not suit the operator.
+
+    Example:
+        >>> import numpy as np, di
+        >>> ty = di.pushforward(lambda x: x ** 2, di.AutoFiniteDiff(), np.array([1.0, 2.0]), (np.array([1.0, 0.0]),))
+        >>> ty[0].round(6)
+        array([2., 0.])
+    """
+    return run_operator(_OPERATOR, "pushforward", f, args, None, prepare_pushforward)
+
+
+def value_and_pushforward(f: Callable[..., Any], *args: Any) -> Any:
+    """``pushforward`` together with the value, from one prep.
+
+    Same calling forms and prep as :func:`di.pushforward`.
+
+    Args:
+        f: the function, called as ``f(x, *context_values)``.
+        *args: ``[prep,] backend, x, tx, *contexts``.
+
+    Returns:
+        ``(y, tuple)``.
+
+    Raises:
+        PreparationMismatchError: a strict prep used with other arguments.
+
+    Example:
+        >>> import numpy as np, di
+        >>> result = di.value_and_pushforward(lambda x: x ** 2, di.AutoFiniteDiff(), np.ones(2), (np.ones(2),))
+        >>> len(result)
+        2
+    """
+    return run_operator(_OPERATOR, "value_and_pushforward", f, args, None, prepare_pushforward)
