@@ -1,4 +1,5 @@
-"""HIPS autograd adapter: reverse mode over NumPy code."""
+"""HIPS autograd adapter: reverse mode (``make_vjp``) and forward mode (``make_jvp``)
+over NumPy code."""
 
 from __future__ import annotations
 
@@ -7,20 +8,29 @@ from typing import Any
 
 import autograd
 import numpy as np
+from autograd.differential_operators import make_hvp, make_jvp, make_vjp
 
-from di.backends.protocol import Adapter, Program, Programs, is_real_scalar, raise_bad_output
+from di.backends.protocol import Adapter, Programs, is_real_scalar, raise_bad_output
 from di.contexts import Context
-from di.families import NUMPY
+from di.families import NUMPY, converter, family_of
 
 __all__ = ["AutogradAdapter"]
+
+
+def _numpy(value: Any, dtype: Any) -> Any:
+    """A tangent of any family as a numpy array of ``dtype``."""
+    return np.asarray(converter(family_of(value), NUMPY)(value) if family_of(value) else value, dtype=dtype)
 
 
 class AutogradAdapter(Adapter):
     """Adapter for :class:`di.AutoAutograd`.
 
-    ``x`` and array contexts are handed to autograd as numpy arrays (torch tensors
-    zero-copy through ``.numpy()``). ``Cache`` is refused at preparation:
-    autograd's traced values (``ArrayBox``) cannot be written into arrays.
+    Native: gradient (``value_and_grad``), pullback (``make_vjp``), pushforward
+    (``make_jvp``, true forward mode), jacobian (one vjp per output element), hvp
+    (``make_hvp``), hessian (``hessian``). ``x`` and array contexts are handed to
+    autograd as numpy arrays (torch tensors zero-copy through ``.numpy()``).
+    ``Cache`` is refused at preparation: autograd's traced values (``ArrayBox``)
+    cannot be written into arrays.
     """
 
     family = NUMPY
@@ -30,40 +40,150 @@ class AutogradAdapter(Adapter):
         "or pass the buffer as a Constant and build new arrays inside f."
     )
 
-    def prepare_value_and_gradient(self, f: Callable[..., Any], x: Any, contexts: Sequence[Context]) -> Program:
-        return self._gradient_program(f, x, contexts, with_value=True)
-
-    def prepare_gradient_programs(self, f: Callable[..., Any], x: Any, contexts: Sequence[Context]) -> Programs:
-        return {
-            "gradient": self._gradient_program(f, x, contexts, with_value=False),
-            "value_and_gradient": self._gradient_program(f, x, contexts, with_value=True),
-        }
-
-    def _gradient_program(
-        self, f: Callable[..., Any], x: Any, contexts: Sequence[Context], *, with_value: bool
-    ) -> Program:
-        backend = self.backend
+    def _inputs(self, x: Any, contexts: Sequence[Context]) -> Callable[..., tuple[Any, tuple[Any, ...]]]:
         to_numpy_x = self.input_converters([x])[0]
         convert_contexts = self.input_converters([c.value for c in contexts])
-        x_dtype = np.asarray(to_numpy_x(x)).dtype
+
+        def inputs(x: Any, values: Sequence[Any]) -> tuple[Any, tuple[Any, ...]]:
+            return np.asarray(to_numpy_x(x)), tuple(convert(v) for convert, v in zip(convert_contexts, values))
+
+        return inputs
+
+    def _checked(self, f: Callable[..., Any], operator: str, scalar: bool) -> Callable[..., Any]:
+        backend = self.backend
 
         def checked(x: Any, *values: Any) -> Any:
             y = f(x, *values)
-            if not is_real_scalar(y):
-                raise_bad_output(y, backend)
+            if scalar and not is_real_scalar(y):
+                raise_bad_output(y, backend, operator)
+            if not scalar and not (hasattr(y, "shape") or isinstance(y, float)):
+                raise_bad_output(y, backend, operator)
             return y
 
+        return checked
+
+    def prepare_gradient_programs(self, f: Callable[..., Any], x: Any, contexts: Sequence[Context]) -> Programs:
+        inputs = self._inputs(x, contexts)
+        value_and_grad = autograd.value_and_grad(self._checked(f, "gradient", scalar=True))
+
+        def value_and_gradient(x: Any, *values: Any) -> Any:
+            x, values = inputs(x, values)
+            y, g = value_and_grad(x, *values)
+            return np.asarray(y), np.asarray(g, dtype=x.dtype)
+
+        def gradient(x: Any, *values: Any) -> Any:
+            return value_and_gradient(x, *values)[1]
+
+        return {"gradient": gradient, "value_and_gradient": value_and_gradient}
+
+    def prepare_pullback_programs(
+        self, f: Callable[..., Any], x: Any, ty: Sequence[Any], contexts: Sequence[Context]
+    ) -> Programs:
+        inputs = self._inputs(x, contexts)
+        vjp_maker = make_vjp(self._checked(f, "pullback", scalar=False))
+
+        def value_and_pullback(x: Any, ty: Sequence[Any], *values: Any) -> Any:
+            x, values = inputs(x, values)
+            vjp, y = vjp_maker(x, *values)
+            y = np.asarray(y)
+            return y, tuple(np.asarray(vjp(_numpy(t, y.dtype)), dtype=x.dtype) for t in ty)
+
+        def pullback(x: Any, ty: Sequence[Any], *values: Any) -> Any:
+            return value_and_pullback(x, ty, *values)[1]
+
+        return {"pullback": pullback, "value_and_pullback": value_and_pullback}
+
+    def prepare_pushforward_programs(
+        self, f: Callable[..., Any], x: Any, tx: Sequence[Any], contexts: Sequence[Context]
+    ) -> Programs:
+        inputs = self._inputs(x, contexts)
+        jvp_maker = make_jvp(self._checked(f, "pushforward", scalar=False))
+
+        def value_and_pushforward(x: Any, tx: Sequence[Any], *values: Any) -> Any:
+            x, values = inputs(x, values)
+            jvp = jvp_maker(x, *values)
+            if not tx:
+                return np.asarray(f(x, *values)), ()
+            pairs = [jvp(_numpy(t, x.dtype)) for t in tx]
+            return np.asarray(pairs[0][0]), tuple(np.asarray(dy) for _, dy in pairs)
+
+        def pushforward(x: Any, tx: Sequence[Any], *values: Any) -> Any:
+            return value_and_pushforward(x, tx, *values)[1]
+
+        return {"pushforward": pushforward, "value_and_pushforward": value_and_pushforward}
+
+    def prepare_jacobian_programs(self, f: Callable[..., Any], x: Any, contexts: Sequence[Context]) -> Programs:
+        inputs = self._inputs(x, contexts)
+        vjp_maker = make_vjp(self._checked(f, "jacobian", scalar=False))
+
+        def value_and_jacobian(x: Any, *values: Any) -> Any:
+            # autograd.jacobian's algorithm (a vjp per output element), keeping the value.
+            x, values = inputs(x, values)
+            vjp, y = vjp_maker(x, *values)
+            y = np.asarray(y)
+            basis = np.eye(y.size, dtype=y.dtype).reshape((y.size, *y.shape))
+            rows = [np.asarray(vjp(e)) for e in basis]
+            jac = np.stack(rows) if rows else np.zeros((0, *x.shape), dtype=x.dtype)
+            return y, jac.reshape(y.shape + x.shape)
+
+        def jacobian(x: Any, *values: Any) -> Any:
+            return value_and_jacobian(x, *values)[1]
+
+        return {"jacobian": jacobian, "value_and_jacobian": value_and_jacobian}
+
+    def prepare_hvp_programs(
+        self, f: Callable[..., Any], x: Any, tx: Sequence[Any], contexts: Sequence[Context]
+    ) -> Programs:
+        inputs = self._inputs(x, contexts)
+        hvp_maker = make_hvp(self._checked(f, "hvp", scalar=True))
+
+        def gradient_and_hvp(x: Any, tx: Sequence[Any], *values: Any) -> Any:
+            x, values = inputs(x, values)
+            hvp, g = hvp_maker(x, *values)  # the vjp of the gradient: H symmetric, so H v
+            return np.asarray(g, dtype=x.dtype), tuple(np.asarray(hvp(_numpy(t, x.dtype)), dtype=x.dtype) for t in tx)
+
+        def hvp(x: Any, tx: Sequence[Any], *values: Any) -> Any:
+            return gradient_and_hvp(x, tx, *values)[1]
+
+        return {"hvp": hvp, "gradient_and_hvp": gradient_and_hvp}
+
+    def prepare_hessian_programs(self, f: Callable[..., Any], x: Any, contexts: Sequence[Context]) -> Programs:
+        inputs = self._inputs(x, contexts)
+        checked = self._checked(f, "hessian", scalar=True)
         value_and_grad = autograd.value_and_grad(checked)
+        hessian_function = autograd.hessian(checked)
 
-        def run(x: Any, *values: Any) -> Any:
-            if values:
-                values = tuple(convert(v) for convert, v in zip(convert_contexts, values))
-            y, g = value_and_grad(to_numpy_x(x), *values)
-            g = np.asarray(g)
-            if g.dtype != x_dtype:
-                g = g.astype(x_dtype)
-            if with_value:
-                return np.asarray(y), g
-            return g
+        def value_gradient_and_hessian(x: Any, *values: Any) -> Any:
+            x, values = inputs(x, values)
+            y, g = value_and_grad(x, *values)
+            hessian = np.asarray(hessian_function(x, *values), dtype=x.dtype)
+            return np.asarray(y), np.asarray(g, dtype=x.dtype), hessian.reshape(x.shape + x.shape)
 
-        return run
+        def hessian(x: Any, *values: Any) -> Any:
+            x, values = inputs(x, values)
+            return np.asarray(hessian_function(x, *values), dtype=x.dtype).reshape(x.shape + x.shape)
+
+        return {"hessian": hessian, "value_gradient_and_hessian": value_gradient_and_hessian}
+
+    def prepare_second_derivative_programs(
+        self, f: Callable[..., Any], x: Any, contexts: Sequence[Context]
+    ) -> Programs:
+        inputs = self._inputs(x, contexts)
+        checked = self._checked(f, "second_derivative", scalar=False)
+        # reverse over reverse: autograd nests its reverse mode reliably
+        derivative_function = autograd.jacobian(checked)
+        second_function = autograd.jacobian(derivative_function)
+
+        def value_derivative_and_second_derivative(x: Any, *values: Any) -> Any:
+            x, values = inputs(x, values)
+            y = np.asarray(checked(x, *values))
+            return y, np.asarray(derivative_function(x, *values)), np.asarray(second_function(x, *values))
+
+        def second_derivative(x: Any, *values: Any) -> Any:
+            x, values = inputs(x, values)
+            return np.asarray(second_function(x, *values))
+
+        return {
+            "second_derivative": second_derivative,
+            "value_derivative_and_second_derivative": value_derivative_and_second_derivative,
+        }

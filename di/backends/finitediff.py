@@ -1,4 +1,12 @@
-"""NumPy finite differences: central (default) or forward, evaluated in float64."""
+"""NumPy finite differences: central (default) or forward, evaluated in float64.
+
+First order: coordinate ``i`` moves by ``h_i = step * max(1, |x_i|)``, rounded so
+that ``x_i + h_i`` is exact; a pushforward along ``t`` moves by
+``step * max(1, max|x|) / max|t|``. Second order takes central differences of
+these gradients (never forward over forward, which loses accuracy), with the
+larger step ``eps**(1/4)``. Any ``f`` works: one evaluation per perturbed point,
+with no assumption that ``f`` broadcasts over a batch.
+"""
 
 from __future__ import annotations
 
@@ -10,11 +18,12 @@ import numpy as np
 from di.backends.protocol import Adapter, Program, Programs, is_real_scalar, raise_bad_output
 from di.backends.selectors import AutoFiniteDiff
 from di.contexts import Cache, Context
-from di.families import JAX, NUMPY, family_of
+from di.families import JAX, NUMPY, converter, family_of
 
 __all__ = ["FiniteDiffAdapter", "relative_step"]
 
 _EPS = float(np.finfo(np.float64).eps)
+_SECOND_ORDER_STEP = _EPS**0.25
 
 
 def relative_step(selector: AutoFiniteDiff) -> float:
@@ -25,76 +34,245 @@ def relative_step(selector: AutoFiniteDiff) -> float:
     return _EPS ** (1 / 3) if selector.method == "central" else _EPS**0.5
 
 
+def _steps(flat: Any, step: float) -> Any:
+    h = step * np.maximum(1.0, np.abs(flat))
+    return (flat + h) - flat  # exactly representable
+
+
+class _Evaluator:
+    """Evaluates ``f`` in float64 on numpy inputs and checks what it returns."""
+
+    def __init__(self, adapter: FiniteDiffAdapter, f: Callable[..., Any], x: Any, contexts: Sequence[Context]):
+        self.f = f
+        self.backend = adapter.backend
+        self.to_numpy_x = adapter.input_converters([x])[0]
+        self.convert_contexts = adapter.context_converters(contexts)
+
+    def inputs(self, x: Any, values: Sequence[Any]) -> tuple[Any, Any, tuple[Any, ...]]:
+        """(caller's x as numpy, a float64 C-contiguous copy of it, converted values)."""
+        caller = np.asarray(self.to_numpy_x(x))
+        point = np.array(caller, dtype=np.float64, order="C")
+        return caller, point, tuple(convert(v) for convert, v in zip(self.convert_contexts, values))
+
+    def scalar(self, point: Any, values: Sequence[Any], operator: str = "gradient") -> float:
+        y = self.f(point, *values)
+        if not is_real_scalar(y):
+            raise_bad_output(y, self.backend, operator)
+        return float(y)
+
+    def array(self, point: Any, values: Sequence[Any], operator: str) -> Any:
+        y = self.f(point, *values)
+        family = family_of(y)
+        if family is None and not isinstance(y, float):
+            raise_bad_output(y, self.backend, operator)
+        return np.asarray(converter(family, NUMPY)(y) if family else y, dtype=np.float64)
+
+
 class FiniteDiffAdapter(Adapter):
     """Adapter for :class:`di.AutoFiniteDiff`.
 
-    ``f`` is evaluated on a float64 copy of ``x``; coordinate ``i`` moves by
-    ``h_i = step * max(1, |x_i|)`` (rounded so that ``x_i + h_i`` is exact). Any
-    ``f`` works: one evaluation per perturbed point, no batching assumptions.
-    Results are cast back to ``x``'s dtype. ``Cache`` buffers are passed to ``f``
-    as the caller's numpy memory (JAX caches as a writable copy).
+    Native: gradient, pushforward (hence derivative), jacobian, hvp, hessian,
+    second derivative; pullback comes from the jacobian. Results are cast back to
+    ``x``'s dtype. ``Cache`` buffers are passed to ``f`` as the caller's numpy
+    memory (JAX caches as a writable copy).
     """
 
     family = NUMPY
 
-    def prepare_value_and_gradient(self, f: Callable[..., Any], x: Any, contexts: Sequence[Context]) -> Program:
-        return self._gradient_program(f, x, contexts, with_value=True)
+    @property
+    def selector(self) -> AutoFiniteDiff:
+        assert isinstance(self.backend, AutoFiniteDiff)
+        return self.backend
 
-    def prepare_gradient_programs(self, f: Callable[..., Any], x: Any, contexts: Sequence[Context]) -> Programs:
-        return {
-            "gradient": self._gradient_program(f, x, contexts, with_value=False),
-            "value_and_gradient": self._gradient_program(f, x, contexts, with_value=True),
-        }
-
-    def _context_converters(self, contexts: Sequence[Context]) -> list[Callable[[Any], Any]]:
+    def context_converters(self, contexts: Sequence[Context]) -> list[Callable[[Any], Any]]:
+        """numpy views of array contexts; JAX caches as writable copies."""
         converters = self.input_converters([c.value for c in contexts])
         for i, context in enumerate(contexts):
             if isinstance(context, Cache) and family_of(context.value) == JAX:
                 converters[i] = lambda v: np.array(v, copy=True)
         return converters
 
-    def _gradient_program(
-        self, f: Callable[..., Any], x: Any, contexts: Sequence[Context], *, with_value: bool
-    ) -> Program:
-        assert isinstance(self.backend, AutoFiniteDiff)
-        backend = self.backend
-        central = backend.method == "central"
-        step = relative_step(backend)
-        to_numpy_x = self.input_converters([x])[0]
-        convert_contexts = self._context_converters(contexts)
+    # --- first order ----------------------------------------------------------------
 
-        def evaluate(point: Any, values: tuple[Any, ...]) -> float:
-            y = f(point, *values)
-            if not is_real_scalar(y):
-                raise_bad_output(y, backend)
-            return float(y)
+    def _gradient(self, evaluator: _Evaluator, point: Any, values: Sequence[Any], y0: float | None) -> Any:
+        """Gradient of the scalar ``f`` at ``point`` (float64, modified and restored)."""
+        central = self.selector.method == "central"
+        if not central and y0 is None:
+            y0 = evaluator.scalar(point, values)
+        flat = point.reshape(-1)
+        h = _steps(flat, relative_step(self.selector))
+        g = np.empty_like(flat)
+        for i in range(flat.size):
+            xi = flat[i]
+            flat[i] = xi + h[i]
+            up = evaluator.scalar(point, values)
+            if central:
+                flat[i] = xi - h[i]
+                g[i] = (up - evaluator.scalar(point, values)) / (2 * h[i])
+            else:
+                g[i] = (up - y0) / h[i]  # type: ignore[operator]
+            flat[i] = xi
+        return g.reshape(point.shape)
 
-        def run(x: Any, *values: Any) -> Any:
-            caller = np.asarray(to_numpy_x(x))
-            if values:
-                values = tuple(convert(v) for convert, v in zip(convert_contexts, values))
-            point = np.array(caller, dtype=np.float64, order="C")
+    def prepare_gradient_programs(self, f: Callable[..., Any], x: Any, contexts: Sequence[Context]) -> Programs:
+        evaluator = _Evaluator(self, f, x, contexts)
+        central = self.selector.method == "central"
+
+        def make(with_value: bool) -> Program:
+            def run(x: Any, *values: Any) -> Any:
+                caller, point, values = evaluator.inputs(x, values)
+                y0 = evaluator.scalar(point, values) if (with_value or not central or point.size == 0) else None
+                g = self._gradient(evaluator, point, values, y0).astype(caller.dtype, copy=False)
+                if with_value:
+                    return np.asarray(y0, dtype=caller.dtype), g
+                return g
+
+            return run
+
+        return {"gradient": make(False), "value_and_gradient": make(True)}
+
+    def _directional(self, evaluator: _Evaluator, point: Any, values: Sequence[Any], t: Any, y0: Any) -> Any:
+        """Directional derivative of ``f`` at ``point`` along ``t`` (float64)."""
+        t = np.asarray(converter(family_of(t), NUMPY)(t), dtype=np.float64)
+        scale = float(np.max(np.abs(t))) if t.size else 0.0
+        if scale == 0.0:
+            return np.zeros_like(y0)
+        h = relative_step(self.selector) * max(1.0, float(np.max(np.abs(point))) if point.size else 1.0) / scale
+        up = evaluator.array(point + h * t, values, "pushforward")
+        if self.selector.method == "central":
+            return (up - evaluator.array(point - h * t, values, "pushforward")) / (2 * h)
+        return (up - y0) / h
+
+    def prepare_pushforward_programs(
+        self, f: Callable[..., Any], x: Any, tx: Sequence[Any], contexts: Sequence[Context]
+    ) -> Programs:
+        evaluator = _Evaluator(self, f, x, contexts)
+
+        def value_and_pushforward(x: Any, tx: Sequence[Any], *values: Any) -> Any:
+            caller, point, values = evaluator.inputs(x, values)
+            y0 = evaluator.array(point, values, "pushforward")
+            dtype = caller.dtype
+            return y0.astype(dtype), tuple(self._directional(evaluator, point, values, t, y0).astype(dtype) for t in tx)
+
+        def pushforward(x: Any, tx: Sequence[Any], *values: Any) -> Any:
+            return value_and_pushforward(x, tx, *values)[1]
+
+        return {"pushforward": pushforward, "value_and_pushforward": value_and_pushforward}
+
+    def prepare_jacobian_programs(self, f: Callable[..., Any], x: Any, contexts: Sequence[Context]) -> Programs:
+        evaluator = _Evaluator(self, f, x, contexts)
+        central = self.selector.method == "central"
+
+        def value_and_jacobian(x: Any, *values: Any) -> Any:
+            caller, point, values = evaluator.inputs(x, values)
+            y0 = evaluator.array(point, values, "jacobian")
             flat = point.reshape(-1)
-            h = step * np.maximum(1.0, np.abs(flat))
-            h = (flat + h) - flat  # exactly representable steps
-            g = np.empty_like(flat)
-            y0 = evaluate(point, values) if (with_value or not central) else 0.0
+            h = _steps(flat, relative_step(self.selector))
+            columns = np.empty((y0.size, flat.size))
             for i in range(flat.size):
                 xi = flat[i]
                 flat[i] = xi + h[i]
-                up = evaluate(point, values)
+                up = evaluator.array(point, values, "jacobian").reshape(-1)
                 if central:
                     flat[i] = xi - h[i]
-                    down = evaluate(point, values)
-                    g[i] = (up - down) / (2 * h[i])
+                    columns[:, i] = (up - evaluator.array(point, values, "jacobian").reshape(-1)) / (2 * h[i])
                 else:
-                    g[i] = (up - y0) / h[i]
+                    columns[:, i] = (up - y0.reshape(-1)) / h[i]
                 flat[i] = xi
-            if flat.size == 0 and not with_value and central:
-                evaluate(point, values)  # still reject a bad f on empty x
-            gradient = g.reshape(caller.shape).astype(caller.dtype, copy=False)
-            if with_value:
-                return np.asarray(y0, dtype=caller.dtype), gradient
-            return gradient
+            jac = columns.reshape(y0.shape + point.shape).astype(caller.dtype)
+            return y0.astype(caller.dtype), jac
 
-        return run
+        def jacobian(x: Any, *values: Any) -> Any:
+            return value_and_jacobian(x, *values)[1]
+
+        return {"jacobian": jacobian, "value_and_jacobian": value_and_jacobian}
+
+    # --- second order: central differences of gradients --------------------------------
+
+    def prepare_hvp_programs(
+        self, f: Callable[..., Any], x: Any, tx: Sequence[Any], contexts: Sequence[Context]
+    ) -> Programs:
+        evaluator = _Evaluator(self, f, x, contexts)
+
+        def gradient_and_hvp(x: Any, tx: Sequence[Any], *values: Any) -> Any:
+            caller, point, values = evaluator.inputs(x, values)
+            y0 = evaluator.scalar(point, values, "hvp")
+            g = self._gradient(evaluator, point, values, y0)
+            products = []
+            for t in tx:
+                t = np.asarray(converter(family_of(t), NUMPY)(t), dtype=np.float64)
+                scale = float(np.max(np.abs(t))) if t.size else 0.0
+                if scale == 0.0:
+                    products.append(np.zeros_like(g).astype(caller.dtype))
+                    continue
+                h = _SECOND_ORDER_STEP * max(1.0, float(np.max(np.abs(point)))) / scale
+                up = self._gradient(evaluator, point + h * t, values, None)
+                down = self._gradient(evaluator, point - h * t, values, None)
+                products.append(((up - down) / (2 * h)).astype(caller.dtype))
+            return g.astype(caller.dtype), tuple(products)
+
+        def hvp(x: Any, tx: Sequence[Any], *values: Any) -> Any:
+            return gradient_and_hvp(x, tx, *values)[1]
+
+        return {"hvp": hvp, "gradient_and_hvp": gradient_and_hvp}
+
+    def prepare_hessian_programs(self, f: Callable[..., Any], x: Any, contexts: Sequence[Context]) -> Programs:
+        evaluator = _Evaluator(self, f, x, contexts)
+
+        def value_gradient_and_hessian(x: Any, *values: Any) -> Any:
+            caller, point, values = evaluator.inputs(x, values)
+            y0 = evaluator.scalar(point, values, "hessian")
+            g = self._gradient(evaluator, point, values, y0)
+            flat = point.reshape(-1)
+            h = _steps(flat, _SECOND_ORDER_STEP)
+            hessian = np.empty((flat.size, flat.size))
+            for i in range(flat.size):
+                xi = flat[i]
+                flat[i] = xi + h[i]
+                up = self._gradient(evaluator, point, values, None).reshape(-1)
+                flat[i] = xi - h[i]
+                down = self._gradient(evaluator, point, values, None).reshape(-1)
+                flat[i] = xi
+                hessian[:, i] = (up - down) / (2 * h[i])
+            hessian = (hessian + hessian.T) / 2  # the exact Hessian is symmetric
+            dtype = caller.dtype
+            return (
+                np.asarray(y0, dtype=dtype),
+                g.astype(dtype),
+                hessian.reshape(point.shape + point.shape).astype(dtype),
+            )
+
+        def hessian(x: Any, *values: Any) -> Any:
+            return value_gradient_and_hessian(x, *values)[2]
+
+        return {"hessian": hessian, "value_gradient_and_hessian": value_gradient_and_hessian}
+
+    def prepare_second_derivative_programs(
+        self, f: Callable[..., Any], x: Any, contexts: Sequence[Context]
+    ) -> Programs:
+        evaluator = _Evaluator(self, f, x, contexts)
+
+        def value_derivative_and_second_derivative(x: Any, *values: Any) -> Any:
+            caller, point, values = evaluator.inputs(x, values)
+            x0 = float(point)
+            y0 = evaluator.array(point, values, "second_derivative")
+            h1 = float(_steps(np.array([x0]), relative_step(self.selector))[0])
+            h2 = float(_steps(np.array([x0]), _SECOND_ORDER_STEP)[0])
+            up1 = evaluator.array(np.asarray(x0 + h1), values, "second_derivative")
+            down1 = evaluator.array(np.asarray(x0 - h1), values, "second_derivative")
+            up2 = evaluator.array(np.asarray(x0 + h2), values, "second_derivative")
+            down2 = evaluator.array(np.asarray(x0 - h2), values, "second_derivative")
+            dtype = caller.dtype
+            return (
+                y0.astype(dtype),
+                ((up1 - down1) / (2 * h1)).astype(dtype),
+                ((up2 - 2 * y0 + down2) / (h2 * h2)).astype(dtype),
+            )
+
+        def second_derivative(x: Any, *values: Any) -> Any:
+            return value_derivative_and_second_derivative(x, *values)[2]
+
+        return {
+            "second_derivative": second_derivative,
+            "value_derivative_and_second_derivative": value_derivative_and_second_derivative,
+        }
