@@ -161,7 +161,7 @@ def test_jax_jit_warns_once_past_eight_static_values() -> None:
 
 
 def test_jax_jit_unhashable_static_is_refused() -> None:
-    with pytest.raises(di.InvalidInputError, match="context 1.*not hashable"):
+    with pytest.raises(di.InvalidInputError, match=r"context 1.*not hashable"):
         di.prepare_gradient(quadratic, JIT, np.zeros(3), di.Constant([1.0, 2.0], static=True))
 
 
@@ -204,7 +204,7 @@ def test_jax_jit_prep_holds_no_array() -> None:
 
 def test_jax_jit_strict_mismatch_and_unprepared() -> None:
     prep = di.prepare_gradient(quadratic, JIT, np.zeros(3), di.Constant(np.ones(3)))
-    with pytest.raises(di.PreparationMismatchError, match="x +differs"):
+    with pytest.raises(di.PreparationMismatchError, match=r"x +differs"):
         di.gradient(quadratic, prep, JIT, np.zeros(4), di.Constant(np.ones(3)))
     np.testing.assert_allclose(di.gradient(quadratic, JIT, np.arange(3.0), di.Constant(np.ones(3))), [0, 2, 4])
 

@@ -86,14 +86,23 @@ def prefers_forward(adapter: Adapter, n_inputs: int, n_outputs: int) -> bool:
     return n_inputs <= n_outputs
 
 
-def jacobian_programs(adapter: Adapter, f: Callable[..., Any], x: Any, contexts: Sequence[Context]) -> Programs:
-    """``jacobian`` / ``value_and_jacobian`` from pushforwards or pullbacks."""
+def jacobian_programs(
+    adapter: Adapter,
+    f: Callable[..., Any],
+    x: Any,
+    contexts: Sequence[Context],
+    forward: bool | None = None,
+) -> Programs:
+    """``jacobian`` / ``value_and_jacobian`` from pushforwards (``forward=True``) or
+    pullbacks (``False``); ``None`` picks with :func:`prefers_forward`."""
     x_shape = _shape(x)
     y_prep = evaluate_output(adapter, f, x, contexts)
     y_shape = _shape(y_prep)
     ops = ArrayOps(adapter.family)
     scope = adapter.scope([x, *_values(contexts)])
-    if prefers_forward(adapter, math.prod(x_shape), math.prod(y_shape)):
+    if forward is None:
+        forward = prefers_forward(adapter, math.prod(x_shape), math.prod(y_shape))
+    if forward:
         tangents = unit_arrays(x_shape, numpy_dtype(x))
         pushforward = adapter.prepare_pushforward_programs(f, x, tangents, contexts)["value_and_pushforward"]
 
@@ -136,7 +145,7 @@ def pushforward_programs(
     adapter: Adapter, f: Callable[..., Any], x: Any, tx: Sequence[Any], contexts: Sequence[Context]
 ) -> Programs:
     """``pushforward`` through the reverse-mode jacobian: ``J @ t`` per tangent."""
-    value_and_jacobian = jacobian_programs(adapter, f, x, contexts)["value_and_jacobian"]
+    value_and_jacobian = jacobian_programs(adapter, f, x, contexts, forward=False)["value_and_jacobian"]
     ops = ArrayOps(adapter.family)
     to_engine = _engine_tangent(adapter)
     x_ndim = len(_shape(x))
@@ -157,7 +166,7 @@ def pullback_programs(
     adapter: Adapter, f: Callable[..., Any], x: Any, ty: Sequence[Any], contexts: Sequence[Context]
 ) -> Programs:
     """``pullback`` through the forward-mode jacobian: ``t @ J`` per cotangent."""
-    value_and_jacobian = jacobian_programs(adapter, f, x, contexts)["value_and_jacobian"]
+    value_and_jacobian = jacobian_programs(adapter, f, x, contexts, forward=True)["value_and_jacobian"]
     ops = ArrayOps(adapter.family)
     to_engine = _engine_tangent(adapter)
     scope = adapter.scope([x, *_values(contexts)])
@@ -185,7 +194,7 @@ def gradient_programs(adapter: Adapter, f: Callable[..., Any], x: Any, contexts:
             return y, g
 
     else:
-        value_and_jacobian = jacobian_programs(adapter, f, x, contexts)["value_and_jacobian"]
+        value_and_jacobian = jacobian_programs(adapter, f, x, contexts, forward=True)["value_and_jacobian"]
         x_shape = _shape(x)
 
         def value_and_gradient(x: Any, *values: Any) -> Any:
@@ -210,7 +219,7 @@ def derivative_programs(adapter: Adapter, f: Callable[..., Any], x: Any, context
             return y, dy
 
     else:
-        value_and_derivative = jacobian_programs(adapter, f, x, contexts)["value_and_jacobian"]
+        value_and_derivative = jacobian_programs(adapter, f, x, contexts, forward=False)["value_and_jacobian"]
 
     def derivative(x: Any, *values: Any) -> Any:
         return value_and_derivative(x, *values)[1]

@@ -1,0 +1,1353 @@
+"""Test scenarios: a function, a point, its contexts and the analytic answers.
+
+A :class:`Scenario` names one operator (``"gradient"``, ``"hvp"``, ...) and carries
+everything needed to check a backend on it: ``f``, ``x``, the contexts, the
+tangents (for ``pushforward``, ``pullback`` and ``hvp``), and reference results
+``res1`` (first order) and ``res2`` (second order) computed analytically with
+NumPy in float64, independently of every backend.
+
+:func:`default_scenarios` returns the built-in set. Every function in it is
+written once with ``array_api_compat.array_namespace(x)``, so the same code runs
+on numpy, torch, JAX (eager and traced) and autograd values. Engines are never
+imported here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from di.contexts import Cache, Constant, Context
+
+__all__ = [
+    "OPERATORS",
+    "OperatorSpec",
+    "PrepArgs",
+    "Scenario",
+    "default_scenarios",
+    "pytree_leaves",
+]
+
+
+# --- the operator table ------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class OperatorSpec:
+    """How the runners call one operator and which references they compare.
+
+    Attributes:
+        name: the operator's name, as in ``Scenario.operator``.
+        prepare: the name of its ``di.prepare_*`` function.
+        call: the name of the plain call (``di.hvp``).
+        value_and: the name of the combined form (``di.gradient_and_hvp``).
+        call_result: the reference the plain call returns: ``"res1"`` or ``"res2"``.
+        value_and_results: the references the combined form returns, in order,
+            among ``"y"`` (the value of ``f``), ``"res1"`` and ``"res2"``.
+        takes_tangents: whether the operator (and its ``prepare``) takes a tuple
+            of tangents after ``x``.
+        order: 1 or 2 (second-order operators get looser default tolerances on
+            finite differences).
+
+    Example:
+        >>> from di.testing import OPERATORS
+        >>> OPERATORS["hvp"].value_and
+        'gradient_and_hvp'
+    """
+
+    name: str
+    prepare: str
+    call: str
+    value_and: str
+    call_result: str
+    value_and_results: tuple[str, ...]
+    takes_tangents: bool
+    order: int
+
+    def missing(self, module: Any) -> list[str]:
+        """The names of this operator's functions that ``module`` lacks.
+
+        Args:
+            module: the ``di`` module (or any namespace).
+
+        Returns:
+            The missing names, empty when the operator is fully available.
+        """
+        return [name for name in (self.prepare, self.call, self.value_and) if getattr(module, name, None) is None]
+
+
+OPERATORS: dict[str, OperatorSpec] = {
+    spec.name: spec
+    for spec in (
+        OperatorSpec(
+            "derivative", "prepare_derivative", "derivative", "value_and_derivative", "res1", ("y", "res1"), False, 1
+        ),  # fmt: skip
+        OperatorSpec(
+            "gradient", "prepare_gradient", "gradient", "value_and_gradient", "res1", ("y", "res1"), False, 1
+        ),  # fmt: skip
+        OperatorSpec(
+            "jacobian", "prepare_jacobian", "jacobian", "value_and_jacobian", "res1", ("y", "res1"), False, 1
+        ),  # fmt: skip
+        OperatorSpec(
+            "pushforward", "prepare_pushforward", "pushforward", "value_and_pushforward", "res1", ("y", "res1"), True, 1
+        ),  # fmt: skip
+        OperatorSpec(
+            "pullback", "prepare_pullback", "pullback", "value_and_pullback", "res1", ("y", "res1"), True, 1
+        ),  # fmt: skip
+        OperatorSpec("hvp", "prepare_hvp", "hvp", "gradient_and_hvp", "res2", ("res1", "res2"), True, 2),  # fmt: skip
+        OperatorSpec(
+            "hessian",
+            "prepare_hessian",
+            "hessian",
+            "value_gradient_and_hessian",
+            "res2",
+            ("y", "res1", "res2"),
+            False,
+            2,
+        ),  # fmt: skip
+        OperatorSpec(
+            "second_derivative",
+            "prepare_second_derivative",
+            "second_derivative",
+            "value_derivative_and_second_derivative",
+            "res2",
+            ("y", "res1", "res2"),
+            False,
+            2,
+        ),  # fmt: skip
+    )
+}
+
+
+# --- array helpers (no engine imports) -------------------------------------------------
+
+
+def _family(value: Any) -> str | None:
+    module = type(value).__module__
+    if isinstance(value, (np.ndarray, np.generic)):
+        return "numpy"
+    if module.startswith("torch"):
+        return "torch"
+    if module.startswith("jax") or module.startswith("jaxlib"):
+        return "jax"
+    return None
+
+
+def to_numpy(value: Any) -> Any:
+    """Bring an array of any family (or a Python number) to numpy; pass other values on."""
+    family = _family(value)
+    if family == "torch":
+        return value.detach().cpu().numpy()
+    if family in ("jax", "numpy"):
+        return np.asarray(value)
+    if isinstance(value, (float, int)) and not isinstance(value, bool):
+        return np.asarray(value)
+    return value
+
+
+def pytree_leaves(tree: Any) -> list[Any]:
+    """The leaves of a pytree of dicts (sorted keys), lists and tuples, in order.
+
+    Args:
+        tree: an array, a number, or nested dicts/lists/tuples of them.
+
+    Returns:
+        The leaves, depth first.
+
+    Example:
+        >>> from di.testing import pytree_leaves
+        >>> pytree_leaves({"b": 2.0, "a": (1.0, 3.0)})
+        [1.0, 3.0, 2.0]
+    """
+    if isinstance(tree, dict):
+        return [leaf for key in sorted(tree) for leaf in pytree_leaves(tree[key])]
+    if isinstance(tree, (list, tuple)):
+        return [leaf for item in tree for leaf in pytree_leaves(item)]
+    return [tree]
+
+
+def tree_map(function: Callable[[Any], Any], tree: Any) -> Any:
+    """Apply ``function`` to every leaf of a pytree of dicts, lists and tuples."""
+    if isinstance(tree, dict):
+        return {key: tree_map(function, value) for key, value in tree.items()}
+    if isinstance(tree, (list, tuple)):
+        return type(tree)(tree_map(function, item) for item in tree)
+    return function(tree)
+
+
+def copy_tree(tree: Any) -> Any:
+    """A deep copy of the arrays of a pytree (torch tensors cloned, JAX arrays kept:
+    they are immutable); other leaves are returned as they are."""
+
+    def copy_leaf(leaf: Any) -> Any:
+        family = _family(leaf)
+        if family == "numpy":
+            return np.array(leaf, copy=True)
+        if family == "torch":
+            return leaf.detach().clone()
+        return leaf
+
+    return tree_map(copy_leaf, tree)
+
+
+def _to_float64(value: Any) -> Any:
+    array = to_numpy(value)
+    if isinstance(array, np.ndarray) and array.dtype.kind == "f":
+        return array.astype(np.float64)
+    if isinstance(array, np.generic) and np.dtype(array.dtype).kind == "f":
+        return np.asarray(array, dtype=np.float64)
+    return array
+
+
+def _negate(value: Any) -> Any:
+    """The negation of a float or floating array (of any family); other values as they are."""
+    if isinstance(value, bool) or isinstance(value, int):
+        return value
+    if isinstance(value, float):
+        return -value
+    family = _family(value)
+    if family is not None:
+        dtype = str(value.dtype)
+        if "float" in dtype:
+            return -value
+        return value
+    if isinstance(value, (dict, list, tuple)):
+        return tree_map(_negate, value)
+    return value
+
+
+def _zeros_like(value: Any) -> Any:
+    if isinstance(value, float):
+        return 0.0
+    family = _family(value)
+    if family == "numpy":
+        return np.zeros_like(value)
+    if family in ("torch", "jax"):
+        return value * 0
+    if isinstance(value, (dict, list, tuple)):
+        return tree_map(_zeros_like, value)
+    return value
+
+
+# --- scenarios ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PrepArgs:
+    """The arguments a runner prepares with, before executing on the scenario's own.
+
+    Attributes:
+        x: the point to prepare at (same family, shape and dtype as the scenario's).
+        tangents: the tangents to prepare with (operators that take tangents).
+        contexts: the contexts to prepare with, same kinds and types.
+
+    Example:
+        >>> import numpy as np
+        >>> from di.testing import PrepArgs
+        >>> PrepArgs(np.zeros(2)).contexts
+        ()
+    """
+
+    x: Any
+    tangents: tuple[Any, ...] | None = None
+    contexts: tuple[Context, ...] = ()
+
+
+@dataclass(frozen=True, init=False, eq=False, repr=False)
+class Scenario:
+    """One operator on one function at one point, with its reference results.
+
+    Args:
+        operator: the operator's name, a key of :data:`OPERATORS` (``"gradient"``,
+            ``"derivative"``, ``"jacobian"``, ``"pushforward"``, ``"pullback"``,
+            ``"hvp"``, ``"hessian"``, ``"second_derivative"``).
+        f: the function, called as ``f(x, *context_values)``.
+        x: the point (an array of any family, a Python float for ``derivative``,
+            or a pytree of arrays).
+        contexts: ``di.Constant`` / ``di.Cache`` wrappers, in ``f``'s order.
+        tangents: a tuple of tangents (``pushforward``, ``hvp``: shaped like
+            ``x``) or cotangents (``pullback``: shaped like ``f(x)``).
+        res1: the first-order reference: the derivative, gradient or jacobian, or
+            the tuple of pushforwards/pullbacks; for ``hvp``, ``hessian`` and
+            ``second_derivative`` the gradient or derivative their combined forms
+            also return.
+        res2: the second-order reference: the hessian, the tuple of HVPs, or the
+            second derivative.
+        name: a readable identifier (default: built from the operator and ``f``).
+        prep_args: what to prepare with; default (see :meth:`preparation`): a
+            zeros-like ``x`` and zeros-like tangents, numeric ``Constant`` values
+            negated, zeros-like ``Cache`` buffers.
+        y: the value ``f(x)`` for the combined forms; default: ``f`` evaluated
+            with NumPy in float64 (``None`` if that fails, and then the value is
+            not checked).
+        tags: labels used to select or skip scenarios (``"float32"``,
+            ``"constant"``, ``"cache"``, ``"pytree"``, ...).
+
+    Raises:
+        ValueError: unknown operator, or tangents missing for an operator that
+            needs them.
+
+    Example:
+        >>> import numpy as np, di
+        >>> from di.testing import Scenario
+        >>> s = Scenario("gradient", lambda x: (x * x).sum(), np.array([1.0, 2.0]),
+        ...              res1=np.array([2.0, 4.0]))
+        >>> s.name, float(s.y)
+        ('gradient/<lambda>', 5.0)
+    """
+
+    operator: str
+    f: Callable[..., Any]
+    x: Any
+    contexts: tuple[Context, ...] = ()
+    tangents: tuple[Any, ...] | None = None
+    res1: Any = None
+    res2: Any = None
+    name: str = ""
+    prep_args: PrepArgs | None = None
+    y: Any = field(default=None)
+    tags: frozenset[str] = frozenset()
+
+    def __init__(
+        self,
+        operator: str,
+        f: Callable[..., Any],
+        x: Any,
+        *,
+        contexts: Sequence[Context] = (),
+        tangents: Sequence[Any] | None = None,
+        res1: Any = None,
+        res2: Any = None,
+        name: str | None = None,
+        prep_args: PrepArgs | None = None,
+        y: Any = None,
+        tags: Iterable[str] = (),
+    ) -> None:
+        if operator not in OPERATORS:
+            raise ValueError(f"unknown operator {operator!r}; known: {', '.join(OPERATORS)}")
+        spec = OPERATORS[operator]
+        if spec.takes_tangents and tangents is None:
+            raise ValueError(f"a {operator} scenario needs tangents (a tuple of arrays)")
+        for context in contexts:
+            if not isinstance(context, Context):
+                raise TypeError(f"contexts must be di.Constant or di.Cache, not {type(context).__name__}")
+        set_ = object.__setattr__
+        set_(self, "operator", operator)
+        set_(self, "f", f)
+        set_(self, "x", x)
+        set_(self, "contexts", tuple(contexts))
+        set_(self, "tangents", None if tangents is None else tuple(tangents))
+        set_(self, "res1", res1)
+        set_(self, "res2", res2)
+        set_(self, "name", name or f"{operator}/{getattr(f, '__name__', type(f).__name__)}")
+        set_(self, "prep_args", prep_args)
+        set_(self, "tags", frozenset(tags))
+        set_(self, "y", y if y is not None else _evaluate_in_float64(f, x, self.contexts))
+
+    def __repr__(self) -> str:
+        return f"Scenario({self.name!r})"
+
+    @property
+    def spec(self) -> OperatorSpec:
+        """The :class:`OperatorSpec` of this scenario's operator."""
+        return OPERATORS[self.operator]
+
+    @property
+    def is_pytree(self) -> bool:
+        """Whether ``x`` is a pytree (dict, list or tuple) rather than one array."""
+        return isinstance(self.x, (dict, list, tuple))
+
+    def reference(self, which: str) -> Any:
+        """The reference named ``"y"``, ``"res1"`` or ``"res2"``."""
+        return {"y": self.y, "res1": self.res1, "res2": self.res2}[which]
+
+    def preparation(self) -> PrepArgs:
+        """The arguments to prepare with: ``prep_args`` or the default.
+
+        The default is a zeros-like ``x``, zeros-like tangents, every numeric
+        ``Constant`` negated (ints, strings and other static values kept) and
+        every ``Cache`` replaced by a zeros-like buffer, so a prep that kept the
+        values it was made with gives wrong answers.
+
+        Returns:
+            A :class:`PrepArgs`.
+        """
+        if self.prep_args is not None:
+            return self.prep_args
+        contexts: list[Context] = []
+        for context in self.contexts:
+            if isinstance(context, Constant):
+                contexts.append(Constant(_negate(context.value), static=context.static))
+            elif isinstance(context, Cache):
+                contexts.append(Cache(_zeros_like(context.value)))
+            else:  # pragma: no cover - a third-party context kind
+                contexts.append(context)
+        tangents = None if self.tangents is None else tuple(_zeros_like(t) for t in self.tangents)
+        return PrepArgs(_zeros_like(self.x), tangents, tuple(contexts))
+
+    def with_family(self, family: str) -> Scenario:
+        """The same scenario with ``x``, tangents and array contexts in another family.
+
+        References stay NumPy arrays (the runners compare in NumPy). The engine
+        is imported here, so only call this for an installed family.
+
+        Args:
+            family: ``"numpy"``, ``"torch"`` or ``"jax"``.
+
+        Returns:
+            A new :class:`Scenario` named ``<name>/<family>``, or this one for ``"numpy"``.
+
+        Raises:
+            ValueError: unknown family.
+        """
+        if family == "numpy":
+            return self
+        convert = _family_converter(family)
+
+        def convert_context(context: Context) -> Context:
+            if isinstance(context, Constant):
+                return Constant(tree_map(convert, context.value), static=context.static)
+            return type(context)(tree_map(convert, context.value))
+
+        return replace_scenario(
+            self,
+            x=tree_map(convert, self.x),
+            contexts=tuple(convert_context(c) for c in self.contexts),
+            tangents=None if self.tangents is None else tuple(tree_map(convert, t) for t in self.tangents),
+            name=f"{self.name}/{family}",
+            tags=self.tags | {family},
+            prep_args=None,
+        )
+
+
+def replace_scenario(scenario: Scenario, **changes: Any) -> Scenario:
+    """A copy of ``scenario`` with some fields changed (``dataclasses.replace`` for
+    :class:`Scenario`, whose constructor is keyword-only after ``x``).
+
+    Args:
+        scenario: the scenario to copy.
+        **changes: new values of fields (``operator``, ``f``, ``x``, ``contexts``,
+            ``tangents``, ``res1``, ``res2``, ``name``, ``prep_args``, ``y``, ``tags``).
+
+    Returns:
+        The new :class:`Scenario`.
+
+    Example:
+        >>> import numpy as np
+        >>> from di.testing import Scenario, replace_scenario
+        >>> s = Scenario("gradient", lambda x: (x * x).sum(), np.ones(2), res1=2 * np.ones(2))
+        >>> replace_scenario(s, name="wrong", res1=np.zeros(2)).name
+        'wrong'
+    """
+    fields = {
+        "contexts": scenario.contexts,
+        "tangents": scenario.tangents,
+        "res1": scenario.res1,
+        "res2": scenario.res2,
+        "name": scenario.name,
+        "prep_args": scenario.prep_args,
+        "y": scenario.y,
+        "tags": scenario.tags,
+    }
+    operator = changes.pop("operator", scenario.operator)
+    f = changes.pop("f", scenario.f)
+    x = changes.pop("x", scenario.x)
+    fields.update(changes)
+    return Scenario(operator, f, x, **fields)
+
+
+def _family_converter(family: str) -> Callable[[Any], Any]:
+    if family == "torch":
+        import torch
+
+        def to_torch(value: Any) -> Any:
+            if isinstance(value, np.ndarray):
+                return torch.from_numpy(np.array(value, copy=True))
+            return value
+
+        return to_torch
+    if family == "jax":
+        import jax
+        import jax.numpy as jnp
+
+        def to_jax(value: Any) -> Any:
+            if isinstance(value, np.ndarray):
+                with jax.enable_x64(value.dtype.itemsize == 8):
+                    return jnp.asarray(value)
+            return value
+
+        return to_jax
+    raise ValueError(f"unknown array family {family!r}: use 'numpy', 'torch' or 'jax'")
+
+
+def _evaluate_in_float64(f: Callable[..., Any], x: Any, contexts: Sequence[Context]) -> Any:
+    """``f`` evaluated with NumPy float64 copies of every array, or ``None`` if it fails."""
+    try:
+        x64 = tree_map(_to_float64, x)
+        if isinstance(x, float):
+            x64 = np.asarray(x, dtype=np.float64)
+        values = [tree_map(_to_float64, copy_tree(c.value)) for c in contexts]
+        with np.errstate(all="ignore"):
+            y = f(x64, *values)
+        return np.array(to_numpy(y), dtype=np.float64, copy=True)
+    except Exception:
+        return None
+
+
+# --- the functions, written once with the array API --------------------------------------
+
+
+def _xp(x: Any) -> Any:
+    import array_api_compat
+
+    return array_api_compat.array_namespace(x)
+
+
+def _store(buf: Any, value: Any) -> Any:
+    """Write ``value`` into the cache ``buf`` and return the buffer to read from.
+
+    JAX arrays are immutable, so there (and under ``jax.jit``) the value itself
+    is returned, as di documents for ``Cache`` on JAX: build new arrays.
+    """
+    import array_api_compat
+
+    if array_api_compat.is_jax_array(buf):
+        return value
+    buf[...] = value
+    return buf
+
+
+def sum_sin(x: Any) -> Any:
+    """``sum(sin(x) * x)``."""
+    xp = _xp(x)
+    return xp.sum(xp.sin(x) * x)
+
+
+def quadratic(x: Any, a: Any) -> Any:
+    """``x . (A x) / 2`` for a ``Constant`` matrix ``A`` (not symmetric)."""
+    xp = _xp(x)
+    return xp.sum(x * (a @ x)) / 2
+
+
+def weighted_exp(x: Any, w: Any, scale: float) -> Any:
+    """``sum(w * exp(scale * x))`` for a ``Constant`` vector ``w`` and float ``scale``."""
+    xp = _xp(x)
+    return xp.sum(w * xp.exp(scale * x))
+
+
+def rosenbrock(x: Any) -> Any:
+    """The Rosenbrock function ``sum(100 (x[i+1] - x[i]^2)^2 + (1 - x[i])^2)``."""
+    xp = _xp(x)
+    return xp.sum(100 * (x[1:] - x[:-1] ** 2) ** 2 + (1 - x[:-1]) ** 2)
+
+
+def sum_tanh_squared(x: Any) -> Any:
+    """``sum(tanh(x)^2)``, for a matrix ``x``."""
+    xp = _xp(x)
+    return xp.sum(xp.tanh(x) ** 2)
+
+
+def cached_sum(x: Any, buf: Any) -> Any:
+    """``sum(x^2 sin x)``, with ``x^2`` written into the ``Cache`` ``buf`` first."""
+    xp = _xp(x)
+    squares = _store(buf, x * x)
+    return xp.sum(squares * xp.sin(x))
+
+
+def square_exp(x: Any) -> Any:
+    """``x^2 exp(x)`` for a 0-d ``x``."""
+    xp = _xp(x)
+    return x**2 * xp.exp(x)
+
+
+def pytree_sum(x: Any) -> Any:
+    """``sum(a^2) + a[0] * sum(sin b)`` for ``x = {"a": vector, "b": matrix}``."""
+    a, b = x["a"], x["b"]
+    xp = _xp(a)
+    return xp.sum(a**2) + a[0] * xp.sum(xp.sin(b))
+
+
+def sin_exp(x: Any) -> Any:
+    """``sin(x) exp(x)`` for a scalar ``x``."""
+    xp = _xp(x)
+    return xp.sin(x) * xp.exp(x)
+
+
+def scalar_to_vector(x: Any, c: float) -> Any:
+    """``[sin(c x), x^3, exp(-x)]`` for a scalar ``x`` and a float ``Constant`` ``c``."""
+    xp = _xp(x)
+    return xp.stack([xp.sin(c * x), x**3, xp.exp(-x)])
+
+
+def scalar_to_matrix(x: Any, m: Any, n: Any) -> Any:
+    """``sin(x) M + x^2 N`` for a scalar ``x`` and ``Constant`` matrices ``M``, ``N``."""
+    xp = _xp(x)
+    return xp.sin(x) * m + x**2 * n
+
+
+def cached_scalar_to_vector(x: Any, w: Any, buf: Any) -> Any:
+    """``sin(w x)``, with ``w x`` written into the ``Cache`` ``buf`` first."""
+    xp = _xp(x)
+    scaled = _store(buf, w * x)
+    return xp.sin(scaled)
+
+
+def cubic_polynomial(x: Any) -> Any:
+    """``x^3 - 2 x``: plain operators only, so it also runs on Python floats."""
+    return x**3 - 2 * x
+
+
+def sin_times_x(x: Any) -> Any:
+    """``sin(x) * x``, elementwise."""
+    xp = _xp(x)
+    return xp.sin(x) * x
+
+
+def tanh_linear(x: Any, a: Any) -> Any:
+    """``tanh(A x)`` for a ``Constant`` matrix ``A``."""
+    xp = _xp(x)
+    return xp.tanh(a @ x)
+
+
+def exp_linear(x: Any, b: Any) -> Any:
+    """``exp(B x)`` for a ``Constant`` matrix ``B`` (more outputs than inputs)."""
+    xp = _xp(x)
+    return xp.exp(b @ x)
+
+
+def matrix_product(x: Any, b: Any) -> Any:
+    """``x @ B`` for a matrix ``x`` and a ``Constant`` matrix ``B``."""
+    return x @ b
+
+
+def cached_cube(x: Any, buf: Any) -> Any:
+    """``x^3``, with ``x^2`` written into the ``Cache`` ``buf`` first."""
+    squares = _store(buf, x * x)
+    return squares * x
+
+
+def sum_squares(x: Any) -> Any:
+    """``sum(x^2)``: a scalar output, for operators that accept any output."""
+    xp = _xp(x)
+    return xp.sum(x**2)
+
+
+def linear_of_squares(x: Any, a: Any) -> Any:
+    """``A (x^2)`` for a ``Constant`` matrix ``A``."""
+    return a @ (x**2)
+
+
+def sum_exp(x: Any) -> Any:
+    """``sum(exp(x))``."""
+    xp = _xp(x)
+    return xp.sum(xp.exp(x))
+
+
+def tanh(x: Any) -> Any:
+    """``tanh(x)``, elementwise."""
+    xp = _xp(x)
+    return xp.tanh(x)
+
+
+def scaled_sum_squares(x: Any, c: float) -> Any:
+    """``c sum(x^2)`` for a float ``Constant`` ``c``."""
+    xp = _xp(x)
+    return c * xp.sum(x**2)
+
+
+# --- analytic references (NumPy, float64) --------------------------------------------------
+
+
+def _diag_tensor(values: np.ndarray) -> np.ndarray:
+    """The ``x.shape + x.shape`` tensor with ``values`` on its diagonal."""
+    n = values.size
+    return (np.eye(n) * values.reshape(-1)).reshape(values.shape + values.shape)
+
+
+def _sum_sin_grad(x: np.ndarray) -> np.ndarray:
+    return np.cos(x) * x + np.sin(x)
+
+
+def _sum_sin_hess(x: np.ndarray) -> np.ndarray:
+    return _diag_tensor(2 * np.cos(x) - x * np.sin(x))
+
+
+def _rosenbrock_grad(x: np.ndarray) -> np.ndarray:
+    g = np.zeros_like(x)
+    g[:-1] += -400 * x[:-1] * (x[1:] - x[:-1] ** 2) - 2 * (1 - x[:-1])
+    g[1:] += 200 * (x[1:] - x[:-1] ** 2)
+    return g
+
+
+def _rosenbrock_hess(x: np.ndarray) -> np.ndarray:
+    n = x.size
+    h = np.zeros((n, n))
+    for i in range(n - 1):
+        h[i, i] += 1200 * x[i] ** 2 - 400 * x[i + 1] + 2
+        h[i + 1, i + 1] += 200
+        h[i, i + 1] = h[i + 1, i] = -400 * x[i]
+    return h
+
+
+def _cached_sum_grad(x: np.ndarray) -> np.ndarray:
+    return 2 * x * np.sin(x) + x**2 * np.cos(x)
+
+
+def _cached_sum_hess(x: np.ndarray) -> np.ndarray:
+    return _diag_tensor(2 * np.sin(x) + 4 * x * np.cos(x) - x**2 * np.sin(x))
+
+
+def _tanh2_grad(x: np.ndarray) -> np.ndarray:
+    t = np.tanh(x)
+    return 2 * t * (1 - t**2)
+
+
+def _tanh2_hess(x: np.ndarray) -> np.ndarray:
+    t = np.tanh(x)
+    return _diag_tensor(2 * (1 - t**2) * (1 - 3 * t**2))
+
+
+def _rounded(values: np.ndarray, dtype: Any) -> tuple[np.ndarray, np.ndarray]:
+    """``values`` in ``dtype`` (what the scenario holds) and that back in float64
+    (where the references are computed, so they are exact for the stored point)."""
+    stored = np.asarray(values, dtype=dtype)
+    return stored, stored.astype(np.float64)
+
+
+_SUFFIX = {np.float64: "f64", np.float32: "f32"}
+
+
+def _first_order_scenarios(rng: np.random.Generator, dtype: Any) -> list[Scenario]:
+    """Gradient, derivative, jacobian, pushforward and pullback scenarios in ``dtype``."""
+    sfx = _SUFFIX[dtype]
+    tag = {"float64" if dtype is np.float64 else "float32"}
+    out: list[Scenario] = []
+
+    def vec(n: int, low: float = -1.0, high: float = 1.0) -> tuple[np.ndarray, np.ndarray]:
+        return _rounded(rng.uniform(low, high, n), dtype)
+
+    def mat(shape: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray]:
+        return _rounded(rng.uniform(-1, 1, shape), dtype)
+
+    # gradient
+    x, x64 = vec(5)
+    out.append(Scenario("gradient", sum_sin, x, res1=_sum_sin_grad(x64), name=f"gradient/sum_sin/{sfx}", tags=tag))
+    x, x64 = vec(5)
+    a, a64 = mat((5, 5))
+    out.append(
+        Scenario(
+            "gradient",
+            quadratic,
+            x,
+            contexts=(Constant(a),),
+            res1=(a64 + a64.T) @ x64 / 2,
+            name=f"gradient/quadratic_constant/{sfx}",
+            tags=tag | {"constant"},
+        )  # fmt: skip
+    )
+    x, x64 = vec(4)
+    out.append(
+        Scenario("gradient", rosenbrock, x, res1=_rosenbrock_grad(x64), name=f"gradient/rosenbrock/{sfx}", tags=tag)
+    )
+    # derivative (scalar x)
+    x, x64 = _rounded(np.asarray(rng.uniform(-1, 1)), dtype)
+    e = np.exp(x64)
+    out.append(
+        Scenario(
+            "derivative", sin_exp, x, res1=(np.cos(x64) + np.sin(x64)) * e, name=f"derivative/sin_exp/{sfx}", tags=tag
+        )  # fmt: skip
+    )
+    c = 1.5
+    out.append(
+        Scenario(
+            "derivative",
+            scalar_to_vector,
+            x,
+            contexts=(Constant(c),),
+            res1=np.array([c * np.cos(c * x64), 3 * x64**2, -np.exp(-x64)]),
+            name=f"derivative/scalar_to_vector_constant/{sfx}",
+            tags=tag | {"constant"},
+        )  # fmt: skip
+    )
+    # jacobian
+    x, x64 = vec(4)
+    out.append(
+        Scenario(
+            "jacobian", sin_times_x, x, res1=np.diag(_sum_sin_grad(x64)), name=f"jacobian/sin_times_x/{sfx}", tags=tag
+        )  # fmt: skip
+    )
+    x, x64 = vec(5)
+    a, a64 = mat((3, 5))
+    t = np.tanh(a64 @ x64)
+    out.append(
+        Scenario(
+            "jacobian",
+            tanh_linear,
+            x,
+            contexts=(Constant(a),),
+            res1=(1 - t**2)[:, None] * a64,
+            name=f"jacobian/tanh_linear_wide/{sfx}",
+            tags=tag | {"constant"},
+        )  # fmt: skip
+    )
+    # pushforward
+    x, x64 = vec(4)
+    a, a64 = mat((3, 4))
+    tx = [vec(4) for _ in range(3)]
+    out.append(
+        Scenario(
+            "pushforward",
+            linear_of_squares,
+            x,
+            contexts=(Constant(a),),
+            tangents=tuple(t for t, _ in tx),
+            res1=tuple(a64 @ (2 * x64 * t64) for _, t64 in tx),
+            name=f"pushforward/linear_of_squares_batched/{sfx}",
+            tags=tag | {"constant"},
+        )  # fmt: skip
+    )
+    # pullback
+    x, x64 = vec(5)
+    a, a64 = mat((3, 5))
+    t = np.tanh(a64 @ x64)
+    ty = [vec(3) for _ in range(2)]
+    out.append(
+        Scenario(
+            "pullback",
+            tanh_linear,
+            x,
+            contexts=(Constant(a),),
+            tangents=tuple(w for w, _ in ty),
+            res1=tuple(a64.T @ ((1 - t**2) * w64) for _, w64 in ty),
+            name=f"pullback/tanh_linear_batched/{sfx}",
+            tags=tag | {"constant"},
+        )  # fmt: skip
+    )
+    return out
+
+
+def _second_order_scenarios(rng: np.random.Generator, dtype: Any) -> list[Scenario]:
+    """hvp, hessian and second-derivative scenarios in ``dtype``."""
+    sfx = _SUFFIX[dtype]
+    tag = {"float64" if dtype is np.float64 else "float32"}
+    out: list[Scenario] = []
+
+    def vec(n: int) -> tuple[np.ndarray, np.ndarray]:
+        return _rounded(rng.uniform(-1, 1, n), dtype)
+
+    x, x64 = vec(5)
+    v, v64 = vec(5)
+    out.append(
+        Scenario(
+            "hvp",
+            sum_sin,
+            x,
+            tangents=(v,),
+            res1=_sum_sin_grad(x64),
+            res2=(_sum_sin_hess(x64) @ v64,),
+            name=f"hvp/sum_sin/{sfx}",
+            tags=tag,
+        )  # fmt: skip
+    )
+    x, x64 = vec(4)
+    out.append(
+        Scenario(
+            "hessian",
+            rosenbrock,
+            x,
+            res1=_rosenbrock_grad(x64),
+            res2=_rosenbrock_hess(x64),
+            name=f"hessian/rosenbrock/{sfx}",
+            tags=tag,
+        )  # fmt: skip
+    )
+    x, x64 = vec(5)
+    out.append(
+        Scenario(
+            "hessian",
+            sum_sin,
+            x,
+            res1=_sum_sin_grad(x64),
+            res2=_sum_sin_hess(x64),
+            name=f"hessian/sum_sin/{sfx}",
+            tags=tag,
+        )  # fmt: skip
+    )
+    x, x64 = _rounded(np.asarray(rng.uniform(-1, 1)), dtype)
+    e = np.exp(x64)
+    out.append(
+        Scenario(
+            "second_derivative",
+            sin_exp,
+            x,
+            res1=(np.cos(x64) + np.sin(x64)) * e,
+            res2=2 * np.cos(x64) * e,
+            name=f"second_derivative/sin_exp/{sfx}",
+            tags=tag,
+        )  # fmt: skip
+    )
+    return out
+
+
+def _float64_only_scenarios(rng: np.random.Generator) -> list[Scenario]:
+    """Scenarios with caches, matrices, 0-d and 1-element points, Python floats: float64."""
+    tag = {"float64"}
+    out: list[Scenario] = []
+
+    def vec(n: int, low: float = -1.0, high: float = 1.0) -> np.ndarray:
+        return rng.uniform(low, high, n)
+
+    def mat(shape: tuple[int, ...]) -> np.ndarray:
+        return rng.uniform(-1, 1, shape)
+
+    # --- gradient
+    x, w, scale = vec(5), vec(5, 0.5, 1.5), 0.7
+    out.append(
+        Scenario(
+            "gradient",
+            weighted_exp,
+            x,
+            contexts=(Constant(w), Constant(scale)),
+            res1=w * scale * np.exp(scale * x),
+            name="gradient/weighted_exp_constants/f64",
+            tags=tag | {"constant"},
+        )  # fmt: skip
+    )
+    x = mat((2, 3))
+    out.append(
+        Scenario(
+            "gradient", sum_tanh_squared, x, res1=_tanh2_grad(x), name="gradient/matrix_tanh/f64", tags=tag | {"matrix"}
+        )  # fmt: skip
+    )
+    x = vec(5)
+    out.append(
+        Scenario(
+            "gradient",
+            cached_sum,
+            x,
+            contexts=(Cache(np.full(5, np.nan)),),
+            res1=_cached_sum_grad(x),
+            name="gradient/cached_sum/f64",
+            tags=tag | {"cache"},
+        )  # fmt: skip
+    )
+    x = np.asarray(0.3)
+    out.append(
+        Scenario(
+            "gradient",
+            square_exp,
+            x,
+            res1=(2 * x + x**2) * np.exp(x),
+            name="gradient/square_exp_0d/f64",
+            tags=tag | {"0d"},
+        )  # fmt: skip
+    )
+    x = vec(1)
+    out.append(
+        Scenario(
+            "gradient", sum_sin, x, res1=_sum_sin_grad(x), name="gradient/sum_sin_1elem/f64", tags=tag | {"1elem"}
+        )  # fmt: skip
+    )
+    # --- derivative
+    x = np.asarray(0.4)
+    m, n = mat((2, 2)), mat((2, 2))
+    out.append(
+        Scenario(
+            "derivative",
+            scalar_to_matrix,
+            x,
+            contexts=(Constant(m), Constant(n)),
+            res1=np.cos(x) * m + 2 * x * n,
+            name="derivative/scalar_to_matrix_constants/f64",
+            tags=tag | {"constant", "matrix"},
+        )  # fmt: skip
+    )
+    w = vec(3, 0.5, 2.0)
+    out.append(
+        Scenario(
+            "derivative",
+            cached_scalar_to_vector,
+            x,
+            contexts=(Constant(w), Cache(np.full(3, np.nan))),
+            res1=w * np.cos(w * x),
+            name="derivative/cached_scalar_to_vector/f64",
+            tags=tag | {"constant", "cache"},
+        )  # fmt: skip
+    )
+    out.append(
+        Scenario(
+            "derivative",
+            cubic_polynomial,
+            0.7,
+            res1=np.asarray(3 * 0.7**2 - 2),
+            name="derivative/cubic_python_float/f64",
+            tags=tag | {"python-float"},
+        )  # fmt: skip
+    )
+    # --- jacobian
+    x = vec(2)
+    b = mat((6, 2))
+    out.append(
+        Scenario(
+            "jacobian",
+            exp_linear,
+            x,
+            contexts=(Constant(b),),
+            res1=np.exp(b @ x)[:, None] * b,
+            name="jacobian/exp_linear_tall/f64",
+            tags=tag | {"constant"},
+        )  # fmt: skip
+    )
+    x, b = mat((2, 3)), mat((3, 2))
+    jac = np.einsum("ik,lj->ijkl", np.eye(2), b)  # d(x @ B)[i, j] / dx[k, l] = delta_ik B[l, j]
+    out.append(
+        Scenario(
+            "jacobian",
+            matrix_product,
+            x,
+            contexts=(Constant(b),),
+            res1=jac,
+            name="jacobian/matrix_product/f64",
+            tags=tag | {"constant", "matrix"},
+        )  # fmt: skip
+    )
+    x = vec(4)
+    out.append(
+        Scenario(
+            "jacobian",
+            cached_cube,
+            x,
+            contexts=(Cache(np.full(4, np.nan)),),
+            res1=np.diag(3 * x**2),
+            name="jacobian/cached_cube/f64",
+            tags=tag | {"cache"},
+        )  # fmt: skip
+    )
+    x = vec(3)
+    out.append(
+        Scenario(
+            "jacobian", sum_squares, x, res1=2 * x, name="jacobian/scalar_output/f64", tags=tag | {"scalar-output"}
+        )  # fmt: skip
+    )
+    # --- pushforward
+    x, v = vec(4), vec(4)
+    out.append(
+        Scenario(
+            "pushforward",
+            sin_times_x,
+            x,
+            tangents=(v,),
+            res1=(_sum_sin_grad(x) * v,),
+            name="pushforward/sin_times_x/f64",
+            tags=tag,
+        )  # fmt: skip
+    )
+    x, v1, v2 = vec(4), vec(4), vec(4)
+    out.append(
+        Scenario(
+            "pushforward",
+            sum_exp,
+            x,
+            tangents=(v1, v2),
+            res1=(np.asarray(np.exp(x) @ v1), np.asarray(np.exp(x) @ v2)),
+            name="pushforward/scalar_output_batched/f64",
+            tags=tag | {"scalar-output"},
+        )  # fmt: skip
+    )
+    x, v = mat((2, 3)), mat((2, 3))
+    out.append(
+        Scenario(
+            "pushforward",
+            tanh,
+            x,
+            tangents=(v,),
+            res1=((1 - np.tanh(x) ** 2) * v,),
+            name="pushforward/matrix_tanh/f64",
+            tags=tag | {"matrix"},
+        )  # fmt: skip
+    )
+    x, v = vec(4), vec(4)
+    out.append(
+        Scenario(
+            "pushforward",
+            cached_cube,
+            x,
+            contexts=(Cache(np.full(4, np.nan)),),
+            tangents=(v,),
+            res1=(3 * x**2 * v,),
+            name="pushforward/cached_cube/f64",
+            tags=tag | {"cache"},
+        )  # fmt: skip
+    )
+    # --- pullback
+    x, w = vec(4), vec(4)
+    out.append(
+        Scenario(
+            "pullback",
+            sin_times_x,
+            x,
+            tangents=(w,),
+            res1=(_sum_sin_grad(x) * w,),
+            name="pullback/sin_times_x/f64",
+            tags=tag,
+        )  # fmt: skip
+    )
+    x, c = vec(4), 1.3
+    out.append(
+        Scenario(
+            "pullback",
+            scaled_sum_squares,
+            x,
+            contexts=(Constant(c),),
+            tangents=(np.asarray(2.0),),
+            res1=(2.0 * 2 * c * x,),
+            name="pullback/scalar_output_constant/f64",
+            tags=tag | {"constant", "scalar-output"},
+        )  # fmt: skip
+    )
+    x, b, w = mat((2, 3)), mat((3, 2)), mat((2, 2))
+    out.append(
+        Scenario(
+            "pullback",
+            matrix_product,
+            x,
+            contexts=(Constant(b),),
+            tangents=(w,),
+            res1=(w @ b.T,),
+            name="pullback/matrix_product/f64",
+            tags=tag | {"constant", "matrix"},
+        )  # fmt: skip
+    )
+    x, w = vec(4), vec(4)
+    out.append(
+        Scenario(
+            "pullback",
+            cached_cube,
+            x,
+            contexts=(Cache(np.full(4, np.nan)),),
+            tangents=(w,),
+            res1=(3 * x**2 * w,),
+            name="pullback/cached_cube/f64",
+            tags=tag | {"cache"},
+        )  # fmt: skip
+    )
+    # --- hvp
+    x, a = vec(5), mat((5, 5))
+    sym = (a + a.T) / 2
+    v1, v2 = vec(5), vec(5)
+    out.append(
+        Scenario(
+            "hvp",
+            quadratic,
+            x,
+            contexts=(Constant(a),),
+            tangents=(v1, v2),
+            res1=sym @ x,
+            res2=(sym @ v1, sym @ v2),
+            name="hvp/quadratic_constant_batched/f64",
+            tags=tag | {"constant"},
+        )  # fmt: skip
+    )
+    x, v = vec(5), vec(5)
+    out.append(
+        Scenario(
+            "hvp",
+            cached_sum,
+            x,
+            contexts=(Cache(np.full(5, np.nan)),),
+            tangents=(v,),
+            res1=_cached_sum_grad(x),
+            res2=(_cached_sum_hess(x) @ v,),
+            name="hvp/cached_sum/f64",
+            tags=tag | {"cache"},
+        )  # fmt: skip
+    )
+    x, w, scale, v = vec(5), vec(5, 0.5, 1.5), 0.7, vec(5)
+    out.append(
+        Scenario(
+            "hvp",
+            weighted_exp,
+            x,
+            contexts=(Constant(w), Constant(scale)),
+            tangents=(v,),
+            res1=w * scale * np.exp(scale * x),
+            res2=(w * scale**2 * np.exp(scale * x) * v,),
+            name="hvp/weighted_exp_constants/f64",
+            tags=tag | {"constant"},
+        )  # fmt: skip
+    )
+    # --- hessian
+    x, a = vec(4), mat((4, 4))
+    out.append(
+        Scenario(
+            "hessian",
+            quadratic,
+            x,
+            contexts=(Constant(a),),
+            res1=(a + a.T) @ x / 2,
+            res2=(a + a.T) / 2,
+            name="hessian/quadratic_constant/f64",
+            tags=tag | {"constant"},
+        )  # fmt: skip
+    )
+    x = mat((2, 3))
+    out.append(
+        Scenario(
+            "hessian",
+            sum_tanh_squared,
+            x,
+            res1=_tanh2_grad(x),
+            res2=_tanh2_hess(x),
+            name="hessian/matrix_tanh/f64",
+            tags=tag | {"matrix"},
+        )  # fmt: skip
+    )
+    x = vec(4)
+    out.append(
+        Scenario(
+            "hessian",
+            cached_sum,
+            x,
+            contexts=(Cache(np.full(4, np.nan)),),
+            res1=_cached_sum_grad(x),
+            res2=_cached_sum_hess(x),
+            name="hessian/cached_sum/f64",
+            tags=tag | {"cache"},
+        )  # fmt: skip
+    )
+    # --- second derivative
+    x, c = np.asarray(-0.6), 1.5
+    out.append(
+        Scenario(
+            "second_derivative",
+            scalar_to_vector,
+            x,
+            contexts=(Constant(c),),
+            res1=np.array([c * np.cos(c * x), 3 * x**2, -np.exp(-x)]),
+            res2=np.array([-(c**2) * np.sin(c * x), 6 * x, np.exp(-x)]),
+            name="second_derivative/scalar_to_vector_constant/f64",
+            tags=tag | {"constant"},
+        )  # fmt: skip
+    )
+    m, n = mat((2, 2)), mat((2, 2))
+    out.append(
+        Scenario(
+            "second_derivative",
+            scalar_to_matrix,
+            x,
+            contexts=(Constant(m), Constant(n)),
+            res1=np.cos(x) * m + 2 * x * n,
+            res2=-np.sin(x) * m + 2 * n,
+            name="second_derivative/scalar_to_matrix_constants/f64",
+            tags=tag | {"constant", "matrix"},
+        )  # fmt: skip
+    )
+    w = vec(3, 0.5, 2.0)
+    out.append(
+        Scenario(
+            "second_derivative",
+            cached_scalar_to_vector,
+            x,
+            contexts=(Constant(w), Cache(np.full(3, np.nan))),
+            res1=w * np.cos(w * x),
+            res2=-(w**2) * np.sin(w * x),
+            name="second_derivative/cached_scalar_to_vector/f64",
+            tags=tag | {"constant", "cache"},
+        )  # fmt: skip
+    )
+    out.append(
+        Scenario(
+            "second_derivative",
+            cubic_polynomial,
+            -0.3,
+            res1=np.asarray(3 * 0.09 - 2),
+            res2=np.asarray(-1.8),
+            name="second_derivative/cubic_python_float/f64",
+            tags=tag | {"python-float"},
+        )  # fmt: skip
+    )
+    return out
+
+
+def _pytree_scenarios(rng: np.random.Generator) -> list[Scenario]:
+    """Gradients with respect to a dict of arrays (tagged ``"pytree"``)."""
+    out: list[Scenario] = []
+    for dtype in (np.float64, np.float32):
+        a, a64 = _rounded(rng.uniform(-1, 1, 3), dtype)
+        b, b64 = _rounded(rng.uniform(-1, 1, (2, 2)), dtype)
+        ga = 2 * a64
+        ga[0] += np.sin(b64).sum()
+        out.append(
+            Scenario(
+                "gradient",
+                pytree_sum,
+                {"a": a, "b": b},
+                res1={"a": ga, "b": a64[0] * np.cos(b64)},
+                name=f"gradient/pytree_dict/{_SUFFIX[dtype]}",
+                tags={"pytree", "float64" if dtype is np.float64 else "float32"},
+            )  # fmt: skip
+        )
+    return out
+
+
+def default_scenarios(
+    *,
+    operators: Iterable[str] | None = None,
+    include_pytrees: bool = True,
+    families: Sequence[str] = ("numpy",),
+    seed: int = 0,
+) -> list[Scenario]:
+    """The built-in scenarios: every operator, float32 and float64, contexts, shapes.
+
+    They cover every operator of :data:`OPERATORS`; ``Constant`` arrays and
+    floats; ``Cache`` buffers (filled with NaN: ``f`` must overwrite them) written
+    with ``buf[...] = ...``; scalar, vector and matrix outputs; matrix, 0-d,
+    1-element and Python-float inputs; and gradients with respect to a dict of
+    arrays (tagged ``"pytree"``). Every reference is analytic. Inputs are small,
+    so the whole set runs in seconds per backend.
+
+    Args:
+        operators: keep only these operators (default: all).
+        include_pytrees: include the ``"pytree"`` scenarios.
+        families: array families of ``x`` (``"numpy"``, ``"torch"``, ``"jax"``);
+            each scenario is repeated per family (non-numpy ones import their engine).
+        seed: seed of the random points.
+
+    Returns:
+        A list of :class:`Scenario`.
+
+    Raises:
+        ValueError: an unknown operator or family.
+
+    Example:
+        >>> from di.testing import default_scenarios
+        >>> scenarios = default_scenarios()
+        >>> len(scenarios) >= 30, sorted({s.operator for s in scenarios})[:3]
+        (True, ['derivative', 'gradient', 'hessian'])
+    """
+    rng = np.random.default_rng(seed)
+    scenarios: list[Scenario] = []
+    for dtype in (np.float64, np.float32):
+        scenarios += _first_order_scenarios(rng, dtype)
+        scenarios += _second_order_scenarios(rng, dtype)
+    scenarios += _float64_only_scenarios(rng)
+    if include_pytrees:
+        scenarios += _pytree_scenarios(rng)
+    if operators is not None:
+        wanted = set(operators)
+        unknown = wanted - set(OPERATORS)
+        if unknown:
+            raise ValueError(f"unknown operators {sorted(unknown)}; known: {', '.join(OPERATORS)}")
+        scenarios = [s for s in scenarios if s.operator in wanted]
+    order = list(OPERATORS)
+    scenarios.sort(key=lambda s: order.index(s.operator))
+    result: list[Scenario] = []
+    for family in families:
+        for scenario in scenarios:
+            if family != "numpy" and isinstance(scenario.x, float):
+                continue
+            result.append(scenario.with_family(family))
+    return result
