@@ -257,7 +257,7 @@ class TorchAdapter(Adapter):
                 return checked(x, *values)
 
             if len(tx) == 1:
-                y, dy = _func.jvp(fx, (x,), (tx[0],))
+                y, dy = _func.jvp(fx, (x,), (tx[0],))  # type: ignore[misc]
                 return y, (dy,)
             if not tx:
                 return fx(x), ()
@@ -313,7 +313,7 @@ class TorchAdapter(Adapter):
             def value_and_derivative(x: Any) -> Any:
                 return _func.jvp(lambda x: checked(x, *values), (x,), (one,))
 
-            (y, dy), (_, d2y) = _func.jvp(value_and_derivative, (x,), (one,))
+            (y, dy), (_, d2y) = _func.jvp(value_and_derivative, (x,), (one,))  # type: ignore[misc]
             return y, dy, d2y
 
         return self._functional(
@@ -330,7 +330,7 @@ class TorchAdapter(Adapter):
         def core(x: Any, tx: tuple[Any, ...], *values: Any) -> Any:
             grad = _func.grad(lambda x: checked(x, *values))
             if len(tx) == 1:
-                g, hv = _func.jvp(grad, (x,), (tx[0],))
+                g, hv = _func.jvp(grad, (x,), (tx[0],))  # type: ignore[misc]
                 return g, (hv,)
             if not tx:
                 return grad(x), ()
