@@ -16,6 +16,7 @@ from di.backends.selectors import (
     AutoFiniteDiff,
     AutoJAX,
     AutoTorch,
+    SecondOrder,
     available_backends,
     backend,
 )
@@ -64,6 +65,7 @@ __all__ = [
     "Prep",
     "PreparationMismatchError",
     "RecompileWarning",
+    "SecondOrder",
     "UnsupportedContextError",
     "UnsupportedOperatorError",
     "available_backends",

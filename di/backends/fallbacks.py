@@ -234,11 +234,12 @@ def _in_engine(adapter: Adapter, x: Any, contexts: Sequence[Context]) -> tuple[A
 
     with adapter.scope([x, *_values(contexts)])():
         x_engine = converter(family_of(x), adapter.family)(np.asarray(x) if isinstance(x, float) else x)
-        engine_contexts = [_rewrap(c, converter(family_of(c.value), adapter.family)(c.value)) for c in contexts]
+        engine_contexts = [rewrap_context(c, converter(family_of(c.value), adapter.family)(c.value)) for c in contexts]
     return x_engine, engine_contexts
 
 
-def _rewrap(context: Context, value: Any) -> Context:
+def rewrap_context(context: Context, value: Any) -> Context:
+    """The same kind of context (and ``static`` flag) around another value."""
     if isinstance(context, Constant):
         return Constant(value, static=context.static)
     return type(context)(value)

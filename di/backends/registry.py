@@ -10,7 +10,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING
 
-from di.backends.selectors import AbstractBackend, AutoAutograd, AutoFiniteDiff, AutoJAX, AutoTorch
+from di.backends.selectors import AbstractBackend, AutoAutograd, AutoFiniteDiff, AutoJAX, AutoTorch, SecondOrder
 from di.errors import BackendNotInstalledError, InvalidInputError
 
 if TYPE_CHECKING:
@@ -23,6 +23,7 @@ _ADAPTER_PATHS: dict[type[AbstractBackend], str | type[Adapter]] = {
     AutoTorch: "di.backends.torch:TorchAdapter",
     AutoAutograd: "di.backends.autograd:AutogradAdapter",
     AutoFiniteDiff: "di.backends.finitediff:FiniteDiffAdapter",
+    SecondOrder: "di.backends.second_order:SecondOrderAdapter",
 }
 _ADAPTERS: dict[AbstractBackend, Adapter] = {}
 

@@ -19,6 +19,7 @@ __all__ = [
     "AutoFiniteDiff",
     "AutoJAX",
     "AutoTorch",
+    "SecondOrder",
     "available_backends",
     "backend",
 ]
@@ -170,6 +171,35 @@ class AutoFiniteDiff(AbstractBackend):
             raise ValueError(f"AutoFiniteDiff(method={self.method!r}): method must be 'central' or 'forward'")
         if self.step is not None and not self.step > 0:
             raise ValueError(f"AutoFiniteDiff(step={self.step!r}): step must be a positive float")
+
+
+@dataclass(frozen=True)
+class SecondOrder(AbstractBackend):
+    """Second order by differentiating one backend's gradient with another.
+
+    ``hvp`` and ``hessian`` take the ``outer`` backend's pushforward of the
+    ``inner`` backend's gradient; first-order operators use ``inner``. The outer
+    backend must be able to differentiate the inner one's program: finite
+    differences can differentiate anything, JAX can differentiate JAX.
+
+    Args:
+        outer: the backend differentiating the gradient (forward mode is used).
+        inner: the backend computing the gradient.
+
+    Example:
+        >>> import di
+        >>> di.SecondOrder(di.AutoFiniteDiff(), di.AutoJAX())
+        SecondOrder(outer=AutoFiniteDiff(method='central', step=None), inner=AutoJAX(jit=False, mode=None))
+    """
+
+    outer: AbstractBackend = field(default_factory=lambda: AutoFiniteDiff())
+    inner: AbstractBackend = field(default_factory=lambda: AutoFiniteDiff())
+    engine_display: ClassVar[str] = "its two backends"
+
+    @property
+    def is_installed(self) -> bool:
+        """Whether both engines are installed."""
+        return self.outer.is_installed and self.inner.is_installed
 
 
 _BY_NAME: dict[str, type[AbstractBackend]] = {

@@ -1,0 +1,125 @@
+"""``SecondOrder(outer, inner)``: one backend differentiating another's gradient."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from di.backends import fallbacks
+from di.backends.fallbacks import rewrap_context
+from di.backends.protocol import Adapter, Programs
+from di.backends.registry import get_adapter
+from di.backends.selectors import SecondOrder
+from di.contexts import Context
+from di.families import converter, family_of, identity
+
+__all__ = ["SecondOrderAdapter"]
+
+
+class SecondOrderAdapter(Adapter):
+    """Adapter for :class:`di.SecondOrder`.
+
+    ``hvp`` is the outer adapter's pushforward of the inner adapter's gradient
+    program; ``hessian`` stacks hvps of the unit tangents; first-order operators
+    are the inner adapter's. Results are in the outer engine's family (the
+    operator layer converts them to the caller's).
+    """
+
+    def __init__(self, backend: SecondOrder) -> None:  # type: ignore[override]
+        super().__init__(backend)
+        self.outer = get_adapter(backend.outer)
+        self.inner = get_adapter(backend.inner)
+        self.family = self.outer.family  # type: ignore[misc]
+        self.supports_cache = self.inner.supports_cache and self.outer.supports_cache  # type: ignore[misc]
+        self.cache_note = self.inner.cache_note or self.outer.cache_note  # type: ignore[misc]
+
+    def check_contexts(self, contexts: Sequence[Context]) -> None:
+        self.inner.check_contexts(contexts)
+        self.outer.check_contexts(contexts)
+
+    def scope(self, values: Sequence[Any]) -> Any:
+        return self.outer.scope(values)
+
+    def _from_inner(self, programs: Programs) -> Programs:
+        """Inner programs with their results converted to the outer family."""
+        convert = converter(self.inner.family, self.outer.family)
+        if convert is identity:
+            return programs
+
+        def nested(result: Any) -> Any:
+            return tuple(nested(r) for r in result) if isinstance(result, tuple) else convert(result)
+
+        def wrap(program: Callable[..., Any]) -> Callable[..., Any]:
+            return lambda *args: nested(program(*args))
+
+        return {name: wrap(program) for name, program in programs.items()}
+
+    def prepare_value_program(self, f: Callable[..., Any], x: Any, contexts: Sequence[Context]) -> Any:
+        program = self.inner.prepare_value_program(f, x, contexts)
+        return self._from_inner({"value": program})["value"]
+
+    def prepare_pushforward_programs(
+        self, f: Callable[..., Any], x: Any, tx: Sequence[Any], contexts: Sequence[Context]
+    ) -> Programs:
+        return self._from_inner(self.inner.prepare_pushforward_programs(f, x, tx, contexts))
+
+    def prepare_pullback_programs(
+        self, f: Callable[..., Any], x: Any, ty: Sequence[Any], contexts: Sequence[Context]
+    ) -> Programs:
+        return self._from_inner(self.inner.prepare_pullback_programs(f, x, ty, contexts))
+
+    def prepare_gradient_programs(self, f: Callable[..., Any], x: Any, contexts: Sequence[Context]) -> Programs:
+        return self._from_inner(self.inner.prepare_gradient_programs(f, x, contexts))
+
+    def prepare_derivative_programs(self, f: Callable[..., Any], x: Any, contexts: Sequence[Context]) -> Programs:
+        return self._from_inner(self.inner.prepare_derivative_programs(f, x, contexts))
+
+    def prepare_jacobian_programs(self, f: Callable[..., Any], x: Any, contexts: Sequence[Context]) -> Programs:
+        return self._from_inner(self.inner.prepare_jacobian_programs(f, x, contexts))
+
+    def prepare_hvp_programs(
+        self, f: Callable[..., Any], x: Any, tx: Sequence[Any], contexts: Sequence[Context]
+    ) -> Programs:
+        # The inner gradient is prepared for arguments in the outer family, which is
+        # what the outer adapter will call it with.
+        to_outer = converter(family_of(x), self.outer.family)
+        x_outer = to_outer(x) if not isinstance(x, float) else x
+        outer_contexts = [
+            rewrap_context(c, converter(family_of(c.value), self.outer.family)(c.value)) for c in contexts
+        ]
+        inner_gradient = self.inner.prepare_gradient_programs(f, x_outer, outer_contexts)["gradient"]
+        convert = converter(self.inner.family, self.outer.family)
+
+        def gradient(x: Any, *values: Any) -> Any:
+            return convert(inner_gradient(x, *values))
+
+        outer = self.outer.prepare_pushforward_programs(gradient, x, tx, contexts)
+        return {"hvp": outer["pushforward"], "gradient_and_hvp": outer["value_and_pushforward"]}
+
+    def prepare_hessian_programs(self, f: Callable[..., Any], x: Any, contexts: Sequence[Context]) -> Programs:
+        return fallbacks.hessian_programs(self, f, x, contexts)
+
+    def prepare_second_derivative_programs(
+        self, f: Callable[..., Any], x: Any, contexts: Sequence[Context]
+    ) -> Programs:
+        x_outer = converter(family_of(x), self.outer.family)(x) if not isinstance(x, float) else x
+        outer_contexts = [
+            rewrap_context(c, converter(family_of(c.value), self.outer.family)(c.value)) for c in contexts
+        ]
+        inner_derivative = self.inner.prepare_derivative_programs(f, x_outer, outer_contexts)["derivative"]
+        convert = converter(self.inner.family, self.outer.family)
+
+        def derivative(x: Any, *values: Any) -> Any:
+            return convert(inner_derivative(x, *values))
+
+        outer = self.outer.prepare_derivative_programs(derivative, x, contexts)["value_and_derivative"]
+        value = self.prepare_value_program(f, x, contexts)
+
+        def value_derivative_and_second_derivative(x: Any, *values: Any) -> Any:
+            d, d2 = outer(x, *values)
+            return value(x, *values), d, d2
+
+        return {
+            "second_derivative": lambda x, *values: outer(x, *values)[1],
+            "value_derivative_and_second_derivative": value_derivative_and_second_derivative,
+        }
