@@ -152,7 +152,9 @@ class FiniteDiffAdapter(Adapter):
             caller, point, values = evaluator.inputs(x, values)
             y0 = evaluator.array(point, values, "pushforward")
             dtype = caller.dtype
-            return y0.astype(dtype), tuple(self._directional(evaluator, point, values, t, y0).astype(dtype) for t in tx)
+            return np.asarray(y0, dtype=dtype), tuple(
+                np.asarray(self._directional(evaluator, point, values, t, y0), dtype=dtype) for t in tx
+            )
 
         def pushforward(x: Any, tx: Sequence[Any], *values: Any) -> Any:
             return value_and_pushforward(x, tx, *values)[1]
@@ -180,7 +182,7 @@ class FiniteDiffAdapter(Adapter):
                     columns[:, i] = (up - y0.reshape(-1)) / h[i]
                 flat[i] = xi
             jac = columns.reshape(y0.shape + point.shape).astype(caller.dtype)
-            return y0.astype(caller.dtype), jac
+            return np.asarray(y0, dtype=caller.dtype), jac
 
         def jacobian(x: Any, *values: Any) -> Any:
             return value_and_jacobian(x, *values)[1]
@@ -208,7 +210,7 @@ class FiniteDiffAdapter(Adapter):
                 h = _SECOND_ORDER_STEP * max(1.0, float(np.max(np.abs(point)))) / scale
                 up = self._gradient(evaluator, point + h * t, values, None)
                 down = self._gradient(evaluator, point - h * t, values, None)
-                products.append(((up - down) / (2 * h)).astype(caller.dtype))
+                products.append(np.asarray((up - down) / (2 * h), dtype=caller.dtype))
             return g.astype(caller.dtype), tuple(products)
 
         def hvp(x: Any, tx: Sequence[Any], *values: Any) -> Any:
@@ -264,9 +266,9 @@ class FiniteDiffAdapter(Adapter):
             down2 = evaluator.array(np.asarray(x0 - h2), values, "second_derivative")
             dtype = caller.dtype
             return (
-                y0.astype(dtype),
-                ((up1 - down1) / (2 * h1)).astype(dtype),
-                ((up2 - 2 * y0 + down2) / (h2 * h2)).astype(dtype),
+                np.asarray(y0, dtype=dtype),
+                np.asarray((up1 - down1) / (2 * h1), dtype=dtype),
+                np.asarray((up2 - 2 * y0 + down2) / (h2 * h2), dtype=dtype),
             )
 
         def second_derivative(x: Any, *values: Any) -> Any:

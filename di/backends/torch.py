@@ -12,6 +12,7 @@ tricks. ``torch.func`` cannot write traced values into buffers, so with a
 
 from __future__ import annotations
 
+import math
 import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -273,7 +274,7 @@ class TorchAdapter(Adapter):
         mode = self.selector.mode
         if mode is None:
             y = fallbacks.evaluate_output(self, f, x, contexts)
-            mode = "forward" if np.size(x) <= y.numel() else "reverse"
+            mode = "forward" if math.prod(getattr(x, "shape", ())) <= y.numel() else "reverse"
         transform = _func.jacfwd if mode == "forward" else _func.jacrev
 
         def core(x: Any, *values: Any) -> Any:

@@ -34,6 +34,19 @@ def _type_key(value: Any) -> Any:
     return value.__class__
 
 
+def _tuple_key(keys: Sequence[KeyFunction]) -> KeyFunction:
+    """Key of a tuple (tangents, a tuple of static values): its length and the key
+    of each element."""
+    count = len(keys)
+
+    def key(value: Any) -> Any:
+        if value.__class__ is not tuple or len(value) != count:
+            return (value.__class__, len(value) if isinstance(value, (tuple, list)) else None)
+        return tuple(k(v) for k, v in zip(keys, value))
+
+    return key
+
+
 def key_function(value: Any) -> KeyFunction:
     """The key function for an argument like ``value``.
 
@@ -41,6 +54,8 @@ def key_function(value: Any) -> KeyFunction:
     value by its class only, so a new Python float or a new static value is
     accepted (compiled backends then decide whether that means a new compile).
     """
+    if value.__class__ is tuple:
+        return _tuple_key([key_function(item) for item in value])
     family = family_of(value)
     if family == TORCH:
         return _torch_key
@@ -55,6 +70,8 @@ def describe_value(value: Any) -> str:
         return spec_of(value).describe()
     if isinstance(value, Context):
         return f"{type(value).__name__} {describe_value(value.value)}"
+    if isinstance(value, tuple) and any(family_of(item) is not None for item in value):
+        return "(" + ", ".join(describe_value(item) for item in value) + ")"
     text = repr(value)
     if len(text) > 40:
         text = text[:37] + "..."

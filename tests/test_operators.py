@@ -1,0 +1,535 @@
+"""Every operator on every backend against analytic results.
+
+Each operator runs unprepared, prepared (on zeros and negated constants, executed
+on the real values) and prepared twice, on three functions, with and without
+contexts; results are checked for value, array family, shape and dtype.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import array_api_compat
+import numpy as np
+import pytest
+
+import di
+from di.backends.protocol import Adapter, Programs
+from di.backends.registry import get_adapter, register_backend
+from di.contexts import Context
+
+jax = pytest.importorskip("jax")
+torch = pytest.importorskip("torch")
+jnp = jax.numpy
+
+BACKENDS = [
+    di.AutoJAX(),
+    di.AutoJAX(jit=True),
+    di.AutoTorch(),
+    di.AutoAutograd(),
+    di.AutoFiniteDiff(),
+]
+SECOND_ORDER_BACKENDS = [*BACKENDS, di.SecondOrder(di.AutoFiniteDiff(), di.AutoJAX())]
+PREP_MODES = ["unprepared", "prepared", "prepared-twice"]
+
+
+def tolerance(backend: Any, order: int) -> float:
+    if isinstance(backend, di.AutoFiniteDiff) or isinstance(backend, di.SecondOrder):
+        return 1e-6 if order == 1 else 2e-5
+    return 1e-10
+
+
+# --- functions, written once with the array API -----------------------------------------
+
+A = np.array([1.0, 0.5, 2.0])
+W = np.array([[1.0, -2.0, 0.5], [0.3, 0.0, 1.5]])
+M = np.array([[2.0, 1.0, 0.0], [1.0, 3.0, -1.0], [0.5, -1.0, 4.0]])
+
+
+def mixed(x: Any, a: Any) -> Any:
+    xp = array_api_compat.array_namespace(x)
+    return xp.stack([xp.sum(a * x**2), x[0] * x[1] * x[2]])
+
+
+def sin_times(x: Any) -> Any:
+    xp = array_api_compat.array_namespace(x)
+    return xp.sin(x) * x
+
+
+def layer(x: Any, w: Any) -> Any:
+    xp = array_api_compat.array_namespace(x)
+    return w @ xp.tanh(x)
+
+
+def cubic(x: Any, a: Any) -> Any:
+    xp = array_api_compat.array_namespace(x)
+    return xp.sum(a * x**3)
+
+
+def quadratic_form(x: Any, m: Any) -> Any:
+    xp = array_api_compat.array_namespace(x)
+    return xp.sum(x * (m @ x)) / 2
+
+
+def cosine_sum(x: Any) -> Any:
+    xp = array_api_compat.array_namespace(x)
+    return 2 * xp.sum(xp.cos(x))
+
+
+def curve(t: Any) -> Any:
+    xp = array_api_compat.array_namespace(t)
+    return xp.stack([t**2, xp.sin(t)])
+
+
+def exp_curve(t: Any, c: Any) -> Any:
+    xp = array_api_compat.array_namespace(t)
+    return xp.stack([xp.exp(c * t), t**3])
+
+
+def t_cos_t(t: Any) -> Any:
+    xp = array_api_compat.array_namespace(t)
+    return t * xp.cos(t)
+
+
+X = np.array([0.7, -1.2, 1.5])
+T = np.array(0.6)
+
+
+@dataclasses.dataclass
+class Case:
+    name: str
+    f: Callable[..., Any]
+    x: Any
+    constants: tuple[Any, ...]
+    value: Callable[..., Any]
+    first: Callable[..., Any]  # gradient, jacobian or derivative
+    second: Callable[..., Any] | None = None  # hessian or second derivative
+
+
+ARRAY_CASES = [
+    Case(
+        "mixed",
+        mixed,
+        X,
+        (A,),
+        lambda x, a: np.array([np.sum(a * x**2), np.prod(x)]),
+        lambda x, a: np.array([2 * a * x, [x[1] * x[2], x[0] * x[2], x[0] * x[1]]]),
+    ),
+    Case("sin_times", sin_times, X, (), lambda x: np.sin(x) * x, lambda x: np.diag(np.cos(x) * x + np.sin(x))),
+    Case("layer", layer, X, (W,), lambda x, w: w @ np.tanh(x), lambda x, w: w * (1 - np.tanh(x) ** 2)),
+]
+SCALAR_CASES = [
+    Case(
+        "cubic",
+        cubic,
+        X,
+        (A,),
+        lambda x, a: np.sum(a * x**3),
+        lambda x, a: 3 * a * x**2,
+        lambda x, a: np.diag(6 * a * x),
+    ),
+    Case(
+        "quadratic_form",
+        quadratic_form,
+        X,
+        (M,),
+        lambda x, m: x @ m @ x / 2,
+        lambda x, m: (m + m.T) @ x / 2,
+        lambda x, m: (m + m.T) / 2,
+    ),
+    Case(
+        "cosine_sum",
+        cosine_sum,
+        X,
+        (),
+        lambda x: 2 * np.sum(np.cos(x)),
+        lambda x: -2 * np.sin(x),
+        lambda x: np.diag(-2 * np.cos(x)),
+    ),
+]
+CURVE_CASES = [
+    Case(
+        "curve",
+        curve,
+        T,
+        (),
+        lambda t: np.array([t**2, np.sin(t)]),
+        lambda t: np.array([2 * t, np.cos(t)]),
+        lambda t: np.array([2.0, -np.sin(t)]),
+    ),
+    Case(
+        "exp_curve",
+        exp_curve,
+        T,
+        (0.8,),
+        lambda t, c: np.array([np.exp(c * t), t**3]),
+        lambda t, c: np.array([c * np.exp(c * t), 3 * t**2]),
+        lambda t, c: np.array([c * c * np.exp(c * t), 6 * t]),
+    ),
+    Case(
+        "t_cos_t",
+        t_cos_t,
+        T,
+        (),
+        lambda t: t * np.cos(t),
+        lambda t: np.cos(t) - t * np.sin(t),
+        lambda t: -2 * np.sin(t) - t * np.cos(t),
+    ),
+]
+
+
+def negated(value: Any) -> Any:
+    return -value if isinstance(value, (float, np.ndarray)) else value
+
+
+def run(
+    operator: str,
+    backend: Any,
+    case: Case,
+    mode: str,
+    tangents: tuple[Any, ...] | None = None,
+) -> list[Any]:
+    """Run ``operator`` (and its value form) as ``mode`` says; return every result."""
+    full_name = {
+        "derivative": "value_and_derivative",
+        "gradient": "value_and_gradient",
+        "jacobian": "value_and_jacobian",
+        "pushforward": "value_and_pushforward",
+        "pullback": "value_and_pullback",
+        "hvp": "gradient_and_hvp",
+        "hessian": "value_gradient_and_hessian",
+        "second_derivative": "value_derivative_and_second_derivative",
+    }[operator]
+    plain, full = getattr(di, operator), getattr(di, full_name)
+    contexts = [di.Constant(c) for c in case.constants]
+    t_args = (tangents,) if tangents is not None else ()
+    x = case.x.copy()
+    if mode == "unprepared":
+        return [plain(case.f, backend, x, *t_args, *contexts), full(case.f, backend, x, *t_args, *contexts)]
+    prep_t = (tuple(np.zeros_like(t) for t in tangents),) if tangents is not None else ()
+    prepare = getattr(di, f"prepare_{operator}")
+    prep = prepare(case.f, backend, np.zeros_like(x), *prep_t, *[di.Constant(negated(c)) for c in case.constants])
+    results = []
+    for _ in range(2 if mode == "prepared-twice" else 1):
+        results += [
+            plain(case.f, prep, backend, x, *t_args, *contexts),
+            full(case.f, prep, backend, x, *t_args, *contexts),
+        ]
+    return results
+
+
+def check(result: Any, expected: Any, tol: float, like: Any = X) -> None:
+    assert type(result) is np.ndarray, f"expected a numpy array, got {type(result).__name__}"
+    assert result.dtype == like.dtype
+    np.testing.assert_allclose(result, expected, rtol=tol, atol=tol)
+
+
+def backend_id(backend: Any) -> str:
+    return repr(backend).replace(" ", "")
+
+
+@pytest.mark.parametrize("mode", PREP_MODES)
+@pytest.mark.parametrize("case", ARRAY_CASES, ids=lambda c: c.name)
+@pytest.mark.parametrize("backend", BACKENDS, ids=backend_id)
+def test_jacobian(backend: Any, case: Case, mode: str) -> None:
+    results = run("jacobian", backend, case, mode)
+    expected = case.first(case.x, *case.constants)
+    for plain, (y, jac) in zip(results[::2], results[1::2]):
+        assert plain.shape == expected.shape == (*y.shape, *case.x.shape)
+        check(plain, expected, tolerance(backend, 1))
+        check(jac, expected, tolerance(backend, 1))
+        check(y, case.value(case.x, *case.constants), 1e-12)
+
+
+@pytest.mark.parametrize("mode", PREP_MODES)
+@pytest.mark.parametrize("case", ARRAY_CASES, ids=lambda c: c.name)
+@pytest.mark.parametrize("backend", BACKENDS, ids=backend_id)
+def test_pushforward_and_pullback(backend: Any, case: Case, mode: str) -> None:
+    jac = case.first(case.x, *case.constants)
+    tx = (np.array([1.0, 0.0, -1.0]), np.array([0.5, 2.0, 0.25]))
+    m = jac.shape[0]
+    ty = (np.array([1.0, -1.0, 2.0])[:m], np.array([0.0, 3.0, -0.5])[:m])
+    results = run("pushforward", backend, case, mode, tx)
+    for plain, (y, full) in zip(results[::2], results[1::2]):
+        assert isinstance(plain, tuple) and len(plain) == 2
+        check(y, case.value(case.x, *case.constants), 1e-12)
+        for got, t in zip(plain, tx):
+            check(got, jac @ t, tolerance(backend, 1))
+        for got, t in zip(full, tx):
+            check(got, jac @ t, tolerance(backend, 1))
+    results = run("pullback", backend, case, mode, ty)
+    for plain, (y, full) in zip(results[::2], results[1::2]):
+        assert isinstance(plain, tuple) and len(plain) == 2
+        for got, t in zip((*plain, *full), ty + ty):
+            check(got, t @ jac, tolerance(backend, 1))
+        check(y, case.value(case.x, *case.constants), 1e-12)
+
+
+@pytest.mark.parametrize("mode", PREP_MODES)
+@pytest.mark.parametrize("case", SCALAR_CASES, ids=lambda c: c.name)
+@pytest.mark.parametrize("backend", SECOND_ORDER_BACKENDS, ids=backend_id)
+def test_gradient_hvp_hessian(backend: Any, case: Case, mode: str) -> None:
+    g_expected = case.first(case.x, *case.constants)
+    h_expected = case.second(case.x, *case.constants)  # type: ignore[misc]
+    tx = (np.array([1.0, -1.0, 0.5]),)
+    results = run("hvp", backend, case, mode, tx)
+    for plain, (g, full) in zip(results[::2], results[1::2]):
+        check(plain[0], h_expected @ tx[0], tolerance(backend, 2))
+        check(full[0], h_expected @ tx[0], tolerance(backend, 2))
+        check(g, g_expected, tolerance(backend, 1))
+    results = run("hessian", backend, case, mode)
+    for plain, (y, g, full) in zip(results[::2], results[1::2]):
+        assert plain.shape == (3, 3)
+        check(plain, h_expected, tolerance(backend, 2))
+        check(full, h_expected, tolerance(backend, 2))
+        check(g, g_expected, tolerance(backend, 1))
+        check(y, case.value(case.x, *case.constants), 1e-12)
+
+
+@pytest.mark.parametrize("mode", PREP_MODES)
+@pytest.mark.parametrize("case", CURVE_CASES, ids=lambda c: c.name)
+@pytest.mark.parametrize("backend", SECOND_ORDER_BACKENDS, ids=backend_id)
+def test_derivative_and_second_derivative(backend: Any, case: Case, mode: str) -> None:
+    d_expected = case.first(case.x, *case.constants)
+    d2_expected = case.second(case.x, *case.constants)  # type: ignore[misc]
+    results = run("derivative", backend, case, mode)
+    for plain, (y, full) in zip(results[::2], results[1::2]):
+        check(plain, d_expected, tolerance(backend, 1), like=T)
+        check(full, d_expected, tolerance(backend, 1), like=T)
+        check(y, case.value(case.x, *case.constants), 1e-12, like=T)
+    results = run("second_derivative", backend, case, mode)
+    for plain, (y, d, full) in zip(results[::2], results[1::2]):
+        check(y, case.value(case.x, *case.constants), 1e-12, like=T)
+        check(plain, d2_expected, tolerance(backend, 2) * 10, like=T)
+        check(full, d2_expected, tolerance(backend, 2) * 10, like=T)
+        check(d, d_expected, tolerance(backend, 1), like=T)
+
+
+# --- families and dtypes ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("backend", BACKENDS, ids=backend_id)
+def test_results_come_back_in_the_callers_family(backend: Any) -> None:
+    xs = {"torch": torch.tensor(X, dtype=torch.float32), "jax": jnp.asarray(X, dtype=jnp.float32)}
+    expected = np.diag(np.cos(X) * X + np.sin(X))
+    for family, x in xs.items():
+        jac = di.jacobian(sin_times, backend, x)
+        hv = di.hvp(cosine_sum, backend, x, (x,))[0]
+        for result in (jac, hv):
+            assert di.families.family_of(result) == family
+            assert str(result.dtype).endswith("float32")
+        np.testing.assert_allclose(np.asarray(jac), expected, rtol=1e-3, atol=1e-3)
+
+
+def test_finite_difference_hessian_of_a_quadratic_is_accurate() -> None:
+    rng = np.random.default_rng(0)
+    m = rng.normal(size=(6, 6))
+    x = rng.normal(size=6)
+    hessian = di.hessian(quadratic_form, di.AutoFiniteDiff(), x, di.Constant(m))
+    expected = (m + m.T) / 2
+    assert np.max(np.abs(hessian - expected)) <= 1e-6 * np.max(np.abs(expected))
+
+
+def test_out_for_jacobian_and_hessian() -> None:
+    out = np.full((2, 3), np.nan)
+    result = di.jacobian(layer, di.AutoJAX(), X, di.Constant(W), out=out)
+    assert result is out
+    np.testing.assert_allclose(out, W * (1 - np.tanh(X) ** 2))
+    wrong = np.full((3, 3), 7.0)
+    with pytest.raises(di.OutBufferError, match="like the result"):
+        di.jacobian(layer, di.AutoJAX(), X, di.Constant(W), out=wrong)
+    assert np.all(wrong == 7.0)
+    out = torch.zeros(3, 3, dtype=torch.float64)
+    _y, _g, h = di.value_gradient_and_hessian(cubic, di.AutoTorch(), torch.tensor(X), di.Constant(A), out=out)
+    assert h is out
+    np.testing.assert_allclose(out.numpy(), np.diag(6 * A * X))
+
+
+# --- modes, fallbacks, same point ------------------------------------------------------------
+
+
+@pytest.mark.parametrize("mode", ["forward", "reverse"])
+def test_jax_mode_chooses_the_jacobian_strategy(mode: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    used: list[str] = []
+    for name in ("jacfwd", "jacrev"):
+        original = getattr(jax, name)
+
+        def spy(*args: Any, _original: Any = original, _name: str = name, **kwargs: Any) -> Any:
+            used.append(_name)
+            return _original(*args, **kwargs)
+
+        monkeypatch.setattr(jax, name, spy)
+    jac = di.jacobian(layer, di.AutoJAX(mode=mode), X, di.Constant(W))
+    np.testing.assert_allclose(jac, W * (1 - np.tanh(X) ** 2))
+    assert used == ["jacfwd" if mode == "forward" else "jacrev"]
+
+
+def test_default_jacobian_mode_follows_the_sizes(monkeypatch: pytest.MonkeyPatch) -> None:
+    used: list[str] = []
+    for name in ("jacfwd", "jacrev"):
+        original = getattr(jax, name)
+
+        def spy(*args: Any, _original: Any = original, _name: str = name, **kwargs: Any) -> Any:
+            used.append(_name)
+            return _original(*args, **kwargs)
+
+        monkeypatch.setattr(jax, name, spy)
+    di.jacobian(layer, di.AutoJAX(), X, di.Constant(W))  # 3 inputs, 2 outputs: reverse
+    di.jacobian(sin_times, di.AutoJAX(), X)  # 3 inputs, 3 outputs: forward
+    assert used == ["jacrev", "jacfwd"]
+
+
+@dataclasses.dataclass(frozen=True)
+class OnlyJVP(di.AbstractBackend):
+    """Test backend: JAX's jvp and nothing else."""
+
+
+@dataclasses.dataclass(frozen=True)
+class OnlyVJP(di.AbstractBackend):
+    """Test backend: JAX's vjp and nothing else."""
+
+
+class JVPAdapter(Adapter):
+    family = "jax"
+
+    def prepare_pushforward_programs(
+        self, f: Callable[..., Any], x: Any, tx: Sequence[Any], contexts: Sequence[Context]
+    ) -> Programs:
+        def value_and_pushforward(x: Any, tx: Sequence[Any], *values: Any) -> Any:
+            x = jnp.asarray(x)
+            pairs = [jax.jvp(lambda x: f(x, *values), (x,), (jnp.asarray(t, dtype=x.dtype),)) for t in tx]
+            y = pairs[0][0] if pairs else f(x, *values)
+            return y, tuple(dy for _, dy in pairs)
+
+        return {"pushforward": lambda *a: value_and_pushforward(*a)[1], "value_and_pushforward": value_and_pushforward}
+
+
+class VJPAdapter(Adapter):
+    family = "jax"
+
+    def prepare_pullback_programs(
+        self, f: Callable[..., Any], x: Any, ty: Sequence[Any], contexts: Sequence[Context]
+    ) -> Programs:
+        def value_and_pullback(x: Any, ty: Sequence[Any], *values: Any) -> Any:
+            y, vjp = jax.vjp(lambda x: f(x, *values), jnp.asarray(x))
+            return y, tuple(vjp(jnp.asarray(t, dtype=y.dtype))[0] for t in ty)
+
+        return {"pullback": lambda *a: value_and_pullback(*a)[1], "value_and_pullback": value_and_pullback}
+
+
+register_backend(OnlyJVP, JVPAdapter)
+register_backend(OnlyVJP, VJPAdapter)
+
+
+@pytest.mark.parametrize("backend", [OnlyJVP(), OnlyVJP()], ids=["only-jvp", "only-vjp"])
+def test_one_primitive_gives_every_operator(backend: Any) -> None:
+    with jax.enable_x64(True):
+        support = get_adapter(backend).support()
+        primitive = "pushforward" if isinstance(backend, OnlyJVP) else "pullback"
+        assert support[primitive] == "native"
+        assert {v for k, v in support.items() if k != primitive} == {"fallback"}
+        jac_case, scalar_case, curve_case = ARRAY_CASES[0], SCALAR_CASES[0], CURVE_CASES[1]
+        tx, ty = (np.array([1.0, 0.0, -1.0]),), (np.array([1.0, -1.0]),)
+        jac = jac_case.first(X, A)
+        np.testing.assert_allclose(di.jacobian(mixed, backend, X, di.Constant(A)), jac, rtol=1e-12)
+        np.testing.assert_allclose(di.pushforward(mixed, backend, X, tx, di.Constant(A))[0], jac @ tx[0], rtol=1e-12)
+        np.testing.assert_allclose(di.pullback(mixed, backend, X, ty, di.Constant(A))[0], ty[0] @ jac, rtol=1e-12)
+        np.testing.assert_allclose(di.gradient(cubic, backend, X, di.Constant(A)), scalar_case.first(X, A))
+        np.testing.assert_allclose(di.hvp(cubic, backend, X, tx, di.Constant(A))[0], np.diag(6 * A * X) @ tx[0])
+        np.testing.assert_allclose(di.hessian(cubic, backend, X, di.Constant(A)), np.diag(6 * A * X))
+        np.testing.assert_allclose(di.derivative(exp_curve, backend, T, di.Constant(0.8)), curve_case.first(T, 0.8))
+        np.testing.assert_allclose(
+            di.second_derivative(exp_curve, backend, T, di.Constant(0.8)), curve_case.second(T, 0.8)
+        )
+
+
+def test_no_primitive_is_a_clear_error() -> None:
+    @dataclasses.dataclass(frozen=True)
+    class Nothing(di.AbstractBackend):
+        pass
+
+    register_backend(Nothing, type("NothingAdapter", (Adapter,), {}))
+    with pytest.raises(di.UnsupportedOperatorError, match="pushforward or pullback"):
+        di.jacobian(sin_times, Nothing(), X)
+
+
+def test_native_support_is_declared() -> None:
+    for backend in (di.AutoJAX(), di.AutoTorch(), di.AutoAutograd()):
+        assert get_adapter(backend).support()["hvp"] == "native"
+    assert get_adapter(di.AutoJAX()).support() == dict.fromkeys(get_adapter(di.AutoJAX()).support(), "native")
+    assert get_adapter(di.AutoFiniteDiff()).support()["pullback"] == "fallback"
+
+
+@pytest.mark.parametrize(
+    "backend", [di.AutoJAX(), di.AutoJAX(jit=True), di.AutoTorch(), di.AutoFiniteDiff()], ids=backend_id
+)
+def test_same_point_preparation(backend: Any) -> None:
+    jac = ARRAY_CASES[0].first(X, A)
+    prep = di.prepare_pullback_same_point(mixed, backend, X, (np.ones(2),), di.Constant(A))
+    for w in (np.array([1.0, 0.0]), np.array([-2.0, 0.5])):
+        np.testing.assert_allclose(
+            di.pullback(mixed, prep, backend, X, (w,), di.Constant(A))[0], w @ jac, rtol=1e-6, atol=1e-6
+        )
+    with pytest.raises(di.PreparationMismatchError, match="same_point"):
+        di.pullback(mixed, prep, backend, X + 1, (w,), di.Constant(A))
+    with pytest.raises(di.PreparationMismatchError, match="same_point"):
+        di.pullback(mixed, prep, backend, X, (w,), di.Constant(2 * A))
+    hessian = np.diag(6 * A * X)
+    prep = di.prepare_hvp_same_point(cubic, backend, X, (np.ones(3),), di.Constant(A))
+    for v in (np.array([1.0, 0.0, 0.0]), np.array([0.5, -1.0, 2.0])):
+        np.testing.assert_allclose(
+            di.hvp(cubic, prep, backend, X, (v,), di.Constant(A))[0], hessian @ v, rtol=1e-5, atol=1e-5
+        )
+    with pytest.raises(di.PreparationMismatchError):
+        di.hvp(cubic, prep, backend, X * 2, (v,), di.Constant(A))
+
+
+# --- torch with Cache: reverse-mode routes --------------------------------------------------
+
+
+def cached_cube(x: Any, buffer: Any) -> Any:
+    buffer[...] = x**3
+    return buffer * 2
+
+
+def cached_cube_sum(x: Any, buffer: Any) -> Any:
+    buffer[...] = x**3
+    return buffer.sum()
+
+
+def test_torch_cache_operators() -> None:
+    buffer = torch.zeros(3, dtype=torch.float64)
+    x = torch.tensor(X)
+    v = torch.tensor([1.0, -1.0, 0.5], dtype=torch.float64)
+    jac = di.jacobian(cached_cube, di.AutoTorch(), x, di.Cache(buffer))
+    np.testing.assert_allclose(jac.numpy(), np.diag(6 * X**2))
+    (jv,) = di.pushforward(cached_cube, di.AutoTorch(), x, (v,), di.Cache(buffer))
+    np.testing.assert_allclose(jv.numpy(), 6 * X**2 * v.numpy())
+    (hv,) = di.hvp(cached_cube_sum, di.AutoTorch(), x, (v,), di.Cache(buffer))
+    np.testing.assert_allclose(hv.numpy(), 6 * X * v.numpy())
+    np.testing.assert_allclose(di.hessian(cached_cube_sum, di.AutoTorch(), x, di.Cache(buffer)).numpy(), np.diag(6 * X))
+    assert buffer.grad_fn is None
+    with pytest.raises(di.UnsupportedContextError, match="second_derivative"):
+        di.second_derivative(lambda t, b: t * b.sum(), di.AutoTorch(), torch.tensor(0.5), di.Cache(buffer))
+
+
+# --- argument errors -----------------------------------------------------------------------------
+
+
+def test_operator_argument_errors() -> None:
+    with pytest.raises(di.InvalidInputError, match="scalar x"):
+        di.derivative(sin_times, di.AutoJAX(), X)
+    with pytest.raises(di.InvalidInputError, match="tx must be a tuple"):
+        di.pushforward(sin_times, di.AutoJAX(), X, np.ones(3))
+    with pytest.raises(di.InvalidInputError, match="ty is missing"):
+        di.pullback(sin_times, di.AutoJAX(), X)
+    prep = di.prepare_jacobian(sin_times, di.AutoJAX(), X)
+    with pytest.raises(di.InvalidInputError, match="prepare_jacobian, not prepare_hessian"):
+        di.hessian(sin_times, prep, di.AutoJAX(), X)
+    prep = di.prepare_pushforward(sin_times, di.AutoJAX(), X, (np.ones(3),))
+    with pytest.raises(di.PreparationMismatchError, match="tx"):
+        di.pushforward(sin_times, prep, di.AutoJAX(), X, (np.ones(3), np.ones(3)))
+    with pytest.raises(di.InvalidOutputError, match="hvp needs f to return a real scalar"):
+        di.hvp(sin_times, di.AutoTorch(), X, (np.ones(3),))
