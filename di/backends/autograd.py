@@ -12,7 +12,7 @@ from autograd.differential_operators import make_hvp, make_jvp, make_vjp
 
 from di.backends.protocol import Adapter, Programs, is_real_scalar, raise_bad_output
 from di.contexts import Context
-from di.families import NUMPY, converter, family_of
+from di.families import NUMPY, converter, family_of, identity
 
 __all__ = ["AutogradAdapter"]
 
@@ -63,16 +63,42 @@ class AutogradAdapter(Adapter):
         return checked
 
     def prepare_gradient_programs(self, f: Callable[..., Any], x: Any, contexts: Sequence[Context]) -> Programs:
-        inputs = self._inputs(x, contexts)
-        value_and_grad = autograd.value_and_grad(self._checked(f, "gradient", scalar=True))
+        backend = self.backend
+        to_numpy_x = self.input_converters([x])[0]
+        convert_contexts = self.input_converters([c.value for c in contexts])
+        convert_any = any(convert is not identity for convert in convert_contexts)
 
-        def value_and_gradient(x: Any, *values: Any) -> Any:
-            x, values = inputs(x, values)
-            y, g = value_and_grad(x, *values)
-            return np.asarray(y), np.asarray(g, dtype=x.dtype)
+        def checked(x: Any, *values: Any) -> Any:
+            y = f(x, *values)
+            try:  # the hot path: an ArrayBox or numpy scalar (cheaper than is_real_scalar)
+                if y.shape == () and y.dtype.kind == "f":
+                    return y
+            except AttributeError:
+                if isinstance(y, float):
+                    return y
+            if not is_real_scalar(y):
+                raise_bad_output(y, backend, "gradient")
+            return y
+
+        value_and_grad = autograd.value_and_grad(checked)
+        grad = autograd.grad(checked)
+
+        def arguments(x: Any, values: tuple[Any, ...]) -> tuple[Any, tuple[Any, ...]]:
+            if to_numpy_x is not identity:
+                x = np.asarray(to_numpy_x(x))
+            if convert_any:
+                values = tuple(convert(v) for convert, v in zip(convert_contexts, values))
+            return x, values
 
         def gradient(x: Any, *values: Any) -> Any:
-            return value_and_gradient(x, *values)[1]
+            x, values = arguments(x, values)
+            g = grad(x, *values)
+            return g if g.__class__ is np.ndarray and g.dtype == x.dtype else np.asarray(g, dtype=x.dtype)
+
+        def value_and_gradient(x: Any, *values: Any) -> Any:
+            x, values = arguments(x, values)
+            y, g = value_and_grad(x, *values)
+            return np.asarray(y), np.asarray(g, dtype=x.dtype)
 
         return {"gradient": gradient, "value_and_gradient": value_and_gradient}
 

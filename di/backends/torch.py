@@ -32,7 +32,7 @@ from di.backends.protocol import (
 from di.backends.selectors import AutoTorch
 from di.contexts import Cache, Context
 from di.errors import RecompileWarning, UnsupportedContextError
-from di.families import TORCH, converter, family_of
+from di.families import TORCH, converter, family_of, identity
 
 __all__ = ["TorchAdapter"]
 
@@ -153,24 +153,67 @@ class TorchAdapter(Adapter):
             def run_compiled(x: Any, cotangents: Sequence[Any] | None, values: Sequence[Any]) -> Any:
                 return run(x, cotangents, values, compiled_f)
 
+            run_compiled.compiled_f = compiled_f  # type: ignore[attr-defined]
             return run_compiled
         return run
 
     def prepare_gradient_programs(self, f: Callable[..., Any], x: Any, contexts: Sequence[Context]) -> Programs:
-        run = self._reverse(f, x, contexts, "gradient")
-
-        def value_and_gradient(x: Any, *values: Any) -> Any:
-            y, (g,) = run(x, None, values)
-            return y, g
-
-        def gradient(x: Any, *values: Any) -> Any:
-            return run(x, None, values)[1][0]
-
+        if self.compiled:
+            run = self._reverse(f, x, contexts, "gradient")
+            f = run.compiled_f  # type: ignore[attr-defined]
         statics = self._statics(contexts)
         return {
-            "gradient": counting_static_values(gradient, statics, self.backend),
-            "value_and_gradient": counting_static_values(value_and_gradient, statics, self.backend),
+            name: counting_static_values(self._gradient_fast(f, x, contexts, with_value), statics, self.backend)
+            for name, with_value in (("gradient", False), ("value_and_gradient", True))
         }
+
+    def _gradient_fast(self, f: Callable[..., Any], x: Any, contexts: Sequence[Context], with_value: bool) -> Any:
+        """The gradient hot path: what a careful torch user writes (detach, require
+        grad, one forward, ``torch.autograd.grad``) and as little else as possible."""
+        backend = self.backend
+        to_torch_x = self.input_converters([x])[0]
+        convert_contexts = self._context_converters(x, contexts)
+        convert_any = any(convert is not identity for convert in convert_contexts)
+        cache_positions = tuple(
+            i for i, c in enumerate(contexts) if isinstance(c, Cache) and family_of(c.value) == TORCH
+        )
+        tensor, grad, is_grad_enabled, enable_grad = (
+            torch.Tensor,
+            torch.autograd.grad,
+            torch.is_grad_enabled,
+            torch.enable_grad,
+        )
+
+        def run(x: Any, *values: Any) -> Any:
+            leaf = (x if to_torch_x is identity else to_torch_x(x)).detach().requires_grad_()
+            if convert_any:
+                values = tuple(convert(v) for convert, v in zip(convert_contexts, values))
+            if is_grad_enabled():
+                y = f(leaf, *values)
+            else:
+                with enable_grad():
+                    y = f(leaf, *values)
+            if y.__class__ is not tensor or y.dim() != 0 or not y.is_floating_point():
+                y = _scalar_tensor(y, leaf, backend)
+            g = grad(y, leaf, allow_unused=True)[0] if y.requires_grad else None
+            if cache_positions:
+                for i in cache_positions:
+                    values[i].detach_()
+            if g is None:  # f does not depend on x
+                g = torch.zeros_like(leaf)
+            return (y.detach(), g) if with_value else g
+
+        if not cache_positions:
+            return run
+
+        def run_detaching_caches(x: Any, *values: Any) -> Any:
+            try:
+                return run(x, *values)
+            finally:
+                for i in cache_positions:
+                    values[i].detach_()
+
+        return run_detaching_caches
 
     def prepare_pullback_programs(
         self, f: Callable[..., Any], x: Any, ty: Sequence[Any], contexts: Sequence[Context]
