@@ -20,6 +20,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from di.backends.fallbacks import OPERATOR_FAMILIES
 from di.backends.protocol import (
     Adapter,
     Program,
@@ -37,9 +38,9 @@ __all__ = ["JAXAdapter", "needs_x64"]
 
 
 def needs_x64(values: Sequence[Any]) -> bool:
-    """Whether any value is a 64-bit array or a Python float ``x``'s stand-in
-    (float64 only exists in JAX inside ``jax.enable_x64``)."""
-    for value in values:
+    """Whether any value (or pytree leaf) is a 64-bit array (float64 only exists
+    in JAX inside ``jax.enable_x64``)."""
+    for value in jax.tree_util.tree_leaves(list(values)):
         if family_of(value) is not None and np.dtype(str(value.dtype).replace("torch.", "")).itemsize == 8:
             return True
     return False
@@ -63,7 +64,23 @@ class JAXAdapter(Adapter):
     """
 
     family = JAX
+    native_pytrees = frozenset(OPERATOR_FAMILIES)
     cache_note = "JAX arrays are immutable: f receives the cache as an array it must not write into."
+
+    def tree_map(self, function: Callable[[Any], Any], tree: Any) -> Any:
+        return jax.tree_util.tree_map(function, tree)
+
+    def _input_converter(self, value: Any) -> Callable[[Any], Any]:
+        leaves = jax.tree_util.tree_leaves(value)
+        if len(leaves) == 1 and leaves[0] is value:
+            return super()._input_converter(value)
+        if all(family_of(leaf) in (None, JAX) for leaf in leaves):
+            return identity
+
+        def convert_leaves(tree: Any) -> Any:
+            return jax.tree_util.tree_map(lambda leaf: converter(family_of(leaf), JAX)(leaf), tree)
+
+        return convert_leaves
 
     @property
     def compiled(self) -> bool:  # type: ignore[override]
@@ -83,7 +100,7 @@ class JAXAdapter(Adapter):
         def checked(x: Any, *values: Any) -> Any:
             y = f(x, *values)
             if isinstance(y, float):
-                y = jnp.asarray(y, dtype=x.dtype)
+                y = jnp.asarray(y, dtype=getattr(x, "dtype", None))
             if scalar and not is_real_scalar(y):
                 raise_bad_output(y, backend, operator)
             if not scalar and not hasattr(y, "shape"):
@@ -139,12 +156,14 @@ class JAXAdapter(Adapter):
 
         def core(x: Any, tx: Sequence[Any], *values: Any) -> Any:
             fx = functools.partial(_first_argument, checked, values)
-            tx = [jnp.asarray(t, dtype=x.dtype) for t in tx]
+            tx = [_cast_like(t, x) for t in tx]
             if len(tx) == 1:
                 y, dy = jax.jvp(fx, (x,), (tx[0],))
                 return y, (dy,)
+            if not tx:
+                return fx(x), ()
             y, linear = jax.linearize(fx, x)
-            return y, _unstack(jax.vmap(linear)(jnp.stack(tx)), len(tx))
+            return y, _unstack(jax.vmap(linear)(_stack(tx)), len(tx))
 
         return _split(self._program(core, x, tx, contexts), "pushforward", "value_and_pushforward")
 
@@ -155,7 +174,7 @@ class JAXAdapter(Adapter):
 
         def core(x: Any, ty: Sequence[Any], *values: Any) -> Any:
             y, vjp = jax.vjp(functools.partial(_first_argument, checked, values), x)
-            return y, _apply_vjp(vjp, ty, y.dtype)
+            return y, _apply_vjp(vjp, ty, y)
 
         return _split(self._program(core, x, ty, contexts), "pullback", "value_and_pullback")
 
@@ -168,11 +187,11 @@ class JAXAdapter(Adapter):
         with scope():
             engine_inputs = [convert(v) for convert, v in zip(self.input_converters([x, *values]), [x, *values])]
             y, vjp = jax.vjp(functools.partial(_first_argument, checked, engine_inputs[1:]), engine_inputs[0])
-        apply = jax.jit(_apply_vjp, static_argnums=2) if self.compiled else _apply_vjp
+        apply = jax.jit(_apply_vjp) if self.compiled else _apply_vjp
 
         def value_and_pullback(x: Any, ty: Sequence[Any], *values: Any) -> Any:
             with scope():
-                return y, apply(vjp, _engine_tangents(ty), y.dtype)
+                return y, apply(vjp, _engine_tangents(ty), y)
 
         return _split(value_and_pullback, "pullback", "value_and_pullback")
 
@@ -198,7 +217,7 @@ class JAXAdapter(Adapter):
         with self.scope([x, *values])():
             inputs = [convert(v) for convert, v in zip(self.input_converters([x, *values]), [x, *values])]
             y = jax.eval_shape(checked, *inputs)
-        return int(np.prod(np.shape(x))) <= int(np.prod(y.shape))
+        return _size(inputs[0]) <= _size(y)
 
     def prepare_derivative_programs(self, f: Callable[..., Any], x: Any, contexts: Sequence[Context]) -> Programs:
         checked = self._checked(f, "derivative", scalar=False)
@@ -235,12 +254,14 @@ class JAXAdapter(Adapter):
 
         def core(x: Any, tx: Sequence[Any], *values: Any) -> Any:
             grad = jax.grad(functools.partial(_first_argument, checked, values))
-            tx = [jnp.asarray(t, dtype=x.dtype) for t in tx]
+            tx = [_cast_like(t, x) for t in tx]
             if len(tx) == 1:
                 g, hv = jax.jvp(grad, (x,), (tx[0],))
                 return g, (hv,)
+            if not tx:
+                return grad(x), ()
             g, linear = jax.linearize(grad, x)
-            return g, _unstack(jax.vmap(linear)(jnp.stack(tx)), len(tx))
+            return g, _unstack(jax.vmap(linear)(_stack(tx)), len(tx))
 
         return _split(self._program(core, x, tx, contexts), "hvp", "gradient_and_hvp")
 
@@ -256,11 +277,11 @@ class JAXAdapter(Adapter):
             # The Hessian is symmetric, so the vjp of the gradient is the hvp; unlike
             # linearize's function, vjp's is a pytree that jit can take as an argument.
             g, linear = jax.vjp(grad, engine_inputs[0])
-        apply = jax.jit(_apply_vjp, static_argnums=2) if self.compiled else _apply_vjp
+        apply = jax.jit(_apply_vjp) if self.compiled else _apply_vjp
 
         def gradient_and_hvp(x: Any, tx: Sequence[Any], *values: Any) -> Any:
             with scope():
-                return g, apply(linear, _engine_tangents(tx), g.dtype)
+                return g, apply(linear, _engine_tangents(tx), g)
 
         return _split(gradient_and_hvp, "hvp", "gradient_and_hvp")
 
@@ -287,20 +308,38 @@ def _first_argument(f: Callable[..., Any], values: Sequence[Any], x: Any) -> Any
     return f(x, *values)
 
 
+def _size(tree: Any) -> int:
+    return sum(int(np.prod(leaf.shape)) for leaf in jax.tree_util.tree_leaves(tree))
+
+
+def _cast_like(tangent: Any, like: Any) -> Any:
+    """A tangent (pytree) as JAX arrays with the dtypes of ``like``'s leaves."""
+    return jax.tree_util.tree_map(lambda t, ref: jnp.asarray(t, dtype=ref.dtype), tangent, like)
+
+
+def _stack(trees: Sequence[Any]) -> Any:
+    return jax.tree_util.tree_map(lambda *leaves: jnp.stack(leaves), *trees)
+
+
 def _unstack(stacked: Any, count: int) -> tuple[Any, ...]:
-    return tuple(stacked[i] for i in range(count))
+    return tuple(jax.tree_util.tree_map(lambda leaf, i=i: leaf[i], stacked) for i in range(count))
 
 
-def _apply_vjp(vjp: Any, ty: Sequence[Any], dtype: Any) -> tuple[Any, ...]:
-    ty = [jnp.asarray(t, dtype=dtype) for t in ty]
+def _apply_vjp(vjp: Any, ty: Sequence[Any], like: Any) -> tuple[Any, ...]:
+    ty = [_cast_like(t, like) for t in ty]
     if len(ty) == 1:
         return (vjp(ty[0])[0],)
-    return _unstack(jax.vmap(vjp)(jnp.stack(ty))[0], len(ty))
+    if not ty:
+        return ()
+    return _unstack(jax.vmap(vjp)(_stack(ty))[0], len(ty))
 
 
 def _engine_tangents(tangents: Sequence[Any]) -> tuple[Any, ...]:
-    """Tangents of any family, as jit accepts them (torch through DLPack)."""
-    return tuple(t if family_of(t) != "torch" else converter("torch", JAX)(t) for t in tangents)
+    """Tangents (pytrees) of any family, as jit accepts them (torch via DLPack)."""
+    to_jax = converter("torch", JAX)
+    return tuple(
+        jax.tree_util.tree_map(lambda leaf: to_jax(leaf) if family_of(leaf) == "torch" else leaf, t) for t in tangents
+    )
 
 
 def _wrap(

@@ -31,7 +31,8 @@ from di.errors import (
     UnsupportedContextError,
     UnsupportedOperatorError,
 )
-from di.families import converter, family_of
+from di.families import converter, family_of, identity
+from di.pytrees import is_pytree, tree_flatten, tree_map
 
 __all__ = [
     "Adapter",
@@ -94,9 +95,31 @@ class Adapter:
     # --- helpers for subclasses -------------------------------------------------
 
     def input_converters(self, values: Sequence[Any]) -> list[Callable[[Any], Any]]:
-        """One converter per value, bringing arrays into this engine's family
-        (identity for values that are not arrays or already in the family)."""
-        return [converter(family_of(value), self.family) for value in values]
+        """One converter per value, bringing arrays (and the array leaves of
+        pytrees) into this engine's family; identity for values that need none."""
+        return [self._input_converter(value) for value in values]
+
+    def _input_converter(self, value: Any) -> Callable[[Any], Any]:
+        if not is_pytree(value):
+            return converter(family_of(value), self.family)
+        leaves, _ = tree_flatten(value)
+        if all(family_of(leaf) in (None, self.family) for leaf in leaves):
+            return identity
+        family = self.family
+
+        def convert_leaves(tree: Any) -> Any:
+            return self.tree_map(lambda leaf: converter(family_of(leaf), family)(leaf), tree)
+
+        return convert_leaves
+
+    def tree_map(self, function: Callable[[Any], Any], tree: Any) -> Any:
+        """Map over the leaves of a pytree as this engine sees pytrees (``optree``
+        by default; JAX uses its own registry so JAX-registered nodes work)."""
+        return tree_map(function, tree)
+
+    native_pytrees: ClassVar[frozenset[str]] = frozenset()
+    """The operator families whose programs take a pytree ``x`` themselves; for
+    the others ``di`` flattens pytrees into one vector (:class:`di.pytrees.Raveler`)."""
 
     def scope(self, values: Sequence[Any]) -> Callable[[], contextlib.AbstractContextManager[Any]]:
         """The context manager the engine must run in for these inputs (JAX:

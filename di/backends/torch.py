@@ -18,6 +18,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
+import optree
 import torch
 
 from di.backends import fallbacks
@@ -33,6 +34,7 @@ from di.backends.selectors import AutoTorch
 from di.contexts import Cache, Context
 from di.errors import RecompileWarning, UnsupportedContextError
 from di.families import TORCH, converter, family_of, identity
+from di.pytrees import is_pytree, tree_flatten
 
 __all__ = ["TorchAdapter"]
 
@@ -52,6 +54,11 @@ class TorchAdapter(Adapter):
     """
 
     family = TORCH
+
+    @property
+    def native_pytrees(self) -> frozenset[str]:  # type: ignore[override]
+        """Eager gradients take pytrees leaf by leaf; the rest is flattened."""
+        return frozenset() if self.compiled else frozenset({"gradient"})
 
     @property
     def selector(self) -> AutoTorch:
@@ -170,6 +177,8 @@ class TorchAdapter(Adapter):
     def _gradient_fast(self, f: Callable[..., Any], x: Any, contexts: Sequence[Context], with_value: bool) -> Any:
         """The gradient hot path: what a careful torch user writes (detach, require
         grad, one forward, ``torch.autograd.grad``) and as little else as possible."""
+        if is_pytree(x):
+            return self._tree_gradient(f, x, contexts, with_value)
         backend = self.backend
         to_torch_x = self.input_converters([x])[0]
         convert_contexts = self._context_converters(x, contexts)
@@ -214,6 +223,36 @@ class TorchAdapter(Adapter):
                     values[i].detach_()
 
         return run_detaching_caches
+
+    def _tree_gradient(self, f: Callable[..., Any], x: Any, contexts: Sequence[Context], with_value: bool) -> Any:
+        """Gradient with respect to a pytree of tensors: every leaf is a detached
+        ``requires_grad_()`` alias and one ``torch.autograd.grad`` call returns the
+        gradient of each (no flattening into one vector)."""
+        backend = self.backend
+        convert_contexts = self._context_converters(x, contexts)
+        cache_positions = tuple(
+            i for i, c in enumerate(contexts) if isinstance(c, Cache) and family_of(c.value) == TORCH
+        )
+
+        def run(x: Any, *values: Any) -> Any:
+            leaves, spec = tree_flatten(x)
+            leaves = [converter(family_of(leaf), TORCH)(leaf).detach().requires_grad_() for leaf in leaves]
+            values = tuple(convert(v) for convert, v in zip(convert_contexts, values))
+            try:
+                with torch.enable_grad():
+                    y = f(optree.tree_unflatten(spec, leaves), *values)
+                if not (isinstance(y, torch.Tensor) and y.dim() == 0 and y.is_floating_point()):
+                    y = _scalar_tensor(y, leaves[0] if leaves else torch.zeros(()), backend)
+                grads = torch.autograd.grad(y, leaves, allow_unused=True) if y.requires_grad else [None] * len(leaves)
+            finally:
+                for i in cache_positions:
+                    values[i].detach_()
+            g = optree.tree_unflatten(
+                spec, [torch.zeros_like(leaf) if d is None else d for leaf, d in zip(leaves, grads)]
+            )
+            return (y.detach(), g) if with_value else g
+
+        return run
 
     def prepare_pullback_programs(
         self, f: Callable[..., Any], x: Any, ty: Sequence[Any], contexts: Sequence[Context]

@@ -15,6 +15,7 @@ from di.errors import InvalidInputError
 from di.families import converter, family_of, identity
 from di.prep.base import Prep, write_out
 from di.prep.signature import check_contexts_wrapped, check_x
+from di.pytrees import Raveler, is_pytree
 
 __all__ = ["adapter_for", "float_x_program", "prepare_operator", "run_operator", "split_call"]
 
@@ -48,7 +49,12 @@ def adapter_for(operator: str, f: Any, backend: Any, x: Any, contexts: Sequence[
     """
     if not callable(f):
         raise InvalidInputError(f"f must be callable, not {type(f).__name__}")
-    check_x(x, operator)
+    if is_pytree(x):
+        if operator in ("derivative", "second_derivative"):
+            raise InvalidInputError(f"{operator} needs a scalar x (a 0-d array or a float), not a pytree")
+        Raveler(x)  # checks every leaf
+    else:
+        check_x(x, operator)
     check_contexts_wrapped(contexts)
     adapter = get_adapter(backend)
     adapter.check_contexts(contexts)
@@ -88,12 +94,15 @@ def check_tangents(tangents: Any, label: str, operator: str) -> tuple[Any, ...]:
             f"{type(tangents).__name__}; wrap a single one as ({label[1]},)."
         )
     for index, tangent in enumerate(tangents):
-        if family_of(tangent) is None and not isinstance(tangent, float):
-            raise InvalidInputError(f"{label}[{index}] must be an array, not {type(tangent).__name__}")
+        if family_of(tangent) is None and not isinstance(tangent, float) and not is_pytree(tangent):
+            raise InvalidInputError(f"{label}[{index}] must be an array or pytree, not {type(tangent).__name__}")
     return tuple(tangents)
 
 
 def _nested_converter(to_caller: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    if to_caller is identity:
+        return identity
+
     def convert(result: Any) -> Any:
         if isinstance(result, tuple):
             return tuple(convert(item) for item in result)
@@ -102,15 +111,93 @@ def _nested_converter(to_caller: Callable[[Any], Any]) -> Callable[[Any], Any]:
     return convert
 
 
-def _to_caller_family(program: Callable[..., Any], to_caller: Callable[[Any], Any]) -> Callable[..., Any]:
-    if to_caller is identity:
+def _tree_converter(adapter: Adapter, family: str) -> Callable[[Any], Any]:
+    """Results of a pytree-native engine, leaf by leaf into the caller's family."""
+    leaf_converter = converter(adapter.family, family)
+    if leaf_converter is identity:
+        return identity
+
+    def convert(result: Any) -> Any:
+        return adapter.tree_map(leaf_converter, result)
+
+    return convert
+
+
+def _to_caller_family(program: Callable[..., Any], convert: Callable[[Any], Any]) -> Callable[..., Any]:
+    if convert is identity:
         return program
-    convert = _nested_converter(to_caller)
 
     def converted(*args: Any) -> Any:
         return convert(program(*args))
 
     return converted
+
+
+def _raveled_programs(
+    family: str,
+    method: Callable[..., Any],
+    adapter: Adapter,
+    f: Callable[..., Any],
+    x: Any,
+    tangents: Any,
+    contexts: Sequence[Any],
+) -> dict[str, Callable[..., Any]]:
+    """Programs for a pytree ``x`` on an engine that takes arrays only: ``x`` (and
+    tangents shaped like it) are flattened into one vector, ``f`` sees the pytree
+    again, and results shaped like ``x`` are unflattened leaf by leaf."""
+    raveler = Raveler(x)
+
+    def flat_f(vector: Any, *values: Any) -> Any:
+        return f(raveler.unravel(vector), *values)
+
+    x_tangents = family in ("pushforward", "hvp")
+    flat_tangents = tangents
+    if tangents is not None and x_tangents:
+        flat_tangents = tuple(raveler.ravel(t) for t in tangents)
+    flat_x = raveler.ravel(x)
+    engine = (
+        method(flat_f, flat_x, flat_tangents, contexts) if tangents is not None else method(flat_f, flat_x, contexts)
+    )
+    to_caller = _nested_converter(converter(adapter.family, raveler.family))
+    unravel = raveler.unravel
+
+    def unravel_all(results: tuple[Any, ...]) -> tuple[Any, ...]:
+        return tuple(unravel(r) for r in results)
+
+    def jacobian(jac: Any) -> Any:
+        return raveler.unravel_leading(jac, tuple(jac.shape[:-1]))
+
+    post: dict[str, Callable[[Any], Any]] = {
+        "gradient": unravel,
+        "value_and_gradient": lambda r: (r[0], unravel(r[1])),
+        "jacobian": jacobian,
+        "value_and_jacobian": lambda r: (r[0], jacobian(r[1])),
+        "pushforward": lambda r: r,
+        "value_and_pushforward": lambda r: r,
+        "pullback": unravel_all,
+        "value_and_pullback": lambda r: (r[0], unravel_all(r[1])),
+        "hvp": unravel_all,
+        "gradient_and_hvp": lambda r: (unravel(r[0]), unravel_all(r[1])),
+        "hessian": raveler.unravel_hessian,
+        "value_gradient_and_hessian": lambda r: (r[0], unravel(r[1]), raveler.unravel_hessian(r[2])),
+    }
+
+    def wrap(name: str) -> Callable[..., Any]:
+        program, finish = engine[name], post[name]
+        if tangents is None:
+
+            def run(x: Any, *values: Any) -> Any:
+                return finish(to_caller(program(raveler.ravel(x), *values)))
+
+            return run
+
+        def run_with_tangents(x: Any, t: Any, *values: Any) -> Any:
+            t = tuple(raveler.ravel(item) for item in t) if x_tangents else t
+            return finish(to_caller(program(raveler.ravel(x), t, *values)))
+
+        return run_with_tangents
+
+    return {name: wrap(name) for name in OPERATOR_FAMILIES[family]}
 
 
 def prepare_operator(
@@ -135,12 +222,18 @@ def prepare_operator(
             f"use jacobian (or hessian) for array inputs."
         )
     method = getattr(adapter, f"prepare_{family}{'_same_point' if same_point else ''}_programs")
-    engine_programs = method(f, x, tangents, contexts) if label is not None else method(f, x, contexts)
-    to_caller = converter(adapter.family, family_of(x) or "numpy")
-    programs = {
-        name: _to_caller_family(float_x_program(x, engine_programs[name]), to_caller)
-        for name in OPERATOR_FAMILIES[family]
-    }
+    if is_pytree(x) and family not in adapter.native_pytrees:
+        programs = _raveled_programs(family, method, adapter, f, x, tangents, contexts)
+    else:
+        engine_programs = method(f, x, tangents, contexts) if label is not None else method(f, x, contexts)
+        if is_pytree(x):
+            to_caller = _tree_converter(adapter, Raveler(x).family)
+        else:
+            to_caller = _nested_converter(converter(adapter.family, family_of(x) or "numpy"))
+        programs = {
+            name: _to_caller_family(float_x_program(x, engine_programs[name]), to_caller)
+            for name in OPERATOR_FAMILIES[family]
+        }
     point_check = same_point_check(x, contexts) if same_point else None
     return Prep(family, f, backend, x, contexts, programs, strict, tangents, label or "tx", point_check)
 

@@ -7,8 +7,7 @@ from typing import Any
 
 from di.backends.selectors import AbstractBackend
 from di.contexts import Context
-from di.families import converter, family_of, identity
-from di.operators.common import adapter_for, float_x_program, split_call
+from di.operators.common import prepare_operator, split_call
 from di.prep.base import Prep, write_out
 
 __all__ = ["gradient", "prepare_gradient", "value_and_gradient"]
@@ -49,37 +48,7 @@ def prepare_gradient(
         >>> di.gradient(f, prep, di.AutoFiniteDiff(), np.array([1.0, 2.0])).round(6)
         array([2., 4.])
     """
-    adapter = adapter_for(_OPERATOR, f, backend, x, contexts)
-    to_caller = converter(adapter.family, family_of(x) or "numpy")
-    engine_programs = adapter.prepare_gradient_programs(f, x, contexts)
-    programs = {
-        "gradient": _returning_caller_family(float_x_program(x, engine_programs["gradient"]), to_caller),
-        "value_and_gradient": _pair_returning_caller_family(
-            float_x_program(x, engine_programs["value_and_gradient"]), to_caller
-        ),
-    }
-    return Prep(_OPERATOR, f, backend, x, contexts, programs, strict)
-
-
-def _returning_caller_family(program: Callable[..., Any], to_caller: Callable[[Any], Any]) -> Callable[..., Any]:
-    if to_caller is identity:
-        return program
-
-    def converted(*args: Any) -> Any:
-        return to_caller(program(*args))
-
-    return converted
-
-
-def _pair_returning_caller_family(program: Callable[..., Any], to_caller: Callable[[Any], Any]) -> Callable[..., Any]:
-    if to_caller is identity:
-        return program
-
-    def converted(*args: Any) -> Any:
-        y, g = program(*args)
-        return to_caller(y), to_caller(g)
-
-    return converted
+    return prepare_operator(_OPERATOR, f, backend, x, None, contexts, strict)
 
 
 def gradient(f: Callable[..., Any], *args: Any, out: Any = None) -> Any:

@@ -16,6 +16,7 @@ import numpy as np
 from di.contexts import Context
 from di.errors import InvalidInputError, PreparationMismatchError
 from di.families import NUMPY, TORCH, family_of, is_floating_dtype, spec_of
+from di.pytrees import is_pytree, leaf_paths, tree_flatten
 
 __all__ = ["ArgumentCheck", "check_x", "check_contexts_wrapped", "key_function", "mismatch_error"]
 
@@ -47,6 +48,18 @@ def _tuple_key(keys: Sequence[KeyFunction]) -> KeyFunction:
     return key
 
 
+def _tree_key(spec: Any, keys: Sequence[KeyFunction]) -> KeyFunction:
+    """Key of a pytree: its structure and the key of each leaf."""
+
+    def key(value: Any) -> Any:
+        leaves, given = tree_flatten(value)
+        if given != spec:
+            return ("structure", given)
+        return tuple(k(leaf) for k, leaf in zip(keys, leaves))
+
+    return key
+
+
 def key_function(value: Any) -> KeyFunction:
     """The key function for an argument like ``value``.
 
@@ -56,6 +69,9 @@ def key_function(value: Any) -> KeyFunction:
     """
     if value.__class__ is tuple:
         return _tuple_key([key_function(item) for item in value])
+    if is_pytree(value):
+        leaves, spec = tree_flatten(value)
+        return _tree_key(spec, [key_function(leaf) for leaf in leaves])
     family = family_of(value)
     if family == TORCH:
         return _torch_key
@@ -70,8 +86,11 @@ def describe_value(value: Any) -> str:
         return spec_of(value).describe()
     if isinstance(value, Context):
         return f"{type(value).__name__} {describe_value(value.value)}"
-    if isinstance(value, tuple) and any(family_of(item) is not None for item in value):
+    if isinstance(value, tuple) and value.__class__ is tuple and any(family_of(item) is not None for item in value):
         return "(" + ", ".join(describe_value(item) for item in value) + ")"
+    if is_pytree(value):
+        leaves, _ = tree_flatten(value)
+        return f"{type(value).__name__} pytree of {len(leaves)} arrays"
     text = repr(value)
     if len(text) > 40:
         text = text[:37] + "..."
@@ -89,7 +108,7 @@ class ArgumentCheck:
         description: the human description at preparation.
     """
 
-    __slots__ = ("description", "expected", "key", "label", "wrapper")
+    __slots__ = ("description", "expected", "key", "label", "leaves", "wrapper")
 
     def __init__(self, label: str, wrapper: type | None, key: KeyFunction, expected: Any, description: str) -> None:
         self.label = label
@@ -97,6 +116,7 @@ class ArgumentCheck:
         self.key = key
         self.expected = expected
         self.description = description
+        self.leaves: tuple[Any, list[tuple[KeyFunction, Any, str]]] | None = None
 
     @classmethod
     def of(cls, label: str, value: Any, wrapper: type | None = None) -> ArgumentCheck:
@@ -105,7 +125,34 @@ class ArgumentCheck:
         described = describe_value(value)
         if wrapper is not None:
             described = f"{wrapper.__name__} {described}"
-        return cls(label, wrapper, key, key(value), described)
+        check = cls(label, wrapper, key, key(value), described)
+        if is_pytree(value):
+            leaves, spec = tree_flatten(value)
+            check.leaves = (
+                spec,
+                [(key_function(leaf), key_function(leaf)(leaf), describe_value(leaf)) for leaf in leaves],
+            )
+        return check
+
+    def explain(self, value: Any) -> str:
+        """Why ``value`` differs, naming the first differing leaf of a pytree, such
+        as ``x['weights'][1]``."""
+        inner = value.value if isinstance(value, Context) and value.__class__ is self.wrapper else value
+        if self.leaves is not None and is_pytree(inner):
+            value = inner
+            spec, expected_leaves = self.leaves
+            leaves, given_spec = tree_flatten(value)
+            if given_spec != spec:
+                return f"prepared structure {spec}   given {given_spec}"
+            root = "x" if self.label == "x" else self.label.replace(" ", "")
+            for path, leaf, (key, expected, description) in zip(leaf_paths(value, root), leaves, expected_leaves):
+                try:
+                    same = key(leaf) == expected
+                except Exception:
+                    same = False
+                if not same:
+                    return f"{path} differs: prepared {description}   given {describe_value(leaf)}"
+        return f"prepared {self.description}   given {describe_value(value)}"
 
     def matches(self, value: Any) -> bool:
         """Whether ``value`` (a bare value, or a context for contexts) fits."""
@@ -152,7 +199,7 @@ def mismatch_error(
         if index < len(given):
             value = given[index]
             ok = check.matches(value)
-            detail = check.description if ok else f"prepared {check.description}   given {describe_value(value)}"
+            detail = check.description if ok else check.explain(value)
         else:
             ok, detail = False, f"prepared {check.description}   given nothing"
         rows.append((check.label, "ok" if ok else "differs", detail))
