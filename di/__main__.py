@@ -60,7 +60,7 @@ class Output:
         else:
             self.console = Console(highlight=False)
             if not self.console.is_terminal:
-                self.console = Console(highlight=False, width=160)
+                self.console = Console(highlight=False, width=200)
 
     def line(self, text: str = "", style: str | None = None) -> None:
         """Print one line."""
@@ -83,9 +83,12 @@ class Output:
         from rich.table import Table
         from rich.text import Text
 
-        table = Table(title=title, title_justify="left", show_lines=False, header_style="bold")
-        for column in columns:
-            table.add_column(column, overflow="fold")
+        self.console.print()
+        self.console.print(title, style="bold", markup=False, soft_wrap=True)
+        table = Table(show_lines=False, header_style="bold")
+        for index, column in enumerate(columns):
+            last = index == len(columns) - 1 and len(columns) > 2
+            table.add_column(column, no_wrap=True, overflow="ellipsis", max_width=60 if last else None)
         for row in rows:
             table.add_row(*(Text(cell, style=_style(cell)) for cell in row))
         self.console.print(table)
@@ -469,6 +472,9 @@ def run_default(args: argparse.Namespace, out: Output) -> int:
                         if row["status"] == "ok":
                             timings[key] = row
                     progress.advance(f"{key[0]} {key[1]}", description="timing")
+    for result in results:  # "AutoTorch(compile=False, ...) does not ..." -> "torch does not ..."
+        for backend in backends:
+            result.message = result.message.replace(repr(backend), backend_label(backend))
     rows = _scenario_rows(results, timings)
     _print_scenario_tables(out, rows, labels, args.quiet)
     failed = [r for r in results if r.status == "failed"]
@@ -512,10 +518,16 @@ def _output_shape(f: Callable[..., Any], x: Any) -> tuple[int, ...]:
 
     from di.testing.scenarios import to_numpy
 
+    def converter(engine: str) -> Callable[[Any], Any]:
+        def convert(a: Any) -> Any:
+            return importlib.import_module(engine).asarray(a)
+
+        return convert
+
     attempts: list[Callable[[Any], Any]] = [lambda a: a]
     for engine in ("torch", "jax.numpy"):
         if importlib.util.find_spec(engine.split(".")[0]) is not None:
-            attempts.append(lambda a, engine=engine: importlib.import_module(engine).asarray(a))
+            attempts.append(converter(engine))
     last: Exception | None = None
     for convert in attempts:
         try:
@@ -630,7 +642,7 @@ def run_check(args: argparse.Namespace, out: Output) -> int:
             progress.advance(label)
     out.table(
         f"{args.function}: {args.operator} against {reference_label} (float64)",
-        ["backend", "status", "max abs diff", "max rel diff", "median time", "first call extra", "f calls", "error"],
+        ["backend", "status", "max abs diff", "max rel diff", "median time", "compile", "f calls", "error"],
         [
             [
                 r["backend"],
@@ -703,7 +715,9 @@ def _sweep(
                         progress.advance(f"{label} n={size}")
                         continue
                 scenario = _check_scenario(f, operator, (size,), dtype, seed)
-                result = benchmark_differentiation(backend, [scenario], prepared=(True,), min_time=0.05, max_samples=50)[0]
+                result = benchmark_differentiation(
+                    backend, [scenario], prepared=(True,), min_time=0.05, max_samples=50
+                )[0]
                 rows.append({**row, **{k: result[k] for k in ("status", "error", "time_median", "time_min", "calls")}})
                 if result["status"] != "ok":
                     stopped[label] = result["error"] or result["status"]

@@ -382,7 +382,6 @@ def pytrees_supported() -> bool:
 # --- one case --------------------------------------------------------------------------
 
 
-
 def _x_leaf(x: Any) -> Any:
     leaves = pytree_leaves(x)
     return leaves[0] if leaves else x

@@ -84,20 +84,14 @@ OPERATORS: dict[str, OperatorSpec] = {
     for spec in (
         OperatorSpec(
             "derivative", "prepare_derivative", "derivative", "value_and_derivative", "res1", ("y", "res1"), False, 1
-        ),  # fmt: skip
-        OperatorSpec(
-            "gradient", "prepare_gradient", "gradient", "value_and_gradient", "res1", ("y", "res1"), False, 1
-        ),  # fmt: skip
-        OperatorSpec(
-            "jacobian", "prepare_jacobian", "jacobian", "value_and_jacobian", "res1", ("y", "res1"), False, 1
-        ),  # fmt: skip
+        ),
+        OperatorSpec("gradient", "prepare_gradient", "gradient", "value_and_gradient", "res1", ("y", "res1"), False, 1),
+        OperatorSpec("jacobian", "prepare_jacobian", "jacobian", "value_and_jacobian", "res1", ("y", "res1"), False, 1),
         OperatorSpec(
             "pushforward", "prepare_pushforward", "pushforward", "value_and_pushforward", "res1", ("y", "res1"), True, 1
-        ),  # fmt: skip
-        OperatorSpec(
-            "pullback", "prepare_pullback", "pullback", "value_and_pullback", "res1", ("y", "res1"), True, 1
-        ),  # fmt: skip
-        OperatorSpec("hvp", "prepare_hvp", "hvp", "gradient_and_hvp", "res2", ("res1", "res2"), True, 2),  # fmt: skip
+        ),
+        OperatorSpec("pullback", "prepare_pullback", "pullback", "value_and_pullback", "res1", ("y", "res1"), True, 1),
+        OperatorSpec("hvp", "prepare_hvp", "hvp", "gradient_and_hvp", "res2", ("res1", "res2"), True, 2),
         OperatorSpec(
             "hessian",
             "prepare_hessian",
@@ -107,7 +101,7 @@ OPERATORS: dict[str, OperatorSpec] = {
             ("y", "res1", "res2"),
             False,
             2,
-        ),  # fmt: skip
+        ),
         OperatorSpec(
             "second_derivative",
             "prepare_second_derivative",
@@ -117,7 +111,7 @@ OPERATORS: dict[str, OperatorSpec] = {
             ("y", "res1", "res2"),
             False,
             2,
-        ),  # fmt: skip
+        ),
     )
 }
 
@@ -210,13 +204,23 @@ def _negate(value: Any) -> Any:
         return -value
     family = _family(value)
     if family is not None:
-        dtype = str(value.dtype)
-        if "float" in dtype:
-            return -value
-        return value
+        if "float" not in str(value.dtype):
+            return value
+        if family == "jax":
+            return _in_jax_precision(value, lambda v: -v)
+        return -value
     if isinstance(value, (dict, list, tuple)):
         return tree_map(_negate, value)
     return value
+
+
+def _in_jax_precision(value: Any, function: Callable[[Any], Any]) -> Any:
+    """``function(value)`` for a JAX array, keeping float64 (JAX drops it outside
+    ``jax.enable_x64``)."""
+    import jax
+
+    with jax.enable_x64(np.dtype(value.dtype).itemsize == 8):
+        return function(value)
 
 
 def _zeros_like(value: Any) -> Any:
@@ -225,8 +229,10 @@ def _zeros_like(value: Any) -> Any:
     family = _family(value)
     if family == "numpy":
         return np.zeros_like(value)
-    if family in ("torch", "jax"):
-        return value * 0
+    if family == "torch":
+        return value.detach() * 0
+    if family == "jax":
+        return _in_jax_precision(value, lambda v: v * 0)
     if isinstance(value, (dict, list, tuple)):
         return tree_map(_zeros_like, value)
     return value
@@ -746,7 +752,7 @@ def _first_order_scenarios(rng: np.random.Generator, dtype: Any) -> list[Scenari
             res1=(a64 + a64.T) @ x64 / 2,
             name=f"gradient/quadratic_constant/{sfx}",
             tags=tag | {"constant"},
-        )  # fmt: skip
+        )
     )
     x, x64 = vec(4)
     out.append(
@@ -758,7 +764,7 @@ def _first_order_scenarios(rng: np.random.Generator, dtype: Any) -> list[Scenari
     out.append(
         Scenario(
             "derivative", sin_exp, x, res1=(np.cos(x64) + np.sin(x64)) * e, name=f"derivative/sin_exp/{sfx}", tags=tag
-        )  # fmt: skip
+        )
     )
     c = 1.5
     out.append(
@@ -770,14 +776,14 @@ def _first_order_scenarios(rng: np.random.Generator, dtype: Any) -> list[Scenari
             res1=np.array([c * np.cos(c * x64), 3 * x64**2, -np.exp(-x64)]),
             name=f"derivative/scalar_to_vector_constant/{sfx}",
             tags=tag | {"constant"},
-        )  # fmt: skip
+        )
     )
     # jacobian
     x, x64 = vec(4)
     out.append(
         Scenario(
             "jacobian", sin_times_x, x, res1=np.diag(_sum_sin_grad(x64)), name=f"jacobian/sin_times_x/{sfx}", tags=tag
-        )  # fmt: skip
+        )
     )
     x, x64 = vec(5)
     a, a64 = mat((3, 5))
@@ -791,7 +797,7 @@ def _first_order_scenarios(rng: np.random.Generator, dtype: Any) -> list[Scenari
             res1=(1 - t**2)[:, None] * a64,
             name=f"jacobian/tanh_linear_wide/{sfx}",
             tags=tag | {"constant"},
-        )  # fmt: skip
+        )
     )
     # pushforward
     x, x64 = vec(4)
@@ -807,7 +813,7 @@ def _first_order_scenarios(rng: np.random.Generator, dtype: Any) -> list[Scenari
             res1=tuple(a64 @ (2 * x64 * t64) for _, t64 in tx),
             name=f"pushforward/linear_of_squares_batched/{sfx}",
             tags=tag | {"constant"},
-        )  # fmt: skip
+        )
     )
     # pullback
     x, x64 = vec(5)
@@ -824,7 +830,7 @@ def _first_order_scenarios(rng: np.random.Generator, dtype: Any) -> list[Scenari
             res1=tuple(a64.T @ ((1 - t**2) * w64) for _, w64 in ty),
             name=f"pullback/tanh_linear_batched/{sfx}",
             tags=tag | {"constant"},
-        )  # fmt: skip
+        )
     )
     return out
 
@@ -850,7 +856,7 @@ def _second_order_scenarios(rng: np.random.Generator, dtype: Any) -> list[Scenar
             res2=(_sum_sin_hess(x64) @ v64,),
             name=f"hvp/sum_sin/{sfx}",
             tags=tag,
-        )  # fmt: skip
+        )
     )
     x, x64 = vec(4)
     out.append(
@@ -862,7 +868,7 @@ def _second_order_scenarios(rng: np.random.Generator, dtype: Any) -> list[Scenar
             res2=_rosenbrock_hess(x64),
             name=f"hessian/rosenbrock/{sfx}",
             tags=tag,
-        )  # fmt: skip
+        )
     )
     x, x64 = vec(5)
     out.append(
@@ -874,7 +880,7 @@ def _second_order_scenarios(rng: np.random.Generator, dtype: Any) -> list[Scenar
             res2=_sum_sin_hess(x64),
             name=f"hessian/sum_sin/{sfx}",
             tags=tag,
-        )  # fmt: skip
+        )
     )
     x, x64 = _rounded(np.asarray(rng.uniform(-1, 1)), dtype)
     e = np.exp(x64)
@@ -887,7 +893,7 @@ def _second_order_scenarios(rng: np.random.Generator, dtype: Any) -> list[Scenar
             res2=2 * np.cos(x64) * e,
             name=f"second_derivative/sin_exp/{sfx}",
             tags=tag,
-        )  # fmt: skip
+        )
     )
     return out
 
@@ -914,13 +920,13 @@ def _float64_only_scenarios(rng: np.random.Generator) -> list[Scenario]:
             res1=w * scale * np.exp(scale * x),
             name="gradient/weighted_exp_constants/f64",
             tags=tag | {"constant"},
-        )  # fmt: skip
+        )
     )
     x = mat((2, 3))
     out.append(
         Scenario(
             "gradient", sum_tanh_squared, x, res1=_tanh2_grad(x), name="gradient/matrix_tanh/f64", tags=tag | {"matrix"}
-        )  # fmt: skip
+        )
     )
     x = vec(5)
     out.append(
@@ -932,7 +938,7 @@ def _float64_only_scenarios(rng: np.random.Generator) -> list[Scenario]:
             res1=_cached_sum_grad(x),
             name="gradient/cached_sum/f64",
             tags=tag | {"cache"},
-        )  # fmt: skip
+        )
     )
     x = np.asarray(0.3)
     out.append(
@@ -943,13 +949,11 @@ def _float64_only_scenarios(rng: np.random.Generator) -> list[Scenario]:
             res1=(2 * x + x**2) * np.exp(x),
             name="gradient/square_exp_0d/f64",
             tags=tag | {"0d"},
-        )  # fmt: skip
+        )
     )
     x = vec(1)
     out.append(
-        Scenario(
-            "gradient", sum_sin, x, res1=_sum_sin_grad(x), name="gradient/sum_sin_1elem/f64", tags=tag | {"1elem"}
-        )  # fmt: skip
+        Scenario("gradient", sum_sin, x, res1=_sum_sin_grad(x), name="gradient/sum_sin_1elem/f64", tags=tag | {"1elem"})
     )
     # --- derivative
     x = np.asarray(0.4)
@@ -963,7 +967,7 @@ def _float64_only_scenarios(rng: np.random.Generator) -> list[Scenario]:
             res1=np.cos(x) * m + 2 * x * n,
             name="derivative/scalar_to_matrix_constants/f64",
             tags=tag | {"constant", "matrix"},
-        )  # fmt: skip
+        )
     )
     w = vec(3, 0.5, 2.0)
     out.append(
@@ -975,7 +979,7 @@ def _float64_only_scenarios(rng: np.random.Generator) -> list[Scenario]:
             res1=w * np.cos(w * x),
             name="derivative/cached_scalar_to_vector/f64",
             tags=tag | {"constant", "cache"},
-        )  # fmt: skip
+        )
     )
     out.append(
         Scenario(
@@ -985,7 +989,7 @@ def _float64_only_scenarios(rng: np.random.Generator) -> list[Scenario]:
             res1=np.asarray(3 * 0.7**2 - 2),
             name="derivative/cubic_python_float/f64",
             tags=tag | {"python-float"},
-        )  # fmt: skip
+        )
     )
     # --- jacobian
     x = vec(2)
@@ -999,7 +1003,7 @@ def _float64_only_scenarios(rng: np.random.Generator) -> list[Scenario]:
             res1=np.exp(b @ x)[:, None] * b,
             name="jacobian/exp_linear_tall/f64",
             tags=tag | {"constant"},
-        )  # fmt: skip
+        )
     )
     x, b = mat((2, 3)), mat((3, 2))
     jac = np.einsum("ik,lj->ijkl", np.eye(2), b)  # d(x @ B)[i, j] / dx[k, l] = delta_ik B[l, j]
@@ -1012,7 +1016,7 @@ def _float64_only_scenarios(rng: np.random.Generator) -> list[Scenario]:
             res1=jac,
             name="jacobian/matrix_product/f64",
             tags=tag | {"constant", "matrix"},
-        )  # fmt: skip
+        )
     )
     x = vec(4)
     out.append(
@@ -1024,13 +1028,13 @@ def _float64_only_scenarios(rng: np.random.Generator) -> list[Scenario]:
             res1=np.diag(3 * x**2),
             name="jacobian/cached_cube/f64",
             tags=tag | {"cache"},
-        )  # fmt: skip
+        )
     )
     x = vec(3)
     out.append(
         Scenario(
             "jacobian", sum_squares, x, res1=2 * x, name="jacobian/scalar_output/f64", tags=tag | {"scalar-output"}
-        )  # fmt: skip
+        )
     )
     # --- pushforward
     x, v = vec(4), vec(4)
@@ -1043,7 +1047,7 @@ def _float64_only_scenarios(rng: np.random.Generator) -> list[Scenario]:
             res1=(_sum_sin_grad(x) * v,),
             name="pushforward/sin_times_x/f64",
             tags=tag,
-        )  # fmt: skip
+        )
     )
     x, v1, v2 = vec(4), vec(4), vec(4)
     out.append(
@@ -1055,7 +1059,7 @@ def _float64_only_scenarios(rng: np.random.Generator) -> list[Scenario]:
             res1=(np.asarray(np.exp(x) @ v1), np.asarray(np.exp(x) @ v2)),
             name="pushforward/scalar_output_batched/f64",
             tags=tag | {"scalar-output"},
-        )  # fmt: skip
+        )
     )
     x, v = mat((2, 3)), mat((2, 3))
     out.append(
@@ -1067,7 +1071,7 @@ def _float64_only_scenarios(rng: np.random.Generator) -> list[Scenario]:
             res1=((1 - np.tanh(x) ** 2) * v,),
             name="pushforward/matrix_tanh/f64",
             tags=tag | {"matrix"},
-        )  # fmt: skip
+        )
     )
     x, v = vec(4), vec(4)
     out.append(
@@ -1080,7 +1084,7 @@ def _float64_only_scenarios(rng: np.random.Generator) -> list[Scenario]:
             res1=(3 * x**2 * v,),
             name="pushforward/cached_cube/f64",
             tags=tag | {"cache"},
-        )  # fmt: skip
+        )
     )
     # --- pullback
     x, w = vec(4), vec(4)
@@ -1093,7 +1097,7 @@ def _float64_only_scenarios(rng: np.random.Generator) -> list[Scenario]:
             res1=(_sum_sin_grad(x) * w,),
             name="pullback/sin_times_x/f64",
             tags=tag,
-        )  # fmt: skip
+        )
     )
     x, c = vec(4), 1.3
     out.append(
@@ -1106,7 +1110,7 @@ def _float64_only_scenarios(rng: np.random.Generator) -> list[Scenario]:
             res1=(2.0 * 2 * c * x,),
             name="pullback/scalar_output_constant/f64",
             tags=tag | {"constant", "scalar-output"},
-        )  # fmt: skip
+        )
     )
     x, b, w = mat((2, 3)), mat((3, 2)), mat((2, 2))
     out.append(
@@ -1119,7 +1123,7 @@ def _float64_only_scenarios(rng: np.random.Generator) -> list[Scenario]:
             res1=(w @ b.T,),
             name="pullback/matrix_product/f64",
             tags=tag | {"constant", "matrix"},
-        )  # fmt: skip
+        )
     )
     x, w = vec(4), vec(4)
     out.append(
@@ -1132,7 +1136,7 @@ def _float64_only_scenarios(rng: np.random.Generator) -> list[Scenario]:
             res1=(3 * x**2 * w,),
             name="pullback/cached_cube/f64",
             tags=tag | {"cache"},
-        )  # fmt: skip
+        )
     )
     # --- hvp
     x, a = vec(5), mat((5, 5))
@@ -1149,7 +1153,7 @@ def _float64_only_scenarios(rng: np.random.Generator) -> list[Scenario]:
             res2=(sym @ v1, sym @ v2),
             name="hvp/quadratic_constant_batched/f64",
             tags=tag | {"constant"},
-        )  # fmt: skip
+        )
     )
     x, v = vec(5), vec(5)
     out.append(
@@ -1163,7 +1167,7 @@ def _float64_only_scenarios(rng: np.random.Generator) -> list[Scenario]:
             res2=(_cached_sum_hess(x) @ v,),
             name="hvp/cached_sum/f64",
             tags=tag | {"cache"},
-        )  # fmt: skip
+        )
     )
     x, w, scale, v = vec(5), vec(5, 0.5, 1.5), 0.7, vec(5)
     out.append(
@@ -1177,7 +1181,7 @@ def _float64_only_scenarios(rng: np.random.Generator) -> list[Scenario]:
             res2=(w * scale**2 * np.exp(scale * x) * v,),
             name="hvp/weighted_exp_constants/f64",
             tags=tag | {"constant"},
-        )  # fmt: skip
+        )
     )
     # --- hessian
     x, a = vec(4), mat((4, 4))
@@ -1191,7 +1195,7 @@ def _float64_only_scenarios(rng: np.random.Generator) -> list[Scenario]:
             res2=(a + a.T) / 2,
             name="hessian/quadratic_constant/f64",
             tags=tag | {"constant"},
-        )  # fmt: skip
+        )
     )
     x = mat((2, 3))
     out.append(
@@ -1203,7 +1207,7 @@ def _float64_only_scenarios(rng: np.random.Generator) -> list[Scenario]:
             res2=_tanh2_hess(x),
             name="hessian/matrix_tanh/f64",
             tags=tag | {"matrix"},
-        )  # fmt: skip
+        )
     )
     x = vec(4)
     out.append(
@@ -1216,7 +1220,7 @@ def _float64_only_scenarios(rng: np.random.Generator) -> list[Scenario]:
             res2=_cached_sum_hess(x),
             name="hessian/cached_sum/f64",
             tags=tag | {"cache"},
-        )  # fmt: skip
+        )
     )
     # --- second derivative
     x, c = np.asarray(-0.6), 1.5
@@ -1230,7 +1234,7 @@ def _float64_only_scenarios(rng: np.random.Generator) -> list[Scenario]:
             res2=np.array([-(c**2) * np.sin(c * x), 6 * x, np.exp(-x)]),
             name="second_derivative/scalar_to_vector_constant/f64",
             tags=tag | {"constant"},
-        )  # fmt: skip
+        )
     )
     m, n = mat((2, 2)), mat((2, 2))
     out.append(
@@ -1243,7 +1247,7 @@ def _float64_only_scenarios(rng: np.random.Generator) -> list[Scenario]:
             res2=-np.sin(x) * m + 2 * n,
             name="second_derivative/scalar_to_matrix_constants/f64",
             tags=tag | {"constant", "matrix"},
-        )  # fmt: skip
+        )
     )
     w = vec(3, 0.5, 2.0)
     out.append(
@@ -1256,7 +1260,7 @@ def _float64_only_scenarios(rng: np.random.Generator) -> list[Scenario]:
             res2=-(w**2) * np.sin(w * x),
             name="second_derivative/cached_scalar_to_vector/f64",
             tags=tag | {"constant", "cache"},
-        )  # fmt: skip
+        )
     )
     out.append(
         Scenario(
@@ -1267,7 +1271,7 @@ def _float64_only_scenarios(rng: np.random.Generator) -> list[Scenario]:
             res2=np.asarray(-1.8),
             name="second_derivative/cubic_python_float/f64",
             tags=tag | {"python-float"},
-        )  # fmt: skip
+        )
     )
     return out
 
@@ -1288,7 +1292,7 @@ def _pytree_scenarios(rng: np.random.Generator) -> list[Scenario]:
                 res1={"a": ga, "b": a64[0] * np.cos(b64)},
                 name=f"gradient/pytree_dict/{_SUFFIX[dtype]}",
                 tags={"pytree", "float64" if dtype is np.float64 else "float32"},
-            )  # fmt: skip
+            )
         )
     return out
 

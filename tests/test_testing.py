@@ -1,0 +1,406 @@
+"""di.testing: the scenarios, test_differentiation on every backend, the pytest helper, the benchmark."""
+
+from __future__ import annotations
+
+import math
+import subprocess
+import sys
+from typing import Any
+
+import numpy as np
+import pytest
+
+import di
+from di.testing import (
+    OPERATORS,
+    PREP_MODES,
+    Case,
+    Scenario,
+    backend_label,
+    benchmark_differentiation,
+    default_scenarios,
+    default_tolerances,
+    parse_backend,
+    pytree_leaves,
+    pytrees_supported,
+    replace_scenario,
+    run_case,
+    test_differentiation,
+)
+from di.testing.benchmark import BENCHMARK_COLUMNS
+from di.testing.pytest_plugin import check_case, make_test, parametrize_differentiation
+
+BACKENDS: list[Any] = list(di.available_backends())
+if di.AutoJAX() in BACKENDS:
+    BACKENDS.append(di.AutoJAX(jit=True))
+
+SCENARIOS = default_scenarios()
+
+
+# One scenario per operator: JAX compiles at every unprepared call (~0.1 s), so the JAX
+# backends run the unprepared mode on these only, and every scenario prepared (twice:
+# the first call is what "prepared" checks, the second checks reuse).
+UNPREPARED_SUBSET = [next(s for s in SCENARIOS if s.operator == operator) for operator in OPERATORS]
+
+
+# --- the scenarios --------------------------------------------------------------------------
+
+
+def test_default_scenarios_cover_every_operator_dtype_context_and_shape() -> None:
+    assert len(SCENARIOS) >= 30
+    assert {s.operator for s in SCENARIOS} == set(OPERATORS)
+    tags = set().union(*(s.tags for s in SCENARIOS))
+    assert {"float32", "float64", "constant", "cache", "pytree", "matrix", "0d", "python-float"} <= tags
+    for operator in OPERATORS:
+        dtypes = {tag for s in SCENARIOS if s.operator == operator for tag in s.tags & {"float32", "float64"}}
+        assert dtypes == {"float32", "float64"}, operator
+    outputs = {np.shape(s.y) == () for s in SCENARIOS if s.y is not None}
+    assert outputs == {True, False}  # scalar and array outputs
+    assert len({s.name for s in SCENARIOS}) == len(SCENARIOS)
+    for s in SCENARIOS:
+        spec = OPERATORS[s.operator]
+        assert s.reference(spec.call_result) is not None, s.name
+        assert all(s.reference(which) is not None for which in spec.value_and_results), s.name
+
+
+def _numeric_jacobian(f: Any, x: np.ndarray, h: float = 1e-6) -> np.ndarray:
+    """Central differences of any-shaped f at any-shaped x: shape f(x).shape + x.shape."""
+    x = np.asarray(x, dtype=np.float64)
+    y_shape = np.shape(f(x))
+    jac = np.zeros((int(np.prod(y_shape)), x.size))
+    for i in range(x.size):
+        step = np.zeros(x.size)
+        step[i] = h * max(1.0, abs(x.reshape(-1)[i]))
+        up = np.asarray(f(x + step.reshape(x.shape)), dtype=np.float64).reshape(-1)
+        down = np.asarray(f(x - step.reshape(x.shape)), dtype=np.float64).reshape(-1)
+        jac[:, i] = (up - down) / (2 * step[i])
+    return jac.reshape(y_shape + x.shape)
+
+
+@pytest.mark.parametrize("scenario", [s for s in SCENARIOS if not s.is_pytree], ids=lambda s: s.name)
+def test_references_agree_with_numerical_derivatives(scenario: Scenario) -> None:
+    """The analytic references, checked by plain NumPy central differences (no backend)."""
+    x = np.asarray(scenario.x, dtype=np.float64)
+
+    def values() -> list[Any]:
+        return [
+            np.array(c.value, dtype=np.float64) if isinstance(c.value, np.ndarray) else c.value
+            for c in scenario.contexts
+        ]
+
+    def f(point: np.ndarray) -> Any:
+        return np.asarray(scenario.f(point, *values()), dtype=np.float64)
+
+    def first(point: np.ndarray) -> np.ndarray:
+        return _numeric_jacobian(f, point)
+
+    jac = first(x)
+    if scenario.operator == "pushforward":
+        for t, ref in zip(scenario.tangents or (), scenario.res1):
+            _assert_close(np.tensordot(jac, t, axes=t.ndim), ref, 1e-6)
+    elif scenario.operator == "pullback":
+        for t, ref in zip(scenario.tangents or (), scenario.res1):
+            _assert_close(np.tensordot(t, jac, axes=np.ndim(t)), ref, 1e-6)
+    else:
+        _assert_close(jac, scenario.res1, 1e-6)
+    if scenario.res2 is not None:
+        hess = _numeric_jacobian(first, x, h=1e-4)
+        if scenario.operator == "hvp":
+            for t, ref in zip(scenario.tangents or (), scenario.res2):
+                _assert_close(np.tensordot(hess, t, axes=t.ndim), ref, 1e-5)
+        else:
+            _assert_close(hess, scenario.res2, 1e-5)
+
+
+def _assert_close(actual: Any, desired: Any, rtol: float) -> None:
+    """Norm-wise: max |actual - desired| <= rtol * max(1, max |desired|)."""
+    actual, desired = np.asarray(actual), np.asarray(desired)
+    assert actual.shape == desired.shape
+    error = np.max(np.abs(actual - desired), initial=0.0)
+    assert error <= rtol * max(1.0, np.max(np.abs(desired), initial=0.0)), (error, actual, desired)
+
+
+def test_preparation_defaults_to_zeros_and_negated_constants() -> None:
+    a = np.arange(3.0)
+    s = Scenario(
+        "hvp",
+        lambda x, a, k, buf: (a * x * x).sum() * k,
+        np.ones(3),
+        contexts=(di.Constant(a), di.Constant(2), di.Cache(np.full(3, 7.0))),
+        tangents=(np.ones(3),),
+    )
+    prep = s.preparation()
+    np.testing.assert_array_equal(prep.x, np.zeros(3))
+    np.testing.assert_array_equal(prep.tangents[0], np.zeros(3))
+    np.testing.assert_array_equal(prep.contexts[0].value, -a)
+    assert prep.contexts[1].value == 2  # ints may be shapes or static: kept
+    np.testing.assert_array_equal(prep.contexts[2].value, np.zeros(3))
+    assert isinstance(prep.contexts[2], di.Cache)
+    np.testing.assert_array_equal(a, np.arange(3.0))  # the scenario's own values are untouched
+
+
+def test_scenario_validates_its_arguments() -> None:
+    with pytest.raises(ValueError, match="unknown operator"):
+        Scenario("gradiant", np.sum, np.ones(2))
+    with pytest.raises(ValueError, match="needs tangents"):
+        Scenario("pushforward", np.sin, np.ones(2))
+    with pytest.raises(TypeError, match=r"di\.Constant or di\.Cache"):
+        Scenario("gradient", np.sum, np.ones(2), contexts=(np.ones(2),))
+
+
+# --- test_differentiation on every backend ------------------------------------------------------
+
+
+# Failures caused by known bugs in di's core (not in di.testing), with the reason; each is
+# reported as an expected failure until fixed: delete its entry then. Any other failure fails.
+KNOWN_CORE_BUGS: dict[tuple[str, str], str] = {
+    ("torch", "derivative/scalar_to_vector_constant/f32"): (
+        "torch: a 0-d float32 x with a float Constant gives a float64 derivative"
+    ),
+    ("torch", "derivative/cubic_python_float/f64"): "torch: a Python float x raises AttributeError (.detach)",
+    ("torch", "second_derivative/cubic_python_float/f64"): "torch: a Python float x raises AttributeError (.detach)",
+}
+
+
+def _report(backend: Any, scenarios: list[Scenario], prep_modes: tuple[str, ...]) -> Any:
+    try:
+        return test_differentiation(backend, scenarios, prep_modes=prep_modes)
+    except AssertionError as err:
+        return err.report  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("backend", BACKENDS, ids=backend_label)
+def test_every_backend_agrees_with_the_default_scenarios(backend: Any) -> None:
+    if isinstance(backend, di.AutoJAX):
+        report = _report(backend, SCENARIOS, ("prepared-twice",))
+        report.results += _report(backend, UNPREPARED_SUBSET, ("unprepared",)).results
+    else:
+        report = _report(backend, SCENARIOS, PREP_MODES)
+    assert report.passed, "nothing ran"
+    unexpected = [r for r in report.failed if (r.backend, r.scenario) not in KNOWN_CORE_BUGS]
+    assert not unexpected, "\n".join(r.line() for r in unexpected)
+    ran = {(r.scenario, r.prep_mode) for r in report.passed}
+    for result in report.skipped:
+        assert (result.scenario, result.prep_mode) not in ran
+        assert result.message
+    known = sorted({KNOWN_CORE_BUGS[(r.backend, r.scenario)] for r in report.failed})
+    if known:
+        pytest.xfail("known di core bugs: " + "; ".join(known))
+
+
+_JAX_FAMILY_BUG = (
+    "di core: a float64 JAX x gets float32 results from the torch, autograd and finite-difference backends "
+    "(numpy/torch -> jax conversion outside jax.enable_x64)"
+)
+
+
+@pytest.mark.parametrize(
+    "family", ["torch", pytest.param("jax", marks=pytest.mark.xfail(reason=_JAX_FAMILY_BUG, strict=False))]
+)
+def test_inputs_of_every_family_give_results_in_that_family(family: str) -> None:
+    pytest.importorskip(family)
+    scenarios = default_scenarios(operators=["gradient", "pullback"], include_pytrees=False, families=(family,))
+    scenarios = [s for s in scenarios if "float64" in s.tags]
+    eager = [b for b in BACKENDS if b != di.AutoJAX(jit=True)]  # compiled JAX: covered by the numpy family
+    test_differentiation(eager, scenarios, prep_modes=("prepared-twice",))
+
+
+def test_a_wrong_reference_fails_and_is_named() -> None:
+    good = next(s for s in SCENARIOS if s.name == "gradient/sum_sin/f64")
+    wrong = replace_scenario(good, name="gradient/deliberately_wrong", res1=good.res1 + 0.1)
+    backends = [di.AutoFiniteDiff(), di.AutoAutograd()] if di.AutoAutograd().is_installed else [di.AutoFiniteDiff()]
+    with pytest.raises(AssertionError) as info:
+        test_differentiation(backends, [good, wrong])
+    message = str(info.value)
+    assert "gradient/deliberately_wrong" in message
+    assert "gradient/sum_sin/f64" not in message
+    assert message.count("deliberately_wrong") == 3 * len(backends)  # every failing combination, one line each
+    for mode in PREP_MODES:
+        assert f"| {mode} |" in message
+    assert "max abs error" in message
+    report = info.value.report  # type: ignore[attr-defined]
+    assert len(report.passed) == 3 * len(backends)
+
+
+def test_explicit_tolerances_override_the_defaults() -> None:
+    scenario = next(s for s in SCENARIOS if s.name == "gradient/rosenbrock/f64")
+    test_differentiation(di.AutoFiniteDiff(), [scenario])  # default: finite differences get looser tolerances
+    with pytest.raises(AssertionError, match="exceeds atol 0"):
+        test_differentiation(di.AutoFiniteDiff(), [scenario], rtol=0.0, atol=0.0)
+
+
+def test_default_tolerances_adapt_to_dtype_and_finite_differences() -> None:
+    ad64, ad32 = default_tolerances(di.AutoJAX(), np.float64), default_tolerances(di.AutoJAX(), "float32")
+    fd64, fd64_2 = (
+        default_tolerances(di.AutoFiniteDiff(), np.float64),
+        default_tolerances(di.AutoFiniteDiff(), "float64", 2),
+    )
+    forward = default_tolerances(di.AutoFiniteDiff(method="forward"), np.float64)
+    assert ad64[0] < ad32[0]
+    assert ad64[0] < fd64[0] < fd64_2[0]
+    assert fd64[0] < forward[0]
+    assert default_tolerances(di.AutoFiniteDiff(), "torch.float32")[0] == ad32[0]
+
+
+def test_an_operator_missing_from_di_is_skipped_not_passed(monkeypatch: pytest.MonkeyPatch) -> None:
+    scenario = next(s for s in SCENARIOS if s.operator == "hvp")
+    monkeypatch.delattr(di, "gradient_and_hvp", raising=False)
+    report = test_differentiation(di.AutoFiniteDiff(), [scenario])
+    assert not report.passed and not report.failed
+    assert all("not available in this di version" in r.message for r in report.skipped)
+    assert "di.gradient_and_hvp" in report.skipped[0].message
+
+
+def test_an_unsupported_context_is_skipped() -> None:
+    pytest.importorskip("autograd")
+    scenario = next(s for s in SCENARIOS if "cache" in s.tags and s.operator == "gradient")
+    report = test_differentiation(di.AutoAutograd(), [scenario])
+    assert len(report.skipped) == 3 and not report.passed
+    assert report.skipped[0].message.startswith("UnsupportedContextError")
+
+
+def test_pytree_scenarios_are_skipped_until_di_takes_pytrees() -> None:
+    scenarios = [s for s in SCENARIOS if s.is_pytree]
+    assert scenarios and all("pytree" in s.tags for s in scenarios)
+    report = test_differentiation(di.AutoFiniteDiff(), scenarios)
+    if pytrees_supported():
+        assert len(report.passed) == 3 * len(scenarios)
+    else:
+        assert all("pytree" in r.message for r in report.skipped) and len(report.skipped) == 3 * len(scenarios)
+    assert pytree_leaves({"b": np.ones(2), "a": [1.0, (2.0,)]})[:2] == [1.0, 2.0]
+
+
+def _mutating(x: Any, c: Any) -> Any:
+    c[0] = 99.0  # writes into a Constant: forbidden
+    return (x * x).sum()
+
+
+def test_a_mutated_constant_is_reported() -> None:
+    scenario = Scenario(
+        "gradient",
+        _mutating,
+        np.array([1.0, 2.0]),
+        contexts=(di.Constant(np.zeros(2)),),
+        res1=np.array([2.0, 4.0]),
+        name="gradient/mutates_constant",
+    )
+    with pytest.raises(AssertionError, match="Constant 1 was mutated"):
+        test_differentiation(di.AutoFiniteDiff(), [scenario])
+    test_differentiation(di.AutoFiniteDiff(), [scenario], check_mutation=False)
+
+
+def test_a_result_of_the_wrong_dtype_is_reported(monkeypatch: pytest.MonkeyPatch) -> None:
+    scenario = next(s for s in SCENARIOS if s.name == "gradient/sum_sin/f64")
+    original = di.gradient
+    monkeypatch.setattr(di, "gradient", lambda *args, **kw: original(*args, **kw).astype(np.float32))
+    with pytest.raises(AssertionError, match="expected dtype float64 like x, got float32"):
+        test_differentiation(di.AutoFiniteDiff(), [scenario], prep_modes=("unprepared",))
+    test_differentiation(di.AutoFiniteDiff(), [scenario], prep_modes=("unprepared",), check_types=False, rtol=1e-6)
+
+
+def test_an_exception_inside_f_fails_the_case_with_its_message() -> None:
+    def broken(x: Any) -> Any:
+        raise RuntimeError("boom in f")
+
+    scenario = Scenario("gradient", broken, np.ones(2), res1=np.zeros(2), name="gradient/broken")
+    result = run_case(Case(di.AutoFiniteDiff(), scenario, "prepared"))
+    assert result.status == "failed" and result.message == "RuntimeError: boom in f"
+    assert isinstance(result.error, RuntimeError)
+
+
+# --- the pytest helper ------------------------------------------------------------------------------
+
+_HELPER_SCENARIOS = [s for s in SCENARIOS if s.name in ("gradient/sum_sin/f32", "jacobian/cached_cube/f64")]
+
+
+@parametrize_differentiation([di.AutoFiniteDiff()], _HELPER_SCENARIOS)
+def test_pytest_helper_gives_one_case_per_combination(di_case: Case) -> None:
+    result = check_case(di_case)
+    assert result.passed
+
+
+test_pytest_helper_one_liner = make_test(di.AutoFiniteDiff(), _HELPER_SCENARIOS[:1], prep_modes=("prepared",))
+
+
+def test_pytest_helper_skips_and_fails_through_pytest() -> None:
+    pytest.importorskip("autograd")
+    cache_scenario = next(s for s in SCENARIOS if "cache" in s.tags)
+    with pytest.raises(pytest.skip.Exception, match="UnsupportedContextError"):
+        check_case(Case(di.AutoAutograd(), cache_scenario, "prepared"))
+    good = _HELPER_SCENARIOS[0]
+    wrong = replace_scenario(good, res1=good.res1 * 2, name="gradient/wrong")
+    with pytest.raises(AssertionError, match="finitediff \\| gradient/wrong \\| prepared"):
+        check_case(Case(di.AutoFiniteDiff(), wrong, "prepared"))
+
+
+def test_test_differentiation_is_not_collected_by_pytest() -> None:
+    assert test_differentiation.__test__ is False  # type: ignore[attr-defined]
+
+
+# --- benchmark ------------------------------------------------------------------------------------------
+
+
+def test_benchmark_rows_have_every_column_and_count_calls() -> None:
+    scenarios = [s for s in SCENARIOS if s.name in ("gradient/sum_sin/f64", "hvp/sum_sin/f64")]
+    backends: list[Any] = [di.AutoFiniteDiff()]
+    if di.AutoJAX().is_installed:
+        backends.append(di.AutoJAX(jit=True))
+    rows = benchmark_differentiation(backends, scenarios, min_time=0.001, max_samples=5)
+    assert len(rows) == len(backends) * len(scenarios) * 2
+    for row in rows:
+        assert tuple(row) == BENCHMARK_COLUMNS
+        assert row["status"] == "ok", row
+        assert row["samples"] >= 3 and row["time_min"] <= row["time_median"]
+        assert row["compile_time"] >= 0
+    by_key = {(r["backend"], r["scenario"], r["prepared"]): r for r in rows}
+    assert by_key[("finitediff", "gradient/sum_sin/f64", True)]["calls"] == 10  # central differences, n = 5
+    if len(backends) > 1:
+        assert by_key[("jax-jit", "gradient/sum_sin/f64", True)]["calls"] == 0  # compiled: f is not called again
+        assert by_key[("jax-jit", "gradient/sum_sin/f64", False)]["calls"] >= 1  # unprepared: traced every call
+
+
+def test_benchmark_reports_skips_and_errors_as_rows(monkeypatch: pytest.MonkeyPatch) -> None:
+    scenario = next(s for s in SCENARIOS if s.operator == "hessian")
+    monkeypatch.delattr(di, "hessian", raising=False)
+    (row,) = benchmark_differentiation(di.AutoFiniteDiff(), [scenario], prepared=(True,))
+    assert row["status"] == "skipped" and "not available" in row["error"] and math.isnan(row["time_median"])
+
+
+# --- names and imports ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "backend",
+    [
+        di.AutoJAX(),
+        di.AutoJAX(jit=True),
+        di.AutoJAX(mode="forward"),
+        di.AutoTorch(compile=True),
+        di.AutoAutograd(),
+        di.AutoFiniteDiff(),
+        di.AutoFiniteDiff(method="forward"),
+        di.AutoFiniteDiff(step=1e-4),
+    ],
+    ids=repr,
+)
+def test_backend_labels_read_back(backend: Any) -> None:
+    assert parse_backend(backend_label(backend)) == backend
+
+
+def test_parse_backend_refuses_nonsense() -> None:
+    with pytest.raises(ValueError):
+        parse_backend("tensorflow")
+    with pytest.raises(ValueError):
+        parse_backend("jax(jit=")
+
+
+def test_importing_di_testing_imports_no_engine_and_di_does_not_import_it() -> None:
+    code = (
+        "import sys, di\n"
+        "assert 'di.testing' not in sys.modules\n"
+        "import di.testing\n"
+        "di.testing.default_scenarios()\n"
+        "loaded = [m for m in ('jax', 'torch', 'autograd', 'matplotlib', 'rich') if m in sys.modules]\n"
+        "assert not loaded, loaded\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
