@@ -1,0 +1,296 @@
+"""Contexts: Constant and x are never mutated, Cache semantics per engine, and how
+context values reach ``f`` (converted to the backend's family, or unchanged)."""
+
+from __future__ import annotations
+
+import array_api_compat
+import numpy as np
+import pytest
+from conftest import (
+    BACKENDS,
+    FAMILIES,
+    as_family,
+    assert_close,
+    backend_params,
+    backend_scenario_params,
+    can_write_cache,
+    family,
+    to_numpy,
+)
+from functions import scenario
+
+import di
+
+_CACHE_WRITERS = [b for b in BACKENDS if can_write_cache(b)]
+_JAX_BACKENDS = [b for b in BACKENDS if isinstance(b, di.AutoJAX)]
+_AUTOGRAD = [b for b in BACKENDS if isinstance(b, di.AutoAutograd)]
+
+
+def _snapshot(value):
+    """A copy of a context value or x, to compare with after the call."""
+    if isinstance(value, (float, int, str)):
+        return value
+    return to_numpy(value)
+
+
+def _assert_same(before, after, what):
+    if isinstance(before, np.ndarray):
+        now = to_numpy(after)
+        assert now.dtype == before.dtype, f"{what}: dtype changed"
+        np.testing.assert_array_equal(now, before, err_msg=f"{what} was mutated")
+    else:
+        assert after == before, f"{what} was mutated"
+
+
+def _all_calls(f, backend, x, contexts):
+    prep = di.prepare_gradient(f, backend, x, *contexts)
+    di.gradient(f, backend, x, *contexts)
+    di.value_and_gradient(f, backend, x, *contexts)
+    for _ in range(2):
+        di.gradient(f, prep, backend, x, *contexts)
+        di.value_and_gradient(f, prep, backend, x, *contexts)
+
+
+# --- x and Constant are read only ------------------------------------------------------
+
+
+@pytest.mark.parametrize(("backend", "scenario"), backend_scenario_params())
+def test_x_and_constants_not_mutated(backend, scenario):
+    x, contexts = scenario.build()
+    x_before = to_numpy(x)
+    constants_before = [_snapshot(c.value) for c in contexts if isinstance(c, di.Constant)]
+    _all_calls(scenario.f, backend, x, contexts)
+    _assert_same(x_before, x, "x")
+    constants_after = [c.value for c in contexts if isinstance(c, di.Constant)]
+    for i, (before, after) in enumerate(zip(constants_before, constants_after)):
+        _assert_same(before, after, f"Constant {i}")
+
+
+@pytest.mark.parametrize("family_name", [name for name in FAMILIES if name != "numpy"])
+def test_x_and_constants_of_other_families_not_mutated(backend, family_name):
+    s = scenario("quadratic_form_constants")
+    x_np, (a, b) = s.build()
+    x = as_family(x_np, family_name)
+    contexts = (di.Constant(as_family(a.value, family_name)), di.Constant(as_family(b.value, family_name)))
+    _all_calls(s.f, backend, x, contexts)
+    _assert_same(x_np, x, "x")
+    _assert_same(a.value, contexts[0].value, "Constant matrix")
+    _assert_same(b.value, contexts[1].value, "Constant vector")
+    if family_name == "torch":
+        assert not x.requires_grad and x.grad is None and x.grad_fn is None
+        for c in contexts:
+            assert not c.value.requires_grad and c.value.grad_fn is None
+    _, grad = s.expected(x_np, (a, b))
+    assert_close(di.gradient(s.f, backend, x, *contexts), grad, backend, x_np.dtype)
+
+
+def test_read_only_numpy_inputs_are_accepted_and_left_alone(backend):
+    s = scenario("quadratic_form_constants")
+    x, (a, b) = s.build()
+    for array in (x, a.value, b.value):
+        array.flags.writeable = False
+    _, grad = s.expected(x, (a, b))
+    prep = di.prepare_gradient(s.f, backend, x, a, b)
+    assert_close(di.gradient(s.f, prep, backend, x, a, b), grad, backend, x.dtype)
+    assert not x.flags.writeable and not a.value.flags.writeable
+
+
+# --- Cache ------------------------------------------------------------------------------------
+
+
+def _write_then_use(x, buf):
+    xp = array_api_compat.array_namespace(x)
+    buf[...] = 3.0 * x
+    return xp.sum(buf**2)
+
+
+@pytest.mark.parametrize("cache_family", [name for name in FAMILIES if name in ("numpy", "torch")])
+@pytest.mark.parametrize("backend", backend_params(_CACHE_WRITERS))
+def test_cache_writes_land_in_the_callers_buffer(backend, cache_family):
+    x = np.array([0.5, -1.0, 2.0, 0.25])
+    buf = as_family(np.full(4, np.nan), cache_family)
+    prep = di.prepare_gradient(_write_then_use, backend, np.zeros(4), di.Cache(as_family(np.zeros(4), cache_family)))
+    for label, call in (
+        ("unprepared", lambda: di.gradient(_write_then_use, backend, x, di.Cache(buf))),
+        ("prepared", lambda: di.gradient(_write_then_use, prep, backend, x, di.Cache(buf))),
+        ("value_and_gradient", lambda: di.value_and_gradient(_write_then_use, prep, backend, x, di.Cache(buf))[1]),
+    ):
+        to_nan = buf if cache_family == "numpy" else buf.detach().numpy()
+        to_nan[...] = np.nan  # the initial value must not matter
+        g = call()
+        assert_close(g, 18.0 * x, backend, x.dtype, label)
+        assert family(buf) == cache_family
+        # f's last write is in the caller's buffer (finite differences: at a point
+        # within one step of x).
+        np.testing.assert_allclose(to_numpy(buf), 3.0 * x, rtol=1e-4, atol=1e-4, err_msg=label)
+        if cache_family == "torch":
+            assert buf.grad_fn is None and not buf.requires_grad, f"{label}: the cache holds a graph"
+
+
+@pytest.mark.parametrize("backend", backend_params([b for b in BACKENDS if isinstance(b, di.AutoTorch)]))
+def test_torch_cache_tensor_holds_no_graph_and_stays_the_same_memory(backend):
+    torch = pytest.importorskip("torch")
+    x = torch.tensor([1.0, 2.0, -1.0], dtype=torch.float64)
+    buf = torch.zeros(3, dtype=torch.float64)
+    pointer = buf.data_ptr()
+    prep = di.prepare_gradient(_write_then_use, backend, x, di.Cache(buf))
+    for _ in range(3):
+        y, g = di.value_and_gradient(_write_then_use, prep, backend, x, di.Cache(buf))
+        assert buf.grad_fn is None and not buf.requires_grad
+        assert buf.data_ptr() == pointer
+        torch.testing.assert_close(buf, 3.0 * x, rtol=0, atol=0)
+        torch.testing.assert_close(g, 18.0 * x, rtol=1e-12, atol=1e-12)
+        assert float(y) == pytest.approx(9.0 * float((x**2).sum()), rel=1e-12)
+        assert not y.requires_grad and not g.requires_grad
+
+
+@pytest.mark.parametrize("backend", backend_params(_AUTOGRAD))
+@pytest.mark.parametrize("cache_family", [name for name in FAMILIES if name in ("numpy", "torch")])
+def test_autograd_refuses_cache_at_preparation(backend, cache_family):
+    calls = []
+
+    def f(x, w, buf):
+        calls.append(1)
+        return (x * w).sum()
+
+    x = np.ones(3)
+    contexts = (di.Constant(np.ones(3)), di.Cache(as_family(np.zeros(3), cache_family)))
+    with pytest.raises(di.UnsupportedContextError) as info:
+        di.prepare_gradient(f, backend, x, *contexts)
+    message = str(info.value)
+    assert "AutoAutograd" in message and "Cache" in message
+    for alternative in ("AutoTorch", "AutoJAX", "AutoFiniteDiff"):
+        assert alternative in message, f"the message does not suggest {alternative}: {message}"
+    assert isinstance(info.value, di.DIError) and isinstance(info.value, TypeError)
+    for call in (di.gradient, di.value_and_gradient):
+        with pytest.raises(di.UnsupportedContextError):
+            call(f, backend, x, *contexts)
+    assert not calls, "f was called before the Cache was refused"
+
+
+@pytest.mark.parametrize("backend", backend_params(_JAX_BACKENDS))
+@pytest.mark.parametrize("cache_family", FAMILIES)
+def test_jax_cache_is_passed_as_an_immutable_array(backend, cache_family):
+    jax = pytest.importorskip("jax")
+    seen = []
+
+    def f(x, buf):
+        seen.append(isinstance(buf, jax.Array))
+        try:
+            buf[0] = 1.0
+        except TypeError:
+            seen.append("immutable")
+        else:  # pragma: no cover - reached only if the cache were writable
+            seen.append("written")
+        xp = array_api_compat.array_namespace(x)
+        scratch = 3.0 * x  # build new arrays instead of writing into the cache
+        return xp.sum(scratch**2)
+
+    x = np.array([0.5, -1.0, 2.0])
+    buf = as_family(np.zeros(3), cache_family)
+    prep = di.prepare_gradient(f, backend, x, di.Cache(buf))
+    g = di.gradient(f, prep, backend, x, di.Cache(buf))
+    assert_close(g, 18.0 * x, backend, x.dtype)
+    assert seen and all(s is True or s == "immutable" for s in seen), seen
+    assert "immutable" in seen and True in seen
+    np.testing.assert_array_equal(to_numpy(buf), np.zeros(3))
+
+
+# --- how context values reach f --------------------------------------------------------------
+
+
+_ENGINE_FAMILY = {di.AutoJAX: "jax", di.AutoTorch: "torch", di.AutoAutograd: "numpy", di.AutoFiniteDiff: "numpy"}
+
+
+@pytest.mark.parametrize("given_family", FAMILIES)
+def test_array_contexts_reach_f_in_the_backends_family(backend, given_family):
+    seen = {}
+
+    def f(x, a, *cache):
+        seen["a"] = a
+        if cache:
+            seen["c"] = cache[0]
+        xp = array_api_compat.array_namespace(x)
+        return xp.sum(a * x**2)
+
+    x_np, a_np = np.array([1.0, 2.0, 3.0]), np.array([0.5, 1.0, 2.0])
+    x = as_family(x_np, given_family)
+    contexts = [di.Constant(as_family(a_np, given_family))]
+    if not isinstance(backend, di.AutoAutograd):
+        contexts.append(di.Cache(as_family(np.zeros(3), given_family)))
+    g = di.gradient(f, backend, x, *contexts)
+    assert_close(g, 2.0 * a_np * x_np, backend, x_np.dtype)
+    assert family(g) == given_family
+
+    want = _ENGINE_FAMILY[type(backend)]
+    received = [seen["a"]] + ([seen["c"]] if "c" in seen else [])
+    for value in received:
+        if want == "jax":  # JAX arrays or tracers
+            jax = pytest.importorskip("jax")
+            assert isinstance(value, jax.Array), type(value)
+        else:
+            assert family(value) == want, f"f received a {family(value)} context on {backend!r}"
+
+
+class _Options:
+    """A hashable, non-array context value."""
+
+    def __init__(self, power: int) -> None:
+        self.power = power
+
+    def __hash__(self) -> int:
+        return hash(self.power)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _Options) and other.power == self.power
+
+
+def test_non_array_contexts_pass_through_unchanged(backend):
+    seen = []
+    options = _Options(2)
+
+    def f(x, name, options, power):
+        seen.append((name, options, power))
+        xp = array_api_compat.array_namespace(x)
+        assert name == "square"
+        return xp.sum(x**options.power) * power
+
+    x = np.array([1.0, -2.0])
+    contexts = (di.Constant("square"), di.Constant(options), di.Constant(3))
+    prep = di.prepare_gradient(f, backend, x, *contexts)
+    g = di.gradient(f, prep, backend, x, *contexts)
+    assert_close(g, 6.0 * x, backend, x.dtype)
+    assert seen
+    for name, opts, power in seen:
+        assert name == "square" and opts is options and power == 3
+        assert type(power) is int
+
+
+def test_python_float_constant_reaches_f_as_a_number(backend):
+    seen = []
+
+    def f(x, scale):
+        seen.append(scale)
+        xp = array_api_compat.array_namespace(x)
+        return scale * xp.sum(x**2)
+
+    x = np.array([1.0, -2.0])
+    g = di.gradient(f, backend, x, di.Constant(0.25))
+    assert_close(g, 0.5 * x, backend, x.dtype)
+    if not (isinstance(backend, di.AutoJAX) and backend.jit):  # traced under jit
+        assert all(type(s) is float and s == 0.25 for s in seen)
+
+
+def test_torch_constant_that_requires_grad_is_not_differentiated(backend):
+    torch = pytest.importorskip("torch")
+    a = torch.tensor([0.5, 1.0, 2.0], dtype=torch.float64, requires_grad=True)
+
+    def f(x, a):
+        xp = array_api_compat.array_namespace(x)
+        return xp.sum(a * x**2)
+
+    x = np.array([1.0, -2.0, 3.0])
+    g = di.gradient(f, backend, x, di.Constant(a))
+    assert_close(g, 2.0 * a.detach().numpy() * x, backend, x.dtype)
+    assert a.grad is None, "di accumulated a gradient into a Constant"
+    assert family(g) == "numpy"
