@@ -207,8 +207,12 @@ def numpy_to_torch(value: Any) -> Any:
 
 
 def torch_to_numpy(value: Any) -> Any:
-    """torch -> numpy, zero-copy for CPU tensors (detached first)."""
-    return value.detach().cpu().resolve_conj().resolve_neg().numpy()
+    """torch -> numpy, zero-copy for CPU tensors (detached first). bfloat16, which
+    numpy lacks, comes out as float32."""
+    tensor = value.detach().cpu().resolve_conj().resolve_neg()
+    if str(tensor.dtype) == "torch.bfloat16":
+        tensor = tensor.float()
+    return tensor.numpy()
 
 
 def torch_to_jax(value: Any) -> Any:

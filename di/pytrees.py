@@ -10,6 +10,7 @@ leaf in each leaf's own dtype.
 from __future__ import annotations
 
 import math
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -44,7 +45,19 @@ def is_pytree(value: Any) -> bool:
     if family_of(value) is not None or isinstance(value, (float, int, complex, str, bytes)) or value is None:
         return False
     leaves, spec = tree_flatten(value)
-    return not spec.is_leaf() and any(family_of(leaf) is not None for leaf in leaves)
+    if spec.is_leaf():
+        return is_jax_pytree(value)
+    return any(family_of(leaf) is not None for leaf in leaves)
+
+
+def is_jax_pytree(value: Any) -> bool:
+    """Whether ``value`` is a node registered with JAX only (not with optree),
+    holding arrays; such pytrees work with the JAX backends."""
+    jax = sys.modules.get("jax")
+    if jax is None:
+        return False
+    leaves = jax.tree_util.tree_leaves(value)
+    return not (len(leaves) == 1 and leaves[0] is value) and any(family_of(leaf) is not None for leaf in leaves)
 
 
 def leaf_paths(tree: Any, root: str = "x") -> list[str]:
@@ -91,6 +104,12 @@ class Raveler:
         leaves, self.spec = tree_flatten(x)
         paths = leaf_paths(x)
         families = {family_of(leaf) for leaf in leaves}
+        if self.spec.is_leaf() and is_jax_pytree(x):
+            raise InvalidInputError(
+                f"x is a {type(x).__name__}, a pytree registered with JAX only: use AutoJAX, or register "
+                f"{type(x).__name__} with optree (optree.register_pytree_node or optree.dataclasses) so every "
+                f"backend can take it."
+            )
         for leaf, path in zip(leaves, paths):
             if family_of(leaf) is None or not is_floating_dtype(leaf.dtype):
                 kind = type(leaf).__name__ if family_of(leaf) is None else f"an array of dtype {leaf.dtype}"
@@ -127,13 +146,14 @@ class Raveler:
             return jnp.concatenate([leaf.astype(self.dtype) for leaf in flat]) if flat else jnp.zeros(0)
         return np.concatenate([np.asarray(leaf, dtype=self.dtype) for leaf in flat]) if flat else np.zeros(0)
 
-    def unravel(self, vector: Any) -> Any:
+    def unravel(self, vector: Any, cast: bool = True) -> Any:
         """The pytree shaped like ``x`` from one vector, in the vector's family (an
-        engine's traced vector works too), each leaf in its own dtype."""
+        engine's traced vector works too), each leaf in its own dtype unless
+        ``cast`` is false (the vector's dtype then)."""
         leaves = []
         for offset, size, shape, dtype in zip(self.offsets, self.sizes, self.shapes, self.dtypes):
             leaf = vector[offset : offset + size].reshape(shape)
-            if self.mixed:
+            if self.mixed and cast:
                 leaf = _cast_like(leaf, dtype)
             leaves.append(leaf)
         return optree.tree_unflatten(self.spec, leaves)

@@ -17,6 +17,16 @@ from di.families import NUMPY, converter, family_of, identity
 __all__ = ["AutogradAdapter"]
 
 
+_BFLOAT16 = "bfloat16"
+
+
+def _differentiable(x: Any) -> Any:
+    """``x`` as a numpy array autograd can differentiate: bfloat16 (which autograd
+    lacks) is computed in float32; the operator layer casts results back."""
+    x = np.asarray(x)
+    return x.astype(np.float32) if x.dtype.name == _BFLOAT16 else x
+
+
 def _numpy(value: Any, dtype: Any) -> Any:
     """A tangent of any family as a numpy array of ``dtype``."""
     return np.asarray(converter(family_of(value), NUMPY)(value) if family_of(value) else value, dtype=dtype)
@@ -45,7 +55,7 @@ class AutogradAdapter(Adapter):
         convert_contexts = self.input_converters([c.value for c in contexts])
 
         def inputs(x: Any, values: Sequence[Any]) -> tuple[Any, tuple[Any, ...]]:
-            return np.asarray(to_numpy_x(x)), tuple(convert(v) for convert, v in zip(convert_contexts, values))
+            return _differentiable(to_numpy_x(x)), tuple(convert(v) for convert, v in zip(convert_contexts, values))
 
         return inputs
 
@@ -84,8 +94,8 @@ class AutogradAdapter(Adapter):
         grad = autograd.grad(checked)
 
         def arguments(x: Any, values: tuple[Any, ...]) -> tuple[Any, tuple[Any, ...]]:
-            if to_numpy_x is not identity:
-                x = np.asarray(to_numpy_x(x))
+            if to_numpy_x is not identity or x.dtype == _BFLOAT16:
+                x = _differentiable(to_numpy_x(x))
             if convert_any:
                 values = tuple(convert(v) for convert, v in zip(convert_contexts, values))
             return x, values

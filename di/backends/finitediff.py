@@ -78,6 +78,7 @@ class FiniteDiffAdapter(Adapter):
     """
 
     family = NUMPY
+    evaluates_in_float64 = True
 
     @property
     def selector(self) -> AutoFiniteDiff:

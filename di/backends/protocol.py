@@ -117,6 +117,9 @@ class Adapter:
         by default; JAX uses its own registry so JAX-registered nodes work)."""
         return tree_map(function, tree)
 
+    evaluates_in_float64: ClassVar[bool] = False
+    """Whether the engine evaluates ``f`` in float64 whatever the input dtype
+    (finite differences): flattened pytrees then reach ``f`` as float64 leaves."""
     native_pytrees: ClassVar[frozenset[str]] = frozenset()
     """The operator families whose programs take a pytree ``x`` themselves; for
     the others ``di`` flattens pytrees into one vector (:class:`di.pytrees.Raveler`)."""

@@ -49,14 +49,15 @@ def adapter_for(operator: str, f: Any, backend: Any, x: Any, contexts: Sequence[
     """
     if not callable(f):
         raise InvalidInputError(f"f must be callable, not {type(f).__name__}")
+    adapter = get_adapter(backend)
     if is_pytree(x):
         if operator in ("derivative", "second_derivative"):
             raise InvalidInputError(f"{operator} needs a scalar x (a 0-d array or a float), not a pytree")
-        Raveler(x)  # checks every leaf
+        if type(adapter).tree_map is Adapter.tree_map:
+            Raveler(x)  # checks every leaf; JAX checks its own (JAX-registered) pytrees
     else:
         check_x(x, operator)
     check_contexts_wrapped(contexts)
-    adapter = get_adapter(backend)
     adapter.check_contexts(contexts)
     return adapter
 
@@ -111,6 +112,41 @@ def _nested_converter(to_caller: Callable[[Any], Any]) -> Callable[[Any], Any]:
     return convert
 
 
+def _restoring_bfloat16(adapter: Adapter, x: Any, to_caller: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    """numpy engines compute bfloat16 inputs in float32 (numpy has no bfloat16):
+    bring their float32 results back to ``x``'s bfloat16."""
+    if adapter.family != "numpy" or not str(getattr(x, "dtype", "")).endswith("bfloat16"):
+        return to_caller
+    dtype = x.dtype
+    convert = _nested_converter(lambda r: r if str(r.dtype) == str(dtype) else _cast(r, dtype))
+
+    def restoring(result: Any) -> Any:
+        return convert(to_caller(result))
+
+    return restoring
+
+
+def _cast(array: Any, dtype: Any) -> Any:
+    return array.to(dtype) if family_of(array) == "torch" else array.astype(dtype)
+
+
+def _leaf_family(adapter: Adapter, x: Any) -> str:
+    """The array family of a pytree's leaves, as the engine flattens it.
+
+    Raises:
+        InvalidInputError: leaves of several families.
+    """
+    families: set[str | None] = set()
+    adapter.tree_map(lambda leaf: families.add(family_of(leaf)), x)
+    families.discard(None)
+    if len(families) > 1:
+        raise InvalidInputError(
+            f"the leaves of x mix array families ({', '.join(sorted(str(f) for f in families))}); "
+            f"convert them to one family first."
+        )
+    return families.pop() or "numpy" if families else "numpy"
+
+
 def _tree_converter(adapter: Adapter, family: str) -> Callable[[Any], Any]:
     """Results of a pytree-native engine, leaf by leaf into the caller's family."""
     leaf_converter = converter(adapter.family, family)
@@ -146,9 +182,10 @@ def _raveled_programs(
     tangents shaped like it) are flattened into one vector, ``f`` sees the pytree
     again, and results shaped like ``x`` are unflattened leaf by leaf."""
     raveler = Raveler(x)
+    cast_leaves = not adapter.evaluates_in_float64
 
     def flat_f(vector: Any, *values: Any) -> Any:
-        return f(raveler.unravel(vector), *values)
+        return f(raveler.unravel(vector, cast=cast_leaves), *values)
 
     x_tangents = family in ("pushforward", "hvp")
     flat_tangents = tangents
@@ -227,9 +264,10 @@ def prepare_operator(
     else:
         engine_programs = method(f, x, tangents, contexts) if label is not None else method(f, x, contexts)
         if is_pytree(x):
-            to_caller = _tree_converter(adapter, Raveler(x).family)
+            to_caller = _tree_converter(adapter, _leaf_family(adapter, x))
         else:
             to_caller = _nested_converter(converter(adapter.family, family_of(x) or "numpy"))
+        to_caller = _restoring_bfloat16(adapter, x, to_caller)
         programs = {
             name: _to_caller_family(float_x_program(x, engine_programs[name]), to_caller)
             for name in OPERATOR_FAMILIES[family]

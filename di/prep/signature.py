@@ -71,7 +71,8 @@ def key_function(value: Any) -> KeyFunction:
         return _tuple_key([key_function(item) for item in value])
     if is_pytree(value):
         leaves, spec = tree_flatten(value)
-        return _tree_key(spec, [key_function(leaf) for leaf in leaves])
+        if not spec.is_leaf():  # (a JAX-only node is keyed by its class)
+            return _tree_key(spec, [key_function(leaf) for leaf in leaves])
     family = family_of(value)
     if family == TORCH:
         return _torch_key
@@ -90,6 +91,8 @@ def describe_value(value: Any) -> str:
         return "(" + ", ".join(describe_value(item) for item in value) + ")"
     if is_pytree(value):
         leaves, _ = tree_flatten(value)
+        if len(leaves) == 1 and leaves[0] is value:
+            return f"{type(value).__name__} (a JAX pytree)"
         return f"{type(value).__name__} pytree of {len(leaves)} arrays"
     text = repr(value)
     if len(text) > 40:
