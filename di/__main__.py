@@ -214,6 +214,12 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--scenarios", metavar="MODULE:FUNCTION", help="use the scenarios returned by this function instead"
     )
+    parser.add_argument(
+        "--prep-modes",
+        default="unprepared,prepared-twice",
+        help="preparation modes to check, among unprepared, prepared, prepared-twice (default: unprepared,"
+        "prepared-twice; the first call of prepared-twice is the prepared check)",
+    )
     parser.add_argument("--no-bench", action="store_true", help="check correctness only, no timings")
     parser.add_argument("--quiet", action="store_true", help="print the summary tables only")
     commands = parser.add_subparsers(dest="command", metavar="{check}")
@@ -451,7 +457,10 @@ def run_default(args: argparse.Namespace, out: Output) -> int:
         raise UsageError("no scenario left after --operators / -k")
     labels = [backend_label(b) for b in backends]
     start = time.perf_counter()
-    cases = list(iter_cases(backends, scenarios))
+    try:
+        cases = list(iter_cases(backends, scenarios, _split(args.prep_modes)))
+    except ValueError as err:
+        raise UsageError(f"--prep-modes: {err}") from err
     n_bench = 0 if args.no_bench else len(backends) * len(scenarios)
     out.line(f"di: {len(scenarios)} scenarios x {len(backends)} backends ({', '.join(labels)})")
     results = []
