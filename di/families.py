@@ -215,6 +215,18 @@ def torch_to_numpy(value: Any) -> Any:
     return tensor.numpy()
 
 
+def _jax_scope(dtype: Any) -> Any:
+    """``jax.enable_x64(True)`` for 64-bit dtypes (JAX otherwise makes them 32-bit),
+    scoped to one conversion; a no-op scope for the others."""
+    import contextlib
+
+    import jax
+
+    if np.dtype(str(dtype).replace("torch.", "").replace("bfloat16", "float16")).itemsize == 8:
+        return jax.enable_x64(True)
+    return contextlib.nullcontext()
+
+
 def torch_to_jax(value: Any) -> Any:
     """torch -> jax through DLPack (zero-copy for contiguous tensors)."""
     import jax.dlpack
@@ -222,7 +234,8 @@ def torch_to_jax(value: Any) -> Any:
     tensor = value.detach()
     if not tensor.is_contiguous():
         tensor = tensor.contiguous()
-    return jax.dlpack.from_dlpack(tensor)
+    with _jax_scope(tensor.dtype):
+        return jax.dlpack.from_dlpack(tensor)
 
 
 def jax_to_torch(value: Any) -> Any:
@@ -242,7 +255,8 @@ def numpy_to_jax(value: Any) -> Any:
     must not be aliased). Call inside ``jax.enable_x64(True)`` to keep float64."""
     import jax.numpy as jnp
 
-    return jnp.array(value, copy=True)
+    with _jax_scope(np.asarray(value).dtype):
+        return jnp.array(value, copy=True)
 
 
 _CONVERTERS: dict[tuple[str, str], Callable[[Any], Any]] = {

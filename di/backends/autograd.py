@@ -187,7 +187,12 @@ class AutogradAdapter(Adapter):
         inputs = self._inputs(x, contexts)
         checked = self._checked(f, "hessian", scalar=True)
         value_and_grad = autograd.value_and_grad(checked)
-        hessian_function = autograd.hessian(checked)
+        nonempty_hessian = autograd.hessian(checked)
+
+        def hessian_function(x: Any, *values: Any) -> Any:
+            if x.size == 0:  # autograd's jacobian cannot stack zero rows
+                return np.zeros(x.shape + x.shape, dtype=x.dtype)
+            return nonempty_hessian(x, *values)
 
         def value_gradient_and_hessian(x: Any, *values: Any) -> Any:
             x, values = inputs(x, values)

@@ -70,6 +70,13 @@ class JAXAdapter(Adapter):
     def tree_map(self, function: Callable[[Any], Any], tree: Any) -> Any:
         return jax.tree_util.tree_map(function, tree)
 
+    def takes_pytree(self, tree: Any) -> bool:
+        """JAX takes pytrees whose nodes it knows (its own registry, which has
+        tuples, lists, dicts, namedtuples); a node registered with optree only is
+        flattened by ``di`` instead."""
+        leaves = jax.tree_util.tree_leaves(tree)
+        return not (len(leaves) == 1 and leaves[0] is tree) and all(family_of(leaf) is not None for leaf in leaves)
+
     def _input_converter(self, value: Any) -> Callable[[Any], Any]:
         leaves = jax.tree_util.tree_leaves(value)
         if len(leaves) == 1 and leaves[0] is value:

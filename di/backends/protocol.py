@@ -112,6 +112,11 @@ class Adapter:
 
         return convert_leaves
 
+    def takes_pytree(self, tree: Any) -> bool:
+        """Whether this engine flattens ``tree`` into the same leaves as ``optree``
+        (otherwise ``di`` flattens it into one vector for the engine)."""
+        return True
+
     def tree_map(self, function: Callable[[Any], Any], tree: Any) -> Any:
         """Map over the leaves of a pytree as this engine sees pytrees (``optree``
         by default; JAX uses its own registry so JAX-registered nodes work)."""

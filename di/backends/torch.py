@@ -468,6 +468,9 @@ class TorchAdapter(Adapter):
                 g, y = _func.grad_and_value(lambda x: checked(x, *values))(x)
                 return g, (y, g)
 
+            if x.numel() == 0:  # jacfwd cannot take an empty input
+                g, y = _func.grad_and_value(lambda x: checked(x, *values))(x)
+                return y, g, x.new_zeros(x.shape + x.shape)
             hessian, (y, g) = _func.jacfwd(gradient_with_aux, has_aux=True)(x)
             return y, g, hessian
 

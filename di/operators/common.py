@@ -259,7 +259,8 @@ def prepare_operator(
             f"use jacobian (or hessian) for array inputs."
         )
     method = getattr(adapter, f"prepare_{family}{'_same_point' if same_point else ''}_programs")
-    if is_pytree(x) and family not in adapter.native_pytrees:
+    x_given, x = x, (np.asarray(x, dtype=np.float64) if isinstance(x, float) else x)
+    if is_pytree(x) and not (family in adapter.native_pytrees and adapter.takes_pytree(x)):
         programs = _raveled_programs(family, method, adapter, f, x, tangents, contexts)
     else:
         engine_programs = method(f, x, tangents, contexts) if label is not None else method(f, x, contexts)
@@ -269,11 +270,11 @@ def prepare_operator(
             to_caller = _nested_converter(converter(adapter.family, family_of(x) or "numpy"))
         to_caller = _restoring_bfloat16(adapter, x, to_caller)
         programs = {
-            name: _to_caller_family(float_x_program(x, engine_programs[name]), to_caller)
+            name: _to_caller_family(float_x_program(x_given, engine_programs[name]), to_caller)
             for name in OPERATOR_FAMILIES[family]
         }
-    point_check = same_point_check(x, contexts) if same_point else None
-    return Prep(family, f, backend, x, contexts, programs, strict, tangents, label or "tx", point_check)
+    point_check = same_point_check(x_given, contexts) if same_point else None
+    return Prep(family, f, backend, x_given, contexts, programs, strict, tangents, label or "tx", point_check)
 
 
 def same_point_check(x: Any, contexts: Sequence[Any]) -> Callable[[Any, Sequence[Any]], bool]:

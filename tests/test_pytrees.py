@@ -1,0 +1,314 @@
+"""Pytrees, mixed array families, dtypes, odd layouts, devices and sharding."""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import os
+import subprocess
+import sys
+import textwrap
+from typing import Any
+
+import array_api_compat
+import numpy as np
+import optree
+import pytest
+
+import di
+from di.families import family_of
+
+jax = pytest.importorskip("jax")
+torch = pytest.importorskip("torch")
+jnp = jax.numpy
+
+BACKENDS = [di.AutoJAX(), di.AutoJAX(jit=True), di.AutoTorch(), di.AutoAutograd(), di.AutoFiniteDiff()]
+IDS = ["jax", "jax-jit", "torch", "autograd", "finitediff"]
+
+Pair = collections.namedtuple("Pair", ["first", "second"])
+
+
+@optree.dataclasses.dataclass(namespace="")
+class Params:
+    weights: Any
+    bias: Any
+
+
+def xp_of(tree: Any) -> Any:
+    return array_api_compat.array_namespace(*optree.tree_leaves(tree))
+
+
+def energy(p: Any, a: Any) -> Any:
+    """sum(a * w**2) + sum(pair.first**3) + 2 * sum(pair.second) + sum(bias**2)."""
+    xp = xp_of(p)
+    return (
+        xp.sum(a * p["params"].weights ** 2)
+        + xp.sum(p["pair"].first ** 3)
+        + 2 * xp.sum(p["pair"].second)
+        + xp.sum(p["params"].bias ** 2)
+        + xp.sum(p["list"][0] * p["list"][1])
+    )
+
+
+def make_tree(dtype: Any = np.float64) -> Any:
+    return {
+        "params": Params(weights=np.array([1.0, -2.0, 0.5], dtype), bias=np.array([[0.3, 0.7]], dtype)),
+        "pair": Pair(first=np.array([2.0, -1.0], dtype), second=np.array(4.0, dtype)),
+        "list": [np.array([1.5, 2.5], dtype), np.array([-1.0, 3.0], dtype)],
+    }
+
+
+A = np.array([1.0, 2.0, 3.0])
+
+
+def expected_gradient(p: Any) -> Any:
+    return {
+        "params": Params(weights=2 * A * p["params"].weights, bias=2 * p["params"].bias),
+        "pair": Pair(first=3 * p["pair"].first ** 2, second=np.array(2.0)),
+        "list": [p["list"][1], p["list"][0]],
+    }
+
+
+def assert_tree_close(actual: Any, expected: Any, tol: float) -> None:
+    assert optree.tree_structure(actual) == optree.tree_structure(expected)
+    for got, want in zip(optree.tree_leaves(actual), optree.tree_leaves(expected)):
+        assert np.shape(got) == np.shape(want)
+        np.testing.assert_allclose(np.asarray(got, dtype=float), want, rtol=tol, atol=tol)
+
+
+@pytest.mark.parametrize("backend", BACKENDS, ids=IDS)
+def test_gradient_keeps_the_structure_of_x(backend: Any) -> None:
+    x = make_tree()
+    prep = di.prepare_gradient(energy, backend, optree.tree_map(np.zeros_like, x), di.Constant(-A))
+    for _ in range(2):
+        g = di.gradient(energy, prep, backend, x, di.Constant(A))
+        assert isinstance(g["params"], Params) and isinstance(g["pair"], Pair) and isinstance(g["list"], list)
+        assert_tree_close(g, expected_gradient(x), 1e-6)
+    y, g = di.value_and_gradient(energy, prep, backend, x, di.Constant(A))
+    assert_tree_close(g, expected_gradient(x), 1e-6)
+    np.testing.assert_allclose(np.asarray(y, dtype=float), energy(x, A), rtol=1e-12)
+
+
+def quadratic_tree(p: Any) -> Any:
+    xp = xp_of(p)
+    return xp.sum(p["a"] ** 2 * p["b"][0]) + xp.sum(p["b"][1] ** 3)
+
+
+def vector_tree(p: Any) -> Any:
+    xp = xp_of(p)
+    return xp.stack([xp.sum(p["a"] * 2.0), p["b"][0] * p["b"][1]])
+
+
+@pytest.mark.parametrize("backend", BACKENDS, ids=IDS)
+def test_jacobian_hvp_hessian_pushforward_pullback_on_pytrees(backend: Any) -> None:
+    x = {"a": np.array([1.0, 2.0]), "b": (np.array(3.0), np.array(0.5))}
+    a, b0, b1 = x["a"], float(x["b"][0]), float(x["b"][1])
+    tol = 1e-4 if isinstance(backend, di.AutoFiniteDiff) else 1e-10
+    # jacobian: output structure outside (an array here), input structure inside
+    jac = di.jacobian(vector_tree, backend, x)
+    np.testing.assert_allclose(jac["a"], [[2.0, 2.0], [0.0, 0.0]], atol=tol)
+    np.testing.assert_allclose(jac["b"][0], [0.0, b1], atol=tol)
+    np.testing.assert_allclose(jac["b"][1], [0.0, b0], atol=tol)
+    (jv,) = di.pushforward(vector_tree, backend, x, (x,))
+    np.testing.assert_allclose(jv, [2 * a.sum(), 2 * b0 * b1], rtol=tol, atol=tol)
+    (vj,) = di.pullback(vector_tree, backend, x, (np.array([1.0, 2.0]),))
+    np.testing.assert_allclose(vj["a"], [2.0, 2.0], atol=tol)
+    np.testing.assert_allclose(vj["b"][1], 2 * b0, atol=tol)
+    # second order: hessian blocks [i][j] have shape x_i.shape + x_j.shape
+    hessian = di.hessian(quadratic_tree, backend, x)
+    np.testing.assert_allclose(hessian["a"]["a"], np.diag([2 * b0] * 2), atol=tol)
+    np.testing.assert_allclose(hessian["a"]["b"][0], 2 * a, atol=tol)
+    assert hessian["a"]["b"][0].shape == (2,) and hessian["b"][0]["a"].shape == (2,)
+    np.testing.assert_allclose(hessian["b"][1]["b"][1], 6 * b1, atol=tol)
+    tangent = {"a": np.array([1.0, 0.0]), "b": (np.array(0.0), np.array(1.0))}
+    (hv,) = di.hvp(quadratic_tree, backend, x, (tangent,))
+    np.testing.assert_allclose(hv["a"], [2 * b0, 0.0], atol=tol)
+    np.testing.assert_allclose(hv["b"][0], 2 * a[0], atol=tol)
+    np.testing.assert_allclose(hv["b"][1], 6 * b1, atol=tol)
+
+
+@pytest.mark.parametrize("backend", BACKENDS, ids=IDS)
+def test_mismatch_names_the_differing_leaf(backend: Any) -> None:
+    x = {"weights": [np.ones(2), np.ones(3)], "bias": np.zeros(1)}
+
+    def f(p: Any) -> Any:
+        return (p["weights"][0] ** 2).sum() + (p["weights"][1] ** 2).sum() + p["bias"].sum()
+
+    prep = di.prepare_gradient(f, backend, x)
+    other = {"weights": [np.ones(2), np.ones(4)], "bias": np.zeros(1)}
+    with pytest.raises(di.PreparationMismatchError, match=r"x\['weights'\]\[1\] differs.*\(3,\).*\(4,\)"):
+        di.gradient(f, prep, backend, other)
+    with pytest.raises(di.PreparationMismatchError, match="structure"):
+        di.gradient(f, prep, backend, {"weights": [np.ones(2), np.ones(3)]})
+
+
+def test_jax_registered_nodes_work_with_jax_and_are_refused_clearly_elsewhere() -> None:
+    @jax.tree_util.register_dataclass
+    @dataclasses.dataclass
+    class JaxParams:
+        w: Any
+        b: Any
+
+    def f(p: Any) -> Any:
+        return (p.w**2).sum() + p.b.sum()
+
+    x = JaxParams(jnp.array([1.0, 2.0]), jnp.array([3.0]))
+    for backend in (di.AutoJAX(), di.AutoJAX(jit=True)):
+        g = di.gradient(f, di.prepare_gradient(f, backend, x), backend, x)
+        assert isinstance(g, JaxParams)
+        np.testing.assert_allclose(g.w, [2.0, 4.0])
+    with pytest.raises(di.InvalidInputError, match="registered with JAX only"):
+        di.gradient(f, di.AutoTorch(), x)
+
+
+def test_pytree_contexts_are_converted_leaf_by_leaf() -> None:
+    def f(x: Any, c: Any) -> Any:
+        return (c["scale"] * x**2).sum() + (c["shift"][0] * x).sum()
+
+    c = {"scale": np.array([1.0, 2.0]), "shift": [np.array([0.5, 0.5])]}
+    x = np.array([1.0, 1.0])
+    for backend in BACKENDS:
+        g = di.gradient(f, backend, x, di.Constant(c))
+        np.testing.assert_allclose(g, 2 * c["scale"] * x + 0.5, rtol=1e-6)
+
+
+# --- families ---------------------------------------------------------------------------------
+
+
+def as_family(array: np.ndarray, family: str) -> Any:
+    if family == "torch":
+        return torch.from_numpy(array.copy())
+    if family == "jax":
+        with jax.enable_x64(array.dtype == np.float64):
+            return jnp.asarray(array)
+    return array.copy()
+
+
+@pytest.mark.parametrize("family", ["numpy", "torch", "jax"])
+@pytest.mark.parametrize("backend", BACKENDS, ids=IDS)
+def test_any_family_with_any_backend(backend: Any, family: str) -> None:
+    x = as_family(np.array([0.5, -1.0, 2.0], dtype=np.float32), family)
+    a = as_family(np.array([1.0, 2.0, 3.0], dtype=np.float32), family)
+
+    def f(x: Any, a: Any) -> Any:
+        return (a * x**3).sum()
+
+    g = di.gradient(f, backend, x, di.Constant(a))
+    jac = di.jacobian(lambda x, a: a * x**2, backend, x, di.Constant(a))
+    for result in (g, jac):
+        assert family_of(result) == family
+        assert str(result.dtype).endswith("float32")
+    np.testing.assert_allclose(np.asarray(g), 3 * np.asarray(a) * np.asarray(x) ** 2, rtol=1e-3)
+
+
+# --- dtypes and layouts --------------------------------------------------------------------------
+
+
+def squares(x: Any) -> Any:
+    return (x * x).sum()
+
+
+DTYPE_INPUTS = {
+    "numpy-float16": lambda: np.array([1.0, -2.0, 0.5], np.float16),
+    "numpy-float32": lambda: np.array([1.0, -2.0, 0.5], np.float32),
+    "numpy-float64": lambda: np.array([1.0, -2.0, 0.5], np.float64),
+    "torch-float16": lambda: torch.tensor([1.0, -2.0, 0.5], dtype=torch.float16),
+    "torch-bfloat16": lambda: torch.tensor([1.0, -2.0, 0.5], dtype=torch.bfloat16),
+    "jax-bfloat16": lambda: jnp.array([1.0, -2.0, 0.5], dtype=jnp.bfloat16),
+}
+
+
+@pytest.mark.parametrize("name", list(DTYPE_INPUTS))
+@pytest.mark.parametrize("backend", BACKENDS, ids=IDS)
+def test_dtype_is_preserved(backend: Any, name: str) -> None:
+    x = DTYPE_INPUTS[name]()
+    g = di.gradient(squares, backend, x)
+    assert type(g) is type(x) and g.dtype == x.dtype and g.shape == x.shape
+    as_float = np.asarray(g.float() if family_of(g) == "torch" else g, dtype=np.float64)
+    np.testing.assert_allclose(as_float, [2.0, -4.0, 1.0], rtol=1e-2)
+
+
+@pytest.mark.parametrize("backend", BACKENDS, ids=IDS)
+def test_mixed_precision_leaves_are_kept_leaf_by_leaf(backend: Any) -> None:
+    x = {"low": np.array([1.0, 2.0], np.float32), "high": np.array([3.0], np.float64)}
+    g = di.gradient(lambda p: (p["low"] ** 2).sum() + (p["high"] ** 2).sum(), backend, x)
+    assert g["low"].dtype == np.float32 and g["high"].dtype == np.float64
+    np.testing.assert_allclose(g["low"], [2.0, 4.0], rtol=1e-4)
+    np.testing.assert_allclose(g["high"], [6.0], rtol=1e-6)
+
+
+LAYOUTS = {
+    "0-d": np.array(1.5),
+    "empty": np.zeros(0),
+    "one-element": np.array([1.5]),
+    "non-contiguous": np.arange(12.0).reshape(3, 4)[:, ::2],
+    "negative-strides": np.arange(6.0)[::-2],
+}
+
+
+@pytest.mark.parametrize("layout", list(LAYOUTS))
+@pytest.mark.parametrize("backend", BACKENDS, ids=IDS)
+def test_odd_layouts(backend: Any, layout: str) -> None:
+    x = LAYOUTS[layout]
+    before = x.copy()
+    g = di.gradient(squares, backend, x)
+    assert g.shape == x.shape and g.dtype == x.dtype
+    np.testing.assert_allclose(g, 2 * x, rtol=1e-6)
+    np.testing.assert_array_equal(x, before)
+    if x.ndim == 1:
+        np.testing.assert_allclose(di.hessian(squares, backend, x), 2 * np.eye(x.size), atol=1e-4)
+
+
+# --- devices ------------------------------------------------------------------------------------------
+
+
+SHARDING_SCRIPT = textwrap.dedent(
+    """
+    import numpy as np, jax, jax.numpy as jnp
+    from jax.sharding import Mesh, NamedSharding, PartitionSpec
+    import di
+    assert len(jax.devices()) == 4, jax.devices()
+    mesh = Mesh(np.array(jax.devices()), ("i",))
+    sharding = NamedSharding(mesh, PartitionSpec("i"))
+    x = jax.device_put(jnp.arange(8.0), sharding)
+    f = lambda x: jnp.sum(jnp.sin(x) * x ** 2)
+    backend = di.AutoJAX(jit=True)
+    prep = di.prepare_gradient(f, backend, x)
+    g = di.gradient(f, prep, backend, x)
+    np.testing.assert_allclose(g, jax.grad(f)(jnp.arange(8.0)), rtol=1e-6)
+    assert g.sharding.is_equivalent_to(x.sharding, x.ndim), (g.sharding, x.sharding)
+    (hv,) = di.hvp(f, backend, x, (x,))
+    np.testing.assert_allclose(hv, jax.jvp(jax.grad(f), (jnp.arange(8.0),), (jnp.arange(8.0),))[1], rtol=1e-5)
+    assert hv.sharding.is_equivalent_to(x.sharding, x.ndim), (hv.sharding, x.sharding)
+    print("sharded ok")
+    """
+)
+
+
+def test_sharded_jax_arrays_keep_their_sharding() -> None:
+    env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=4", "JAX_PLATFORMS": "cpu"}
+    result = subprocess.run(
+        [sys.executable, "-c", SHARDING_SCRIPT], env=env, capture_output=True, text=True, timeout=300
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "sharded ok" in result.stdout
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA GPU on this machine")
+@pytest.mark.parametrize("backend", BACKENDS, ids=IDS)
+def test_torch_cuda_results_stay_on_the_gpu(backend: Any) -> None:
+    x = torch.tensor([1.0, -2.0, 0.5], device="cuda")
+    g = di.gradient(squares, backend, x)
+    assert g.device == x.device
+    torch.testing.assert_close(g, 2 * x, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.skipif(
+    not any(d.platform == "gpu" for d in jax.devices()) if jax.default_backend() != "cpu" else True,
+    reason="no JAX GPU on this machine",
+)
+def test_jax_gpu_results_stay_on_the_gpu() -> None:
+    x = jnp.array([1.0, -2.0, 0.5])
+    for backend in (di.AutoJAX(), di.AutoJAX(jit=True)):
+        g = di.gradient(squares, backend, x)
+        assert g.devices() == x.devices()
