@@ -1,0 +1,515 @@
+"""Measurements beside the per-call rows: di's own cost (zero backend), the
+strict signature check, ``import di``, preparation, family conversions and
+``torch.compile``."""
+
+from __future__ import annotations
+
+import json
+import statistics
+import subprocess
+import sys
+import types
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from time import perf_counter_ns
+from typing import Any
+
+import numpy as np
+
+import di
+from bench.report import ROOT, Table, format_ns, format_ratio
+from bench.timing import Settings, compare
+from di.backends.protocol import Adapter, Program
+from di.backends.registry import register_backend
+
+__all__ = [
+    "ZeroBackend",
+    "conversion_table",
+    "import_table",
+    "preparation_table",
+    "signature_check_table",
+    "torch_compile_table",
+    "zero_backend_table",
+]
+
+ENGINE_MODULES = ("jax", "jaxlib", "torch", "autograd")
+
+
+# --- the zero backend -------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ZeroBackend(di.AbstractBackend):
+    """A backend whose programs return a precomputed constant: timing
+    ``di.gradient`` through it measures ``di``'s own per-call cost."""
+
+    family: str = "numpy"
+
+
+class ZeroAdapter(Adapter):
+    """Adapter of :class:`ZeroBackend`: computes in the selector's family and
+    returns a constant, whatever ``f``, ``x`` and the contexts."""
+
+    def __init__(self, backend: di.AbstractBackend) -> None:
+        super().__init__(backend)
+        assert isinstance(backend, ZeroBackend)
+        self.family = backend.family  # type: ignore[misc]
+
+    def prepare_gradient_programs(self, f: Callable[..., Any], x: Any, contexts: Sequence[Any]) -> dict[str, Program]:
+        g = x * 0
+        pair = (x.sum() * 0, g)
+
+        def constant(x: Any, *values: Any) -> Any:
+            return g
+
+        def constant_pair(x: Any, *values: Any) -> Any:
+            return pair
+
+        return {"gradient": constant, "value_and_gradient": constant_pair}
+
+    def prepare_value_and_gradient(self, f: Callable[..., Any], x: Any, contexts: Sequence[Any]) -> Program:
+        return self.prepare_gradient_programs(f, x, contexts)["value_and_gradient"]
+
+
+register_backend(ZeroBackend, ZeroAdapter)
+
+
+def nothing(x: Any, *values: Any) -> Any:
+    """The do-nothing ``f`` of the zero backend (never called)."""
+    return 0.0
+
+
+def family_array(family: str, n: int) -> Any:
+    """A float32 array of ``n`` values in ``family``."""
+    values = np.linspace(0.5, 1.5, n, dtype=np.float32)
+    if family == "torch":
+        import torch
+
+        return torch.from_numpy(values)
+    if family == "jax":
+        import jax.numpy as jnp
+
+        return jnp.asarray(values)
+    return values
+
+
+def zero_backend_table(settings: Settings, families: Sequence[str]) -> tuple[Table, dict[str, float]]:
+    """``di.gradient`` / ``value_and_gradient`` through the zero backend against
+    the bare program call; the difference is ``di``'s own per-call cost."""
+    table = Table(
+        "Zero backend: di's own cost per call",
+        ["x family", "contexts", "operator", "bare program", "through di", "di's own cost", "ratio"],
+        intro=(
+            "A registered backend whose program returns a precomputed constant (`ZeroBackend` in "
+            "`bench/extras.py`), n = 10 float32. 'bare program' calls that program directly; 'through di' calls "
+            "`di.gradient(f, prep, backend, x, *contexts)` (strict prep); the difference is what `di` adds to "
+            "every prepared call on any backend. The unprepared row calls `di.gradient(f, backend, x, *contexts)`: "
+            "its own cost is di's preparation (argument checks, adapter lookup, signature) plus the call."
+        ),
+    )
+    costs: dict[str, float] = {}
+    for family in families:
+        x = family_array(family, 10)
+        backend = ZeroBackend(family)
+        for n_contexts in (0, 2):
+            contexts = (di.Constant(family_array(family, 10)), di.Constant(2.0))[:n_contexts]
+            prep = di.prepare_gradient(nothing, backend, x, *contexts)
+            for operator in ("gradient", "value_and_gradient", "gradient, unprepared"):
+                bare, through_di = _zero_thunks(operator, prep, backend, x, contexts)
+                timing = compare(bare, through_di, settings)
+                own = timing.diff_ns
+                costs[f"{family}/{n_contexts}/{operator}"] = own
+                table.rows.append(
+                    [
+                        family,
+                        str(n_contexts),
+                        operator,
+                        format_ns(timing.a_ns),
+                        format_ns(timing.b_ns),
+                        format_ns(own),
+                        format_ratio(timing.ratio),
+                    ]
+                )
+    return table, costs
+
+
+def _zero_thunks(operator: str, prep: Any, backend: Any, x: Any, contexts: tuple[Any, ...]) -> tuple[Any, Any]:
+    """The bare program call and the same call through ``di``."""
+    name = operator.partition(",")[0]
+    program = prep.programs[name]
+    call = getattr(di, name)
+    values = [c.value for c in contexts]
+
+    def bare() -> Any:
+        return program(x, *values)
+
+    if operator.endswith("unprepared"):
+
+        def through_di() -> Any:
+            return call(nothing, backend, x, *contexts)
+
+    else:
+
+        def through_di() -> Any:
+            return call(nothing, prep, backend, x, *contexts)
+
+    return bare, through_di
+
+
+# --- the strict signature check ----------------------------------------------------
+
+
+def signature_check_table(settings: Settings, families: Sequence[str]) -> tuple[Table, dict[str, float]]:
+    """``prep.check(f, backend, x, contexts)`` alone, with an array ``x`` and two
+    ``Constant`` contexts (an array and a float)."""
+    table = Table(
+        "Strict signature check alone",
+        ["x family", "prep.check(f, backend, x, contexts)", "empty call, same arguments", "check net of the call"],
+        intro=(
+            "`prep.check(f, backend, x, contexts)` with x an n = 10 float32 array and two `Constant` contexts "
+            "(an array of x's family and a Python float), timed in blocks of many calls. The empty call is a "
+            "method with the same signature that does nothing: the Python call overhead included in the first "
+            "column. Target: under 1 us."
+        ),
+    )
+
+    class Empty:
+        def check(self, f: Any, backend: Any, x: Any, contexts: Any) -> None:
+            return None
+
+    empty = Empty()
+    checks: dict[str, float] = {}
+    for family in families:
+        x = family_array(family, 10)
+        backend = ZeroBackend(family)
+        contexts = (di.Constant(family_array(family, 10)), di.Constant(2.0))
+        prep = di.prepare_gradient(nothing, backend, x, *contexts)
+        check = prep.check
+
+        def checked(check: Any = check, backend: Any = backend, x: Any = x, contexts: Any = contexts) -> None:
+            check(nothing, backend, x, contexts)
+
+        def baseline(backend: Any = backend, x: Any = x, contexts: Any = contexts) -> None:
+            empty.check(nothing, backend, x, contexts)
+
+        timing = compare(baseline, checked, settings)
+        checks[family] = timing.b_ns
+        table.rows.append([family, format_ns(timing.b_ns), format_ns(timing.a_ns), format_ns(timing.diff_ns)])
+    return table, checks
+
+
+# --- import di -----------------------------------------------------------------------
+
+_IMPORT_PROBE = """
+import sys, time, json
+t0 = time.perf_counter_ns()
+{pre}
+t1 = time.perf_counter_ns()
+import di
+t2 = time.perf_counter_ns()
+engines = sorted(m for m in sys.modules if m.split('.')[0] in {engines!r})
+print(json.dumps({{"pre_ns": t1 - t0, "di_ns": t2 - t1, "engines": engines}}))
+"""
+
+
+def _probe(pre: str) -> dict[str, Any]:
+    code = _IMPORT_PROBE.format(pre=pre, engines=ENGINE_MODULES)
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
+    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    return result
+
+
+def import_table(repeats: int) -> tuple[Table, dict[str, Any]]:
+    """``import di`` in fresh subprocesses: cold (numpy included) and with numpy
+    already imported (di's own modules), and which engine modules it imported."""
+    cold = [_probe("") for _ in range(repeats)]
+    warm = [_probe("import numpy") for _ in range(repeats)]
+    engines = sorted({m for probe in cold + warm for m in probe["engines"]})
+    cold_ns = statistics.median(p["di_ns"] for p in cold)
+    own_ns = statistics.median(p["di_ns"] for p in warm)
+    numpy_ns = statistics.median(p["pre_ns"] for p in warm)
+    table = Table(
+        "import di",
+        ["measure", "median time", "engine modules imported"],
+        intro=(
+            f"Fresh `{sys.executable} -c ...` subprocesses, median of {repeats}; 'engine modules' lists any module "
+            f"of {', '.join(ENGINE_MODULES)} found in `sys.modules` after `import di`. Target: under 50 ms and none."
+        ),
+    )
+    table.rows.append(["import di (cold, numpy included)", format_ns(cold_ns), ", ".join(engines) or "none"])
+    table.rows.append(["import numpy alone", format_ns(numpy_ns), "-"])
+    table.rows.append(["import di after numpy (di's own modules)", format_ns(own_ns), "-"])
+    return table, {"cold_ns": cold_ns, "own_ns": own_ns, "numpy_ns": numpy_ns, "engines": engines}
+
+
+# --- preparation -----------------------------------------------------------------------
+
+
+def _median_ns(fn: Callable[[], Any], repeats: int) -> float:
+    times = []
+    for _ in range(repeats):
+        start = perf_counter_ns()
+        fn()
+        times.append(perf_counter_ns() - start)
+    return statistics.median(times)
+
+
+def preparation_table(
+    f: Callable[..., Any],
+    function_name: str,
+    sizes: Sequence[int],
+    repeats: int,
+    engines: Sequence[str],
+    labels: dict[str, str] | None = None,
+) -> Table:
+    """``di.prepare_gradient`` per backend and size; for ``AutoJAX(jit=True)``
+    beside the native ``jax.jit(...).lower(x).compile()`` of a fresh function."""
+    table = Table(
+        "Preparation: di.prepare_gradient",
+        ["backend", "function", "n", "di.prepare_gradient", "native equivalent", "ratio", "native equivalent is"],
+        intro=(
+            f"Median of {repeats} preparations (each one new: JAX traces and compiles again, since di wraps f "
+            "afresh). The eager backends have no native preparation to compare with: the cost is di's."
+        ),
+    )
+    labels = labels or {}
+    for n in sizes:
+        x_np = np.linspace(-1.0, 1.0, n)
+        for key in engines:
+            if key == "finitediff" and n > 1000:
+                continue
+            if key in ("jax", "jax-jit"):
+                import jax
+                import jax.numpy as jnp
+
+                x: Any = jnp.asarray(x_np, dtype=jnp.float32)
+                backend: di.AbstractBackend = di.AutoJAX(jit=key == "jax-jit")
+            elif key == "torch":
+                import torch
+
+                x = torch.from_numpy(x_np.astype(np.float32))
+                backend = di.AutoTorch()
+            elif key == "autograd":
+                x, backend = x_np, di.AutoAutograd()
+            else:
+                x, backend = x_np, di.AutoFiniteDiff()
+            di_ns = _median_ns(lambda backend=backend, x=x: di.prepare_gradient(f, backend, x), repeats)
+            native_ns: float | None = None
+            what = "-"
+            if key == "jax-jit":
+
+                def native(x: Any = x) -> Any:
+                    fresh = jax.jit(jax.value_and_grad(lambda x: f(x)))
+                    return fresh.lower(x).compile()
+
+                native_ns = _median_ns(native, repeats)
+                what = "jax.jit(jax.value_and_grad(fresh f)).lower(x).compile()"
+            ratio = None if native_ns is None else di_ns / native_ns
+            table.rows.append(
+                [
+                    labels.get(key, repr(backend)),
+                    function_name,
+                    str(n),
+                    format_ns(di_ns),
+                    format_ns(native_ns),
+                    format_ratio(ratio),
+                    what,
+                ]
+            )
+    return table
+
+
+# --- conversions ---------------------------------------------------------------------------
+
+
+def conversion_table(settings: Settings, n: int) -> Table:
+    """``di.families`` converters between numpy, torch and jax at size ``n``,
+    beside the native idiom each engine offers."""
+    import jax
+    import jax.dlpack
+    import jax.numpy as jnp
+    import torch
+
+    from di.families import converter
+
+    base = np.linspace(0.0, 1.0, n, dtype=np.float32)
+    arrays = {"numpy": base, "torch": torch.from_numpy(base.copy()), "jax": jnp.asarray(base)}
+    natives: dict[tuple[str, str], tuple[str, Callable[[Any], Any]]] = {
+        ("numpy", "torch"): ("torch.from_numpy(a)", torch.from_numpy),
+        ("torch", "numpy"): ("t.numpy()", lambda t: t.numpy()),
+        ("torch", "jax"): ("jax.dlpack.from_dlpack(t)", jax.dlpack.from_dlpack),
+        ("jax", "torch"): ("torch.from_dlpack(j)", torch.from_dlpack),
+        ("jax", "numpy"): ("np.asarray(j)", np.asarray),
+        ("numpy", "jax"): ("jnp.array(a) (copy)", jnp.array),
+    }
+    table = Table(
+        f"Conversions between families at n = {n:.0e}",
+        ["from", "to", "di.families converter", "native idiom", "native", "ratio", "result shares memory"],
+        intro=(
+            f"float32, n = {n}. JAX results are waited for with `block_until_ready()`. numpy -> jax copies on "
+            "purpose (a JAX array must not alias a caller's mutable buffer); every other direction is zero-copy."
+        ),
+    )
+    for (source, target), (idiom, native_fn) in natives.items():
+        convert = converter(source, target)
+        value = arrays[source]
+        if target == "jax":
+
+            def native(value: Any = value, native_fn: Any = native_fn) -> Any:
+                return native_fn(value).block_until_ready()
+
+            def through_di(value: Any = value, convert: Any = convert) -> Any:
+                return convert(value).block_until_ready()
+
+        else:
+
+            def native(value: Any = value, native_fn: Any = native_fn) -> Any:
+                return native_fn(value)
+
+            def through_di(value: Any = value, convert: Any = convert) -> Any:
+                return convert(value)
+
+        timing = compare(native, through_di, settings)
+        shares = _shares_memory(value, convert(value))
+        table.rows.append(
+            [
+                source,
+                target,
+                format_ns(timing.b_ns),
+                idiom,
+                format_ns(timing.a_ns),
+                format_ratio(timing.ratio),
+                shares,
+            ]
+        )
+    return table
+
+
+def _address(value: Any) -> int | None:
+    if isinstance(value, np.ndarray):
+        return int(value.__array_interface__["data"][0])
+    if hasattr(value, "data_ptr"):
+        return int(value.data_ptr())
+    try:
+        return int(value.unsafe_buffer_pointer())
+    except Exception:
+        return None
+
+
+def _shares_memory(a: Any, b: Any) -> str:
+    first, second = _address(a), _address(b)
+    if first is None or second is None:
+        return "?"
+    return "yes" if first == second else "no (copy)"
+
+
+def _clone(f: Callable[..., Any]) -> Callable[..., Any]:
+    """A copy of ``f`` with its own code object (same behaviour)."""
+    code = f.__code__.replace()
+    clone = types.FunctionType(code, f.__globals__, f.__name__, f.__defaults__, f.__closure__)
+    clone.__kwdefaults__ = f.__kwdefaults__
+    return clone
+
+
+# --- torch.compile ---------------------------------------------------------------------------
+
+
+def torch_compile_table(
+    functions: dict[str, Callable[..., Any]], sizes: Sequence[int], settings: Settings
+) -> tuple[Table, list[list[Any]]]:
+    """Prepared ``di.gradient`` with ``AutoTorch(compile=True)`` against native
+    ``torch.compile(f)`` differentiated with ``torch.autograd.grad``."""
+    import torch
+    from torch._dynamo.utils import counters
+
+    table = Table(
+        "AutoTorch(compile=True) against native torch.compile",
+        [
+            "function",
+            "n",
+            "native compile",
+            "di.prepare_gradient",
+            "native",
+            "di",
+            "ratio di/native",
+            "pair ratios q1-q3",
+            "note",
+        ],
+        intro=(
+            "Native: `cf = torch.compile(f, fullgraph=True)`, then per call `xr = x.detach().requires_grad_(); "
+            "(g,) = torch.autograd.grad(cf(xr), xr)` (compile time = first call). di: prepared "
+            "`di.gradient` with `AutoTorch(compile=True)`, float32 tensors. Each side compiles its own copy of f "
+            "(its own code object, so neither reuses the other's dynamo cache; inductor's on-disk cache may still "
+            "shorten compiles after the first run on a machine). 'graphs' counts the graphs dynamo "
+            "compiled during di's preparation and first calls (0 means di ran eager)."
+        ),
+    )
+    raw: list[list[Any]] = []
+    autograd_grad = torch.autograd.grad
+    # Pay the process's one-time inductor start-up on a throwaway function, so the
+    # first native compile below is not charged with it.
+    try:
+        warm = torch.compile(lambda t: (t * t).sum(), fullgraph=True)
+        warm(torch.ones(3, requires_grad=True)).backward()
+    except Exception:
+        pass
+    for name, f in functions.items():
+        for n in sizes:
+            x = torch.from_numpy(np.linspace(-1.0, 1.0, n).astype(np.float32))
+            row: list[str] = [name, str(n)]
+            try:
+                # A fresh code object per row: dynamo caches compiled frames on f's code
+                # (and turns on dynamic shapes at the second size it sees), so reusing f
+                # would make later rows reuse earlier compilations.
+                cf = torch.compile(_clone(f), fullgraph=True)
+
+                def native(cf: Any = cf, x: Any = x) -> Any:
+                    xr = x.detach().requires_grad_()
+                    (g,) = autograd_grad(cf(xr), xr)
+                    return g
+
+                start = perf_counter_ns()
+                native()
+                native_compile = perf_counter_ns() - start
+            except Exception as err:
+                table.rows.append([*row, "-", "-", "-", "-", "-", "-", f"native torch.compile failed: {err!r}"[:200]])
+                continue
+            backend = di.AutoTorch(compile=True)
+            # dynamo caches compiled frames on the code object: give di its own copy of
+            # f so it compiles for itself rather than reusing the native compilation.
+            f_di = _clone(f)
+            graphs_before = counters["stats"]["unique_graphs"]
+            try:
+                start = perf_counter_ns()
+                prep = di.prepare_gradient(f_di, backend, x)
+                prepare_ns = perf_counter_ns() - start
+                for _ in range(3):
+                    di.gradient(f_di, prep, backend, x)
+            except Exception as err:
+                table.rows.append(
+                    [*row, format_ns(native_compile), "-", "-", "-", "-", "-", f"di raised {err!r}"[:200]]
+                )
+                continue
+            graphs = counters["stats"]["unique_graphs"] - graphs_before
+
+            def through_di(f: Any = f_di, prep: Any = prep, backend: Any = backend, x: Any = x) -> Any:
+                return di.gradient(f, prep, backend, x)
+
+            timing = compare(native, through_di, settings)
+            note = f"graphs: {graphs}"
+            if graphs == 0:
+                note += " - di did not compile (ran eager)"
+            raw.append([name, n, timing.ratio, graphs])
+            table.rows.append(
+                [
+                    *row,
+                    format_ns(native_compile),
+                    format_ns(prepare_ns),
+                    format_ns(timing.a_ns),
+                    format_ns(timing.b_ns),
+                    format_ratio(timing.ratio),
+                    f"{timing.ratio_q1:.3f}-{timing.ratio_q3:.3f}",
+                    note,
+                ]
+            )
+    return table, raw

@@ -1,0 +1,104 @@
+"""Smoke test of the benchmark suite (``python -m bench``).
+
+It runs the whole suite on the smallest size with the fewest repeats and checks
+that it runs and reports every row with positive times and a ratio. It never
+asserts anything about speed: that is what the suite itself reports.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+pytest.importorskip("bench.run", reason="the bench/ directory is not importable")
+
+_UNITS = {"ns": 1.0, "us": 1e3, "ms": 1e6, "s": 1e9}
+
+
+def _ns(cell: str) -> float:
+    number, unit = cell.split()
+    return float(number) * _UNITS[unit]
+
+
+def _section(markdown: str, title: str) -> list[list[str]]:
+    """The body rows of the markdown table under ``## <title>...``."""
+    lines = markdown.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith(f"## {title}"))
+    rows = []
+    for line in lines[start + 1 :]:
+        if line.startswith("## "):
+            break
+        if line.startswith("| ") and not line.startswith("|---"):
+            rows.append([cell.strip() for cell in line.strip().strip("|").split(" | ")])
+    return rows[1:]  # without the header
+
+
+def test_bench_runs_and_reports_every_row(tmp_path: Path) -> None:
+    output = tmp_path / "results.md"
+    done = subprocess.run(
+        [sys.executable, "-m", "bench", "--sizes", "10", "--repeats", "2", "--no-compile", "--output", str(output)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "== Targets ==" in done.stdout
+    markdown = output.read_text()
+    for heading in ("## Machine", "## Versions", "## Targets", "## Zero backend", "## Strict signature check"):
+        assert heading in markdown
+
+    from bench.cases import ENGINES
+    from bench.report import ROW_HEADERS
+
+    rows = _section(markdown, "Per call")
+    assert rows, "no per-call rows"
+    native_col, di_col = ROW_HEADERS.index("native"), ROW_HEADERS.index("di")
+    ratio_col, note_col = ROW_HEADERS.index("ratio di/native"), ROW_HEADERS.index("note")
+    seen = set()
+    for row in rows:
+        assert len(row) == len(ROW_HEADERS), row
+        assert "failed" not in row[note_col] and "DIFFER" not in row[note_col], row
+        assert _ns(row[native_col]) > 0 and _ns(row[di_col]) > 0, row
+        assert float(row[ratio_col]) > 0, row
+        assert row[ROW_HEADERS.index("n")] == "10", row
+        seen.add((row[0], row[1]))
+    installed = [engine.label for engine in ENGINES.values() if engine.installed]
+    operators = {"gradient", "gradient, unprepared", "value_and_gradient"}
+    assert {(label, op) for label in installed for op in operators} <= seen
+
+    zero = _section(markdown, "Zero backend")
+    assert zero and all(_ns(row[4]) > 0 for row in zero)
+    checks = _section(markdown, "Strict signature check")
+    assert checks and all(_ns(row[1]) > 0 for row in checks)
+
+
+def test_compare_interleaves_and_returns_positive_medians() -> None:
+    from bench.timing import Settings, compare
+
+    calls: list[str] = []
+    timing = compare(
+        lambda: calls.append("a"),
+        lambda: calls.append("b"),
+        Settings(block_ns=1e4, budget_s=0.0, min_pairs=3, max_pairs=3),
+        warmup=0,
+    )
+    assert timing.pairs == 3 and timing.block >= 1
+    assert timing.a_ns > 0 and timing.b_ns > 0 and timing.ratio > 0
+    k = timing.block
+    timed = calls[-6 * k :]  # the measured blocks: a b, b a, a b
+    assert timed == ["a"] * k + ["b"] * k + ["b"] * k + ["a"] * k + ["a"] * k + ["b"] * k
+
+
+def test_script_entry_point_help() -> None:
+    done = subprocess.run(
+        [sys.executable, "bench/run.py", "--help"], cwd=ROOT, capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    assert re.search(r"--quick", done.stdout)
