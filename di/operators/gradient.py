@@ -80,29 +80,11 @@ def gradient(f: Callable[..., Any], *args: Any, out: Any = None) -> Any:
         >>> di.gradient(f, di.AutoFiniteDiff(), np.array([1.0, 2.0]), di.Constant(0.5)).round(6)
         array([1., 2.])
     """
-    prep = args[0] if args else None
-    if prep.__class__ is Prep and len(args) >= 3:
-        x = args[2]
-        contexts = args[3:]
-        if prep.operator != _OPERATOR:
-            prep.check_operator(_OPERATOR)
-        if prep.strict:
-            prep.check(f, args[1], x, contexts)
-    else:
-        prep, backend, x, contexts = split_call(_OPERATOR, args)
-        if prep is None:
-            prep = prepare_gradient(f, backend, x, *contexts, strict=False)
-        else:
-            prep.check_operator(_OPERATOR)
-            if prep.strict:
-                prep.check(f, backend, x, contexts)
-    if out is not None:
-        prep.check_out(out, _OPERATOR)
-    program = prep.programs[_OPERATOR]
-    g = program(x, *[c.value for c in contexts]) if contexts else program(x)
-    if out is not None:
-        return write_out(out, g)
-    return g
+    if out is None and len(args) >= 3:
+        prep = args[0]
+        if prep.__class__ is Prep and prep.operator == _OPERATOR:
+            return prep.runners[_OPERATOR](f, args[1], args[2], args[3:])
+    return _call(_OPERATOR, f, args, out)
 
 
 def value_and_gradient(f: Callable[..., Any], *args: Any, out: Any = None) -> tuple[Any, Any]:
@@ -130,18 +112,28 @@ def value_and_gradient(f: Callable[..., Any], *args: Any, out: Any = None) -> tu
         >>> float(y), g.round(6)
         (9.0, array([6.]))
     """
-    prep, backend, x, contexts = split_call("value_and_gradient", args)
+    if out is None and len(args) >= 3:
+        prep = args[0]
+        if prep.__class__ is Prep and prep.operator == _OPERATOR:
+            return prep.runners["value_and_gradient"](f, args[1], args[2], args[3:])  # type: ignore[no-any-return]
+    return _call("value_and_gradient", f, args, out)  # type: ignore[no-any-return]
+
+
+def _call(name: str, f: Callable[..., Any], args: tuple[Any, ...], out: Any) -> Any:
+    """Every call that is not a plain prepared one: unprepared, with ``out=``, or
+    with a prep that must be refused."""
+    prep, backend, x, contexts = split_call(name, args)
     if prep is None:
         prep = prepare_gradient(f, backend, x, *contexts, strict=False)
     else:
-        if prep.operator != _OPERATOR:
-            prep.check_operator(_OPERATOR)
+        prep.check_operator(_OPERATOR)
         if prep.strict:
             prep.check(f, backend, x, contexts)
     if out is not None:
         prep.check_out(out, _OPERATOR)
-    program = prep.programs["value_and_gradient"]
-    y, g = program(x, *[c.value for c in contexts]) if contexts else program(x)
-    if out is not None:
-        return y, write_out(out, g)
-    return y, g
+    result = prep.programs[name](x, *[c.value for c in contexts])
+    if out is None:
+        return result
+    if name == _OPERATOR:
+        return write_out(out, result)
+    return result[0], write_out(out, result[1])

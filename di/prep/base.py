@@ -49,6 +49,7 @@ class Prep:
         "f",
         "operator",
         "programs",
+        "runners",
         "same_point",
         "strict",
         "tangent_check",
@@ -83,6 +84,7 @@ class Prep:
         self._context_keys = tuple((c.wrapper, c.key, c.expected) for c in context_checks)
         self.tangent_check = None if tangents is None else ArgumentCheck.of(tangent_label, tangents)
         self.same_point = same_point
+        self.runners = {name: self._runner(program) for name, program in programs.items()}
 
     def __repr__(self) -> str:
         return f"Prep({self.operator}, {self.backend!r}, x={self.checks[0].description}, strict={self.strict})"
@@ -114,6 +116,65 @@ class Prep:
         raise mismatch_error(
             self.operator, self.checks, {"f": self.f, "backend": self.backend}, f, backend, (x, *contexts)
         )
+
+    def _runner(self, program: Callable[..., Any]) -> Callable[..., Any]:
+        """``run(f, backend, x, contexts)``: the strict check and the program in one
+        closure, specialised at preparation (the hot path of a prepared call).
+        Operators with tangents call the program themselves."""
+        if self.tangent_check is not None or self.same_point is not None:
+            return program
+        f0, backend0, key, expected = self.f, self.backend, self._x_key, self._x_expected
+        context_keys, count, strict, fail = self._context_keys, self._n_contexts, self.strict, self.check
+
+        if count == 0:
+
+            def run_without_contexts(f: Any, backend: Any, x: Any, contexts: Sequence[Any]) -> Any:
+                if strict:
+                    try:
+                        ok = f is f0 and (backend is backend0 or backend == backend0) and not contexts
+                        ok = ok and key(x) == expected
+                    except Exception:
+                        ok = False
+                    if not ok:
+                        fail(f, backend, x, contexts)
+                return program(x)
+
+            return run_without_contexts
+
+        if count == 1:
+            ((wrapper1, key1, expected1),) = context_keys
+
+            def run_with_one_context(f: Any, backend: Any, x: Any, contexts: Sequence[Any]) -> Any:
+                if strict:
+                    try:
+                        ok = f is f0 and (backend is backend0 or backend == backend0) and len(contexts) == 1
+                        ok = ok and key(x) == expected and contexts[0].__class__ is wrapper1
+                        ok = ok and key1(contexts[0].value) == expected1
+                    except Exception:
+                        ok = False
+                    if not ok:
+                        fail(f, backend, x, contexts)
+                return program(x, contexts[0].value)
+
+            return run_with_one_context
+
+        def run(f: Any, backend: Any, x: Any, contexts: Sequence[Any]) -> Any:
+            if strict:
+                try:
+                    ok = f is f0 and (backend is backend0 or backend == backend0) and len(contexts) == count
+                    ok = ok and key(x) == expected
+                    if ok:
+                        for context, (wrapper, context_key, context_expected) in zip(contexts, context_keys):
+                            if context.__class__ is not wrapper or context_key(context.value) != context_expected:  # type: ignore[attr-defined]
+                                ok = False
+                                break
+                except Exception:
+                    ok = False
+                if not ok:
+                    fail(f, backend, x, contexts)
+            return program(x, *[context.value for context in contexts])
+
+        return run
 
     def check_tangents(self, tangents: Any) -> None:
         """Check the tangents (or cotangents) of a call against the prepared ones.
