@@ -153,14 +153,7 @@ def test_scenario_validates_its_arguments() -> None:
 
 # Failures caused by known bugs in di's core (not in di.testing), with the reason; each is
 # reported as an expected failure until fixed: delete its entry then. Any other failure fails.
-KNOWN_CORE_BUGS: dict[tuple[str, str], str] = {
-    ("torch", "derivative/scalar_to_vector_constant/f32"): (
-        "torch: a 0-d float32 x with a float Constant gives a float64 derivative"
-    ),
-    ("finitediff", "pullback/cached_cube/f64/jax"): (
-        "finite differences: pullback with a JAX-array Cache writes into a read-only numpy view"
-    ),
-}
+KNOWN_CORE_BUGS: dict[tuple[str, str], str] = {}
 
 
 def _report(backend: Any, scenarios: list[Scenario], prep_modes: tuple[str, ...]) -> Any:

@@ -144,8 +144,12 @@ def _engine_tangent(adapter: Adapter) -> Callable[[Any], Any]:
 def pushforward_programs(
     adapter: Adapter, f: Callable[..., Any], x: Any, tx: Sequence[Any], contexts: Sequence[Context]
 ) -> Programs:
-    """``pushforward`` through the reverse-mode jacobian: ``J @ t`` per tangent."""
-    value_and_jacobian = jacobian_programs(adapter, f, x, contexts, forward=False)["value_and_jacobian"]
+    """``pushforward`` through the jacobian (the adapter's own, else reverse mode):
+    ``J @ t`` per tangent."""
+    if adapter.has_native("jacobian"):
+        value_and_jacobian = adapter.prepare_jacobian_programs(f, x, contexts)["value_and_jacobian"]
+    else:
+        value_and_jacobian = jacobian_programs(adapter, f, x, contexts, forward=False)["value_and_jacobian"]
     ops = ArrayOps(adapter.family)
     to_engine = _engine_tangent(adapter)
     x_ndim = len(_shape(x))
@@ -165,8 +169,12 @@ def pushforward_programs(
 def pullback_programs(
     adapter: Adapter, f: Callable[..., Any], x: Any, ty: Sequence[Any], contexts: Sequence[Context]
 ) -> Programs:
-    """``pullback`` through the forward-mode jacobian: ``t @ J`` per cotangent."""
-    value_and_jacobian = jacobian_programs(adapter, f, x, contexts, forward=True)["value_and_jacobian"]
+    """``pullback`` through the jacobian (the adapter's own, else forward mode):
+    ``t @ J`` per cotangent."""
+    if adapter.has_native("jacobian"):
+        value_and_jacobian = adapter.prepare_jacobian_programs(f, x, contexts)["value_and_jacobian"]
+    else:
+        value_and_jacobian = jacobian_programs(adapter, f, x, contexts, forward=True)["value_and_jacobian"]
     ops = ArrayOps(adapter.family)
     to_engine = _engine_tangent(adapter)
     scope = adapter.scope([x, *_values(contexts)])

@@ -99,6 +99,10 @@ class Adapter:
         pytrees) into this engine's family; identity for values that need none."""
         return [self._input_converter(value) for value in values]
 
+    def context_converters(self, contexts: Sequence[Context]) -> list[Callable[[Any], Any]]:
+        """Converters of the context values into the engine's family."""
+        return self.input_converters([c.value for c in contexts])
+
     def _input_converter(self, value: Any) -> Callable[[Any], Any]:
         if not is_pytree(value):
             return converter(family_of(value), self.family)
@@ -164,7 +168,7 @@ class Adapter:
     def prepare_value_program(self, f: Callable[..., Any], x: Any, contexts: Sequence[Context]) -> Program:
         """Build ``program(x, *context_values) -> f(x, *values)`` in the engine's
         family (no differentiation)."""
-        converters = self.input_converters([x, *[c.value for c in contexts]])
+        converters = [*self.input_converters([x]), *self.context_converters(contexts)]
         scope = self.scope([x, *[c.value for c in contexts]])
 
         def value(x: Any, *values: Any) -> Any:

@@ -375,7 +375,8 @@ class TorchAdapter(Adapter):
         checked = self._checked(f, "derivative", scalar=False)
 
         def core(x: Any, *values: Any) -> Any:
-            return _func.jvp(lambda x: checked(x, *values), (x,), (torch.ones_like(x),))
+            y, dy = _func.jvp(lambda x: checked(x, *values), (x,), (torch.ones_like(x),))  # type: ignore[misc]
+            return y, _as_dtype(dy, y)
 
         return self._functional(core, x, None, contexts, ("derivative", "value_and_derivative"))
 
@@ -475,6 +476,13 @@ class TorchAdapter(Adapter):
             return y, g, hessian
 
         return self._functional(core, x, None, contexts, ("hessian", "value_gradient_and_hessian"))
+
+
+def _as_dtype(tangent: Any, primal: Any) -> Any:
+    """torch.func.jvp can promote the tangent of a 0-d computation with a Python
+    float to float64 while the primal stays float32: give the tangent the
+    primal's dtype, as eager autograd would."""
+    return tangent if tangent.dtype == primal.dtype else tangent.to(primal.dtype)
 
 
 def _has_cache(contexts: Sequence[Context]) -> bool:
