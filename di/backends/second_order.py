@@ -77,22 +77,30 @@ class SecondOrderAdapter(Adapter):
     def prepare_jacobian_programs(self, f: Callable[..., Any], x: Any, contexts: Sequence[Context]) -> Programs:
         return self._from_inner(self.inner.prepare_jacobian_programs(f, x, contexts))
 
-    def prepare_hvp_programs(
-        self, f: Callable[..., Any], x: Any, tx: Sequence[Any], contexts: Sequence[Context]
-    ) -> Programs:
-        # The inner gradient is prepared for arguments in the outer family, which is
-        # what the outer adapter will call it with.
-        to_outer = converter(family_of(x), self.outer.family)
-        x_outer = to_outer(x) if not isinstance(x, float) else x
+    def _inner_function(
+        self, operator: str, f: Callable[..., Any], x: Any, contexts: Sequence[Context]
+    ) -> Callable[..., Any]:
+        """The inner backend's ``operator`` program (gradient or derivative) as a
+        function the outer backend can differentiate: prepared for arguments in the
+        outer family, which is what the outer adapter calls it with, and returning
+        results in that family."""
+        x_outer = converter(family_of(x), self.outer.family)(x) if not isinstance(x, float) else x
         outer_contexts = [
             rewrap_context(c, converter(family_of(c.value), self.outer.family)(c.value)) for c in contexts
         ]
-        inner_gradient = self.inner.prepare_gradient_programs(f, x_outer, outer_contexts)["gradient"]
+        prepare = getattr(self.inner, f"prepare_{operator}_programs")
+        inner = prepare(f, x_outer, outer_contexts)[operator]
         convert = converter(self.inner.family, self.outer.family)
 
-        def gradient(x: Any, *values: Any) -> Any:
-            return convert(inner_gradient(x, *values))
+        def in_outer_family(x: Any, *values: Any) -> Any:
+            return convert(inner(x, *values))
 
+        return in_outer_family
+
+    def prepare_hvp_programs(
+        self, f: Callable[..., Any], x: Any, tx: Sequence[Any], contexts: Sequence[Context]
+    ) -> Programs:
+        gradient = self._inner_function("gradient", f, x, contexts)
         outer = self.outer.prepare_pushforward_programs(gradient, x, tx, contexts)
         return {"hvp": outer["pushforward"], "gradient_and_hvp": outer["value_and_pushforward"]}
 
@@ -102,16 +110,7 @@ class SecondOrderAdapter(Adapter):
     def prepare_second_derivative_programs(
         self, f: Callable[..., Any], x: Any, contexts: Sequence[Context]
     ) -> Programs:
-        x_outer = converter(family_of(x), self.outer.family)(x) if not isinstance(x, float) else x
-        outer_contexts = [
-            rewrap_context(c, converter(family_of(c.value), self.outer.family)(c.value)) for c in contexts
-        ]
-        inner_derivative = self.inner.prepare_derivative_programs(f, x_outer, outer_contexts)["derivative"]
-        convert = converter(self.inner.family, self.outer.family)
-
-        def derivative(x: Any, *values: Any) -> Any:
-            return convert(inner_derivative(x, *values))
-
+        derivative = self._inner_function("derivative", f, x, contexts)
         outer = self.outer.prepare_derivative_programs(derivative, x, contexts)["value_and_derivative"]
         value = self.prepare_value_program(f, x, contexts)
 
