@@ -1,0 +1,249 @@
+"""MkDocs hooks for the ``di`` documentation (configured in ``mkdocs.yml``).
+
+1. Support tables. A line ``<!-- di:table NAME -->`` in a page is replaced, at build
+   time, by a Markdown table generated from the code: each backend's adapter
+   (``di.backends.registry.get_adapter(selector)``), its declared operator support
+   (``Adapter.support()``: ``"native"``, ``"fallback"`` or ``"unsupported"`` per
+   operator family), the contexts it accepts (``Adapter.check_contexts``, which
+   reads ``supports_cache``) and its ``cache_note``, and the selectors' options
+   (their dataclass fields). No table is written by hand, so the tables cannot
+   drift from the code. ``NAME`` is one of :data:`TABLES`.
+
+2. Cross-references in docstrings. Some docstrings use reStructuredText roles
+   (``:func:`di.gradient```), which Markdown renders literally; they become
+   mkdocs-autorefs links where the target is documented (plain code otherwise).
+
+Run ``python docs/hooks.py`` to print every table.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import html
+import logging
+import re
+from collections.abc import Callable
+from typing import Any
+
+log = logging.getLogger("mkdocs.hooks.di")
+
+MARKER = re.compile(r"^<!-- di:table (?P<name>[\w-]+) -->[ \t]*$", flags=re.MULTILINE)
+
+
+def selectors() -> list[Any]:
+    """The backend selectors the tables describe, one column or row each."""
+    import di
+
+    return [
+        di.AutoJAX(),
+        di.AutoJAX(jit=True),
+        di.AutoTorch(),
+        di.AutoTorch(compile=True),
+        di.AutoAutograd(),
+        di.AutoFiniteDiff(),
+        di.SecondOrder(di.AutoFiniteDiff(), di.AutoJAX()),
+    ]
+
+
+def label(selector: Any) -> str:
+    """A short label: the selector's class and the options that differ from the defaults."""
+    options = []
+    for field in dataclasses.fields(selector):
+        value = getattr(selector, field.name)
+        default = field.default if field.default is not dataclasses.MISSING else None
+        if field.default_factory is not dataclasses.MISSING:  # SecondOrder's backends
+            options.append(label(value))
+        elif value != default:
+            options.append(f"{field.name}={value!r}")
+    return f"{type(selector).__name__}({', '.join(options)})"
+
+
+def adapter(selector: Any) -> Any:
+    """The adapter behind a selector (imports its engine).
+
+    Raises:
+        di.BackendNotInstalledError: the engine is missing; the tables cannot be
+            generated without it.
+    """
+    from di.backends.registry import get_adapter
+
+    return get_adapter(selector)
+
+
+def _code(text: str) -> str:
+    return f"`{text}`"
+
+
+def _row(cells: list[str]) -> str:
+    return "| " + " | ".join(cells) + " |"
+
+
+def _table(header: list[str], rows: list[list[str]]) -> str:
+    lines = [_row(header), _row(["---"] * len(header)), *(_row(row) for row in rows)]
+    return "\n".join(lines)
+
+
+def operators_table() -> str:
+    """Operator families x backends: native, fallback or unsupported.
+
+    The column of a compiled selector repeats the eager one's (same adapter); it
+    is kept so the table reads as "what can I call on this selector".
+    """
+    from di.backends.fallbacks import OPERATOR_FAMILIES
+
+    columns = [s for s in selectors() if not getattr(s, "jit", False) and not getattr(s, "compile", False)]
+    support = {label(s): type(adapter(s)).support() for s in columns}
+    rows = []
+    for family, names in OPERATOR_FAMILIES.items():
+        rows.append([" / ".join(_code(name) for name in names), *(support[label(s)][family] for s in columns)])
+    for family in ("pullback", "hvp"):
+        same_point = f"{family}_same_point"
+        cells = []
+        for s in columns:
+            cls = type(adapter(s))
+            if support[label(s)][family] == "unsupported":
+                cells.append("unsupported")
+            else:
+                cells.append("native" if cls.has_native(same_point) else "fallback")
+        rows.append([f"{_code(family)} at one point ({_code(f'prepare_{same_point}')})", *cells])
+    return _table(["operator", *(_code(label(s)) for s in columns)], rows)
+
+
+def contexts_table() -> str:
+    """Backends x context kinds: accepted or refused at preparation, and the note."""
+    import numpy as np
+
+    import di
+
+    rows = []
+    for s in selectors():
+        a = adapter(s)
+        cells = [_code(label(s))]
+        for context in (di.Constant(np.zeros(1)), di.Cache(np.zeros(1))):
+            try:
+                a.check_contexts([context])
+            except di.UnsupportedContextError:
+                cells.append("refused at preparation")
+            else:
+                cells.append("yes")
+        cells.append(html.escape(a.cache_note) or "-")
+        rows.append(cells)
+    return _table(["backend", "`Constant`", "`Cache`", "note on `Cache`"], rows)
+
+
+def backends_table() -> str:
+    """Selectors: engine, the array family they compute in, compiled or not, and the extra to install."""
+    rows = []
+    for s in selectors():
+        a = adapter(s)
+        engine = type(s).engine_display
+        extra = f"`differentiation-interface[{s.extra}]`" if s.extra else "(numpy only)"
+        if type(s).__name__ == "SecondOrder":
+            extra = "those of its two backends"
+        rows.append([_code(label(s)), engine, a.family, "yes" if a.compiled else "no", extra])
+    return _table(["selector", "engine", "computes in", "compiled", "install"], rows)
+
+
+def options_table() -> str:
+    """Selector classes and their options (dataclass fields with defaults)."""
+    import di
+
+    rows = []
+    for cls in (di.AutoJAX, di.AutoTorch, di.AutoAutograd, di.AutoFiniteDiff, di.SecondOrder):
+        options = []
+        for field in dataclasses.fields(cls):
+            if field.default is not dataclasses.MISSING:
+                options.append(_code(f"{field.name}={field.default!r}"))
+            elif field.default_factory is not dataclasses.MISSING:
+                options.append(_code(f"{field.name}={label(field.default_factory())}"))
+            else:
+                options.append(_code(field.name))
+        rows.append([f"[`di.{cls.__name__}`][di.{cls.__name__}]", ", ".join(options) or "(none)"])
+    return _table(["selector", "options (defaults)"], rows)
+
+
+def pytrees_table() -> str:
+    """Operator families x backends: does the engine take a pytree ``x`` itself, or does ``di``
+    flatten it into one vector (``Adapter.native_pytrees``)?"""
+    from di.backends.fallbacks import OPERATOR_FAMILIES
+
+    columns = selectors()
+    native = {label(s): frozenset(getattr(adapter(s), "native_pytrees", frozenset())) for s in columns}
+    rows = []
+    for family in OPERATOR_FAMILIES:
+        cells = ["native" if family in native[label(s)] else "flattened" for s in columns]
+        rows.append([_code(family), *cells])
+    return _table(["operator", *(_code(label(s)) for s in columns)], rows)
+
+
+TABLES: dict[str, Callable[[], str]] = {
+    "operators": operators_table,
+    "contexts": contexts_table,
+    "backends": backends_table,
+    "options": options_table,
+    "pytrees": pytrees_table,
+}
+
+
+def render(markdown: str, where: str = "") -> str:
+    """Replace every ``<!-- di:table NAME -->`` line of a page by its table.
+
+    Raises:
+        KeyError: an unknown table name.
+    """
+
+    def replace(match: re.Match[str]) -> str:
+        name = match["name"]
+        if name not in TABLES:
+            raise KeyError(f"{where}: unknown table {name!r}; known: {', '.join(TABLES)}")
+        return TABLES[name]()
+
+    return MARKER.sub(replace, markdown)
+
+
+# --- MkDocs hooks -----------------------------------------------------------------------------
+
+
+def on_page_markdown(markdown: str, page: Any, **kwargs: Any) -> str:
+    """Generate the support tables of a page."""
+    if "<!-- di:table" not in markdown:
+        return markdown
+    try:
+        return render(markdown, page.file.src_path)
+    except ImportError as err:  # di.BackendNotInstalledError
+        log.warning(
+            "%s: the support tables need every engine installed "
+            "(pip install 'differentiation-interface[all,docs]'): %s",
+            page.file.src_path,
+            err,
+        )
+        return MARKER.sub("*(table not generated: an engine is missing where these docs were built)*", markdown)
+
+
+_ROLE = re.compile(r":(?:py:)?(?:func|class|meth|mod|data|attr|exc|obj):<code>~?(?P<target>[\w.]+)</code>")
+
+
+def link_roles(text: str) -> str:
+    """Turn reStructuredText roles left in rendered docstrings into optional autorefs.
+
+    Example:
+        >>> link_roles(":func:<code>di.gradient</code>")
+        '<autoref identifier="di.gradient" optional><code>di.gradient</code></autoref>'
+    """
+
+    def replace(match: re.Match[str]) -> str:
+        target = match["target"]
+        shown = target.rsplit(".", 1)[-1] if "~" in match.group(0) else target
+        return f'<autoref identifier="{target}" optional><code>{shown}</code></autoref>'
+
+    return _ROLE.sub(replace, text)
+
+
+def on_page_content(html_text: str, page: Any, **kwargs: Any) -> str:
+    """Link the reStructuredText roles of rendered docstrings."""
+    return link_roles(html_text)
+
+
+if __name__ == "__main__":
+    for table_name, make in TABLES.items():
+        print(f"## {table_name}\n\n{make()}\n")
