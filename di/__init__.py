@@ -1,7 +1,7 @@
 """di: one interface to automatic differentiation over JAX, PyTorch, autograd and
 finite differences.
 
-Example:
+Examples:
     >>> import numpy as np, di
     >>> f = lambda x: (x ** 2).sum()
     >>> backend = di.AutoFiniteDiff()

@@ -790,7 +790,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     Raises:
         SystemExit: from argparse, for ``--help`` or unknown options.
 
-    Example:
+    Examples:
         >>> from di.__main__ import main
         >>> main(["--backends", "finitediff", "--operators", "gradient", "-k", "sum_sin/f64",
         ...       "--no-bench", "--quiet"])  # doctest: +SKIP

@@ -18,7 +18,10 @@ __all__ = ["Cache", "Constant", "Context"]
 class Context:
     """Base class of :class:`Constant` and :class:`Cache`.
 
-    Example:
+    Args:
+        value: the value passed to ``f``.
+
+    Examples:
         >>> import di
         >>> isinstance(di.Constant(2.0), di.Context)
         True
@@ -49,7 +52,7 @@ class Constant(Context):
             ``True`` forces a hashable value to be compiled in; ``False`` forces a
             Python scalar to be traced.
 
-    Example:
+    Examples:
         >>> import numpy as np, di
         >>> f = lambda x, a: (a * x * x).sum()
         >>> di.gradient(f, di.AutoFiniteDiff(), np.array([1.0, 2.0]), di.Constant(3.0))
@@ -82,7 +85,7 @@ class Cache(Context):
     Args:
         value: an array (numpy, torch or jax) of the shape ``f`` needs.
 
-    Example:
+    Examples:
         >>> import numpy as np, di
         >>> def f(x, buf):
         ...     buf[:] = x * x

@@ -25,7 +25,7 @@ __all__ = [
 class DIError(Exception):
     """Base class of every error raised by ``di`` itself.
 
-    Example:
+    Examples:
         >>> import di
         >>> issubclass(di.PreparationMismatchError, di.DIError)
         True
@@ -37,7 +37,7 @@ class BackendNotInstalledError(DIError, ImportError):
 
     The message names the missing engine and the ``pip`` command that installs it.
 
-    Example:
+    Examples:
         >>> import di
         >>> issubclass(di.BackendNotInstalledError, ImportError)
         True
@@ -50,7 +50,7 @@ class PreparationMismatchError(DIError, ValueError):
     The message has one line per argument (``f``, ``backend``, ``x``, each context),
     each marked ``ok`` or ``differs`` with the prepared and the given signature.
 
-    Example:
+    Examples:
         >>> import numpy as np, di
         >>> f = lambda x: (x * x).sum()
         >>> prep = di.prepare_gradient(f, di.AutoFiniteDiff(), np.zeros(3))
@@ -65,7 +65,7 @@ class PreparationMismatchError(DIError, ValueError):
 class UnsupportedContextError(DIError, TypeError):
     """A backend cannot use a kind of context (for example autograd and ``Cache``).
 
-    Example:
+    Examples:
         >>> import numpy as np, di
         >>> f = lambda x, c: (x * x).sum()
         >>> try:
@@ -79,7 +79,7 @@ class UnsupportedContextError(DIError, TypeError):
 class UnsupportedOperatorError(DIError, NotImplementedError):
     """A backend cannot compute an operator, even through the generic fallbacks.
 
-    Example:
+    Examples:
         >>> import di
         >>> issubclass(di.UnsupportedOperatorError, NotImplementedError)
         True
@@ -93,12 +93,12 @@ class InvalidInputError(DIError, TypeError):
     ``None``...) and for a raw value passed where a context (``Constant`` or
     ``Cache``) is expected.
 
-    Example:
+    Examples:
         >>> import numpy as np, di
         >>> try:
         ...     di.gradient(lambda x: x.sum(), di.AutoFiniteDiff(), np.arange(3))
         ... except di.InvalidInputError as err:
-        ...     print(str(err).split(":")[0])
+        ...     print(str(err).split(" for ")[0])
         x must be a real floating-point array
     """
 
@@ -109,7 +109,7 @@ class InvalidOutputError(DIError, TypeError):
     For ``gradient`` this is anything but a real scalar: an array with more than
     one element (the message gives its shape), a complex or integer value, ``None``.
 
-    Example:
+    Examples:
         >>> import numpy as np, di
         >>> try:
         ...     di.gradient(lambda x: x * 2, di.AutoFiniteDiff(), np.ones(3))
@@ -124,7 +124,7 @@ class OutBufferError(DIError, ValueError):
 
     The buffer is left untouched.
 
-    Example:
+    Examples:
         >>> import numpy as np, di
         >>> try:
         ...     di.gradient(lambda x: (x * x).sum(), di.AutoFiniteDiff(), np.ones(3),
@@ -138,7 +138,7 @@ class OutBufferError(DIError, ValueError):
 class RecompileWarning(UserWarning):
     """A compiled backend keeps compiling again, or fell back to eager execution.
 
-    Example:
+    Examples:
         >>> import di
         >>> issubclass(di.RecompileWarning, UserWarning)
         True

@@ -48,7 +48,7 @@ def family_of(value: Any) -> str | None:
     Returns:
         ``"numpy"``, ``"torch"``, ``"jax"`` or ``None``.
 
-    Example:
+    Examples:
         >>> import numpy as np
         >>> from di.families import family_of
         >>> family_of(np.zeros(3)), family_of(2.0)
@@ -85,7 +85,7 @@ def is_floating_dtype(dtype: Any) -> bool:
     Returns:
         ``True`` for float16, bfloat16, float32, float64 (and other real floats).
 
-    Example:
+    Examples:
         >>> import numpy as np
         >>> from di.families import is_floating_dtype
         >>> is_floating_dtype(np.float32), is_floating_dtype(np.int64)
@@ -115,7 +115,7 @@ class ArraySpec:
         device: the device (``None`` for numpy; a ``torch.device`` or a
             ``jax.Device``/sharding description otherwise).
 
-    Example:
+    Examples:
         >>> import numpy as np
         >>> from di.families import spec_of
         >>> spec_of(np.zeros((2, 3), dtype=np.float32))
@@ -174,7 +174,7 @@ def spec_of(value: Any) -> ArraySpec:
     Raises:
         TypeError: ``value`` is not an array of a known family.
 
-    Example:
+    Examples:
         >>> import numpy as np
         >>> from di.families import spec_of
         >>> spec_of(np.float64(1.0)).shape
@@ -280,7 +280,7 @@ def converter(source: str | None, target: str) -> Callable[[Any], Any]:
     Returns:
         A one-argument function; the identity when no conversion is needed.
 
-    Example:
+    Examples:
         >>> import numpy as np
         >>> from di.families import converter
         >>> converter("numpy", "numpy")(np.ones(2))
@@ -340,7 +340,7 @@ class ArrayOps:
     Args:
         family: ``"numpy"``, ``"torch"`` or ``"jax"``.
 
-    Example:
+    Examples:
         >>> import numpy as np
         >>> from di.families import ArrayOps
         >>> ArrayOps("numpy").stack([np.ones(2), np.zeros(2)]).shape

@@ -36,7 +36,7 @@ def tree_map(function: Callable[..., Any], tree: Any, *rest: Any) -> Any:
 def is_pytree(value: Any) -> bool:
     """Whether ``value`` is a container of arrays (not an array, not a scalar).
 
-    Example:
+    Examples:
         >>> import numpy as np
         >>> from di.pytrees import is_pytree
         >>> is_pytree({"w": np.ones(2)}), is_pytree(np.ones(2)), is_pytree(1.0)
@@ -90,7 +90,7 @@ class Raveler:
         InvalidInputError: leaves of several families, or a leaf that is not a
             real floating array (named by its path).
 
-    Example:
+    Examples:
         >>> import numpy as np
         >>> from di.pytrees import Raveler
         >>> raveler = Raveler({"a": np.ones(2), "b": np.zeros((1, 2))})

@@ -65,7 +65,7 @@ class Adapter:
     A *program* takes ``x`` (and tangents) and the context values as the caller
     passes them, in any array family, and returns engine-family arrays.
 
-    Example:
+    Examples:
         >>> from di.backends.registry import get_adapter
         >>> import di
         >>> get_adapter(di.AutoFiniteDiff()).family
@@ -254,14 +254,29 @@ def describe_output(y: Any) -> str:
     return f"a {type(y).__name__}"
 
 
+SCALAR_OPERATORS = frozenset({"gradient", "hvp", "hessian"})
+
+
 def raise_bad_output(y: Any, backend: AbstractBackend, operator: str = "gradient") -> None:
     """Raise :class:`InvalidOutputError` for an ``f`` whose output ``operator``
-    cannot use."""
+    cannot use: a real scalar for gradient, hvp and hessian; a real floating
+    array for the others."""
     shape = getattr(y, "shape", None)
-    hint = ""
+    complex_output = isinstance(y, complex) or "complex" in str(getattr(y, "dtype", ""))
+    if operator not in SCALAR_OPERATORS:
+        if complex_output:
+            hint = " Differentiate its real and imaginary parts separately."
+        elif isinstance(y, (dict, list, tuple)):
+            hint = " Pytree outputs are supported by AutoJAX; with other backends, stack them into one array."
+        else:
+            hint = " Return an array (numpy, torch or jax, as x) or a Python float."
+        raise InvalidOutputError(
+            f"{operator} needs f to return a real floating-point array, but with {backend!r} f returned "
+            f"{describe_output(y)}.{hint}"
+        )
     if shape is not None and tuple(shape) != ():
         hint = " Reduce it to a scalar (for example with .sum()), or use jacobian for array outputs."
-    elif isinstance(y, complex) or "complex" in str(getattr(y, "dtype", "")):
+    elif complex_output:
         hint = " Differentiate its real part or its squared modulus instead."
     else:
         hint = " Return a floating-point 0-d array or a Python float."
@@ -295,7 +310,7 @@ def is_static_context(context: Context) -> bool:
     objects are compiled in (a new value compiles again, once per value).
     ``Constant(value, static=True/False)`` overrides the choice.
 
-    Example:
+    Examples:
         >>> import di
         >>> from di.backends.protocol import is_static_context
         >>> is_static_context(di.Constant(3)), is_static_context(di.Constant(3.0))

@@ -36,7 +36,7 @@ def register_backend(selector_type: type[AbstractBackend], adapter: str | type[A
         adapter: the :class:`~di.backends.protocol.Adapter` subclass, or its
             ``"module:Class"`` path to import lazily.
 
-    Example:
+    Examples:
         >>> import dataclasses, di
         >>> from di.backends.registry import register_backend
         >>> from di.backends.finitediff import FiniteDiffAdapter

@@ -32,7 +32,7 @@ class AbstractBackend:
     Subclasses name the engine module they need (``engine``) and the pip extra
     that installs it (``extra``).
 
-    Example:
+    Examples:
         >>> import di
         >>> isinstance(di.AutoJAX(), di.AbstractBackend)
         True
@@ -67,9 +67,10 @@ class AutoJAX(AbstractBackend):
             ``docs/compiled.md`` for which contexts are traced and which are
             compiled in.
         mode: ``"forward"`` or ``"reverse"`` to force the strategy of
-            ``jacobian`` and ``derivative``; ``None`` picks from the sizes.
+            ``jacobian``; ``None`` picks forward mode when ``x`` has no more
+            elements than ``f(x)``. (``derivative`` always uses forward mode.)
 
-    Example:
+    Examples:
         >>> import di
         >>> di.AutoJAX(jit=True)
         AutoJAX(jit=True, mode=None)
@@ -96,9 +97,10 @@ class AutoTorch(AbstractBackend):
             ``{"backend": "aot_eager"}``); stored as a sorted tuple of pairs so the
             selector stays hashable.
         mode: ``"forward"`` or ``"reverse"`` to force the strategy of
-            ``jacobian`` and ``derivative``; ``None`` picks from the sizes.
+            ``jacobian``; ``None`` picks forward mode when ``x`` has no more
+            elements than ``f(x)``. (``derivative`` always uses forward mode.)
 
-    Example:
+    Examples:
         >>> import di
         >>> di.AutoTorch(compile=True, compile_options={"backend": "eager"}).compile_options
         (('backend', 'eager'),)
@@ -132,7 +134,7 @@ class AutoAutograd(AbstractBackend):
     ``f`` must be written with ``autograd.numpy`` or the array API. ``Cache``
     contexts are not supported: autograd cannot write traced values into arrays.
 
-    Example:
+    Examples:
         >>> import di
         >>> di.AutoAutograd()
         AutoAutograd()
@@ -154,7 +156,7 @@ class AutoFiniteDiff(AbstractBackend):
             ``eps**(1/2)`` for forward differences (eps of float64). Each
             coordinate's step is scaled by ``max(1, |x_i|)``.
 
-    Example:
+    Examples:
         >>> import di
         >>> di.AutoFiniteDiff(method="forward")
         AutoFiniteDiff(method='forward', step=None)
@@ -186,7 +188,7 @@ class SecondOrder(AbstractBackend):
         outer: the backend differentiating the gradient (forward mode is used).
         inner: the backend computing the gradient.
 
-    Example:
+    Examples:
         >>> import di
         >>> di.SecondOrder(di.AutoFiniteDiff(), di.AutoJAX())
         SecondOrder(outer=AutoFiniteDiff(method='central', step=None), inner=AutoJAX(jit=False, mode=None))
@@ -228,7 +230,7 @@ def backend(name: str, **options: Any) -> AbstractBackend:
         ValueError: unknown name.
         TypeError: an option the selector does not have.
 
-    Example:
+    Examples:
         >>> import di
         >>> di.backend("jax", jit=True)
         AutoJAX(jit=True, mode=None)
@@ -248,7 +250,10 @@ def available_backends() -> list[AbstractBackend]:
         A list such as ``[AutoJAX(), AutoTorch(), AutoAutograd(), AutoFiniteDiff()]``,
         in that order, with the selectors whose engine is missing left out.
 
-    Example:
+    Raises:
+        Nothing: a missing engine is left out, not an error.
+
+    Examples:
         >>> import di
         >>> di.AutoFiniteDiff() in di.available_backends()
         True

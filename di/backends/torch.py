@@ -356,6 +356,8 @@ class TorchAdapter(Adapter):
         mode = self.selector.mode
         if mode is None:
             y = fallbacks.evaluate_output(self, f, x, contexts)
+            if not isinstance(y, torch.Tensor):
+                raise_bad_output(y, self.backend, "jacobian")
             mode = "forward" if math.prod(getattr(x, "shape", ())) <= y.numel() else "reverse"
         transform = _func.jacfwd if mode == "forward" else _func.jacrev
 

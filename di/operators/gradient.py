@@ -41,7 +41,7 @@ def prepare_gradient(
         UnsupportedContextError: the backend cannot use one of the contexts.
         BackendNotInstalledError: the backend's engine is not installed.
 
-    Example:
+    Examples:
         >>> import numpy as np, di
         >>> f = lambda x: (x ** 2).sum()
         >>> prep = di.prepare_gradient(f, di.AutoFiniteDiff(), np.zeros(2))
@@ -74,7 +74,7 @@ def gradient(f: Callable[..., Any], *args: Any, out: Any = None) -> Any:
         OutBufferError: ``out`` does not fit.
         Exception: whatever ``f`` raises, unchanged.
 
-    Example:
+    Examples:
         >>> import numpy as np, di
         >>> f = lambda x, a: (a * x ** 2).sum()
         >>> di.gradient(f, di.AutoFiniteDiff(), np.array([1.0, 2.0]), di.Constant(0.5)).round(6)
@@ -106,7 +106,7 @@ def value_and_gradient(f: Callable[..., Any], *args: Any, out: Any = None) -> tu
         InvalidOutputError: ``f`` does not return a real scalar.
         OutBufferError: ``out`` does not fit.
 
-    Example:
+    Examples:
         >>> import numpy as np, di
         >>> y, g = di.value_and_gradient(lambda x: (x ** 2).sum(), di.AutoFiniteDiff(), np.array([3.0]))
         >>> float(y), g.round(6)

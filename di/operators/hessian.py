@@ -38,11 +38,14 @@ def prepare_hessian(
         UnsupportedContextError: the backend cannot use one of the contexts.
         BackendNotInstalledError: the engine is missing.
 
-    Example:
+    Examples:
         >>> import numpy as np, di
-        >>> prep = di.prepare_hessian(lambda x: (x ** 3).sum(), di.AutoFiniteDiff(), np.zeros(2))
-        >>> prep.operator
-        'hessian'
+        >>> f = lambda x: (x ** 3).sum()
+        >>> backend = di.AutoFiniteDiff()
+        >>> prep = di.prepare_hessian(f, backend, np.zeros(2))
+        >>> di.hessian(f, prep, backend, np.array([1.0, 2.0])).round(3)
+        array([[ 6.,  0.],
+               [ 0., 12.]])
     """
     return prepare_operator(_OPERATOR, f, backend, x, None, contexts, strict)
 
@@ -68,7 +71,7 @@ def hessian(f: Callable[..., Any], *args: Any, out: Any = None) -> Any:
         InvalidOutputError: ``f``'s output does not suit the operator.
         OutBufferError: ``out`` does not fit.
 
-    Example:
+    Examples:
         >>> import numpy as np, di
         >>> di.hessian(lambda x: (x ** 3).sum(), di.AutoFiniteDiff(), np.array([1.0, 2.0])).round(4)
         array([[ 6.,  0.],
@@ -95,10 +98,12 @@ def value_gradient_and_hessian(f: Callable[..., Any], *args: Any, out: Any = Non
         PreparationMismatchError: a strict prep used with other arguments.
         OutBufferError: ``out`` does not fit.
 
-    Example:
+    Examples:
         >>> import numpy as np, di
-        >>> result = di.value_gradient_and_hessian(lambda x: (x ** 3).sum(), di.AutoFiniteDiff(), np.ones(2))
-        >>> len(result)
-        3
+        >>> f = lambda x: (x ** 3).sum()
+        >>> y, g, h = di.value_gradient_and_hessian(f, di.AutoFiniteDiff(), np.array([1.0, 2.0]))
+        >>> float(y), g.round(4), h.round(3)
+        (9.0, array([ 3., 12.]), array([[ 6.,  0.],
+               [ 0., 12.]]))
     """
     return run_operator(_OPERATOR, "value_gradient_and_hessian", f, args, out, prepare_hessian)

@@ -44,11 +44,13 @@ def prepare_hvp(
         UnsupportedContextError: the backend cannot use one of the contexts.
         BackendNotInstalledError: the engine is missing.
 
-    Example:
+    Examples:
         >>> import numpy as np, di
-        >>> prep = di.prepare_hvp(lambda x: (x ** 3).sum(), di.AutoFiniteDiff(), np.zeros(2), (np.ones(2),))
-        >>> prep.operator
-        'hvp'
+        >>> f = lambda x: (x ** 3).sum()
+        >>> backend = di.AutoFiniteDiff()
+        >>> prep = di.prepare_hvp(f, backend, np.zeros(2), (np.ones(2),))
+        >>> di.hvp(f, prep, backend, np.array([1.0, 2.0]), (np.array([1.0, 1.0]),))[0].round(3)
+        array([ 6., 12.])
     """
     return prepare_operator(_OPERATOR, f, backend, x, tx, contexts, strict)
 
@@ -83,7 +85,7 @@ def prepare_hvp_same_point(
         InvalidInputError: bad ``x``, ``tx`` or contexts.
         BackendNotInstalledError: the engine is missing.
 
-    Example:
+    Examples:
         >>> import numpy as np, di
         >>> f = lambda x: (x ** 3).sum()
         >>> x = np.array([1.0, 2.0])
@@ -116,7 +118,7 @@ def hvp(f: Callable[..., Any], *args: Any) -> Any:
         PreparationMismatchError: a strict prep used with other arguments.
         InvalidOutputError: ``f``'s output does not suit the operator.
 
-    Example:
+    Examples:
         >>> import numpy as np, di
         >>> hv = di.hvp(lambda x: (x ** 3).sum(), di.AutoFiniteDiff(), np.array([1.0, 2.0]), (np.array([1.0, 1.0]),))
         >>> hv[0].round(4)
@@ -140,10 +142,11 @@ def gradient_and_hvp(f: Callable[..., Any], *args: Any) -> Any:
     Raises:
         PreparationMismatchError: a strict prep used with other arguments.
 
-    Example:
+    Examples:
         >>> import numpy as np, di
-        >>> result = di.gradient_and_hvp(lambda x: (x ** 3).sum(), di.AutoFiniteDiff(), np.ones(2), (np.ones(2),))
-        >>> len(result)
-        2
+        >>> f = lambda x: (x ** 3).sum()
+        >>> g, (hv,) = di.gradient_and_hvp(f, di.AutoFiniteDiff(), np.array([1.0, 2.0]), (np.ones(2),))
+        >>> g.round(4), hv.round(3)
+        (array([ 3., 12.]), array([ 6., 12.]))
     """
     return run_operator(_OPERATOR, "gradient_and_hvp", f, args, None, prepare_hvp)

@@ -38,11 +38,14 @@ def prepare_jacobian(
         UnsupportedContextError: the backend cannot use one of the contexts.
         BackendNotInstalledError: the engine is missing.
 
-    Example:
+    Examples:
         >>> import numpy as np, di
-        >>> prep = di.prepare_jacobian(lambda x: x ** 2, di.AutoFiniteDiff(), np.zeros(2))
-        >>> prep.operator
-        'jacobian'
+        >>> f = lambda x: x ** 2
+        >>> backend = di.AutoFiniteDiff()
+        >>> prep = di.prepare_jacobian(f, backend, np.zeros(2))
+        >>> di.jacobian(f, prep, backend, np.array([1.0, 2.0])).round(4)
+        array([[2., 0.],
+               [0., 4.]])
     """
     return prepare_operator(_OPERATOR, f, backend, x, None, contexts, strict)
 
@@ -72,7 +75,7 @@ def jacobian(f: Callable[..., Any], *args: Any, out: Any = None) -> Any:
         InvalidOutputError: ``f``'s output does not suit the operator.
         OutBufferError: ``out`` does not fit.
 
-    Example:
+    Examples:
         >>> import numpy as np, di
         >>> di.jacobian(lambda x: x ** 2, di.AutoFiniteDiff(), np.array([1.0, 2.0])).round(6)
         array([[2., 0.],
@@ -99,10 +102,12 @@ def value_and_jacobian(f: Callable[..., Any], *args: Any, out: Any = None) -> An
         PreparationMismatchError: a strict prep used with other arguments.
         OutBufferError: ``out`` does not fit.
 
-    Example:
+    Examples:
         >>> import numpy as np, di
-        >>> result = di.value_and_jacobian(lambda x: x ** 2, di.AutoFiniteDiff(), np.ones(2))
-        >>> len(result)
-        2
+        >>> f = lambda x: x ** 2
+        >>> y, jac = di.value_and_jacobian(f, di.AutoFiniteDiff(), np.array([1.0, 2.0]))
+        >>> y, jac.round(4)
+        (array([1., 4.]), array([[2., 0.],
+               [0., 4.]]))
     """
     return run_operator(_OPERATOR, "value_and_jacobian", f, args, out, prepare_jacobian)

@@ -44,11 +44,13 @@ def prepare_pullback(
         UnsupportedContextError: the backend cannot use one of the contexts.
         BackendNotInstalledError: the engine is missing.
 
-    Example:
+    Examples:
         >>> import numpy as np, di
-        >>> prep = di.prepare_pullback(lambda x: x ** 2, di.AutoFiniteDiff(), np.zeros(2), (np.ones(2),))
-        >>> prep.operator
-        'pullback'
+        >>> f = lambda x: x ** 2
+        >>> backend = di.AutoFiniteDiff()
+        >>> prep = di.prepare_pullback(f, backend, np.zeros(2), (np.ones(2),))
+        >>> di.pullback(f, prep, backend, np.array([1.0, 2.0]), (np.array([1.0, 1.0]),))[0].round(4)
+        array([2., 4.])
     """
     return prepare_operator(_OPERATOR, f, backend, x, ty, contexts, strict)
 
@@ -83,7 +85,7 @@ def prepare_pullback_same_point(
         InvalidInputError: bad ``x``, ``ty`` or contexts.
         BackendNotInstalledError: the engine is missing.
 
-    Example:
+    Examples:
         >>> import numpy as np, di
         >>> f = lambda x: x ** 2
         >>> x = np.array([1.0, 2.0])
@@ -112,7 +114,7 @@ def pullback(f: Callable[..., Any], *args: Any) -> Any:
         PreparationMismatchError: a strict prep used with other arguments.
         InvalidOutputError: ``f``'s output does not suit the operator.
 
-    Example:
+    Examples:
         >>> import numpy as np, di
         >>> tx = di.pullback(lambda x: x ** 2, di.AutoFiniteDiff(), np.array([1.0, 2.0]), (np.array([0.0, 1.0]),))
         >>> tx[0].round(6)
@@ -136,10 +138,11 @@ def value_and_pullback(f: Callable[..., Any], *args: Any) -> Any:
     Raises:
         PreparationMismatchError: a strict prep used with other arguments.
 
-    Example:
+    Examples:
         >>> import numpy as np, di
-        >>> result = di.value_and_pullback(lambda x: x ** 2, di.AutoFiniteDiff(), np.ones(2), (np.ones(2),))
-        >>> len(result)
-        2
+        >>> f = lambda x: x ** 2
+        >>> y, (dx,) = di.value_and_pullback(f, di.AutoFiniteDiff(), np.array([1.0, 2.0]), (np.ones(2),))
+        >>> y, dx.round(4)
+        (array([1., 4.]), array([2., 4.]))
     """
     return run_operator(_OPERATOR, "value_and_pullback", f, args, None, prepare_pullback)

@@ -44,11 +44,13 @@ def prepare_pushforward(
         UnsupportedContextError: the backend cannot use one of the contexts.
         BackendNotInstalledError: the engine is missing.
 
-    Example:
+    Examples:
         >>> import numpy as np, di
-        >>> prep = di.prepare_pushforward(lambda x: x ** 2, di.AutoFiniteDiff(), np.zeros(2), (np.ones(2),))
-        >>> prep.operator
-        'pushforward'
+        >>> f = lambda x: x ** 2
+        >>> backend = di.AutoFiniteDiff()
+        >>> prep = di.prepare_pushforward(f, backend, np.zeros(2), (np.ones(2),))
+        >>> di.pushforward(f, prep, backend, np.array([1.0, 2.0]), (np.array([1.0, 1.0]),))[0].round(4)
+        array([2., 4.])
     """
     return prepare_operator(_OPERATOR, f, backend, x, tx, contexts, strict)
 
@@ -71,7 +73,7 @@ def pushforward(f: Callable[..., Any], *args: Any) -> Any:
         PreparationMismatchError: a strict prep used with other arguments.
         InvalidOutputError: ``f``'s output does not suit the operator.
 
-    Example:
+    Examples:
         >>> import numpy as np, di
         >>> ty = di.pushforward(lambda x: x ** 2, di.AutoFiniteDiff(), np.array([1.0, 2.0]), (np.array([1.0, 0.0]),))
         >>> ty[0].round(6)
@@ -95,10 +97,11 @@ def value_and_pushforward(f: Callable[..., Any], *args: Any) -> Any:
     Raises:
         PreparationMismatchError: a strict prep used with other arguments.
 
-    Example:
+    Examples:
         >>> import numpy as np, di
-        >>> result = di.value_and_pushforward(lambda x: x ** 2, di.AutoFiniteDiff(), np.ones(2), (np.ones(2),))
-        >>> len(result)
-        2
+        >>> f = lambda x: x ** 2
+        >>> y, (dy,) = di.value_and_pushforward(f, di.AutoFiniteDiff(), np.array([1.0, 2.0]), (np.ones(2),))
+        >>> y, dy.round(4)
+        (array([1., 4.]), array([2., 4.]))
     """
     return run_operator(_OPERATOR, "value_and_pushforward", f, args, None, prepare_pushforward)

@@ -38,11 +38,13 @@ def prepare_second_derivative(
         UnsupportedContextError: the backend cannot use one of the contexts.
         BackendNotInstalledError: the engine is missing.
 
-    Example:
+    Examples:
         >>> import numpy as np, di
-        >>> prep = di.prepare_second_derivative(lambda x: x ** 3, di.AutoFiniteDiff(), np.array(0.0))
-        >>> prep.operator
-        'second_derivative'
+        >>> f = lambda x: x ** 3
+        >>> backend = di.AutoFiniteDiff()
+        >>> prep = di.prepare_second_derivative(f, backend, np.array(0.0))
+        >>> di.second_derivative(f, prep, backend, np.array(2.0)).round(3)
+        np.float64(12.0)
     """
     return prepare_operator(_OPERATOR, f, backend, x, None, contexts, strict)
 
@@ -68,7 +70,7 @@ def second_derivative(f: Callable[..., Any], *args: Any, out: Any = None) -> Any
         InvalidOutputError: ``f``'s output does not suit the operator.
         OutBufferError: ``out`` does not fit.
 
-    Example:
+    Examples:
         >>> import numpy as np, di
         >>> float(di.second_derivative(lambda x: x ** 3, di.AutoFiniteDiff(), np.array(2.0)).round(4))
         12.0
@@ -94,10 +96,11 @@ def value_derivative_and_second_derivative(f: Callable[..., Any], *args: Any, ou
         PreparationMismatchError: a strict prep used with other arguments.
         OutBufferError: ``out`` does not fit.
 
-    Example:
+    Examples:
         >>> import numpy as np, di
-        >>> result = di.value_derivative_and_second_derivative(lambda x: x ** 3, di.AutoFiniteDiff(), np.array(1.0))
-        >>> len(result)
-        3
+        >>> f = lambda x: x ** 3
+        >>> y, dy, d2y = di.value_derivative_and_second_derivative(f, di.AutoFiniteDiff(), np.array(2.0))
+        >>> float(y), float(dy.round(4)), float(d2y.round(3))
+        (8.0, 12.0, 12.0)
     """
     return run_operator(_OPERATOR, "value_derivative_and_second_derivative", f, args, out, prepare_second_derivative)

@@ -31,7 +31,7 @@ class Prep:
         backend: the selector it was prepared with.
         strict: whether each call checks its arguments against the signature.
 
-    Example:
+    Examples:
         >>> import numpy as np, di
         >>> f = lambda x: (x * x).sum()
         >>> prep = di.prepare_gradient(f, di.AutoFiniteDiff(), np.zeros(3))

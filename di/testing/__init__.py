@@ -12,7 +12,7 @@ DifferentiationInterfaceTest.jl.
 
 Importing this package imports no engine; ``import di`` does not import it.
 
-Example:
+Examples:
     >>> import di
     >>> from di.testing import default_scenarios, test_differentiation
     >>> report = test_differentiation([di.AutoFiniteDiff()], default_scenarios(operators=["gradient"]))

@@ -35,7 +35,7 @@ class CountingFunction:
     Args:
         f: the function to wrap.
 
-    Example:
+    Examples:
         >>> from di.testing.benchmark import CountingFunction
         >>> g = CountingFunction(lambda x: x + 1)
         >>> g(1), g(2), g.calls
@@ -187,7 +187,7 @@ def benchmark_differentiation(
         ``error`` (the reason, or ``None``). Times are ``nan`` unless the status is
         ``"ok"``. ``pandas.DataFrame(rows)`` makes a table of it.
 
-    Example:
+    Examples:
         >>> import di
         >>> from di.testing import benchmark_differentiation, default_scenarios
         >>> rows = benchmark_differentiation([di.AutoFiniteDiff()], default_scenarios(operators=["gradient"])[:1])

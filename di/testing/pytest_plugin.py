@@ -47,7 +47,7 @@ def differentiation_params(
     Returns:
         A list of ``pytest.param``, one per :class:`~di.testing.Case`.
 
-    Example:
+    Examples:
         >>> import di
         >>> from di.testing import default_scenarios
         >>> from di.testing.pytest_plugin import differentiation_params
@@ -78,7 +78,7 @@ def parametrize_differentiation(
     Returns:
         The decorator.
 
-    Example:
+    Examples:
         >>> import di
         >>> from di.testing.pytest_plugin import parametrize_differentiation
         >>> mark = parametrize_differentiation([di.AutoFiniteDiff()])
@@ -150,7 +150,7 @@ def make_test(
     Returns:
         A test function taking ``di_case``, parametrised over every combination.
 
-    Example:
+    Examples:
         >>> import di
         >>> from di.testing.pytest_plugin import make_test
         >>> test_finitediff = make_test(di.AutoFiniteDiff())

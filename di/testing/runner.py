@@ -88,7 +88,7 @@ def backend_label(backend: Any) -> str:
     Returns:
         The label.
 
-    Example:
+    Examples:
         >>> import di
         >>> from di.testing import backend_label
         >>> backend_label(di.AutoJAX(jit=True)), backend_label(di.AutoFiniteDiff())
@@ -122,7 +122,7 @@ def parse_backend(text: str) -> AbstractBackend:
     Raises:
         ValueError: an unknown name or a malformed option list.
 
-    Example:
+    Examples:
         >>> from di.testing import parse_backend
         >>> parse_backend("jax(jit=True)")
         AutoJAX(jit=True, mode=None)
@@ -186,7 +186,7 @@ def default_tolerances(backend: Any, dtype: Any, order: int = 1) -> tuple[float,
     Returns:
         ``(rtol, atol)``.
 
-    Example:
+    Examples:
         >>> import numpy as np, di
         >>> from di.testing import default_tolerances
         >>> default_tolerances(di.AutoJAX(), np.float64), default_tolerances(di.AutoFiniteDiff(), np.float64)
@@ -220,7 +220,7 @@ class Case:
         scenario: the :class:`~di.testing.Scenario`.
         prep_mode: ``"unprepared"``, ``"prepared"`` or ``"prepared-twice"``.
 
-    Example:
+    Examples:
         >>> import di
         >>> from di.testing import Case, default_scenarios
         >>> Case(di.AutoFiniteDiff(), default_scenarios()[0], "prepared").id
@@ -291,7 +291,7 @@ class DifferentiationReport:
     Attributes:
         results: one :class:`CaseResult` per case, in the order run.
 
-    Example:
+    Examples:
         >>> import di
         >>> from di.testing import test_differentiation, default_scenarios
         >>> report = test_differentiation([di.AutoFiniteDiff()], default_scenarios(operators=["gradient"])[:2])
@@ -343,7 +343,7 @@ def iter_cases(
     Raises:
         ValueError: an unknown preparation mode.
 
-    Example:
+    Examples:
         >>> import di
         >>> from di.testing import iter_cases
         >>> len(list(iter_cases(di.AutoFiniteDiff()))) % 3
@@ -561,7 +561,7 @@ def run_case(
     Returns:
         A :class:`CaseResult`.
 
-    Example:
+    Examples:
         >>> import di
         >>> from di.testing import Case, run_case, default_scenarios
         >>> scenario = default_scenarios(operators=["gradient"])[0]
@@ -671,7 +671,7 @@ def test_differentiation(
         AssertionError: some case failed; the message has one line per failure:
             ``backend | scenario | mode | error``.
 
-    Example:
+    Examples:
         >>> import di
         >>> from di.testing import test_differentiation
         >>> report = test_differentiation([di.AutoFiniteDiff()])

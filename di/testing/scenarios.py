@@ -52,7 +52,7 @@ class OperatorSpec:
         order: 1 or 2 (second-order operators get looser default tolerances on
             finite differences).
 
-    Example:
+    Examples:
         >>> from di.testing import OPERATORS
         >>> OPERATORS["hvp"].value_and
         'gradient_and_hvp'
@@ -151,7 +151,7 @@ def pytree_leaves(tree: Any) -> list[Any]:
     Returns:
         The leaves, depth first.
 
-    Example:
+    Examples:
         >>> from di.testing import pytree_leaves
         >>> pytree_leaves({"b": 2.0, "a": (1.0, 3.0)})
         [1.0, 3.0, 2.0]
@@ -250,7 +250,7 @@ class PrepArgs:
         tangents: the tangents to prepare with (operators that take tangents).
         contexts: the contexts to prepare with, same kinds and types.
 
-    Example:
+    Examples:
         >>> import numpy as np
         >>> from di.testing import PrepArgs
         >>> PrepArgs(np.zeros(2)).contexts
@@ -296,7 +296,7 @@ class Scenario:
         ValueError: unknown operator, or tangents missing for an operator that
             needs them.
 
-    Example:
+    Examples:
         >>> import numpy as np, di
         >>> from di.testing import Scenario
         >>> s = Scenario("gradient", lambda x: (x * x).sum(), np.array([1.0, 2.0]),
@@ -441,7 +441,7 @@ def replace_scenario(scenario: Scenario, **changes: Any) -> Scenario:
     Returns:
         The new :class:`Scenario`.
 
-    Example:
+    Examples:
         >>> import numpy as np
         >>> from di.testing import Scenario, replace_scenario
         >>> s = Scenario("gradient", lambda x: (x * x).sum(), np.ones(2), res1=2 * np.ones(2))
@@ -1326,7 +1326,7 @@ def default_scenarios(
     Raises:
         ValueError: an unknown operator or family.
 
-    Example:
+    Examples:
         >>> from di.testing import default_scenarios
         >>> scenarios = default_scenarios()
         >>> len(scenarios) >= 30, sorted({s.operator for s in scenarios})[:3]
