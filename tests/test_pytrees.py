@@ -312,3 +312,16 @@ def test_jax_gpu_results_stay_on_the_gpu() -> None:
     for backend in (di.AutoJAX(), di.AutoJAX(jit=True)):
         g = di.gradient(squares, backend, x)
         assert g.devices() == x.devices()
+
+
+@pytest.mark.parametrize("backend", BACKENDS, ids=IDS)
+def test_dict_key_order_is_kept(backend: Any) -> None:
+    x = {"zeta": np.array([1.0, 2.0]), "alpha": np.array([3.0])}
+
+    def f(p: Any) -> Any:
+        return (p["zeta"] ** 2).sum() + (p["alpha"] ** 3).sum()
+
+    assert list(di.gradient(f, backend, x)) == ["zeta", "alpha"]
+    assert list(di.value_and_gradient(f, backend, x)[1]) == ["zeta", "alpha"]
+    assert list(di.hvp(f, backend, x, (x,))[0]) == ["zeta", "alpha"]
+    np.testing.assert_allclose(di.gradient(f, backend, x)["alpha"], [27.0], rtol=1e-6)

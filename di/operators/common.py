@@ -6,6 +6,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
+import optree
 
 from di.backends.fallbacks import OPERATOR_FAMILIES
 from di.backends.protocol import Adapter
@@ -15,7 +16,7 @@ from di.errors import InvalidInputError
 from di.families import converter, family_of, identity
 from di.prep.base import Prep, write_out
 from di.prep.signature import check_contexts_wrapped, check_x
-from di.pytrees import Raveler, is_pytree
+from di.pytrees import Raveler, is_pytree, tree_flatten
 
 __all__ = ["adapter_for", "float_x_program", "prepare_operator", "run_operator", "split_call"]
 
@@ -169,6 +170,55 @@ def _to_caller_family(program: Callable[..., Any], convert: Callable[[Any], Any]
     return converted
 
 
+# Which results of each program are shaped like x: None for the result itself, an
+# index into the result tuple, or (index, "each") for every element of a tuple there.
+_SHAPED_LIKE_X: dict[str, tuple[Any, ...]] = {
+    "gradient": (None,),
+    "value_and_gradient": (1,),
+    "pullback": ("each",),
+    "value_and_pullback": ((1, "each"),),
+    "hvp": ("each",),
+    "gradient_and_hvp": (0, (1, "each")),
+    "value_gradient_and_hessian": (1,),
+}
+
+
+def _in_x_order(programs: dict[str, Callable[..., Any]], x: Any) -> dict[str, Callable[..., Any]]:
+    """Give results shaped like a pytree ``x`` its exact structure (an engine such
+    as JAX rebuilds dicts with sorted keys; the caller's key order is kept)."""
+    spec = tree_flatten(x)[1]
+    if spec.is_leaf():  # a node only the engine knows: keep the engine's structure
+        return programs
+
+    def restructure(tree: Any) -> Any:
+        return optree.tree_unflatten(spec, optree.tree_leaves(tree))
+
+    def fix(result: Any, where: Any) -> Any:
+        if where is None:
+            return restructure(result)
+        if where == "each":
+            return tuple(restructure(item) for item in result)
+        if isinstance(where, tuple):
+            index, _ = where
+            return (*result[:index], tuple(restructure(item) for item in result[index]), *result[index + 1 :])
+        return (*result[:where], restructure(result[where]), *result[where + 1 :])
+
+    def wrap(name: str, program: Callable[..., Any]) -> Callable[..., Any]:
+        places = _SHAPED_LIKE_X.get(name)
+        if places is None:
+            return program
+
+        def ordered(*args: Any) -> Any:
+            result = program(*args)
+            for where in places:
+                result = fix(result, where)
+            return result
+
+        return ordered
+
+    return {name: wrap(name, program) for name, program in programs.items()}
+
+
 def _raveled_programs(
     family: str,
     method: Callable[..., Any],
@@ -273,6 +323,8 @@ def prepare_operator(
             name: _to_caller_family(float_x_program(x_given, engine_programs[name]), to_caller)
             for name in OPERATOR_FAMILIES[family]
         }
+        if is_pytree(x):
+            programs = _in_x_order(programs, x)
     point_check = same_point_check(x_given, contexts) if same_point else None
     return Prep(family, f, backend, x_given, contexts, programs, strict, tangents, label or "tx", point_check)
 
