@@ -15,22 +15,38 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
-import optree
 
 from di.errors import InvalidInputError
 from di.families import JAX, NUMPY, TORCH, family_of, is_floating_dtype
 
-__all__ = ["Raveler", "is_pytree", "leaf_paths", "tree_flatten", "tree_map"]
+__all__ = ["Raveler", "is_pytree", "leaf_paths", "tree_flatten", "tree_leaves", "tree_map", "tree_unflatten"]
+
+
+def _optree() -> Any:
+    # Imported on first use of a pytree, so that ``import di`` stays light.
+    import optree
+
+    return optree
 
 
 def tree_flatten(tree: Any) -> tuple[list[Any], Any]:
     """Leaves and structure of a pytree (``None`` is an empty subtree)."""
-    return optree.tree_flatten(tree)  # type: ignore[no-any-return]
+    return _optree().tree_flatten(tree)  # type: ignore[no-any-return]
+
+
+def tree_unflatten(spec: Any, leaves: Any) -> Any:
+    """The pytree of structure ``spec`` with these leaves."""
+    return _optree().tree_unflatten(spec, leaves)
+
+
+def tree_leaves(tree: Any) -> list[Any]:
+    """The leaves of a pytree, in ``tree_flatten``'s order."""
+    return _optree().tree_leaves(tree)  # type: ignore[no-any-return]
 
 
 def tree_map(function: Callable[..., Any], tree: Any, *rest: Any) -> Any:
     """Apply ``function`` to every leaf (and the matching leaves of ``rest``)."""
-    return optree.tree_map(function, tree, *rest)
+    return _optree().tree_map(function, tree, *rest)
 
 
 def is_pytree(value: Any) -> bool:
@@ -62,7 +78,7 @@ def is_jax_pytree(value: Any) -> bool:
 
 def leaf_paths(tree: Any, root: str = "x") -> list[str]:
     """Python expressions naming each leaf, such as ``x['weights'][1]``."""
-    return [accessor.codify(root) for accessor in optree.tree_accessors(tree)]
+    return [accessor.codify(root) for accessor in _optree().tree_accessors(tree)]
 
 
 def _result_dtype(dtypes: list[Any], family: str) -> Any:
@@ -134,7 +150,7 @@ class Raveler:
     def ravel(self, tree: Any) -> Any:
         """One vector (the family of the leaves, their common dtype) from a pytree
         shaped like ``x``."""
-        leaves = optree.tree_leaves(tree)
+        leaves = tree_leaves(tree)
         flat = [leaf.reshape(-1) for leaf in leaves]
         if self.family == TORCH:
             import torch
@@ -156,7 +172,7 @@ class Raveler:
             if self.mixed and cast:
                 leaf = _cast_like(leaf, dtype)
             leaves.append(leaf)
-        return optree.tree_unflatten(self.spec, leaves)
+        return tree_unflatten(self.spec, leaves)
 
     def unravel_leading(self, array: Any, lead: tuple[int, ...]) -> Any:
         """Split the last axis of ``array`` (shape ``lead + (size,)``) into a pytree
@@ -165,7 +181,7 @@ class Raveler:
         for offset, size, shape, dtype in zip(self.offsets, self.sizes, self.shapes, self.dtypes):
             leaf = array[..., offset : offset + size].reshape((*lead, *shape))
             leaves.append(_cast_like(leaf, dtype) if self.mixed else leaf)
-        return optree.tree_unflatten(self.spec, leaves)
+        return tree_unflatten(self.spec, leaves)
 
     def unravel_hessian(self, matrix: Any) -> Any:
         """A ``(size, size)`` matrix as a pytree of pytrees: block ``[i][j]`` has
@@ -174,7 +190,7 @@ class Raveler:
         for offset, size, shape in zip(self.offsets, self.sizes, self.shapes):
             block = matrix[offset : offset + size].reshape((*shape, self.size))
             rows.append(self.unravel_leading(block, shape))
-        return optree.tree_unflatten(self.spec, rows)
+        return tree_unflatten(self.spec, rows)
 
 
 def _dtype_name(dtype: Any) -> str:

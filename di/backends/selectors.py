@@ -8,7 +8,6 @@ keys, defaults of function arguments, or read from a configuration file with
 
 from __future__ import annotations
 
-import importlib.util
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
@@ -48,7 +47,11 @@ class AbstractBackend:
     @property
     def is_installed(self) -> bool:
         """Whether this selector's engine can be imported (checked without importing it)."""
-        return not self.engine or importlib.util.find_spec(self.engine) is not None
+        if not self.engine:
+            return True
+        import importlib.util  # here, not at the top: ``import di`` stays light
+
+        return importlib.util.find_spec(self.engine) is not None
 
 
 def _check_mode(mode: str | None, name: str) -> None:

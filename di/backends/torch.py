@@ -18,7 +18,6 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
-import optree
 import torch
 
 from di.backends import fallbacks
@@ -34,7 +33,7 @@ from di.backends.selectors import AutoTorch
 from di.contexts import Cache, Context
 from di.errors import RecompileWarning, UnsupportedContextError
 from di.families import TORCH, converter, family_of, identity
-from di.pytrees import is_pytree, tree_flatten
+from di.pytrees import is_pytree, tree_flatten, tree_unflatten
 
 __all__ = ["TorchAdapter"]
 
@@ -240,16 +239,14 @@ class TorchAdapter(Adapter):
             values = tuple(convert(v) for convert, v in zip(convert_contexts, values))
             try:
                 with torch.enable_grad():
-                    y = f(optree.tree_unflatten(spec, leaves), *values)
+                    y = f(tree_unflatten(spec, leaves), *values)
                 if not (isinstance(y, torch.Tensor) and y.dim() == 0 and y.is_floating_point()):
                     y = _scalar_tensor(y, leaves[0] if leaves else torch.zeros(()), backend)
                 grads = torch.autograd.grad(y, leaves, allow_unused=True) if y.requires_grad else [None] * len(leaves)
             finally:
                 for i in cache_positions:
                     values[i].detach_()
-            g = optree.tree_unflatten(
-                spec, [torch.zeros_like(leaf) if d is None else d for leaf, d in zip(leaves, grads)]
-            )
+            g = tree_unflatten(spec, [torch.zeros_like(leaf) if d is None else d for leaf, d in zip(leaves, grads)])
             return (y.detach(), g) if with_value else g
 
         return run

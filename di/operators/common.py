@@ -6,7 +6,6 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
-import optree
 
 from di.backends.fallbacks import OPERATOR_FAMILIES
 from di.backends.protocol import Adapter
@@ -16,7 +15,7 @@ from di.errors import InvalidInputError
 from di.families import converter, family_of, identity
 from di.prep.base import Prep, write_out
 from di.prep.signature import check_contexts_wrapped, check_x
-from di.pytrees import Raveler, is_pytree, tree_flatten
+from di.pytrees import Raveler, is_pytree, tree_flatten, tree_leaves, tree_unflatten
 
 __all__ = ["adapter_for", "float_x_program", "prepare_operator", "run_operator", "split_call"]
 
@@ -191,7 +190,7 @@ def _in_x_order(programs: dict[str, Callable[..., Any]], x: Any) -> dict[str, Ca
         return programs
 
     def restructure(tree: Any) -> Any:
-        return optree.tree_unflatten(spec, optree.tree_leaves(tree))
+        return tree_unflatten(spec, tree_leaves(tree))
 
     def fix(result: Any, where: Any) -> Any:
         if where is None:
