@@ -293,7 +293,13 @@ def preparation_table(
                 x, backend = x_np, di.AutoAutograd()
             else:
                 x, backend = x_np, di.AutoFiniteDiff()
-            di_ns = _median_ns(lambda backend=backend, x=x: di.prepare_gradient(f, backend, x), repeats)
+            try:
+                di_ns = _median_ns(lambda backend=backend, x=x: di.prepare_gradient(f, backend, x), repeats)
+            except Exception as err:
+                table.rows.append(
+                    [labels.get(key, repr(backend)), function_name, str(n), "-", "-", "-", repr(err)[:200]]
+                )
+                continue
             native_ns: float | None = None
             what = "-"
             if key == "jax-jit":

@@ -28,7 +28,10 @@ import os
 import statistics
 import sys
 import time
+import traceback
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 if __package__ in (None, ""):  # run as a script: python bench/run.py
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -211,7 +214,11 @@ def breakdown_table(args: argparse.Namespace, settings: Settings) -> Table:
             continue
         native, strict = case.pairs[GRADIENT]
         layers = [*case.breakdown.values(), strict]
-        timings = [compare(native, layer, settings) for layer in layers]
+        try:
+            timings = [compare(native, layer, settings) for layer in layers]
+        except Exception as err:
+            table.rows.append([engine.label, f"failed: {err!r}"[:200], "", "", "", "", "", ""])
+            continue
         # Each layer's cost over the native call, net of that comparison's native median.
         over = [t.diff_ns for t in timings]
         table.rows.append(
@@ -288,6 +295,17 @@ def summary_lines(rows: list[Row], imports: dict[str, object] | None, checks: di
     return lines
 
 
+def guarded(title: str, section: Callable[[], tuple[Table, Any]], default: Any) -> tuple[Table, Any]:
+    """Run one section; if it raises, a table saying so takes its place (the
+    rest of the suite still runs)."""
+    try:
+        return section()
+    except Exception as err:
+        detail = "".join(traceback.format_exception_only(type(err), err)).strip().replace("\n", " ")
+        print(f"section {title!r} failed: {detail}", file=sys.stderr, flush=True)
+        return Table(title, ["error"], [[f"this section failed: {detail}"[:500]]]), default
+
+
 def run(args: argparse.Namespace) -> tuple[list[Row], str]:
     """Run everything; return the per-call rows and the markdown report."""
     from bench import extras
@@ -303,15 +321,17 @@ def run(args: argparse.Namespace) -> tuple[list[Row], str]:
         print(f"({time.perf_counter() - started:.0f} s elapsed)\n", flush=True)
 
     import_repeats = 1 if smoke else (3 if args.quick else 7)
-    import_table, imports = extras.import_table(import_repeats)
+    import_table, imports = guarded("import di", lambda: extras.import_table(import_repeats), None)
     show(import_table)
 
     families = [family for family in FAMILIES if family == "numpy" or _installed(family)]
     if args.missing:
         print(f"not installed, skipped: {', '.join(args.missing)}", flush=True)
-    zero_table, _ = extras.zero_backend_table(side, families)
+    zero_table, _ = guarded("Zero backend", lambda: extras.zero_backend_table(side, families), {})
     show(zero_table)
-    check_table, checks = extras.signature_check_table(side, families)
+    check_table, checks = guarded(
+        "Strict signature check alone", lambda: extras.signature_check_table(side, families), {}
+    )
     show(check_table)
 
     print("== Per call: di against the native call ==", flush=True)
@@ -333,31 +353,44 @@ def run(args: argparse.Namespace) -> tuple[list[Row], str]:
         ),
     )
 
-    breakdown = breakdown_table(args, prepared)
+    breakdown, _ = guarded("Where di's time goes", lambda: (breakdown_table(args, prepared), None), None)
     show(breakdown)
 
     prep_sizes = [n for n in args.sizes if n <= 1000] or args.sizes[:1]
     first_function = args.functions[0]
-    prep_table = extras.preparation_table(
-        FUNCTIONS[first_function],
-        first_function,
-        prep_sizes,
-        1 if smoke else (3 if args.quick else 7),
-        args.backends,
-        {key: engine.label for key, engine in ENGINES.items()},
+    prep_table, _ = guarded(
+        "Preparation: di.prepare_gradient",
+        lambda: (
+            extras.preparation_table(
+                FUNCTIONS[first_function],
+                first_function,
+                prep_sizes,
+                1 if smoke else (3 if args.quick else 7),
+                args.backends,
+                {key: engine.label for key, engine in ENGINES.items()},
+            ),
+            None,
+        ),
+        None,
     )
     show(prep_table)
     conversion_n = 10 if smoke else 1_000_000
     if _installed("jax") and _installed("torch"):
-        conversion_table = extras.conversion_table(side, conversion_n)
+        conversion_table, _ = guarded(
+            "Conversions between families", lambda: (extras.conversion_table(side, conversion_n), None), None
+        )
         show(conversion_table)
     else:
         conversion_table = Table("Conversions between families", ["note"], [["not run: needs jax and torch"]])
 
     compile_table = None
     if args.compile and _installed("torch"):
-        compile_table, _ = extras.torch_compile_table(
-            {name: FUNCTIONS[name] for name in args.functions}, args.sizes, prepared
+        compile_table, _ = guarded(
+            "AutoTorch(compile=True) against native torch.compile",
+            lambda: extras.torch_compile_table(
+                {name: FUNCTIONS[name] for name in args.functions}, args.sizes, prepared
+            ),
+            None,
         )
         show(compile_table)
     else:
