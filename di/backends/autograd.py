@@ -9,6 +9,7 @@ from typing import Any
 import autograd
 import numpy as np
 from autograd.differential_operators import make_hvp, make_jvp, make_vjp
+from autograd.numpy.numpy_boxes import ArrayBox
 
 from di.backends.protocol import Adapter, Programs, is_real_scalar, raise_bad_output
 from di.contexts import Context
@@ -77,11 +78,16 @@ class AutogradAdapter(Adapter):
         to_numpy_x = self.input_converters([x])[0]
         convert_contexts = self.input_converters([c.value for c in contexts])
         convert_any = any(convert is not identity for convert in convert_contexts)
+        # decided once: the signature check keeps x's dtype for the prep's lifetime
+        convert_x = to_numpy_x is not identity or str(getattr(x, "dtype", "")).endswith(_BFLOAT16)
 
         def checked(x: Any, *values: Any) -> Any:
             y = f(x, *values)
-            try:  # the hot path: an ArrayBox or numpy scalar (cheaper than is_real_scalar)
-                if y.shape == () and y.dtype.kind == "f":
+            # The hot path looks at the boxed numpy value: an ArrayBox's own shape and
+            # dtype properties cost microseconds each.
+            value = y._value if y.__class__ is ArrayBox else y
+            try:
+                if value.shape == () and value.dtype.kind == "f":
                     return y
             except AttributeError:
                 if isinstance(y, float):
@@ -94,7 +100,7 @@ class AutogradAdapter(Adapter):
         grad = autograd.grad(checked)
 
         def arguments(x: Any, values: tuple[Any, ...]) -> tuple[Any, tuple[Any, ...]]:
-            if to_numpy_x is not identity or x.dtype == _BFLOAT16:
+            if convert_x:
                 x = _differentiable(to_numpy_x(x))
             if convert_any:
                 values = tuple(convert(v) for convert, v in zip(convert_contexts, values))
