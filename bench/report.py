@@ -126,7 +126,7 @@ def machine() -> dict[str, str]:
     try:
         import torch
 
-        info["torch threads"] = str(torch.get_num_threads())
+        info["torch intra-op threads"] = f"{torch.get_num_threads()} (set by --threads; JAX/XLA keeps its default)"
     except ImportError:
         pass
     try:

@@ -17,6 +17,7 @@ Options:
     --backends ...     subset of jax-jit,jax,torch,autograd,finitediff
     --functions ...    subset of sum_of_squares,rosenbrock
     --repeats N        exactly N pairs of blocks per row (smoke tests)
+    --threads N        torch intra-op threads (default 1; 0 keeps torch's default)
     --compile / --no-compile   the torch.compile section (default: full mode only)
 """
 
@@ -76,6 +77,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--backends", type=_subset(list(ENGINES)), default=list(ENGINES))
     parser.add_argument("--functions", type=_subset(list(FUNCTIONS)), default=list(FUNCTIONS))
     parser.add_argument("--repeats", type=int, help="exactly this many pairs of blocks per row (smoke tests)")
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        help="torch intra-op threads (default 1: stable on a shared machine; 0 keeps torch's default)",
+    )
     parser.add_argument("--compile", dest="compile", action="store_true", default=None, help="time torch.compile")
     parser.add_argument("--no-compile", dest="compile", action="store_false")
     args = parser.parse_args(argv)
@@ -309,6 +316,14 @@ def guarded(title: str, section: Callable[[], tuple[Table, Any]], default: Any) 
 def run(args: argparse.Namespace) -> tuple[list[Row], str]:
     """Run everything; return the per-call rows and the markdown report."""
     from bench import extras
+
+    if args.threads > 0 and _installed("torch"):
+        # With torch's default (one thread per core), a parallel region on a machine
+        # whose other cores are busy waits for a descheduled thread: calls that take
+        # 70 us take 40 ms one time in ten. One thread keeps both sides comparable.
+        import torch
+
+        torch.set_num_threads(args.threads)
 
     started = time.perf_counter()
     load_start = _load()
