@@ -325,3 +325,25 @@ def test_dict_key_order_is_kept(backend: Any) -> None:
     assert list(di.value_and_gradient(f, backend, x)[1]) == ["zeta", "alpha"]
     assert list(di.hvp(f, backend, x, (x,))[0]) == ["zeta", "alpha"]
     np.testing.assert_allclose(di.gradient(f, backend, x)["alpha"], [27.0], rtol=1e-6)
+
+
+@pytest.mark.parametrize("backend", [di.AutoJAX(), di.AutoJAX(jit=True)], ids=["jax", "jax-jit"])
+def test_pytree_outputs_on_jax(backend: Any) -> None:
+    def f(x: Any) -> Any:
+        return {"double": 2 * x, "total": (x**2).sum()}
+
+    x = np.array([1.0, 3.0])
+    jac = di.jacobian(f, backend, x)
+    np.testing.assert_allclose(jac["double"], 2 * np.eye(2))
+    np.testing.assert_allclose(jac["total"], 2 * x)
+    assert type(jac["total"]) is np.ndarray
+    (jv,) = di.pushforward(f, backend, x, (np.array([1.0, 0.0]),))
+    np.testing.assert_allclose(jv["total"], 2.0)
+    (vj,) = di.pullback(f, backend, x, ({"double": np.zeros(2), "total": np.array(1.0)},))
+    np.testing.assert_allclose(vj, 2 * x)
+
+
+@pytest.mark.parametrize("backend", BACKENDS[2:], ids=IDS[2:])
+def test_pytree_outputs_elsewhere_are_refused_clearly(backend: Any) -> None:
+    with pytest.raises(di.InvalidOutputError, match="Pytree outputs are supported by AutoJAX"):
+        di.jacobian(lambda x: {"double": 2 * x}, backend, np.ones(2))

@@ -110,7 +110,7 @@ class JAXAdapter(Adapter):
                 y = jnp.asarray(y, dtype=getattr(x, "dtype", None))
             if scalar and not is_real_scalar(y):
                 raise_bad_output(y, backend, operator)
-            if not scalar and not hasattr(y, "shape"):
+            if not scalar and not all(hasattr(leaf, "shape") for leaf in jax.tree_util.tree_leaves(y)):
                 raise_bad_output(y, backend, operator)
             return y
 

@@ -15,7 +15,7 @@ from di.errors import InvalidInputError
 from di.families import converter, family_of, identity
 from di.prep.base import Prep, write_out
 from di.prep.signature import check_contexts_wrapped, check_x
-from di.pytrees import Raveler, is_pytree, tree_flatten, tree_leaves, tree_unflatten
+from di.pytrees import Raveler, is_pytree, tree_flatten, tree_leaves, tree_map, tree_unflatten
 
 __all__ = ["adapter_for", "float_x_program", "prepare_operator", "run_operator", "split_call"]
 
@@ -107,6 +107,8 @@ def _nested_converter(to_caller: Callable[[Any], Any]) -> Callable[[Any], Any]:
     def convert(result: Any) -> Any:
         if isinstance(result, tuple):
             return tuple(convert(item) for item in result)
+        if family_of(result) is None and not isinstance(result, float):
+            return tree_map(to_caller, result)  # a pytree output (JAX)
         return to_caller(result)
 
     return convert
