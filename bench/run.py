@@ -346,7 +346,7 @@ def run(args: argparse.Namespace) -> tuple[list[Row], str]:
     zero_table, _ = guarded("Zero backend", lambda: extras.zero_backend_table(side, families), {})
     show(zero_table)
     check_table, checks = guarded(
-        "Strict signature check alone", lambda: extras.signature_check_table(side, families), {}
+        "Strict signature check alone", lambda: extras.signature_check_table(side.scaled(3.0), families), {}
     )
     show(check_table)
 
