@@ -55,10 +55,16 @@ class _Evaluator:
         return caller, point, tuple(convert(v) for convert, v in zip(self.convert_contexts, values))
 
     def scalar(self, point: Any, values: Sequence[Any], operator: str = "gradient") -> float:
+        """``f``'s value, checked to be a real scalar (once per operator call)."""
         y = self.f(point, *values)
         if not is_real_scalar(y):
             raise_bad_output(y, self.backend, operator)
         return float(y)
+
+    def scalar_unchecked(self, point: Any, values: Sequence[Any]) -> float:
+        """``f``'s value at a perturbed point: the output was checked at the first
+        evaluation of this call, so only ``float()`` (which refuses arrays) remains."""
+        return float(self.f(point, *values))
 
     def array(self, point: Any, values: Sequence[Any], operator: str) -> Any:
         y = self.f(point, *values)
@@ -103,13 +109,15 @@ class FiniteDiffAdapter(Adapter):
         flat = point.reshape(-1)
         h = _steps(flat, relative_step(self.selector))
         g = np.empty_like(flat)
+        evaluate: Callable[..., float] = evaluator.scalar  # the first evaluation checks f's output
         for i in range(flat.size):
             xi = flat[i]
             flat[i] = xi + h[i]
-            up = evaluator.scalar(point, values)
+            up = evaluate(point, values)
+            evaluate = evaluator.scalar_unchecked
             if central:
                 flat[i] = xi - h[i]
-                g[i] = (up - evaluator.scalar(point, values)) / (2 * h[i])
+                g[i] = (up - evaluate(point, values)) / (2 * h[i])
             else:
                 g[i] = (up - y0) / h[i]  # type: ignore[operator]
             flat[i] = xi

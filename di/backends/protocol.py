@@ -31,7 +31,7 @@ from di.errors import (
     UnsupportedContextError,
     UnsupportedOperatorError,
 )
-from di.families import converter, family_of, identity
+from di.families import converter, family_of, identity, is_floating_dtype
 from di.pytrees import is_pytree, tree_flatten, tree_map
 
 __all__ = [
@@ -293,8 +293,6 @@ def is_real_scalar(y: Any) -> bool:
     shape = getattr(y, "shape", None)
     if shape is None or tuple(shape) != ():
         return False
-    from di.families import is_floating_dtype
-
     return is_floating_dtype(y.dtype)
 
 

@@ -201,9 +201,19 @@ class TorchAdapter(Adapter):
             else:
                 with enable_grad():
                     y = f(leaf, *values)
-            if y.__class__ is not tensor or y.dim() != 0 or not y.is_floating_point():
+            if y.__class__ is not tensor:
                 y = _scalar_tensor(y, leaf, backend)
-            g = grad(y, leaf, allow_unused=True)[0] if y.requires_grad else None
+            if y.requires_grad:
+                try:
+                    g = grad(y, leaf, allow_unused=True)[0]
+                except RuntimeError:  # autograd refuses non-scalar and complex outputs: say why
+                    if y.dim() != 0 or not y.is_floating_point():
+                        raise_bad_output(y, backend)
+                    raise
+            elif y.dim() != 0 or not y.is_floating_point():
+                raise_bad_output(y, backend)
+            else:
+                g = None
             if cache_positions:
                 for i in cache_positions:
                     values[i].detach_()

@@ -40,10 +40,9 @@ class Prep:
     """
 
     __slots__ = (
-        "_context_keys",
+        "_context_matchers",
         "_n_contexts",
-        "_x_expected",
-        "_x_key",
+        "_x_matcher",
         "backend",
         "checks",
         "f",
@@ -78,10 +77,9 @@ class Prep:
         x_check = ArgumentCheck.of("x", x)
         context_checks = [ArgumentCheck.of(f"context {i}", c.value, type(c)) for i, c in enumerate(contexts, start=1)]
         self.checks = (x_check, *context_checks)
-        self._x_key = x_check.key
-        self._x_expected = x_check.expected
+        self._x_matcher = x_check.matcher
         self._n_contexts = len(contexts)
-        self._context_keys = tuple((c.wrapper, c.key, c.expected) for c in context_checks)
+        self._context_matchers = tuple((c.wrapper, c.matcher) for c in context_checks)
         self.tangent_check = None if tangents is None else ArgumentCheck.of(tangent_label, tangents)
         self.same_point = same_point
         self.runners = {name: self._runner(program) for name, program in programs.items()}
@@ -102,11 +100,11 @@ class Prep:
             if (
                 f is self.f
                 and (backend is self.backend or backend == self.backend)
-                and self._x_key(x) == self._x_expected
+                and self._x_matcher(x)
                 and len(contexts) == self._n_contexts
             ):
-                for context, (wrapper, key, expected) in zip(contexts, self._context_keys):
-                    if context.__class__ is not wrapper or key(context.value) != expected:  # type: ignore[attr-defined]
+                for context, (wrapper, matches) in zip(contexts, self._context_matchers):
+                    if context.__class__ is not wrapper or not matches(context.value):  # type: ignore[attr-defined]
                         break
                 else:
                     return
@@ -123,8 +121,8 @@ class Prep:
         Operators with tangents call the program themselves."""
         if self.tangent_check is not None or self.same_point is not None:
             return program
-        f0, backend0, key, expected = self.f, self.backend, self._x_key, self._x_expected
-        context_keys, count, strict, fail = self._context_keys, self._n_contexts, self.strict, self.check
+        f0, backend0, x_matches = self.f, self.backend, self._x_matcher
+        context_matchers, count, strict, fail = self._context_matchers, self._n_contexts, self.strict, self.check
 
         if count == 0:
 
@@ -132,7 +130,7 @@ class Prep:
                 if strict:
                     try:
                         ok = f is f0 and (backend is backend0 or backend == backend0) and not contexts
-                        ok = ok and key(x) == expected
+                        ok = ok and x_matches(x)
                     except Exception:
                         ok = False
                     if not ok:
@@ -142,14 +140,14 @@ class Prep:
             return run_without_contexts
 
         if count == 1:
-            ((wrapper1, key1, expected1),) = context_keys
+            ((wrapper1, matches1),) = context_matchers
 
             def run_with_one_context(f: Any, backend: Any, x: Any, contexts: Sequence[Any]) -> Any:
                 if strict:
                     try:
                         ok = f is f0 and (backend is backend0 or backend == backend0) and len(contexts) == 1
-                        ok = ok and key(x) == expected and contexts[0].__class__ is wrapper1
-                        ok = ok and key1(contexts[0].value) == expected1
+                        ok = ok and x_matches(x) and contexts[0].__class__ is wrapper1
+                        ok = ok and matches1(contexts[0].value)
                     except Exception:
                         ok = False
                     if not ok:
@@ -162,10 +160,10 @@ class Prep:
             if strict:
                 try:
                     ok = f is f0 and (backend is backend0 or backend == backend0) and len(contexts) == count
-                    ok = ok and key(x) == expected
+                    ok = ok and x_matches(x)
                     if ok:
-                        for context, (wrapper, context_key, context_expected) in zip(contexts, context_keys):
-                            if context.__class__ is not wrapper or context_key(context.value) != context_expected:  # type: ignore[attr-defined]
+                        for context, (wrapper, matches) in zip(contexts, context_matchers):
+                            if context.__class__ is not wrapper or not matches(context.value):  # type: ignore[attr-defined]
                                 ok = False
                                 break
                 except Exception:

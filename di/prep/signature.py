@@ -81,6 +81,30 @@ def key_function(value: Any) -> KeyFunction:
     return _type_key
 
 
+Matcher = Callable[[Any], bool]
+
+
+def matcher_for(value: Any, key: KeyFunction) -> Matcher:
+    """A predicate recognising arguments like ``value``: for arrays it compares
+    class, shape, dtype (and torch's device) field by field, without building the
+    key tuple (the hot path of a strict prepared call); otherwise it compares keys."""
+    family = family_of(value)
+    if family is None or isinstance(value, np.generic):
+        expected = key(value)
+        return lambda given: bool(key(given) == expected)
+    cls, shape, dtype = value.__class__, value.shape, value.dtype
+    if family == TORCH:
+        device = value.device
+        if device.type == "cpu":
+            return lambda given: (
+                given.__class__ is cls and given.shape == shape and given.dtype == dtype and given.is_cpu
+            )
+        return lambda given: (
+            given.__class__ is cls and given.shape == shape and given.dtype == dtype and given.device == device
+        )
+    return lambda given: given.__class__ is cls and given.shape == shape and given.dtype == dtype
+
+
 def describe_value(value: Any) -> str:
     """One-line description of an argument for reports."""
     if family_of(value) is not None:
@@ -111,7 +135,7 @@ class ArgumentCheck:
         description: the human description at preparation.
     """
 
-    __slots__ = ("description", "expected", "key", "label", "leaves", "wrapper")
+    __slots__ = ("description", "expected", "key", "label", "leaves", "matcher", "wrapper")
 
     def __init__(self, label: str, wrapper: type | None, key: KeyFunction, expected: Any, description: str) -> None:
         self.label = label
@@ -120,6 +144,7 @@ class ArgumentCheck:
         self.expected = expected
         self.description = description
         self.leaves: tuple[Any, list[tuple[KeyFunction, Any, str]]] | None = None
+        self.matcher: Matcher = lambda given: bool(key(given) == expected)
 
     @classmethod
     def of(cls, label: str, value: Any, wrapper: type | None = None) -> ArgumentCheck:
@@ -129,6 +154,7 @@ class ArgumentCheck:
         if wrapper is not None:
             described = f"{wrapper.__name__} {described}"
         check = cls(label, wrapper, key, key(value), described)
+        check.matcher = matcher_for(value, key)
         if is_pytree(value):
             leaves, spec = tree_flatten(value)
             check.leaves = (
