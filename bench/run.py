@@ -317,6 +317,7 @@ def guarded(title: str, section: Callable[[], tuple[Table, Any]], default: Any) 
 def run(args: argparse.Namespace) -> tuple[list[Row], str]:
     """Run everything; return the per-call rows and the markdown report."""
     from bench import extras
+    from bench.operators import operators_table
 
     if args.threads > 0 and _installed("torch"):
         # With torch's default (one thread per core), a parallel region on a machine
@@ -399,6 +400,14 @@ def run(args: argparse.Namespace) -> tuple[list[Row], str]:
     else:
         conversion_table = Table("Conversions between families", ["note"], [["not run: needs jax and torch"]])
 
+    operator_n = 1000
+    operator_table, _ = guarded(
+        "Prepared hvp, jacobian, pushforward, pullback",
+        lambda: (operators_table(side, operator_n, set(args.backends)), None),
+        None,
+    )
+    show(operator_table)
+
     compile_table = None
     if args.compile and _installed("torch"):
         compile_table, _ = guarded(
@@ -416,7 +425,17 @@ def run(args: argparse.Namespace) -> tuple[list[Row], str]:
             [["not run (quick mode, --no-compile or torch missing): a first torch.compile takes ~20 s here"]],
         )
 
-    tables = [main_table, breakdown, zero_table, check_table, import_table, prep_table, conversion_table, compile_table]
+    tables = [
+        main_table,
+        breakdown,
+        operator_table,
+        zero_table,
+        check_table,
+        import_table,
+        prep_table,
+        conversion_table,
+        compile_table,
+    ]
     summary = summary_lines(rows, imports, checks)
     summary.append(f"- suite wall time: {time.perf_counter() - started:.0f} s")
     info = machine()
