@@ -215,7 +215,7 @@ def torch_to_numpy(value: Any) -> Any:
     return tensor.numpy()
 
 
-def _jax_scope(dtype: Any) -> Any:
+def jax_scope(dtype: Any) -> Any:
     """``jax.enable_x64(True)`` for 64-bit dtypes (JAX otherwise makes them 32-bit),
     scoped to one conversion; a no-op scope for the others."""
     import contextlib
@@ -234,7 +234,7 @@ def torch_to_jax(value: Any) -> Any:
     tensor = value.detach()
     if not tensor.is_contiguous():
         tensor = tensor.contiguous()
-    with _jax_scope(tensor.dtype):
+    with jax_scope(tensor.dtype):
         return jax.dlpack.from_dlpack(tensor)
 
 
@@ -255,7 +255,7 @@ def numpy_to_jax(value: Any) -> Any:
     must not be aliased). Call inside ``jax.enable_x64(True)`` to keep float64."""
     import jax.numpy as jnp
 
-    with _jax_scope(np.asarray(value).dtype):
+    with jax_scope(np.asarray(value).dtype):
         return jnp.array(value, copy=True)
 
 

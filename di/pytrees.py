@@ -92,7 +92,10 @@ def _result_dtype(dtypes: list[Any], family: str) -> Any:
     if family == JAX:
         import jax.numpy as jnp
 
-        return jnp.result_type(*dtypes)
+        from di.families import jax_scope
+
+        with jax_scope(max(dtypes, key=lambda d: np.dtype(str(d).replace("bfloat16", "float16")).itemsize)):
+            return jnp.result_type(*dtypes)
     return np.result_type(*dtypes)
 
 
@@ -159,7 +162,10 @@ class Raveler:
         if self.family == JAX:
             import jax.numpy as jnp
 
-            return jnp.concatenate([leaf.astype(self.dtype) for leaf in flat]) if flat else jnp.zeros(0)
+            from di.families import jax_scope
+
+            with jax_scope(self.dtype):  # float64 leaves stay float64
+                return jnp.concatenate([leaf.astype(self.dtype) for leaf in flat]) if flat else jnp.zeros(0)
         return np.concatenate([np.asarray(leaf, dtype=self.dtype) for leaf in flat]) if flat else np.zeros(0)
 
     def unravel(self, vector: Any, cast: bool = True) -> Any:
@@ -207,4 +213,9 @@ def _cast_like(leaf: Any, dtype: Any) -> Any:
         import torch
 
         return leaf.to(getattr(torch, name))
+    if family_of(leaf) == JAX:
+        from di.families import jax_scope
+
+        with jax_scope(name):
+            return leaf.astype(name)
     return leaf.astype(name)

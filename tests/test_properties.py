@@ -411,11 +411,11 @@ def bug_is(kind: str, backend: di.AbstractBackend, case: Case, operator: str) ->
     return kind in known_bugs(backend, case, operator)
 
 
-JAX_PYTREE_FLOAT64_BUG = True
-FD_ALIASED_OUTPUT_BUG = True
-TORCH_EMPTY_JACOBIAN_BUG = True
-TORCH_0D_FLOAT32_BUG = True
-FD_0D_HVP_BUG = True
+JAX_PYTREE_FLOAT64_BUG = False
+FD_ALIASED_OUTPUT_BUG = False
+TORCH_EMPTY_JACOBIAN_BUG = False
+TORCH_0D_FLOAT32_BUG = False
+FD_0D_HVP_BUG = False
 
 
 # --- tolerances ------------------------------------------------------------------------------------------------------

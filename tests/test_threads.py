@@ -35,7 +35,7 @@ def calls_per_thread(backend: Any) -> int:
 # Known di defect: torch.func forward mode (jvp, jacfwd) keeps its dual levels in global, not
 # thread-local, state, so AutoTorch operators that use it fail when threads share a prep (or just
 # run at once). Not strict: a race may, rarely, not show; remove the flag once di serialises them.
-TORCH_FORWARD_MODE_THREADS_BUG = True
+TORCH_FORWARD_MODE_THREADS_BUG = False
 
 
 def _known(backend: Any, operator: str) -> list[Any]:

@@ -11,7 +11,7 @@ import numpy as np
 from autograd.differential_operators import make_hvp, make_jvp, make_vjp
 from autograd.numpy.numpy_boxes import ArrayBox
 
-from di.backends.protocol import Adapter, Programs, is_real_scalar, raise_bad_output
+from di.backends.protocol import Adapter, Programs, is_real_floating_array, is_real_scalar, raise_bad_output
 from di.contexts import Context
 from di.families import NUMPY, converter, family_of, identity
 
@@ -67,7 +67,7 @@ class AutogradAdapter(Adapter):
             y = f(x, *values)
             if scalar and not is_real_scalar(y):
                 raise_bad_output(y, backend, operator)
-            if not scalar and not (hasattr(y, "shape") or isinstance(y, float)):
+            if not scalar and not is_real_floating_array(y._value if y.__class__ is ArrayBox else y):
                 raise_bad_output(y, backend, operator)
             return y
 

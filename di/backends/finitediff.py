@@ -18,7 +18,7 @@ import numpy as np
 from di.backends.protocol import Adapter, Program, Programs, is_real_scalar, raise_bad_output
 from di.backends.selectors import AutoFiniteDiff
 from di.contexts import Cache, Context
-from di.families import JAX, NUMPY, converter, family_of
+from di.families import JAX, NUMPY, converter, family_of, is_floating_dtype
 
 __all__ = ["FiniteDiffAdapter", "relative_step"]
 
@@ -67,11 +67,13 @@ class _Evaluator:
         return float(self.f(point, *values))
 
     def array(self, point: Any, values: Sequence[Any], operator: str) -> Any:
+        """``f``'s output as a float64 copy (``point`` is perturbed in place
+        afterwards, and the output may be a view of it)."""
         y = self.f(point, *values)
         family = family_of(y)
-        if family is None and not isinstance(y, float):
+        if not (isinstance(y, float) or (family is not None and is_floating_dtype(y.dtype))):
             raise_bad_output(y, self.backend, operator)
-        return np.asarray(converter(family, NUMPY)(y) if family else y, dtype=np.float64)
+        return np.array(converter(family, NUMPY)(y) if family else y, dtype=np.float64, copy=True)
 
 
 class FiniteDiffAdapter(Adapter):
@@ -140,16 +142,18 @@ class FiniteDiffAdapter(Adapter):
 
         return {"gradient": make(False), "value_and_gradient": make(True)}
 
-    def _directional(self, evaluator: _Evaluator, point: Any, values: Sequence[Any], t: Any, y0: Any) -> Any:
+    def _directional(
+        self, evaluator: _Evaluator, point: Any, values: Sequence[Any], t: Any, y0: Any, operator: str = "pushforward"
+    ) -> Any:
         """Directional derivative of ``f`` at ``point`` along ``t`` (float64)."""
         t = np.asarray(converter(family_of(t), NUMPY)(t), dtype=np.float64)
         scale = float(np.max(np.abs(t))) if t.size else 0.0
         if scale == 0.0:
             return np.zeros_like(y0)
         h = relative_step(self.selector) * max(1.0, float(np.max(np.abs(point))) if point.size else 1.0) / scale
-        up = evaluator.array(point + h * t, values, "pushforward")
+        up = evaluator.array(np.array(point + h * t), values, operator)
         if self.selector.method == "central":
-            return (up - evaluator.array(point - h * t, values, "pushforward")) / (2 * h)
+            return (up - evaluator.array(np.array(point - h * t), values, operator)) / (2 * h)
         return (up - y0) / h
 
     def prepare_pushforward_programs(
@@ -217,8 +221,9 @@ class FiniteDiffAdapter(Adapter):
                     products.append(np.zeros_like(g).astype(caller.dtype))
                     continue
                 h = _SECOND_ORDER_STEP * max(1.0, float(np.max(np.abs(point)))) / scale
-                up = self._gradient(evaluator, point + h * t, values, None)
-                down = self._gradient(evaluator, point - h * t, values, None)
+                # np.array: a 0-d point +- h*t would otherwise be a numpy scalar, not a view-able array
+                up = self._gradient(evaluator, np.array(point + h * t), values, None)
+                down = self._gradient(evaluator, np.array(point - h * t), values, None)
                 products.append(np.asarray((up - down) / (2 * h), dtype=caller.dtype))
             return g.astype(caller.dtype), tuple(products)
 

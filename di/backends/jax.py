@@ -26,6 +26,7 @@ from di.backends.protocol import (
     Program,
     Programs,
     counting_static_values,
+    is_real_floating_array,
     is_real_scalar,
     raise_bad_output,
     static_positions,
@@ -110,8 +111,10 @@ class JAXAdapter(Adapter):
                 y = jnp.asarray(y, dtype=getattr(x, "dtype", None))
             if scalar and not is_real_scalar(y):
                 raise_bad_output(y, backend, operator)
-            if not scalar and not all(hasattr(leaf, "shape") for leaf in jax.tree_util.tree_leaves(y)):
-                raise_bad_output(y, backend, operator)
+            if not scalar:
+                leaves = jax.tree_util.tree_leaves(y)
+                if not leaves or not all(is_real_floating_array(leaf) for leaf in leaves):
+                    raise_bad_output(y, backend, operator)
             return y
 
         return checked

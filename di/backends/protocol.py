@@ -40,6 +40,7 @@ __all__ = [
     "Programs",
     "counting_static_values",
     "describe_output",
+    "is_real_floating_array",
     "is_real_scalar",
     "is_static_context",
     "raise_bad_output",
@@ -283,6 +284,15 @@ def raise_bad_output(y: Any, backend: AbstractBackend, operator: str = "gradient
     raise InvalidOutputError(
         f"{operator} needs f to return a real scalar, but with {backend!r} f returned {describe_output(y)}.{hint}"
     )
+
+
+def is_real_floating_array(y: Any) -> bool:
+    """Whether ``y`` is a real floating array of any family (or a traced one, or a
+    Python float): what jacobian, pushforward, pullback and derivative need."""
+    if isinstance(y, float):
+        return True
+    dtype = getattr(y, "dtype", None)
+    return dtype is not None and hasattr(y, "shape") and is_floating_dtype(dtype)
 
 
 def is_real_scalar(y: Any) -> bool:

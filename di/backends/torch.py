@@ -13,6 +13,7 @@ tricks. ``torch.func`` cannot write traced values into buffers, so with a
 from __future__ import annotations
 
 import math
+import threading
 import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -38,6 +39,7 @@ from di.pytrees import is_pytree, tree_flatten, tree_unflatten
 __all__ = ["TorchAdapter"]
 
 _func = torch.func
+_FORWARD_MODE_LOCK = threading.RLock()
 
 
 class TorchAdapter(Adapter):
@@ -136,7 +138,7 @@ class TorchAdapter(Adapter):
                 if scalar:
                     if not (isinstance(y, torch.Tensor) and y.dim() == 0 and y.is_floating_point()):
                         y = _scalar_tensor(y, leaf, backend)
-                elif not isinstance(y, torch.Tensor):
+                elif not isinstance(y, torch.Tensor) or not y.is_floating_point():
                     raise_bad_output(y, backend, operator)
                 if cotangents is None:
                     g = torch.autograd.grad(y, leaf, allow_unused=True)[0] if y.requires_grad else None
@@ -305,15 +307,20 @@ class TorchAdapter(Adapter):
             example = arguments(x, tangents, [c.value for c in contexts])
             function = self._compile(core, lambda compiled: compiled(*example))
 
+        # torch.func keeps its forward-mode state (dual levels) per process, not per
+        # thread: calls from several threads must take turns.
+        lock = _FORWARD_MODE_LOCK
         if tangents is None:
 
             def full(x: Any, *values: Any) -> Any:
-                return function(*arguments(x, None, values))
+                with lock:
+                    return function(*arguments(x, None, values))
 
         else:
 
             def full(x: Any, tangents: Sequence[Any], *values: Any) -> Any:  # type: ignore[misc]
-                return function(*arguments(x, tangents, values))
+                with lock:
+                    return function(*arguments(x, tangents, values))
 
         def plain(*args: Any) -> Any:
             return full(*args)[-1]
@@ -329,7 +336,7 @@ class TorchAdapter(Adapter):
 
         def checked(x: Any, *values: Any) -> Any:
             y = f(x, *values)
-            if not isinstance(y, torch.Tensor) or (scalar and not is_real_scalar(y)):
+            if not isinstance(y, torch.Tensor) or not y.is_floating_point() or (scalar and not is_real_scalar(y)):
                 raise_bad_output(y, backend, operator)
             return y
 
@@ -360,21 +367,25 @@ class TorchAdapter(Adapter):
         if _has_cache(contexts):
             return fallbacks.jacobian_programs(self, f, x, contexts, forward=False)
         checked = self._checked(f, "jacobian", scalar=False)
+        y = fallbacks.evaluate_output(self, f, x, contexts)
+        if not isinstance(y, torch.Tensor) or not y.is_floating_point():
+            raise_bad_output(y, self.backend, "jacobian")
         mode = self.selector.mode
         if mode is None:
-            y = fallbacks.evaluate_output(self, f, x, contexts)
-            if not isinstance(y, torch.Tensor):
-                raise_bad_output(y, self.backend, "jacobian")
             mode = "forward" if math.prod(getattr(x, "shape", ())) <= y.numel() else "reverse"
         transform = _func.jacfwd if mode == "forward" else _func.jacrev
+        empty = y.numel() == 0 or math.prod(getattr(x, "shape", ())) == 0
 
         def core(x: Any, *values: Any) -> Any:
             def fx(x: Any) -> Any:
                 y = checked(x, *values)
                 return y, y
 
+            if empty:  # torch.func cannot take an empty basis
+                y = checked(x, *values)
+                return y, y.new_zeros(y.shape + x.shape)
             jac, y = transform(fx, has_aux=True)(x)
-            return y, jac
+            return y, _as_dtype(jac, y)
 
         return self._functional(core, x, None, contexts, ("jacobian", "value_and_jacobian"))
 
@@ -424,11 +435,11 @@ class TorchAdapter(Adapter):
             grad = _func.grad(lambda x: checked(x, *values))
             if len(tx) == 1:
                 g, hv = _func.jvp(grad, (x,), (tx[0],))  # type: ignore[misc]
-                return g, (hv,)
+                return _as_dtype(g, x), (_as_dtype(hv, x),)
             if not tx:
-                return grad(x), ()
+                return _as_dtype(grad(x), x), ()
             hvs = _func.vmap(lambda t: _func.jvp(grad, (x,), (t,))[1])(torch.stack(tx))
-            return grad(x), tuple(hvs.unbind(0))
+            return _as_dtype(grad(x), x), tuple(_as_dtype(hv, x) for hv in hvs.unbind(0))
 
         return self._functional(core, x, tx, contexts, ("hvp", "gradient_and_hvp"))
 

@@ -304,6 +304,13 @@ def prepare_operator(
     adapter = adapter_for(family, f, backend, x, contexts)
     if label is not None:
         tangents = check_tangents(tangents, label, family)
+        if label == "tx" and family_of(x) is not None:
+            for index, tangent in enumerate(tangents):
+                if tuple(getattr(tangent, "shape", ())) != tuple(x.shape):
+                    raise InvalidInputError(
+                        f"tx[{index}] must have the shape of x, {tuple(x.shape)}, not "
+                        f"{tuple(getattr(tangent, 'shape', ()))}: tangents live in x's space."
+                    )
     if family in ("derivative", "second_derivative") and tuple(getattr(x, "shape", ())) != ():
         raise InvalidInputError(
             f"{family} needs a scalar x (a 0-d array or a float), not shape {tuple(x.shape)}; "
@@ -375,6 +382,8 @@ def run_operator(
         prep = prepare(f, backend, x, *((tangents,) if label else ()), *contexts, strict=False)
     else:
         prep.check_operator(family)
+        if label is not None and not isinstance(tangents, (tuple, list)):
+            check_tangents(tangents, label, family)  # raises: say to wrap it in a tuple
         if prep.strict:
             prep.check(f, backend, x, contexts)
             if label is not None:

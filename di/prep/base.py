@@ -205,9 +205,10 @@ class Prep:
     def check_operator(self, operator: str) -> None:
         """Refuse a prep made for another operator family."""
         if self.operator != operator:
+            tangents = {"pushforward": "tx, ", "pullback": "ty, ", "hvp": "tx, "}.get(operator, "")
             raise InvalidInputError(
                 f"this prep was made by prepare_{self.operator}, not prepare_{operator}; "
-                f"call di.prepare_{operator}(f, backend, x, *contexts) for {operator}."
+                f"call di.prepare_{operator}(f, backend, x, {tangents}*contexts) for {operator}."
             )
 
     def check_out(self, out: Any, what: str, result: Any = None) -> None:

@@ -107,6 +107,8 @@ def matcher_for(value: Any, key: KeyFunction) -> Matcher:
 
 def describe_value(value: Any) -> str:
     """One-line description of an argument for reports."""
+    if isinstance(value, np.generic):
+        return f"numpy scalar {value.dtype} (not an array)"
     if family_of(value) is not None:
         return spec_of(value).describe()
     if isinstance(value, Context):
