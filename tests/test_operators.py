@@ -459,7 +459,7 @@ def test_native_support_is_declared() -> None:
     for backend in (di.AutoJAX(), di.AutoTorch(), di.AutoAutograd()):
         assert get_adapter(backend).support()["hvp"] == "native"
     assert get_adapter(di.AutoJAX()).support() == dict.fromkeys(get_adapter(di.AutoJAX()).support(), "native")
-    assert get_adapter(di.AutoFiniteDiff()).support()["pullback"] == "fallback"
+    assert get_adapter(di.AutoFiniteDiff()).support()["derivative"] == "fallback"
 
 
 @pytest.mark.parametrize(

@@ -174,23 +174,25 @@ class FiniteDiffAdapter(Adapter):
 
         return {"pushforward": pushforward, "value_and_pushforward": value_and_pushforward}
 
-    def prepare_jacobian_programs(self, f: Callable[..., Any], x: Any, contexts: Sequence[Context]) -> Programs:
+    def prepare_jacobian_programs(
+        self, f: Callable[..., Any], x: Any, contexts: Sequence[Context], operator: str = "jacobian"
+    ) -> Programs:
         evaluator = _Evaluator(self, f, x, contexts)
         central = self.selector.method == "central"
 
         def value_and_jacobian(x: Any, *values: Any) -> Any:
             caller, point, values = evaluator.inputs(x, values)
-            y0 = evaluator.array(point, values, "jacobian")
+            y0 = evaluator.array(point, values, operator)
             flat = point.reshape(-1)
             h = _steps(flat, relative_step(self.selector))
             columns = np.empty((y0.size, flat.size))
             for i in range(flat.size):
                 xi = flat[i]
                 flat[i] = xi + h[i]
-                up = evaluator.array(point, values, "jacobian").reshape(-1)
+                up = evaluator.array(point, values, operator).reshape(-1)
                 if central:
                     flat[i] = xi - h[i]
-                    columns[:, i] = (up - evaluator.array(point, values, "jacobian").reshape(-1)) / (2 * h[i])
+                    columns[:, i] = (up - evaluator.array(point, values, operator).reshape(-1)) / (2 * h[i])
                 else:
                     columns[:, i] = (up - y0.reshape(-1)) / h[i]
                 flat[i] = xi
@@ -201,6 +203,23 @@ class FiniteDiffAdapter(Adapter):
             return value_and_jacobian(x, *values)[1]
 
         return {"jacobian": jacobian, "value_and_jacobian": value_and_jacobian}
+
+    def prepare_pullback_programs(
+        self, f: Callable[..., Any], x: Any, ty: Sequence[Any], contexts: Sequence[Context]
+    ) -> Programs:
+        """Cotangents contracted with the finite-difference jacobian (errors about
+        ``f``'s output name pullback)."""
+        value_and_jacobian = self.prepare_jacobian_programs(f, x, contexts, "pullback")["value_and_jacobian"]
+
+        def value_and_pullback(x: Any, ty: Sequence[Any], *values: Any) -> Any:
+            y, jac = value_and_jacobian(x, *values)
+            cotangents = [np.asarray(converter(family_of(t), NUMPY)(t), dtype=jac.dtype) for t in ty]
+            return y, tuple(np.tensordot(t, jac, axes=y.ndim) for t in cotangents)
+
+        def pullback(x: Any, ty: Sequence[Any], *values: Any) -> Any:
+            return value_and_pullback(x, ty, *values)[1]
+
+        return {"pullback": pullback, "value_and_pullback": value_and_pullback}
 
     # --- second order: central differences of gradients --------------------------------
 
