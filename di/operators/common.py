@@ -370,8 +370,15 @@ def run_operator(
     ``out`` receives the operator's own result (the last element of a
     ``value_and_*`` tuple) after it has been checked against it.
     """
-    prep, backend, x, rest = split_call(name, args)
     label = _WITH_TANGENTS.get(family)
+    if out is None and len(args) >= 3:
+        prep = args[0]
+        if prep.__class__ is Prep and prep.operator == family and prep.same_point is None:
+            if label is None:
+                return prep.runners[name](f, args[1], args[2], args[3:])
+            if len(args) >= 4:
+                return prep.runners[name](f, args[1], args[2], args[3], args[4:])
+    prep, backend, x, rest = split_call(name, args)
     if label is not None:
         if not rest:
             raise InvalidInputError(f"{name}(f, [prep,] backend, x, {label}, *contexts): {label} is missing")

@@ -9,7 +9,7 @@ from di.backends.selectors import AbstractBackend
 from di.contexts import Context
 from di.errors import InvalidInputError, OutBufferError
 from di.families import NUMPY, TORCH, ArraySpec, family_of, spec_of
-from di.prep.signature import ArgumentCheck, check_contexts_wrapped, mismatch_error
+from di.prep.signature import ArgumentCheck, check_contexts_wrapped, key_function, matcher_for, mismatch_error
 
 __all__ = ["Prep"]
 
@@ -52,6 +52,7 @@ class Prep:
         "same_point",
         "strict",
         "tangent_check",
+        "tangent_matchers",
         "x_spec",
     )
 
@@ -81,6 +82,7 @@ class Prep:
         self._n_contexts = len(contexts)
         self._context_matchers = tuple((c.wrapper, c.matcher) for c in context_checks)
         self.tangent_check = None if tangents is None else ArgumentCheck.of(tangent_label, tangents)
+        self.tangent_matchers = () if tangents is None else tuple(matcher_for(t, key_function(t)) for t in tangents)
         self.same_point = same_point
         self.runners = {name: self._runner(program) for name, program in programs.items()}
 
@@ -119,10 +121,12 @@ class Prep:
         """``run(f, backend, x, contexts)``: the strict check and the program in one
         closure, specialised at preparation (the hot path of a prepared call).
         Operators with tangents call the program themselves."""
-        if self.tangent_check is not None or self.same_point is not None:
+        if self.same_point is not None:
             return program
         f0, backend0, x_matches = self.f, self.backend, self._x_matcher
         context_matchers, count, strict, fail = self._context_matchers, self._n_contexts, self.strict, self.check
+        if self.tangent_check is not None:
+            return self._tangent_runner(program)
 
         if count == 0:
 
@@ -173,6 +177,54 @@ class Prep:
             return program(x, *[context.value for context in contexts])
 
         return run
+
+    def _tangent_runner(self, program: Callable[..., Any]) -> Callable[..., Any]:
+        """``run(f, backend, x, tangents, contexts)`` for operators with tangents:
+        the same one-closure hot path, the tangents checked element by element."""
+        f0, backend0, x_matches = self.f, self.backend, self._x_matcher
+        context_matchers, count, strict = self._context_matchers, self._n_contexts, self.strict
+        tangent_matchers = self.tangent_matchers
+        n_tangents = len(tangent_matchers)
+
+        def run_with_tangents(f: Any, backend: Any, x: Any, tangents: Any, contexts: Sequence[Any]) -> Any:
+            if tangents.__class__ is not tuple:
+                self._refuse(f, backend, x, tangents, contexts)
+            if strict:
+                try:
+                    ok = f is f0 and (backend is backend0 or backend == backend0) and len(contexts) == count
+                    ok = ok and x_matches(x) and len(tangents) == n_tangents
+                    if ok:
+                        for tangent, matches in zip(tangents, tangent_matchers):
+                            if not matches(tangent):
+                                ok = False
+                                break
+                    if ok:
+                        for context, (wrapper, context_matches) in zip(contexts, context_matchers):
+                            if context.__class__ is not wrapper or not context_matches(context.value):  # type: ignore[attr-defined]
+                                ok = False
+                                break
+                except Exception:
+                    ok = False
+                if not ok:
+                    self._refuse(f, backend, x, tangents, contexts)
+            return program(x, tangents, *[context.value for context in contexts])
+
+        return run_with_tangents
+
+    def _refuse(self, f: Any, backend: Any, x: Any, tangents: Any, contexts: Sequence[Any]) -> None:
+        """Raise the error that explains why a call with tangents does not fit."""
+        assert self.tangent_check is not None
+        label = self.tangent_check.label
+        if not isinstance(tangents, (tuple, list)):
+            raise InvalidInputError(
+                f"{label} must be a tuple of arrays for {self.operator} (one result per element), not "
+                f"{type(tangents).__name__}; wrap a single one as ({label[1]},)."
+            )
+        if self.strict:
+            self.check(f, backend, x, contexts)
+            self.check_tangents(tangents)
+        if tangents.__class__ is not tuple:
+            raise InvalidInputError(f"{label} must be a tuple, not a {type(tangents).__name__}: pass tuple({label}).")
 
     def check_tangents(self, tangents: Any) -> None:
         """Check the tangents (or cotangents) of a call against the prepared ones.
