@@ -153,6 +153,30 @@ class JAXAdapter(Adapter):
             program = counting_static_values(program, tuple(lead - 1 + i for i in statics), self.backend)
         return program
 
+    def _plain_and_full(
+        self,
+        core: Callable[..., Any],
+        x: Any,
+        tangents: Sequence[Any] | None,
+        contexts: Sequence[Context],
+        plain: str,
+        full: str,
+    ) -> Programs:
+        """Programs for an operator family from ``core`` (returning the ``value_and_*``
+        tuple). Compiled, the plain operator gets its own program returning only its
+        result: extra outputs of a compiled call cost microseconds each (and XLA
+        drops the work only the value needed)."""
+        if not self.compiled:
+            return _split(self._program(core, x, tangents, contexts), plain, full)
+
+        def plain_core(*args: Any) -> Any:
+            return core(*args)[-1]
+
+        return {
+            plain: self._program(plain_core, x, tangents, contexts),
+            full: self._program(core, x, tangents, contexts),
+        }
+
     # --- operators --------------------------------------------------------------------
 
     def prepare_gradient_programs(self, f: Callable[..., Any], x: Any, contexts: Sequence[Context]) -> Programs:
@@ -175,7 +199,7 @@ class JAXAdapter(Adapter):
             y, linear = jax.linearize(fx, x)
             return y, _unstack(jax.vmap(linear)(_stack(tx)), len(tx))
 
-        return _split(self._program(core, x, tx, contexts), "pushforward", "value_and_pushforward")
+        return self._plain_and_full(core, x, tx, contexts, "pushforward", "value_and_pushforward")
 
     def prepare_pullback_programs(
         self, f: Callable[..., Any], x: Any, ty: Sequence[Any], contexts: Sequence[Context]
@@ -186,7 +210,7 @@ class JAXAdapter(Adapter):
             y, vjp = jax.vjp(functools.partial(_first_argument, checked, values), x)
             return y, _apply_vjp(vjp, ty, y)
 
-        return _split(self._program(core, x, ty, contexts), "pullback", "value_and_pullback")
+        return self._plain_and_full(core, x, ty, contexts, "pullback", "value_and_pullback")
 
     def prepare_pullback_same_point_programs(
         self, f: Callable[..., Any], x: Any, ty: Sequence[Any], contexts: Sequence[Context]
@@ -243,7 +267,7 @@ class JAXAdapter(Adapter):
             fx = functools.partial(_first_argument, checked, values)
             return jax.jvp(fx, (x,), (jnp.ones_like(x),))
 
-        return _split(self._program(core, x, None, contexts), "derivative", "value_and_derivative")
+        return self._plain_and_full(core, x, None, contexts, "derivative", "value_and_derivative")
 
     def prepare_second_derivative_programs(
         self, f: Callable[..., Any], x: Any, contexts: Sequence[Context]
@@ -260,8 +284,8 @@ class JAXAdapter(Adapter):
             (y, dy), (_, d2y) = jax.jvp(value_and_derivative, (x,), (one,))
             return y, dy, d2y
 
-        return _split(
-            self._program(core, x, None, contexts), "second_derivative", "value_derivative_and_second_derivative"
+        return self._plain_and_full(
+            core, x, None, contexts, "second_derivative", "value_derivative_and_second_derivative"
         )
 
     def prepare_hvp_programs(
@@ -280,7 +304,7 @@ class JAXAdapter(Adapter):
             g, linear = jax.linearize(grad, x)
             return g, _unstack(jax.vmap(linear)(_stack(tx)), len(tx))
 
-        return _split(self._program(core, x, tx, contexts), "hvp", "gradient_and_hvp")
+        return self._plain_and_full(core, x, tx, contexts, "hvp", "gradient_and_hvp")
 
     def prepare_hvp_same_point_programs(
         self, f: Callable[..., Any], x: Any, tx: Sequence[Any], contexts: Sequence[Context]
@@ -379,6 +403,17 @@ def _wrap(
     nothing on the hot path when neither conversion nor scope is needed."""
     plain = all(convert is identity for convert in converters)
     convert_x, convert_values = converters[0], converters[1:]
+    if with_tangents and plain and scope is contextlib.nullcontext:
+        family = family_of
+
+        def with_t_plain(x: Any, tangents: Sequence[Any], *values: Any) -> Any:
+            for tangent in tangents:  # arrays jit takes as they are: the common case
+                if family(tangent) is not JAX and family(tangent) != NUMPY:
+                    tangents = _engine_tangents(tangents)
+                    break
+            return function(x, tangents, *values)
+
+        return with_t_plain
     if with_tangents:
 
         def with_t(x: Any, tangents: Sequence[Any], *values: Any) -> Any:
