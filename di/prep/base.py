@@ -164,12 +164,7 @@ class Prep:
             if strict:
                 try:
                     ok = f is f0 and (backend is backend0 or backend == backend0) and len(contexts) == count
-                    ok = ok and x_matches(x)
-                    if ok:
-                        for context, (wrapper, matches) in zip(contexts, context_matchers):
-                            if context.__class__ is not wrapper or not matches(context.value):  # type: ignore[attr-defined]
-                                ok = False
-                                break
+                    ok = ok and x_matches(x) and _contexts_match(contexts, context_matchers)
                 except Exception:
                     ok = False
                 if not ok:
@@ -193,16 +188,8 @@ class Prep:
                 try:
                     ok = f is f0 and (backend is backend0 or backend == backend0) and len(contexts) == count
                     ok = ok and x_matches(x) and len(tangents) == n_tangents
-                    if ok:
-                        for tangent, matches in zip(tangents, tangent_matchers):
-                            if not matches(tangent):
-                                ok = False
-                                break
-                    if ok:
-                        for context, (wrapper, context_matches) in zip(contexts, context_matchers):
-                            if context.__class__ is not wrapper or not context_matches(context.value):  # type: ignore[attr-defined]
-                                ok = False
-                                break
+                    ok = ok and all(matches(t) for t, matches in zip(tangents, tangent_matchers))
+                    ok = ok and _contexts_match(contexts, context_matchers)
                 except Exception:
                     ok = False
                 if not ok:
@@ -291,6 +278,14 @@ class Prep:
             raise OutBufferError(
                 f"out does not fit the {what}: it must be {spec.describe()} {like}, not {out_spec.describe()}."
             )
+
+
+def _contexts_match(contexts: Sequence[Any], matchers: Sequence[tuple[type | None, Any]]) -> bool:
+    """Whether each context has the prepared wrapper class and a matching value."""
+    for context, (wrapper, matches) in zip(contexts, matchers):
+        if context.__class__ is not wrapper or not matches(context.value):  # type: ignore[attr-defined]
+            return False
+    return True
 
 
 def write_out(out: Any, result: Any) -> Any:
