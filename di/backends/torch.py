@@ -119,35 +119,25 @@ class TorchAdapter(Adapter):
 
     def _reverse(self, f: Callable[..., Any], x: Any, contexts: Sequence[Context], operator: str) -> Callable[..., Any]:
         """``run(x, cotangents, values) -> (y, tuple of input cotangents)``: one
-        forward pass of ``f`` (compiled when asked) and one backward per cotangent;
-        ``cotangents=None`` means the scalar output's own gradient."""
+        forward pass of ``f`` (compiled when asked) and one backward per cotangent."""
         backend = self.backend
         to_torch_x = self.input_converters([x])[0]
         convert_contexts = self._context_converters(x, contexts)
         cache_positions = tuple(
             i for i, c in enumerate(contexts) if isinstance(c, Cache) and family_of(c.value) == TORCH
         )
-        scalar = operator == "gradient"
 
-        def run(x: Any, cotangents: Sequence[Any] | None, values: Sequence[Any], f: Callable[..., Any] = f) -> Any:
+        def run(x: Any, cotangents: Sequence[Any], values: Sequence[Any], f: Callable[..., Any] = f) -> Any:
             leaf = to_torch_x(x).detach().requires_grad_()
             values = tuple(convert(v) for convert, v in zip(convert_contexts, values))
             try:
                 with torch.enable_grad():
                     y = f(leaf, *values)
-                if scalar:
-                    if not (isinstance(y, torch.Tensor) and y.dim() == 0 and y.is_floating_point()):
-                        y = _scalar_tensor(y, leaf, backend)
-                elif not isinstance(y, torch.Tensor) or not y.is_floating_point():
+                if not isinstance(y, torch.Tensor) or not y.is_floating_point():
                     raise_bad_output(y, backend, operator)
-                if cotangents is None:
-                    g = torch.autograd.grad(y, leaf, allow_unused=True)[0] if y.requires_grad else None
-                    results: tuple[Any, ...] = (torch.zeros_like(leaf) if g is None else g,)
-                else:
-                    results = tuple(
-                        _backward(y, leaf, _like(t, y), retain=i < len(cotangents) - 1)
-                        for i, t in enumerate(cotangents)
-                    )
+                results = tuple(
+                    _backward(y, leaf, _like(t, y), retain=i < len(cotangents) - 1) for i, t in enumerate(cotangents)
+                )
             finally:
                 for i in cache_positions:
                     values[i].detach_()
@@ -155,20 +145,20 @@ class TorchAdapter(Adapter):
 
         if self.compiled:
             values = [c.value for c in contexts]
-            y_like = None if scalar else _example_cotangent(f, x, values, to_torch_x, convert_contexts)
-            compiled_f = self._compile(f, lambda compiled: run(x, None if scalar else (y_like,), values, compiled))
+            y_like = _example_cotangent(f, x, values, to_torch_x, convert_contexts)
+            compiled_f = self._compile(f, lambda compiled: run(x, (y_like,), values, compiled))
 
-            def run_compiled(x: Any, cotangents: Sequence[Any] | None, values: Sequence[Any]) -> Any:
+            def run_compiled(x: Any, cotangents: Sequence[Any], values: Sequence[Any]) -> Any:
                 return run(x, cotangents, values, compiled_f)
 
-            run_compiled.compiled_f = compiled_f  # type: ignore[attr-defined]
             return run_compiled
         return run
 
     def prepare_gradient_programs(self, f: Callable[..., Any], x: Any, contexts: Sequence[Context]) -> Programs:
         if self.compiled:
-            run = self._reverse(f, x, contexts, "gradient")
-            f = run.compiled_f  # type: ignore[attr-defined]
+            values = [c.value for c in contexts]
+            warm_up = lambda compiled: self._gradient_fast(compiled, x, contexts, False)(x, *values)
+            f = self._compile(f, warm_up)
         statics = self._statics(contexts)
         return {
             name: counting_static_values(self._gradient_fast(f, x, contexts, with_value), statics, self.backend)
@@ -216,9 +206,6 @@ class TorchAdapter(Adapter):
                 raise_bad_output(y, backend)
             else:
                 g = None
-            if cache_positions:
-                for i in cache_positions:
-                    values[i].detach_()
             if g is None:  # f does not depend on x
                 g = torch.zeros_like(leaf)
             return (y.detach(), g) if with_value else g
