@@ -75,9 +75,6 @@ class ZeroAdapter(Adapter):
 
         return {"gradient": constant, "value_and_gradient": constant_pair}
 
-    def prepare_value_and_gradient(self, f: Callable[..., Any], x: Any, contexts: Sequence[Any]) -> Program:
-        return self.prepare_gradient_programs(f, x, contexts)["value_and_gradient"]
-
 
 register_backend(ZeroBackend, ZeroAdapter)
 

@@ -215,6 +215,12 @@ def torch_to_numpy(value: Any) -> Any:
     return tensor.numpy()
 
 
+def is_64_bit(dtype: Any) -> bool:
+    """Whether a dtype of any family (or its name) has 8-byte elements: what JAX
+    only keeps inside ``jax.enable_x64``."""
+    return np.dtype(str(dtype).replace("torch.", "").replace("bfloat16", "float16")).itemsize == 8
+
+
 def jax_scope(dtype: Any) -> Any:
     """``jax.enable_x64(True)`` for 64-bit dtypes (JAX otherwise makes them 32-bit),
     scoped to one conversion; a no-op scope for the others."""
@@ -222,7 +228,7 @@ def jax_scope(dtype: Any) -> Any:
 
     import jax
 
-    if np.dtype(str(dtype).replace("torch.", "").replace("bfloat16", "float16")).itemsize == 8:
+    if is_64_bit(dtype):
         return jax.enable_x64(True)
     return contextlib.nullcontext()
 
@@ -289,49 +295,6 @@ def converter(source: str | None, target: str) -> Callable[[Any], Any]:
     if source is None or source == target:
         return identity
     return _CONVERTERS[(source, target)]
-
-
-def dtype_caster(target: ArraySpec) -> Callable[[Any], Any]:
-    """A function that brings an array of ``target``'s family to ``target``'s dtype
-    and device; it returns arrays that already match unchanged (no copy)."""
-    dtype, device = target.dtype, target.device
-    if target.family == NUMPY:
-
-        def cast_numpy(value: Any) -> Any:
-            if value.dtype != dtype:
-                return value.astype(dtype)
-            return value
-
-        return cast_numpy
-    if target.family == TORCH:
-
-        def cast_torch(value: Any) -> Any:
-            if value.dtype != dtype or value.device != device:
-                return value.to(device=device, dtype=dtype)
-            return value
-
-        return cast_torch
-
-    def cast_jax(value: Any) -> Any:
-        if value.dtype != dtype:
-            value = value.astype(dtype)
-        return value
-
-    return cast_jax
-
-
-def output_converter(source: str, target: ArraySpec) -> Callable[[Any], Any]:
-    """The function turning an engine result (family ``source``) into an array of
-    ``target``'s family, dtype and device."""
-    convert = converter(source, target.family)
-    cast = dtype_caster(target)
-    if convert is identity:
-        return cast
-
-    def convert_and_cast(value: Any) -> Any:
-        return cast(convert(value))
-
-    return convert_and_cast
 
 
 class ArrayOps:

@@ -92,9 +92,9 @@ def _result_dtype(dtypes: list[Any], family: str) -> Any:
     if family == JAX:
         import jax.numpy as jnp
 
-        from di.families import jax_scope
+        from di.families import is_64_bit, jax_scope
 
-        with jax_scope(max(dtypes, key=lambda d: np.dtype(str(d).replace("bfloat16", "float16")).itemsize)):
+        with jax_scope(max(dtypes, key=is_64_bit)):  # a 64-bit dtype if there is one
             return jnp.result_type(*dtypes)
     return np.result_type(*dtypes)
 

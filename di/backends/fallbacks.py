@@ -315,11 +315,6 @@ def second_derivative_programs(
     }
 
 
-def program_names(family: str) -> tuple[str, ...]:
-    """The program names of an operator family, plain form first."""
-    return OPERATOR_FAMILIES[family]
-
-
 OPERATOR_FAMILIES: dict[str, tuple[str, ...]] = {
     "derivative": ("derivative", "value_and_derivative"),
     "gradient": ("gradient", "value_and_gradient"),

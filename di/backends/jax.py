@@ -33,7 +33,7 @@ from di.backends.protocol import (
 )
 from di.backends.selectors import AutoJAX
 from di.contexts import Context
-from di.families import JAX, NUMPY, converter, family_of, identity
+from di.families import JAX, NUMPY, converter, family_of, identity, is_64_bit
 
 __all__ = ["JAXAdapter", "needs_x64"]
 
@@ -42,7 +42,7 @@ def needs_x64(values: Sequence[Any]) -> bool:
     """Whether any value (or pytree leaf) is a 64-bit array (float64 only exists
     in JAX inside ``jax.enable_x64``)."""
     for value in jax.tree_util.tree_leaves(list(values)):
-        if family_of(value) is not None and np.dtype(str(value.dtype).replace("torch.", "")).itemsize == 8:
+        if family_of(value) is not None and is_64_bit(value.dtype):
             return True
     return False
 

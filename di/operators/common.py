@@ -10,7 +10,6 @@ import numpy as np
 from di.backends.fallbacks import OPERATOR_FAMILIES
 from di.backends.protocol import Adapter
 from di.backends.registry import get_adapter
-from di.contexts import Context
 from di.errors import InvalidInputError
 from di.families import converter, family_of, identity
 from di.prep.base import Prep, write_out
@@ -71,11 +70,6 @@ def float_x_program(x: Any, program: Callable[..., Any]) -> Callable[..., Any]:
         return program(np.asarray(x, dtype=np.float64), *values)
 
     return from_float
-
-
-def context_values(contexts: Sequence[Context]) -> list[Any]:
-    """The bare values of the contexts, in order."""
-    return [context.value for context in contexts]
 
 
 # --- the generic operator machinery ---------------------------------------------------
@@ -397,6 +391,8 @@ def run_operator(
                 prep.check_tangents(tangents)
             if prep.same_point is not None:
                 prep.check_same_point(x, contexts)
+    if out is not None and family == "gradient":
+        prep.check_out(out, name)  # shaped like x: refuse a bad buffer before computing
     program = prep.programs[name]
     values = [c.value for c in contexts]
     result = program(x, tangents, *values) if label is not None else program(x, *values)

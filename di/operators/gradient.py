@@ -7,8 +7,8 @@ from typing import Any
 
 from di.backends.selectors import AbstractBackend
 from di.contexts import Context
-from di.operators.common import prepare_operator, split_call
-from di.prep.base import Prep, write_out
+from di.operators.common import prepare_operator, run_operator
+from di.prep.base import Prep
 
 __all__ = ["gradient", "prepare_gradient", "value_and_gradient"]
 
@@ -84,7 +84,7 @@ def gradient(f: Callable[..., Any], *args: Any, out: Any = None) -> Any:
         prep = args[0]
         if prep.__class__ is Prep and prep.operator == _OPERATOR:
             return prep.runners[_OPERATOR](f, args[1], args[2], args[3:])
-    return _call(_OPERATOR, f, args, out)
+    return run_operator(_OPERATOR, _OPERATOR, f, args, out, prepare_gradient)
 
 
 def value_and_gradient(f: Callable[..., Any], *args: Any, out: Any = None) -> tuple[Any, Any]:
@@ -116,24 +116,4 @@ def value_and_gradient(f: Callable[..., Any], *args: Any, out: Any = None) -> tu
         prep = args[0]
         if prep.__class__ is Prep and prep.operator == _OPERATOR:
             return prep.runners["value_and_gradient"](f, args[1], args[2], args[3:])  # type: ignore[no-any-return]
-    return _call("value_and_gradient", f, args, out)  # type: ignore[no-any-return]
-
-
-def _call(name: str, f: Callable[..., Any], args: tuple[Any, ...], out: Any) -> Any:
-    """Every call that is not a plain prepared one: unprepared, with ``out=``, or
-    with a prep that must be refused."""
-    prep, backend, x, contexts = split_call(name, args)
-    if prep is None:
-        prep = prepare_gradient(f, backend, x, *contexts, strict=False)
-    else:
-        prep.check_operator(_OPERATOR)
-        if prep.strict:
-            prep.check(f, backend, x, contexts)
-    if out is not None:
-        prep.check_out(out, _OPERATOR)
-    result = prep.programs[name](x, *[c.value for c in contexts])
-    if out is None:
-        return result
-    if name == _OPERATOR:
-        return write_out(out, result)
-    return result[0], write_out(out, result[1])
+    return run_operator(_OPERATOR, "value_and_gradient", f, args, out, prepare_gradient)  # type: ignore[no-any-return]

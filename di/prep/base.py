@@ -260,7 +260,7 @@ class Prep:
         spec = self.x_spec
         family = family_of(out)
         if spec is None or spec.family not in (NUMPY, TORCH):
-            given = "a Python float" if spec is None else "a JAX array"
+            given = "a Python float or a pytree" if spec is None else "a JAX array"
             raise OutBufferError(
                 f"out does not fit the {what}: x is {given}, whose results are immutable; "
                 f"call without out= and use the returned array."
@@ -290,8 +290,6 @@ def _contexts_match(contexts: Sequence[Any], matchers: Sequence[tuple[type | Non
 
 def write_out(out: Any, result: Any) -> Any:
     """Copy ``result`` into the caller's buffer ``out`` (numpy or torch) and return it."""
-    if isinstance(out, Context):  # pragma: no cover - defensive
-        raise TypeError("out must be an array")
     if family_of(out) == TORCH:
         out.detach().copy_(result)
     else:
