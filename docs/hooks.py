@@ -89,7 +89,7 @@ def operators_table() -> str:
     The column of a compiled selector repeats the eager one's (same adapter); it
     is kept so the table reads as "what can I call on this selector".
     """
-    from di.backends.fallbacks import OPERATOR_FAMILIES
+    from di.backends.protocol import OPERATOR_FAMILIES
 
     columns = [s for s in selectors() if not getattr(s, "jit", False) and not getattr(s, "compile", False)]
     support = {label(s): type(adapter(s)).support() for s in columns}
@@ -165,7 +165,7 @@ def options_table() -> str:
 def pytrees_table() -> str:
     """Operator families x backends: does the engine take a pytree ``x`` itself, or does ``di``
     flatten it into one vector (``Adapter.native_pytrees``)?"""
-    from di.backends.fallbacks import OPERATOR_FAMILIES
+    from di.backends.protocol import OPERATOR_FAMILIES
 
     columns = selectors()
     native = {label(s): frozenset(getattr(adapter(s), "native_pytrees", frozenset())) for s in columns}

@@ -280,7 +280,7 @@ def test_operator_table_is_what_the_adapters_declare() -> None:
     pytest.importorskip("jax")
     pytest.importorskip("torch")
     pytest.importorskip("autograd")
-    from di.backends.fallbacks import OPERATOR_FAMILIES
+    from di.backends.protocol import OPERATOR_FAMILIES
     from di.backends.registry import get_adapter
 
     hooks = _hooks()

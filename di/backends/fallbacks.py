@@ -1,7 +1,9 @@
 """Generic operators built from an adapter's primitives.
 
 An adapter that implements one primitive, ``pushforward`` (forward mode) or
-``pullback`` (reverse mode), gets every other operator from here:
+``pullback`` (reverse mode), gets every other operator from here, through
+:func:`programs`, the one place that picks an adapter's native method or the
+fallback below:
 
 * jacobian: columns from pushforwards of the unit tangents, or rows from
   pullbacks of the unit cotangents;
@@ -22,23 +24,24 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
+from di.backends.protocol import Adapter, Programs
 from di.contexts import Constant, Context
+from di.errors import UnsupportedOperatorError
 from di.families import ArrayOps, family_of
 
-if TYPE_CHECKING:
-    from di.backends.protocol import Adapter, Programs
-
 __all__ = [
+    "FALLBACKS",
     "derivative_programs",
     "gradient_programs",
     "hessian_programs",
     "hvp_programs",
     "jacobian_programs",
     "numpy_dtype",
+    "programs",
     "pullback_programs",
     "pushforward_programs",
     "second_derivative_programs",
@@ -104,7 +107,7 @@ def jacobian_programs(
         forward = prefers_forward(adapter, math.prod(x_shape), math.prod(y_shape))
     if forward:
         tangents = unit_arrays(x_shape, numpy_dtype(x))
-        pushforward = adapter.prepare_pushforward_programs(f, x, tangents, contexts)["value_and_pushforward"]
+        pushforward = programs(adapter, "pushforward", f, x, contexts, tangents)["value_and_pushforward"]
 
         def value_and_jacobian(x: Any, *values: Any) -> Any:
             with scope():
@@ -115,7 +118,7 @@ def jacobian_programs(
 
     else:
         cotangents = unit_arrays(y_shape, numpy_dtype(y_prep))
-        pullback = adapter.prepare_pullback_programs(f, x, cotangents, contexts)["value_and_pullback"]
+        pullback = programs(adapter, "pullback", f, x, contexts, cotangents)["value_and_pullback"]
 
         def value_and_jacobian(x: Any, *values: Any) -> Any:
             with scope():
@@ -147,7 +150,7 @@ def pushforward_programs(
     """``pushforward`` through the jacobian (the adapter's own, else reverse mode):
     ``J @ t`` per tangent."""
     if adapter.has_native("jacobian"):
-        value_and_jacobian = adapter.prepare_jacobian_programs(f, x, contexts)["value_and_jacobian"]
+        value_and_jacobian = programs(adapter, "jacobian", f, x, contexts)["value_and_jacobian"]
     else:
         value_and_jacobian = jacobian_programs(adapter, f, x, contexts, forward=False)["value_and_jacobian"]
     ops = ArrayOps(adapter.family)
@@ -172,7 +175,7 @@ def pullback_programs(
     """``pullback`` through the jacobian (the adapter's own, else forward mode):
     ``t @ J`` per cotangent."""
     if adapter.has_native("jacobian"):
-        value_and_jacobian = adapter.prepare_jacobian_programs(f, x, contexts)["value_and_jacobian"]
+        value_and_jacobian = programs(adapter, "jacobian", f, x, contexts)["value_and_jacobian"]
     else:
         value_and_jacobian = jacobian_programs(adapter, f, x, contexts, forward=True)["value_and_jacobian"]
     ops = ArrayOps(adapter.family)
@@ -195,7 +198,7 @@ def gradient_programs(adapter: Adapter, f: Callable[..., Any], x: Any, contexts:
     if adapter.has_native("pullback"):
         y_prep = evaluate_output(adapter, f, x, contexts)
         one = (np.ones((), dtype=numpy_dtype(y_prep)),)
-        pullback = adapter.prepare_pullback_programs(f, x, one, contexts)["value_and_pullback"]
+        pullback = programs(adapter, "pullback", f, x, contexts, one)["value_and_pullback"]
 
         def value_and_gradient(x: Any, *values: Any) -> Any:
             y, (g,) = pullback(x, one, *values)
@@ -220,7 +223,7 @@ def derivative_programs(adapter: Adapter, f: Callable[..., Any], x: Any, context
     or the reverse jacobian (shaped like the output)."""
     if adapter.has_native("pushforward"):
         one = (np.ones((), dtype=numpy_dtype(x)),)
-        pushforward = adapter.prepare_pushforward_programs(f, x, one, contexts)["value_and_pushforward"]
+        pushforward = programs(adapter, "pushforward", f, x, contexts, one)["value_and_pushforward"]
 
         def value_and_derivative(x: Any, *values: Any) -> Any:
             y, (dy,) = pushforward(x, one, *values)
@@ -258,8 +261,8 @@ def hvp_programs(
 ) -> Programs:
     """``hvp`` forward over reverse: the pushforward of the adapter's own gradient."""
     x_engine, engine_contexts = _in_engine(adapter, x, contexts)
-    inner_gradient = adapter.prepare_gradient_programs(f, x_engine, engine_contexts)["gradient"]
-    outer = adapter.prepare_pushforward_programs(inner_gradient, x, tx, contexts)
+    inner_gradient = programs(adapter, "gradient", f, x_engine, engine_contexts)["gradient"]
+    outer = programs(adapter, "pushforward", inner_gradient, x, contexts, tx)
 
     def gradient_and_hvp(x: Any, tx: Sequence[Any], *values: Any) -> Any:
         return outer["value_and_pushforward"](x, tx, *values)
@@ -271,7 +274,7 @@ def hessian_programs(adapter: Adapter, f: Callable[..., Any], x: Any, contexts: 
     """``hessian`` from the hvps of the unit tangents."""
     x_shape = _shape(x)
     tangents = unit_arrays(x_shape, numpy_dtype(x))
-    gradient_and_hvp = adapter.prepare_hvp_programs(f, x, tangents, contexts)["gradient_and_hvp"]
+    gradient_and_hvp = programs(adapter, "hvp", f, x, contexts, tangents)["gradient_and_hvp"]
     value = adapter.prepare_value_program(f, x, contexts)
     ops = ArrayOps(adapter.family)
     scope = adapter.scope([x, *_values(contexts)])
@@ -298,8 +301,8 @@ def second_derivative_programs(
 ) -> Programs:
     """``second_derivative``: the derivative of the adapter's own derivative."""
     x_engine, engine_contexts = _in_engine(adapter, x, contexts)
-    inner = adapter.prepare_derivative_programs(f, x_engine, engine_contexts)["derivative"]
-    outer = adapter.prepare_derivative_programs(inner, x, contexts)["value_and_derivative"]
+    inner = programs(adapter, "derivative", f, x_engine, engine_contexts)["derivative"]
+    outer = programs(adapter, "derivative", inner, x, contexts)["value_and_derivative"]
     value = adapter.prepare_value_program(f, x, contexts)
 
     def value_derivative_and_second_derivative(x: Any, *values: Any) -> Any:
@@ -315,25 +318,13 @@ def second_derivative_programs(
     }
 
 
-OPERATOR_FAMILIES: dict[str, tuple[str, ...]] = {
-    "derivative": ("derivative", "value_and_derivative"),
-    "gradient": ("gradient", "value_and_gradient"),
-    "jacobian": ("jacobian", "value_and_jacobian"),
-    "pushforward": ("pushforward", "value_and_pushforward"),
-    "pullback": ("pullback", "value_and_pullback"),
-    "hvp": ("hvp", "gradient_and_hvp"),
-    "hessian": ("hessian", "value_gradient_and_hessian"),
-    "second_derivative": ("second_derivative", "value_derivative_and_second_derivative"),
-}
-
-
 def pullback_same_point_programs(
     adapter: Adapter, f: Callable[..., Any], x: Any, ty: Sequence[Any], contexts: Sequence[Context]
 ) -> Programs:
     """Same-point ``pullback``: the jacobian is computed once, at preparation, and
     each call contracts new cotangents with it."""
     values = _values(contexts)
-    y, jac = adapter.prepare_jacobian_programs(f, x, contexts)["value_and_jacobian"](x, *values)
+    y, jac = programs(adapter, "jacobian", f, x, contexts)["value_and_jacobian"](x, *values)
     ops = ArrayOps(adapter.family)
     to_engine = _engine_tangent(adapter)
     scope = adapter.scope([x, *values])
@@ -354,7 +345,7 @@ def hvp_same_point_programs(
     """Same-point ``hvp``: the Hessian is computed once, at preparation, and each
     call contracts new tangents with it."""
     values = _values(contexts)
-    _, g, hessian = adapter.prepare_hessian_programs(f, x, contexts)["value_gradient_and_hessian"](x, *values)
+    _, g, hessian = programs(adapter, "hessian", f, x, contexts)["value_gradient_and_hessian"](x, *values)
     ops = ArrayOps(adapter.family)
     to_engine = _engine_tangent(adapter)
     scope = adapter.scope([x, *values])
@@ -368,3 +359,69 @@ def hvp_same_point_programs(
         return gradient_and_hvp(x, tx, *values)[1]
 
     return {"hvp": hvp, "gradient_and_hvp": gradient_and_hvp}
+
+
+FALLBACKS: dict[str, Callable[..., Programs]] = {
+    "pushforward": pushforward_programs,
+    "pullback": pullback_programs,
+    "gradient": gradient_programs,
+    "derivative": derivative_programs,
+    "jacobian": jacobian_programs,
+    "hvp": hvp_programs,
+    "hessian": hessian_programs,
+    "second_derivative": second_derivative_programs,
+    "pullback_same_point": pullback_same_point_programs,
+    "hvp_same_point": hvp_same_point_programs,
+}
+"""The generic program builders, by operator (as in ``prepare_<operator>_programs``)."""
+
+_WITH_TANGENTS = frozenset({"pushforward", "pullback", "hvp", "pullback_same_point", "hvp_same_point"})
+
+
+def programs(
+    adapter: Adapter,
+    operator: str,
+    f: Callable[..., Any],
+    x: Any,
+    contexts: Sequence[Context],
+    tangents: Sequence[Any] | None = None,
+) -> Programs:
+    """The programs of ``operator`` on ``adapter``: its native method when it has
+    one, else the generic fallback built from its primitives.
+
+    Args:
+        adapter: the engine's adapter.
+        operator: an operator family (``"gradient"``, ``"hvp"``, ...) or a
+            same-point one (``"pullback_same_point"``, ``"hvp_same_point"``).
+        f: the function, called as ``f(x, *context_values)``.
+        x: the point to prepare at.
+        contexts: the contexts, in ``f``'s order.
+        tangents: the tangents (``pushforward``, ``hvp``) or cotangents
+            (``pullback``) of operators that take them.
+
+    Returns:
+        The programs of the family, by name (``{"gradient": ..., "value_and_gradient": ...}``).
+
+    Raises:
+        UnsupportedOperatorError: the adapter implements neither ``operator`` nor
+            a primitive to build it from.
+
+    Examples:
+        >>> import numpy as np, di
+        >>> from di.backends.fallbacks import programs
+        >>> from di.backends.registry import get_adapter
+        >>> adapter = get_adapter(di.AutoFiniteDiff())
+        >>> gradient = programs(adapter, "gradient", lambda x: (x * x).sum(), np.zeros(2), [])["gradient"]
+        >>> gradient(np.array([1.0, 2.0])).round(6)
+        array([2., 4.])
+    """
+    takes_tangents = operator in _WITH_TANGENTS
+    if adapter.has_native(operator):
+        method = getattr(adapter, f"prepare_{operator}_programs")
+        return method(f, x, tangents, contexts) if takes_tangents else method(f, x, contexts)  # type: ignore[no-any-return]
+    if not adapter.has_primitive():
+        raise UnsupportedOperatorError(
+            f"{adapter.backend!r} does not implement {operator}, nor a pushforward or pullback to build it from."
+        )
+    fallback = FALLBACKS[operator]
+    return fallback(adapter, f, x, tangents, contexts) if takes_tangents else fallback(adapter, f, x, contexts)

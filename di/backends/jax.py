@@ -20,8 +20,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from di.backends.fallbacks import OPERATOR_FAMILIES
 from di.backends.protocol import (
+    OPERATOR_FAMILIES,
     Adapter,
     Program,
     Programs,

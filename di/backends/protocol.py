@@ -20,8 +20,6 @@ import warnings
 from collections.abc import Callable, Hashable, Sequence
 from typing import Any, ClassVar
 
-from di.backends import fallbacks
-from di.backends.fallbacks import OPERATOR_FAMILIES
 from di.backends.selectors import AbstractBackend
 from di.contexts import Cache, Constant, Context
 from di.errors import (
@@ -29,12 +27,12 @@ from di.errors import (
     InvalidOutputError,
     RecompileWarning,
     UnsupportedContextError,
-    UnsupportedOperatorError,
 )
 from di.families import converter, family_of, identity, is_floating_dtype
 from di.pytrees import is_pytree, tree_flatten, tree_map
 
 __all__ = [
+    "OPERATOR_FAMILIES",
     "Adapter",
     "Program",
     "Programs",
@@ -49,6 +47,19 @@ __all__ = [
 Program = Callable[..., Any]
 Programs = dict[str, Program]
 
+OPERATOR_FAMILIES: dict[str, tuple[str, ...]] = {
+    "derivative": ("derivative", "value_and_derivative"),
+    "gradient": ("gradient", "value_and_gradient"),
+    "jacobian": ("jacobian", "value_and_jacobian"),
+    "pushforward": ("pushforward", "value_and_pushforward"),
+    "pullback": ("pullback", "value_and_pullback"),
+    "hvp": ("hvp", "gradient_and_hvp"),
+    "hessian": ("hessian", "value_gradient_and_hessian"),
+    "second_derivative": ("second_derivative", "value_derivative_and_second_derivative"),
+}
+"""Each operator family and the programs a prep of it holds: the plain operator
+first, then its combined (``value_and_*``) form."""
+
 RECOMPILE_WARNING_THRESHOLD = 8
 _STATIC_SCALARS = (int, bool, str, bytes, type(None), enum.Enum)
 
@@ -59,9 +70,11 @@ class Adapter:
     Subclasses set ``family`` (the array family the engine computes in) and
     implement at least one primitive, :meth:`prepare_pushforward_programs` or
     :meth:`prepare_pullback_programs`; every other operator then works through
-    :mod:`di.backends.fallbacks`, and overriding its ``prepare_<operator>_programs``
-    method gives it a native fast path. :meth:`support` reports which is which,
-    and the documentation's tables are generated from it.
+    :func:`di.backends.fallbacks.programs`, and overriding its
+    ``prepare_<operator>_programs`` method gives it a native fast path.
+    :meth:`support` reports which is which, and the documentation's tables are
+    generated from it. This module needs nothing from the fallbacks: they build on
+    it, and the operator layer asks them for programs.
 
     A *program* takes ``x`` (and tangents) and the context values as the caller
     passes them, in any array family, and returns engine-family arrays.
@@ -144,25 +157,24 @@ class Adapter:
     @classmethod
     def has_native(cls, family: str) -> bool:
         """Whether this adapter implements operator ``family`` itself (rather than
-        through the generic fallbacks built from its primitives)."""
+        leaving it to the generic fallbacks built from its primitives)."""
         method = getattr(cls, f"prepare_{family}_programs")
         return method is not getattr(Adapter, f"prepare_{family}_programs")
+
+    @classmethod
+    def has_primitive(cls) -> bool:
+        """Whether the adapter implements a pushforward or a pullback, from which
+        :mod:`di.backends.fallbacks` builds every other operator."""
+        return cls.has_native("pushforward") or cls.has_native("pullback")
 
     @classmethod
     def support(cls) -> dict[str, str]:
         """For each operator family: ``"native"``, ``"fallback"`` or ``"unsupported"``;
         the documentation's support tables are generated from this."""
-        has_primitive = cls.has_native("pushforward") or cls.has_native("pullback")
         return {
-            family: "native" if cls.has_native(family) else ("fallback" if has_primitive else "unsupported")
+            family: "native" if cls.has_native(family) else ("fallback" if cls.has_primitive() else "unsupported")
             for family in OPERATOR_FAMILIES
         }
-
-    def _require_primitive(self, family: str) -> None:
-        if not (self.has_native("pushforward") or self.has_native("pullback")):
-            raise UnsupportedOperatorError(
-                f"{self.backend!r} does not implement {family}, nor a pushforward or pullback to build it from."
-            )
 
     # --- primitives ---------------------------------------------------------------
 
@@ -178,72 +190,66 @@ class Adapter:
 
         return value
 
+    # --- operators ----------------------------------------------------------------
+    # What an adapter may implement. Each method it overrides is a native path; the
+    # others are built by di.backends.fallbacks.programs from the primitives
+    # (pushforward or pullback), which an adapter must implement at least one of.
+    # The operator layer calls these through fallbacks.programs, never directly.
+
     def prepare_pushforward_programs(
         self, f: Callable[..., Any], x: Any, tx: Sequence[Any], contexts: Sequence[Context]
     ) -> Programs:
         """Forward mode. Programs ``(x, tx, *values) -> tuple`` of output tangents
         (``pushforward``) and ``-> (y, tuple)`` (``value_and_pushforward``). Tangents
         may be arrays of any family; the programs convert them."""
-        if not self.has_native("pullback"):
-            self._require_primitive("pushforward")
-        return fallbacks.pushforward_programs(self, f, x, tx, contexts)
+        raise NotImplementedError
 
     def prepare_pullback_programs(
         self, f: Callable[..., Any], x: Any, ty: Sequence[Any], contexts: Sequence[Context]
     ) -> Programs:
         """Reverse mode. Programs ``(x, ty, *values) -> tuple`` of input cotangents
         (``pullback``) and ``-> (y, tuple)`` (``value_and_pullback``)."""
-        if not self.has_native("pushforward"):
-            self._require_primitive("pullback")
-        return fallbacks.pullback_programs(self, f, x, ty, contexts)
-
-    # --- operators, by default from the primitives --------------------------------
+        raise NotImplementedError
 
     def prepare_pullback_same_point_programs(
         self, f: Callable[..., Any], x: Any, ty: Sequence[Any], contexts: Sequence[Context]
     ) -> Programs:
         """``pullback`` at one point: the linearisation is computed at preparation."""
-        return fallbacks.pullback_same_point_programs(self, f, x, ty, contexts)
+        raise NotImplementedError
 
     def prepare_hvp_same_point_programs(
         self, f: Callable[..., Any], x: Any, tx: Sequence[Any], contexts: Sequence[Context]
     ) -> Programs:
         """``hvp`` at one point: the second-order linearisation is computed at preparation."""
-        return fallbacks.hvp_same_point_programs(self, f, x, tx, contexts)
+        raise NotImplementedError
 
     def prepare_gradient_programs(self, f: Callable[..., Any], x: Any, contexts: Sequence[Context]) -> Programs:
         """``gradient`` / ``value_and_gradient`` programs ``(x, *values)``."""
-        self._require_primitive("gradient")
-        return fallbacks.gradient_programs(self, f, x, contexts)
+        raise NotImplementedError
 
     def prepare_derivative_programs(self, f: Callable[..., Any], x: Any, contexts: Sequence[Context]) -> Programs:
         """``derivative`` / ``value_and_derivative`` programs ``(x, *values)``."""
-        self._require_primitive("derivative")
-        return fallbacks.derivative_programs(self, f, x, contexts)
+        raise NotImplementedError
 
     def prepare_jacobian_programs(self, f: Callable[..., Any], x: Any, contexts: Sequence[Context]) -> Programs:
         """``jacobian`` / ``value_and_jacobian`` programs ``(x, *values)``."""
-        self._require_primitive("jacobian")
-        return fallbacks.jacobian_programs(self, f, x, contexts)
+        raise NotImplementedError
 
     def prepare_hvp_programs(
         self, f: Callable[..., Any], x: Any, tx: Sequence[Any], contexts: Sequence[Context]
     ) -> Programs:
         """``hvp`` / ``gradient_and_hvp`` programs ``(x, tx, *values)``."""
-        self._require_primitive("hvp")
-        return fallbacks.hvp_programs(self, f, x, tx, contexts)
+        raise NotImplementedError
 
     def prepare_hessian_programs(self, f: Callable[..., Any], x: Any, contexts: Sequence[Context]) -> Programs:
         """``hessian`` / ``value_gradient_and_hessian`` programs ``(x, *values)``."""
-        self._require_primitive("hessian")
-        return fallbacks.hessian_programs(self, f, x, contexts)
+        raise NotImplementedError
 
     def prepare_second_derivative_programs(
         self, f: Callable[..., Any], x: Any, contexts: Sequence[Context]
     ) -> Programs:
         """``second_derivative`` / ``value_derivative_and_second_derivative``."""
-        self._require_primitive("second_derivative")
-        return fallbacks.second_derivative_programs(self, f, x, contexts)
+        raise NotImplementedError
 
 
 def describe_output(y: Any) -> str:

@@ -6,7 +6,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from di.backends import fallbacks
-from di.backends.fallbacks import rewrap_context
+from di.backends.fallbacks import programs, rewrap_context
 from di.backends.protocol import Adapter, Programs
 from di.backends.registry import get_adapter
 from di.backends.selectors import SecondOrder
@@ -61,21 +61,21 @@ class SecondOrderAdapter(Adapter):
     def prepare_pushforward_programs(
         self, f: Callable[..., Any], x: Any, tx: Sequence[Any], contexts: Sequence[Context]
     ) -> Programs:
-        return self._from_inner(self.inner.prepare_pushforward_programs(f, x, tx, contexts))
+        return self._from_inner(programs(self.inner, "pushforward", f, x, contexts, tx))
 
     def prepare_pullback_programs(
         self, f: Callable[..., Any], x: Any, ty: Sequence[Any], contexts: Sequence[Context]
     ) -> Programs:
-        return self._from_inner(self.inner.prepare_pullback_programs(f, x, ty, contexts))
+        return self._from_inner(programs(self.inner, "pullback", f, x, contexts, ty))
 
     def prepare_gradient_programs(self, f: Callable[..., Any], x: Any, contexts: Sequence[Context]) -> Programs:
-        return self._from_inner(self.inner.prepare_gradient_programs(f, x, contexts))
+        return self._from_inner(programs(self.inner, "gradient", f, x, contexts))
 
     def prepare_derivative_programs(self, f: Callable[..., Any], x: Any, contexts: Sequence[Context]) -> Programs:
-        return self._from_inner(self.inner.prepare_derivative_programs(f, x, contexts))
+        return self._from_inner(programs(self.inner, "derivative", f, x, contexts))
 
     def prepare_jacobian_programs(self, f: Callable[..., Any], x: Any, contexts: Sequence[Context]) -> Programs:
-        return self._from_inner(self.inner.prepare_jacobian_programs(f, x, contexts))
+        return self._from_inner(programs(self.inner, "jacobian", f, x, contexts))
 
     def _inner_function(
         self, operator: str, f: Callable[..., Any], x: Any, contexts: Sequence[Context]
@@ -88,8 +88,7 @@ class SecondOrderAdapter(Adapter):
         outer_contexts = [
             rewrap_context(c, converter(family_of(c.value), self.outer.family)(c.value)) for c in contexts
         ]
-        prepare = getattr(self.inner, f"prepare_{operator}_programs")
-        inner = prepare(f, x_outer, outer_contexts)[operator]
+        inner = programs(self.inner, operator, f, x_outer, outer_contexts)[operator]
         convert = converter(self.inner.family, self.outer.family)
 
         def in_outer_family(x: Any, *values: Any) -> Any:
@@ -101,7 +100,7 @@ class SecondOrderAdapter(Adapter):
         self, f: Callable[..., Any], x: Any, tx: Sequence[Any], contexts: Sequence[Context]
     ) -> Programs:
         gradient = self._inner_function("gradient", f, x, contexts)
-        outer = self.outer.prepare_pushforward_programs(gradient, x, tx, contexts)
+        outer = programs(self.outer, "pushforward", gradient, x, contexts, tx)
         return {"hvp": outer["pushforward"], "gradient_and_hvp": outer["value_and_pushforward"]}
 
     def prepare_hessian_programs(self, f: Callable[..., Any], x: Any, contexts: Sequence[Context]) -> Programs:
@@ -111,7 +110,7 @@ class SecondOrderAdapter(Adapter):
         self, f: Callable[..., Any], x: Any, contexts: Sequence[Context]
     ) -> Programs:
         derivative = self._inner_function("derivative", f, x, contexts)
-        outer = self.outer.prepare_derivative_programs(derivative, x, contexts)["value_and_derivative"]
+        outer = programs(self.outer, "derivative", derivative, x, contexts)["value_and_derivative"]
         value = self.prepare_value_program(f, x, contexts)
 
         def value_derivative_and_second_derivative(x: Any, *values: Any) -> Any:

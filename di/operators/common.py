@@ -7,8 +7,8 @@ from typing import Any
 
 import numpy as np
 
-from di.backends.fallbacks import OPERATOR_FAMILIES
-from di.backends.protocol import Adapter
+from di.backends import fallbacks
+from di.backends.protocol import OPERATOR_FAMILIES, Adapter
 from di.backends.registry import get_adapter
 from di.errors import InvalidInputError
 from di.families import converter, family_of, identity
@@ -216,7 +216,7 @@ def _in_x_order(programs: dict[str, Callable[..., Any]], x: Any) -> dict[str, Ca
 
 def _raveled_programs(
     family: str,
-    method: Callable[..., Any],
+    operator: str,
     adapter: Adapter,
     f: Callable[..., Any],
     x: Any,
@@ -237,9 +237,7 @@ def _raveled_programs(
     if tangents is not None and x_tangents:
         flat_tangents = tuple(raveler.ravel(t) for t in tangents)
     flat_x = raveler.ravel(x)
-    engine = (
-        method(flat_f, flat_x, flat_tangents, contexts) if tangents is not None else method(flat_f, flat_x, contexts)
-    )
+    engine = fallbacks.programs(adapter, operator, flat_f, flat_x, contexts, flat_tangents)
     to_caller = _nested_converter(converter(adapter.family, raveler.family))
     unravel = raveler.unravel
 
@@ -310,12 +308,13 @@ def prepare_operator(
             f"{family} needs a scalar x (a 0-d array or a float), not shape {tuple(x.shape)}; "
             f"use jacobian (or hessian) for array inputs."
         )
-    method = getattr(adapter, f"prepare_{family}{'_same_point' if same_point else ''}_programs")
+    operator = f"{family}_same_point" if same_point else family
+
     x_given, x = x, (np.asarray(x, dtype=np.float64) if isinstance(x, float) else x)
     if is_pytree(x) and not (family in adapter.native_pytrees and adapter.takes_pytree(x)):
-        programs = _raveled_programs(family, method, adapter, f, x, tangents, contexts)
+        programs = _raveled_programs(family, operator, adapter, f, x, tangents, contexts)
     else:
-        engine_programs = method(f, x, tangents, contexts) if label is not None else method(f, x, contexts)
+        engine_programs = fallbacks.programs(adapter, operator, f, x, contexts, tangents)
         if is_pytree(x):
             to_caller = _tree_converter(adapter, _leaf_family(adapter, x))
         else:
