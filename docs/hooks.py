@@ -176,12 +176,28 @@ def pytrees_table() -> str:
     return _table(["operator", *(_code(label(s)) for s in columns)], rows)
 
 
+def second_order_table() -> str:
+    """Outer x inner backends of ``SecondOrder``: which pairs compute second order
+    (``Adapter.differentiates_programs_of``, the check made at preparation)."""
+    import di
+    from di.backends.second_order import supported_pairs
+
+    engines = [di.AutoJAX(), di.AutoTorch(), di.AutoAutograd(), di.AutoFiniteDiff()]
+    pairs = set(supported_pairs(engines))
+    rows = [
+        [_code(label(outer)), *("supported" if (outer, inner) in pairs else "refused" for inner in engines)]
+        for outer in engines
+    ]
+    return _table(["outer \\ inner", *(_code(label(inner)) for inner in engines)], rows)
+
+
 TABLES: dict[str, Callable[[], str]] = {
     "operators": operators_table,
     "contexts": contexts_table,
     "backends": backends_table,
     "options": options_table,
     "pytrees": pytrees_table,
+    "second-order": second_order_table,
 }
 
 

@@ -87,6 +87,7 @@ class FiniteDiffAdapter(Adapter):
 
     family = NUMPY
     evaluates_in_float64 = True
+    differentiates_any_program = True
 
     @property
     def selector(self) -> AutoFiniteDiff:

@@ -71,6 +71,11 @@ class JAXAdapter(Adapter):
     def tree_map(self, function: Callable[[Any], Any], tree: Any) -> Any:
         return jax.tree_util.tree_map(function, tree)
 
+    def differentiates_programs_of(self, inner: Adapter) -> bool:
+        """JAX traces the programs of JAX adapters (eager or jitted); other engines'
+        programs cannot take JAX tracers."""
+        return isinstance(inner, JAXAdapter)
+
     def takes_pytree(self, tree: Any) -> bool:
         """JAX takes pytrees whose nodes it knows (its own registry, which has
         tuples, lists, dicts, namedtuples); a node registered with optree only is

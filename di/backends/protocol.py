@@ -140,6 +140,20 @@ class Adapter:
         by default; JAX uses its own registry so JAX-registered nodes work)."""
         return tree_map(function, tree)
 
+    differentiates_any_program: ClassVar[bool] = False
+    """Whether the engine differentiates a function by evaluating it at points
+    (finite differences), so that as :class:`di.SecondOrder`'s outer backend it
+    can differentiate any inner backend's programs."""
+
+    def differentiates_programs_of(self, inner: Adapter) -> bool:
+        """Whether, as the outer backend of :class:`di.SecondOrder`, this engine can
+        differentiate the gradient and derivative programs ``inner`` builds (it
+        calls them with its own values: tracers, boxes, dual tensors).
+
+        An engine that traces can differentiate only programs written in itself;
+        an adapter that can says so by overriding this method."""
+        return self.differentiates_any_program
+
     evaluates_in_float64: ClassVar[bool] = False
     """Whether the engine evaluates ``f`` in float64 whatever the input dtype
     (finite differences): flattened pytrees then reach ``f`` as float64 leaves."""

@@ -9,11 +9,46 @@ from di.backends import fallbacks
 from di.backends.fallbacks import programs, rewrap_context
 from di.backends.protocol import Adapter, Programs
 from di.backends.registry import get_adapter
-from di.backends.selectors import SecondOrder
+from di.backends.selectors import AbstractBackend, SecondOrder, available_backends
 from di.contexts import Context
+from di.errors import UnsupportedOperatorError
 from di.families import converter, family_of, identity
 
-__all__ = ["SecondOrderAdapter"]
+__all__ = ["SecondOrderAdapter", "supported_pairs"]
+
+
+def first_order_adapter(adapter: Adapter) -> Adapter:
+    """The adapter whose programs a (possibly nested) SecondOrder's first-order
+    operators run: the innermost ``inner``."""
+    while isinstance(adapter, SecondOrderAdapter):
+        adapter = adapter.inner
+    return adapter
+
+
+def supported_pairs(backends: list[AbstractBackend] | None = None) -> list[tuple[AbstractBackend, AbstractBackend]]:
+    """The ``(outer, inner)`` pairs of backends with which :class:`di.SecondOrder`
+    computes ``hvp``, ``hessian`` and ``second_derivative``.
+
+    Args:
+        backends: the backends to pair (default: :func:`di.available_backends`,
+            whose engines this imports).
+
+    Returns:
+        Every supported pair, in the order of ``backends``.
+
+    Examples:
+        >>> import di
+        >>> from di.backends.second_order import supported_pairs
+        >>> supported_pairs([di.AutoFiniteDiff()])
+        [(AutoFiniteDiff(method='central', step=None), AutoFiniteDiff(method='central', step=None))]
+    """
+    candidates = available_backends() if backends is None else backends
+    return [
+        (outer, inner)
+        for outer in candidates
+        for inner in candidates
+        if get_adapter(outer).differentiates_programs_of(get_adapter(inner))
+    ]
 
 
 class SecondOrderAdapter(Adapter):
@@ -32,6 +67,24 @@ class SecondOrderAdapter(Adapter):
         self.family = self.outer.family  # type: ignore[misc]
         self.supports_cache = self.inner.supports_cache and self.outer.supports_cache  # type: ignore[misc]
         self.cache_note = self.inner.cache_note or self.outer.cache_note  # type: ignore[misc]
+
+    def check_pair(self, operator: str) -> None:
+        """Refuse, at preparation, a second-order ``operator`` whose outer engine
+        cannot differentiate the inner one's programs.
+
+        Raises:
+            UnsupportedOperatorError: naming both engines and the pairs that work.
+        """
+        outer, inner = first_order_adapter(self.outer), first_order_adapter(self.inner)
+        if outer.differentiates_programs_of(inner):
+            return
+        pairs = ", ".join(f"SecondOrder({type(o).__name__}(), {type(i).__name__}())" for o, i in supported_pairs())
+        raise UnsupportedOperatorError(
+            f"{self.backend!r} cannot compute {operator}: the outer backend {outer.backend!r} cannot differentiate "
+            f"the programs of the inner backend {inner.backend!r} (it would call them with its own traced values). "
+            f"Pairs that work here: {pairs}. For second order on one engine, use its backend alone: it computes "
+            f"hvp and hessian natively (forward over reverse)."
+        )
 
     def check_contexts(self, contexts: Sequence[Context]) -> None:
         self.inner.check_contexts(contexts)
@@ -99,16 +152,19 @@ class SecondOrderAdapter(Adapter):
     def prepare_hvp_programs(
         self, f: Callable[..., Any], x: Any, tx: Sequence[Any], contexts: Sequence[Context]
     ) -> Programs:
+        self.check_pair("hvp")
         gradient = self._inner_function("gradient", f, x, contexts)
         outer = programs(self.outer, "pushforward", gradient, x, contexts, tx)
         return {"hvp": outer["pushforward"], "gradient_and_hvp": outer["value_and_pushforward"]}
 
     def prepare_hessian_programs(self, f: Callable[..., Any], x: Any, contexts: Sequence[Context]) -> Programs:
+        self.check_pair("hessian")
         return fallbacks.hessian_programs(self, f, x, contexts)
 
     def prepare_second_derivative_programs(
         self, f: Callable[..., Any], x: Any, contexts: Sequence[Context]
     ) -> Programs:
+        self.check_pair("second_derivative")
         derivative = self._inner_function("derivative", f, x, contexts)
         outer = programs(self.outer, "derivative", derivative, x, contexts)["value_and_derivative"]
         value = self.prepare_value_program(f, x, contexts)

@@ -1,0 +1,92 @@
+"""SecondOrder(outer, inner): the pairs that compute second order, and the clear
+refusal, at preparation, of the pairs whose outer engine cannot trace the inner one."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+
+import di
+from di.backends.second_order import supported_pairs
+
+pytest.importorskip("jax")
+pytest.importorskip("torch")
+pytest.importorskip("autograd")
+
+ENGINES = [di.AutoJAX(), di.AutoTorch(), di.AutoAutograd(), di.AutoFiniteDiff()]
+PAIRS = [(outer, inner) for outer in ENGINES for inner in ENGINES]
+SUPPORTED = {
+    (di.AutoJAX(), di.AutoJAX()),
+    *((di.AutoFiniteDiff(), inner) for inner in ENGINES),
+}
+
+
+def energy(x: Any) -> Any:
+    return (x**3).sum() + x[0] * x[1]
+
+
+def cube(t: Any) -> Any:
+    return t**3
+
+
+X = np.array([1.0, 2.0, 3.0])
+HESSIAN = np.diag(6 * X) + np.array([[0.0, 1.0, 0.0], [1.0, 0.0, 0.0], [0.0, 0.0, 0.0]])
+
+
+def pair_id(pair: tuple[Any, Any]) -> str:
+    return f"{type(pair[0]).__name__}-over-{type(pair[1]).__name__}"
+
+
+def test_supported_pairs_are_finite_differences_over_anything_and_jax_over_jax() -> None:
+    assert set(supported_pairs(ENGINES)) == SUPPORTED
+    assert (di.AutoJAX(jit=True), di.AutoJAX()) in supported_pairs([di.AutoJAX(jit=True), di.AutoJAX()])
+
+
+@pytest.mark.parametrize("pair", sorted(SUPPORTED, key=pair_id), ids=pair_id)
+def test_a_supported_pair_computes_the_hessian_hvp_and_second_derivative(pair: tuple[Any, Any]) -> None:
+    backend = di.SecondOrder(*pair)
+    nested_differences = isinstance(pair[1], di.AutoFiniteDiff)
+    tolerance = {"rtol": 1e-3, "atol": 1e-3} if nested_differences else {"rtol": 1e-5, "atol": 1e-5}
+    np.testing.assert_allclose(di.hessian(energy, backend, X), HESSIAN, **tolerance)
+    tangent = np.array([1.0, -1.0, 0.5])
+    np.testing.assert_allclose(di.hvp(energy, backend, X, (tangent,))[0], HESSIAN @ tangent, **tolerance)
+    np.testing.assert_allclose(di.second_derivative(cube, backend, 2.0), 12.0, **tolerance)
+
+
+@pytest.mark.parametrize("pair", [p for p in PAIRS if p not in SUPPORTED], ids=pair_id)
+@pytest.mark.parametrize("operator", ["hvp", "hessian", "second_derivative"])
+def test_an_unsupported_pair_is_refused_at_preparation_naming_both_engines(
+    pair: tuple[Any, Any], operator: str
+) -> None:
+    backend = di.SecondOrder(*pair)
+    arguments: tuple[Any, ...] = {
+        "hvp": (energy, backend, X, (np.ones(3),)),
+        "hessian": (energy, backend, X),
+        "second_derivative": (cube, backend, 2.0),
+    }[operator]
+    with pytest.raises(di.UnsupportedOperatorError) as raised:
+        getattr(di, f"prepare_{operator}")(*arguments)
+    message = str(raised.value)
+    assert repr(pair[0]) in message and repr(pair[1]) in message
+    assert f"cannot compute {operator}" in message
+    assert "SecondOrder(AutoFiniteDiff(), AutoJAX())" in message  # the pairs that work
+
+
+def test_jax_over_torch_hessian_is_refused_not_an_attribute_error() -> None:
+    # Before: AttributeError: LinearizeTracer has no attribute __dlpack_device__.
+    with pytest.raises(di.UnsupportedOperatorError, match="AutoJAX.*AutoTorch"):
+        di.hessian(energy, di.SecondOrder(di.AutoJAX(), di.AutoTorch()), X)
+
+
+def test_torch_over_torch_second_derivative_is_refused_not_silently_wrong() -> None:
+    # Before: the inner gradient program detached x, and the outer jvp returned a wrong value.
+    with pytest.raises(di.UnsupportedOperatorError):
+        di.second_derivative(cube, di.SecondOrder(di.AutoTorch(), di.AutoTorch()), 2.0)
+
+
+@pytest.mark.parametrize("pair", [p for p in PAIRS if p not in SUPPORTED][:3], ids=pair_id)
+def test_first_order_operators_of_a_refused_pair_use_the_inner_backend(pair: tuple[Any, Any]) -> None:
+    gradient = di.gradient(energy, di.SecondOrder(*pair), X)
+    np.testing.assert_allclose(gradient, 3 * X**2 + np.array([X[1], X[0], 0.0]), rtol=1e-6)
