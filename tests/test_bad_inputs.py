@@ -6,10 +6,6 @@ the fix, and that nothing the caller passed was mutated (``x``, the contexts, ``
 to the other operators and adds what it leaves out: object arrays, non-array
 outputs, the order of contexts, preps from another signature of tangents, ``out``
 for jacobians, NaN and Inf, and missing engines for every operator.
-
-Cases that show a known ``di`` defect are marked ``xfail(strict=True)`` through
-:func:`known_reason`: they assert the right behaviour, and start failing (XPASS) once ``di``
-is fixed, when their entry must be removed.
 """
 
 from __future__ import annotations
@@ -179,33 +175,12 @@ def suggests(message: str, *fixes: str) -> None:
     assert any(fix in message for fix in fixes), f"the message suggests none of {fixes}:\n{message}"
 
 
-# --- known di defects ------------------------------------------------------------------------------------------------
-# (test name, case id) -> reason. Each case asserts the right behaviour; strict xfail makes it fail once di
-# is fixed, so the entry must then be removed. The final report of the session that wrote this module
-# gives a minimal reproduction of each.
-
-_FD = ("fd-central", "fd-forward")
-
-
-def known_reason(test: str, backend: str, *rest: str) -> str | None:
-    """Why a case of ``test`` on ``backend`` is known to fail, or None."""
-    op = rest[0] if rest else ""
-    if test == "tangent-shape" and op == "pullback":
-        return "unprepared cotangents of the wrong shape: engine errors, or (autograd) a result of the wrong shape"
-    return None
-
-
-def known(test: str, *parts: Any) -> list[Any]:
-    reason = known_reason(test, *(str(p) for p in parts))
-    return [pytest.mark.xfail(reason=reason, strict=True)] if reason else []
-
-
 def params(test: str, *axes: list[tuple[str, Any]]) -> list[Any]:
-    """The product of ``axes`` (lists of ``(id, value)``) as pytest params with known-defect marks."""
+    """The product of ``axes`` (lists of ``(id, value)``) as pytest params."""
     combos: list[tuple[list[str], list[Any]]] = [([], [])]
     for axis in axes:
         combos = [([*ids, i], [*values, v]) for ids, values in combos for i, v in axis]
-    return [pytest.param(*values, id="-".join(ids), marks=known(test, *ids)) for ids, values in combos]
+    return [pytest.param(*values, id="-".join(ids)) for ids, values in combos]
 
 
 BACKEND_AXIS = [(backend_id(b), b) for b in BACKENDS]

@@ -349,82 +349,13 @@ def reference_hvp(f: Callable[..., Any], x64: Any, v64: Any, w: Any) -> np.ndarr
     return ((up - down) / (2.0 * h)).reshape(-1)
 
 
-# --- known di bugs ---------------------------------------------------------------------------------------------------
-# Each is reproduced by a deterministic test below, marked xfail(strict=True): when di is fixed that test
-# passes, strict xfail fails it, and the entry here must go too.
-
-
-def known_bugs(backend: di.AbstractBackend, case: Case, operator: str) -> dict[str, str]:
-    """``{what: why}`` for what ``backend``'s ``operator`` is known to get wrong for ``case``:
-    ``"dtype"`` (values compared at float32 tolerances, dtype not checked), ``"values"`` (result
-    not compared) or ``"raises"`` (not called)."""
-    leaves = case.numpy_leaves
-    bugs: dict[str, str] = {}
-    if (
-        TORCH_EMPTY_JACOBIAN_BUG
-        and operator == "jacobian"
-        and isinstance(backend, di.AutoTorch)
-        and (sum(leaf.size for leaf in leaves) == 0 or leaves[0].size == 0)
-    ):
-        bugs.setdefault("raises", "AutoTorch jacobian of an empty x, or of an empty output, raises IndexError")
-    if (
-        TORCH_0D_FLOAT32_BUG
-        and operator in ("jacobian", "hvp")
-        and isinstance(backend, di.AutoTorch)
-        and any(leaf.shape == () and leaf.dtype == np.float32 for leaf in leaves)
-    ):
-        bugs.setdefault(
-            "dtype", "AutoTorch jacobian (and hvp of pytrees) with 0-d float32 leaves can come back float64"
-        )
-    if (
-        FD_0D_HVP_BUG
-        and operator == "hvp"
-        and isinstance(backend, di.AutoFiniteDiff)
-        and isinstance(case.structure, np.ndarray)
-        and case.structure.shape == ()
-    ):
-        bugs.setdefault("values", "finite-difference hvp at a 0-d x is 0")
-    if (
-        FD_ALIASED_OUTPUT_BUG
-        and operator == "jacobian"
-        and isinstance(backend, di.AutoFiniteDiff)
-        and case.head == ("v",)
-        and len(leaves) == 1
-    ):
-        bugs.setdefault(
-            "values", "finite-difference jacobian of an f returning x itself (or a view of it) is all zeros"
-        )
-    if (
-        JAX_PYTREE_FLOAT64_BUG
-        and case.family == "jax"
-        and not isinstance(case.structure, np.ndarray)
-        and not isinstance(backend, di.AutoJAX)
-        and any(leaf.dtype == np.float64 for leaf in leaves)
-    ):
-        bugs.setdefault(
-            "dtype", "a pytree of float64 JAX arrays is computed and returned in float32 by non-JAX engines"
-        )
-    return bugs
-
-
-def bug_is(kind: str, backend: di.AbstractBackend, case: Case, operator: str) -> bool:
-    return kind in known_bugs(backend, case, operator)
-
-
-JAX_PYTREE_FLOAT64_BUG = False
-FD_ALIASED_OUTPUT_BUG = False
-TORCH_EMPTY_JACOBIAN_BUG = False
-TORCH_0D_FLOAT32_BUG = False
-FD_0D_HVP_BUG = False
-
-
 # --- tolerances ------------------------------------------------------------------------------------------------------
 
 
 def tolerance(backend: di.AbstractBackend, case: Case, operator: str) -> tuple[float, float]:
     """``(rtol, atol relative to the largest reference entry)`` for ``backend``'s result
     against the exact float64 reference."""
-    if any(leaf.dtype == np.float32 for leaf in case.numpy_leaves) or bug_is("dtype", backend, case, operator):
+    if any(leaf.dtype == np.float32 for leaf in case.numpy_leaves):
         return 2e-3, 2e-4  # measured worst ~2e-5 (float32 rounding through depth-3 expressions)
     if isinstance(backend, di.AutoFiniteDiff):
         return (1e-4, 1e-5) if operator == "hvp" else (1e-6, 1e-7)
@@ -474,8 +405,7 @@ def test_gradient_every_backend_agrees_with_finite_differences(case: Case) -> No
         prep = di.prepare_gradient(f, backend, in_family(case, random_like(case.structure, rng)), weights)
         g = di.gradient(f, prep, backend, x, weights)
         what = f"gradient on {backend_id(backend)}: {case.describe()}"
-        if not bug_is("dtype", backend, case, "gradient"):
-            check_like(g, case.structure, case, what)
+        check_like(g, case.structure, case, what)
         rtol, atol = tolerance(backend, case, "gradient")
         assert_agree(flat(g, x64), exact, rtol, atol, what)
 
@@ -498,16 +428,13 @@ def test_jacobian_every_backend_agrees_with_finite_differences(case: Case) -> No
     # The jacobian's leaves are shaped (*f(x).shape, *leaf.shape), with f(x) like the first leaf
     # and in its dtype; mixed-precision leaves get the promoted dtype of the output and the leaf.
     for backend in PROPERTY_BACKENDS:
-        if bug_is("raises", backend, case, "jacobian"):
-            continue
         prep = di.prepare_jacobian(f, backend, in_family(case, random_like(case.structure, rng)), weights)
         jac = di.jacobian(f, prep, backend, x, weights)
         what = f"jacobian on {backend_id(backend)}: {case.describe()}"
-        if len({leaf.dtype for leaf in case.numpy_leaves}) == 1 and not bug_is("dtype", backend, case, "jacobian"):
+        if len({leaf.dtype for leaf in case.numpy_leaves}) == 1:
             check_like(jac, case.structure, case, what, leading=out_shape)
         rtol, atol = tolerance(backend, case, "jacobian")
-        if not bug_is("values", backend, case, "jacobian"):
-            assert_agree(flat(jac, x64, m), exact, rtol, atol, what)
+        assert_agree(flat(jac, x64, m), exact, rtol, atol, what)
 
 
 @PROPERTY_SETTINGS
@@ -534,14 +461,12 @@ def test_hvp_every_backend_agrees_with_finite_differences(case: Case) -> None:
         prep = di.prepare_hvp(f, backend, other, (in_family(case, random_like(case.structure, rng)),), weights)
         (hv,) = di.hvp(f, prep, backend, x, tx, weights)
         what = f"hvp on {backend_id(backend)}: {case.describe()}"
-        if not bug_is("dtype", backend, case, "hvp"):
-            check_like(hv, case.structure, case, what)
+        check_like(hv, case.structure, case, what)
         rtol, atol = tolerance(backend, case, "hvp")
         # Finite differences of finite-difference gradients: rounding of f (a sum of many terms) divided
         # by two steps; measured worst ~5e-8 |f(x)| (n = 1000, |f| ~ 1500).
         scale = max(g_scale, 1e-2 * f_scale) if isinstance(backend, di.AutoFiniteDiff) else 0.0
-        if not bug_is("values", backend, case, "hvp"):
-            assert_agree(flat(hv, x64).reshape(-1), exact, rtol, atol, what, scale)
+        assert_agree(flat(hv, x64).reshape(-1), exact, rtol, atol, what, scale)
 
 
 # --- the grammar itself ----------------------------------------------------------------------------------------------
@@ -562,13 +487,8 @@ def test_the_grammar_runs_on_every_family() -> None:
 # --- the defects these properties found, one deterministic case each -------------------------------------------------
 
 
-def _xfail_if(flag: bool, reason: str) -> Any:
-    return pytest.mark.xfail(flag, reason=reason, strict=True)
-
-
 @pytest.mark.skipif("jax" not in FAMILIES, reason="jax is not installed")
 @pytest.mark.parametrize("backend", [b for b in PROPERTY_BACKENDS if not isinstance(b, di.AutoJAX)], ids=backend_id)
-@_xfail_if(JAX_PYTREE_FLOAT64_BUG, "a pytree of float64 JAX arrays is computed and returned in float32")
 def test_a_pytree_of_float64_jax_arrays_stays_float64(backend: di.AbstractBackend) -> None:
     x = {"a": as_family(np.array([0.1, 0.2]), "jax"), "b": as_family(np.array(0.3), "jax")}
 
@@ -581,7 +501,6 @@ def test_a_pytree_of_float64_jax_arrays_stays_float64(backend: di.AbstractBacken
 
 
 @pytest.mark.parametrize("backend", [b for b in PROPERTY_BACKENDS if isinstance(b, di.AutoFiniteDiff)], ids=backend_id)
-@_xfail_if(FD_ALIASED_OUTPUT_BUG, "finite differences perturb x in place and f's output aliases x")
 def test_finite_difference_jacobian_of_an_f_returning_x_or_a_view(backend: di.AbstractBackend) -> None:
     x = np.array([0.5, -1.0, 2.0])
     np.testing.assert_allclose(di.jacobian(lambda x: x, backend, x), np.eye(3), atol=1e-8)
@@ -590,14 +509,12 @@ def test_finite_difference_jacobian_of_an_f_returning_x_or_a_view(backend: di.Ab
 
 
 @pytest.mark.parametrize("backend", [b for b in PROPERTY_BACKENDS if isinstance(b, di.AutoTorch)], ids=backend_id)
-@_xfail_if(TORCH_EMPTY_JACOBIAN_BUG, "torch.func jacfwd/jacrev index an empty basis")
 def test_torch_jacobian_of_an_empty_x_or_an_empty_output(backend: di.AbstractBackend) -> None:
     assert di.jacobian(lambda x: x * 2.0, backend, np.zeros(0)).shape == (0, 0)
     assert di.jacobian(lambda x: x[:0] * 2.0, backend, np.ones(2)).shape == (0, 2)
 
 
 @pytest.mark.parametrize("backend", [b for b in PROPERTY_BACKENDS if isinstance(b, di.AutoTorch)], ids=backend_id)
-@_xfail_if(TORCH_0D_FLOAT32_BUG, "AutoTorch results for 0-d float32 inputs can come back float64")
 def test_torch_keeps_float32_for_0d_inputs(backend: di.AbstractBackend) -> None:
     assert di.jacobian(lambda x: x * 1.0, backend, np.array(0.5, np.float32)).dtype == np.float32
     x = {"a": np.array(0.5, np.float32), "b": np.array(-0.9, np.float32)}
@@ -611,7 +528,6 @@ def test_torch_keeps_float32_for_0d_inputs(backend: di.AbstractBackend) -> None:
 
 
 @pytest.mark.parametrize("backend", [b for b in PROPERTY_BACKENDS if isinstance(b, di.AutoFiniteDiff)], ids=backend_id)
-@_xfail_if(FD_0D_HVP_BUG, "finite-difference hvp at a 0-d x returns 0")
 def test_finite_difference_hvp_at_a_0d_x(backend: di.AbstractBackend) -> None:
     def f(x):
         xp = array_api_compat.array_namespace(x)

@@ -28,6 +28,7 @@ from di.backends.protocol import (
     counting_static_values,
     is_real_floating_array,
     is_real_scalar,
+    output_leaf_shapes,
     raise_bad_output,
     static_positions,
 )
@@ -252,6 +253,17 @@ class JAXAdapter(Adapter):
             "jacobian": self._program(jacobian, x, None, contexts),
             "value_and_jacobian": self._program(value_and_jacobian, x, None, contexts),
         }
+
+    def output_shapes(self, f: Callable[..., Any], x: Any, contexts: Sequence[Context]) -> list[tuple[int, ...]] | None:
+        """Shapes from tracing ``f`` abstractly (``jax.eval_shape``): nothing is computed."""
+        values = [c.value for c in contexts]
+        with self.scope([x, *values])():
+            inputs = [convert(v) for convert, v in zip(self.input_converters([x, *values]), [x, *values])]
+            try:
+                y = jax.eval_shape(functools.partial(_first_argument, f, inputs[1:]), inputs[0])
+            except Exception:  # f's own error is the programs' to raise, at the call
+                return None
+        return output_leaf_shapes(y, self.tree_map)
 
     def _forward_jacobian(self, checked: Callable[..., Any], x: Any, contexts: Sequence[Context]) -> bool:
         """Forward mode when the selector says so, or when x has no more elements

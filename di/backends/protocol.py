@@ -41,6 +41,7 @@ __all__ = [
     "is_real_floating_array",
     "is_real_scalar",
     "is_static_context",
+    "output_leaf_shapes",
     "raise_bad_output",
 ]
 
@@ -204,6 +205,14 @@ class Adapter:
 
         return value
 
+    def output_shapes(self, f: Callable[..., Any], x: Any, contexts: Sequence[Context]) -> list[tuple[int, ...]] | None:
+        """The shapes of the array leaves of ``f``'s output at arguments like these,
+        to check cotangents against at preparation; ``None`` when the output is not
+        an array (the programs then refuse it with their own error). By default
+        ``f`` is evaluated once."""
+        y = self.prepare_value_program(f, x, contexts)(x, *[c.value for c in contexts])
+        return output_leaf_shapes(y, self.tree_map)
+
     # --- operators ----------------------------------------------------------------
     # What an adapter may implement. Each method it overrides is a native path; the
     # others are built by di.backends.fallbacks.programs from the primitives
@@ -264,6 +273,17 @@ class Adapter:
     ) -> Programs:
         """``second_derivative`` / ``value_derivative_and_second_derivative``."""
         raise NotImplementedError
+
+
+def output_leaf_shapes(y: Any, tree_map: Callable[[Callable[[Any], Any], Any], Any]) -> list[tuple[int, ...]] | None:
+    """The shapes of the leaves of an output (mapped with the engine's ``tree_map``),
+    or ``None`` when a leaf is not a real floating array (the programs refuse such
+    an output with their own error)."""
+    shapes: list[tuple[int, ...] | None] = []
+    tree_map(lambda leaf: shapes.append(tuple(leaf.shape) if is_real_floating_array(leaf) else None), y)
+    if not shapes or any(shape is None for shape in shapes):
+        return None
+    return shapes  # type: ignore[return-value]
 
 
 def describe_output(y: Any) -> str:

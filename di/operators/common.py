@@ -94,6 +94,31 @@ def check_tangents(tangents: Any, label: str, operator: str) -> tuple[Any, ...]:
     return tuple(tangents)
 
 
+def check_cotangent_shapes(
+    adapter: Adapter, f: Callable[..., Any], x: Any, ty: Sequence[Any], contexts: Sequence[Any]
+) -> None:
+    """Refuse, at preparation, cotangents that are not shaped like ``f``'s output
+    (an engine would raise its own error or, like autograd, return a result of
+    the wrong shape).
+
+    Raises:
+        InvalidInputError: naming the cotangent, its shape and the output's.
+    """
+    expected = adapter.output_shapes(f, x, contexts)
+    if expected is None:
+        return
+    for index, cotangent in enumerate(ty):
+        leaves: list[Any] = []
+        adapter.tree_map(leaves.append, cotangent)
+        given = [tuple(getattr(leaf, "shape", ())) for leaf in leaves]  # a Python float is 0-d
+        if given != expected:
+            shown, wanted = (given[0], expected[0]) if len(given) == len(expected) == 1 else (given, expected)
+            raise InvalidInputError(
+                f"ty[{index}] must have the shape of f(x), {wanted}, not {shown}: cotangents live in f's output "
+                f"space (one cotangent per output element)."
+            )
+
+
 def _nested_converter(to_caller: Callable[[Any], Any]) -> Callable[[Any], Any]:
     if to_caller is identity:
         return identity
@@ -311,6 +336,8 @@ def prepare_operator(
     operator = f"{family}_same_point" if same_point else family
 
     x_given, x = x, (np.asarray(x, dtype=np.float64) if isinstance(x, float) else x)
+    if label == "ty":
+        check_cotangent_shapes(adapter, f, x, tangents, contexts)
     if is_pytree(x) and not (family in adapter.native_pytrees and adapter.takes_pytree(x)):
         programs = _raveled_programs(family, operator, adapter, f, x, tangents, contexts)
     else:
