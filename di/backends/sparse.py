@@ -1,0 +1,577 @@
+"""``AutoSparse(dense)``: sparse Jacobians and Hessians from a dense backend's
+batched pushforwards, pullbacks or hvps, one per color.
+
+At preparation: the pattern is found (:mod:`di.sparse.detection`, dense samples,
+or given), colored (:mod:`di.sparse.coloring`), and the dense adapter prepares
+its primitive for the seed of every color (``J @ s_c`` as one batched call:
+JAX runs them under ``vmap`` in one program, torch under ``torch.func.vmap``).
+Each call runs that program, stacks the compressed products and gathers the
+nonzeros by precomputed indices (:mod:`di.sparse.decompression`), in the
+engine's family. On ``AutoJAX(jit=True)`` the dense program is prepared on the
+eager twin of the selector and the whole of it, gather included, is compiled
+into one ``jax.jit`` program here; other compiled engines keep their own
+compiled program and the gather (one indexing kernel) runs after it.
+
+The result is built in the caller's family: a ``scipy.sparse.csr_array``, a
+``torch.sparse_csr`` tensor or a ``jax.experimental.sparse.BCOO`` (2-D,
+``(f(x).size, x.size)``), or a dense array shaped ``f(x).shape + x.shape``
+with ``dense_result=True``. Every other operator is the dense adapter's.
+
+The engine adapters know nothing of this module: it uses them only through the
+adapter protocol (:func:`di.backends.fallbacks.programs`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import math
+import warnings
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import scipy.sparse as sp
+
+from di.backends import fallbacks
+from di.backends.protocol import (
+    Adapter,
+    Programs,
+    counting_static_values,
+    is_real_floating_array,
+    is_real_scalar,
+    is_static_context,
+    raise_bad_output,
+    static_positions,
+)
+from di.backends.registry import get_adapter
+from di.backends.selectors import AutoJAX, AutoSparse
+from di.contexts import Context
+from di.errors import BackendNotInstalledError, InvalidInputError
+from di.families import JAX, NUMPY, TORCH, ArrayOps, converter, family_of, identity
+from di.pytrees import is_pytree
+from di.sparse import coloring
+from di.sparse.decompression import (
+    Decompression,
+    column_decompression,
+    row_decompression,
+    seeds,
+    star_decompression,
+)
+from di.sparse.detection import Detection
+from di.sparse.patterns import as_pattern, symmetrize
+from di.sparse.sources import DenseSparsity, KnownSparsity, TracerSparsity
+
+__all__ = ["SparseAdapter", "SparseInfo"]
+
+_DENSE_SEED = 0
+
+
+@dataclass(frozen=True, eq=False)
+class SparseInfo:
+    """What an ``AutoSparse`` prep found at preparation (``prep.sparsity``, ``prep.colors``).
+
+    Attributes:
+        pattern: the boolean ``scipy.sparse.csr_array`` pattern.
+        n_colors: the number of colors: pushforwards, pullbacks or hvps per call.
+        mode: ``"forward"``, ``"reverse"`` or ``"symmetric"``.
+        notes: what detection bounded conservatively (unknown primitives, loops).
+        sparse_result: whether results are sparse matrices (else dense arrays).
+    """
+
+    pattern: sp.csr_array
+    n_colors: int
+    mode: str
+    notes: tuple[str, ...] = field(default=())
+    sparse_result: bool = True
+
+
+class SparsePrograms(dict):  # type: ignore[type-arg]
+    """Programs whose results are already in the caller's family (sparse matrices
+    have no generic conversion), with what preparation found."""
+
+    sparse: SparseInfo
+
+
+class SparseAdapter(Adapter):
+    """Adapter for :class:`di.AutoSparse`: wraps the dense backend's adapter."""
+
+    def __init__(self, backend: AutoSparse) -> None:  # type: ignore[override]
+        super().__init__(backend)
+        self.selector = backend
+        self.dense = get_adapter(backend.dense)
+        self.family = self.dense.family  # type: ignore[misc]
+        self.supports_cache = self.dense.supports_cache  # type: ignore[misc]
+        self.cache_note = self.dense.cache_note  # type: ignore[misc]
+        self.evaluates_in_float64 = self.dense.evaluates_in_float64  # type: ignore[misc]
+        self.native_pytrees = frozenset(self.dense.native_pytrees) | {"jacobian", "hessian"}  # type: ignore[misc]
+
+    @property
+    def compiled(self) -> bool:  # type: ignore[override]
+        return bool(self.dense.compiled)
+
+    # --- the dense adapter's view of arguments ----------------------------------------
+
+    def check_contexts(self, contexts: Sequence[Context]) -> None:
+        self.dense.check_contexts(contexts)
+
+    def scope(self, values: Sequence[Any]) -> Any:
+        return self.dense.scope(values)
+
+    def tree_map(self, function: Callable[[Any], Any], tree: Any) -> Any:
+        return self.dense.tree_map(function, tree)
+
+    def takes_pytree(self, tree: Any) -> bool:
+        return True  # pytrees reach jacobian and hessian, which refuse them clearly
+
+    def _input_converter(self, value: Any) -> Callable[[Any], Any]:
+        return self.dense._input_converter(value)
+
+    def prepare_value_program(self, f: Callable[..., Any], x: Any, contexts: Sequence[Context]) -> Any:
+        return self.dense.prepare_value_program(f, x, contexts)
+
+    # --- every other operator: the dense backend's ----------------------------------
+
+    def _dense(self, operator: str, f: Any, x: Any, contexts: Sequence[Context], tangents: Any = None) -> Programs:
+        return fallbacks.programs(self.dense, operator, f, x, contexts, tangents)
+
+    def prepare_pushforward_programs(self, f: Any, x: Any, tx: Sequence[Any], contexts: Sequence[Context]) -> Programs:
+        return self._dense("pushforward", f, x, contexts, tx)
+
+    def prepare_pullback_programs(self, f: Any, x: Any, ty: Sequence[Any], contexts: Sequence[Context]) -> Programs:
+        return self._dense("pullback", f, x, contexts, ty)
+
+    def prepare_pullback_same_point_programs(
+        self, f: Any, x: Any, ty: Sequence[Any], contexts: Sequence[Context]
+    ) -> Programs:
+        return self._dense("pullback_same_point", f, x, contexts, ty)
+
+    def prepare_hvp_same_point_programs(
+        self, f: Any, x: Any, tx: Sequence[Any], contexts: Sequence[Context]
+    ) -> Programs:
+        return self._dense("hvp_same_point", f, x, contexts, tx)
+
+    def prepare_gradient_programs(self, f: Any, x: Any, contexts: Sequence[Context]) -> Programs:
+        return self._dense("gradient", f, x, contexts)
+
+    def prepare_derivative_programs(self, f: Any, x: Any, contexts: Sequence[Context]) -> Programs:
+        return self._dense("derivative", f, x, contexts)
+
+    def prepare_hvp_programs(self, f: Any, x: Any, tx: Sequence[Any], contexts: Sequence[Context]) -> Programs:
+        return self._dense("hvp", f, x, contexts, tx)
+
+    def prepare_second_derivative_programs(self, f: Any, x: Any, contexts: Sequence[Context]) -> Programs:
+        return self._dense("second_derivative", f, x, contexts)
+
+    # --- jacobian and hessian: colored ----------------------------------------------------
+
+    def prepare_jacobian_programs(self, f: Callable[..., Any], x: Any, contexts: Sequence[Context]) -> Programs:
+        self._refuse_pytree(x, "jacobian")
+        values = [c.value for c in contexts]
+        y = self.dense.prepare_value_program(f, x, contexts)(x, *values)
+        if not is_real_floating_array(y):
+            raise_bad_output(y, self.backend, "jacobian")
+        y_shape, x_shape = tuple(getattr(y, "shape", ())), tuple(x.shape)
+        detection = self._detect("jacobian", f, x, contexts, (math.prod(y_shape), math.prod(x_shape)))
+        decompression = self._jacobian_coloring(detection.pattern)
+        engine = self._jacobian_engine(f, x, contexts, decompression, y_shape, _numpy_dtype(y))
+        assemble = _assembler(decompression, family_of(x) or NUMPY, self.selector.dense_result, y_shape + x_shape)
+        to_caller = converter(self.family, family_of(x) or NUMPY)
+        program = self._fused(engine, x, contexts)
+
+        def value_and_jacobian(x: Any, *values: Any) -> Any:
+            y, data = program(x, *values)
+            return to_caller(y), assemble(data)
+
+        def jacobian(x: Any, *values: Any) -> Any:
+            return assemble(program(x, *values)[1])
+
+        return self._programs(
+            {"jacobian": jacobian, "value_and_jacobian": value_and_jacobian}, detection, decompression
+        )
+
+    def prepare_hessian_programs(self, f: Callable[..., Any], x: Any, contexts: Sequence[Context]) -> Programs:
+        self._refuse_pytree(x, "hessian")
+        values = [c.value for c in contexts]
+        y = self.dense.prepare_value_program(f, x, contexts)(x, *values)
+        if not is_real_scalar(y):
+            raise_bad_output(y, self.backend, "hessian")
+        x_shape = tuple(x.shape)
+        n = math.prod(x_shape)
+        detection = self._detect("hessian", f, x, contexts, (n, n))
+        pattern = symmetrize(detection.pattern)
+        colors = coloring.star_coloring(pattern, self.selector.order)
+        decompression = star_decompression(pattern, colors)
+        engine = self._hessian_engine(f, x, contexts, decompression)
+        assemble = _assembler(decompression, family_of(x) or NUMPY, self.selector.dense_result, x_shape + x_shape)
+        to_caller = converter(self.family, family_of(x) or NUMPY)
+        program = self._fused(engine, x, contexts)
+        detection = Detection(pattern, detection.notes)
+
+        def value_gradient_and_hessian(x: Any, *values: Any) -> Any:
+            value, g, data = program(x, *values)
+            return to_caller(value), to_caller(g), assemble(data)
+
+        def hessian(x: Any, *values: Any) -> Any:
+            return assemble(program(x, *values)[2])
+
+        programs = {"hessian": hessian, "value_gradient_and_hessian": value_gradient_and_hessian}
+        return self._programs(programs, detection, decompression)
+
+    def _programs(self, programs: dict[str, Any], detection: Detection, decompression: Decompression) -> Programs:
+        result = SparsePrograms(programs)
+        result.sparse = SparseInfo(
+            detection.pattern,
+            decompression.n_colors,
+            decompression.mode,
+            tuple(detection.notes),
+            not self.selector.dense_result,
+        )
+        return result
+
+    def _refuse_pytree(self, x: Any, operator: str) -> None:
+        if is_pytree(x):
+            raise InvalidInputError(
+                f"{self.backend!r}: sparse {operator}s need x to be one array, not a pytree. Concatenate the "
+                f"leaves into one vector (and split it inside f), or use the dense backend {self.selector.dense!r}."
+            )
+
+    # --- detection and coloring -------------------------------------------------------
+
+    def _detect(
+        self, operator: str, f: Callable[..., Any], x: Any, contexts: Sequence[Context], shape: tuple[int, int]
+    ) -> Detection:
+        source = self.selector.sparsity
+        if isinstance(source, KnownSparsity):
+            if tuple(source.shape) != shape:
+                raise InvalidInputError(
+                    f"{self.backend!r}: the KnownSparsity pattern has shape {tuple(source.shape)}, but the "
+                    f"{operator} of f at this x has shape {shape} (f(x).size, x.size)."
+                )
+            return Detection(as_pattern(source))
+        if isinstance(source, DenseSparsity):
+            return Detection(self._sampled_pattern(source, operator, f, x, contexts, shape))
+        if isinstance(source, TracerSparsity):
+            return _traced_pattern(operator, f, x, contexts)
+        raise InvalidInputError(f"{self.backend!r}: unknown sparsity source {source!r}")  # pragma: no cover
+
+    def _sampled_pattern(
+        self,
+        source: DenseSparsity,
+        operator: str,
+        f: Callable[..., Any],
+        x: Any,
+        contexts: Sequence[Context],
+        shape: tuple[int, int],
+    ) -> sp.csr_array:
+        backend = source.backend if source.backend is not None else self.selector.dense
+        adapter = get_adapter(backend)
+        dense = fallbacks.programs(adapter, operator, f, x, contexts)[operator]
+        to_numpy = converter(adapter.family, NUMPY)
+        rng = np.random.default_rng(_DENSE_SEED)
+        family = family_of(x) or NUMPY
+        nonzero = np.zeros(shape, dtype=bool)
+        values = [c.value for c in contexts]
+        for _ in range(source.points):
+            point = converter(NUMPY, family)(rng.standard_normal(tuple(x.shape)).astype(_numpy_dtype(x)))
+            matrix = np.asarray(to_numpy(dense(point, *values)), dtype=np.float64).reshape(shape)
+            nonzero |= np.abs(matrix) > source.atol
+        return as_pattern(nonzero)
+
+    def _jacobian_coloring(self, pattern: sp.csr_array) -> Decompression:
+        """Column coloring (pushforwards) or row coloring (pullbacks): the one the
+        dense backend's ``mode`` asks for, else the one with fewer colors, among the
+        primitives the dense adapter implements itself."""
+        order = self.selector.order
+        can_forward = self.dense.has_native("pushforward") or not self.dense.has_native("pullback")
+        can_reverse = self.dense.has_native("pullback") or not self.dense.has_native("pushforward")
+        mode = getattr(self.selector.dense, "mode", None)
+        if (mode == "forward" and can_forward) or not can_reverse:
+            return column_decompression(pattern, coloring.column_coloring(pattern, order))
+        if mode == "reverse" or not can_forward:
+            return row_decompression(pattern, coloring.row_coloring(pattern, order))
+        columns = coloring.column_coloring(pattern, order)
+        rows = coloring.row_coloring(pattern, order)
+        if _count(rows) < _count(columns):
+            return row_decompression(pattern, rows)
+        return column_decompression(pattern, columns)
+
+    # --- the engine-side programs: compressed evaluation and gather -------------------------
+
+    def _engine_adapter(self) -> Adapter:
+        """The adapter that computes the compressed products: the dense one, or its
+        eager twin when the whole program is compiled here (``AutoJAX(jit=True)``)."""
+        if self._fuses():
+            return get_adapter(dataclasses.replace(self.selector.dense, jit=False))
+        return self.dense
+
+    def _fuses(self) -> bool:
+        dense = self.selector.dense
+        return isinstance(dense, AutoJAX) and dense.jit
+
+    def _engine_arguments(self, x: Any, contexts: Sequence[Context]) -> tuple[Any, list[Context]]:
+        """``x`` and contexts to prepare the engine's programs with: as they are,
+        or (when compiled here) converted to the engine's family, which is what the
+        compiled program will receive."""
+        if not self._fuses():
+            return x, list(contexts)
+        values = [x, *[c.value for c in contexts]]
+        with self.dense.scope(values)():
+            converted = [convert(v) for convert, v in zip(self.dense.input_converters(values), values)]
+        return converted[0], [fallbacks.rewrap_context(c, v) for c, v in zip(contexts, converted[1:])]
+
+    def _jacobian_engine(
+        self,
+        f: Callable[..., Any],
+        x: Any,
+        contexts: Sequence[Context],
+        decompression: Decompression,
+        y_shape: tuple[int, ...],
+        y_dtype: Any,
+    ) -> Callable[..., Any]:
+        """``engine(x, *values) -> (y, data)`` in the engine's family."""
+        adapter = self._engine_adapter()
+        x_engine, engine_contexts = self._engine_arguments(x, contexts)
+        n_colors = decompression.n_colors
+        gather = _gatherer(adapter.family, decompression.index)
+        if n_colors == 0:
+            value = adapter.prepare_value_program(f, x_engine, engine_contexts)
+            empty = _empty_data(adapter.family, y_dtype)
+
+            def without_colors(x: Any, *values: Any) -> Any:
+                return value(x, *values), empty
+
+            return without_colors
+        if decompression.mode == "forward":
+            tangent_shape, dtype = tuple(x.shape), _numpy_dtype(x)
+            size, primitive = math.prod(tangent_shape), "pushforward"
+        else:
+            tangent_shape, dtype = y_shape, y_dtype
+            size, primitive = math.prod(y_shape), "pullback"
+        seed_matrix = seeds(decompression.colors, n_colors, size).astype(dtype)
+        tangents = tuple(seed.reshape(tangent_shape) for seed in seed_matrix)
+        compressed = fallbacks.programs(adapter, primitive, f, x_engine, engine_contexts, tangents)
+        value_and_products = compressed[f"value_and_{primitive}"]
+
+        def engine(x: Any, *values: Any) -> Any:
+            y, products = value_and_products(x, tangents, *values)
+            return y, gather(products)
+
+        return engine
+
+    def _hessian_engine(
+        self, f: Callable[..., Any], x: Any, contexts: Sequence[Context], decompression: Decompression
+    ) -> Callable[..., Any]:
+        """``engine(x, *values) -> (f(x), gradient, data)`` in the engine's family."""
+        adapter = self._engine_adapter()
+        x_engine, engine_contexts = self._engine_arguments(x, contexts)
+        value = adapter.prepare_value_program(f, x_engine, engine_contexts)
+        gather = _gatherer(adapter.family, decompression.index)
+        if decompression.n_colors == 0:
+            gradient = fallbacks.programs(adapter, "gradient", f, x_engine, engine_contexts)["gradient"]
+            empty = _empty_data(adapter.family, _numpy_dtype(x))
+
+            def without_colors(x: Any, *values: Any) -> Any:
+                return value(x, *values), gradient(x, *values), empty
+
+            return without_colors
+        seed_matrix = seeds(decompression.colors, decompression.n_colors, math.prod(x.shape)).astype(_numpy_dtype(x))
+        tangents = tuple(seed.reshape(tuple(x.shape)) for seed in seed_matrix)
+        gradient_and_hvp = fallbacks.programs(adapter, "hvp", f, x_engine, engine_contexts, tangents)[
+            "gradient_and_hvp"
+        ]
+
+        def engine(x: Any, *values: Any) -> Any:
+            g, products = gradient_and_hvp(x, tangents, *values)
+            return value(x, *values), g, gather(products)
+
+        return engine
+
+    def _fused(self, engine: Callable[..., Any], x: Any, contexts: Sequence[Context]) -> Callable[..., Any]:
+        """On ``AutoJAX(jit=True)``: ``engine`` compiled as one ``jax.jit`` program
+        (compressed products and gather), compiled now, taking caller-family inputs.
+        Elsewhere ``engine`` itself (the dense adapter compiled what it compiles)."""
+        if not self._fuses():
+            return engine
+        import jax
+
+        values = [c.value for c in contexts]
+        statics = static_positions(contexts, self.backend)
+        compiled = jax.jit(engine, static_argnums=tuple(1 + i for i in statics))
+        inputs = [x, *values]
+        converters = [
+            identity if family_of(v) == NUMPY else convert
+            for v, convert in zip(inputs, self.dense.input_converters(inputs))
+        ]
+        scope = self.dense.scope(inputs)
+        plain = all(convert is identity for convert in converters) and scope is contextlib.nullcontext
+
+        def program(x: Any, *values: Any) -> Any:
+            if plain:
+                return compiled(x, *values)
+            with scope():
+                return compiled(*[convert(v) for convert, v in zip(converters, (x, *values))])
+
+        program(x, *values)  # compile now, at preparation
+        return counting_static_values(program, statics, self.backend)
+
+
+# --- helpers ----------------------------------------------------------------------------------
+
+
+def _count(colors: np.ndarray) -> int:
+    return int(colors.max(initial=-1)) + 1
+
+
+def _numpy_dtype(value: Any) -> Any:
+    dtype = str(getattr(value, "dtype", "float64")).replace("torch.", "")
+    return np.dtype("float32" if dtype == "bfloat16" else dtype)
+
+
+def _traced_pattern(operator: str, f: Callable[..., Any], x: Any, contexts: Sequence[Context]) -> Detection:
+    """:class:`di.TracerSparsity`: trace ``f`` through JAX, whatever the dense backend."""
+    import importlib.util
+
+    if importlib.util.find_spec("jax") is None:
+        raise BackendNotInstalledError(
+            "TracerSparsity reads f's pattern by tracing it with JAX, which is not installed.\n"
+            "  pip install 'differentiation-interface[jax]'\n"
+            "or pass sparsity=di.DenseSparsity() or di.KnownSparsity(pattern) to AutoSparse."
+        )
+    from di.sparse import detection
+
+    values = [c.value for c in contexts]
+    static = [is_static_context(c) for c in contexts]
+    detect = detection.hessian_pattern if operator == "hessian" else detection.jacobian_pattern
+    try:
+        return detect(f, x, values, static)
+    except Exception as err:
+        reason = (str(err).strip().splitlines() or [""])[0]
+        raise InvalidInputError(
+            f"TracerSparsity could not trace f with JAX ({type(err).__name__}: {reason}). It needs f written with "
+            f"the array API (xp = di.array_namespace(x)) or jax.numpy, without writes into arrays or Python "
+            f"branches on values. Pass sparsity=di.DenseSparsity() (nonzeros of dense {operator}s at random points) "
+            f"or di.KnownSparsity(pattern) to AutoSparse instead."
+        ) from err
+
+
+def _gatherer(family: str, index: np.ndarray) -> Callable[[Sequence[Any]], Any]:
+    """``gather(products)``: stack the compressed products and read the nonzeros."""
+    ops = ArrayOps(family)
+    if family == TORCH:
+        import torch
+
+        where: Any = torch.from_numpy(index.astype(np.int64))
+    elif family == JAX:
+        where = index.astype(np.int32) if index.size < 2**31 else index
+    else:
+        where = index
+
+    def gather(products: Sequence[Any]) -> Any:
+        return ops.stack(products).reshape(-1)[where]
+
+    return gather
+
+
+def _empty_data(family: str, dtype: Any) -> Any:
+    return converter(NUMPY, family)(np.zeros(0, dtype=dtype))
+
+
+def _assembler(
+    decompression: Decompression, family: str, dense_result: bool, dense_shape: tuple[int, ...]
+) -> Callable[[Any], Any]:
+    """``assemble(data)``: the result in the caller's family from the nonzeros (in
+    the engine's family, CSR order): a sparse matrix, or a dense array."""
+    shape = decompression.shape
+    if dense_result:
+        return _dense_assembler(decompression, family, dense_shape)
+    if family == TORCH:
+        import torch
+
+        crow = torch.from_numpy(decompression.indptr.astype(np.int64))
+        col = torch.from_numpy(decompression.indices.astype(np.int64))
+        to_torch = _to(TORCH)
+
+        def torch_csr(data: Any) -> Any:
+            # Index tensors are cloned: the prep's copies must not be shared with results.
+            return torch.sparse_csr_tensor(
+                crow.clone(), col.clone(), to_torch(data), size=shape, check_invariants=False
+            )
+
+        with warnings.catch_warnings():  # torch warns once per process that sparse CSR is in beta
+            warnings.simplefilter("ignore", UserWarning)
+            torch_csr(torch.zeros(decompression.index.size))
+        return torch_csr
+    if family == JAX:
+        import jax.numpy as jnp
+        from jax.experimental import sparse as jsparse
+
+        coordinates = np.stack([decompression.rows, decompression.indices], axis=1).astype(np.int32)
+        indices = jnp.asarray(coordinates)
+        to_jax = _to(JAX)
+
+        def bcoo(data: Any) -> Any:
+            return jsparse.BCOO((to_jax(data), indices), shape=shape, indices_sorted=True, unique_indices=True)
+
+        return bcoo
+    indptr, columns = decompression.indptr, decompression.indices
+    to_numpy = _to(NUMPY)
+
+    def csr(data: Any) -> Any:
+        # Index arrays are copied: a caller sorting or pruning a result must not change the prep.
+        return sp.csr_array((to_numpy(data), columns.copy(), indptr.copy()), shape=shape)
+
+    return csr
+
+
+def _to(family: str) -> Callable[[Any], Any]:
+    """Convert arrays of any family to ``family``."""
+
+    def convert(data: Any) -> Any:
+        return converter(family_of(data), family)(data)
+
+    return convert
+
+
+def _dense_assembler(decompression: Decompression, family: str, dense_shape: tuple[int, ...]) -> Callable[[Any], Any]:
+    positions = decompression.flat_positions
+    size = math.prod(dense_shape)
+    if family == TORCH:
+        import torch
+
+        where = torch.from_numpy(positions)
+        to_torch = _to(TORCH)
+
+        def torch_dense(data: Any) -> Any:
+            data = to_torch(data)
+            result = data.new_zeros(size)
+            result[where] = data
+            return result.reshape(dense_shape)
+
+        return torch_dense
+    if family == JAX:
+        import jax
+        import jax.numpy as jnp
+
+        to_jax = _to(JAX)
+
+        @jax.jit
+        def scatter(data: Any) -> Any:
+            return jnp.zeros(size, data.dtype).at[positions].set(data).reshape(dense_shape)
+
+        def jax_dense(data: Any) -> Any:
+            data = to_jax(data)
+            with jax.enable_x64(data.dtype.itemsize == 8):
+                return scatter(data)
+
+        return jax_dense
+    to_numpy = _to(NUMPY)
+
+    def numpy_dense(data: Any) -> Any:
+        data = np.asarray(to_numpy(data))
+        result = np.zeros(size, dtype=data.dtype)
+        result[positions] = data
+        return result.reshape(dense_shape)
+
+    return numpy_dense

@@ -1,0 +1,13 @@
+"""Sparse Jacobians and Hessians for :class:`di.AutoSparse`: sparsity sources,
+detection, coloring and decompression.
+
+* :mod:`di.sparse.sources`: ``TracerSparsity``, ``DenseSparsity``,
+  ``KnownSparsity`` (import-light: numpy only).
+* :mod:`di.sparse.detection`: the pattern of ``f`` from its JAX program.
+* :mod:`di.sparse.coloring`: greedy column, row and star colorings.
+* :mod:`di.sparse.decompression`: seeds and exact decompression indices.
+* :mod:`di.sparse.patterns`: patterns as boolean ``scipy.sparse`` CSR arrays.
+
+This package imports nothing heavy itself; scipy and JAX are imported by the
+modules that need them, on first use.
+"""

@@ -1,0 +1,658 @@
+"""Sparsity detection by tracing: ``f`` is traced once with JAX and its jaxpr is
+interpreted with *index sets*.
+
+Every value of the program carries a boolean ``(size, n)`` CSR matrix ``D``:
+``D[k, j]`` is set when element ``k`` of the value may depend on input ``j``.
+Each primitive maps its operands' matrices to its outputs' (elementwise
+operations take the union of their operands' rows, a reduction the union over the
+reduced elements, a data movement the rows of the elements it moves, a matrix
+product the unions along the contraction, masked by the zeros of a constant
+operand), and the output's matrix is the Jacobian's pattern. Sets are sparse
+matrices, not Python sets, so a program on ``n = 1e4`` inputs is interpreted in
+milliseconds per primitive.
+
+Values that do not depend on ``x`` and are known (literals, arrays ``f`` closes
+over, and what is computed from them) are evaluated, so the zeros of a constant
+matrix or mask and the indices of a ``gather`` are read exactly. Contexts are
+*not* known values: their value may change between calls.
+
+What is not followed exactly is followed conservatively: a loop (``while``,
+``scan``) or a primitive this module does not know makes every element of its
+outputs depend on every input its operands depend on, and a note says so. The
+pattern can be denser than the truth, never sparser.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import scipy.sparse as sp
+
+from di.sparse.patterns import canonical, empty_pattern
+
+__all__ = ["Detection", "hessian_pattern", "interpret", "jacobian_pattern"]
+
+_FOLD_LIMIT = 50_000_000  # elements: larger constants are not evaluated (their zeros are then unknown)
+_KRON_LIMIT = 50_000_000  # entries of a matrix-product dependency matrix before a coarser bound is used
+
+# Primitives whose output elements each depend on the same element of every operand.
+ELEMENTWISE = frozenset(
+    """
+    neg sin cos tan asin acos atan sinh cosh tanh asinh acosh atanh exp exp2 log log1p expm1 sqrt rsqrt cbrt
+    logistic erf erfc erf_inv lgamma digamma igamma igammac igamma_grad_a random_gamma_grad polygamma zeta
+    bessel_i0e bessel_i1e regularized_incomplete_beta abs square integer_pow pow add add_any sub mul div rem max min
+    atan2 nextafter convert_element_type copy copy_p reduce_precision clamp real imag conj complex
+    optimization_barrier
+    """.split()
+)
+# Primitives whose derivative is zero wherever it exists (and comparisons).
+ZERO_DERIVATIVE = frozenset(
+    "sign floor ceil round is_finite stop_gradient eq ne lt le gt ge and or not xor argmax argmin iota".split()
+)
+REDUCTIONS = frozenset("reduce_sum reduce_max reduce_min reduce_prod".split())
+CUMULATIVE = frozenset("cumsum cumprod cummax cummin cumlogsumexp".split())
+# Data movement: each output element is a copy of one operand element (or a constant).
+MOVES = frozenset("pad gather dynamic_slice dynamic_update_slice".split())
+SCATTERS = frozenset("scatter scatter-add scatter_add scatter-mul scatter_mul scatter-min scatter-max".split())
+CALLS = frozenset(
+    "pjit jit closed_call core_call remat checkpoint custom_jvp_call custom_vjp_call custom_vjp_call_jaxpr".split()
+)
+LOOPS = frozenset("while scan".split())
+
+
+@dataclass
+class Detection:
+    """What detection found: the pattern and notes on what was bounded conservatively.
+
+    Attributes:
+        pattern: the ``(m, n)`` boolean CSR pattern.
+        notes: one line per primitive whose outputs were taken to depend on all
+            of their inputs (unknown primitives and loops).
+    """
+
+    pattern: sp.csr_array
+    notes: list[str] = field(default_factory=list)
+
+
+@dataclass
+class _Value:
+    """One value of the program: its dependency matrix (``None``: depends on no
+    input), its known value (``None``: unknown) and its shape."""
+
+    deps: sp.csr_array | None
+    const: np.ndarray | None
+    shape: tuple[int, ...]
+    floating: bool
+
+    @property
+    def size(self) -> int:
+        return math.prod(self.shape)
+
+
+# --- sparse-matrix helpers ---------------------------------------------------------------
+
+
+def _empty(rows: int, n: int) -> sp.csr_array:
+    return sp.csr_array((rows, n), dtype=bool)
+
+
+def _union(a: sp.csr_array | None, b: sp.csr_array | None) -> sp.csr_array | None:
+    if a is None:
+        return b
+    if b is None:
+        return a
+    return sp.csr_array(a + b)
+
+
+def _take_rows(deps: sp.csr_array, source: np.ndarray) -> sp.csr_array:
+    """Row ``k`` of the result is row ``source[k]`` of ``deps`` (empty where ``source < 0``)."""
+    source = np.asarray(source, dtype=np.int64).reshape(-1)
+    valid = source >= 0
+    selector = sp.csr_array(
+        (np.ones(int(valid.sum()), dtype=bool), (np.flatnonzero(valid), source[valid])),
+        shape=(source.size, deps.shape[0]),
+    )
+    return sp.csr_array(selector @ deps)
+
+
+def _gather_rows(deps: sp.csr_array, out_rows: np.ndarray, in_rows: np.ndarray, size: int) -> sp.csr_array:
+    """Row ``r`` of the result is the union of the rows ``in_rows[k]`` of ``deps`` with ``out_rows[k] == r``."""
+    selector = sp.csr_array(
+        (np.ones(out_rows.size, dtype=bool), (np.asarray(out_rows, np.int64), np.asarray(in_rows, np.int64))),
+        shape=(size, deps.shape[0]),
+    )
+    return sp.csr_array(selector @ deps)
+
+
+def _all_of(values: Sequence[_Value], size: int, n: int) -> sp.csr_array | None:
+    """Every one of ``size`` rows depends on every input any of ``values`` depends on."""
+    union = np.zeros(n, dtype=bool)
+    for value in values:
+        if value.deps is not None and value.deps.nnz:
+            union[value.deps.indices] = True
+    if not union.any():
+        return None
+    columns = np.flatnonzero(union)
+    rows = np.repeat(np.arange(size, dtype=np.int64), columns.size)
+    data = np.ones(rows.size, dtype=bool)
+    return sp.csr_array((data, (rows, np.tile(columns, size))), shape=(size, n))
+
+
+def _index_array(shape: tuple[int, ...]) -> np.ndarray:
+    return np.arange(math.prod(shape), dtype=np.int64).reshape(shape)
+
+
+def _broadcast(value: _Value, shape: tuple[int, ...], n: int) -> sp.csr_array | None:
+    """The value's dependencies broadcast to ``shape`` (numpy broadcasting)."""
+    if value.deps is None:
+        return None
+    if value.shape == shape:
+        return value.deps
+    source = np.broadcast_to(_index_array(value.shape), shape)
+    return _take_rows(value.deps, source)
+
+
+# --- the interpreter ------------------------------------------------------------------------
+
+
+class _Interpreter:
+    def __init__(self, n: int) -> None:
+        self.n = n
+        self.notes: list[str] = []
+
+    def note(self, name: str, why: str) -> None:
+        line = f"{name}: {why}"
+        if line not in self.notes:
+            self.notes.append(line)
+
+    # --- running a jaxpr ---
+
+    def run(self, jaxpr: Any, consts: Sequence[Any], inputs: Sequence[_Value]) -> list[_Value]:
+        from jax.extend.core import Literal
+
+        env: dict[Any, _Value] = {}
+        for var, const in zip(jaxpr.constvars, consts):
+            env[var] = self.known(var.aval, np.asarray(const))
+        for var, value in zip(jaxpr.invars, inputs):
+            env[var] = value
+
+        def read(var: Any) -> _Value:
+            if isinstance(var, Literal):
+                return self.known(var.aval, np.asarray(var.val))
+            return env[var]
+
+        for eqn in jaxpr.eqns:
+            values = [read(v) for v in eqn.invars]
+            outputs = self.equation(eqn, values)
+            for var, value in zip(eqn.outvars, outputs):
+                env[var] = value
+        return [read(v) for v in jaxpr.outvars]
+
+    def known(self, aval: Any, value: np.ndarray | None) -> _Value:
+        return _Value(None, value, tuple(aval.shape), _is_floating(aval.dtype))
+
+    def equation(self, eqn: Any, values: list[_Value]) -> list[_Value]:
+        avals = [v.aval for v in eqn.outvars]
+        shapes = [tuple(a.shape) for a in avals]
+        floating = [_is_floating(a.dtype) for a in avals]
+        if all(v.deps is None for v in values):
+            constants = self.fold(eqn, values)
+            return [_Value(None, c, s, fl) for c, s, fl in zip(constants, shapes, floating)]
+        deps = self.dependencies(eqn, values, shapes)
+        return [
+            _Value(d if fl and d is not None and d.nnz else None, None, s, fl)
+            for d, s, fl in zip(deps, shapes, floating)
+        ]
+
+    def fold(self, eqn: Any, values: list[_Value]) -> list[np.ndarray | None]:
+        """Evaluate an equation whose operands are all known (and small enough)."""
+        n_out = len(eqn.outvars)
+        if any(v.const is None for v in values) or any(
+            math.prod(tuple(v.aval.shape)) > _FOLD_LIMIT for v in eqn.outvars
+        ):
+            return [None] * n_out
+        try:
+            result = eqn.primitive.bind(*[v.const for v in values], **eqn.params)
+        except Exception:
+            return [None] * n_out
+        results = result if eqn.primitive.multiple_results else [result]
+        return [np.asarray(r) for r in results]
+
+    # --- the rules ---
+
+    def dependencies(self, eqn: Any, values: list[_Value], shapes: list[tuple[int, ...]]) -> list[Any]:
+        name = eqn.primitive.name
+        params = eqn.params
+        n = self.n
+        if name in ZERO_DERIVATIVE:
+            return [None] * len(shapes)
+        if name == "mul":
+            return [self.multiply(values, shapes[0])]
+        if name == "select_n":
+            return [self.select(eqn, values, shapes[0])]
+        if name == "optimization_barrier":
+            return [v.deps for v in values]
+        if name in ELEMENTWISE:
+            deps = None
+            for value in values:
+                deps = _union(deps, _broadcast(value, shapes[0], n))
+            return [deps]
+        if name in REDUCTIONS:
+            return [self.reduce(values[0], tuple(params["axes"]), shapes[0])]
+        if name in CUMULATIVE:
+            return [self.cumulative(values[0], int(params["axis"]), bool(params["reverse"]))]
+        if name == "dot_general":
+            return [self.dot_general(values, params, shapes[0])]
+        if name == "split":
+            return self.split(values[0], int(params["axis"]), tuple(params["sizes"]))
+        moved = self.numpy_move(name, params, values, shapes[0])
+        if moved is not False:
+            return [moved]
+        if name in MOVES:
+            return [self.bound_move(eqn, values, shapes[0])]
+        if name in SCATTERS:
+            return [self.scatter(eqn, values, shapes[0])]
+        if name == "cond":
+            return self.cond(eqn, values, shapes)
+        sub = _sub_jaxpr(eqn) if name in CALLS else None
+        if sub is not None:
+            jaxpr, consts = sub
+            if len(jaxpr.invars) == len(values):
+                return [v.deps for v in self.run(jaxpr, consts, values)]
+        if name in LOOPS:
+            self.note(name, "loops are bounded conservatively: every output element depends on every loop input")
+        else:
+            self.note(name, "unknown to TracerSparsity: every output element taken to depend on every input")
+        return [_all_of(values, math.prod(s), n) for s in shapes]
+
+    def multiply(self, values: list[_Value], shape: tuple[int, ...]) -> sp.csr_array | None:
+        """Elementwise product, where a known zero factor removes the other's dependencies."""
+        deps = None
+        for index, value in enumerate(values):
+            part = _broadcast(value, shape, self.n)
+            if part is None:
+                continue
+            for other in values[:index] + values[index + 1 :]:
+                if other.const is not None and other.deps is None:
+                    zero = np.broadcast_to(other.const == 0, shape).reshape(-1)
+                    if zero.any():
+                        keep = sp.diags_array((~zero).astype(bool), format="csr", dtype=bool)
+                        part = sp.csr_array(keep @ part)
+            deps = _union(deps, part)
+        return deps
+
+    def select(self, eqn: Any, values: list[_Value], shape: tuple[int, ...]) -> sp.csr_array | None:
+        predicate, cases = values[0], values[1:]
+        if predicate.const is not None:
+            return self.bound_move(eqn, values, shape)
+        deps = None
+        for case in cases:
+            deps = _union(deps, _broadcast(case, shape, self.n))
+        return deps
+
+    def reduce(self, value: _Value, axes: tuple[int, ...], shape: tuple[int, ...]) -> sp.csr_array | None:
+        if value.deps is None:
+            return None
+        kept = [d for d in range(len(value.shape)) if d not in axes]
+        coordinates = np.indices(value.shape).reshape(len(value.shape), -1)
+        if kept:
+            out_index = np.ravel_multi_index(tuple(coordinates[d] for d in kept), tuple(value.shape[d] for d in kept))
+        else:
+            out_index = np.zeros(value.size, dtype=np.int64)
+        return _gather_rows(value.deps, out_index, np.arange(value.size), math.prod(shape))
+
+    def cumulative(self, value: _Value, axis: int, reverse: bool) -> sp.csr_array | None:
+        if value.deps is None:
+            return None
+        length = value.shape[axis]
+        lines = np.moveaxis(_index_array(value.shape), axis, -1).reshape(-1, length)
+        later, earlier = np.tril_indices(length)  # output `later` depends on input `earlier`
+        if reverse:
+            later, earlier = earlier, later
+        out_rows = lines[:, later].reshape(-1)
+        in_rows = lines[:, earlier].reshape(-1)
+        return _gather_rows(value.deps, out_rows, in_rows, value.size)
+
+    def dot_general(self, values: list[_Value], params: dict[str, Any], shape: tuple[int, ...]) -> Any:
+        lhs, rhs = values
+        (lhs_contract, rhs_contract), (lhs_batch, rhs_batch) = params["dimension_numbers"]
+        lhs_free = [d for d in range(len(lhs.shape)) if d not in lhs_contract and d not in lhs_batch]
+        rhs_free = [d for d in range(len(rhs.shape)) if d not in rhs_contract and d not in rhs_batch]
+        batch = math.prod(lhs.shape[d] for d in lhs_batch)
+        contract = math.prod(lhs.shape[d] for d in lhs_contract)
+        n_lhs_free = math.prod(lhs.shape[d] for d in lhs_free)
+        n_rhs_free = math.prod(rhs.shape[d] for d in rhs_free)
+        lhs_order = (*lhs_batch, *lhs_free, *lhs_contract)
+        rhs_order = (*rhs_batch, *rhs_contract, *rhs_free)
+        lhs_index = np.transpose(_index_array(lhs.shape), lhs_order).reshape(batch, n_lhs_free, contract)
+        rhs_index = np.transpose(_index_array(rhs.shape), rhs_order).reshape(batch, contract, n_rhs_free)
+        lhs_mask = _nonzero_mask(lhs, lhs_order, (batch, n_lhs_free, contract))
+        rhs_mask = _nonzero_mask(rhs, rhs_order, (batch, contract, n_rhs_free))
+        size = math.prod(shape)
+        deps = None
+        if lhs.deps is not None:
+            # out[b, i, j] depends on lhs[b, i, k] wherever rhs[b, k, j] may be nonzero.
+            blocks = [
+                (np.eye(n_lhs_free, dtype=bool), _block(rhs_mask, b, (n_rhs_free, contract), transpose=True))
+                for b in range(batch)
+            ]
+            selector = self.kron_blocks(blocks)
+            if selector is None:
+                return _all_of(values, size, self.n)
+            deps = sp.csr_array(selector @ _take_rows(lhs.deps, lhs_index.reshape(-1)))
+        if rhs.deps is not None:
+            # out[b, i, j] depends on rhs[b, k, j] wherever lhs[b, i, k] may be nonzero.
+            blocks = [
+                (_block(lhs_mask, b, (n_lhs_free, contract), transpose=False), np.eye(n_rhs_free, dtype=bool))
+                for b in range(batch)
+            ]
+            selector = self.kron_blocks(blocks)
+            if selector is None:
+                return _all_of(values, size, self.n)
+            deps = _union(deps, sp.csr_array(selector @ _take_rows(rhs.deps, rhs_index.reshape(-1))))
+        return deps
+
+    def split(self, value: _Value, axis: int, sizes: tuple[int, ...]) -> list[Any]:
+        if value.deps is None:
+            return [None] * len(sizes)
+        bounds = np.cumsum((0, *sizes))
+        pieces = np.split(_index_array(value.shape), bounds[1:-1], axis=axis)
+        return [_take_rows(value.deps, piece) for piece in pieces]
+
+    def kron_blocks(self, blocks: list[tuple[Any, Any]]) -> sp.csr_array | None:
+        """``block_diag(kron(a_b, c_b))``, or ``None`` when it would be too large."""
+        entries = sum(_nnz(a) * _nnz(c) for a, c in blocks)
+        if entries > _KRON_LIMIT:
+            return None
+        parts = [sp.kron(sp.csr_array(a), sp.csr_array(c), format="csr") for a, c in blocks]
+        if len(parts) == 1:
+            return sp.csr_array(parts[0], dtype=bool)
+        return sp.csr_array(sp.block_diag(parts, format="csr"), dtype=bool)
+
+    def numpy_move(self, name: str, params: dict[str, Any], values: list[_Value], shape: tuple[int, ...]) -> Any:
+        """Reshapes, broadcasts, transposes, slices and concatenations, by moving an
+        index array with numpy. ``False`` when ``name`` is not one of them."""
+        if name == "concatenate":
+            present = [v for v in values]
+            offsets = np.cumsum([0] + [v.size for v in present])
+            pieces = [_index_array(v.shape) + offset for v, offset in zip(present, offsets)]
+            source = np.concatenate(pieces, axis=int(params["dimension"]))
+            stacked = sp.vstack([v.deps if v.deps is not None else _empty(v.size, self.n) for v in present])
+            return _take_rows(sp.csr_array(stacked), source)
+        value = values[0] if values else None
+        if value is None:
+            return False
+        index = _index_array(value.shape)
+        if name == "reshape":
+            dimensions = params.get("dimensions")
+            if dimensions is not None:
+                index = np.transpose(index, dimensions)
+            source = index.reshape(params["new_sizes"])
+        elif name == "broadcast_in_dim":
+            dims = tuple(params["broadcast_dimensions"])
+            target = tuple(params["shape"])
+            expanded = [value.shape[dims.index(d)] if d in dims else 1 for d in range(len(target))]
+            source = np.broadcast_to(index.reshape(expanded), target)
+        elif name == "transpose":
+            source = np.transpose(index, params["permutation"])
+        elif name == "squeeze":
+            source = index.reshape(shape)
+        elif name == "expand_dims":
+            source = index.reshape(shape)
+        elif name == "rev":
+            source = np.flip(index, axis=tuple(params["dimensions"]))
+        elif name == "slice":
+            strides = params.get("strides") or (1,) * len(value.shape)
+            source = index[
+                tuple(
+                    slice(start, limit, step)
+                    for start, limit, step in zip(params["start_indices"], params["limit_indices"], strides)
+                )
+            ]
+        else:
+            return False
+        if value.deps is None:
+            return None
+        return _take_rows(value.deps, source)
+
+    def bound_move(self, eqn: Any, values: list[_Value], shape: tuple[int, ...]) -> sp.csr_array | None:
+        """A data movement evaluated on index arrays: floating operands are replaced
+        by their element numbers (1-based, all operands numbered in turn), the
+        others must be known; each output element then names its source."""
+        operands: list[Any] = []
+        stacked: list[sp.csr_array] = []
+        offset = 0
+        for value in values:
+            if value.floating:
+                operands.append((_index_array(value.shape) + offset + 1).astype(np.int32))
+                stacked.append(value.deps if value.deps is not None else _empty(value.size, self.n))
+                offset += value.size
+            elif value.const is not None:
+                operands.append(value.const)
+            else:
+                self.note(eqn.primitive.name, "indices that depend on the inputs: bounded conservatively")
+                return _all_of(values, math.prod(shape), self.n)
+        try:
+            moved = np.asarray(eqn.primitive.bind(*operands, **eqn.params)).astype(np.int64).reshape(-1)
+        except Exception as err:
+            self.note(eqn.primitive.name, f"could not follow it exactly ({type(err).__name__}): bounded conservatively")
+            return _all_of(values, math.prod(shape), self.n)
+        source = np.where((moved >= 1) & (moved <= offset), moved - 1, -1)
+        return _take_rows(sp.csr_array(sp.vstack(stacked)), source)
+
+    def scatter(self, eqn: Any, values: list[_Value], shape: tuple[int, ...]) -> sp.csr_array | None:
+        """``operand`` with ``updates`` combined into it at constant indices: each
+        output element depends on its operand element and on every update landing
+        on it. Landing places come from the transpose of a scatter-add (a gather)."""
+        operand, indices, updates = values[0], values[1], values[2]
+        if indices.const is None or len(values) != 3:
+            self.note(eqn.primitive.name, "indices that depend on the inputs: bounded conservatively")
+            return _all_of(values, math.prod(shape), self.n)
+        try:
+            landing = _landing_places(eqn, operand.shape, indices.const, updates.shape)
+        except Exception as err:
+            self.note(eqn.primitive.name, f"could not follow it exactly ({type(err).__name__}): bounded conservatively")
+            return _all_of(values, math.prod(shape), self.n)
+        deps = operand.deps
+        if updates.deps is not None:
+            landed = landing >= 1
+            deps = _union(
+                deps,
+                _gather_rows(updates.deps, landing[landed] - 1, np.flatnonzero(landed), math.prod(shape)),
+            )
+        return deps
+
+    def cond(self, eqn: Any, values: list[_Value], shapes: list[tuple[int, ...]]) -> list[Any]:
+        branches = eqn.params["branches"]
+        index, operands = values[0], values[1:]
+        if index.const is not None:
+            chosen = int(np.clip(int(index.const), 0, len(branches) - 1))
+            branches = [branches[chosen]]
+        deps: list[Any] = [None] * len(shapes)
+        for branch in branches:
+            outputs = self.run(branch.jaxpr, branch.consts, operands)
+            deps = [_union(d, o.deps) for d, o in zip(deps, outputs)]
+        return deps
+
+
+def _nnz(matrix: Any) -> int:
+    return int(matrix.nnz) if sp.issparse(matrix) else int(np.count_nonzero(matrix))
+
+
+def _nonzero_mask(value: _Value, order: tuple[int, ...], shape: tuple[int, int, int]) -> np.ndarray | None:
+    """Where a known operand is nonzero, in (batch, rows, cols) order; ``None`` if unknown."""
+    if value.const is None or value.deps is not None:
+        return None
+    return np.transpose(np.asarray(value.const) != 0, order).reshape(shape)
+
+
+def _block(mask: np.ndarray | None, b: int, shape: tuple[int, int], transpose: bool) -> Any:
+    """Batch ``b`` of a known operand's nonzero mask (transposed if asked), or all
+    ones of ``shape`` when the operand is unknown."""
+    if mask is None:
+        return np.ones(shape, dtype=bool)
+    return sp.csr_array(mask[b].T if transpose else mask[b])
+
+
+def _sub_jaxpr(eqn: Any) -> tuple[Any, list[Any]] | None:
+    from jax.extend.core import ClosedJaxpr, Jaxpr
+
+    for key in ("jaxpr", "call_jaxpr", "fun_jaxpr"):
+        sub = eqn.params.get(key)
+        if isinstance(sub, ClosedJaxpr):
+            return sub.jaxpr, list(sub.consts)
+        if isinstance(sub, Jaxpr):
+            return sub, []
+    return None
+
+
+def _landing_places(eqn: Any, operand_shape: tuple[int, ...], indices: Any, updates_shape: tuple[int, ...]) -> Any:
+    """For each update element, the 1-based flat index of the operand element it
+    lands on (0 when dropped), from the transpose of a scatter-add with the same
+    dimension numbers."""
+    import jax
+    import jax.numpy as jnp
+
+    params = eqn.params
+    dtype = jnp.float64 if math.prod(operand_shape) >= 2**24 else jnp.float32
+    zeros = jnp.zeros(operand_shape, dtype)
+
+    def scatter_add(updates: Any) -> Any:
+        return jax.lax.scatter_add(
+            zeros,
+            indices,
+            updates,
+            params["dimension_numbers"],
+            indices_are_sorted=params.get("indices_are_sorted", False),
+            unique_indices=params.get("unique_indices", False),
+            mode=params.get("mode"),
+        )
+
+    transpose = jax.linear_transpose(scatter_add, jax.ShapeDtypeStruct(updates_shape, dtype))
+    numbers = jnp.arange(1, math.prod(operand_shape) + 1, dtype=dtype).reshape(operand_shape)
+    (landing,) = transpose(numbers)
+    return np.rint(np.asarray(landing)).astype(np.int64).reshape(-1)
+
+
+def _is_floating(dtype: Any) -> bool:
+    return bool(np.issubdtype(np.dtype(dtype), np.inexact)) if str(dtype) != "bfloat16" else True
+
+
+# --- entry points ------------------------------------------------------------------------
+
+
+def interpret(closed_jaxpr: Any, n: int, differentiated: int = 0) -> Detection:
+    """The pattern of a closed jaxpr's first output with respect to its input number
+    ``differentiated`` (every other input is an unknown value that depends on nothing).
+
+    Args:
+        closed_jaxpr: from ``jax.make_jaxpr``.
+        n: the size of the differentiated input.
+        differentiated: which input is ``x``.
+
+    Returns:
+        The :class:`Detection`.
+    """
+    interpreter = _Interpreter(n)
+    jaxpr = closed_jaxpr.jaxpr
+    inputs = []
+    for position, var in enumerate(jaxpr.invars):
+        shape = tuple(var.aval.shape)
+        if position == differentiated:
+            deps = sp.csr_array(sp.identity(n, dtype=bool, format="csr"))
+            inputs.append(_Value(deps, None, shape, True))
+        else:
+            inputs.append(_Value(None, None, shape, _is_floating(var.aval.dtype)))
+    (output, *_) = interpreter.run(jaxpr, closed_jaxpr.consts, inputs)
+    if output.deps is None:
+        pattern = empty_pattern((output.size, n))
+    else:
+        pattern = canonical(output.deps)
+    return Detection(pattern, interpreter.notes)
+
+
+def _traced(
+    f: Callable[..., Any], x: Any, values: Sequence[Any], static: Sequence[bool], gradient: bool
+) -> tuple[Any, int]:
+    """``make_jaxpr`` of ``f`` (or of its gradient) with abstract ``x`` and contexts
+    (static ones closed over), inside ``enable_x64`` when ``x`` is 64-bit."""
+    import jax
+
+    from di.families import is_64_bit
+
+    x_dtype = np.float64 if is_64_bit(x.dtype) else np.float32
+    shape = tuple(x.shape)
+    traced_positions = [i for i, is_static in enumerate(static) if not is_static]
+
+    def call(x: Any, *traced: Any) -> Any:
+        arguments = list(values)
+        for position, value in zip(traced_positions, traced):
+            arguments[position] = value
+        return f(x, *arguments)
+
+    function = jax.grad(call) if gradient else call
+    abstract = [jax.ShapeDtypeStruct(shape, x_dtype)]
+    for position in traced_positions:
+        abstract.append(_abstract(values[position], x_dtype))
+    with jax.enable_x64(x_dtype == np.float64):
+        return jax.make_jaxpr(function)(*abstract), math.prod(shape)
+
+
+def _abstract(value: Any, x_dtype: Any) -> Any:
+    import jax
+
+    if isinstance(value, float):
+        return jax.ShapeDtypeStruct((), x_dtype)
+    dtype = np.dtype(str(value.dtype).replace("torch.", "").replace("bfloat16", "float32"))
+    return jax.tree_util.tree_map(lambda leaf: jax.ShapeDtypeStruct(tuple(leaf.shape), dtype), value)
+
+
+def jacobian_pattern(f: Callable[..., Any], x: Any, values: Sequence[Any], static: Sequence[bool]) -> Detection:
+    """The Jacobian pattern of ``f(x, *values)``, ``(f(x).size, x.size)``.
+
+    Args:
+        f: the function.
+        x: an array like the ones ``f`` will be called with (only its shape and
+            dtype are used).
+        values: the context values; the ``static`` ones are passed as they are,
+            the others as abstract values.
+        static: for each context, whether it is static (compiled in).
+
+    Returns:
+        The :class:`Detection`.
+
+    Examples:
+        >>> import numpy as np
+        >>> from di.sparse.detection import jacobian_pattern
+        >>> f = lambda x: x[1:] * x[:-1]
+        >>> jacobian_pattern(f, np.zeros(4), [], []).pattern.toarray().astype(int)
+        array([[1, 1, 0, 0],
+               [0, 1, 1, 0],
+               [0, 0, 1, 1]])
+    """
+    closed, n = _traced(f, x, values, static, gradient=False)
+    return interpret(closed, n)
+
+
+def hessian_pattern(f: Callable[..., Any], x: Any, values: Sequence[Any], static: Sequence[bool]) -> Detection:
+    """The Hessian pattern of a scalar ``f``: the Jacobian pattern of its gradient's
+    program (``jax.grad``), made symmetric.
+
+    Examples:
+        >>> import numpy as np
+        >>> from di.sparse.detection import hessian_pattern
+        >>> f = lambda x: (x[1:] * x[:-1]).sum() + (x ** 3).sum()
+        >>> hessian_pattern(f, np.zeros(3), [], []).pattern.toarray().astype(int)
+        array([[1, 1, 0],
+               [1, 1, 1],
+               [0, 1, 1]])
+    """
+    from di.sparse.patterns import symmetrize
+
+    closed, n = _traced(f, x, values, static, gradient=True)
+    detection = interpret(closed, n)
+    return Detection(symmetrize(detection.pattern), detection.notes)

@@ -1,0 +1,156 @@
+"""Where :class:`di.AutoSparse` gets its sparsity pattern from: three small selectors.
+
+Like backend selectors they are frozen and hashable (so ``AutoSparse`` stays a
+valid dictionary key) and building one imports no engine and no scipy.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+__all__ = ["DenseSparsity", "KnownSparsity", "SparsitySource", "TracerSparsity"]
+
+
+class SparsitySource:
+    """Base class of the sparsity sources of :class:`di.AutoSparse`.
+
+    Examples:
+        >>> import di
+        >>> isinstance(di.TracerSparsity(), di.SparsitySource)
+        True
+    """
+
+
+@dataclass(frozen=True)
+class TracerSparsity(SparsitySource):
+    """The exact, global pattern, read from ``f``'s structure by tracing it with JAX.
+
+    ``f`` is traced once with ``jax.make_jaxpr`` (whatever the dense backend: an
+    ``f`` written with the array API, ``xp = di.array_namespace(x)``, traces the
+    same way) and its program is interpreted with index sets: which inputs each
+    output element depends on. Elementwise operations, ``dot_general`` (with the
+    zero pattern of constant matrices), reductions, broadcasting, reshapes,
+    transposes, slicing, ``gather``/``scatter`` with constant indices,
+    concatenation, padding, ``select``, cumulative sums and sub-programs (``jit``,
+    ``custom_jvp``, ``custom_vjp``, ``cond``) are followed exactly; loops
+    (``while``, ``scan``) and any primitive it does not know make their outputs
+    depend on all their inputs, a superset of the true pattern, and the prep's
+    ``sparsity_notes`` say which primitive did so. The pattern is never too sparse.
+
+    The pattern holds for every ``x`` and every context value (contexts are
+    treated as unknown values); values ``f`` closes over are read as constants.
+    Hessian patterns are read from the program of ``f``'s gradient.
+
+    Examples:
+        >>> import di
+        >>> di.AutoSparse(di.AutoJAX(), sparsity=di.TracerSparsity()).sparsity
+        TracerSparsity()
+    """
+
+
+@dataclass(frozen=True)
+class DenseSparsity(SparsitySource):
+    """The nonzeros of dense Jacobians (or Hessians) at a few random points.
+
+    Cheap to write and works for any ``f`` any backend can differentiate, but
+    *local*: an entry that happens to vanish at every sampled point is missed.
+    Prefer :class:`TracerSparsity` when ``f`` traces with JAX, or
+    :class:`KnownSparsity` when you know the pattern.
+
+    Args:
+        backend: the backend computing the dense matrices; ``None`` (default)
+            uses the dense backend of the ``AutoSparse`` it is given to.
+        points: how many random points (standard normal, seeded) to union over.
+        atol: entries with ``|value| <= atol`` count as zeros.
+
+    Raises:
+        ValueError: ``points < 1`` or ``atol < 0``.
+
+    Examples:
+        >>> import di
+        >>> di.DenseSparsity(di.AutoFiniteDiff(), points=3)
+        DenseSparsity(backend=AutoFiniteDiff(method='central', step=None), points=3, atol=0.0)
+    """
+
+    backend: Any = None
+    points: int = 2
+    atol: float = 0.0
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.points, int) or self.points < 1:
+            raise ValueError(f"DenseSparsity(points={self.points!r}): points must be a positive int")
+        if not self.atol >= 0:
+            raise ValueError(f"DenseSparsity(atol={self.atol!r}): atol must be >= 0")
+        object.__setattr__(self, "atol", float(self.atol))
+
+
+class KnownSparsity(SparsitySource):
+    """A pattern you know: a ``scipy.sparse`` matrix or array, or a boolean array.
+
+    Its shape must be ``(f(x).size, x.size)`` for Jacobians and ``(x.size,
+    x.size)`` for Hessians (whose pattern is symmetrised). Every stored entry
+    counts as a nonzero, whatever its value. The pattern is copied, so the
+    selector stays hashable and immutable.
+
+    Args:
+        pattern: the pattern.
+
+    Raises:
+        ValueError: not two-dimensional.
+
+    Examples:
+        >>> import numpy as np, di
+        >>> known = di.KnownSparsity(np.eye(3, dtype=bool))
+        >>> known.shape, known.nnz
+        ((3, 3), 3)
+    """
+
+    __slots__ = ("_hash", "cols", "rows", "shape")
+
+    def __init__(self, pattern: Any) -> None:
+        if hasattr(pattern, "tocoo"):  # scipy.sparse, without importing scipy
+            coo = pattern.tocoo()
+            rows, cols, shape = np.asarray(coo.row), np.asarray(coo.col), tuple(int(s) for s in coo.shape)
+        else:
+            dense = np.asarray(pattern)
+            if dense.ndim != 2:
+                raise ValueError(f"KnownSparsity needs a 2-D pattern, not one of shape {dense.shape}")
+            rows, cols = np.nonzero(dense)
+            shape = tuple(int(s) for s in dense.shape)
+        if len(shape) != 2:
+            raise ValueError(f"KnownSparsity needs a 2-D pattern, not one of shape {shape}")
+        order = np.lexsort((cols, rows))
+        keys = np.unique(rows[order].astype(np.int64) * max(shape[1], 1) + cols[order])
+        rows, cols = np.divmod(keys, max(shape[1], 1))
+        for array in (rows, cols):
+            array.setflags(write=False)
+        object.__setattr__(self, "shape", shape)
+        object.__setattr__(self, "rows", rows)
+        object.__setattr__(self, "cols", cols)
+        object.__setattr__(self, "_hash", hash((shape, rows.tobytes(), cols.tobytes())))
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError("KnownSparsity is immutable")
+
+    @property
+    def nnz(self) -> int:
+        """The number of nonzeros."""
+        return int(self.rows.size)
+
+    def __eq__(self, other: object) -> bool:
+        return (
+            isinstance(other, KnownSparsity)
+            and self._hash == other._hash
+            and self.shape == other.shape
+            and np.array_equal(self.rows, other.rows)
+            and np.array_equal(self.cols, other.cols)
+        )
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __repr__(self) -> str:
+        return f"KnownSparsity(shape={self.shape}, nnz={self.nnz})"
