@@ -13,8 +13,10 @@ Examples:
 from di.backends.selectors import (
     AbstractBackend,
     AutoAutograd,
+    AutoFastest,
     AutoFiniteDiff,
     AutoJAX,
+    AutoSparse,
     AutoTorch,
     SecondOrder,
     available_backends,
@@ -28,10 +30,12 @@ from di.errors import (
     InvalidOutputError,
     OutBufferError,
     PreparationMismatchError,
+    RecompileLimitError,
     RecompileWarning,
     UnsupportedContextError,
     UnsupportedOperatorError,
 )
+from di.namespace import array_namespace
 from di.operators.derivative import derivative, prepare_derivative, value_and_derivative
 from di.operators.gradient import gradient, prepare_gradient, value_and_gradient
 from di.operators.hessian import hessian, prepare_hessian, value_gradient_and_hessian
@@ -45,29 +49,38 @@ from di.operators.second_derivative import (
     value_derivative_and_second_derivative,
 )
 from di.prep.base import Prep
+from di.sparse.sources import DenseSparsity, KnownSparsity, SparsitySource, TracerSparsity
 
 __version__ = "0.1.0"
 
 __all__ = [
     "AbstractBackend",
     "AutoAutograd",
+    "AutoFastest",
     "AutoFiniteDiff",
     "AutoJAX",
+    "AutoSparse",
     "AutoTorch",
     "BackendNotInstalledError",
     "Cache",
     "Constant",
     "Context",
     "DIError",
+    "DenseSparsity",
     "InvalidInputError",
     "InvalidOutputError",
+    "KnownSparsity",
     "OutBufferError",
     "Prep",
     "PreparationMismatchError",
+    "RecompileLimitError",
     "RecompileWarning",
     "SecondOrder",
+    "SparsitySource",
+    "TracerSparsity",
     "UnsupportedContextError",
     "UnsupportedOperatorError",
+    "array_namespace",
     "available_backends",
     "backend",
     "derivative",

@@ -36,7 +36,7 @@ def test_import_di_imports_no_engine():
         """
         import json, sys
         import di
-        after_import = sorted(m for m in ("jax", "torch", "autograd") if m in sys.modules)
+        after_import = sorted(m for m in ("jax", "torch", "autograd", "array_api_compat") if m in sys.modules)
         available = [repr(b) for b in di.available_backends()]
         after_available = sorted(m for m in ("jax", "torch", "autograd") if m in sys.modules)
         selectors = [di.AutoJAX(jit=True), di.AutoTorch(), di.AutoAutograd(), di.AutoFiniteDiff(),
