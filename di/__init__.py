@@ -13,10 +13,8 @@ Examples:
 from di.backends.selectors import (
     AbstractBackend,
     AutoAutograd,
-    AutoFastest,
     AutoFiniteDiff,
     AutoJAX,
-    AutoSparse,
     AutoTorch,
     SecondOrder,
     available_backends,
@@ -30,7 +28,6 @@ from di.errors import (
     InvalidOutputError,
     OutBufferError,
     PreparationMismatchError,
-    RecompileLimitError,
     RecompileWarning,
     UnsupportedContextError,
     UnsupportedOperatorError,
@@ -49,35 +46,27 @@ from di.operators.second_derivative import (
     value_derivative_and_second_derivative,
 )
 from di.prep.base import Prep
-from di.sparse.sources import DenseSparsity, KnownSparsity, SparsitySource, TracerSparsity
 
 __version__ = "0.1.0"
 
 __all__ = [
     "AbstractBackend",
     "AutoAutograd",
-    "AutoFastest",
     "AutoFiniteDiff",
     "AutoJAX",
-    "AutoSparse",
     "AutoTorch",
     "BackendNotInstalledError",
     "Cache",
     "Constant",
     "Context",
     "DIError",
-    "DenseSparsity",
     "InvalidInputError",
     "InvalidOutputError",
-    "KnownSparsity",
     "OutBufferError",
     "Prep",
     "PreparationMismatchError",
-    "RecompileLimitError",
     "RecompileWarning",
     "SecondOrder",
-    "SparsitySource",
-    "TracerSparsity",
     "UnsupportedContextError",
     "UnsupportedOperatorError",
     "array_namespace",
