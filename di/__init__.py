@@ -13,6 +13,7 @@ Examples:
 from di.backends.selectors import (
     AbstractBackend,
     AutoAutograd,
+    AutoFastest,
     AutoFiniteDiff,
     AutoJAX,
     AutoTorch,
@@ -52,6 +53,7 @@ __version__ = "0.1.0"
 __all__ = [
     "AbstractBackend",
     "AutoAutograd",
+    "AutoFastest",
     "AutoFiniteDiff",
     "AutoJAX",
     "AutoTorch",

@@ -10,7 +10,15 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING
 
-from di.backends.selectors import AbstractBackend, AutoAutograd, AutoFiniteDiff, AutoJAX, AutoTorch, SecondOrder
+from di.backends.selectors import (
+    AbstractBackend,
+    AutoAutograd,
+    AutoFastest,
+    AutoFiniteDiff,
+    AutoJAX,
+    AutoTorch,
+    SecondOrder,
+)
 from di.errors import BackendNotInstalledError, InvalidInputError
 
 if TYPE_CHECKING:
@@ -24,6 +32,7 @@ _ADAPTER_PATHS: dict[type[AbstractBackend], str | type[Adapter]] = {
     AutoAutograd: "di.backends.autograd:AutogradAdapter",
     AutoFiniteDiff: "di.backends.finitediff:FiniteDiffAdapter",
     SecondOrder: "di.backends.second_order:SecondOrderAdapter",
+    AutoFastest: "di.backends.fastest:FastestAdapter",
 }
 _ADAPTERS: dict[AbstractBackend, Adapter] = {}
 

@@ -8,13 +8,15 @@ keys, defaults of function arguments, or read from a configuration file with
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import os
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 __all__ = [
     "AbstractBackend",
     "AutoAutograd",
+    "AutoFastest",
     "AutoFiniteDiff",
     "AutoJAX",
     "AutoTorch",
@@ -40,6 +42,9 @@ class AbstractBackend:
     engine: ClassVar[str] = ""
     engine_display: ClassVar[str] = ""
     extra: ClassVar[str] = ""
+    prepared_only: ClassVar[str] = ""
+    """Non-empty for a selector that serves prepared calls only: why an
+    unprepared call (``di.gradient(f, backend, x)``) is refused."""
 
     def __str__(self) -> str:
         return repr(self)
@@ -205,6 +210,97 @@ class SecondOrder(AbstractBackend):
     def is_installed(self) -> bool:
         """Whether both engines are installed."""
         return self.outer.is_installed and self.inner.is_installed
+
+
+@dataclass(frozen=True)
+class AutoFastest(AbstractBackend):
+    """Measure the candidate backends at preparation and keep the fastest correct one.
+
+    ``prepare_<operator>(f, di.AutoFastest(), x, *contexts)`` prepares the operator
+    on every candidate, runs each once on the given arguments, drops the ones that
+    fail or whose result differs from the majority's beyond ``rtol``, times the
+    others (whole prepared calls, conversions to and from the caller's array
+    family included; interleaved rounds, median), and returns the fastest one's
+    prep. Its calls then cost exactly what that backend's prepared calls cost.
+    ``prep.plan`` (a :class:`di.plan.Plan`) tells which candidate won and why the
+    others did not. Prepare on a representative ``x``: the candidates are checked
+    and timed there. Unprepared calls are refused (they would measure every time).
+
+    Args:
+        candidates: the selectors to choose among; ``None`` means
+            ``AutoJAX(jit=True)`` (when ``include_compiled``), ``AutoJAX()``,
+            ``AutoTorch()`` and ``AutoAutograd()``, those installed.
+            ``AutoTorch(compile=True)`` (seconds of compilation) and finite
+            differences (approximate, and ``2n`` evaluations of ``f`` per
+            gradient) are candidates only when listed.
+        budget_s: seconds spent timing the candidates (their preparation and
+            first call come on top). Each candidate gets at least three rounds.
+        rtol: how far, relative to the largest entry of the result, a
+            candidate's result may differ from the majority's; ``None`` picks it
+            from the result's dtype (1e-5 for float64, 1e-3 for float32, 3e-2 for
+            16-bit floats).
+        include_compiled: whether the default candidates include ``AutoJAX(jit=True)``.
+        cache: a JSON file remembering plans by function (module and qualified
+            name, and a hash of its bytecode), operator, signature, candidates
+            and installed engine versions: a later process with the same ones
+            prepares the remembered winner without measuring.
+
+    Raises:
+        ValueError: an empty candidate list, a non-positive budget or ``rtol``.
+        TypeError: a candidate that is not a backend selector, or an AutoFastest.
+
+    Examples:
+        >>> import numpy as np, di
+        >>> f = lambda x: (x * x).sum()
+        >>> backend = di.AutoFastest([di.AutoFiniteDiff(), di.AutoFiniteDiff(method="forward")], budget_s=0.01)
+        >>> prep = di.prepare_gradient(f, backend, np.ones(3))
+        >>> di.gradient(f, prep, backend, np.array([1.0, 2.0, 3.0])).round(4)
+        array([2., 4., 6.])
+        >>> prep.plan.chosen in backend.candidates
+        True
+    """
+
+    candidates: Sequence[AbstractBackend] | None = None
+    budget_s: float = field(default=1.0, kw_only=True)
+    rtol: float | None = field(default=None, kw_only=True)
+    include_compiled: bool = field(default=True, kw_only=True)
+    cache: str | os.PathLike[str] | None = field(default=None, kw_only=True)
+    engine_display: ClassVar[str] = "its candidates"
+    prepared_only: ClassVar[str] = (
+        "it chooses a backend by measuring every candidate, which an unprepared call would repeat every time"
+    )
+
+    def __post_init__(self) -> None:
+        if self.candidates is not None:
+            candidates = tuple(dict.fromkeys(self.candidates))  # in order, without repeats
+            if not candidates:
+                raise ValueError("AutoFastest(candidates=...) needs at least one candidate (None: the default ones)")
+            for candidate in candidates:
+                if not isinstance(candidate, AbstractBackend) or isinstance(candidate, AutoFastest):
+                    raise TypeError(
+                        f"AutoFastest candidates must be backend selectors such as di.AutoJAX(jit=True), other than "
+                        f"AutoFastest, not {candidate!r}"
+                    )
+            object.__setattr__(self, "candidates", candidates)
+        if not (isinstance(self.budget_s, (int, float)) and 0 < self.budget_s < float("inf")):
+            raise ValueError(f"AutoFastest(budget_s={self.budget_s!r}): budget_s must be a positive number of seconds")
+        if self.rtol is not None and not self.rtol > 0:
+            raise ValueError(f"AutoFastest(rtol={self.rtol!r}): rtol must be positive, or None to pick it by dtype")
+        if self.cache is not None and not isinstance(self.cache, str):
+            object.__setattr__(self, "cache", os.fspath(self.cache))
+
+    def default_candidates(self) -> tuple[AbstractBackend, ...]:
+        """The candidates when none are given: the installed automatic-differentiation engines.
+
+        Examples:
+            >>> import di
+            >>> di.AutoFastest(include_compiled=False).default_candidates()[0] == di.AutoJAX(jit=True)
+            False
+        """
+        defaults: list[AbstractBackend] = [AutoJAX(), AutoTorch(), AutoAutograd()]
+        if self.include_compiled:
+            defaults.insert(0, AutoJAX(jit=True))
+        return tuple(candidate for candidate in defaults if candidate.is_installed)
 
 
 _BY_NAME: dict[str, type[AbstractBackend]] = {

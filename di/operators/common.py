@@ -333,6 +333,16 @@ def prepare_operator(
             f"{family} needs a scalar x (a 0-d array or a float), not shape {tuple(x.shape)}; "
             f"use jacobian (or hessian) for array inputs."
         )
+    prepare_whole = getattr(adapter, "prepare_whole", None)
+    if prepare_whole is not None:
+        # A backend that chooses among other backends' whole preps (di.AutoFastest): its adapter's
+        # prepare_whole(prepare_with, family, f, x, tangents, contexts, strict, same_point) returns
+        # the complete Prep, preparing each candidate through prepare_with(candidate).
+        def prepare_with(candidate: Any) -> Prep:
+            return prepare_operator(family, f, candidate, x, tangents, contexts, strict, same_point=same_point)
+
+        prep: Prep = prepare_whole(prepare_with, family, f, x, tangents, contexts, strict, same_point)
+        return prep
     operator = f"{family}_same_point" if same_point else family
 
     x_given, x = x, (np.asarray(x, dtype=np.float64) if isinstance(x, float) else x)
@@ -406,6 +416,13 @@ def run_operator(
     else:
         tangents, contexts = None, rest
     if prep is None:
+        if getattr(backend, "prepared_only", ""):
+            arguments = f"x, {label}, *contexts" if label else "x, *contexts"
+            raise InvalidInputError(
+                f"{backend!r} serves prepared calls only: {backend.prepared_only}. Prepare once with "
+                f"prep = di.prepare_{family}(f, backend, {arguments}), then call di.{name}(f, prep, backend, "
+                f"{arguments})."
+            )
         prep = prepare(f, backend, x, *((tangents,) if label else ()), *contexts, strict=False)
     else:
         prep.check_operator(family)

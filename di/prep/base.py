@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from di.backends.selectors import AbstractBackend
 from di.contexts import Context
 from di.errors import InvalidInputError, OutBufferError
 from di.families import NUMPY, TORCH, ArraySpec, family_of, spec_of
 from di.prep.signature import ArgumentCheck, check_contexts_wrapped, key_function, matcher_for, mismatch_error
+
+if TYPE_CHECKING:
+    from di.plan import Plan
 
 __all__ = ["Prep"]
 
@@ -30,6 +34,9 @@ class Prep:
         f: the function it was prepared for.
         backend: the selector it was prepared with.
         strict: whether each call checks its arguments against the signature.
+        plan: for a prep made with :class:`di.AutoFastest`, the
+            :class:`di.plan.Plan` saying which candidate backend it runs and why;
+            ``None`` otherwise.
 
     Examples:
         >>> import numpy as np, di
@@ -47,6 +54,7 @@ class Prep:
         "checks",
         "f",
         "operator",
+        "plan",
         "programs",
         "runners",
         "same_point",
@@ -68,6 +76,7 @@ class Prep:
         tangents: tuple[Any, ...] | None = None,
         tangent_label: str = "tx",
         same_point: Callable[[Any, Sequence[Any]], bool] | None = None,
+        plan: Plan | None = None,
     ) -> None:
         self.operator = operator
         self.f = f
@@ -84,10 +93,45 @@ class Prep:
         self.tangent_check = None if tangents is None else ArgumentCheck.of(tangent_label, tangents)
         self.tangent_matchers = () if tangents is None else tuple(matcher_for(t, key_function(t)) for t in tangents)
         self.same_point = same_point
+        self.plan = plan
         self.runners = {name: self._runner(program) for name, program in programs.items()}
 
     def __repr__(self) -> str:
         return f"Prep({self.operator}, {self.backend!r}, x={self.checks[0].description}, strict={self.strict})"
+
+    def with_backend(self, backend: AbstractBackend, plan: Plan | None = None) -> Prep:
+        """A copy of this prep that answers to another selector: calls pass
+        ``backend`` and run this prep's programs, checks and all. It shares every
+        attribute with this prep except ``backend``, ``plan`` and the runners
+        (which check the selector). :class:`di.AutoFastest` hands out its winner's
+        prep this way.
+
+        Examples:
+            >>> import numpy as np, di
+            >>> f = lambda x: (x * x).sum()
+            >>> prep = di.prepare_gradient(f, di.AutoFiniteDiff(), np.zeros(2))
+            >>> other = di.AutoFiniteDiff(method="forward")
+            >>> di.gradient(f, prep.with_backend(other), other, np.array([1.0, 2.0])).round(6)
+            array([2., 4.])
+        """
+        prep = copy.copy(self)
+        prep.backend = backend
+        prep.plan = plan
+        prep.runners = {name: prep._runner(program) for name, program in self.programs.items()}
+        return prep
+
+    @property
+    def sparsity(self) -> Any:
+        """For an :class:`di.AutoSparse` jacobian or hessian prep: the sparsity pattern
+        it computes (a boolean ``scipy.sparse.csr_array`` of shape ``(f(x).size,
+        x.size)``); ``None`` for other preps."""
+        return None if self.sparse_info is None else self.sparse_info.pattern
+
+    @property
+    def colors(self) -> int | None:
+        """For an :class:`di.AutoSparse` jacobian or hessian prep: the number of colors,
+        i.e. of pushforwards, pullbacks or hvps per call; ``None`` for other preps."""
+        return None if self.sparse_info is None else int(self.sparse_info.n_colors)
 
     def check(self, f: Any, backend: Any, x: Any, contexts: Sequence[Any]) -> None:
         """Check a call's arguments against the prepared signature.

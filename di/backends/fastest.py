@@ -1,0 +1,516 @@
+"""The adapter behind :class:`di.AutoFastest`: a planner choosing among whole preps.
+
+It implements no derivative itself. At preparation
+(:func:`di.operators.common.prepare_operator` calls :meth:`FastestAdapter.prepare_whole`)
+it prepares the operator on every candidate backend, runs each once on the given
+arguments, keeps those whose results agree with the majority's, times them
+(whole prepared ``di`` calls, in interleaved rounds, median per candidate) and
+returns a :class:`~di.prep.base.Prep` holding the winner's programs, so every
+call on it is exactly a call of the winner's prep. The engines know nothing of
+it.
+"""
+
+from __future__ import annotations
+
+import datetime
+import gc
+import importlib
+import itertools
+import math
+import statistics
+import sys
+import time
+import warnings
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from di.backends.protocol import OPERATOR_FAMILIES, Adapter
+from di.backends.selectors import AbstractBackend, AutoFastest
+from di.contexts import Context
+from di.errors import BackendNotInstalledError
+from di.families import family_of
+from di.plan import (
+    CandidatesDisagreeError,
+    Plan,
+    PlanCache,
+    PlanRow,
+    cache_key,
+    engine_versions,
+    function_fingerprint,
+    function_name,
+    selector_label,
+)
+from di.prep.base import Prep
+from di.prep.signature import describe_value
+from di.pytrees import tree_leaves
+
+__all__ = ["FastestAdapter", "default_rtol", "relative_difference", "time_interleaved"]
+
+PrepareWith = Callable[[AbstractBackend], Prep]
+
+BLOCK_S = 2e-4
+"""Target duration of one timed block of back-to-back calls: long enough to
+resolve microsecond calls, short enough that most blocks escape preemption."""
+MIN_ROUNDS = 3
+MAX_ROUNDS = 200
+RACE_FACTOR = 3.0
+"""After :data:`MIN_ROUNDS`, a candidate whose median is this many times the
+best one's stops being timed (it is ``slower`` whatever the remaining rounds say)."""
+
+
+class FastestAdapter(Adapter):
+    """Prepares with every candidate of an :class:`di.AutoFastest` and keeps the fastest.
+
+    Examples:
+        >>> import di
+        >>> from di.backends.registry import get_adapter
+        >>> type(get_adapter(di.AutoFastest())).__name__
+        'FastestAdapter'
+    """
+
+    backend: AutoFastest
+
+    def candidates(self) -> tuple[AbstractBackend, ...]:
+        """The selectors to choose among.
+
+        Raises:
+            BackendNotInstalledError: no candidate given and no automatic
+                differentiation engine installed.
+        """
+        selector = self.backend
+        candidates = tuple(selector.candidates) if selector.candidates is not None else selector.default_candidates()
+        if not candidates:
+            raise BackendNotInstalledError(
+                "AutoFastest() chooses among the installed automatic-differentiation engines, and none of JAX, "
+                "PyTorch and autograd is installed.\n  pip install 'differentiation-interface[all]'\n"
+                "or list candidates yourself, such as AutoFastest([AutoFiniteDiff()])."
+            )
+        return candidates
+
+    def prepare_whole(
+        self,
+        prepare_with: PrepareWith,
+        family: str,
+        f: Callable[..., Any],
+        x: Any,
+        tangents: tuple[Any, ...] | None,
+        contexts: Sequence[Context],
+        strict: bool,
+        same_point: bool,
+    ) -> Prep:
+        """Plan (or read the plan from the cache) and return a prep running the winner.
+
+        Args:
+            prepare_with: prepares this operator, at these arguments, with one candidate.
+            family: the operator family.
+            f: the function.
+            x: the point (values used to check and time the candidates).
+            tangents: the tangents of operators that take them, else ``None``.
+            contexts: the contexts.
+            strict: whether the prep checks the arguments of each call.
+            same_point: whether it is a same-point prep.
+
+        Returns:
+            A :class:`~di.prep.base.Prep` with the winner's programs, this
+            selector as its backend and the plan as ``prep.plan``.
+
+        Raises:
+            CandidatesDisagreeError: the candidates' results differ and no
+                majority agrees.
+            Exception: the first candidate's error, when every candidate fails.
+        """
+        call = _Call(family, f, x, tangents, tuple(contexts), same_point)
+        candidates = self.candidates()
+        cache = _CacheEntry(self.backend, call, candidates) if self.backend.cache is not None else None
+        if cache is not None:
+            cached = cache.read(prepare_with)
+            if cached is not None:
+                plan, winner = cached
+                return _serving(winner, self.backend, plan)
+        plan, winner = _plan(call, candidates, prepare_with, self.backend)
+        if cache is not None:
+            cache.write(plan)
+        return _serving(winner, self.backend, plan)
+
+
+@dataclass(frozen=True)
+class _Call:
+    """One operator call at the prepared arguments, as the planner makes it."""
+
+    family: str
+    f: Callable[..., Any]
+    x: Any
+    tangents: tuple[Any, ...] | None
+    contexts: tuple[Context, ...]
+    same_point: bool
+
+    @property
+    def name(self) -> str:
+        """The operator timed and compared: the family's plain one (``gradient``, ``hvp``, ...)."""
+        return OPERATOR_FAMILIES[self.family][0]
+
+    def runner(self, prep: Prep, backend: AbstractBackend) -> Callable[[], Any]:
+        """A zero-argument call of the public operator on ``prep``: the whole
+        prepared call a user makes, conversions to and from the caller's family included."""
+        operator = getattr(importlib.import_module("di"), self.name)
+        f, x, contexts = self.f, self.x, self.contexts
+        if self.tangents is None:
+            return lambda: operator(f, prep, backend, x, *contexts)
+        tangents = self.tangents
+        return lambda: operator(f, prep, backend, x, tangents, *contexts)
+
+    def signature(self) -> str:
+        """The arguments, described as in mismatch reports (no values)."""
+        parts = [f"x {describe_value(self.x)}"]
+        if self.tangents is not None:
+            parts.append(f"{'ty' if self.family == 'pullback' else 'tx'} {describe_value(self.tangents)}")
+        parts += [describe_value(context) for context in self.contexts]
+        return ", ".join(parts)
+
+    @property
+    def operator_key(self) -> str:
+        """The operator family, marked when the prep is a same-point one."""
+        return f"{self.family}_same_point" if self.same_point else self.family
+
+
+def _serving(winner: Prep, selector: AutoFastest, plan: Plan) -> Prep:
+    """The prep handed to the caller: the winner's, answering to ``selector``. It
+    holds nothing of the other candidates."""
+    return winner.with_backend(selector, plan)
+
+
+# --- the plan ------------------------------------------------------------------------------
+
+
+@dataclass
+class _Candidate:
+    backend: AbstractBackend
+    prep: Prep | None = None
+    run: Callable[[], Any] | None = None
+    leaves: list[np.ndarray] | None = None
+    dtypes: list[str] | None = None
+    status: str = ""
+    reason: str = ""
+    samples: list[float] | None = None
+
+
+def _plan(
+    call: _Call, candidates: Sequence[AbstractBackend], prepare_with: PrepareWith, selector: AutoFastest
+) -> tuple[Plan, Prep]:
+    """Prepare, check and time every candidate; the plan and the winner's prep."""
+    entries = [_Candidate(backend) for backend in candidates]
+    first_error: BaseException | None = None
+    for entry in entries:
+        error = _prepare_and_check(entry, call, prepare_with)
+        if error is not None and first_error is None:
+            first_error = error
+        del error
+    ran = [entry for entry in entries if entry.status == ""]
+    if not ran:
+        plan = _make_plan(call, entries, selector)
+        assert first_error is not None
+        if hasattr(first_error, "add_note"):
+            first_error.add_note(f"Every AutoFastest candidate failed:\n{plan}")
+        raise first_error
+    del first_error
+    _vote(ran, selector.rtol)
+    agreed = [entry for entry in ran if entry.status == ""]
+    if not agreed:
+        plan = _make_plan(call, entries, selector)
+        raise CandidatesDisagreeError(
+            f"the AutoFastest candidates give different {call.name} results and no majority of them agrees, so "
+            f"none can be trusted:\n{plan}\nCheck f on each backend (python -m di check MODULE:FUNCTION), or list "
+            f"the candidates that agree as AutoFastest([...]).",
+            plan,
+        )
+    runs = [entry.run for entry in agreed]
+    for entry, samples in zip(agreed, time_interleaved(runs, selector.budget_s)):  # type: ignore[arg-type]
+        entry.samples = samples
+    winner = min(agreed, key=lambda entry: statistics.median(entry.samples or [math.inf]))
+    for entry in agreed:
+        entry.status = "chosen" if entry is winner else "slower"
+    plan = _make_plan(call, entries, selector)
+    assert winner.prep is not None
+    return plan, winner.prep
+
+
+def _prepare_and_check(entry: _Candidate, call: _Call, prepare_with: PrepareWith) -> BaseException | None:
+    """Prepare one candidate and run it once (which also warms it up); on failure
+    mark it ``failed`` and return the error."""
+    stage = "preparing"
+    try:
+        entry.prep = prepare_with(entry.backend)
+        stage = "first call"
+        run = call.runner(entry.prep, entry.backend)
+        result = run()
+        entry.run = _waiting(run, result)
+        stage = "reading the result"
+        entry.leaves, entry.dtypes = _float64_leaves(result)
+    except Exception as err:
+        entry.status, entry.reason = "failed", f"{stage}: {type(err).__name__}: {err}"
+        entry.prep = entry.run = None
+        return err
+    return None
+
+
+def _waiting(run: Callable[[], Any], result: Any) -> Callable[[], Any]:
+    """The candidate's call, waiting for its result where the engine computes
+    asynchronously (JAX arrays, CUDA tensors, as ``result`` shows), so timings
+    count the work done."""
+    leaves = tree_leaves(result)
+    if any(hasattr(leaf, "block_until_ready") for leaf in leaves):
+        block = sys.modules["jax"].block_until_ready
+
+        def run_and_block() -> Any:
+            return block(run())
+
+        return run_and_block
+    cuda = [leaf.device for leaf in leaves if family_of(leaf) == "torch" and leaf.device.type == "cuda"]
+    if cuda:
+        synchronize = sys.modules["torch"].cuda.synchronize
+        device = cuda[0]
+
+        def run_and_synchronize() -> Any:
+            result = run()
+            synchronize(device)
+            return result
+
+        return run_and_synchronize
+    return run
+
+
+def _float64_leaves(result: Any) -> tuple[list[np.ndarray], list[str]]:
+    """The result's arrays as float64 numpy arrays, and their dtypes' names."""
+    leaves = tree_leaves(result)
+    jax = sys.modules.get("jax")
+    if jax is not None and any(family_of(leaf) is None and not isinstance(leaf, float) for leaf in leaves):
+        leaves = jax.tree_util.tree_leaves(result)  # nodes only JAX knows
+    arrays, dtypes = [], []
+    for leaf in leaves:
+        family = family_of(leaf)
+        if family == "torch":
+            arrays.append(leaf.detach().cpu().double().numpy())
+        elif family is not None or isinstance(leaf, float):
+            arrays.append(np.asarray(leaf).astype(np.float64))
+        else:
+            raise TypeError(f"the result holds a {type(leaf).__name__}, not an array")
+        dtypes.append(str(getattr(leaf, "dtype", "float")).replace("torch.", ""))
+    return arrays, dtypes
+
+
+def default_rtol(dtypes: Sequence[str]) -> float:
+    """The agreement tolerance for results of these dtypes: that of the least precise.
+
+    Examples:
+        >>> from di.backends.fastest import default_rtol
+        >>> default_rtol(["float64"]), default_rtol(["float64", "float32"]), default_rtol(["bfloat16"])
+        (1e-05, 0.001, 0.03)
+    """
+    if any(("16" in dtype) for dtype in dtypes):
+        return 3e-2
+    if any(dtype == "float32" for dtype in dtypes):
+        return 1e-3
+    return 1e-5
+
+
+def relative_difference(a: Sequence[np.ndarray], b: Sequence[np.ndarray]) -> float:
+    """The largest difference between two results, relative to their largest entry.
+
+    NaN against NaN and equal infinities count as equal; any other mismatch of
+    non-finite entries, or of shapes, is infinitely different.
+
+    Examples:
+        >>> import numpy as np
+        >>> from di.backends.fastest import relative_difference
+        >>> relative_difference([np.array([1.0, 2.0])], [np.array([1.0, 2.2])])  # doctest: +ELLIPSIS
+        0.0909...
+    """
+    if len(a) != len(b):
+        return math.inf
+    worst = 0.0
+    for left, right in zip(a, b):
+        if left.shape != right.shape:
+            return math.inf
+        finite = np.isfinite(left) & np.isfinite(right)
+        same = (left == right) | (np.isnan(left) & np.isnan(right))
+        if np.any(~finite & ~same):
+            return math.inf
+        left, right = left[finite], right[finite]
+        difference = float(np.max(np.abs(left - right), initial=0.0))
+        if difference == 0.0:
+            continue
+        scale = max(float(np.max(np.abs(left), initial=0.0)), float(np.max(np.abs(right), initial=0.0)))
+        worst = max(worst, difference / scale)
+    return worst
+
+
+def _vote(ran: list[_Candidate], rtol: float | None) -> None:
+    """Mark ``disagreed`` the candidates whose result differs from the majority's.
+    The reference is the candidate agreeing with the most others (the first listed
+    on a tie); when it and those agreeing with it are not a strict majority, every
+    candidate is marked ``disagreed``."""
+    tolerance = rtol if rtol is not None else default_rtol([d for entry in ran for d in entry.dtypes or ()])
+    count = len(ran)
+    differences = [[0.0] * count for _ in range(count)]
+    for i, j in itertools.combinations(range(count), 2):
+        if ran[i].dtypes != ran[j].dtypes:
+            differences[i][j] = differences[j][i] = math.inf
+        else:
+            differences[i][j] = differences[j][i] = relative_difference(ran[i].leaves or [], ran[j].leaves or [])
+    agreeing = [sum(d <= tolerance for d in row) for row in differences]  # each counts itself
+    reference = max(range(count), key=lambda i: (agreeing[i], -i))
+    majority = agreeing[reference] * 2 > count
+    for i, entry in enumerate(ran):
+        if majority and differences[reference][i] <= tolerance:
+            continue
+        entry.status = "disagreed"
+        if i == reference:
+            entry.reason = "no majority of the candidates agrees with its result"
+        else:
+            entry.reason = _difference_reason(ran[reference], entry, differences[reference][i], tolerance)
+        entry.prep = entry.run = None
+
+
+def _difference_reason(reference: _Candidate, entry: _Candidate, difference: float, tolerance: float) -> str:
+    name = selector_label(reference.backend)
+    if entry.dtypes != reference.dtypes:
+        return f"its result's dtypes {entry.dtypes} differ from {name}'s {reference.dtypes}"
+    shapes = [leaf.shape for leaf in entry.leaves or ()]
+    expected = [leaf.shape for leaf in reference.leaves or ()]
+    if shapes != expected:
+        return f"its result's shapes {shapes} differ from {name}'s {expected}"
+    if math.isinf(difference):
+        return f"its result's NaN or infinite entries differ from {name}'s"
+    return f"differs from {name} by {difference:.1e} of the largest entry (rtol {tolerance:g})"
+
+
+def time_interleaved(calls: Sequence[Callable[[], Any]], budget_s: float) -> list[list[float]]:
+    """Per-call seconds of each call, measured in interleaved rounds.
+
+    Each round times one block of back-to-back calls of every candidate still in
+    the race (the block length set per candidate so a block lasts about
+    :data:`BLOCK_S`), starting with a different candidate each round, so drift in
+    the machine's load hits them alike. Rounds go on until ``budget_s`` is spent
+    (at least :data:`MIN_ROUNDS`, at most :data:`MAX_ROUNDS`); from then on a
+    candidate :data:`RACE_FACTOR` times slower than the best stops being timed.
+
+    Args:
+        calls: zero-argument callables, already warmed up.
+        budget_s: seconds to spend.
+
+    Returns:
+        One list of per-call seconds (one per block) for each call.
+
+    Examples:
+        >>> from di.backends.fastest import time_interleaved
+        >>> samples = time_interleaved([lambda: sum(range(10)), lambda: sum(range(1000))], 0.01)
+        >>> [len(s) >= 3 for s in samples]
+        [True, True]
+    """
+    deadline = time.perf_counter() + budget_s
+    sizes = [max(1, math.ceil(BLOCK_S / max(_estimate(call), 1e-9))) for call in calls]
+    samples: list[list[float]] = [[] for _ in calls]
+    racing = list(range(len(calls)))
+    gc.collect(1)  # the young generations only: a full collection costs long with engines loaded
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        for round_index in range(MAX_ROUNDS):
+            start = round_index % len(racing)
+            for i in racing[start:] + racing[:start]:
+                samples[i].append(_block(calls[i], sizes[i]))
+            if round_index + 1 < MIN_ROUNDS:
+                continue
+            if time.perf_counter() >= deadline or len(racing) == 1:
+                break
+            best = min(statistics.median(samples[i]) for i in racing)
+            racing = [i for i in racing if statistics.median(samples[i]) <= RACE_FACTOR * best]
+    finally:
+        if was_enabled:
+            gc.enable()
+    return samples
+
+
+def _block(call: Callable[[], Any], count: int) -> float:
+    start = time.perf_counter()
+    for _ in itertools.repeat(None, count):
+        call()
+    return (time.perf_counter() - start) / count
+
+
+def _estimate(call: Callable[[], Any]) -> float:
+    """A rough per-call time, from blocks grown until they last a quarter of :data:`BLOCK_S`."""
+    count = 1
+    while True:
+        per_call = _block(call, count)
+        if per_call * count >= BLOCK_S / 4 or count >= 1 << 16:
+            return per_call
+        count *= 4
+
+
+def _make_plan(call: _Call, entries: Sequence[_Candidate], selector: AutoFastest) -> Plan:
+    rows = tuple(
+        PlanRow(
+            entry.backend,
+            entry.status or "failed",
+            statistics.median(entry.samples) if entry.samples else None,
+            len(entry.samples or ()),
+            entry.reason,
+        )
+        for entry in entries
+    )
+    return Plan(call.family, call.signature(), rows, "measured", selector.budget_s)
+
+
+# --- the JSON cache --------------------------------------------------------------------------
+
+
+class _CacheEntry:
+    """The cache entry of one preparation: its key, and reading and writing it."""
+
+    def __init__(self, selector: AutoFastest, call: _Call, candidates: Sequence[AbstractBackend]) -> None:
+        assert selector.cache is not None
+        self.cache = PlanCache(selector.cache)
+        self.call = call
+        self.candidates = candidates
+        self.engines = engine_versions(candidates)
+        self.parts = {
+            "function": function_name(call.f),
+            "code": function_fingerprint(call.f),
+            "operator": call.operator_key,
+            "signature": call.signature(),
+            "candidates": [repr(candidate) for candidate in candidates],
+            "rtol": selector.rtol,
+        }
+        self.key = cache_key(self.parts)
+
+    def read(self, prepare_with: PrepareWith) -> tuple[Plan, Prep] | None:
+        """The remembered plan and the winner's prep, or ``None`` to measure
+        (no entry, other engine versions, or a winner that no longer prepares)."""
+        entry = self.cache.lookup(self.key, self.engines)
+        if entry is None:
+            return None
+        try:
+            plan = Plan.from_json(entry["plan"], self.candidates, f"cache {self.cache.path}")
+            winner = plan.chosen
+        except (KeyError, LookupError, TypeError, ValueError):
+            return None
+        try:
+            return plan, prepare_with(winner)
+        except Exception as err:
+            warnings.warn(
+                f"di: the remembered AutoFastest winner {selector_label(winner)} no longer prepares "
+                f"({type(err).__name__}: {err}); measuring the candidates again.",
+                stacklevel=5,
+            )
+            return None
+
+    def write(self, plan: Plan) -> None:
+        """Remember a measured plan."""
+        measured_at = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+        self.cache.store(
+            self.key, {**self.parts, "engines": self.engines, "measured_at": measured_at, "plan": plan.to_json()}
+        )
