@@ -12,8 +12,13 @@ Commands:
   a float64 reference from the first automatic-differentiation backend that
   succeeds, and times prepared calls. Exit status 1 when a backend fails or
   disagrees.
+* ``di plan MODULE:FUNCTION --x-shape 1000 [--operator gradient] [--budget 1]``
+  prepares the function with :class:`di.AutoFastest` and prints its plan: which
+  backend is fastest for this function, size, dtype and array family
+  (``--family``) on this machine, and why the others lost. Exit status 1 when
+  no candidate can be trusted (all fail, or no majority agrees).
 
-Both take ``--backends jax,jax-jit,torch,autograd,finitediff``, ``--json FILE``
+``di`` and ``check`` take ``--backends jax,jax-jit,torch,autograd,finitediff``, ``--json FILE``
 (the rows) and ``--plot FILE.png --sizes 10,1000,100000`` (median time per
 prepared call against input size, log-log, one line per backend; needs
 matplotlib). Exit status 2 for a usage error (bad option, import failure).
@@ -68,6 +73,14 @@ class Output:
             print(text)
         else:
             self.console.print(text, style=style, markup=False, soft_wrap=True)
+
+    def plan(self, plan: Any) -> None:
+        """Print a :class:`di.plan.Plan` (a rich table when rich is installed)."""
+        if self.console is None:
+            print(plan)
+        else:
+            self.console.print()
+            self.console.print(plan)
 
     def table(self, title: str, columns: Sequence[str], rows: Iterable[Sequence[str]]) -> None:
         """Print a table; cells of status columns are coloured."""
@@ -222,7 +235,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--no-bench", action="store_true", help="check correctness only, no timings")
     parser.add_argument("--quiet", action="store_true", help="print the summary tables only")
-    commands = parser.add_subparsers(dest="command", metavar="{check}")
+    commands = parser.add_subparsers(dest="command", metavar="{check,plan}")
     check = commands.add_parser(
         "check",
         parents=[common],
@@ -234,6 +247,23 @@ def _parser() -> argparse.ArgumentParser:
     check.add_argument("--dtype", default="float64", choices=["float64", "float32"])
     check.add_argument("--operator", default="gradient", help="gradient (default), jacobian, hessian, hvp, ...")
     check.add_argument("--seed", type=int, default=0, help="seed of the random x and tangents")
+    plan = commands.add_parser(
+        "plan",
+        help="find the fastest backend for your function (di.AutoFastest)",
+        description="Prepare MODULE:FUNCTION with di.AutoFastest and print its plan: every candidate backend, "
+        "checked against the others and timed on this machine.",
+    )
+    plan.add_argument("function", metavar="MODULE:FUNCTION", help="e.g. mypackage.losses:loss or path/to/file.py:f")
+    plan.add_argument("--x-shape", default="100", help="shape of x, e.g. 100 or 3,4 ('' for a scalar)")
+    plan.add_argument("--dtype", default="float64", choices=["float64", "float32"])
+    plan.add_argument("--family", default="numpy", choices=["numpy", "torch", "jax"], help="array family of x")
+    plan.add_argument("--operator", default="gradient", help="gradient (default), jacobian, hessian, hvp, ...")
+    plan.add_argument("--budget", type=float, default=1.0, help="seconds spent timing the candidates (default 1)")
+    plan.add_argument("--backends", help="the candidates, comma-separated as for check (default: AutoFastest's)")
+    plan.add_argument("--rtol", type=float, help="agreement tolerance (default: by dtype)")
+    plan.add_argument("--cache", metavar="FILE.json", help="remember the plan in this JSON file (and reuse it)")
+    plan.add_argument("--json", metavar="FILE", help="write the plan as JSON to FILE")
+    plan.add_argument("--seed", type=int, default=0, help="seed of the random x and tangents")
     return parser
 
 
@@ -678,6 +708,60 @@ def run_check(args: argparse.Namespace, out: Output) -> int:
     return EXIT_OK
 
 
+# --- plan ----------------------------------------------------------------------------------------
+
+
+def run_plan(args: argparse.Namespace, out: Output) -> int:
+    """``di plan MODULE:FUNCTION``."""
+    import di
+    from di.families import converter
+    from di.plan import CandidatesDisagreeError, selector_label
+    from di.testing import OPERATORS
+
+    if args.operator not in OPERATORS:
+        raise UsageError(f"--operator must be one of {', '.join(OPERATORS)}, not {args.operator!r}")
+    f = load_object(args.function)
+    if not callable(f):
+        raise UsageError(f"{args.function} is a {type(f).__name__}, not a function")
+    spec = OPERATORS[args.operator]
+    shape = () if args.operator in ("derivative", "second_derivative") else _parse_shape(args.x_shape)
+    try:
+        selector = di.AutoFastest(
+            _parse_backends(args.backends) if args.backends else None,
+            budget_s=args.budget,
+            rtol=args.rtol,
+            cache=args.cache,
+        )
+        to_family = converter("numpy", args.family)
+    except (ValueError, TypeError, ImportError) as err:
+        raise UsageError(str(err)) from err
+    x = _point(shape, args.dtype, args.seed)
+    tangents: tuple[Any, ...] = ()  # (tx,) for the operators that take tangents
+    if spec.takes_tangents:
+        t_shape = _output_shape(f, x) if args.operator == "pullback" else shape
+        tangents = ((to_family(_point(t_shape, args.dtype, args.seed + 1)),),)
+    x = to_family(x)
+    out.line(
+        f"di plan {args.function}: {args.operator}, x {args.family} {args.dtype} {shape}, budget {args.budget:g} s"
+    )
+    try:
+        prep = getattr(di, spec.prepare)(f, selector, x, *tangents)
+    except CandidatesDisagreeError as err:
+        out.plan(err.plan)
+        out.line("No majority of the candidates agrees: none can be trusted.", style="bold red")
+        return EXIT_DISAGREE
+    except Exception as err:
+        out.line(f"Every candidate failed; the first: {type(err).__name__}: {err}", style="bold red")
+        for note in getattr(err, "__notes__", ()):
+            out.line(note)
+        return EXIT_DISAGREE
+    out.plan(prep.plan)
+    out.line(f"Fastest: {selector_label(prep.plan.chosen)}", style="bold green")
+    if args.json:
+        Path(args.json).write_text(json.dumps(prep.plan.to_json(), indent=1) + "\n", encoding="utf-8")
+    return EXIT_OK
+
+
 # --- size sweep and plot ------------------------------------------------------------------------
 
 
@@ -801,6 +885,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command == "check":
             return run_check(args, out)
+        if args.command == "plan":
+            return run_plan(args, out)
         return run_default(args, out)
     except UsageError as err:
         print(f"di: error: {err}", file=sys.stderr)

@@ -242,18 +242,19 @@ class Plan:
         return "\n".join(lines)
 
     def __rich__(self) -> Any:
-        """A ``rich.table.Table`` of the plan (``rich`` calls this when printing)."""
+        """The title line and a ``rich.table.Table`` of the plan (``rich`` calls this when printing)."""
+        from rich.console import Group
         from rich.table import Table
         from rich.text import Text
 
         styles = {"chosen": "bold green", "slower": "", "failed": "red", "disagreed": "bold red"}
-        table = Table(title=self.title, header_style="bold", title_justify="left")
+        table = Table(header_style="bold")
         for column in self.COLUMNS:
             table.add_column(column, overflow="fold" if column == "reason" else "ellipsis")
         for row, cells in zip(self.rows, self.table_rows()):
             style = styles.get(row.status, "")
             table.add_row(*(Text(cell, style=style if i == 1 else "") for i, cell in enumerate(cells)))
-        return table
+        return Group(Text(self.title, style="bold"), table)
 
     # --- JSON ------------------------------------------------------------------------
 
