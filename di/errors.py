@@ -16,6 +16,7 @@ __all__ = [
     "InvalidOutputError",
     "OutBufferError",
     "PreparationMismatchError",
+    "RecompileLimitError",
     "RecompileWarning",
     "UnsupportedContextError",
     "UnsupportedOperatorError",
@@ -132,6 +133,23 @@ class OutBufferError(DIError, ValueError):
         ... except di.OutBufferError as err:
         ...     print(str(err).split(":")[0])
         out does not fit the gradient
+    """
+
+
+class RecompileLimitError(DIError, RuntimeError):
+    """A compiled backend reached its engine's recompile limit and cannot fall back.
+
+    ``AutoTorch(compile=True)`` compiles with ``fullgraph=True``: when ``f``
+    changes something ``torch.compile`` guards on at every call (a Python global
+    it bumps, a Python number it reads), each call compiles again until dynamo's
+    ``recompile_limit``, where it stops. The message names the guard that kept
+    failing and what to change in ``f``. :class:`RecompileWarning` is raised
+    before, from the second unexpected recompile on.
+
+    Examples:
+        >>> import di
+        >>> issubclass(di.RecompileLimitError, di.DIError), issubclass(di.RecompileLimitError, RuntimeError)
+        (True, True)
     """
 
 

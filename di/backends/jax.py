@@ -1,12 +1,15 @@
 """JAX adapter: JAX's own transforms for every operator, eager or under ``jax.jit``.
 
-Each operator family is one pure JAX function of ``(x, [tangents,] *context_values)``
-returning the ``value_and_*`` tuple; the plain operator takes its last element.
-With ``AutoJAX(jit=True)`` that function is compiled once, at preparation, with
-the static contexts as ``static_argnums``; without, it runs op by op each call.
+Each operator family is two pure JAX functions of ``(x, [tangents,] *context_values)``:
+the plain operator's, returning its result alone, and the ``value_and_*`` one,
+returning the tuple. With ``AutoJAX(jit=True)`` the plain one is compiled at
+preparation and the other on its first call (an output nobody reads still costs
+a compiled call its transfer and dispatch), with the static contexts as
+``static_argnums``; without jit, each runs op by op every call.
 
 float64 is kept by running inside a scoped ``jax.enable_x64(True)`` whenever an
-input is 64-bit (the global flag is never touched).
+input is 64-bit (the global flag is never touched); a call already inside such a
+scope enters none.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from di.backends.lazy import compiled_on_first_use
 from di.backends.protocol import (
     OPERATOR_FAMILIES,
     Adapter,
@@ -48,8 +52,13 @@ def needs_x64(values: Sequence[Any]) -> bool:
     return False
 
 
+_X64 = jax.enable_x64  # the x64 state: ``_X64.value`` reads it, ``_X64(True)`` scopes it
+
+
 def _x64_scope() -> contextlib.AbstractContextManager[Any]:
-    return jax.enable_x64(True)  # type: ignore[no-any-return]
+    """``enable_x64(True)``, or nothing when the caller's scope already enables it
+    (entering a nested scope costs a jitted call about 4 us)."""
+    return contextlib.nullcontext() if _X64.value else _X64(True)  # type: ignore[no-any-return]
 
 
 class JAXAdapter(Adapter):
@@ -131,11 +140,14 @@ class JAXAdapter(Adapter):
         x: Any,
         tangents: Sequence[Any] | None,
         contexts: Sequence[Context],
+        *,
+        on_first_use: bool = False,
     ) -> Program:
-        """Compile (or not) ``core(x, [tangents,] *values)`` and wrap it so it takes
-        caller-family inputs and runs in the right x64 scope."""
+        """``core(x, [tangents,] *values)`` taking caller-family inputs and running in
+        the x64 scope it needs; with jit, compiled now or, ``on_first_use``, by its
+        first call (once, under a lock)."""
         values = [c.value for c in contexts]
-        scope = self.scope([x, *values])
+        x64 = self.scope([x, *values]) is _x64_scope
         lead = 1 if tangents is None else 2
         inputs = [x, *values]
         function: Callable[..., Any]
@@ -149,45 +161,46 @@ class JAXAdapter(Adapter):
             ]
         else:
             statics, function, converters = (), core, self.input_converters(inputs)
-        program = _wrap(function, converters, tangents is not None, scope)
-        if self.compiled:
-            with scope():
+        program = _wrap(function, converters, tangents is not None, x64)
+        if not self.compiled:
+            return program
+        if on_first_use:
+            program = compiled_on_first_use(program)
+        else:
+            with _x64_scope() if x64 else contextlib.nullcontext():
                 args = [convert(v) for convert, v in zip(converters, inputs)]
                 if tangents is not None:
                     args.insert(1, _engine_tangents(tangents))
                 function.lower(*args).compile()  # type: ignore[attr-defined]
-            program = counting_static_values(program, tuple(lead - 1 + i for i in statics), self.backend)
-        return program
+        return counting_static_values(program, tuple(lead - 1 + i for i in statics), self.backend)
 
     def _plain_and_full(
         self,
-        core: Callable[..., Any],
+        plain_core: Callable[..., Any],
+        full_core: Callable[..., Any],
         x: Any,
         tangents: Sequence[Any] | None,
         contexts: Sequence[Context],
-        plain: str,
-        full: str,
+        names: tuple[str, str],
     ) -> Programs:
-        """Programs for an operator family from ``core`` (returning the ``value_and_*``
-        tuple). Compiled, the plain operator gets its own program returning only its
-        result: extra outputs of a compiled call cost microseconds each (and XLA
-        drops the work only the value needed)."""
-        if not self.compiled:
-            return _split(self._program(core, x, tangents, contexts), plain, full)
-
-        def plain_core(*args: Any) -> Any:
-            return core(*args)[-1]
-
+        """The two programs of an operator family: the plain operator's, returning
+        its result alone (compiled at preparation), and the ``value_and_*`` one
+        (compiled on its first call). One program for both would make the plain
+        call pay for outputs it drops: each output of a compiled call costs
+        microseconds, and a jacobian returned beside the value is copied out of
+        the layout XLA computed it in."""
         return {
-            plain: self._program(plain_core, x, tangents, contexts),
-            full: self._program(core, x, tangents, contexts),
+            names[0]: self._program(plain_core, x, tangents, contexts),
+            names[1]: self._program(full_core, x, tangents, contexts, on_first_use=True),
         }
 
     # --- operators --------------------------------------------------------------------
 
     def prepare_gradient_programs(self, f: Callable[..., Any], x: Any, contexts: Sequence[Context]) -> Programs:
-        core = jax.value_and_grad(self._checked(f, "gradient", scalar=True))
-        return _split(self._program(core, x, None, contexts), "gradient", "value_and_gradient")
+        checked = self._checked(f, "gradient", scalar=True)
+        return self._plain_and_full(
+            jax.grad(checked), jax.value_and_grad(checked), x, None, contexts, ("gradient", "value_and_gradient")
+        )
 
     def prepare_pushforward_programs(
         self, f: Callable[..., Any], x: Any, tx: Sequence[Any], contexts: Sequence[Context]
@@ -205,7 +218,7 @@ class JAXAdapter(Adapter):
             y, linear = jax.linearize(fx, x)
             return y, _unstack(jax.vmap(linear)(_stack(tx)), len(tx))
 
-        return self._plain_and_full(core, x, tx, contexts, "pushforward", "value_and_pushforward")
+        return self._plain_and_full(_last(core), core, x, tx, contexts, ("pushforward", "value_and_pushforward"))
 
     def prepare_pullback_programs(
         self, f: Callable[..., Any], x: Any, ty: Sequence[Any], contexts: Sequence[Context]
@@ -216,7 +229,7 @@ class JAXAdapter(Adapter):
             y, vjp = jax.vjp(functools.partial(_first_argument, checked, values), x)
             return y, _apply_vjp(vjp, ty, y)
 
-        return self._plain_and_full(core, x, ty, contexts, "pullback", "value_and_pullback")
+        return self._plain_and_full(_last(core), core, x, ty, contexts, ("pullback", "value_and_pullback"))
 
     def prepare_pullback_same_point_programs(
         self, f: Callable[..., Any], x: Any, ty: Sequence[Any], contexts: Sequence[Context]
@@ -247,12 +260,7 @@ class JAXAdapter(Adapter):
         def jacobian(x: Any, *values: Any) -> Any:
             return transform(functools.partial(_first_argument, checked, values))(x)
 
-        # Two programs: a jacobian returned beside other outputs is copied out of the
-        # layout XLA computes it in (several times slower at n = 1e3 on CPU).
-        return {
-            "jacobian": self._program(jacobian, x, None, contexts),
-            "value_and_jacobian": self._program(value_and_jacobian, x, None, contexts),
-        }
+        return self._plain_and_full(jacobian, value_and_jacobian, x, None, contexts, ("jacobian", "value_and_jacobian"))
 
     def output_shapes(self, f: Callable[..., Any], x: Any, contexts: Sequence[Context]) -> list[tuple[int, ...]] | None:
         """Shapes from tracing ``f`` abstractly (``jax.eval_shape``): nothing is computed."""
@@ -284,7 +292,7 @@ class JAXAdapter(Adapter):
             fx = functools.partial(_first_argument, checked, values)
             return jax.jvp(fx, (x,), (jnp.ones_like(x),))
 
-        return self._plain_and_full(core, x, None, contexts, "derivative", "value_and_derivative")
+        return self._plain_and_full(_last(core), core, x, None, contexts, ("derivative", "value_and_derivative"))
 
     def prepare_second_derivative_programs(
         self, f: Callable[..., Any], x: Any, contexts: Sequence[Context]
@@ -302,7 +310,7 @@ class JAXAdapter(Adapter):
             return y, dy, d2y
 
         return self._plain_and_full(
-            core, x, None, contexts, "second_derivative", "value_derivative_and_second_derivative"
+            _last(core), core, x, None, contexts, ("second_derivative", "value_derivative_and_second_derivative")
         )
 
     def prepare_hvp_programs(
@@ -321,7 +329,7 @@ class JAXAdapter(Adapter):
             g, linear = jax.linearize(grad, x)
             return g, _unstack(jax.vmap(linear)(_stack(tx)), len(tx))
 
-        return self._plain_and_full(core, x, tx, contexts, "hvp", "gradient_and_hvp")
+        return self._plain_and_full(_last(core), core, x, tx, contexts, ("hvp", "gradient_and_hvp"))
 
     def prepare_hvp_same_point_programs(
         self, f: Callable[..., Any], x: Any, tx: Sequence[Any], contexts: Sequence[Context]
@@ -359,11 +367,7 @@ class JAXAdapter(Adapter):
         def hessian(x: Any, *values: Any) -> Any:
             return jax.hessian(functools.partial(_first_argument, checked, values))(x)
 
-        # Two programs, as for the jacobian: the Hessian alone keeps XLA's layout.
-        return {
-            "hessian": self._program(hessian, x, None, contexts),
-            "value_gradient_and_hessian": self._program(core, x, None, contexts),
-        }
+        return self._plain_and_full(hessian, core, x, None, contexts, ("hessian", "value_gradient_and_hessian"))
 
 
 # --- helpers (module level, so jit sees the same function objects) -----------------------
@@ -414,13 +418,14 @@ def _wrap(
     function: Callable[..., Any],
     converters: Sequence[Callable[[Any], Any]],
     with_tangents: bool,
-    scope: Callable[[], contextlib.AbstractContextManager[Any]],
+    x64: bool,
 ) -> Program:
     """``function`` taking caller-family inputs, in the x64 scope it needs, adding
     nothing on the hot path when neither conversion nor scope is needed."""
     plain = all(convert is identity for convert in converters)
     convert_x, convert_values = converters[0], converters[1:]
-    if with_tangents and plain and scope is contextlib.nullcontext:
+    program: Program
+    if with_tangents and plain:
         family = family_of
 
         def with_t_plain(x: Any, tangents: Sequence[Any], *values: Any) -> Any:
@@ -430,35 +435,49 @@ def _wrap(
                     break
             return function(x, tangents, *values)
 
-        return with_t_plain
-    if with_tangents:
+        program = with_t_plain
+    elif with_tangents:
 
         def with_t(x: Any, tangents: Sequence[Any], *values: Any) -> Any:
-            with scope():
-                if plain:
-                    return function(x, _engine_tangents(tangents), *values)
-                return function(
-                    convert_x(x),
-                    _engine_tangents(tangents),
-                    *[convert(v) for convert, v in zip(convert_values, values)],
-                )
+            return function(
+                convert_x(x), _engine_tangents(tangents), *[convert(v) for convert, v in zip(convert_values, values)]
+            )
 
-        return with_t
-    if plain:
-        if scope is contextlib.nullcontext:
-            return function
+        program = with_t
+    elif plain:
+        program = function
+    else:
 
-        def scoped(*args: Any) -> Any:
-            with scope():
-                return function(*args)
-
-        return scoped
-
-    def converted(x: Any, *values: Any) -> Any:
-        with scope():
+        def converted(x: Any, *values: Any) -> Any:
             return function(convert_x(x), *[convert(v) for convert, v in zip(convert_values, values)])
 
-    return converted
+        program = converted
+    return _in_x64(program) if x64 else program
+
+
+def _in_x64(program: Program) -> Program:
+    """``program`` run inside ``jax.enable_x64(True)`` (conversions included: a
+    float64 torch tensor only stays float64 in JAX there), entering no scope when
+    the caller's already enables x64."""
+    state = _X64
+
+    def in_x64(*args: Any) -> Any:
+        if state.value:
+            return program(*args)
+        with state(True):
+            return program(*args)
+
+    return in_x64
+
+
+def _last(core: Callable[..., Any]) -> Callable[..., Any]:
+    """The plain operator's function from the ``value_and_*`` one: its last result
+    only (under jit, XLA then never computes what only the others needed)."""
+
+    def last(*args: Any) -> Any:
+        return core(*args)[-1]
+
+    return last
 
 
 def _split(program: Program, plain: str, full: str) -> Programs:

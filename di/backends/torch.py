@@ -1,18 +1,29 @@
-"""PyTorch adapter: ``torch.autograd.grad`` for reverse mode, ``torch.func`` for the
-rest, and ``torch.compile`` around either when asked.
+"""PyTorch adapter: ``torch.autograd.grad`` for eager reverse mode, ``torch.func`` for
+the rest, and ``torch.compile`` of ``torch.func`` programs when asked.
 
-Reverse mode (gradient, pullback) differentiates a detached ``requires_grad_()``
-alias of ``x`` (no copy) with ``torch.autograd.grad``: the fastest path on small
-inputs, and the one that lets ``f`` write into ``Cache`` buffers. Forward mode and
-second order use ``torch.func`` (``jvp``, ``vmap``, ``jacfwd``/``jacrev``,
+Eager reverse mode (gradient, pullback) differentiates a detached ``requires_grad_()``
+alias of ``x`` (no copy) with ``torch.autograd.grad``: the fastest eager path on
+small inputs, and the one that lets ``f`` write into ``Cache`` buffers. Forward
+mode and second order use ``torch.func`` (``jvp``, ``vmap``, ``jacfwd``/``jacrev``,
 forward-over-reverse hvp), never ``torch.autograd.functional``'s double-backward
 tricks. ``torch.func`` cannot write traced values into buffers, so with a
 ``Cache`` those operators are built from reverse mode instead.
+
+Compiled (``compile=True``), each operator family has two programs: the plain
+operator's, whose graph returns its result alone (``torch.func.grad(f)`` for the
+gradient: three to four times faster than a compiled ``f`` differentiated by
+``torch.autograd.grad`` on this project's machines), compiled at preparation, and
+the ``value_and_*`` one, compiled on its first call. Recompiles are watched: from
+the second unexpected one a :class:`di.RecompileWarning` names dynamo's failing
+guard, and at dynamo's limit :class:`di.RecompileLimitError` says what to change.
 """
 
 from __future__ import annotations
 
+import inspect
 import math
+import re
+import sys
 import threading
 import warnings
 from collections.abc import Callable, Sequence
@@ -22,6 +33,7 @@ import numpy as np
 import torch
 
 from di.backends import fallbacks
+from di.backends.lazy import compiled_on_first_use
 from di.backends.protocol import (
     Adapter,
     Programs,
@@ -32,7 +44,7 @@ from di.backends.protocol import (
 )
 from di.backends.selectors import AutoTorch
 from di.contexts import Cache, Context
-from di.errors import RecompileWarning, UnsupportedContextError
+from di.errors import RecompileLimitError, RecompileWarning, UnsupportedContextError
 from di.families import TORCH, converter, family_of, identity
 from di.pytrees import is_pytree, tree_flatten, tree_unflatten
 
@@ -40,6 +52,13 @@ __all__ = ["TorchAdapter"]
 
 _func = torch.func
 _FORWARD_MODE_LOCK = threading.RLock()
+# Each compiled program gets its own dynamo cache and recompile count: di compiles
+# closures whose code object every prep shares, and dynamo counts per code object.
+_ISOLATES_RECOMPILES = "isolate_recompiles" in inspect.signature(torch.compile).parameters
+# dynamo records each failed guard under the compiled function's code object: di
+# compares its length before and after a call (two dict lookups) to see recompiles.
+_GUARD_FAILURES: Any = getattr(torch._dynamo.utils, "guard_failures", None)
+_RECOMPILE_LIMIT_HIT: type[BaseException] = getattr(torch._dynamo.exc, "FailOnRecompileLimitHit", RuntimeError)
 
 
 class TorchAdapter(Adapter):
@@ -84,20 +103,36 @@ class TorchAdapter(Adapter):
                     converters[i] = _scalar_to_tensor(x_dtype if isinstance(context.value, float) else None)
         return converters
 
-    def _compile(
-        self, function: Callable[..., Any], warm_up: Callable[[Callable[..., Any]], Any]
-    ) -> Callable[..., Any]:
-        """``torch.compile(function)``, compiled now by ``warm_up(compiled)``. A graph
-        break under the default ``fullgraph=True`` becomes a
-        :class:`di.RecompileWarning`, and ``function`` is compiled with graph breaks."""
+    def _compile_options(self) -> dict[str, Any]:
         options = self.selector.compile_kwargs
-        fullgraph_default = "fullgraph" not in options
         options.setdefault("fullgraph", True)
+        if _ISOLATES_RECOMPILES:
+            options.setdefault("isolate_recompiles", True)
+        return options
+
+    def _compile(
+        self,
+        function: Callable[..., Any],
+        warm_up: Callable[[Callable[..., Any]], Any],
+        static_argnums: tuple[int, ...] = (),
+        graph_breaks: bool = True,
+    ) -> tuple[Callable[..., Any], dict[str, Any]]:
+        """``torch.compile(function)``, compiled now by ``warm_up(compiled)``, watched
+        for recompiles; and the options it was compiled with. A graph break under
+        the default ``fullgraph=True`` becomes a :class:`di.RecompileWarning`, and
+        ``function`` is compiled with graph breaks.
+
+        ``static_argnums``: the arguments of ``function`` that are compiled in, so
+        that compiling for a new value of one is not taken for a recompile.
+        ``graph_breaks=False``: ``function`` cannot run with graph breaks (a
+        ``torch.func`` transform of ``f``), so dynamo's refusal is raised as is."""
+        options = self._compile_options()
+        fullgraph_default = "fullgraph" not in self.selector.compile_kwargs
         compiled = torch.compile(function, **options)
         try:
             warm_up(compiled)
         except torch._dynamo.exc.Unsupported as err:
-            if not fullgraph_default:
+            if not (fullgraph_default and graph_breaks):
                 raise
             reason = str(err).strip().splitlines()[0]
             warnings.warn(
@@ -105,12 +140,79 @@ class TorchAdapter(Adapter):
                 f"partly eagerly. Remove the data-dependent Python control flow, or pass "
                 f"compile_options={{'fullgraph': False}} to accept graph breaks silently.",
                 RecompileWarning,
-                stacklevel=6,
+                stacklevel=_caller_stacklevel(),
             )
             options["fullgraph"] = False
             compiled = torch.compile(function, **options)
             warm_up(compiled)
-        return compiled
+        return self._watching_recompiles(compiled, function, static_argnums, options), options
+
+    def _compile_on_first_use(
+        self, function: Callable[..., Any], options: dict[str, Any], static_argnums: tuple[int, ...] = ()
+    ) -> Callable[..., Any]:
+        """``torch.compile(function)`` with the options another program of the prep
+        was compiled with, compiling on its first call (once, under a lock)."""
+        compiled = torch.compile(function, **options)
+        return compiled_on_first_use(self._watching_recompiles(compiled, function, static_argnums, options))
+
+    def _watching_recompiles(
+        self,
+        compiled: Callable[..., Any],
+        function: Callable[..., Any],
+        static_argnums: tuple[int, ...],
+        options: dict[str, Any],
+    ) -> Callable[..., Any]:
+        """``compiled``, warning with :class:`di.RecompileWarning` (naming dynamo's
+        failing guard) from the second recompile that no new static value explains,
+        and turning dynamo's hard stop at its recompile limit into
+        :class:`di.RecompileLimitError`."""
+        backend, failures_by_code, code = self.backend, _GUARD_FAILURES, getattr(function, "__code__", None)
+        compiled_keys: set[tuple[Any, ...]] = set()
+        unexpected = 0
+
+        def limit() -> Any:
+            return options.get("recompile_limit") or torch._dynamo.config.recompile_limit
+
+        def note_recompile(args: tuple[Any, ...], reason: str) -> None:
+            nonlocal unexpected
+            key = tuple(args[i] for i in static_argnums)
+            if static_argnums and key not in compiled_keys:
+                compiled_keys.add(key)  # a new static value compiles once: expected
+                return
+            unexpected += 1
+            if unexpected >= 2:
+                warnings.warn(
+                    f"{backend!r}: torch.compile compiled f again ({unexpected} recompiles since preparation; at "
+                    f"{limit()} it stops) because this guard failed: {reason}. f changes something dynamo "
+                    f"guards on between calls: a Python global or attribute it reads or modifies (a call counter), "
+                    f"or a Python value it closes over. Keep such side effects out of f and pass values that "
+                    f"change as contexts (di.Constant(value) is traced).",
+                    RecompileWarning,
+                    stacklevel=_caller_stacklevel(),
+                )
+
+        def watched(*args: Any) -> Any:
+            if failures_by_code is None:
+                return compiled(*args)
+            before = len(failures_by_code[code])
+            try:
+                result = compiled(*args)
+            except _RECOMPILE_LIMIT_HIT as err:
+                failures = failures_by_code[code]
+                reason = _guard_reason(failures[before]) if len(failures) > before else "unknown"
+                raise RecompileLimitError(
+                    f"{backend!r}: torch.compile reached its recompile limit ({limit()}) for f, and with "
+                    f"fullgraph=True it cannot fall back to eager. The guard that failed at each call: {reason}. "
+                    f"Keep Python side effects out of f (a global call counter, attributes it modifies) and pass "
+                    f"values that change as contexts (di.Constant(value) is traced), or use AutoTorch() (eager); "
+                    f"compile_options={{'recompile_limit': n}} raises the limit."
+                ) from err
+            failures = failures_by_code[code]
+            if len(failures) != before:
+                note_recompile(args, _guard_reason(failures[before]))
+            return result
+
+        return watched
 
     def _statics(self, contexts: Sequence[Context], lead: int = 1) -> tuple[int, ...]:
         return tuple(lead - 1 + i for i in static_positions(contexts, self.backend)) if self.compiled else ()
@@ -118,8 +220,9 @@ class TorchAdapter(Adapter):
     # --- reverse mode: torch.autograd.grad --------------------------------------------
 
     def _reverse(self, f: Callable[..., Any], x: Any, contexts: Sequence[Context], operator: str) -> Callable[..., Any]:
-        """``run(x, cotangents, values) -> (y, tuple of input cotangents)``: one
-        forward pass of ``f`` (compiled when asked) and one backward per cotangent."""
+        """``run(x, cotangents, values, with_value) -> (y, tuple of input cotangents)``
+        (``y`` is ``None`` without ``with_value``): one forward pass of ``f``
+        (compiled when asked) and one backward per cotangent."""
         backend = self.backend
         to_torch_x = self.input_converters([x])[0]
         convert_contexts = self._context_converters(x, contexts)
@@ -127,7 +230,9 @@ class TorchAdapter(Adapter):
             i for i, c in enumerate(contexts) if isinstance(c, Cache) and family_of(c.value) == TORCH
         )
 
-        def run(x: Any, cotangents: Sequence[Any], values: Sequence[Any], f: Callable[..., Any] = f) -> Any:
+        def run(
+            x: Any, cotangents: Sequence[Any], values: Sequence[Any], with_value: bool, f: Callable[..., Any] = f
+        ) -> Any:
             leaf = to_torch_x(x).detach().requires_grad_()
             values = tuple(convert(v) for convert, v in zip(convert_contexts, values))
             try:
@@ -141,29 +246,55 @@ class TorchAdapter(Adapter):
             finally:
                 for i in cache_positions:
                     values[i].detach_()
-            return y.detach(), results
+            return (y.detach() if with_value else None), results
 
         if self.compiled:
             values = [c.value for c in contexts]
             y_like = _example_cotangent(f, x, values, to_torch_x, convert_contexts)
-            compiled_f = self._compile(f, lambda compiled: run(x, (y_like,), values, compiled))
+            compiled_f, _ = self._compile(
+                f, lambda compiled: run(x, (y_like,), values, False, compiled), self._statics(contexts, lead=2)
+            )
 
-            def run_compiled(x: Any, cotangents: Sequence[Any], values: Sequence[Any]) -> Any:
-                return run(x, cotangents, values, compiled_f)
+            def run_compiled(x: Any, cotangents: Sequence[Any], values: Sequence[Any], with_value: bool) -> Any:
+                return run(x, cotangents, values, with_value, compiled_f)
 
             return run_compiled
         return run
 
     def prepare_gradient_programs(self, f: Callable[..., Any], x: Any, contexts: Sequence[Context]) -> Programs:
+        if self.compiled and not _has_cache(contexts):
+            try:
+                return self._compiled_gradient(f, x, contexts)
+            except torch._dynamo.exc.Unsupported:
+                pass  # dynamo cannot trace f inside torch.func.grad (graph breaks): compile f alone
         if self.compiled:
+            # f writes into a Cache, which torch.func cannot, or breaks the graph: compile f
+            # and differentiate it with torch.autograd.grad; both programs share the compiled f.
             values = [c.value for c in contexts]
             warm_up = lambda compiled: self._gradient_fast(compiled, x, contexts, False)(x, *values)
-            f = self._compile(f, warm_up)
+            f, _ = self._compile(f, warm_up, self._statics(contexts, lead=2))
         statics = self._statics(contexts)
         return {
             name: counting_static_values(self._gradient_fast(f, x, contexts, with_value), statics, self.backend)
             for name, with_value in (("gradient", False), ("value_and_gradient", True))
         }
+
+    def _compiled_gradient(self, f: Callable[..., Any], x: Any, contexts: Sequence[Context]) -> Programs:
+        """``torch.compile(torch.func.grad(f))``: the gradient program's graph returns
+        the gradient alone; ``value_and_gradient`` compiles ``grad_and_value`` on
+        its first call."""
+        checked = self._checked(f, "gradient", scalar=True, floats=True)
+
+        def gradient(x: Any, *values: Any) -> Any:
+            return _func.grad(checked)(x, *values)
+
+        def value_and_gradient(x: Any, *values: Any) -> Any:
+            g, y = _func.grad_and_value(checked)(x, *values)
+            return y, g
+
+        return self._functional(
+            gradient, value_and_gradient, x, None, contexts, ("gradient", "value_and_gradient"), locked=False
+        )
 
     def _gradient_fast(self, f: Callable[..., Any], x: Any, contexts: Sequence[Context], with_value: bool) -> Any:
         """The gradient hot path: what a careful torch user writes (detach, require
@@ -256,10 +387,10 @@ class TorchAdapter(Adapter):
         run = self._reverse(f, x, contexts, "pullback")
 
         def value_and_pullback(x: Any, ty: Sequence[Any], *values: Any) -> Any:
-            return run(x, ty, values)
+            return run(x, ty, values, True)
 
         def pullback(x: Any, ty: Sequence[Any], *values: Any) -> Any:
-            return run(x, ty, values)[1]
+            return run(x, ty, values, False)[1]
 
         statics = self._statics(contexts, lead=2)
         return {
@@ -271,16 +402,23 @@ class TorchAdapter(Adapter):
 
     def _functional(
         self,
-        core: Callable[..., Any],
+        plain_core: Callable[..., Any],
+        full_core: Callable[..., Any],
         x: Any,
         tangents: Sequence[Any] | None,
         contexts: Sequence[Context],
         names: tuple[str, str],
+        *,
+        locked: bool = True,
     ) -> Programs:
-        """Programs from ``core(x, [tangents,] *values)``, a pure ``torch.func``
-        function returning the ``value_and_*`` tuple (compiled when asked)."""
+        """The plain and the ``value_and_*`` programs of an operator family from two
+        pure ``torch.func`` functions of ``(x, [tangents,] *values)``, the first
+        returning the plain operator's result alone. Compiled, the first compiles
+        at preparation and the second on its first call. ``locked``: the functions
+        use forward mode, whose state ``torch.func`` keeps per process."""
         to_torch_x = self.input_converters([x])[0]
         convert_contexts = self._context_converters(x, contexts)
+        lead = 1 if tangents is None else 2
 
         def arguments(x: Any, tangents: Sequence[Any] | None, values: Sequence[Any]) -> list[Any]:
             xt = to_torch_x(x).detach()
@@ -289,40 +427,31 @@ class TorchAdapter(Adapter):
                 args.insert(1, tuple(_like(t, xt) for t in tangents))
             return args
 
-        function = core
+        plain_function, full_function = plain_core, full_core
         if self.compiled:
             example = arguments(x, tangents, [c.value for c in contexts])
-            function = self._compile(core, lambda compiled: compiled(*example))
-
-        # torch.func keeps its forward-mode state (dual levels) per process, not per
-        # thread: calls from several threads must take turns.
-        lock = _FORWARD_MODE_LOCK
-        if tangents is None:
-
-            def full(x: Any, *values: Any) -> Any:
-                with lock:
-                    return function(*arguments(x, None, values))
-
-        else:
-
-            def full(x: Any, tangents: Sequence[Any], *values: Any) -> Any:  # type: ignore[misc]
-                with lock:
-                    return function(*arguments(x, tangents, values))
-
-        def plain(*args: Any) -> Any:
-            return full(*args)[-1]
-
-        statics = self._statics(contexts, lead=1 if tangents is None else 2)
+            static_argnums = self._statics(contexts, lead=lead + 1)
+            plain_function, options = self._compile(
+                plain_core, lambda compiled: compiled(*example), static_argnums, graph_breaks=False
+            )
+            full_function = self._compile_on_first_use(full_core, options, static_argnums)
+        statics = self._statics(contexts, lead=lead)
         return {
-            names[0]: counting_static_values(plain, statics, self.backend),
-            names[1]: counting_static_values(full, statics, self.backend),
+            name: counting_static_values(
+                _run_functional(function, arguments, tangents is not None, locked), statics, self.backend
+            )
+            for name, function in zip(names, (plain_function, full_function))
         }
 
-    def _checked(self, f: Callable[..., Any], operator: str, scalar: bool) -> Callable[..., Any]:
+    def _checked(self, f: Callable[..., Any], operator: str, scalar: bool, floats: bool = False) -> Callable[..., Any]:
+        """``f`` refusing outputs ``operator`` cannot use; with ``floats``, a Python
+        float output (a constant) becomes a 0-d tensor of ``x``'s dtype."""
         backend = self.backend
 
         def checked(x: Any, *values: Any) -> Any:
             y = f(x, *values)
+            if floats and isinstance(y, float):
+                y = x.new_tensor(y)
             if not isinstance(y, torch.Tensor) or not y.is_floating_point() or (scalar and not is_real_scalar(y)):
                 raise_bad_output(y, backend, operator)
             return y
@@ -336,19 +465,28 @@ class TorchAdapter(Adapter):
             return fallbacks.pushforward_programs(self, f, x, tx, contexts)
         checked = self._checked(f, "pushforward", scalar=False)
 
-        def core(x: Any, tx: tuple[Any, ...], *values: Any) -> Any:
+        def pushforward(x: Any, tx: tuple[Any, ...], *values: Any) -> Any:
+            def fx(x: Any) -> Any:
+                return checked(x, *values)
+
+            if len(tx) == 1:
+                return (_func.jvp(fx, (x,), (tx[0],))[1],)  # type: ignore[misc]
+            if not tx:
+                return ()
+            return tuple(_func.vmap(lambda t: _func.jvp(fx, (x,), (t,))[1])(torch.stack(tx)).unbind(0))
+
+        def value_and_pushforward(x: Any, tx: tuple[Any, ...], *values: Any) -> Any:
             def fx(x: Any) -> Any:
                 return checked(x, *values)
 
             if len(tx) == 1:
                 y, dy = _func.jvp(fx, (x,), (tx[0],))  # type: ignore[misc]
                 return y, (dy,)
-            if not tx:
-                return fx(x), ()
-            dys = _func.vmap(lambda t: _func.jvp(fx, (x,), (t,))[1])(torch.stack(tx))
-            return fx(x), tuple(dys.unbind(0))
+            return fx(x), pushforward(x, tx, *values)
 
-        return self._functional(core, x, tx, contexts, ("pushforward", "value_and_pushforward"))
+        return self._functional(
+            pushforward, value_and_pushforward, x, tx, contexts, ("pushforward", "value_and_pushforward")
+        )
 
     def prepare_jacobian_programs(self, f: Callable[..., Any], x: Any, contexts: Sequence[Context]) -> Programs:
         if _has_cache(contexts):
@@ -363,7 +501,7 @@ class TorchAdapter(Adapter):
         transform = _func.jacfwd if mode == "forward" else _func.jacrev
         empty = y.numel() == 0 or math.prod(getattr(x, "shape", ())) == 0
 
-        def core(x: Any, *values: Any) -> Any:
+        def value_and_jacobian(x: Any, *values: Any) -> Any:
             def fx(x: Any) -> Any:
                 y = checked(x, *values)
                 return y, y
@@ -371,21 +509,25 @@ class TorchAdapter(Adapter):
             if empty:  # torch.func cannot take an empty basis
                 y = checked(x, *values)
                 return y, y.new_zeros(y.shape + x.shape)
-            jac, y = transform(fx, has_aux=True)(x)
+            jac, y = transform(fx, has_aux=True)(x)  # y comes with the jacobian's own evaluation of f
             return y, _as_dtype(jac, y)
 
-        return self._functional(core, x, None, contexts, ("jacobian", "value_and_jacobian"))
+        return self._functional(
+            _last(value_and_jacobian), value_and_jacobian, x, None, contexts, ("jacobian", "value_and_jacobian")
+        )
 
     def prepare_derivative_programs(self, f: Callable[..., Any], x: Any, contexts: Sequence[Context]) -> Programs:
         if _has_cache(contexts):
             return fallbacks.derivative_programs(self, f, x, contexts)
         checked = self._checked(f, "derivative", scalar=False)
 
-        def core(x: Any, *values: Any) -> Any:
+        def value_and_derivative(x: Any, *values: Any) -> Any:
             y, dy = _func.jvp(lambda x: checked(x, *values), (x,), (torch.ones_like(x),))  # type: ignore[misc]
             return y, _as_dtype(dy, y)
 
-        return self._functional(core, x, None, contexts, ("derivative", "value_and_derivative"))
+        return self._functional(
+            _last(value_and_derivative), value_and_derivative, x, None, contexts, ("derivative", "value_and_derivative")
+        )
 
     def prepare_second_derivative_programs(
         self, f: Callable[..., Any], x: Any, contexts: Sequence[Context]
@@ -408,7 +550,7 @@ class TorchAdapter(Adapter):
             return y, dy, d2y
 
         return self._functional(
-            core, x, None, contexts, ("second_derivative", "value_derivative_and_second_derivative")
+            _last(core), core, x, None, contexts, ("second_derivative", "value_derivative_and_second_derivative")
         )
 
     def prepare_hvp_programs(
@@ -418,17 +560,23 @@ class TorchAdapter(Adapter):
             return self._hvp_double_backward(f, x, contexts)
         checked = self._checked(f, "hvp", scalar=True)
 
-        def core(x: Any, tx: tuple[Any, ...], *values: Any) -> Any:
+        def hvp(x: Any, tx: tuple[Any, ...], *values: Any) -> Any:
+            grad = _func.grad(lambda x: checked(x, *values))
+            if len(tx) == 1:
+                return (_as_dtype(_func.jvp(grad, (x,), (tx[0],))[1], x),)  # type: ignore[misc]
+            if not tx:
+                return ()
+            hvs = _func.vmap(lambda t: _func.jvp(grad, (x,), (t,))[1])(torch.stack(tx))
+            return tuple(_as_dtype(hv, x) for hv in hvs.unbind(0))
+
+        def gradient_and_hvp(x: Any, tx: tuple[Any, ...], *values: Any) -> Any:
             grad = _func.grad(lambda x: checked(x, *values))
             if len(tx) == 1:
                 g, hv = _func.jvp(grad, (x,), (tx[0],))  # type: ignore[misc]
                 return _as_dtype(g, x), (_as_dtype(hv, x),)
-            if not tx:
-                return _as_dtype(grad(x), x), ()
-            hvs = _func.vmap(lambda t: _func.jvp(grad, (x,), (t,))[1])(torch.stack(tx))
-            return _as_dtype(grad(x), x), tuple(_as_dtype(hv, x) for hv in hvs.unbind(0))
+            return _as_dtype(grad(x), x), hvp(x, tx, *values)
 
-        return self._functional(core, x, tx, contexts, ("hvp", "gradient_and_hvp"))
+        return self._functional(hvp, gradient_and_hvp, x, tx, contexts, ("hvp", "gradient_and_hvp"))
 
     def _hvp_double_backward(self, f: Callable[..., Any], x: Any, contexts: Sequence[Context]) -> Programs:
         """hvp by reverse over reverse, for ``f`` writing into a ``Cache`` (which
@@ -471,7 +619,12 @@ class TorchAdapter(Adapter):
             return fallbacks.hessian_programs(self, f, x, contexts)
         checked = self._checked(f, "hessian", scalar=True)
 
-        def core(x: Any, *values: Any) -> Any:
+        def hessian(x: Any, *values: Any) -> Any:
+            if x.numel() == 0:  # jacfwd cannot take an empty input
+                return x.new_zeros(x.shape + x.shape)
+            return _func.jacfwd(_func.grad(lambda x: checked(x, *values)))(x)
+
+        def value_gradient_and_hessian(x: Any, *values: Any) -> Any:
             def gradient_with_aux(x: Any) -> Any:
                 g, y = _func.grad_and_value(lambda x: checked(x, *values))(x)
                 return g, (y, g)
@@ -482,7 +635,65 @@ class TorchAdapter(Adapter):
             hessian, (y, g) = _func.jacfwd(gradient_with_aux, has_aux=True)(x)
             return y, g, hessian
 
-        return self._functional(core, x, None, contexts, ("hessian", "value_gradient_and_hessian"))
+        return self._functional(
+            hessian, value_gradient_and_hessian, x, None, contexts, ("hessian", "value_gradient_and_hessian")
+        )
+
+
+def _run_functional(
+    function: Callable[..., Any],
+    arguments: Callable[[Any, Sequence[Any] | None, Sequence[Any]], list[Any]],
+    with_tangents: bool,
+    locked: bool,
+) -> Callable[..., Any]:
+    """A program ``(x, [tangents,] *values)`` running ``function`` on converted
+    arguments. ``locked``: ``torch.func`` keeps its forward-mode state (dual
+    levels) per process, not per thread, so forward-mode calls from several
+    threads must take turns."""
+    lock = _FORWARD_MODE_LOCK if locked else None
+    if with_tangents:
+
+        def run_with_tangents(x: Any, tangents: Sequence[Any], *values: Any) -> Any:
+            if lock is None:
+                return function(*arguments(x, tangents, values))
+            with lock:
+                return function(*arguments(x, tangents, values))
+
+        return run_with_tangents
+
+    def run(x: Any, *values: Any) -> Any:
+        if lock is None:
+            return function(*arguments(x, None, values))
+        with lock:
+            return function(*arguments(x, None, values))
+
+    return run
+
+
+def _last(core: Callable[..., Any]) -> Callable[..., Any]:
+    """The plain operator's function from the ``value_and_*`` one: its last result
+    only (the compiled graph then returns that alone)."""
+
+    def last(*args: Any) -> Any:
+        return core(*args)[-1]
+
+    return last
+
+
+def _guard_reason(failure: str) -> str:
+    """dynamo's record of a failed guard (``"0/3: G['T']['n'] == 3  # source ...``
+    and a user stack) as one line: the guard and the source line it came from."""
+    first = failure.strip().splitlines()[0] if failure.strip() else "unknown"
+    return re.sub(r"\s{2,}", "  ", re.sub(r"^\[?\d+/\d+\]?:\s*", "", first))
+
+
+def _caller_stacklevel() -> int:
+    """The ``stacklevel`` that points a warning at the first frame outside ``di``
+    (and outside torch, whose compiled wrappers sit between di's frames)."""
+    frame, level = sys._getframe(1), 1
+    while frame is not None and frame.f_globals.get("__name__", "").split(".")[0] in ("di", "torch"):
+        frame, level = frame.f_back, level + 1  # type: ignore[assignment]
+    return level
 
 
 def _as_dtype(tangent: Any, primal: Any) -> Any:
