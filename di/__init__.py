@@ -16,6 +16,7 @@ from di.backends.selectors import (
     AutoFastest,
     AutoFiniteDiff,
     AutoJAX,
+    AutoSparse,
     AutoTorch,
     SecondOrder,
     available_backends,
@@ -48,6 +49,7 @@ from di.operators.second_derivative import (
     value_derivative_and_second_derivative,
 )
 from di.prep.base import Prep
+from di.sparse.sources import DenseSparsity, KnownSparsity, SparsitySource, TracerSparsity
 
 __version__ = "0.1.0"
 
@@ -57,20 +59,25 @@ __all__ = [
     "AutoFastest",
     "AutoFiniteDiff",
     "AutoJAX",
+    "AutoSparse",
     "AutoTorch",
     "BackendNotInstalledError",
     "Cache",
     "Constant",
     "Context",
     "DIError",
+    "DenseSparsity",
     "InvalidInputError",
     "InvalidOutputError",
+    "KnownSparsity",
     "OutBufferError",
     "Prep",
     "PreparationMismatchError",
     "RecompileLimitError",
     "RecompileWarning",
     "SecondOrder",
+    "SparsitySource",
+    "TracerSparsity",
     "UnsupportedContextError",
     "UnsupportedOperatorError",
     "array_namespace",

@@ -16,6 +16,7 @@ from di.backends.selectors import (
     AutoFastest,
     AutoFiniteDiff,
     AutoJAX,
+    AutoSparse,
     AutoTorch,
     SecondOrder,
 )
@@ -33,6 +34,7 @@ _ADAPTER_PATHS: dict[type[AbstractBackend], str | type[Adapter]] = {
     AutoFiniteDiff: "di.backends.finitediff:FiniteDiffAdapter",
     SecondOrder: "di.backends.second_order:SecondOrderAdapter",
     AutoFastest: "di.backends.fastest:FastestAdapter",
+    AutoSparse: "di.backends.sparse:SparseAdapter",
 }
 _ADAPTERS: dict[AbstractBackend, Adapter] = {}
 

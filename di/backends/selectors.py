@@ -19,6 +19,7 @@ __all__ = [
     "AutoFastest",
     "AutoFiniteDiff",
     "AutoJAX",
+    "AutoSparse",
     "AutoTorch",
     "SecondOrder",
     "available_backends",
@@ -301,6 +302,100 @@ class AutoFastest(AbstractBackend):
         if self.include_compiled:
             defaults.insert(0, AutoJAX(jit=True))
         return tuple(candidate for candidate in defaults if candidate.is_installed)
+
+
+@dataclass(frozen=True)
+class AutoSparse(AbstractBackend):
+    """Sparse Jacobians and Hessians: a dense backend, colored.
+
+    ``jacobian`` and ``hessian`` (and their ``value_and_*`` forms) detect the
+    sparsity pattern at preparation, color it, and compute one batched
+    pushforward (or pullback) per color with the ``dense`` backend, then read
+    every nonzero out of the compressed result: a banded Jacobian of size
+    ``n`` costs about its bandwidth instead of ``n`` pushforwards. Jacobians use
+    a greedy column coloring (pushforwards) or row coloring (pullbacks), whichever
+    needs fewer colors unless the dense backend's ``mode`` decides; Hessians use a
+    star coloring with one hvp per color. Every other operator is the dense
+    backend's. The prep's ``sparsity`` (a boolean ``scipy.sparse.csr_array``) and
+    ``colors`` (their number) show what was found. A prep serves the pattern it
+    was made for: an ``x`` or context at which ``f`` has another pattern is the
+    caller's responsibility (``python -m di check ... --sparse`` tests it).
+
+    Args:
+        dense: the backend computing the compressed products (any selector,
+            eager or compiled, other than ``AutoSparse``).
+        sparsity: where the pattern comes from: :class:`di.TracerSparsity`
+            (default: exact, read from ``f``'s structure through JAX),
+            :class:`di.DenseSparsity` (nonzeros of dense matrices at random
+            points) or :class:`di.KnownSparsity` (given).
+        coloring: ``"greedy"`` (the only algorithm so far).
+        order: the vertex order of the greedy coloring: ``"largest_first"``
+            (default; usually fewer colors) or ``"natural"``.
+        dense_result: return dense arrays of the caller's family (shaped
+            ``f(x).shape + x.shape``) instead of sparse matrices. Sparse results
+            are 2-D ``(f(x).size, x.size)``: ``scipy.sparse.csr_array`` for numpy
+            callers, ``torch.sparse_csr`` tensors for torch callers,
+            ``jax.experimental.sparse.BCOO`` for JAX callers.
+
+    Raises:
+        TypeError: ``dense`` is not a selector, or is an ``AutoSparse``; a
+            ``sparsity`` that is not a sparsity source.
+        ValueError: an unknown ``coloring`` or ``order``.
+
+    Examples:
+        >>> import numpy as np, di
+        >>> backend = di.AutoSparse(di.AutoFiniteDiff(), sparsity=di.KnownSparsity(np.eye(3, dtype=bool)))
+        >>> f = lambda x: x ** 2
+        >>> prep = di.prepare_jacobian(f, backend, np.zeros(3))
+        >>> prep.colors
+        1
+        >>> di.jacobian(f, prep, backend, np.array([1.0, 2.0, 3.0])).toarray().round(6)
+        array([[2., 0., 0.],
+               [0., 4., 0.],
+               [0., 0., 6.]])
+    """
+
+    dense: AbstractBackend = field(default_factory=lambda: AutoJAX())
+    sparsity: Any = field(default=None, kw_only=True)
+    coloring: str = field(default="greedy", kw_only=True)
+    order: str = field(default="largest_first", kw_only=True)
+    dense_result: bool = field(default=False, kw_only=True)
+
+    def __post_init__(self) -> None:
+        from di.sparse.sources import SparsitySource, TracerSparsity
+
+        if not isinstance(self.dense, AbstractBackend) or isinstance(self.dense, AutoSparse):
+            raise TypeError(
+                f"AutoSparse(dense=...) must be a dense backend selector such as di.AutoJAX(), not {self.dense!r}"
+            )
+        if self.sparsity is None:
+            object.__setattr__(self, "sparsity", TracerSparsity())
+        elif not isinstance(self.sparsity, SparsitySource):
+            raise TypeError(
+                f"AutoSparse(sparsity=...) must be di.TracerSparsity(), di.DenseSparsity(...) or "
+                f"di.KnownSparsity(pattern), not {type(self.sparsity).__name__}"
+            )
+        if self.coloring != "greedy":
+            raise ValueError(f"AutoSparse(coloring={self.coloring!r}): the coloring must be 'greedy'")
+        if self.order not in ("largest_first", "natural"):
+            raise ValueError(f"AutoSparse(order={self.order!r}): order must be 'largest_first' or 'natural'")
+
+    @property
+    def is_installed(self) -> bool:
+        """Whether the dense engine and scipy are installed."""
+        import importlib.util
+
+        return self.dense.is_installed and importlib.util.find_spec("scipy") is not None
+
+    @property  # type: ignore[misc]
+    def engine_display(self) -> str:  # type: ignore[override]
+        """What is missing when it is not installed: the dense engine, or scipy."""
+        return self.dense.engine_display if not self.dense.is_installed else "scipy"
+
+    @property  # type: ignore[misc]
+    def extra(self) -> str:  # type: ignore[override]
+        """The pip extra installing what is missing."""
+        return self.dense.extra if not self.dense.is_installed else "sparse"
 
 
 _BY_NAME: dict[str, type[AbstractBackend]] = {

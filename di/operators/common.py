@@ -348,15 +348,20 @@ def prepare_operator(
     x_given, x = x, (np.asarray(x, dtype=np.float64) if isinstance(x, float) else x)
     if label == "ty":
         check_cotangent_shapes(adapter, f, x, tangents, contexts)
+    sparse = None
     if is_pytree(x) and not (family in adapter.native_pytrees and adapter.takes_pytree(x)):
         programs = _raveled_programs(family, operator, adapter, f, x, tangents, contexts)
     else:
         engine_programs = fallbacks.programs(adapter, operator, f, x, contexts, tangents)
-        if is_pytree(x):
+        sparse = getattr(engine_programs, "sparse", None)  # di.AutoSparse: results already in the caller's family
+        if sparse is not None:
+            to_caller = identity
+        elif is_pytree(x):
             to_caller = _tree_converter(adapter, _leaf_family(adapter, x))
         else:
             to_caller = _nested_converter(converter(adapter.family, family_of(x) or "numpy"))
-        to_caller = _restoring_bfloat16(adapter, x, to_caller)
+        if sparse is None:
+            to_caller = _restoring_bfloat16(adapter, x, to_caller)
         programs = {
             name: _to_caller_family(float_x_program(x_given, engine_programs[name]), to_caller)
             for name in OPERATOR_FAMILIES[family]
@@ -364,7 +369,9 @@ def prepare_operator(
         if is_pytree(x):
             programs = _in_x_order(programs, x)
     point_check = same_point_check(x_given, contexts) if same_point else None
-    return Prep(family, f, backend, x_given, contexts, programs, strict, tangents, label or "tx", point_check)
+    return Prep(
+        family, f, backend, x_given, contexts, programs, strict, tangents, label or "tx", point_check, sparse_info=sparse
+    )
 
 
 def same_point_check(x: Any, contexts: Sequence[Any]) -> Callable[[Any, Sequence[Any]], bool]:

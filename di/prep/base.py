@@ -37,6 +37,9 @@ class Prep:
         plan: for a prep made with :class:`di.AutoFastest`, the
             :class:`di.plan.Plan` saying which candidate backend it runs and why;
             ``None`` otherwise.
+        sparse_info: for a prep of ``jacobian`` or ``hessian`` made with
+            :class:`di.AutoSparse`, what preparation found (see :attr:`sparsity`
+            and :attr:`colors`); ``None`` otherwise.
 
     Examples:
         >>> import numpy as np, di
@@ -58,6 +61,7 @@ class Prep:
         "programs",
         "runners",
         "same_point",
+        "sparse_info",
         "strict",
         "tangent_check",
         "tangent_matchers",
@@ -77,6 +81,7 @@ class Prep:
         tangent_label: str = "tx",
         same_point: Callable[[Any, Sequence[Any]], bool] | None = None,
         plan: Plan | None = None,
+        sparse_info: Any = None,
     ) -> None:
         self.operator = operator
         self.f = f
@@ -94,6 +99,7 @@ class Prep:
         self.tangent_matchers = () if tangents is None else tuple(matcher_for(t, key_function(t)) for t in tangents)
         self.same_point = same_point
         self.plan = plan
+        self.sparse_info = sparse_info
         self.runners = {name: self._runner(program) for name, program in programs.items()}
 
     def __repr__(self) -> str:
@@ -119,6 +125,19 @@ class Prep:
         prep.plan = plan
         prep.runners = {name: prep._runner(program) for name, program in self.programs.items()}
         return prep
+
+    @property
+    def sparsity(self) -> Any:
+        """For an :class:`di.AutoSparse` jacobian or hessian prep: the sparsity pattern
+        it computes (a boolean ``scipy.sparse.csr_array`` of shape ``(f(x).size,
+        x.size)``); ``None`` for other preps."""
+        return None if self.sparse_info is None else self.sparse_info.pattern
+
+    @property
+    def colors(self) -> int | None:
+        """For an :class:`di.AutoSparse` jacobian or hessian prep: the number of colors,
+        i.e. of pushforwards, pullbacks or hvps per call; ``None`` for other preps."""
+        return None if self.sparse_info is None else int(self.sparse_info.n_colors)
 
     @property
     def sparsity(self) -> Any:
@@ -301,6 +320,11 @@ class Prep:
         Raises:
             OutBufferError: family, shape or dtype differ, or ``x`` is a JAX array.
         """
+        if self.sparse_info is not None and self.sparse_info.sparse_result:
+            raise OutBufferError(
+                f"out does not fit the {what}: {self.backend!r} returns a sparse matrix, which cannot be written "
+                f"into a dense buffer. Call without out=, or use AutoSparse(..., dense_result=True)."
+            )
         spec = self.x_spec
         family = family_of(out)
         if spec is None or spec.family not in (NUMPY, TORCH):

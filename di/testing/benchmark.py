@@ -9,7 +9,14 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from di.backends.selectors import AbstractBackend
-from di.testing.runner import NOT_AVAILABLE, _copy_contexts, _describe_error, backend_label, pytrees_supported
+from di.testing.runner import (
+    NOT_AVAILABLE,
+    _copy_contexts,
+    _describe_error,
+    backend_for,
+    backend_label,
+    pytrees_supported,
+)
 from di.testing.scenarios import Scenario, copy_tree, default_scenarios
 
 __all__ = ["BENCHMARK_COLUMNS", "CountingFunction", "benchmark_differentiation"]
@@ -111,6 +118,7 @@ def benchmark_one(
     if scenario.is_pytree and not pytrees_supported():
         return _row(backend, scenario, prepared, status="skipped", error="pytree x not supported in this di version")
     call = getattr(di, spec.call)
+    run_on = backend_for(backend, scenario)  # sparse scenarios run on di.AutoSparse(backend)
     f = CountingFunction(scenario.f)
     x = copy_tree(scenario.x)
     contexts = _copy_contexts(scenario.contexts)
@@ -118,10 +126,10 @@ def benchmark_one(
     try:
         start = time.perf_counter()
         if prepared:
-            prep = getattr(di, spec.prepare)(f, backend, x, *t_args, *contexts)
-            args: tuple[Any, ...] = (prep, backend, x, *t_args, *contexts)
+            prep = getattr(di, spec.prepare)(f, run_on, x, *t_args, *contexts)
+            args: tuple[Any, ...] = (prep, run_on, x, *t_args, *contexts)
         else:
-            args = (backend, x, *t_args, *contexts)
+            args = (run_on, x, *t_args, *contexts)
         call(f, *args)
         first = time.perf_counter() - start
         times: list[float] = []

@@ -430,8 +430,14 @@ def _compare(
             problems += p
         return worst_abs, worst_rel, problems
     family, dtype = _expected_family_and_dtype(x)
-    got_family = _family(value)
-    if check_types:
+    sparse_family, value = _densified(value, reference)
+    got_family = sparse_family or _family(value)
+    if sparse_family is not None:
+        if check_types and sparse_family != family:
+            problems.append(f"{label}: expected {_SPARSE_KINDS[family]} for a {family} x, got a {sparse_family} one")
+        elif check_types and _dtype_name(value.dtype) != dtype:
+            problems.append(f"{label}: expected dtype {dtype} like x, got {_dtype_name(value.dtype)}")
+    elif check_types:
         if got_family != family:
             problems.append(f"{label}: expected a {family} array like x, got {got_family or type(value).__name__}")
         elif not is_value and _dtype_name(value.dtype) != dtype:
@@ -457,6 +463,46 @@ def _compare(
             f"rtol {rtol:.3g} x max|reference| {scale:.3g}"
         )
     return abs_error, rel_error, problems
+
+
+_SPARSE_KINDS = {"numpy": "a scipy.sparse array", "torch": "a torch sparse tensor", "jax": "a jax BCOO matrix"}
+
+
+def backend_for(backend: Any, scenario: Scenario) -> Any:
+    """The backend a scenario runs on: ``di.AutoSparse(backend)`` for the scenarios
+    tagged ``"sparse"`` (unless it already is one), ``backend`` for the others.
+
+    Examples:
+        >>> import di
+        >>> from di.testing.runner import backend_for
+        >>> from di.testing.sparse_scenarios import sparse_scenarios
+        >>> backend_for(di.AutoFiniteDiff(), sparse_scenarios()[0]).dense
+        AutoFiniteDiff(method='central', step=None)
+    """
+    if "sparse" not in scenario.tags:
+        return backend
+    from di.backends.selectors import AutoSparse
+
+    return backend if isinstance(backend, AutoSparse) else AutoSparse(backend)
+
+
+def _densified(value: Any, reference: Any) -> tuple[str | None, Any]:
+    """A sparse result (scipy, torch sparse, jax BCOO) as ``(family, dense numpy
+    array shaped like the reference)``; ``(None, value)`` for anything else."""
+    kind = type(value).__module__
+    if kind.startswith("scipy.sparse"):
+        family, dense = "numpy", value.toarray()
+    elif kind.startswith("jax.experimental.sparse"):
+        import jax
+
+        with jax.enable_x64(np.dtype(value.dtype).itemsize == 8):  # float64 outside x64 would be truncated
+            family, dense = "jax", np.asarray(value.todense())
+    elif _family(value) == "torch" and str(value.layout) != "torch.strided":
+        family, dense = "torch", value.to_dense().detach().cpu().numpy()
+    else:
+        return None, value
+    shape = np.shape(reference)
+    return family, dense.reshape(shape) if dense.size == int(np.prod(shape)) else dense
 
 
 def _max(a: float, b: float) -> float:
@@ -512,7 +558,7 @@ def _execute(case: Case, f: Callable[..., Any], x: Any, tangents: Any, contexts:
     spec = case.scenario.spec
     call = getattr(di, spec.call)
     value_and = getattr(di, spec.value_and)
-    backend = case.backend
+    backend = backend_for(case.backend, case.scenario)
     t_args = (tangents,) if spec.takes_tangents else ()
     outputs: list[Any] = []
     if case.prep_mode == "unprepared":

@@ -1338,6 +1338,9 @@ def default_scenarios(
         scenarios += _first_order_scenarios(rng, dtype)
         scenarios += _second_order_scenarios(rng, dtype)
     scenarios += _float64_only_scenarios(rng)
+    from di.testing.sparse_scenarios import sparse_scenarios  # here: that module imports this one
+
+    scenarios += sparse_scenarios()  # tagged "sparse": the runners run them on di.AutoSparse(backend)
     if include_pytrees:
         scenarios += _pytree_scenarios(rng)
     if operators is not None:
