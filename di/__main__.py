@@ -260,7 +260,8 @@ def _parser() -> argparse.ArgumentParser:
     plan.add_argument("--operator", default="gradient", help="gradient (default), jacobian, hessian, hvp, ...")
     plan.add_argument("--budget", type=float, default=1.0, help="seconds spent timing the candidates (default 1)")
     plan.add_argument("--backends", help="the candidates, comma-separated as for check (default: AutoFastest's)")
-    plan.add_argument("--rtol", type=float, help="agreement tolerance (default: by dtype)")
+    plan.add_argument("--rtol", type=float, help="relative agreement tolerance (default: by dtype)")
+    plan.add_argument("--atol", type=float, help="absolute agreement tolerance (default: by dtype)")
     plan.add_argument("--cache", metavar="FILE.json", help="remember the plan in this JSON file (and reuse it)")
     plan.add_argument("--json", metavar="FILE", help="write the plan as JSON to FILE")
     plan.add_argument("--seed", type=int, default=0, help="seed of the random x and tangents")
@@ -730,6 +731,7 @@ def run_plan(args: argparse.Namespace, out: Output) -> int:
             _parse_backends(args.backends) if args.backends else None,
             budget_s=args.budget,
             rtol=args.rtol,
+            atol=args.atol,
             cache=args.cache,
         )
         to_family = converter("numpy", args.family)

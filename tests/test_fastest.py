@@ -51,9 +51,11 @@ class Sleepy(di.AutoFiniteDiff):
 
 @dataclasses.dataclass(frozen=True)
 class Wrong(di.AutoFiniteDiff):
-    """Finite differences whose gradient is scaled by ``factor``: a deliberately wrong backend."""
+    """Finite differences whose gradient is ``factor`` times the right one plus ``offset``:
+    a deliberately wrong backend."""
 
     factor: float = 1.5
+    offset: float = 0.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -86,14 +88,17 @@ class WrongAdapter(FiniteDiffAdapter):
     def prepare_gradient_programs(self, f: Callable[..., Any], x: Any, contexts: Sequence[Context]) -> Any:
         PREPARED.append(self.backend)
         programs = super().prepare_gradient_programs(f, x, contexts)
-        factor = self.backend.factor  # type: ignore[attr-defined]
+        factor, offset = self.backend.factor, self.backend.offset  # type: ignore[attr-defined]
         gradient, value_and_gradient = programs["gradient"], programs["value_and_gradient"]
 
         def wrong_value_and_gradient(*args: Any) -> Any:
             y, g = value_and_gradient(*args)
-            return y, factor * g
+            return y, factor * g + offset
 
-        return {"gradient": lambda *args: factor * gradient(*args), "value_and_gradient": wrong_value_and_gradient}
+        def wrong_gradient(*args: Any) -> Any:
+            return factor * gradient(*args) + offset
+
+        return {"gradient": wrong_gradient, "value_and_gradient": wrong_value_and_gradient}
 
 
 class FailingAdapter(FiniteDiffAdapter):
@@ -153,10 +158,22 @@ def test_a_wrong_gradient_is_never_chosen_and_listed_as_disagreed() -> None:
     assert prep.plan is not None
     assert prep.plan.chosen == Sleepy(delay=0.001)
     assert prep.plan.status_of(Wrong()) == "disagreed"
-    assert "differs from Sleepy(delay=0.001) by 3.3e-01 of the largest entry (rtol 1e-05)" in reason(prep.plan, Wrong())
+    assert "differs from Sleepy(delay=0.001) by 3.3e-01 of the largest entry (rtol 1e-05, atol 1e-08)" in reason(
+        prep.plan, Wrong()
+    )
     row = next(row for row in prep.plan.rows if row.backend == Wrong())
     assert row.median_s is None and row.samples == 0  # never timed
     np.testing.assert_allclose(di.gradient(squares, prep, backend, np.array([1.0, 2.0, 3.0])), [2, 4, 6], rtol=1e-8)
+
+
+def test_rounding_noise_around_a_zero_result_agrees() -> None:
+    # at the minimum the gradient is zero: AD engines return 0 or rounding noise, which must agree
+    noisy = [Wrong(factor=1.0, offset=1e-12), Wrong(factor=1.0, offset=-1e-12), di.AutoFiniteDiff()]
+    prep = di.prepare_gradient(squares, di.AutoFastest(noisy, budget_s=BUDGET), np.zeros(2))
+    assert prep.plan is not None
+    assert {row.status for row in prep.plan.rows} <= {"chosen", "slower"}
+    with pytest.raises(CandidatesDisagreeError):  # without the absolute allowance, noise is all there is to compare
+        di.prepare_gradient(squares, di.AutoFastest(noisy, budget_s=BUDGET, atol=0), np.zeros(2))
 
 
 def test_a_wrong_gradient_within_rtol_agrees() -> None:
@@ -431,6 +448,8 @@ def test_the_selector_is_a_hashable_value_and_checks_its_options(tmp_path: Path)
         di.AutoFastest(budget_s=0)
     with pytest.raises(ValueError, match="rtol must be positive"):
         di.AutoFastest(rtol=-1.0)
+    with pytest.raises(ValueError, match="atol must be >= 0"):
+        di.AutoFastest(atol=-1.0)
     with pytest.raises(TypeError):
         di.AutoFastest(None, 1.0)  # type: ignore[misc]  # budget_s is keyword-only
 

@@ -47,7 +47,7 @@ from di.prep.base import Prep
 from di.prep.signature import describe_value
 from di.pytrees import tree_leaves
 
-__all__ = ["FastestAdapter", "default_rtol", "relative_difference", "time_interleaved"]
+__all__ = ["FastestAdapter", "agree", "default_tolerances", "relative_difference", "time_interleaved"]
 
 PrepareWith = Callable[[AbstractBackend], Prep]
 
@@ -216,7 +216,7 @@ def _plan(
             first_error.add_note(f"Every AutoFastest candidate failed:\n{plan}")
         raise first_error
     del first_error
-    _vote(ran, selector.rtol)
+    _vote(ran, selector.rtol, selector.atol)
     agreed = [entry for entry in ran if entry.status == ""]
     if not agreed:
         plan = _make_plan(call, entries, selector)
@@ -301,26 +301,63 @@ def _float64_leaves(result: Any) -> tuple[list[np.ndarray], list[str]]:
     return arrays, dtypes
 
 
-def default_rtol(dtypes: Sequence[str]) -> float:
-    """The agreement tolerance for results of these dtypes: that of the least precise.
+def default_tolerances(dtypes: Sequence[str]) -> tuple[float, float]:
+    """``(rtol, atol)`` for comparing results of these dtypes: those of the least precise.
 
     Examples:
-        >>> from di.backends.fastest import default_rtol
-        >>> default_rtol(["float64"]), default_rtol(["float64", "float32"]), default_rtol(["bfloat16"])
-        (1e-05, 0.001, 0.03)
+        >>> from di.backends.fastest import default_tolerances
+        >>> default_tolerances(["float64"]), default_tolerances(["float64", "float32"])
+        ((1e-05, 1e-08), (0.001, 0.0001))
     """
     if any(("16" in dtype) for dtype in dtypes):
-        return 3e-2
+        return 3e-2, 1e-2
     if any(dtype == "float32" for dtype in dtypes):
-        return 1e-3
-    return 1e-5
+        return 1e-3, 1e-4
+    return 1e-5, 1e-8
+
+
+def _leaf_differences(a: Sequence[np.ndarray], b: Sequence[np.ndarray]) -> list[tuple[float, float]] | None:
+    """For each pair of leaves: the largest absolute difference and the largest
+    absolute entry (finite entries); ``None`` when the leaves' number or shapes
+    differ, or non-finite entries do (NaN against NaN and equal infinities are equal)."""
+    if len(a) != len(b):
+        return None
+    found = []
+    for left, right in zip(a, b):
+        if left.shape != right.shape:
+            return None
+        finite = np.isfinite(left) & np.isfinite(right)
+        same = (left == right) | (np.isnan(left) & np.isnan(right))
+        if np.any(~finite & ~same):
+            return None
+        left, right = left[finite], right[finite]
+        difference = float(np.max(np.abs(left - right), initial=0.0))
+        scale = max(float(np.max(np.abs(left), initial=0.0)), float(np.max(np.abs(right), initial=0.0)))
+        found.append((difference, scale))
+    return found
+
+
+def agree(a: Sequence[np.ndarray], b: Sequence[np.ndarray], rtol: float, atol: float) -> bool:
+    """Whether two results agree: on every leaf, the largest difference is at most
+    ``rtol`` times the largest entry plus ``atol``.
+
+    Examples:
+        >>> import numpy as np
+        >>> from di.backends.fastest import agree
+        >>> agree([np.array([1.0, 2.0])], [np.array([1.0, 2.00001])], 1e-5, 1e-8)
+        True
+        >>> agree([np.array([0.0, 1e-12])], [np.array([0.0, -1e-12])], 1e-5, 1e-8)  # noise around zero
+        True
+        >>> agree([np.array([1.0, 2.0])], [np.array([1.0, 3.0])], 1e-5, 1e-8)
+        False
+    """
+    pairs = _leaf_differences(a, b)
+    return pairs is not None and all(difference <= rtol * scale + atol for difference, scale in pairs)
 
 
 def relative_difference(a: Sequence[np.ndarray], b: Sequence[np.ndarray]) -> float:
-    """The largest difference between two results, relative to their largest entry.
-
-    NaN against NaN and equal infinities count as equal; any other mismatch of
-    non-finite entries, or of shapes, is infinitely different.
+    """The largest difference between two results, relative to their largest entry
+    (``inf`` when their shapes or non-finite entries differ).
 
     Examples:
         >>> import numpy as np
@@ -328,53 +365,40 @@ def relative_difference(a: Sequence[np.ndarray], b: Sequence[np.ndarray]) -> flo
         >>> relative_difference([np.array([1.0, 2.0])], [np.array([1.0, 2.2])])  # doctest: +ELLIPSIS
         0.0909...
     """
-    if len(a) != len(b):
+    pairs = _leaf_differences(a, b)
+    if pairs is None:
         return math.inf
-    worst = 0.0
-    for left, right in zip(a, b):
-        if left.shape != right.shape:
-            return math.inf
-        finite = np.isfinite(left) & np.isfinite(right)
-        same = (left == right) | (np.isnan(left) & np.isnan(right))
-        if np.any(~finite & ~same):
-            return math.inf
-        left, right = left[finite], right[finite]
-        difference = float(np.max(np.abs(left - right), initial=0.0))
-        if difference == 0.0:
-            continue
-        scale = max(float(np.max(np.abs(left), initial=0.0)), float(np.max(np.abs(right), initial=0.0)))
-        worst = max(worst, difference / scale)
-    return worst
+    return max((d / s if d else 0.0) if s else (math.inf if d else 0.0) for d, s in pairs) if pairs else 0.0
 
 
-def _vote(ran: list[_Candidate], rtol: float | None) -> None:
+def _vote(ran: list[_Candidate], rtol: float | None, atol: float | None) -> None:
     """Mark ``disagreed`` the candidates whose result differs from the majority's.
     The reference is the candidate agreeing with the most others (the first listed
     on a tie); when it and those agreeing with it are not a strict majority, every
     candidate is marked ``disagreed``."""
-    tolerance = rtol if rtol is not None else default_rtol([d for entry in ran for d in entry.dtypes or ()])
+    default_rtol, default_atol = default_tolerances([d for entry in ran for d in entry.dtypes or ()])
+    rtol = default_rtol if rtol is None else rtol
+    atol = default_atol if atol is None else atol
     count = len(ran)
-    differences = [[0.0] * count for _ in range(count)]
+    agreeing = [[True] * count for _ in range(count)]
     for i, j in itertools.combinations(range(count), 2):
-        if ran[i].dtypes != ran[j].dtypes:
-            differences[i][j] = differences[j][i] = math.inf
-        else:
-            differences[i][j] = differences[j][i] = relative_difference(ran[i].leaves or [], ran[j].leaves or [])
-    agreeing = [sum(d <= tolerance for d in row) for row in differences]  # each counts itself
-    reference = max(range(count), key=lambda i: (agreeing[i], -i))
-    majority = agreeing[reference] * 2 > count
+        same = ran[i].dtypes == ran[j].dtypes and agree(ran[i].leaves or [], ran[j].leaves or [], rtol, atol)
+        agreeing[i][j] = agreeing[j][i] = same
+    counts = [sum(row) for row in agreeing]  # each counts itself
+    reference = max(range(count), key=lambda i: (counts[i], -i))
+    majority = counts[reference] * 2 > count
     for i, entry in enumerate(ran):
-        if majority and differences[reference][i] <= tolerance:
+        if majority and agreeing[reference][i]:
             continue
         entry.status = "disagreed"
         if i == reference:
             entry.reason = "no majority of the candidates agrees with its result"
         else:
-            entry.reason = _difference_reason(ran[reference], entry, differences[reference][i], tolerance)
+            entry.reason = _difference_reason(ran[reference], entry, rtol, atol)
         entry.prep = entry.run = None
 
 
-def _difference_reason(reference: _Candidate, entry: _Candidate, difference: float, tolerance: float) -> str:
+def _difference_reason(reference: _Candidate, entry: _Candidate, rtol: float, atol: float) -> str:
     name = selector_label(reference.backend)
     if entry.dtypes != reference.dtypes:
         return f"its result's dtypes {entry.dtypes} differ from {name}'s {reference.dtypes}"
@@ -382,9 +406,10 @@ def _difference_reason(reference: _Candidate, entry: _Candidate, difference: flo
     expected = [leaf.shape for leaf in reference.leaves or ()]
     if shapes != expected:
         return f"its result's shapes {shapes} differ from {name}'s {expected}"
-    if math.isinf(difference):
+    difference = relative_difference(entry.leaves or [], reference.leaves or [])
+    if math.isinf(difference) and _leaf_differences(entry.leaves or [], reference.leaves or []) is None:
         return f"its result's NaN or infinite entries differ from {name}'s"
-    return f"differs from {name} by {difference:.1e} of the largest entry (rtol {tolerance:g})"
+    return f"differs from {name} by {difference:.1e} of the largest entry (rtol {rtol:g}, atol {atol:g})"
 
 
 def time_interleaved(calls: Sequence[Callable[[], Any]], budget_s: float) -> list[list[float]]:
@@ -484,6 +509,7 @@ class _CacheEntry:
             "signature": call.signature(),
             "candidates": [repr(candidate) for candidate in candidates],
             "rtol": selector.rtol,
+            "atol": selector.atol,
         }
         self.key = cache_key(self.parts)
 

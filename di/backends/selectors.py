@@ -240,6 +240,10 @@ class AutoFastest(AbstractBackend):
             candidate's result may differ from the majority's; ``None`` picks it
             from the result's dtype (1e-5 for float64, 1e-3 for float32, 3e-2 for
             16-bit floats).
+        atol: an absolute allowance added to ``rtol`` times the largest entry,
+            so rounding noise around a zero result (a gradient at a minimum)
+            agrees; ``None``: 1e-8 for float64, 1e-4 for float32, 1e-2 for
+            16-bit floats.
         include_compiled: whether the default candidates include ``AutoJAX(jit=True)``.
         cache: a JSON file remembering plans by function (module and qualified
             name, and a hash of its bytecode), operator, signature, candidates
@@ -264,6 +268,7 @@ class AutoFastest(AbstractBackend):
     candidates: Sequence[AbstractBackend] | None = None
     budget_s: float = field(default=1.0, kw_only=True)
     rtol: float | None = field(default=None, kw_only=True)
+    atol: float | None = field(default=None, kw_only=True)
     include_compiled: bool = field(default=True, kw_only=True)
     cache: str | os.PathLike[str] | None = field(default=None, kw_only=True)
     engine_display: ClassVar[str] = "its candidates"
@@ -287,6 +292,8 @@ class AutoFastest(AbstractBackend):
             raise ValueError(f"AutoFastest(budget_s={self.budget_s!r}): budget_s must be a positive number of seconds")
         if self.rtol is not None and not self.rtol > 0:
             raise ValueError(f"AutoFastest(rtol={self.rtol!r}): rtol must be positive, or None to pick it by dtype")
+        if self.atol is not None and not self.atol >= 0:
+            raise ValueError(f"AutoFastest(atol={self.atol!r}): atol must be >= 0, or None to pick it by dtype")
         if self.cache is not None and not isinstance(self.cache, str):
             object.__setattr__(self, "cache", os.fspath(self.cache))
 
