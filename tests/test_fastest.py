@@ -506,7 +506,11 @@ def test_the_cache_key_covers_function_code_and_candidates(tmp_path: Path) -> No
     di.prepare_gradient(lambda x: (x * x * x).sum(), backend, x)  # same qualified name, other code
     di.prepare_gradient(squares, di.AutoFastest([di.AutoFiniteDiff()], budget_s=BUDGET, cache=path), x)
     di.prepare_jacobian(lambda x: x * x, backend, x)
-    assert len(json.loads(path.read_text())["plans"]) == 5
+    for leaves in (2, 3):  # pytrees of one structure, leaves of other shapes
+        di.prepare_gradient(lambda tree: (tree["w"] ** 2).sum(), backend, {"w": np.arange(1.0, leaves + 1)})
+    di.prepare_derivative(lambda t, a: a * t**3, backend, 1.5, di.Constant(2.0))
+    di.prepare_derivative(lambda t, a: a * t**3, backend, 2.5, di.Constant(3.0))  # a float's value is no key
+    assert len(json.loads(path.read_text())["plans"]) == 8
 
 
 def test_an_unreadable_cache_is_replaced_with_a_warning(tmp_path: Path) -> None:

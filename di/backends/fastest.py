@@ -45,7 +45,7 @@ from di.plan import (
 )
 from di.prep.base import Prep
 from di.prep.signature import describe_value
-from di.pytrees import tree_leaves
+from di.pytrees import is_pytree, tree_leaves
 
 __all__ = ["FastestAdapter", "agree", "default_tolerances", "relative_difference", "time_interleaved"]
 
@@ -163,17 +163,30 @@ class _Call:
         return lambda: operator(f, prep, backend, x, tangents, *contexts)
 
     def signature(self) -> str:
-        """The arguments, described as in mismatch reports (no values)."""
-        parts = [f"x {describe_value(self.x)}"]
+        """The arguments, described as in mismatch reports, without values (a plan
+        serves every value of a Python float or a static context)."""
+        parts = [f"x {_describe(self.x)}"]
         if self.tangents is not None:
             parts.append(f"{'ty' if self.family == 'pullback' else 'tx'} {describe_value(self.tangents)}")
-        parts += [describe_value(context) for context in self.contexts]
+        parts += [f"{type(context).__name__} {_describe(context.value)}" for context in self.contexts]
         return ", ".join(parts)
+
+    def leaves_signature(self) -> list[str]:
+        """Every array leaf of ``x``, the tangents and the contexts, described (for
+        cache keys: pytrees of equal structure but other leaf shapes differ)."""
+        values = [self.x, self.tangents, *(context.value for context in self.contexts)]
+        return [describe_value(leaf) for leaf in tree_leaves(values) if family_of(leaf) is not None]
 
     @property
     def operator_key(self) -> str:
         """The operator family, marked when the prep is a same-point one."""
         return f"{self.family}_same_point" if self.same_point else self.family
+
+
+def _describe(value: Any) -> str:
+    if family_of(value) is None and not is_pytree(value):
+        return type(value).__name__
+    return describe_value(value)
 
 
 def _serving(winner: Prep, selector: AutoFastest, plan: Plan) -> Prep:
@@ -507,6 +520,7 @@ class _CacheEntry:
             "code": function_fingerprint(call.f),
             "operator": call.operator_key,
             "signature": call.signature(),
+            "leaves": call.leaves_signature(),
             "candidates": [repr(candidate) for candidate in candidates],
             "rtol": selector.rtol,
             "atol": selector.atol,
