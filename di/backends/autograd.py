@@ -3,6 +3,7 @@ over NumPy code."""
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -10,10 +11,13 @@ import autograd
 import numpy as np
 from autograd.differential_operators import make_hvp, make_jvp, make_vjp
 from autograd.numpy.numpy_boxes import ArrayBox
+from autograd.tracer import getval
 
+from di.backends.aux import split_output
 from di.backends.protocol import Adapter, Programs, is_real_floating_array, is_real_scalar, raise_bad_output
 from di.contexts import Context
 from di.families import NUMPY, converter, family_of, identity
+from di.pytrees import tree_map
 
 __all__ = ["AutogradAdapter"]
 
@@ -31,6 +35,43 @@ def _differentiable(x: Any) -> Any:
 def _numpy(value: Any, dtype: Any) -> Any:
     """A tangent of any family as a numpy array of ``dtype``."""
     return np.asarray(converter(family_of(value), NUMPY)(value) if family_of(value) else value, dtype=dtype)
+
+
+class _AuxCapture:
+    """``f`` returning ``(y, aux)`` as a function returning ``y`` that autograd can
+    trace, with ``aux`` kept, unboxed, for the call under way in this thread
+    (autograd calls ``f`` once per transform, in the caller's thread)."""
+
+    def __init__(self, f: Callable[..., Any], backend: Any, operator: str) -> None:
+        self._f, self._backend, self._operator = f, backend, operator
+        self._local = threading.local()
+
+    def value(self, x: Any, *values: Any) -> Any:
+        """``y``; ``aux`` is kept for :meth:`take`."""
+        y, aux = split_output(self._f(x, *values), self._backend, self._operator)
+        self._local.aux = tree_map(getval, aux)
+        return y
+
+    def take(self) -> Any:
+        """The ``aux`` of this thread's latest evaluation."""
+        aux = self._local.aux
+        del self._local.aux
+        return aux
+
+
+def _capturing(
+    f: Callable[..., Any], backend: Any, operator: str, has_aux: bool
+) -> tuple[Callable[..., Any], Callable[[Any], Any]]:
+    """``(f_y, attach)``: the function to differentiate, and what turns a result
+    into ``(result, aux)`` (the result itself without ``has_aux``)."""
+    if not has_aux:
+        return f, identity
+    capture = _AuxCapture(f, backend, operator)
+
+    def attach(result: Any) -> Any:
+        return result, capture.take()
+
+    return capture.value, attach
 
 
 class AutogradAdapter(Adapter):
@@ -73,8 +114,11 @@ class AutogradAdapter(Adapter):
 
         return checked
 
-    def prepare_gradient_programs(self, f: Callable[..., Any], x: Any, contexts: Sequence[Context]) -> Programs:
+    def prepare_gradient_programs(
+        self, f: Callable[..., Any], x: Any, contexts: Sequence[Context], *, has_aux: bool = False
+    ) -> Programs:
         backend = self.backend
+        f, attach = _capturing(f, backend, "gradient", has_aux)
         to_numpy_x = self.input_converters([x])[0]
         convert_contexts = self.input_converters([c.value for c in contexts])
         convert_any = any(convert is not identity for convert in convert_contexts)
@@ -116,49 +160,78 @@ class AutogradAdapter(Adapter):
             y, g = value_and_grad(x, *values)
             return np.asarray(y), np.asarray(g, dtype=x.dtype)
 
-        return {"gradient": gradient, "value_and_gradient": value_and_gradient}
+        if not has_aux:
+            return {"gradient": gradient, "value_and_gradient": value_and_gradient}
+        return {
+            "gradient": lambda *args: attach(gradient(*args)),
+            "value_and_gradient": lambda *args: attach(value_and_gradient(*args)),
+        }
 
     def prepare_pullback_programs(
-        self, f: Callable[..., Any], x: Any, ty: Sequence[Any], contexts: Sequence[Context]
+        self,
+        f: Callable[..., Any],
+        x: Any,
+        ty: Sequence[Any],
+        contexts: Sequence[Context],
+        *,
+        has_aux: bool = False,
     ) -> Programs:
         inputs = self._inputs(x, contexts)
+        f, attach = _capturing(f, self.backend, "pullback", has_aux)
         vjp_maker = make_vjp(self._checked(f, "pullback", scalar=False))
 
-        def value_and_pullback(x: Any, ty: Sequence[Any], *values: Any) -> Any:
+        def pulled_back(x: Any, ty: Sequence[Any], values: Sequence[Any]) -> tuple[Any, tuple[Any, ...]]:
             x, values = inputs(x, values)
             vjp, y = vjp_maker(x, *values)
             y = np.asarray(y)
             return y, tuple(np.asarray(vjp(_numpy(t, y.dtype)), dtype=x.dtype) for t in ty)
 
+        def value_and_pullback(x: Any, ty: Sequence[Any], *values: Any) -> Any:
+            return attach(pulled_back(x, ty, values))
+
         def pullback(x: Any, ty: Sequence[Any], *values: Any) -> Any:
-            return value_and_pullback(x, ty, *values)[1]
+            return attach(pulled_back(x, ty, values)[1])
 
         return {"pullback": pullback, "value_and_pullback": value_and_pullback}
 
     def prepare_pushforward_programs(
-        self, f: Callable[..., Any], x: Any, tx: Sequence[Any], contexts: Sequence[Context]
+        self,
+        f: Callable[..., Any],
+        x: Any,
+        tx: Sequence[Any],
+        contexts: Sequence[Context],
+        *,
+        has_aux: bool = False,
     ) -> Programs:
         inputs = self._inputs(x, contexts)
+        f, attach = _capturing(f, self.backend, "pushforward", has_aux)
         jvp_maker = make_jvp(self._checked(f, "pushforward", scalar=False))
 
-        def value_and_pushforward(x: Any, tx: Sequence[Any], *values: Any) -> Any:
+        def pushed_forward(x: Any, tx: Sequence[Any], values: Sequence[Any]) -> tuple[Any, tuple[Any, ...]]:
             x, values = inputs(x, values)
-            jvp = jvp_maker(x, *values)
             if not tx:
                 return np.asarray(f(x, *values)), ()
+            jvp = jvp_maker(x, *values)
+            # make_jvp evaluates f at x once per tangent (each leaves the same aux)
             pairs = [jvp(_numpy(t, x.dtype)) for t in tx]
             return np.asarray(pairs[0][0]), tuple(np.asarray(dy) for _, dy in pairs)
 
+        def value_and_pushforward(x: Any, tx: Sequence[Any], *values: Any) -> Any:
+            return attach(pushed_forward(x, tx, values))
+
         def pushforward(x: Any, tx: Sequence[Any], *values: Any) -> Any:
-            return value_and_pushforward(x, tx, *values)[1]
+            return attach(pushed_forward(x, tx, values)[1])
 
         return {"pushforward": pushforward, "value_and_pushforward": value_and_pushforward}
 
-    def prepare_jacobian_programs(self, f: Callable[..., Any], x: Any, contexts: Sequence[Context]) -> Programs:
+    def prepare_jacobian_programs(
+        self, f: Callable[..., Any], x: Any, contexts: Sequence[Context], *, has_aux: bool = False
+    ) -> Programs:
         inputs = self._inputs(x, contexts)
+        f, attach = _capturing(f, self.backend, "jacobian", has_aux)
         vjp_maker = make_vjp(self._checked(f, "jacobian", scalar=False))
 
-        def value_and_jacobian(x: Any, *values: Any) -> Any:
+        def jacobian_with_value(x: Any, values: Sequence[Any]) -> tuple[Any, Any]:
             # autograd.jacobian's algorithm (a vjp per output element), keeping the value.
             x, values = inputs(x, values)
             vjp, y = vjp_maker(x, *values)
@@ -168,8 +241,11 @@ class AutogradAdapter(Adapter):
             jac = np.stack(rows) if rows else np.zeros((0, *x.shape), dtype=x.dtype)
             return y, jac.reshape(y.shape + x.shape)
 
+        def value_and_jacobian(x: Any, *values: Any) -> Any:
+            return attach(jacobian_with_value(x, values))
+
         def jacobian(x: Any, *values: Any) -> Any:
-            return value_and_jacobian(x, *values)[1]
+            return attach(jacobian_with_value(x, values)[1])
 
         return {"jacobian": jacobian, "value_and_jacobian": value_and_jacobian}
 

@@ -22,13 +22,14 @@ made at preparation (programs convert tangents from any family).
 
 from __future__ import annotations
 
+import inspect
 import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 
-from di.backends.protocol import Adapter, Programs
+from di.backends.protocol import AUX_FAMILIES, Adapter, Programs
 from di.contexts import Constant, Context
 from di.errors import UnsupportedOperatorError
 from di.families import ArrayOps, family_of
@@ -89,48 +90,74 @@ def prefers_forward(adapter: Adapter, n_inputs: int, n_outputs: int) -> bool:
     return n_inputs <= n_outputs
 
 
+def with_aux(has_aux: bool, finish: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    """``finish`` applied to a program's result, leaving its ``aux`` (when it has
+    one: a ``(result, aux)`` pair) as it is."""
+    if not has_aux:
+        return finish
+
+    def finish_result(output: Any) -> Any:
+        result, aux = output
+        return finish(result), aux
+
+    return finish_result
+
+
+def plain_from_full(full: Callable[..., Any], has_aux: bool) -> Callable[..., Any]:
+    """The plain operator from its combined form: the last element of the result."""
+    last = with_aux(has_aux, lambda result: result[-1])
+
+    def plain(*args: Any) -> Any:
+        return last(full(*args))
+
+    return plain
+
+
+def _output_of(adapter: Adapter, f: Callable[..., Any], x: Any, contexts: Sequence[Context], has_aux: bool) -> Any:
+    """``f``'s output ``y`` at the prepared arguments (engine family)."""
+    y = evaluate_output(adapter, f, x, contexts)
+    return y[0] if has_aux and isinstance(y, tuple) and len(y) == 2 else y
+
+
 def jacobian_programs(
     adapter: Adapter,
     f: Callable[..., Any],
     x: Any,
     contexts: Sequence[Context],
     forward: bool | None = None,
+    *,
+    has_aux: bool = False,
 ) -> Programs:
     """``jacobian`` / ``value_and_jacobian`` from pushforwards (``forward=True``) or
     pullbacks (``False``); ``None`` picks with :func:`prefers_forward`."""
     x_shape = _shape(x)
-    y_prep = evaluate_output(adapter, f, x, contexts)
+    y_prep = _output_of(adapter, f, x, contexts, has_aux)
     y_shape = _shape(y_prep)
     ops = ArrayOps(adapter.family)
     scope = adapter.scope([x, *_values(contexts)])
     if forward is None:
         forward = prefers_forward(adapter, math.prod(x_shape), math.prod(y_shape))
+
+    def assemble(result: tuple[Any, tuple[Any, ...]], axis: int) -> Any:
+        y, slices = result
+        if not slices:
+            return y, ops.module.zeros((*y.shape, *x_shape), dtype=y.dtype)
+        return y, ops.stack(slices, axis=axis).reshape((*y.shape, *x_shape))
+
     if forward:
-        tangents = unit_arrays(x_shape, numpy_dtype(x))
-        pushforward = programs(adapter, "pushforward", f, x, contexts, tangents)["value_and_pushforward"]
-
-        def value_and_jacobian(x: Any, *values: Any) -> Any:
-            with scope():
-                y, columns = pushforward(x, tangents, *values)
-                if not columns:
-                    return y, ops.module.zeros((*y.shape, *x_shape), dtype=y.dtype)
-                return y, ops.stack(columns, axis=-1).reshape((*y.shape, *x_shape))
-
+        seeds = unit_arrays(x_shape, numpy_dtype(x))
+        primitive = programs(adapter, "pushforward", f, x, contexts, seeds, has_aux=has_aux)["value_and_pushforward"]
+        finish = with_aux(has_aux, lambda result: assemble(result, -1))
     else:
-        cotangents = unit_arrays(y_shape, numpy_dtype(y_prep))
-        pullback = programs(adapter, "pullback", f, x, contexts, cotangents)["value_and_pullback"]
+        seeds = unit_arrays(y_shape, numpy_dtype(y_prep))
+        primitive = programs(adapter, "pullback", f, x, contexts, seeds, has_aux=has_aux)["value_and_pullback"]
+        finish = with_aux(has_aux, lambda result: assemble(result, 0))
 
-        def value_and_jacobian(x: Any, *values: Any) -> Any:
-            with scope():
-                y, rows = pullback(x, cotangents, *values)
-                if not rows:
-                    return y, ops.module.zeros((*y.shape, *x_shape), dtype=y.dtype)
-                return y, ops.stack(rows).reshape((*y.shape, *x_shape))
+    def value_and_jacobian(x: Any, *values: Any) -> Any:
+        with scope():
+            return finish(primitive(x, seeds, *values))
 
-    def jacobian(x: Any, *values: Any) -> Any:
-        return value_and_jacobian(x, *values)[1]
-
-    return {"jacobian": jacobian, "value_and_jacobian": value_and_jacobian}
+    return {"jacobian": plain_from_full(value_and_jacobian, has_aux), "value_and_jacobian": value_and_jacobian}
 
 
 def _engine_tangent(adapter: Adapter) -> Callable[[Any], Any]:
@@ -144,96 +171,125 @@ def _engine_tangent(adapter: Adapter) -> Callable[[Any], Any]:
     return to_engine
 
 
+def _value_and_jacobian(
+    adapter: Adapter, f: Callable[..., Any], x: Any, contexts: Sequence[Context], forward: bool, has_aux: bool
+) -> Callable[..., Any]:
+    """The adapter's own ``value_and_jacobian``, else one built in the given mode."""
+    if adapter.has_native("jacobian"):
+        return programs(adapter, "jacobian", f, x, contexts, has_aux=has_aux)["value_and_jacobian"]
+    return jacobian_programs(adapter, f, x, contexts, forward=forward, has_aux=has_aux)["value_and_jacobian"]
+
+
 def pushforward_programs(
-    adapter: Adapter, f: Callable[..., Any], x: Any, tx: Sequence[Any], contexts: Sequence[Context]
+    adapter: Adapter,
+    f: Callable[..., Any],
+    x: Any,
+    tx: Sequence[Any],
+    contexts: Sequence[Context],
+    *,
+    has_aux: bool = False,
 ) -> Programs:
     """``pushforward`` through the jacobian (the adapter's own, else reverse mode):
     ``J @ t`` per tangent."""
-    if adapter.has_native("jacobian"):
-        value_and_jacobian = programs(adapter, "jacobian", f, x, contexts)["value_and_jacobian"]
-    else:
-        value_and_jacobian = jacobian_programs(adapter, f, x, contexts, forward=False)["value_and_jacobian"]
+    value_and_jacobian = _value_and_jacobian(adapter, f, x, contexts, False, has_aux)
     ops = ArrayOps(adapter.family)
     to_engine = _engine_tangent(adapter)
     x_ndim = len(_shape(x))
     scope = adapter.scope([x, *_values(contexts)])
 
     def value_and_pushforward(x: Any, tx: Sequence[Any], *values: Any) -> Any:
-        with scope():
-            y, jac = value_and_jacobian(x, *values)
+        def contract(result: Any) -> Any:
+            y, jac = result
             return y, tuple(ops.tensordot(jac, to_engine(t), x_ndim) for t in tx)
 
-    def pushforward(x: Any, tx: Sequence[Any], *values: Any) -> Any:
-        return value_and_pushforward(x, tx, *values)[1]
+        with scope():
+            return with_aux(has_aux, contract)(value_and_jacobian(x, *values))
 
-    return {"pushforward": pushforward, "value_and_pushforward": value_and_pushforward}
+    return {
+        "pushforward": plain_from_full(value_and_pushforward, has_aux),
+        "value_and_pushforward": value_and_pushforward,
+    }
 
 
 def pullback_programs(
-    adapter: Adapter, f: Callable[..., Any], x: Any, ty: Sequence[Any], contexts: Sequence[Context]
+    adapter: Adapter,
+    f: Callable[..., Any],
+    x: Any,
+    ty: Sequence[Any],
+    contexts: Sequence[Context],
+    *,
+    has_aux: bool = False,
 ) -> Programs:
     """``pullback`` through the jacobian (the adapter's own, else forward mode):
     ``t @ J`` per cotangent."""
-    if adapter.has_native("jacobian"):
-        value_and_jacobian = programs(adapter, "jacobian", f, x, contexts)["value_and_jacobian"]
-    else:
-        value_and_jacobian = jacobian_programs(adapter, f, x, contexts, forward=True)["value_and_jacobian"]
+    value_and_jacobian = _value_and_jacobian(adapter, f, x, contexts, True, has_aux)
     ops = ArrayOps(adapter.family)
     to_engine = _engine_tangent(adapter)
     scope = adapter.scope([x, *_values(contexts)])
 
     def value_and_pullback(x: Any, ty: Sequence[Any], *values: Any) -> Any:
-        with scope():
-            y, jac = value_and_jacobian(x, *values)
+        def contract(result: Any) -> Any:
+            y, jac = result
             return y, tuple(ops.tensordot(to_engine(t), jac, y.ndim) for t in ty)
 
-    def pullback(x: Any, ty: Sequence[Any], *values: Any) -> Any:
-        return value_and_pullback(x, ty, *values)[1]
+        with scope():
+            return with_aux(has_aux, contract)(value_and_jacobian(x, *values))
 
-    return {"pullback": pullback, "value_and_pullback": value_and_pullback}
+    return {"pullback": plain_from_full(value_and_pullback, has_aux), "value_and_pullback": value_and_pullback}
 
 
-def gradient_programs(adapter: Adapter, f: Callable[..., Any], x: Any, contexts: Sequence[Context]) -> Programs:
+def gradient_programs(
+    adapter: Adapter, f: Callable[..., Any], x: Any, contexts: Sequence[Context], *, has_aux: bool = False
+) -> Programs:
     """``gradient``: one pullback of the cotangent 1, or the forward jacobian's row."""
     if adapter.has_native("pullback"):
-        y_prep = evaluate_output(adapter, f, x, contexts)
+        y_prep = _output_of(adapter, f, x, contexts, has_aux)
         one = (np.ones((), dtype=numpy_dtype(y_prep)),)
-        pullback = programs(adapter, "pullback", f, x, contexts, one)["value_and_pullback"]
+        pullback = programs(adapter, "pullback", f, x, contexts, one, has_aux=has_aux)
+        finish = with_aux(has_aux, lambda result: (result[0], result[1][0]))
+        finish_plain = with_aux(has_aux, lambda result: result[0])
+        pullback_full, pullback_plain = pullback["value_and_pullback"], pullback["pullback"]
 
         def value_and_gradient(x: Any, *values: Any) -> Any:
-            y, (g,) = pullback(x, one, *values)
-            return y, g
+            return finish(pullback_full(x, one, *values))
 
-    else:
-        value_and_jacobian = jacobian_programs(adapter, f, x, contexts, forward=True)["value_and_jacobian"]
-        x_shape = _shape(x)
+        def gradient(x: Any, *values: Any) -> Any:
+            return finish_plain(pullback_plain(x, one, *values))
 
-        def value_and_gradient(x: Any, *values: Any) -> Any:
-            y, jac = value_and_jacobian(x, *values)
-            return y, jac.reshape(x_shape)
+        return {"gradient": gradient, "value_and_gradient": value_and_gradient}
 
-    def gradient(x: Any, *values: Any) -> Any:
-        return value_and_gradient(x, *values)[1]
+    value_and_jacobian = jacobian_programs(adapter, f, x, contexts, forward=True, has_aux=has_aux)["value_and_jacobian"]
+    x_shape = _shape(x)
+    as_gradient = with_aux(has_aux, lambda result: (result[0], result[1].reshape(x_shape)))
 
-    return {"gradient": gradient, "value_and_gradient": value_and_gradient}
+    def value_and_gradient_from_jacobian(x: Any, *values: Any) -> Any:
+        return as_gradient(value_and_jacobian(x, *values))
+
+    return {
+        "gradient": plain_from_full(value_and_gradient_from_jacobian, has_aux),
+        "value_and_gradient": value_and_gradient_from_jacobian,
+    }
 
 
-def derivative_programs(adapter: Adapter, f: Callable[..., Any], x: Any, contexts: Sequence[Context]) -> Programs:
+def derivative_programs(
+    adapter: Adapter, f: Callable[..., Any], x: Any, contexts: Sequence[Context], *, has_aux: bool = False
+) -> Programs:
     """``derivative`` of a function of a scalar: one pushforward of the tangent 1,
     or the reverse jacobian (shaped like the output)."""
-    if adapter.has_native("pushforward"):
-        one = (np.ones((), dtype=numpy_dtype(x)),)
-        pushforward = programs(adapter, "pushforward", f, x, contexts, one)["value_and_pushforward"]
+    if not adapter.has_native("pushforward"):
+        jacobian = jacobian_programs(adapter, f, x, contexts, forward=False, has_aux=has_aux)
+        return {"derivative": jacobian["jacobian"], "value_and_derivative": jacobian["value_and_jacobian"]}
+    one = (np.ones((), dtype=numpy_dtype(x)),)
+    pushforward = programs(adapter, "pushforward", f, x, contexts, one, has_aux=has_aux)
+    finish = with_aux(has_aux, lambda result: (result[0], result[1][0]))
+    finish_plain = with_aux(has_aux, lambda result: result[0])
+    pushforward_full, pushforward_plain = pushforward["value_and_pushforward"], pushforward["pushforward"]
 
-        def value_and_derivative(x: Any, *values: Any) -> Any:
-            y, (dy,) = pushforward(x, one, *values)
-            return y, dy
-
-    else:
-        value_and_derivative = jacobian_programs(adapter, f, x, contexts, forward=False)["value_and_jacobian"]
+    def value_and_derivative(x: Any, *values: Any) -> Any:
+        return finish(pushforward_full(x, one, *values))
 
     def derivative(x: Any, *values: Any) -> Any:
-        return value_and_derivative(x, *values)[1]
+        return finish_plain(pushforward_plain(x, one, *values))
 
     return {"derivative": derivative, "value_and_derivative": value_and_derivative}
 
@@ -385,6 +441,8 @@ def programs(
     x: Any,
     contexts: Sequence[Context],
     tangents: Sequence[Any] | None = None,
+    *,
+    has_aux: bool = False,
 ) -> Programs:
     """The programs of ``operator`` on ``adapter``: its native method when it has
     one, else the generic fallback built from its primitives.
@@ -398,13 +456,16 @@ def programs(
         contexts: the contexts, in ``f``'s order.
         tangents: the tangents (``pushforward``, ``hvp``) or cotangents
             (``pullback``) of operators that take them.
+        has_aux: ``f`` returns ``(y, aux)`` (first-order families only, see
+            :data:`di.backends.protocol.AUX_FAMILIES`); the programs then return
+            ``(result, aux)``.
 
     Returns:
         The programs of the family, by name (``{"gradient": ..., "value_and_gradient": ...}``).
 
     Raises:
         UnsupportedOperatorError: the adapter implements neither ``operator`` nor
-            a primitive to build it from.
+            a primitive to build it from, or not ``has_aux`` for it.
 
     Examples:
         >>> import numpy as np, di
@@ -416,12 +477,21 @@ def programs(
         array([2., 4.])
     """
     takes_tangents = operator in _WITH_TANGENTS
+    arguments: tuple[Any, ...] = (f, x, tangents, contexts) if takes_tangents else (f, x, contexts)
+    options = {"has_aux": True} if has_aux else {}
+    if has_aux and operator not in AUX_FAMILIES:
+        raise UnsupportedOperatorError(f"{operator} does not take has_aux: f must return its output alone.")
     if adapter.has_native(operator):
         method = getattr(adapter, f"prepare_{operator}_programs")
-        return method(f, x, tangents, contexts) if takes_tangents else method(f, x, contexts)  # type: ignore[no-any-return]
+        if has_aux and "has_aux" not in inspect.signature(method).parameters:
+            raise UnsupportedOperatorError(
+                f"{adapter.backend!r} does not support has_aux for {operator}: its adapter's "
+                f"prepare_{operator}_programs takes no has_aux. Call f without auxiliary outputs, or use "
+                f"another backend."
+            )
+        return method(*arguments, **options)  # type: ignore[no-any-return]
     if not adapter.has_primitive():
         raise UnsupportedOperatorError(
             f"{adapter.backend!r} does not implement {operator}, nor a pushforward or pullback to build it from."
         )
-    fallback = FALLBACKS[operator]
-    return fallback(adapter, f, x, tangents, contexts) if takes_tangents else fallback(adapter, f, x, contexts)
+    return FALLBACKS[operator](adapter, *arguments, **options)

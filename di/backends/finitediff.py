@@ -15,10 +15,12 @@ from typing import Any
 
 import numpy as np
 
+from di.backends.aux import split_output
 from di.backends.protocol import Adapter, Program, Programs, is_real_scalar, raise_bad_output
 from di.backends.selectors import AutoFiniteDiff
 from di.contexts import Cache, Context
 from di.families import JAX, NUMPY, converter, family_of, is_floating_dtype
+from di.pytrees import tree_map
 
 __all__ = ["FiniteDiffAdapter", "relative_step"]
 
@@ -42,9 +44,20 @@ def _steps(flat: Any, step: float) -> Any:
 class _Evaluator:
     """Evaluates ``f`` in float64 on numpy inputs and checks what it returns."""
 
-    def __init__(self, adapter: FiniteDiffAdapter, f: Callable[..., Any], x: Any, contexts: Sequence[Context]):
-        self.f = f
+    def __init__(
+        self,
+        adapter: FiniteDiffAdapter,
+        f: Callable[..., Any],
+        x: Any,
+        contexts: Sequence[Context],
+        *,
+        has_aux: bool = False,
+        operator: str = "gradient",
+    ):
         self.backend = adapter.backend
+        self.has_aux = has_aux
+        self.f_with_aux = f
+        self.f = _value_only(f, self.backend, operator) if has_aux else f
         self.to_numpy_x = adapter.input_converters([x])[0]
         self.convert_contexts = adapter.context_converters(contexts)
 
@@ -61,6 +74,24 @@ class _Evaluator:
             raise_bad_output(y, self.backend, operator)
         return float(y)
 
+    def scalar_at_point(self, point: Any, values: Sequence[Any], operator: str = "gradient") -> tuple[float, Any]:
+        """``f``'s checked value at the unperturbed point, and its ``aux`` (a copy:
+        ``point`` is perturbed in place afterwards) when ``has_aux``, else ``None``."""
+        if not self.has_aux:
+            return self.scalar(point, values, operator), None
+        y, aux = split_output(self.f_with_aux(point, *values), self.backend, operator)
+        if not is_real_scalar(y):
+            raise_bad_output(y, self.backend, operator)
+        return float(y), _copied(aux)
+
+    def array_at_point(self, point: Any, values: Sequence[Any], operator: str) -> tuple[Any, Any]:
+        """``f``'s output at the unperturbed point (a float64 copy), and its ``aux``
+        (copied) when ``has_aux``, else ``None``."""
+        if not self.has_aux:
+            return self.array(point, values, operator), None
+        y, aux = split_output(self.f_with_aux(point, *values), self.backend, operator)
+        return self._checked_array(y, operator), _copied(aux)
+
     def scalar_unchecked(self, point: Any, values: Sequence[Any]) -> float:
         """``f``'s value at a perturbed point: the output was checked at the first
         evaluation of this call, so only ``float()`` (which refuses arrays) remains."""
@@ -69,11 +100,27 @@ class _Evaluator:
     def array(self, point: Any, values: Sequence[Any], operator: str) -> Any:
         """``f``'s output as a float64 copy (``point`` is perturbed in place
         afterwards, and the output may be a view of it)."""
-        y = self.f(point, *values)
+        return self._checked_array(self.f(point, *values), operator)
+
+    def _checked_array(self, y: Any, operator: str) -> Any:
         family = family_of(y)
         if not (isinstance(y, float) or (family is not None and is_floating_dtype(y.dtype))):
             raise_bad_output(y, self.backend, operator)
         return np.array(converter(family, NUMPY)(y) if family else y, dtype=np.float64, copy=True)
+
+
+def _value_only(f: Callable[..., Any], backend: Any, operator: str) -> Callable[..., Any]:
+    """``f`` returning ``(y, aux)`` as a function returning ``y`` (at perturbed points)."""
+
+    def value(*args: Any) -> Any:
+        return split_output(f(*args), backend, operator)[0]
+
+    return value
+
+
+def _copied(aux: Any) -> Any:
+    """``aux`` with its numpy arrays copied (they may be views of the point)."""
+    return tree_map(lambda leaf: np.array(leaf, copy=True) if isinstance(leaf, np.ndarray) else leaf, aux)
 
 
 class FiniteDiffAdapter(Adapter):
@@ -126,18 +173,23 @@ class FiniteDiffAdapter(Adapter):
             flat[i] = xi
         return g.reshape(point.shape)
 
-    def prepare_gradient_programs(self, f: Callable[..., Any], x: Any, contexts: Sequence[Context]) -> Programs:
-        evaluator = _Evaluator(self, f, x, contexts)
+    def prepare_gradient_programs(
+        self, f: Callable[..., Any], x: Any, contexts: Sequence[Context], *, has_aux: bool = False
+    ) -> Programs:
+        evaluator = _Evaluator(self, f, x, contexts, has_aux=has_aux)
         central = self.selector.method == "central"
 
         def make(with_value: bool) -> Program:
+            # Central differences need no value at x: f is evaluated there only for
+            # the value or aux the call returns.
+            at_point = with_value or not central or has_aux
+
             def run(x: Any, *values: Any) -> Any:
                 caller, point, values = evaluator.inputs(x, values)
-                y0 = evaluator.scalar(point, values) if (with_value or not central or point.size == 0) else None
+                y0, aux = evaluator.scalar_at_point(point, values) if (at_point or point.size == 0) else (None, None)
                 g = self._gradient(evaluator, point, values, y0).astype(caller.dtype, copy=False)
-                if with_value:
-                    return np.asarray(y0, dtype=caller.dtype), g
-                return g
+                result = (np.asarray(y0, dtype=caller.dtype), g) if with_value else g
+                return (result, aux) if has_aux else result
 
             return run
 
@@ -158,32 +210,46 @@ class FiniteDiffAdapter(Adapter):
         return (up - y0) / h
 
     def prepare_pushforward_programs(
-        self, f: Callable[..., Any], x: Any, tx: Sequence[Any], contexts: Sequence[Context]
+        self,
+        f: Callable[..., Any],
+        x: Any,
+        tx: Sequence[Any],
+        contexts: Sequence[Context],
+        *,
+        has_aux: bool = False,
     ) -> Programs:
-        evaluator = _Evaluator(self, f, x, contexts)
+        evaluator = _Evaluator(self, f, x, contexts, has_aux=has_aux, operator="pushforward")
 
-        def value_and_pushforward(x: Any, tx: Sequence[Any], *values: Any) -> Any:
-            caller, point, values = evaluator.inputs(x, values)
-            y0 = evaluator.array(point, values, "pushforward")
-            dtype = caller.dtype
-            return np.asarray(y0, dtype=dtype), tuple(
-                np.asarray(self._directional(evaluator, point, values, t, y0), dtype=dtype) for t in tx
-            )
+        def make(with_value: bool) -> Program:
+            def run(x: Any, tx: Sequence[Any], *values: Any) -> Any:
+                caller, point, values = evaluator.inputs(x, values)
+                y0, aux = evaluator.array_at_point(point, values, "pushforward")
+                dtype = caller.dtype
+                products = tuple(
+                    np.asarray(self._directional(evaluator, point, values, t, y0), dtype=dtype) for t in tx
+                )
+                result = (np.asarray(y0, dtype=dtype), products) if with_value else products
+                return (result, aux) if has_aux else result
 
-        def pushforward(x: Any, tx: Sequence[Any], *values: Any) -> Any:
-            return value_and_pushforward(x, tx, *values)[1]
+            return run
 
-        return {"pushforward": pushforward, "value_and_pushforward": value_and_pushforward}
+        return {"pushforward": make(False), "value_and_pushforward": make(True)}
 
     def prepare_jacobian_programs(
-        self, f: Callable[..., Any], x: Any, contexts: Sequence[Context], operator: str = "jacobian"
+        self,
+        f: Callable[..., Any],
+        x: Any,
+        contexts: Sequence[Context],
+        operator: str = "jacobian",
+        *,
+        has_aux: bool = False,
     ) -> Programs:
-        evaluator = _Evaluator(self, f, x, contexts)
+        evaluator = _Evaluator(self, f, x, contexts, has_aux=has_aux, operator=operator)
         central = self.selector.method == "central"
 
-        def value_and_jacobian(x: Any, *values: Any) -> Any:
+        def jacobian_with_value(x: Any, values: Sequence[Any]) -> Any:
             caller, point, values = evaluator.inputs(x, values)
-            y0 = evaluator.array(point, values, operator)
+            y0, aux = evaluator.array_at_point(point, values, operator)
             flat = point.reshape(-1)
             h = _steps(flat, relative_step(self.selector))
             columns = np.empty((y0.size, flat.size))
@@ -198,29 +264,43 @@ class FiniteDiffAdapter(Adapter):
                     columns[:, i] = (up - y0.reshape(-1)) / h[i]
                 flat[i] = xi
             jac = columns.reshape(y0.shape + point.shape).astype(caller.dtype)
-            return np.asarray(y0, dtype=caller.dtype), jac
+            return (np.asarray(y0, dtype=caller.dtype), jac), aux
+
+        def value_and_jacobian(x: Any, *values: Any) -> Any:
+            result, aux = jacobian_with_value(x, values)
+            return (result, aux) if has_aux else result
 
         def jacobian(x: Any, *values: Any) -> Any:
-            return value_and_jacobian(x, *values)[1]
+            (_, jac), aux = jacobian_with_value(x, values)
+            return (jac, aux) if has_aux else jac
 
         return {"jacobian": jacobian, "value_and_jacobian": value_and_jacobian}
 
     def prepare_pullback_programs(
-        self, f: Callable[..., Any], x: Any, ty: Sequence[Any], contexts: Sequence[Context]
+        self,
+        f: Callable[..., Any],
+        x: Any,
+        ty: Sequence[Any],
+        contexts: Sequence[Context],
+        *,
+        has_aux: bool = False,
     ) -> Programs:
         """Cotangents contracted with the finite-difference jacobian (errors about
         ``f``'s output name pullback)."""
-        value_and_jacobian = self.prepare_jacobian_programs(f, x, contexts, "pullback")["value_and_jacobian"]
+        jacobian = self.prepare_jacobian_programs(f, x, contexts, "pullback", has_aux=has_aux)["value_and_jacobian"]
 
-        def value_and_pullback(x: Any, ty: Sequence[Any], *values: Any) -> Any:
-            y, jac = value_and_jacobian(x, *values)
-            cotangents = [np.asarray(converter(family_of(t), NUMPY)(t), dtype=jac.dtype) for t in ty]
-            return y, tuple(np.tensordot(t, jac, axes=y.ndim) for t in cotangents)
+        def make(with_value: bool) -> Program:
+            def run(x: Any, ty: Sequence[Any], *values: Any) -> Any:
+                output = jacobian(x, *values)
+                (y, jac), aux = output if has_aux else (output, None)
+                cotangents = [np.asarray(converter(family_of(t), NUMPY)(t), dtype=jac.dtype) for t in ty]
+                products = tuple(np.tensordot(t, jac, axes=y.ndim) for t in cotangents)
+                result = (y, products) if with_value else products
+                return (result, aux) if has_aux else result
 
-        def pullback(x: Any, ty: Sequence[Any], *values: Any) -> Any:
-            return value_and_pullback(x, ty, *values)[1]
+            return run
 
-        return {"pullback": pullback, "value_and_pullback": value_and_pullback}
+        return {"pullback": make(False), "value_and_pullback": make(True)}
 
     # --- second order: central differences of gradients --------------------------------
 

@@ -32,6 +32,7 @@ from di.families import converter, family_of, identity, is_floating_dtype
 from di.pytrees import is_pytree, tree_flatten, tree_map
 
 __all__ = [
+    "AUX_FAMILIES",
     "OPERATOR_FAMILIES",
     "Adapter",
     "Program",
@@ -47,6 +48,9 @@ __all__ = [
 
 Program = Callable[..., Any]
 Programs = dict[str, Program]
+
+AUX_FAMILIES = frozenset({"derivative", "gradient", "jacobian", "pushforward", "pullback"})
+"""The operator families that take ``has_aux`` (auxiliary outputs of ``f``)."""
 
 OPERATOR_FAMILIES: dict[str, tuple[str, ...]] = {
     "derivative": ("derivative", "value_and_derivative"),
@@ -218,9 +222,21 @@ class Adapter:
     # others are built by di.backends.fallbacks.programs from the primitives
     # (pushforward or pullback), which an adapter must implement at least one of.
     # The operator layer calls these through fallbacks.programs, never directly.
+    #
+    # The first-order families (AUX_FAMILIES) take ``has_aux``: f then returns
+    # (y, aux), only y is differentiated, and both programs return (result, aux),
+    # result being what they return without it and aux computed by the same
+    # evaluation of f (see di.backends.aux). An adapter whose method lacks the
+    # keyword does not support auxiliary outputs for that family.
 
     def prepare_pushforward_programs(
-        self, f: Callable[..., Any], x: Any, tx: Sequence[Any], contexts: Sequence[Context]
+        self,
+        f: Callable[..., Any],
+        x: Any,
+        tx: Sequence[Any],
+        contexts: Sequence[Context],
+        *,
+        has_aux: bool = False,
     ) -> Programs:
         """Forward mode. Programs ``(x, tx, *values) -> tuple`` of output tangents
         (``pushforward``) and ``-> (y, tuple)`` (``value_and_pushforward``). Tangents
@@ -228,7 +244,13 @@ class Adapter:
         raise NotImplementedError
 
     def prepare_pullback_programs(
-        self, f: Callable[..., Any], x: Any, ty: Sequence[Any], contexts: Sequence[Context]
+        self,
+        f: Callable[..., Any],
+        x: Any,
+        ty: Sequence[Any],
+        contexts: Sequence[Context],
+        *,
+        has_aux: bool = False,
     ) -> Programs:
         """Reverse mode. Programs ``(x, ty, *values) -> tuple`` of input cotangents
         (``pullback``) and ``-> (y, tuple)`` (``value_and_pullback``)."""
@@ -246,15 +268,21 @@ class Adapter:
         """``hvp`` at one point: the second-order linearisation is computed at preparation."""
         raise NotImplementedError
 
-    def prepare_gradient_programs(self, f: Callable[..., Any], x: Any, contexts: Sequence[Context]) -> Programs:
+    def prepare_gradient_programs(
+        self, f: Callable[..., Any], x: Any, contexts: Sequence[Context], *, has_aux: bool = False
+    ) -> Programs:
         """``gradient`` / ``value_and_gradient`` programs ``(x, *values)``."""
         raise NotImplementedError
 
-    def prepare_derivative_programs(self, f: Callable[..., Any], x: Any, contexts: Sequence[Context]) -> Programs:
+    def prepare_derivative_programs(
+        self, f: Callable[..., Any], x: Any, contexts: Sequence[Context], *, has_aux: bool = False
+    ) -> Programs:
         """``derivative`` / ``value_and_derivative`` programs ``(x, *values)``."""
         raise NotImplementedError
 
-    def prepare_jacobian_programs(self, f: Callable[..., Any], x: Any, contexts: Sequence[Context]) -> Programs:
+    def prepare_jacobian_programs(
+        self, f: Callable[..., Any], x: Any, contexts: Sequence[Context], *, has_aux: bool = False
+    ) -> Programs:
         """``jacobian`` / ``value_and_jacobian`` programs ``(x, *values)``."""
         raise NotImplementedError
 
@@ -307,6 +335,11 @@ def raise_bad_output(y: Any, backend: AbstractBackend, operator: str = "gradient
     if operator not in SCALAR_OPERATORS:
         if complex_output:
             hint = " Differentiate its real and imaginary parts separately."
+        elif isinstance(y, tuple) and len(y) == 2:
+            hint = (
+                " If f returns (y, aux), pass has_aux=True. Pytree outputs are supported by AutoJAX; with other "
+                "backends, stack them into one array."
+            )
         elif isinstance(y, (dict, list, tuple)):
             hint = " Pytree outputs are supported by AutoJAX; with other backends, stack them into one array."
         else:
@@ -315,7 +348,9 @@ def raise_bad_output(y: Any, backend: AbstractBackend, operator: str = "gradient
             f"{operator} needs f to return a real floating-point array, but with {backend!r} f returned "
             f"{describe_output(y)}.{hint}"
         )
-    if shape is not None and tuple(shape) != ():
+    if isinstance(y, tuple) and len(y) == 2:
+        hint = " If f returns (y, aux), pass has_aux=True."
+    elif shape is not None and tuple(shape) != ():
         hint = " Reduce it to a scalar (for example with .sum()), or use jacobian for array outputs."
     elif complex_output:
         hint = " Differentiate its real part or its squared modulus instead."

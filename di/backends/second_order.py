@@ -6,6 +6,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from di.backends import fallbacks
+from di.backends.aux import aux_converter
 from di.backends.fallbacks import programs, rewrap_context
 from di.backends.protocol import Adapter, Programs
 from di.backends.registry import get_adapter
@@ -93,17 +94,25 @@ class SecondOrderAdapter(Adapter):
     def scope(self, values: Sequence[Any]) -> Any:
         return self.outer.scope(values)
 
-    def _from_inner(self, programs: Programs) -> Programs:
-        """Inner programs with their results converted to the outer family."""
+    def _from_inner(self, programs: Programs, has_aux: bool = False) -> Programs:
+        """Inner programs with their results (and the arrays of their ``aux``)
+        converted to the outer family."""
         convert = converter(self.inner.family, self.outer.family)
         if convert is identity:
             return programs
+        convert_aux = aux_converter(self.inner.family, self.outer.family)
 
         def nested(result: Any) -> Any:
             return tuple(nested(r) for r in result) if isinstance(result, tuple) else convert(result)
 
+        def with_aux(output: Any) -> Any:
+            result, aux = output
+            return nested(result), convert_aux(aux)
+
+        finish = with_aux if has_aux else nested
+
         def wrap(program: Callable[..., Any]) -> Callable[..., Any]:
-            return lambda *args: nested(program(*args))
+            return lambda *args: finish(program(*args))
 
         return {name: wrap(program) for name, program in programs.items()}
 
@@ -111,24 +120,54 @@ class SecondOrderAdapter(Adapter):
         program = self.inner.prepare_value_program(f, x, contexts)
         return self._from_inner({"value": program})["value"]
 
-    def prepare_pushforward_programs(
-        self, f: Callable[..., Any], x: Any, tx: Sequence[Any], contexts: Sequence[Context]
+    def _first_order(
+        self,
+        operator: str,
+        f: Callable[..., Any],
+        x: Any,
+        contexts: Sequence[Context],
+        tangents: Sequence[Any] | None,
+        has_aux: bool,
     ) -> Programs:
-        return self._from_inner(programs(self.inner, "pushforward", f, x, contexts, tx))
+        inner = programs(self.inner, operator, f, x, contexts, tangents, has_aux=has_aux)
+        return self._from_inner(inner, has_aux)
+
+    def prepare_pushforward_programs(
+        self,
+        f: Callable[..., Any],
+        x: Any,
+        tx: Sequence[Any],
+        contexts: Sequence[Context],
+        *,
+        has_aux: bool = False,
+    ) -> Programs:
+        return self._first_order("pushforward", f, x, contexts, tx, has_aux)
 
     def prepare_pullback_programs(
-        self, f: Callable[..., Any], x: Any, ty: Sequence[Any], contexts: Sequence[Context]
+        self,
+        f: Callable[..., Any],
+        x: Any,
+        ty: Sequence[Any],
+        contexts: Sequence[Context],
+        *,
+        has_aux: bool = False,
     ) -> Programs:
-        return self._from_inner(programs(self.inner, "pullback", f, x, contexts, ty))
+        return self._first_order("pullback", f, x, contexts, ty, has_aux)
 
-    def prepare_gradient_programs(self, f: Callable[..., Any], x: Any, contexts: Sequence[Context]) -> Programs:
-        return self._from_inner(programs(self.inner, "gradient", f, x, contexts))
+    def prepare_gradient_programs(
+        self, f: Callable[..., Any], x: Any, contexts: Sequence[Context], *, has_aux: bool = False
+    ) -> Programs:
+        return self._first_order("gradient", f, x, contexts, None, has_aux)
 
-    def prepare_derivative_programs(self, f: Callable[..., Any], x: Any, contexts: Sequence[Context]) -> Programs:
-        return self._from_inner(programs(self.inner, "derivative", f, x, contexts))
+    def prepare_derivative_programs(
+        self, f: Callable[..., Any], x: Any, contexts: Sequence[Context], *, has_aux: bool = False
+    ) -> Programs:
+        return self._first_order("derivative", f, x, contexts, None, has_aux)
 
-    def prepare_jacobian_programs(self, f: Callable[..., Any], x: Any, contexts: Sequence[Context]) -> Programs:
-        return self._from_inner(programs(self.inner, "jacobian", f, x, contexts))
+    def prepare_jacobian_programs(
+        self, f: Callable[..., Any], x: Any, contexts: Sequence[Context], *, has_aux: bool = False
+    ) -> Programs:
+        return self._first_order("jacobian", f, x, contexts, None, has_aux)
 
     def _inner_function(
         self, operator: str, f: Callable[..., Any], x: Any, contexts: Sequence[Context]

@@ -8,10 +8,12 @@ from typing import Any
 import numpy as np
 
 from di.backends import fallbacks
+from di.backends.aux import aux_converter, split_output
+from di.backends.fallbacks import with_aux
 from di.backends.protocol import OPERATOR_FAMILIES, Adapter
 from di.backends.registry import get_adapter
 from di.errors import InvalidInputError
-from di.families import converter, family_of, identity
+from di.families import NUMPY, converter, family_of, identity
 from di.prep.base import Prep, write_out
 from di.prep.signature import check_contexts_wrapped, check_x
 from di.pytrees import Raveler, is_pytree, tree_flatten, tree_leaves, tree_map, tree_unflatten
@@ -95,7 +97,7 @@ def check_tangents(tangents: Any, label: str, operator: str) -> tuple[Any, ...]:
 
 
 def check_cotangent_shapes(
-    adapter: Adapter, f: Callable[..., Any], x: Any, ty: Sequence[Any], contexts: Sequence[Any]
+    adapter: Adapter, f: Callable[..., Any], x: Any, ty: Sequence[Any], contexts: Sequence[Any], has_aux: bool
 ) -> None:
     """Refuse, at preparation, cotangents that are not shaped like ``f``'s output
     (an engine would raise its own error or, like autograd, return a result of
@@ -104,6 +106,8 @@ def check_cotangent_shapes(
     Raises:
         InvalidInputError: naming the cotangent, its shape and the output's.
     """
+    if has_aux:
+        f = _without_aux(f, adapter.backend)
     expected = adapter.output_shapes(f, x, contexts)
     if expected is None:
         return
@@ -117,6 +121,15 @@ def check_cotangent_shapes(
                 f"ty[{index}] must have the shape of f(x), {wanted}, not {shown}: cotangents live in f's output "
                 f"space (one cotangent per output element)."
             )
+
+
+def _without_aux(f: Callable[..., Any], backend: Any) -> Callable[..., Any]:
+    """``f`` returning ``(y, aux)`` as a function returning ``y``."""
+
+    def y_only(*args: Any) -> Any:
+        return split_output(f(*args), backend, "pullback")[0]
+
+    return y_only
 
 
 def _nested_converter(to_caller: Callable[[Any], Any]) -> Callable[[Any], Any]:
@@ -180,9 +193,12 @@ def _tree_converter(adapter: Adapter, family: str) -> Callable[[Any], Any]:
     return convert
 
 
-def _to_caller_family(program: Callable[..., Any], convert: Callable[[Any], Any]) -> Callable[..., Any]:
+def _to_caller_family(
+    program: Callable[..., Any], convert: Callable[[Any], Any], has_aux: bool = False
+) -> Callable[..., Any]:
     if convert is identity:
         return program
+    convert = with_aux(has_aux, convert)
 
     def converted(*args: Any) -> Any:
         return convert(program(*args))
@@ -203,7 +219,9 @@ _SHAPED_LIKE_X: dict[str, tuple[Any, ...]] = {
 }
 
 
-def _in_x_order(programs: dict[str, Callable[..., Any]], x: Any) -> dict[str, Callable[..., Any]]:
+def _in_x_order(
+    programs: dict[str, Callable[..., Any]], x: Any, has_aux: bool = False
+) -> dict[str, Callable[..., Any]]:
     """Give results shaped like a pytree ``x`` its exact structure (an engine such
     as JAX rebuilds dicts with sorted keys; the caller's key order is kept)."""
     spec = tree_flatten(x)[1]
@@ -228,11 +246,15 @@ def _in_x_order(programs: dict[str, Callable[..., Any]], x: Any) -> dict[str, Ca
         if places is None:
             return program
 
-        def ordered(*args: Any) -> Any:
-            result = program(*args)
+        def in_order(result: Any) -> Any:
             for where in places:
                 result = fix(result, where)
             return result
+
+        finish = with_aux(has_aux, in_order)
+
+        def ordered(*args: Any) -> Any:
+            return finish(program(*args))
 
         return ordered
 
@@ -247,6 +269,7 @@ def _raveled_programs(
     x: Any,
     tangents: Any,
     contexts: Sequence[Any],
+    has_aux: bool = False,
 ) -> dict[str, Callable[..., Any]]:
     """Programs for a pytree ``x`` on an engine that takes arrays only: ``x`` (and
     tangents shaped like it) are flattened into one vector, ``f`` sees the pytree
@@ -262,7 +285,7 @@ def _raveled_programs(
     if tangents is not None and x_tangents:
         flat_tangents = tuple(raveler.ravel(t) for t in tangents)
     flat_x = raveler.ravel(x)
-    engine = fallbacks.programs(adapter, operator, flat_f, flat_x, contexts, flat_tangents)
+    engine = fallbacks.programs(adapter, operator, flat_f, flat_x, contexts, flat_tangents, has_aux=has_aux)
     to_caller = _nested_converter(converter(adapter.family, raveler.family))
     unravel = raveler.unravel
 
@@ -288,21 +311,49 @@ def _raveled_programs(
     }
 
     def wrap(name: str) -> Callable[..., Any]:
-        program, finish = engine[name], post[name]
+        program, unravel_result = engine[name], post[name]
+        finish = with_aux(has_aux, lambda result: unravel_result(to_caller(result)))
         if tangents is None:
 
             def run(x: Any, *values: Any) -> Any:
-                return finish(to_caller(program(raveler.ravel(x), *values)))
+                return finish(program(raveler.ravel(x), *values))
 
             return run
 
         def run_with_tangents(x: Any, t: Any, *values: Any) -> Any:
             t = tuple(raveler.ravel(item) for item in t) if x_tangents else t
-            return finish(to_caller(program(raveler.ravel(x), t, *values)))
+            return finish(program(raveler.ravel(x), t, *values))
 
         return run_with_tangents
 
     return {name: wrap(name) for name in OPERATOR_FAMILIES[family]}
+
+
+def _aux_layout(
+    family: str, programs: dict[str, Callable[..., Any]], engine_family: str, caller_family: str
+) -> dict[str, Callable[..., Any]]:
+    """Programs returning ``(result, aux)`` in JAX's layout: the plain operator
+    returns ``(result, aux)``, the combined form ``((y, aux), result)``; the arrays
+    of ``aux`` are brought into the caller's family, its other leaves untouched."""
+    aux_to_caller = aux_converter(engine_family, caller_family)
+    plain_name = OPERATOR_FAMILIES[family][0]
+
+    def wrap(name: str, program: Callable[..., Any]) -> Callable[..., Any]:
+        if name == plain_name:
+
+            def plain(*args: Any) -> Any:
+                result, aux = program(*args)
+                return result, aux_to_caller(aux)
+
+            return plain
+
+        def combined(*args: Any) -> Any:
+            (y, result), aux = program(*args)
+            return (y, aux_to_caller(aux)), result
+
+        return combined
+
+    return {name: wrap(name, program) for name, program in programs.items()}
 
 
 def prepare_operator(
@@ -315,8 +366,10 @@ def prepare_operator(
     strict: bool,
     *,
     same_point: bool = False,
+    has_aux: bool = False,
 ) -> Prep:
     """Prepare every program of an operator family (the body of each ``prepare_<op>``)."""
+    has_aux = bool(has_aux)
     label = _WITH_TANGENTS.get(family)
     adapter = adapter_for(family, f, backend, x, contexts)
     if label is not None:
@@ -339,7 +392,9 @@ def prepare_operator(
         # prepare_whole(prepare_with, family, f, x, tangents, contexts, strict, same_point) returns
         # the complete Prep, preparing each candidate through prepare_with(candidate).
         def prepare_with(candidate: Any) -> Prep:
-            return prepare_operator(family, f, candidate, x, tangents, contexts, strict, same_point=same_point)
+            return prepare_operator(
+                family, f, candidate, x, tangents, contexts, strict, same_point=same_point, has_aux=has_aux
+            )
 
         prep: Prep = prepare_whole(prepare_with, family, f, x, tangents, contexts, strict, same_point)
         return prep
@@ -347,12 +402,13 @@ def prepare_operator(
 
     x_given, x = x, (np.asarray(x, dtype=np.float64) if isinstance(x, float) else x)
     if label == "ty":
-        check_cotangent_shapes(adapter, f, x, tangents, contexts)
+        check_cotangent_shapes(adapter, f, x, tangents, contexts, has_aux)
     sparse = None
     if is_pytree(x) and not (family in adapter.native_pytrees and adapter.takes_pytree(x)):
-        programs = _raveled_programs(family, operator, adapter, f, x, tangents, contexts)
+        programs = _raveled_programs(family, operator, adapter, f, x, tangents, contexts, has_aux)
+        caller_family = Raveler(x).family
     else:
-        engine_programs = fallbacks.programs(adapter, operator, f, x, contexts, tangents)
+        engine_programs = fallbacks.programs(adapter, operator, f, x, contexts, tangents, has_aux=has_aux)
         sparse = getattr(engine_programs, "sparse", None)  # di.AutoSparse: results already in the caller's family
         if sparse is not None:
             to_caller = identity
@@ -363,14 +419,28 @@ def prepare_operator(
         if sparse is None:
             to_caller = _restoring_bfloat16(adapter, x, to_caller)
         programs = {
-            name: _to_caller_family(float_x_program(x_given, engine_programs[name]), to_caller)
+            name: _to_caller_family(float_x_program(x_given, engine_programs[name]), to_caller, has_aux)
             for name in OPERATOR_FAMILIES[family]
         }
         if is_pytree(x):
-            programs = _in_x_order(programs, x)
+            programs = _in_x_order(programs, x, has_aux)
+        caller_family = _leaf_family(adapter, x) if is_pytree(x) else family_of(x) or NUMPY
+    if has_aux:
+        programs = _aux_layout(family, programs, adapter.family, caller_family)
     point_check = same_point_check(x_given, contexts) if same_point else None
     return Prep(
-        family, f, backend, x_given, contexts, programs, strict, tangents, label or "tx", point_check, sparse_info=sparse
+        family,
+        f,
+        backend,
+        x_given,
+        contexts,
+        programs,
+        strict,
+        tangents,
+        label or "tx",
+        point_check,
+        sparse_info=sparse,
+        has_aux=has_aux,
     )
 
 
@@ -400,17 +470,24 @@ def same_point_check(x: Any, contexts: Sequence[Any]) -> Callable[[Any, Sequence
 
 
 def run_operator(
-    family: str, name: str, f: Callable[..., Any], args: tuple[Any, ...], out: Any, prepare: Callable[..., Prep]
+    family: str,
+    name: str,
+    f: Callable[..., Any],
+    args: tuple[Any, ...],
+    out: Any,
+    prepare: Callable[..., Prep],
+    has_aux: Any = False,
 ) -> Any:
     """Run program ``name`` of operator ``family`` for a prepared or unprepared call.
 
     ``out`` receives the operator's own result (the last element of a
-    ``value_and_*`` tuple) after it has been checked against it.
+    ``value_and_*`` tuple, the first of a plain operator's ``(result, aux)``)
+    after it has been checked against it.
     """
     label = _WITH_TANGENTS.get(family)
     if out is None and len(args) >= 3:
         prep = args[0]
-        if prep.__class__ is Prep and prep.operator == family and prep.same_point is None:
+        if prep.__class__ is Prep and prep.operator == family and prep.same_point is None and prep.has_aux is has_aux:
             if label is None:
                 return prep.runners[name](f, args[1], args[2], args[3:])
             if len(args) >= 4:
@@ -430,9 +507,11 @@ def run_operator(
                 f"prep = di.prepare_{family}(f, backend, {arguments}), then call di.{name}(f, prep, backend, "
                 f"{arguments})."
             )
-        prep = prepare(f, backend, x, *((tangents,) if label else ()), *contexts, strict=False)
+        aux_option = {"has_aux": True} if has_aux else {}
+        prep = prepare(f, backend, x, *((tangents,) if label else ()), *contexts, strict=False, **aux_option)
     else:
         prep.check_operator(family)
+        prep.check_has_aux(has_aux)
         if label is not None and not isinstance(tangents, (tuple, list)):
             check_tangents(tangents, label, family)  # raises: say to wrap it in a tuple
         if prep.strict:
@@ -448,6 +527,14 @@ def run_operator(
     result = program(x, tangents, *values) if label is not None else program(x, *values)
     if out is None:
         return result
+    if prep.has_aux and name == family:
+        own, aux = result
+        return _write_result(prep, out, name, own), aux
+    return _write_result(prep, out, name, result)
+
+
+def _write_result(prep: Prep, out: Any, name: str, result: Any) -> Any:
+    """Check ``out`` against the operator's own result and copy it there."""
     if isinstance(result, tuple):
         prep.check_out(out, name, result[-1])
         return (*result[:-1], write_out(out, result[-1]))

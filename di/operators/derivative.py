@@ -16,7 +16,12 @@ _OPERATOR = "derivative"
 
 
 def prepare_derivative(
-    f: Callable[..., Any], backend: AbstractBackend, x: Any, *contexts: Context, strict: bool = True
+    f: Callable[..., Any],
+    backend: AbstractBackend,
+    x: Any,
+    *contexts: Context,
+    strict: bool = True,
+    has_aux: bool = False,
 ) -> Prep:
     """Prepare ``derivative`` and ``value_and_derivative`` of ``f`` at arguments like ``x``.
 
@@ -29,6 +34,10 @@ def prepare_derivative(
         x: an input like the ones the calls will pass (its values do not matter).
         *contexts: ``di.Constant`` / ``di.Cache`` wrappers, in ``f``'s order.
         strict: check every prepared call's arguments against this signature.
+        has_aux: ``f`` returns ``(y, aux)``: only ``y`` is differentiated, and
+            ``aux`` (any pytree) comes back from the same evaluation of ``f``;
+            the plain call then returns ``(result, aux)`` and the ``value_and_*``
+            form ``((y, aux), result)``, as JAX does.
 
     Returns:
         A :class:`di.Prep` serving ``derivative`` and ``value_and_derivative``.
@@ -46,10 +55,10 @@ def prepare_derivative(
         >>> di.derivative(f, prep, backend, np.array(2.0)).round(4)
         np.float64(12.0)
     """
-    return prepare_operator(_OPERATOR, f, backend, x, None, contexts, strict)
+    return prepare_operator(_OPERATOR, f, backend, x, None, contexts, strict, has_aux=has_aux)
 
 
-def derivative(f: Callable[..., Any], *args: Any, out: Any = None) -> Any:
+def derivative(f: Callable[..., Any], *args: Any, out: Any = None, has_aux: bool = False) -> Any:
     """Derivative of ``f`` at a scalar ``x`` (a 0-d array or a float); ``f`` may return any shape.
 
     Called as ``derivative(f, prep, backend, x, *contexts)`` with a prep from
@@ -61,6 +70,10 @@ def derivative(f: Callable[..., Any], *args: Any, out: Any = None) -> Any:
         *args: ``[prep,] backend, x, *contexts``.
         out: optional numpy array or torch tensor to write the result into (checked
             against the result's shape and dtype first); it is returned.
+        has_aux: ``f`` returns ``(y, aux)``: only ``y`` is differentiated, and
+            ``aux`` (any pytree) comes back from the same evaluation of ``f``;
+            the plain call then returns ``(result, aux)`` and the ``value_and_*``
+            form ``((y, aux), result)``, as JAX does.
 
     Returns:
         The derivative, shaped like ``f``'s output.
@@ -75,10 +88,10 @@ def derivative(f: Callable[..., Any], *args: Any, out: Any = None) -> Any:
         >>> di.derivative(lambda x: x ** 3, di.AutoFiniteDiff(), np.array(2.0)).round(6)
         np.float64(12.0)
     """
-    return run_operator(_OPERATOR, "derivative", f, args, out, prepare_derivative)
+    return run_operator(_OPERATOR, "derivative", f, args, out, prepare_derivative, has_aux)
 
 
-def value_and_derivative(f: Callable[..., Any], *args: Any, out: Any = None) -> Any:
+def value_and_derivative(f: Callable[..., Any], *args: Any, out: Any = None, has_aux: bool = False) -> Any:
     """``derivative`` together with the value, from one prep.
 
     Same calling forms and prep as :func:`di.derivative`.
@@ -88,6 +101,10 @@ def value_and_derivative(f: Callable[..., Any], *args: Any, out: Any = None) -> 
         *args: ``[prep,] backend, x, *contexts``.
         out: optional numpy array or torch tensor to write the result into (checked
             against the result's shape and dtype first); it is returned.
+        has_aux: ``f`` returns ``(y, aux)``: only ``y`` is differentiated, and
+            ``aux`` (any pytree) comes back from the same evaluation of ``f``;
+            the plain call then returns ``(result, aux)`` and the ``value_and_*``
+            form ``((y, aux), result)``, as JAX does.
 
     Returns:
         ``(y, dy)``.
@@ -103,4 +120,4 @@ def value_and_derivative(f: Callable[..., Any], *args: Any, out: Any = None) -> 
         >>> float(y), float(dy.round(4))
         (8.0, 12.0)
     """
-    return run_operator(_OPERATOR, "value_and_derivative", f, args, out, prepare_derivative)
+    return run_operator(_OPERATOR, "value_and_derivative", f, args, out, prepare_derivative, has_aux)

@@ -16,7 +16,12 @@ _OPERATOR = "gradient"
 
 
 def prepare_gradient(
-    f: Callable[..., Any], backend: AbstractBackend, x: Any, *contexts: Context, strict: bool = True
+    f: Callable[..., Any],
+    backend: AbstractBackend,
+    x: Any,
+    *contexts: Context,
+    strict: bool = True,
+    has_aux: bool = False,
 ) -> Prep:
     """Prepare ``gradient`` and ``value_and_gradient`` of ``f`` at arguments like ``x``.
 
@@ -31,6 +36,10 @@ def prepare_gradient(
         *contexts: ``di.Constant`` / ``di.Cache`` wrappers, in ``f``'s order.
         strict: check every prepared call's arguments against this signature
             (a few hundred nanoseconds) and raise on a mismatch.
+        has_aux: ``f`` returns ``(y, aux)``: only ``y`` is differentiated, and
+            ``aux`` (any pytree) comes back from the same evaluation of ``f``;
+            the plain call then returns ``(result, aux)`` and the ``value_and_*``
+            form ``((y, aux), result)``, as JAX does.
 
     Returns:
         A :class:`di.Prep` for ``gradient`` and ``value_and_gradient``.
@@ -48,10 +57,10 @@ def prepare_gradient(
         >>> di.gradient(f, prep, di.AutoFiniteDiff(), np.array([1.0, 2.0])).round(6)
         array([2., 4.])
     """
-    return prepare_operator(_OPERATOR, f, backend, x, None, contexts, strict)
+    return prepare_operator(_OPERATOR, f, backend, x, None, contexts, strict, has_aux=has_aux)
 
 
-def gradient(f: Callable[..., Any], *args: Any, out: Any = None) -> Any:
+def gradient(f: Callable[..., Any], *args: Any, out: Any = None, has_aux: bool = False) -> Any:
     """Gradient of a scalar-valued ``f`` at ``x``.
 
     Called as ``gradient(f, prep, backend, x, *contexts)`` with a prep from
@@ -64,6 +73,10 @@ def gradient(f: Callable[..., Any], *args: Any, out: Any = None) -> Any:
         *args: ``[prep,] backend, x, *contexts``.
         out: optional numpy array or torch tensor shaped like ``x`` to write the
             gradient into; it is returned. It is untouched if the call fails.
+        has_aux: ``f`` returns ``(y, aux)``: only ``y`` is differentiated, and
+            ``aux`` (any pytree) comes back from the same evaluation of ``f``;
+            the plain call then returns ``(result, aux)`` and the ``value_and_*``
+            form ``((y, aux), result)``, as JAX does.
 
     Returns:
         The gradient, in the array family, shape, dtype and device of ``x``.
@@ -82,12 +95,12 @@ def gradient(f: Callable[..., Any], *args: Any, out: Any = None) -> Any:
     """
     if out is None and len(args) >= 3:
         prep = args[0]
-        if prep.__class__ is Prep and prep.operator == _OPERATOR:
+        if prep.__class__ is Prep and prep.operator == _OPERATOR and prep.has_aux is has_aux:
             return prep.runners[_OPERATOR](f, args[1], args[2], args[3:])
-    return run_operator(_OPERATOR, _OPERATOR, f, args, out, prepare_gradient)
+    return run_operator(_OPERATOR, _OPERATOR, f, args, out, prepare_gradient, has_aux)
 
 
-def value_and_gradient(f: Callable[..., Any], *args: Any, out: Any = None) -> tuple[Any, Any]:
+def value_and_gradient(f: Callable[..., Any], *args: Any, out: Any = None, has_aux: bool = False) -> tuple[Any, Any]:
     """Value and gradient of a scalar-valued ``f`` at ``x``, in one pass.
 
     Same calling forms and prep as :func:`di.gradient`.
@@ -96,6 +109,10 @@ def value_and_gradient(f: Callable[..., Any], *args: Any, out: Any = None) -> tu
         f: scalar-valued function, called as ``f(x, *context_values)``.
         *args: ``[prep,] backend, x, *contexts``.
         out: optional buffer for the gradient, as in :func:`di.gradient`.
+        has_aux: ``f`` returns ``(y, aux)``: only ``y`` is differentiated, and
+            ``aux`` (any pytree) comes back from the same evaluation of ``f``;
+            the plain call then returns ``(result, aux)`` and the ``value_and_*``
+            form ``((y, aux), result)``, as JAX does.
 
     Returns:
         ``(y, g)``: ``y`` a 0-d array and ``g`` the gradient, both in ``x``'s
@@ -114,6 +131,8 @@ def value_and_gradient(f: Callable[..., Any], *args: Any, out: Any = None) -> tu
     """
     if out is None and len(args) >= 3:
         prep = args[0]
-        if prep.__class__ is Prep and prep.operator == _OPERATOR:
+        if prep.__class__ is Prep and prep.operator == _OPERATOR and prep.has_aux is has_aux:
             return prep.runners["value_and_gradient"](f, args[1], args[2], args[3:])  # type: ignore[no-any-return]
-    return run_operator(_OPERATOR, "value_and_gradient", f, args, out, prepare_gradient)  # type: ignore[no-any-return]
+    return run_operator(  # type: ignore[no-any-return]
+        _OPERATOR, "value_and_gradient", f, args, out, prepare_gradient, has_aux
+    )

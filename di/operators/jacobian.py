@@ -16,7 +16,12 @@ _OPERATOR = "jacobian"
 
 
 def prepare_jacobian(
-    f: Callable[..., Any], backend: AbstractBackend, x: Any, *contexts: Context, strict: bool = True
+    f: Callable[..., Any],
+    backend: AbstractBackend,
+    x: Any,
+    *contexts: Context,
+    strict: bool = True,
+    has_aux: bool = False,
 ) -> Prep:
     """Prepare ``jacobian`` and ``value_and_jacobian`` of ``f`` at arguments like ``x``.
 
@@ -29,6 +34,10 @@ def prepare_jacobian(
         x: an input like the ones the calls will pass (its values do not matter).
         *contexts: ``di.Constant`` / ``di.Cache`` wrappers, in ``f``'s order.
         strict: check every prepared call's arguments against this signature.
+        has_aux: ``f`` returns ``(y, aux)``: only ``y`` is differentiated, and
+            ``aux`` (any pytree) comes back from the same evaluation of ``f``;
+            the plain call then returns ``(result, aux)`` and the ``value_and_*``
+            form ``((y, aux), result)``, as JAX does.
 
     Returns:
         A :class:`di.Prep` serving ``jacobian`` and ``value_and_jacobian``.
@@ -47,10 +56,10 @@ def prepare_jacobian(
         array([[2., 0.],
                [0., 4.]])
     """
-    return prepare_operator(_OPERATOR, f, backend, x, None, contexts, strict)
+    return prepare_operator(_OPERATOR, f, backend, x, None, contexts, strict, has_aux=has_aux)
 
 
-def jacobian(f: Callable[..., Any], *args: Any, out: Any = None) -> Any:
+def jacobian(f: Callable[..., Any], *args: Any, out: Any = None, has_aux: bool = False) -> Any:
     """Jacobian of an array-to-array ``f`` at ``x``, of shape ``y.shape + x.shape``.
 
 
@@ -66,6 +75,10 @@ def jacobian(f: Callable[..., Any], *args: Any, out: Any = None) -> Any:
         *args: ``[prep,] backend, x, *contexts``.
         out: optional numpy array or torch tensor to write the result into (checked
             against the result's shape and dtype first); it is returned.
+        has_aux: ``f`` returns ``(y, aux)``: only ``y`` is differentiated, and
+            ``aux`` (any pytree) comes back from the same evaluation of ``f``;
+            the plain call then returns ``(result, aux)`` and the ``value_and_*``
+            form ``((y, aux), result)``, as JAX does.
 
     Returns:
         The jacobian, in ``x``'s array family.
@@ -81,10 +94,10 @@ def jacobian(f: Callable[..., Any], *args: Any, out: Any = None) -> Any:
         array([[2., 0.],
                [0., 4.]])
     """
-    return run_operator(_OPERATOR, "jacobian", f, args, out, prepare_jacobian)
+    return run_operator(_OPERATOR, "jacobian", f, args, out, prepare_jacobian, has_aux)
 
 
-def value_and_jacobian(f: Callable[..., Any], *args: Any, out: Any = None) -> Any:
+def value_and_jacobian(f: Callable[..., Any], *args: Any, out: Any = None, has_aux: bool = False) -> Any:
     """``jacobian`` together with the value, from one prep.
 
     Same calling forms and prep as :func:`di.jacobian`.
@@ -94,6 +107,10 @@ def value_and_jacobian(f: Callable[..., Any], *args: Any, out: Any = None) -> An
         *args: ``[prep,] backend, x, *contexts``.
         out: optional numpy array or torch tensor to write the result into (checked
             against the result's shape and dtype first); it is returned.
+        has_aux: ``f`` returns ``(y, aux)``: only ``y`` is differentiated, and
+            ``aux`` (any pytree) comes back from the same evaluation of ``f``;
+            the plain call then returns ``(result, aux)`` and the ``value_and_*``
+            form ``((y, aux), result)``, as JAX does.
 
     Returns:
         ``(y, J)``.
@@ -110,4 +127,4 @@ def value_and_jacobian(f: Callable[..., Any], *args: Any, out: Any = None) -> An
         (array([1., 4.]), array([[2., 0.],
                [0., 4.]]))
     """
-    return run_operator(_OPERATOR, "value_and_jacobian", f, args, out, prepare_jacobian)
+    return run_operator(_OPERATOR, "value_and_jacobian", f, args, out, prepare_jacobian, has_aux)

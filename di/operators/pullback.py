@@ -22,6 +22,7 @@ def prepare_pullback(
     ty: tuple[Any, ...],
     *contexts: Context,
     strict: bool = True,
+    has_aux: bool = False,
 ) -> Prep:
     """Prepare ``pullback`` and ``value_and_pullback`` of ``f`` at arguments like ``x``.
 
@@ -35,6 +36,10 @@ def prepare_pullback(
         ty: tuple of cotangents shaped like f(x) (one result per element).
         *contexts: ``di.Constant`` / ``di.Cache`` wrappers, in ``f``'s order.
         strict: check every prepared call's arguments against this signature.
+        has_aux: ``f`` returns ``(y, aux)``: only ``y`` is differentiated, and
+            ``aux`` (any pytree) comes back from the same evaluation of ``f``;
+            the plain call then returns ``(result, aux)`` and the ``value_and_*``
+            form ``((y, aux), result)``, as JAX does.
 
     Returns:
         A :class:`di.Prep` serving ``pullback`` and ``value_and_pullback``.
@@ -52,7 +57,7 @@ def prepare_pullback(
         >>> di.pullback(f, prep, backend, np.array([1.0, 2.0]), (np.array([1.0, 1.0]),))[0].round(4)
         array([2., 4.])
     """
-    return prepare_operator(_OPERATOR, f, backend, x, ty, contexts, strict)
+    return prepare_operator(_OPERATOR, f, backend, x, ty, contexts, strict, has_aux=has_aux)
 
 
 def prepare_pullback_same_point(
@@ -96,7 +101,7 @@ def prepare_pullback_same_point(
     return prepare_operator(_OPERATOR, f, backend, x, ty, contexts, strict, same_point=True)
 
 
-def pullback(f: Callable[..., Any], *args: Any) -> Any:
+def pullback(f: Callable[..., Any], *args: Any, has_aux: bool = False) -> Any:
     """Vector-Jacobian products (VJPs) of ``f`` at ``x``, one per cotangent in the tuple ``ty``.
 
     Called as ``pullback(f, prep, backend, x, ty, *contexts)`` with a prep from
@@ -106,6 +111,10 @@ def pullback(f: Callable[..., Any], *args: Any) -> Any:
     Args:
         f: the function, called as ``f(x, *context_values)``.
         *args: ``[prep,] backend, x, ty, *contexts``.
+        has_aux: ``f`` returns ``(y, aux)``: only ``y`` is differentiated, and
+            ``aux`` (any pytree) comes back from the same evaluation of ``f``;
+            the plain call then returns ``(result, aux)`` and the ``value_and_*``
+            form ``((y, aux), result)``, as JAX does.
 
     Returns:
         A tuple with one input cotangent (shaped like ``x``) per cotangent.
@@ -120,10 +129,10 @@ def pullback(f: Callable[..., Any], *args: Any) -> Any:
         >>> tx[0].round(6)
         array([0., 4.])
     """
-    return run_operator(_OPERATOR, "pullback", f, args, None, prepare_pullback)
+    return run_operator(_OPERATOR, "pullback", f, args, None, prepare_pullback, has_aux)
 
 
-def value_and_pullback(f: Callable[..., Any], *args: Any) -> Any:
+def value_and_pullback(f: Callable[..., Any], *args: Any, has_aux: bool = False) -> Any:
     """``pullback`` together with the value, from one prep.
 
     Same calling forms and prep as :func:`di.pullback`.
@@ -131,6 +140,10 @@ def value_and_pullback(f: Callable[..., Any], *args: Any) -> Any:
     Args:
         f: the function, called as ``f(x, *context_values)``.
         *args: ``[prep,] backend, x, ty, *contexts``.
+        has_aux: ``f`` returns ``(y, aux)``: only ``y`` is differentiated, and
+            ``aux`` (any pytree) comes back from the same evaluation of ``f``;
+            the plain call then returns ``(result, aux)`` and the ``value_and_*``
+            form ``((y, aux), result)``, as JAX does.
 
     Returns:
         ``(y, tuple)``.
@@ -145,4 +158,4 @@ def value_and_pullback(f: Callable[..., Any], *args: Any) -> Any:
         >>> y, dx.round(4)
         (array([1., 4.]), array([2., 4.]))
     """
-    return run_operator(_OPERATOR, "value_and_pullback", f, args, None, prepare_pullback)
+    return run_operator(_OPERATOR, "value_and_pullback", f, args, None, prepare_pullback, has_aux)

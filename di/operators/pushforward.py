@@ -22,6 +22,7 @@ def prepare_pushforward(
     tx: tuple[Any, ...],
     *contexts: Context,
     strict: bool = True,
+    has_aux: bool = False,
 ) -> Prep:
     """Prepare ``pushforward`` and ``value_and_pushforward`` of ``f`` at arguments like ``x``.
 
@@ -35,6 +36,10 @@ def prepare_pushforward(
         tx: tuple of tangents shaped like x (one result per element).
         *contexts: ``di.Constant`` / ``di.Cache`` wrappers, in ``f``'s order.
         strict: check every prepared call's arguments against this signature.
+        has_aux: ``f`` returns ``(y, aux)``: only ``y`` is differentiated, and
+            ``aux`` (any pytree) comes back from the same evaluation of ``f``;
+            the plain call then returns ``(result, aux)`` and the ``value_and_*``
+            form ``((y, aux), result)``, as JAX does.
 
     Returns:
         A :class:`di.Prep` serving ``pushforward`` and ``value_and_pushforward``.
@@ -52,10 +57,10 @@ def prepare_pushforward(
         >>> di.pushforward(f, prep, backend, np.array([1.0, 2.0]), (np.array([1.0, 1.0]),))[0].round(4)
         array([2., 4.])
     """
-    return prepare_operator(_OPERATOR, f, backend, x, tx, contexts, strict)
+    return prepare_operator(_OPERATOR, f, backend, x, tx, contexts, strict, has_aux=has_aux)
 
 
-def pushforward(f: Callable[..., Any], *args: Any) -> Any:
+def pushforward(f: Callable[..., Any], *args: Any, has_aux: bool = False) -> Any:
     """Jacobian-vector products (JVPs) of ``f`` at ``x``, one per tangent in the tuple ``tx``.
 
     Called as ``pushforward(f, prep, backend, x, tx, *contexts)`` with a prep from
@@ -65,6 +70,10 @@ def pushforward(f: Callable[..., Any], *args: Any) -> Any:
     Args:
         f: the function, called as ``f(x, *context_values)``.
         *args: ``[prep,] backend, x, tx, *contexts``.
+        has_aux: ``f`` returns ``(y, aux)``: only ``y`` is differentiated, and
+            ``aux`` (any pytree) comes back from the same evaluation of ``f``;
+            the plain call then returns ``(result, aux)`` and the ``value_and_*``
+            form ``((y, aux), result)``, as JAX does.
 
     Returns:
         A tuple with one output tangent (shaped like ``f``'s output) per tangent.
@@ -79,10 +88,10 @@ def pushforward(f: Callable[..., Any], *args: Any) -> Any:
         >>> ty[0].round(6)
         array([2., 0.])
     """
-    return run_operator(_OPERATOR, "pushforward", f, args, None, prepare_pushforward)
+    return run_operator(_OPERATOR, "pushforward", f, args, None, prepare_pushforward, has_aux)
 
 
-def value_and_pushforward(f: Callable[..., Any], *args: Any) -> Any:
+def value_and_pushforward(f: Callable[..., Any], *args: Any, has_aux: bool = False) -> Any:
     """``pushforward`` together with the value, from one prep.
 
     Same calling forms and prep as :func:`di.pushforward`.
@@ -90,6 +99,10 @@ def value_and_pushforward(f: Callable[..., Any], *args: Any) -> Any:
     Args:
         f: the function, called as ``f(x, *context_values)``.
         *args: ``[prep,] backend, x, tx, *contexts``.
+        has_aux: ``f`` returns ``(y, aux)``: only ``y`` is differentiated, and
+            ``aux`` (any pytree) comes back from the same evaluation of ``f``;
+            the plain call then returns ``(result, aux)`` and the ``value_and_*``
+            form ``((y, aux), result)``, as JAX does.
 
     Returns:
         ``(y, tuple)``.
@@ -104,4 +117,4 @@ def value_and_pushforward(f: Callable[..., Any], *args: Any) -> Any:
         >>> y, dy.round(4)
         (array([1., 4.]), array([2., 4.]))
     """
-    return run_operator(_OPERATOR, "value_and_pushforward", f, args, None, prepare_pushforward)
+    return run_operator(_OPERATOR, "value_and_pushforward", f, args, None, prepare_pushforward, has_aux)

@@ -34,6 +34,8 @@ class Prep:
         f: the function it was prepared for.
         backend: the selector it was prepared with.
         strict: whether each call checks its arguments against the signature.
+        has_aux: whether ``f`` returns ``(y, aux)`` (see ``has_aux`` of the
+            first-order operators); every call must say the same.
         plan: for a prep made with :class:`di.AutoFastest`, the
             :class:`di.plan.Plan` saying which candidate backend it runs and why;
             ``None`` otherwise.
@@ -56,6 +58,7 @@ class Prep:
         "backend",
         "checks",
         "f",
+        "has_aux",
         "operator",
         "plan",
         "programs",
@@ -82,8 +85,10 @@ class Prep:
         same_point: Callable[[Any, Sequence[Any]], bool] | None = None,
         plan: Plan | None = None,
         sparse_info: Any = None,
+        has_aux: bool = False,
     ) -> None:
         self.operator = operator
+        self.has_aux = has_aux
         self.f = f
         self.backend = backend
         self.strict = strict
@@ -125,19 +130,6 @@ class Prep:
         prep.plan = plan
         prep.runners = {name: prep._runner(program) for name, program in self.programs.items()}
         return prep
-
-    @property
-    def sparsity(self) -> Any:
-        """For an :class:`di.AutoSparse` jacobian or hessian prep: the sparsity pattern
-        it computes (a boolean ``scipy.sparse.csr_array`` of shape ``(f(x).size,
-        x.size)``); ``None`` for other preps."""
-        return None if self.sparse_info is None else self.sparse_info.pattern
-
-    @property
-    def colors(self) -> int | None:
-        """For an :class:`di.AutoSparse` jacobian or hessian prep: the number of colors,
-        i.e. of pushforwards, pullbacks or hvps per call; ``None`` for other preps."""
-        return None if self.sparse_info is None else int(self.sparse_info.n_colors)
 
     @property
     def sparsity(self) -> Any:
@@ -302,6 +294,24 @@ class Prep:
                 f"another x or other Constant values. Prepare again at the new point "
                 f"(di.prepare_{self.operator}_same_point), or use di.prepare_{self.operator} for a prep that "
                 f"serves every point."
+            )
+
+    def check_has_aux(self, has_aux: Any) -> None:
+        """Refuse a call whose ``has_aux`` differs from the prepared one (the
+        programs, and the shape of their results, depend on it). Checked on every
+        call, strict or not.
+
+        Raises:
+            PreparationMismatchError: with a ``has_aux`` row.
+        """
+        if bool(has_aux) != self.has_aux:
+            from di.errors import PreparationMismatchError
+
+            raise PreparationMismatchError(
+                "this prep was made for other arguments.\n"
+                f"  has_aux  differs  prepared {self.has_aux}   given {bool(has_aux)}\n"
+                f"Prepare again with has_aux={bool(has_aux)} (di.prepare_{self.operator}), or call with "
+                f"has_aux={self.has_aux}."
             )
 
     def check_operator(self, operator: str) -> None:

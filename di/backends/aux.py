@@ -1,0 +1,140 @@
+"""Auxiliary outputs: ``f`` returning ``(y, aux)`` under ``has_aux=True``.
+
+Only ``y`` is differentiated; ``aux`` is any pytree (arrays, Python scalars,
+strings, ``None``) computed by the same evaluation of ``f``. Engines pass arrays
+through their transforms and compiled programs, but not strings or ``None``
+(``jax.jit`` and ``torch.func`` refuse them), so an adapter *splits* ``aux``
+inside the engine into its array leaves, which travel as outputs, and an
+:class:`AuxSplit` holding the structure and the other leaves, which stays in
+Python, and joins them again outside. Container order is kept (``optree``
+restores a dict's own key order; JAX would sort it).
+
+Adapter programs built with ``has_aux=True`` return ``(result, aux)``, where
+``result`` is what they return without it and ``aux`` is the joined pytree, its
+arrays in the engine's family; the operator layer converts those to the caller's.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Hashable, Sequence
+from typing import Any
+
+from di.backends.selectors import AbstractBackend
+from di.errors import InvalidOutputError
+from di.families import converter, family_of, identity
+from di.pytrees import tree_flatten, tree_map, tree_unflatten
+
+__all__ = ["AuxSplit", "AuxSplits", "aux_converter", "split_aux", "split_output"]
+
+
+def split_output(output: Any, backend: AbstractBackend, operator: str) -> tuple[Any, Any]:
+    """``(y, aux)`` from what ``f`` returned under ``has_aux=True``.
+
+    Raises:
+        InvalidOutputError: ``f`` did not return a pair, naming what came back.
+
+    Examples:
+        >>> import di
+        >>> from di.backends.aux import split_output
+        >>> split_output((1.0, {"n": 3}), di.AutoFiniteDiff(), "gradient")
+        (1.0, {'n': 3})
+    """
+    if output.__class__ is tuple and len(output) == 2:
+        return output  # type: ignore[no-any-return]
+    if isinstance(output, (tuple, list)):
+        what = f"a {type(output).__name__} of {len(output)} elements"
+    else:
+        shape = getattr(output, "shape", None)
+        what = f"an array of shape {tuple(shape)}" if shape is not None else f"a {type(output).__name__}"
+    raise InvalidOutputError(
+        f"{operator} with has_aux=True needs f to return a pair (y, aux), but with {backend!r} f returned "
+        f"{what}. Return (y, aux), or call without has_aux."
+    )
+
+
+class AuxSplit:
+    """The part of an ``aux`` pytree that stays in Python: its structure and its
+    non-array leaves, with the positions of the arrays that travel through the engine.
+
+    It holds no array (the engine's arrays may be tracers of a finished trace).
+    """
+
+    __slots__ = ("_leaves", "_positions", "_spec")
+
+    def __init__(self, spec: Any, leaves: list[Any], positions: tuple[int, ...]) -> None:
+        self._spec = spec
+        self._leaves = leaves
+        self._positions = positions
+
+    def join(self, arrays: Sequence[Any]) -> Any:
+        """The ``aux`` pytree with these arrays in the array positions."""
+        leaves = list(self._leaves)
+        for position, array in zip(self._positions, arrays):
+            leaves[position] = array
+        return tree_unflatten(self._spec, leaves)
+
+
+def split_aux(aux: Any, is_array: Callable[[Any], bool]) -> tuple[tuple[Any, ...], AuxSplit]:
+    """Split ``aux`` into its array leaves (as ``is_array`` says) and the rest.
+
+    Examples:
+        >>> import numpy as np
+        >>> from di.backends.aux import split_aux
+        >>> arrays, rest = split_aux({"loss": np.ones(2), "note": "ok", "step": None}, lambda v: hasattr(v, "shape"))
+        >>> arrays, rest.join([np.zeros(2)])
+        ((array([1., 1.]),), {'loss': array([0., 0.]), 'note': 'ok', 'step': None})
+    """
+    leaves, spec = tree_flatten(aux)
+    positions = tuple(i for i, leaf in enumerate(leaves) if is_array(leaf))
+    arrays = tuple(leaves[i] for i in positions)
+    kept = [None if i in positions else leaf for i, leaf in enumerate(leaves)]
+    return arrays, AuxSplit(spec, kept, positions)
+
+
+class AuxSplits:
+    """Where a traced program leaves the :class:`AuxSplit` of each trace, for the
+    calls that reuse it without tracing again.
+
+    A compiled program traces once per value of its static contexts, and the
+    non-array part of ``aux`` can only depend on those (everything else is a
+    tracer), so the splits are kept by the static values. Eager engines that
+    trace on every call keep theirs per thread.
+    """
+
+    def __init__(self) -> None:
+        self._by_static: dict[Hashable, AuxSplit] = {}
+        self._local = threading.local()
+
+    def record(self, split: AuxSplit, key: Hashable = ()) -> None:
+        """Remember the split of the trace (or call) under way."""
+        self._by_static[key] = split
+        self._local.split = split
+
+    def last(self) -> AuxSplit:
+        """The split of this thread's latest call (eager engines)."""
+        return self._local.split  # type: ignore[no-any-return]
+
+    def for_static(self, key: Hashable = ()) -> AuxSplit:
+        """The split recorded when the program was traced for these static values."""
+        return self._by_static[key]
+
+
+def aux_converter(from_family: str, to_family: str) -> Callable[[Any], Any]:
+    """Bring the ``from_family`` arrays of an ``aux`` pytree into ``to_family``,
+    leaving its other leaves (strings, numbers, ``None``, other arrays) as they are.
+
+    Examples:
+        >>> import numpy as np
+        >>> from di.backends.aux import aux_converter
+        >>> aux_converter("numpy", "numpy")({"note": "ok"})
+        {'note': 'ok'}
+    """
+    convert = converter(from_family, to_family)
+    if convert is identity:
+        return identity
+
+    def convert_arrays(aux: Any) -> Any:
+        return tree_map(lambda leaf: convert(leaf) if family_of(leaf) == from_family else leaf, aux)
+
+    return convert_arrays
