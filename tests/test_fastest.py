@@ -586,3 +586,19 @@ def test_a_second_process_reuses_the_plan(tmp_path: Path) -> None:
         for _ in range(2)
     ]
     assert outputs == ["measured [2.0, 4.0, 6.0]", "cache [2.0, 4.0, 6.0]"]
+
+
+# --- the benchmark runs ---------------------------------------------------------------------------
+
+
+def test_bench_plan_smoke(tmp_path: Path) -> None:
+    bench_plan = pytest.importorskip("bench.plan", reason="the bench/ directory is not importable")
+    output = tmp_path / "plan_results.md"
+    arguments = ["--sizes", "10", "--functions", "sum_of_squares", "--families", "numpy", "--threads", "0"]
+    bench_plan.main([*arguments, "--budget", "0.02", "--remeasure", "0.05", "--output", str(output)])
+    report = output.read_text()
+    summary = next(line for line in report.splitlines() if line.startswith("| sum_of_squares | 10 | numpy |"))
+    cells = [cell.strip() for cell in summary.strip("|").split("|")]
+    assert cells[3] in {selector_label(b) for b in di.AutoFastest().default_candidates()}
+    assert cells[6] in ("PASS", "MISS")  # speed is the report's business, not the test's
+    assert float(cells[5]) >= 1.0
