@@ -6,8 +6,11 @@ and compile counters rather than timings.
 
 from __future__ import annotations
 
+import threading
+import time
 import types
 import warnings
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
@@ -211,6 +214,252 @@ def test_jax_jit_strict_mismatch_and_unprepared() -> None:
     np.testing.assert_allclose(di.gradient(quadratic, JIT, np.arange(3.0), di.Constant(np.ones(3))), [0, 2, 4])
 
 
+# --- which program each call runs (outputs counted, never timed) ---------------------
+
+
+class JitRecorder:
+    """Stands in for ``jax.jit``: each jitted function di builds records its
+    lowerings (compiles at preparation) and the arguments of each call, so a
+    test can lower the program a call ran and count its outputs."""
+
+    def __init__(self, real_jit: Any) -> None:
+        self.real_jit = real_jit
+        self.calls: list[tuple[Any, tuple[Any, ...]]] = []
+        self.lowered = 0
+
+    def __call__(self, fun: Any, **options: Any) -> Any:
+        jitted, recorder = self.real_jit(fun, **options), self
+
+        class Recorded:
+            def __call__(self, *args: Any) -> Any:
+                recorder.calls.append((jitted, args))
+                return jitted(*args)
+
+            def lower(self, *args: Any) -> Any:
+                recorder.lowered += 1
+                return jitted.lower(*args)
+
+        return Recorded()
+
+    def outputs_of_last_call(self) -> int:
+        jitted, args = self.calls[-1]
+        return len(jax.tree_util.tree_leaves(jitted.lower(*args).out_info))
+
+
+def scalar_jax(x: Any, a: Any) -> Any:
+    return jnp.sum(jnp.sin(x) * x * x * a)
+
+
+def vector_jax(x: Any, a: Any) -> Any:
+    return jnp.tanh(x) * x * a
+
+
+X32 = np.linspace(-1.0, 1.0, 5, dtype=np.float32)
+V32 = np.cos(X32)
+S32 = np.array(0.3, dtype=np.float32)
+
+# operator, its value_and_* form, f, x, tangents, outputs of the value_and_* program
+FAMILIES = [
+    ("gradient", "value_and_gradient", scalar_jax, X32, None, 2),
+    ("jacobian", "value_and_jacobian", vector_jax, X32, None, 2),
+    ("hessian", "value_gradient_and_hessian", scalar_jax, X32, None, 3),
+    ("pushforward", "value_and_pushforward", vector_jax, X32, (V32,), 2),
+    ("pullback", "value_and_pullback", vector_jax, X32, (V32,), 2),
+    ("hvp", "gradient_and_hvp", scalar_jax, X32, (V32,), 2),
+    ("derivative", "value_and_derivative", vector_jax, S32, None, 2),
+    ("second_derivative", "value_derivative_and_second_derivative", vector_jax, S32, None, 3),
+]
+
+
+@pytest.mark.parametrize(
+    ("plain", "full", "f", "x", "tangents", "full_outputs"), FAMILIES, ids=[c[0] for c in FAMILIES]
+)
+def test_jax_jit_plain_operator_runs_a_program_without_the_value(
+    monkeypatch: pytest.MonkeyPatch, plain: str, full: str, f: Any, x: Any, tangents: Any, full_outputs: int
+) -> None:
+    recorder = JitRecorder(jax.jit)
+    monkeypatch.setattr(jax, "jit", recorder)
+    args = (x,) if tangents is None else (x, tangents)
+    a = di.Constant(np.float32(2.0))
+    prep = getattr(di, f"prepare_{plain}")(f, JIT, *args, a)
+    assert recorder.lowered == 1  # preparation compiles the plain operator's program only
+    result = getattr(di, plain)(f, prep, JIT, *args, a)
+    assert recorder.outputs_of_last_call() == 1
+    combined = getattr(di, full)(f, prep, JIT, *args, a)
+    assert recorder.outputs_of_last_call() == full_outputs
+    assert recorder.lowered == 1  # the value_and_* program compiled on its first call, not at preparation
+    for got, expected in zip(jax.tree_util.tree_leaves(result), jax.tree_util.tree_leaves(combined[-1])):
+        np.testing.assert_allclose(got, expected, rtol=1e-6)
+
+
+class GraphOutputs:
+    """A torch.compile backend that records how many outputs each graph it
+    compiles returns, and runs the graph eagerly."""
+
+    def __init__(self) -> None:
+        self.outputs: list[int] = []
+
+    def __call__(self, gm: Any, example_inputs: Any) -> Any:
+        self.outputs.append(len(gm.graph.output_node().args[0]))
+        return gm.forward
+
+
+def test_torch_compile_plain_gradient_graph_returns_the_gradient_alone() -> None:
+    graphs = GraphOutputs()
+    backend = di.AutoTorch(compile=True, compile_options={"backend": graphs})
+    x = torch.linspace(-1.0, 1.0, 5)
+    prep = di.prepare_gradient(scaled, backend, torch.zeros(5), di.Constant(1.0), di.Constant(2))
+    assert graphs.outputs == [1]  # compiled at preparation: the gradient only
+    g = di.gradient(scaled, prep, backend, x, di.Constant(3.0), di.Constant(2))
+    torch.testing.assert_close(g, 2 * 3.0 * x * 2)
+    assert graphs.outputs == [1]
+    y, g = di.value_and_gradient(scaled, prep, backend, x, di.Constant(3.0), di.Constant(2))
+    assert graphs.outputs == [1, 2]  # value and gradient, compiled by the first call
+    torch.testing.assert_close(y, (3.0 * x**2).sum() * 2)
+    torch.testing.assert_close(g, 2 * 3.0 * x * 2)
+
+
+def scalar_torch(x: Any, a: Any) -> Any:
+    return (torch.sin(x) * x * x * a).sum()
+
+
+def vector_torch(x: Any, a: Any) -> Any:
+    return torch.tanh(x) * x * a
+
+
+T64 = torch.linspace(-1.0, 1.0, 4, dtype=torch.float64)
+TORCH_FAMILIES = [
+    (plain, full, {scalar_jax: scalar_torch, vector_jax: vector_torch}[f], x, tangents, outputs)
+    for plain, full, f, x, tangents, outputs in FAMILIES
+    if plain != "gradient"
+]
+
+
+@pytest.mark.parametrize(
+    ("plain", "full", "f", "x", "tangents", "full_outputs"), TORCH_FAMILIES, ids=[c[0] for c in TORCH_FAMILIES]
+)
+def test_torch_compile_plain_operator_graph_returns_its_result_alone(
+    plain: str, full: str, f: Any, x: Any, tangents: Any, full_outputs: int
+) -> None:
+    graphs = GraphOutputs()
+    backend = di.AutoTorch(compile=True, compile_options={"backend": graphs})
+    x = torch.from_numpy(x.astype(np.float64))
+    args = (x,) if tangents is None else (x, tuple(torch.from_numpy(t.astype(np.float64)) for t in tangents))
+    a = di.Constant(2.0)
+    prep = getattr(di, f"prepare_{plain}")(f, backend, *args, a)
+    result = getattr(di, plain)(f, prep, backend, *args, a)
+    assert graphs.outputs == [1]  # compiled at preparation, its result only
+    combined = getattr(di, full)(f, prep, backend, *args, a)
+    assert graphs.outputs == [1, full_outputs]  # compiled by its first call
+    expected = getattr(di, plain)(f, di.AutoTorch(), *args, a)
+    for got in (result, combined[-1]):
+        for got_leaf, expected_leaf in zip(
+            got if isinstance(got, tuple) else (got,), expected if isinstance(expected, tuple) else (expected,)
+        ):
+            torch.testing.assert_close(got_leaf, expected_leaf)
+
+
+def test_torch_compile_plain_hvp_graph_has_no_gradient_output() -> None:
+    graphs = GraphOutputs()
+    backend = di.AutoTorch(compile=True, compile_options={"backend": graphs})
+    tx = (torch.ones(4, dtype=torch.float64), torch.arange(4.0, dtype=torch.float64))
+    prep = di.prepare_hvp(scaled, backend, T64, tx, di.Constant(1.0), di.Constant(1))
+    hvps = di.hvp(scaled, prep, backend, T64, tx, di.Constant(0.5), di.Constant(1))
+    g, hvps_too = di.gradient_and_hvp(scaled, prep, backend, T64, tx, di.Constant(0.5), di.Constant(1))
+    assert graphs.outputs == [2, 3]  # two products; the gradient and two products
+    for t, hv, hv_too in zip(tx, hvps, hvps_too):
+        torch.testing.assert_close(hv, t)  # f = 0.5 sum(x^2): H = I
+        torch.testing.assert_close(hv_too, t)
+    torch.testing.assert_close(g, 0.5 * 2 * T64)
+
+
+def test_jax_jit_value_and_gradient_compiles_once_across_threads() -> None:
+    f = TraceCounter()
+    prep = di.prepare_gradient(f, JIT, np.zeros(4), di.Constant(np.ones(4)))
+    x, threads = np.arange(4.0), 8
+    barrier = threading.Barrier(threads)
+
+    def first_use(k: int) -> Any:
+        barrier.wait()
+        return di.value_and_gradient(f, prep, JIT, x, di.Constant(np.full(4, float(k))))
+
+    with ThreadPoolExecutor(threads) as pool:
+        results = list(pool.map(first_use, range(threads)))
+    assert f.count == 2  # the gradient program at preparation, value_and_gradient's once
+    for k, (y, g) in enumerate(results):
+        np.testing.assert_allclose(g, 2 * k * x)
+        np.testing.assert_allclose(y, k * (x * x).sum())
+
+
+def test_compiled_on_first_use_compiles_once_across_threads() -> None:
+    from di.backends.lazy import compiled_on_first_use
+
+    compiles: list[int] = []
+
+    def program(k: int) -> int:  # compiles on its first call, like jax.jit and torch.compile
+        if not compiles or compiles[-1] != -1:
+            compiles.append(k)
+            time.sleep(0.05)
+            compiles.append(-1)
+        return 2 * k
+
+    run, threads = compiled_on_first_use(program), 8
+    barrier = threading.Barrier(threads)
+
+    def first_use(k: int) -> int:
+        barrier.wait()
+        return run(k)  # type: ignore[no-any-return]
+
+    with ThreadPoolExecutor(threads) as pool:
+        assert list(pool.map(first_use, range(threads))) == [2 * k for k in range(threads)]
+    assert len(compiles) == 2  # one compile, whichever thread came first
+
+
+class CountingX64:
+    """Stands in for ``jax.enable_x64`` in di's JAX adapter: counts the scopes di
+    enters, and reads the real state."""
+
+    def __init__(self, real: Any) -> None:
+        self.real, self.entered = real, 0
+
+    @property
+    def value(self) -> bool:
+        return bool(self.real.value)
+
+    def __call__(self, flag: bool) -> Any:
+        self.entered += 1
+        return self.real(flag)
+
+
+def test_jax_jit_float64_enters_no_scope_inside_the_callers(monkeypatch: pytest.MonkeyPatch) -> None:
+    import di.backends.jax as jax_adapter
+
+    scopes = CountingX64(jax.enable_x64)
+    monkeypatch.setattr(jax_adapter, "_X64", scopes)
+    x = np.linspace(-1.0, 1.0, 3)  # float64
+    prep = di.prepare_gradient(quadratic, JIT, x, di.Constant(np.ones(3)))
+    scopes.entered = 0
+    g = di.gradient(quadratic, prep, JIT, x, di.Constant(np.ones(3)))
+    assert scopes.entered == 1 and g.dtype == np.float64  # outside any scope: di scopes the call
+    with jax.enable_x64(True):
+        for _ in range(3):
+            g = di.gradient(quadratic, prep, JIT, x, di.Constant(np.ones(3)))
+            assert g.dtype == np.float64
+        x_jax = jnp.asarray(x)
+        prep_jax = di.prepare_gradient(quadratic, JIT, x_jax, di.Constant(jnp.ones(3)))
+        scopes.entered = 1
+        g_jax = di.gradient(quadratic, prep_jax, JIT, x_jax, di.Constant(jnp.ones(3)))
+        assert g_jax.dtype == jnp.float64
+    assert scopes.entered == 1  # inside the caller's scope: none of its own
+    np.testing.assert_allclose(g, 2 * x)
+    np.testing.assert_allclose(g_jax, 2 * x)
+    prep32 = di.prepare_gradient(quadratic, JIT, x.astype(np.float32), di.Constant(np.ones(3, np.float32)))
+    scopes.entered = 0
+    di.gradient(quadratic, prep32, JIT, x.astype(np.float32), di.Constant(np.ones(3, np.float32)))
+    assert scopes.entered == 0  # float32 needs no scope: decided at preparation
+    assert not jax.config.jax_enable_x64  # the global flag never changes
+
+
 # --- AutoTorch(compile=True) ----------------------------------------------------------
 
 
@@ -273,6 +522,48 @@ def test_torch_compile_graph_break_warns() -> None:
     with pytest.warns(di.RecompileWarning, match="graph"):
         prep = di.prepare_gradient(branching, backend, torch.ones(3))
     torch.testing.assert_close(di.gradient(branching, prep, backend, torch.ones(3)), 2 * torch.ones(3))
+
+
+T = {"n": 0}
+
+
+def counting(x: Any) -> Any:
+    """Bumps a global call counter: dynamo guards on ``G[...].T['n'] == k`` and
+    recompiles at every call (natively too)."""
+    T["n"] += 1
+    return (x * x).sum()
+
+
+def test_torch_compile_recompiling_f_warns_then_raises_a_di_error() -> None:
+    backend = di.AutoTorch(compile=True, compile_options={"backend": "eager"})
+    prep = di.prepare_gradient(counting, backend, torch.zeros(3))
+    x = torch.arange(3.0)
+    limit = torch._dynamo.config.recompile_limit
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", di.RecompileWarning)
+        torch.testing.assert_close(di.gradient(counting, prep, backend, x), 2 * x)  # the first recompile
+    for recompile in range(2, limit):
+        with pytest.warns(di.RecompileWarning, match=rf"{recompile} recompiles.*T\['n'\] == \d+") as caught:
+            torch.testing.assert_close(di.gradient(counting, prep, backend, x), 2 * x)
+        assert len(caught) == 1 and caught[0].filename == __file__  # points at the caller
+    with pytest.raises(
+        di.RecompileLimitError, match=rf"recompile limit \({limit}\).*T\['n'\] == \d+.*Constant"
+    ) as info:
+        di.gradient(counting, prep, backend, x)
+    assert isinstance(info.value, di.DIError)
+    assert type(info.value.__cause__).__name__ == "FailOnRecompileLimitHit"
+
+
+def test_torch_compile_new_static_values_are_not_unexpected_recompiles() -> None:
+    backend = di.AutoTorch(compile=True, compile_options={"backend": "eager"})
+    x = torch.arange(3.0)
+    prep = di.prepare_gradient(scaled, backend, x, di.Constant(1.0), di.Constant(1))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", di.RecompileWarning)
+        for k in (2, 3, 4, 2, 3):
+            torch.testing.assert_close(
+                di.gradient(scaled, prep, backend, x, di.Constant(1.0), di.Constant(k)), 2 * x * k
+            )
 
 
 def test_torch_compile_prep_holds_no_array() -> None:
