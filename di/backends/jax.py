@@ -23,6 +23,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from di.backends.aux import AuxSplits, split_aux, split_output
 from di.backends.lazy import compiled_on_first_use
 from di.backends.protocol import (
     OPERATOR_FAMILIES,
@@ -117,11 +118,22 @@ class JAXAdapter(Adapter):
 
     # --- building programs ----------------------------------------------------------
 
-    def _checked(self, f: Callable[..., Any], operator: str, scalar: bool) -> Callable[..., Any]:
+    def _checked(
+        self, f: Callable[..., Any], operator: str, scalar: bool, aux: _AuxTracing | None = None
+    ) -> Callable[..., Any]:
+        """``f`` with its output checked for ``operator``; with ``aux``, ``f`` returns
+        ``(y, aux)`` and the function returns ``(y, aux's arrays)`` (the rest of
+        ``aux`` is recorded by ``aux``)."""
         backend = self.backend
 
         def checked(x: Any, *values: Any) -> Any:
             y = f(x, *values)
+            if aux is not None:
+                y, tree = split_output(y, backend, operator)
+                return check(y, x), aux.split(tree, values)
+            return check(y, x)
+
+        def check(y: Any, x: Any) -> Any:
             if isinstance(y, float):
                 y = jnp.asarray(y, dtype=getattr(x, "dtype", None))
             if scalar and not is_real_scalar(y):
@@ -142,10 +154,12 @@ class JAXAdapter(Adapter):
         contexts: Sequence[Context],
         *,
         on_first_use: bool = False,
+        aux: _AuxTracing | None = None,
     ) -> Program:
         """``core(x, [tangents,] *values)`` taking caller-family inputs and running in
         the x64 scope it needs; with jit, compiled now or, ``on_first_use``, by its
-        first call (once, under a lock)."""
+        first call (once, under a lock). With ``aux``, ``core`` returns ``(result,
+        aux's arrays)`` and the program ``(result, aux)``."""
         values = [c.value for c in contexts]
         x64 = self.scope([x, *values]) is _x64_scope
         lead = 1 if tangents is None else 2
@@ -162,6 +176,8 @@ class JAXAdapter(Adapter):
         else:
             statics, function, converters = (), core, self.input_converters(inputs)
         program = _wrap(function, converters, tangents is not None, x64)
+        if aux is not None:
+            program = aux.joining(program, lead, self.compiled)
         if not self.compiled:
             return program
         if on_first_use:
@@ -182,6 +198,7 @@ class JAXAdapter(Adapter):
         tangents: Sequence[Any] | None,
         contexts: Sequence[Context],
         names: tuple[str, str],
+        aux: _AuxTracing | None = None,
     ) -> Programs:
         """The two programs of an operator family: the plain operator's, returning
         its result alone (compiled at preparation), and the ``value_and_*`` one
@@ -190,46 +207,78 @@ class JAXAdapter(Adapter):
         microseconds, and a jacobian returned beside the value is copied out of
         the layout XLA computed it in."""
         return {
-            names[0]: self._program(plain_core, x, tangents, contexts),
-            names[1]: self._program(full_core, x, tangents, contexts, on_first_use=True),
+            names[0]: self._program(plain_core, x, tangents, contexts, aux=aux),
+            names[1]: self._program(full_core, x, tangents, contexts, on_first_use=True, aux=aux),
         }
+
+    def _aux(self, contexts: Sequence[Context], has_aux: bool) -> _AuxTracing | None:
+        if not has_aux:
+            return None
+        return _AuxTracing(static_positions(contexts, self.backend) if self.compiled else ())
 
     # --- operators --------------------------------------------------------------------
 
-    def prepare_gradient_programs(self, f: Callable[..., Any], x: Any, contexts: Sequence[Context]) -> Programs:
-        checked = self._checked(f, "gradient", scalar=True)
-        return self._plain_and_full(
-            jax.grad(checked), jax.value_and_grad(checked), x, None, contexts, ("gradient", "value_and_gradient")
-        )
+    def prepare_gradient_programs(
+        self, f: Callable[..., Any], x: Any, contexts: Sequence[Context], *, has_aux: bool = False
+    ) -> Programs:
+        aux = self._aux(contexts, has_aux)
+        checked = self._checked(f, "gradient", scalar=True, aux=aux)
+        names = ("gradient", "value_and_gradient")
+        if aux is None:
+            return self._plain_and_full(jax.grad(checked), jax.value_and_grad(checked), x, None, contexts, names)
+        value_and_grad = jax.value_and_grad(checked, has_aux=True)
+
+        def value_and_gradient(x: Any, *values: Any) -> Any:
+            (y, arrays), g = value_and_grad(x, *values)
+            return (y, g), arrays
+
+        return self._plain_and_full(jax.grad(checked, has_aux=True), value_and_gradient, x, None, contexts, names, aux)
 
     def prepare_pushforward_programs(
-        self, f: Callable[..., Any], x: Any, tx: Sequence[Any], contexts: Sequence[Context]
+        self,
+        f: Callable[..., Any],
+        x: Any,
+        tx: Sequence[Any],
+        contexts: Sequence[Context],
+        *,
+        has_aux: bool = False,
     ) -> Programs:
-        checked = self._checked(f, "pushforward", scalar=False)
+        aux = self._aux(contexts, has_aux)
+        checked = self._checked(f, "pushforward", scalar=False, aux=aux)
 
         def core(x: Any, tx: Sequence[Any], *values: Any) -> Any:
             fx = functools.partial(_first_argument, checked, values)
             tx = [_cast_like(t, x) for t in tx]
-            if len(tx) == 1:
-                y, dy = jax.jvp(fx, (x,), (tx[0],))
-                return y, (dy,)
             if not tx:
-                return fx(x), ()
-            y, linear = jax.linearize(fx, x)
-            return y, _unstack(jax.vmap(linear)(_stack(tx)), len(tx))
+                y, *arrays = _outputs(fx(x), has_aux)
+                return _result(has_aux, (y, ()), *arrays)
+            if len(tx) == 1:
+                y, dy, *arrays = jax.jvp(fx, (x,), (tx[0],), has_aux=has_aux)
+                return _result(has_aux, (y, (dy,)), *arrays)
+            y, linear, *arrays = jax.linearize(fx, x, has_aux=has_aux)
+            return _result(has_aux, (y, _unstack(jax.vmap(linear)(_stack(tx)), len(tx))), *arrays)
 
-        return self._plain_and_full(_last(core), core, x, tx, contexts, ("pushforward", "value_and_pushforward"))
+        names = ("pushforward", "value_and_pushforward")
+        return self._plain_and_full(_last(core, has_aux), core, x, tx, contexts, names, aux)
 
     def prepare_pullback_programs(
-        self, f: Callable[..., Any], x: Any, ty: Sequence[Any], contexts: Sequence[Context]
+        self,
+        f: Callable[..., Any],
+        x: Any,
+        ty: Sequence[Any],
+        contexts: Sequence[Context],
+        *,
+        has_aux: bool = False,
     ) -> Programs:
-        checked = self._checked(f, "pullback", scalar=False)
+        aux = self._aux(contexts, has_aux)
+        checked = self._checked(f, "pullback", scalar=False, aux=aux)
 
         def core(x: Any, ty: Sequence[Any], *values: Any) -> Any:
-            y, vjp = jax.vjp(functools.partial(_first_argument, checked, values), x)
-            return y, _apply_vjp(vjp, ty, y)
+            y, vjp, *arrays = jax.vjp(functools.partial(_first_argument, checked, values), x, has_aux=has_aux)
+            return _result(has_aux, (y, _apply_vjp(vjp, ty, y)), *arrays)
 
-        return self._plain_and_full(_last(core), core, x, ty, contexts, ("pullback", "value_and_pullback"))
+        names = ("pullback", "value_and_pullback")
+        return self._plain_and_full(_last(core, has_aux), core, x, ty, contexts, names, aux)
 
     def prepare_pullback_same_point_programs(
         self, f: Callable[..., Any], x: Any, ty: Sequence[Any], contexts: Sequence[Context]
@@ -248,19 +297,37 @@ class JAXAdapter(Adapter):
 
         return _split(value_and_pullback, "pullback", "value_and_pullback")
 
-    def prepare_jacobian_programs(self, f: Callable[..., Any], x: Any, contexts: Sequence[Context]) -> Programs:
-        checked = self._checked(f, "jacobian", scalar=False)
-        forward = self._forward_jacobian(checked, x, contexts)
+    def prepare_jacobian_programs(
+        self, f: Callable[..., Any], x: Any, contexts: Sequence[Context], *, has_aux: bool = False
+    ) -> Programs:
+        aux = self._aux(contexts, has_aux)
+        checked = self._checked(f, "jacobian", scalar=False, aux=aux)
+        forward = self._forward_jacobian(_value_only(checked) if aux else checked, x, contexts)
         transform = jax.jacfwd if forward else jax.jacrev
+        names = ("jacobian", "value_and_jacobian")
+        if aux is None:
 
-        def value_and_jacobian(x: Any, *values: Any) -> Any:
-            fx = functools.partial(_first_argument, checked, values)
-            return fx(x), transform(fx)(x)
+            def value_and_jacobian(x: Any, *values: Any) -> Any:
+                fx = functools.partial(_first_argument, checked, values)
+                return fx(x), transform(fx)(x)
 
-        def jacobian(x: Any, *values: Any) -> Any:
-            return transform(functools.partial(_first_argument, checked, values))(x)
+            def jacobian(x: Any, *values: Any) -> Any:
+                return transform(functools.partial(_first_argument, checked, values))(x)
 
-        return self._plain_and_full(jacobian, value_and_jacobian, x, None, contexts, ("jacobian", "value_and_jacobian"))
+            return self._plain_and_full(jacobian, value_and_jacobian, x, None, contexts, names)
+
+        def value_and_jacobian_with_aux(x: Any, *values: Any) -> Any:
+            def y_and_aux(x: Any) -> Any:
+                y, arrays = checked(x, *values)
+                return y, (y, arrays)
+
+            jac, (y, arrays) = transform(y_and_aux, has_aux=True)(x)
+            return (y, jac), arrays
+
+        def jacobian_with_aux(x: Any, *values: Any) -> Any:
+            return transform(functools.partial(_first_argument, checked, values), has_aux=True)(x)
+
+        return self._plain_and_full(jacobian_with_aux, value_and_jacobian_with_aux, x, None, contexts, names, aux)
 
     def output_shapes(self, f: Callable[..., Any], x: Any, contexts: Sequence[Context]) -> list[tuple[int, ...]] | None:
         """Shapes from tracing ``f`` abstractly (``jax.eval_shape``): nothing is computed."""
@@ -285,14 +352,19 @@ class JAXAdapter(Adapter):
             y = jax.eval_shape(checked, *inputs)
         return _size(inputs[0]) <= _size(y)
 
-    def prepare_derivative_programs(self, f: Callable[..., Any], x: Any, contexts: Sequence[Context]) -> Programs:
-        checked = self._checked(f, "derivative", scalar=False)
+    def prepare_derivative_programs(
+        self, f: Callable[..., Any], x: Any, contexts: Sequence[Context], *, has_aux: bool = False
+    ) -> Programs:
+        aux = self._aux(contexts, has_aux)
+        checked = self._checked(f, "derivative", scalar=False, aux=aux)
 
         def core(x: Any, *values: Any) -> Any:
             fx = functools.partial(_first_argument, checked, values)
-            return jax.jvp(fx, (x,), (jnp.ones_like(x),))
+            y, dy, *arrays = jax.jvp(fx, (x,), (jnp.ones_like(x),), has_aux=has_aux)
+            return _result(has_aux, (y, dy), *arrays)
 
-        return self._plain_and_full(_last(core), core, x, None, contexts, ("derivative", "value_and_derivative"))
+        names = ("derivative", "value_and_derivative")
+        return self._plain_and_full(_last(core, has_aux), core, x, None, contexts, names, aux)
 
     def prepare_second_derivative_programs(
         self, f: Callable[..., Any], x: Any, contexts: Sequence[Context]
@@ -470,14 +542,80 @@ def _in_x64(program: Program) -> Program:
     return in_x64
 
 
-def _last(core: Callable[..., Any]) -> Callable[..., Any]:
+def _last(core: Callable[..., Any], has_aux: bool = False) -> Callable[..., Any]:
     """The plain operator's function from the ``value_and_*`` one: its last result
-    only (under jit, XLA then never computes what only the others needed)."""
+    only (under jit, XLA then never computes what only the others needed), with
+    ``aux``'s arrays beside it under ``has_aux``."""
+    if has_aux:
+
+        def last_with_aux(*args: Any) -> Any:
+            result, arrays = core(*args)
+            return result[-1], arrays
+
+        return last_with_aux
 
     def last(*args: Any) -> Any:
         return core(*args)[-1]
 
     return last
+
+
+def _value_only(checked: Callable[..., Any]) -> Callable[..., Any]:
+    """A checked ``f`` that returns ``(y, aux's arrays)`` as one returning ``y``."""
+
+    def value(*args: Any) -> Any:
+        return checked(*args)[0]
+
+    return value
+
+
+def _outputs(output: Any, has_aux: bool) -> tuple[Any, ...]:
+    """``(y,)`` or, under ``has_aux``, ``(y, aux's arrays)``."""
+    return output if has_aux else (output,)  # type: ignore[no-any-return]
+
+
+def _result(has_aux: bool, result: Any, *arrays: Any) -> Any:
+    """A core function's return: ``result``, or ``(result, aux's arrays)``."""
+    return (result, arrays[0]) if has_aux else result
+
+
+def _is_traced_array(leaf: Any) -> bool:
+    """Whether an ``aux`` leaf must travel through the engine (JAX arrays and
+    tracers, numpy arrays); other leaves stay in Python."""
+    return isinstance(leaf, jax.Array) or family_of(leaf) is not None
+
+
+class _AuxTracing:
+    """``has_aux`` on JAX: ``aux``'s arrays travel as outputs of the traced (and
+    compiled) function, and the rest of ``aux`` (strings, numbers, ``None``, its
+    structure) is recorded at trace time and joined back after each call.
+
+    Under jit the non-array part can depend only on the static contexts (all else
+    is a tracer), so it is kept per value of those; eager, it is per thread."""
+
+    def __init__(self, statics: tuple[int, ...]) -> None:
+        self._splits = AuxSplits()
+        self._statics = statics
+
+    def _key(self, values: Sequence[Any]) -> tuple[Any, ...]:
+        return tuple(values[i] for i in self._statics)
+
+    def split(self, tree: Any, values: Sequence[Any]) -> tuple[Any, ...]:
+        """``aux``'s arrays; the rest is recorded for :meth:`joining`."""
+        arrays, split = split_aux(tree, _is_traced_array)
+        self._splits.record(split, self._key(values))
+        return arrays
+
+    def joining(self, program: Program, lead: int, compiled: bool) -> Program:
+        """``program`` returning ``(result, aux)`` where it returned ``(result, aux's arrays)``."""
+        splits, key = self._splits, self._key
+
+        def joined(*args: Any) -> Any:
+            result, arrays = program(*args)
+            split = splits.for_static(key(args[lead:])) if compiled else splits.last()
+            return result, split.join(arrays)
+
+        return joined
 
 
 def _split(program: Program, plain: str, full: str) -> Programs:
