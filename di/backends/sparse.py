@@ -168,12 +168,18 @@ class SparseAdapter(Adapter):
 
     def prepare_jacobian_programs(self, f: Callable[..., Any], x: Any, contexts: Sequence[Context]) -> Programs:
         self._refuse_pytree(x, "jacobian")
-        values = [c.value for c in contexts]
-        y = self.dense.prepare_value_program(f, x, contexts)(x, *values)
+        x_shape = tuple(x.shape)
+        if isinstance(self.selector.sparsity, TracerSparsity):
+            # The traced program says what f returns: no (eager, on a compiled backend) evaluation of f.
+            detection = _traced_pattern("jacobian", f, x, contexts)
+            y: Any = detection.output
+        else:
+            y = self.dense.prepare_value_program(f, x, contexts)(x, *[c.value for c in contexts])
         if not is_real_floating_array(y):
             raise_bad_output(y, self.backend, "jacobian")
-        y_shape, x_shape = tuple(getattr(y, "shape", ())), tuple(x.shape)
-        detection = self._detect("jacobian", f, x, contexts, (math.prod(y_shape), math.prod(x_shape)))
+        y_shape = tuple(getattr(y, "shape", ()))
+        if not isinstance(self.selector.sparsity, TracerSparsity):
+            detection = self._detect("jacobian", f, x, contexts, (math.prod(y_shape), math.prod(x_shape)))
         decompression = self._jacobian_coloring(detection.pattern)
         engine = self._jacobian_engine(f, x, contexts, decompression, y_shape, _numpy_dtype(y))
         assemble = _assembler(decompression, family_of(x) or NUMPY, self.selector.dense_result, y_shape + x_shape)
@@ -193,10 +199,10 @@ class SparseAdapter(Adapter):
 
     def prepare_hessian_programs(self, f: Callable[..., Any], x: Any, contexts: Sequence[Context]) -> Programs:
         self._refuse_pytree(x, "hessian")
-        values = [c.value for c in contexts]
-        y = self.dense.prepare_value_program(f, x, contexts)(x, *values)
-        if not is_real_scalar(y):
-            raise_bad_output(y, self.backend, "hessian")
+        if not isinstance(self.selector.sparsity, TracerSparsity):  # traced, f is checked by the dense programs
+            y = self.dense.prepare_value_program(f, x, contexts)(x, *[c.value for c in contexts])
+            if not is_real_scalar(y):
+                raise_bad_output(y, self.backend, "hessian")
         x_shape = tuple(x.shape)
         n = math.prod(x_shape)
         detection = self._detect("hessian", f, x, contexts, (n, n))

@@ -76,6 +76,8 @@ class Detection:
 
     pattern: sp.csr_array
     notes: list[str] = field(default_factory=list)
+    output: Any = None
+    """The traced output's abstract value (``shape``, ``dtype``), when traced."""
 
 
 @dataclass
@@ -215,8 +217,14 @@ class _Interpreter:
             math.prod(tuple(v.aval.shape)) > _FOLD_LIMIT for v in eqn.outvars
         ):
             return [None] * n_out
+        constants = [v.const for v in values]
+        in_numpy = _NUMPY_FOLDS.get(eqn.primitive.name)
         try:
-            result = eqn.primitive.bind(*[v.const for v in values], **eqn.params)
+            if in_numpy is not None:
+                dtype = np.dtype(eqn.outvars[0].aval.dtype)
+                return [np.asarray(in_numpy(eqn.params, *constants)).astype(dtype, copy=False)]
+            # Anything else is evaluated by JAX itself (one small compile per primitive and shape).
+            result = eqn.primitive.bind(*constants, **eqn.params)
         except Exception:
             return [None] * n_out
         results = result if eqn.primitive.multiple_results else [result]
@@ -252,6 +260,10 @@ class _Interpreter:
         moved = self.numpy_move(name, params, values, shapes[0])
         if moved is not False:
             return [moved]
+        if name == "pad" and values[1].deps is None:
+            return [self.pad(values[0], params["padding_config"], shapes[0])]
+        if name == "dynamic_slice" and all(v.const is not None for v in values[1:]):
+            return [self.dynamic_slice(values[0], values[1:], tuple(params["slice_sizes"]))]
         if name in MOVES:
             return [self.bound_move(eqn, values, shapes[0])]
         if name in SCATTERS:
@@ -419,6 +431,25 @@ class _Interpreter:
             return None
         return _take_rows(value.deps, source)
 
+    def pad(self, value: _Value, config: Any, shape: tuple[int, ...]) -> sp.csr_array | None:
+        """``lax.pad`` by a value that depends on nothing: padding has no dependencies."""
+        if value.deps is None:
+            return None
+        source = _numpy_pad(_index_array(value.shape), -1, config)
+        return _take_rows(value.deps, source)
+
+    def dynamic_slice(self, value: _Value, starts: list[_Value], sizes: tuple[int, ...]) -> sp.csr_array | None:
+        """``lax.dynamic_slice`` at known starts (clamped into bounds, as lax does)."""
+        if value.deps is None:
+            return None
+        slices = tuple(
+            slice(start, start + size)
+            for start, size in (
+                (int(np.clip(int(s.const), 0, dim - size)), size) for s, size, dim in zip(starts, sizes, value.shape)
+            )
+        )
+        return _take_rows(value.deps, _index_array(value.shape)[slices])
+
     def bound_move(self, eqn: Any, values: list[_Value], shape: tuple[int, ...]) -> sp.csr_array | None:
         """A data movement evaluated on index arrays: floating operands are replaced
         by their element numbers (1-based, all operands numbered in turn), the
@@ -477,6 +508,114 @@ class _Interpreter:
             outputs = self.run(branch.jaxpr, branch.consts, operands)
             deps = [_union(d, o.deps) for d, o in zip(deps, outputs)]
         return deps
+
+
+def _numpy_pad(array: np.ndarray, value: Any, config: Any) -> np.ndarray:
+    """``lax.pad`` in numpy: low, high (either may be negative) and interior padding per axis."""
+    result = array
+    for axis, (low, high, interior) in enumerate(config):
+        low, high, interior = int(low), int(high), int(interior)
+        length = result.shape[axis]
+        spread_length = length + max(length - 1, 0) * interior
+        spread_shape = list(result.shape)
+        spread_shape[axis] = spread_length
+        spread = np.full(spread_shape, value, dtype=result.dtype)
+        index = [slice(None)] * result.ndim
+        index[axis] = slice(None, None, interior + 1)
+        spread[tuple(index)] = result
+        widths = [(0, 0)] * result.ndim
+        widths[axis] = (max(low, 0), max(high, 0))
+        spread = np.pad(spread, widths, constant_values=value)
+        index = [slice(None)] * result.ndim
+        index[axis] = slice(max(-low, 0), spread.shape[axis] - max(-high, 0))
+        result = spread[tuple(index)]
+    return result
+
+
+def _iota(params: dict[str, Any]) -> np.ndarray:
+    shape, dimension = tuple(params["shape"]), int(params["dimension"])
+    line = np.arange(shape[dimension]).reshape([-1 if d == dimension else 1 for d in range(len(shape))])
+    return np.broadcast_to(line, shape)
+
+
+def _select_n(params: dict[str, Any], predicate: Any, *cases: Any) -> Any:
+    return np.choose(np.asarray(predicate).astype(np.int64), np.broadcast_arrays(*cases))
+
+
+def _divide(params: dict[str, Any], a: Any, b: Any) -> Any:
+    if np.issubdtype(np.result_type(a, b), np.integer):
+        return np.trunc(np.true_divide(a, b))  # lax rounds integer division toward zero
+    return np.true_divide(a, b)
+
+
+def _elementwise(function: Callable[..., Any]) -> Callable[..., Any]:
+    return lambda params, *operands: function(*operands)
+
+
+_NUMPY_FOLDS: dict[str, Callable[..., Any]] = {
+    "add": _elementwise(np.add),
+    "add_any": _elementwise(np.add),
+    "sub": _elementwise(np.subtract),
+    "mul": _elementwise(np.multiply),
+    "div": _divide,
+    "rem": _elementwise(np.fmod),
+    "neg": _elementwise(np.negative),
+    "max": _elementwise(np.maximum),
+    "min": _elementwise(np.minimum),
+    "abs": _elementwise(np.abs),
+    "sign": _elementwise(np.sign),
+    "eq": _elementwise(np.equal),
+    "ne": _elementwise(np.not_equal),
+    "lt": _elementwise(np.less),
+    "le": _elementwise(np.less_equal),
+    "gt": _elementwise(np.greater),
+    "ge": _elementwise(np.greater_equal),
+    "and": _elementwise(np.bitwise_and),
+    "or": _elementwise(np.bitwise_or),
+    "not": _elementwise(np.invert),
+    "exp": _elementwise(np.exp),
+    "log": _elementwise(np.log),
+    "sin": _elementwise(np.sin),
+    "cos": _elementwise(np.cos),
+    "sqrt": _elementwise(np.sqrt),
+    "integer_pow": lambda params, a: np.power(a, params["y"]),
+    "select_n": _select_n,
+    "convert_element_type": lambda params, a: np.asarray(a).astype(params["new_dtype"]),
+    "copy": lambda params, a: np.array(a),
+    "copy_p": lambda params, a: np.array(a),
+    "iota": lambda params: _iota(params),
+    "broadcast_in_dim": lambda params, a: np.broadcast_to(
+        np.reshape(
+            a,
+            [
+                np.shape(a)[list(params["broadcast_dimensions"]).index(d)] if d in params["broadcast_dimensions"] else 1
+                for d in range(len(params["shape"]))
+            ],
+        ),
+        tuple(params["shape"]),
+    ),
+    "reshape": lambda params, a: np.reshape(
+        a if params.get("dimensions") is None else np.transpose(a, params["dimensions"]), params["new_sizes"]
+    ),
+    "transpose": lambda params, a: np.transpose(a, params["permutation"]),
+    "squeeze": lambda params, a: np.squeeze(a, axis=tuple(params["dimensions"])),
+    "expand_dims": lambda params, a: np.expand_dims(a, axis=tuple(params["dimensions"])),
+    "rev": lambda params, a: np.flip(a, axis=tuple(params["dimensions"])),
+    "slice": lambda params, a: np.asarray(a)[
+        tuple(
+            slice(start, limit, step)
+            for start, limit, step in zip(
+                params["start_indices"], params["limit_indices"], params.get("strides") or (1,) * np.ndim(a)
+            )
+        )
+    ],
+    "concatenate": lambda params, *arrays: np.concatenate(arrays, axis=int(params["dimension"])),
+    "pad": lambda params, a, value: _numpy_pad(np.asarray(a), value, params["padding_config"]),
+    "reduce_sum": lambda params, a: np.sum(a, axis=tuple(params["axes"])),
+    "reduce_max": lambda params, a: np.max(a, axis=tuple(params["axes"])),
+    "reduce_min": lambda params, a: np.min(a, axis=tuple(params["axes"])),
+}
+"""Constant folding in numpy for the common primitives (JAX would compile each)."""
 
 
 def _nnz(matrix: Any) -> int:
@@ -572,7 +711,7 @@ def interpret(closed_jaxpr: Any, n: int, differentiated: int = 0) -> Detection:
         pattern = empty_pattern((output.size, n))
     else:
         pattern = canonical(output.deps)
-    return Detection(pattern, interpreter.notes)
+    return Detection(pattern, interpreter.notes, jaxpr.outvars[0].aval)
 
 
 def _traced(

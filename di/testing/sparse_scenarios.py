@@ -172,9 +172,9 @@ def expected_pattern(scenario: Scenario) -> np.ndarray:
     boolean ``(m, n)`` matrix: what exact detection must find (for tests)."""
     reference = scenario.res2 if scenario.operator == "hessian" else scenario.res1
     matrix = np.asarray(reference)
-    n = int(np.prod(np.shape(scenario.x)))
-    pattern = matrix.reshape(-1, n) != 0 if n else np.zeros((matrix.size, 0), dtype=bool)
-    return pattern
+    x_ndim = np.ndim(scenario.x)
+    m = int(np.prod(matrix.shape[: matrix.ndim - x_ndim]))
+    return matrix.reshape(m, int(np.prod(np.shape(scenario.x)))) != 0
 
 
 # --- the scenarios ------------------------------------------------------------------------

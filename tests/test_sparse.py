@@ -1,0 +1,340 @@
+"""AutoSparse: coloring, decompression, detection, and agreement with dense results."""
+
+from __future__ import annotations
+
+import gc
+import weakref
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import scipy.sparse as sp
+import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from jax.experimental import sparse as jsparse
+
+import di
+from di.sparse import coloring, decompression, detection
+from di.testing import test_differentiation
+from di.testing.sparse_scenarios import arrowhead_energy, expected_pattern, sparse_scenarios, tridiagonal
+
+SCENARIOS = sparse_scenarios()
+ORDERS = ("largest_first", "natural")
+FAST = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+# --- random patterns ------------------------------------------------------------------------
+
+
+@st.composite
+def patterns(draw: Any, symmetric: bool = False) -> sp.csr_array:
+    m = draw(st.integers(1, 14))
+    n = m if symmetric else draw(st.integers(1, 14))
+    density = draw(st.floats(0.0, 0.6))
+    seed = draw(st.integers(0, 2**31 - 1))
+    dense = np.random.default_rng(seed).random((m, n)) < density
+    if symmetric:
+        dense = dense | dense.T | np.eye(n, dtype=bool)
+    return sp.csr_array(dense)
+
+
+def _values(pattern: sp.csr_array, seed: int = 0) -> np.ndarray:
+    """A dense matrix with random nonzero values exactly on the pattern."""
+    matrix = pattern.toarray() * np.random.default_rng(seed).uniform(1, 2, pattern.shape)
+    return matrix
+
+
+# --- coloring ----------------------------------------------------------------------------------
+
+
+@FAST
+@given(patterns(), st.sampled_from(ORDERS))
+def test_column_and_row_colorings_are_structurally_orthogonal(pattern: sp.csr_array, order: str) -> None:
+    columns = coloring.column_coloring(pattern, order)
+    rows = coloring.row_coloring(pattern, order)
+    assert coloring.is_structurally_orthogonal(pattern, columns)
+    assert coloring.is_structurally_orthogonal(sp.csr_array(pattern.T), rows)
+    assert columns.max(initial=0) < pattern.shape[1] and rows.max(initial=0) < pattern.shape[0]
+
+
+@FAST
+@given(patterns(symmetric=True), st.sampled_from(ORDERS))
+def test_star_coloring_is_a_star_coloring(pattern: sp.csr_array, order: str) -> None:
+    colors = coloring.star_coloring(pattern, order)
+    assert coloring.is_star_coloring(pattern, colors)
+
+
+def test_star_checker_rejects_a_two_colored_path() -> None:
+    path = sp.csr_array(np.eye(4, k=1) + np.eye(4, k=-1) + np.eye(4))
+    assert not coloring.is_star_coloring(path, np.array([0, 1, 0, 1]))
+    assert coloring.is_star_coloring(path, coloring.star_coloring(path))
+
+
+def test_arrowhead_hessian_needs_two_colors_where_columns_need_n() -> None:
+    n = 200
+    arrow = np.eye(n, dtype=bool)
+    arrow[0, :] = arrow[:, 0] = True
+    pattern = sp.csr_array(arrow)
+    assert coloring.star_coloring(pattern).max() + 1 == 2
+    assert coloring.column_coloring(pattern).max() + 1 == n
+
+
+# --- decompression -----------------------------------------------------------------------------
+
+
+@FAST
+@given(patterns(), st.sampled_from(ORDERS), st.integers(0, 1000))
+def test_decompression_is_exact_for_both_colorings(pattern: sp.csr_array, order: str, seed: int) -> None:
+    jac = _values(pattern, seed)
+    columns = decompression.column_decompression(pattern, coloring.column_coloring(pattern, order))
+    compressed = jac @ decompression.seeds(columns.colors, columns.n_colors, jac.shape[1]).T  # (m, colors)
+    data = columns.decompress(compressed.T)
+    np.testing.assert_array_equal(sp.csr_array((data, columns.indices, columns.indptr), shape=jac.shape).toarray(), jac)
+    rows = decompression.row_decompression(pattern, coloring.row_coloring(pattern, order))
+    compressed = decompression.seeds(rows.colors, rows.n_colors, jac.shape[0]) @ jac  # (colors, n)
+    data = rows.decompress(compressed)
+    np.testing.assert_array_equal(sp.csr_array((data, rows.indices, rows.indptr), shape=jac.shape).toarray(), jac)
+
+
+@FAST
+@given(patterns(symmetric=True), st.sampled_from(ORDERS), st.integers(0, 1000))
+def test_star_decompression_is_exact(pattern: sp.csr_array, order: str, seed: int) -> None:
+    values = _values(pattern, seed)
+    hessian = np.triu(values) + np.triu(values, 1).T
+    star = decompression.star_decompression(pattern, coloring.star_coloring(pattern, order))
+    compressed = (hessian @ decompression.seeds(star.colors, star.n_colors, hessian.shape[0]).T).T
+    data = star.decompress(compressed)
+    np.testing.assert_array_equal(
+        sp.csr_array((data, star.indices, star.indptr), shape=hessian.shape).toarray(), hessian
+    )
+
+
+def test_decompression_refuses_a_bad_coloring() -> None:
+    pattern = sp.csr_array(np.ones((2, 2), dtype=bool))
+    with pytest.raises(ValueError, match="does not separate"):
+        decompression.column_decompression(pattern, np.array([0, 0]))
+    with pytest.raises(ValueError, match="does not separate"):
+        decompression.star_decompression(sp.csr_array(np.ones((3, 3), dtype=bool)), np.array([0, 1, 1]))
+
+
+# --- detection ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS, ids=lambda s: s.name)
+def test_tracer_finds_the_true_pattern_of_every_sparse_scenario(scenario: Any) -> None:
+    detect = detection.hessian_pattern if scenario.operator == "hessian" else detection.jacobian_pattern
+    found = detect(scenario.f, scenario.x, [], [])
+    np.testing.assert_array_equal(found.pattern.toarray(), expected_pattern(scenario))
+    assert found.notes == []
+
+
+_UNARY = {
+    "sin": jnp.sin,
+    "exp": lambda v: jnp.exp(v / 4),
+    "square": lambda v: v * v,
+    "cumsum": jnp.cumsum,
+    "flip": jnp.flip,
+    "roll": lambda v: jnp.roll(v, 2),
+    "shift": lambda v: jnp.concatenate([v[1:], v[:1] * 0]) * v,
+    "pad_slice": lambda v: jnp.pad(v, (1, 2))[2:-1] + v,
+    "gather": lambda v: v[jnp.asarray(np.arange(v.size)[::-1] // 2 * 2)],
+    "scatter_add": lambda v: v.at[jnp.asarray(np.arange(v.size) // 3)].add(v),
+    "where": lambda v: jnp.where(jnp.asarray(np.arange(v.size) % 2 == 0), v, jnp.cos(v)),
+    "matvec": lambda v: jnp.asarray(np.triu(np.tril(np.ones((v.size, v.size)), 1), -1)) @ v,
+    "reshape_t": lambda v: jnp.reshape(jnp.reshape(v, (2, -1)).T, (-1,)) if v.size % 2 == 0 else v,
+    "block_sum": lambda v: jnp.repeat(jnp.sum(jnp.reshape(v, (-1, 2)), axis=1), 2) if v.size % 2 == 0 else v,
+    "max": lambda v: jnp.maximum(v, v[::-1]),
+    "outer_diag": lambda v: jnp.diagonal(jnp.outer(v, v[::-1])),
+}
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.sampled_from(sorted(_UNARY)), min_size=1, max_size=4), st.sampled_from([4, 6, 7]))
+def test_tracer_never_misses_a_nonzero_of_random_compositions(names: list[str], n: int) -> None:
+    def f(x: Any) -> Any:
+        for name in names:
+            x = _UNARY[name](x)
+        return x
+
+    def g(x: Any) -> Any:
+        return jnp.sum(f(x) ** 3)
+
+    x = np.random.default_rng(n).uniform(0.5, 1.5, n)
+    with jax.enable_x64(True):
+        jac, hess = jax.jit(lambda x: (jax.jacfwd(f)(x), jax.hessian(g)(x)))(jnp.asarray(x))
+    jac, hess = np.asarray(jac), np.asarray(hess)
+    found = detection.jacobian_pattern(f, x, [], []).pattern.toarray()
+    assert not np.any((jac != 0) & ~found), names
+    found = detection.hessian_pattern(g, x, [], []).pattern.toarray()
+    assert not np.any((hess != 0) & ~found), names
+
+
+def test_unknown_primitives_and_loops_fall_back_to_dense_with_a_note() -> None:
+    def sorted_tail(x: Any) -> Any:
+        return jnp.concatenate([x[:1] * 2, jnp.sort(x[1:])])
+
+    found = detection.jacobian_pattern(sorted_tail, np.zeros(4), [], [])
+    expected = np.ones((4, 4), dtype=bool)
+    expected[0, 1:] = False
+    expected[1:, 0] = False
+    np.testing.assert_array_equal(found.pattern.toarray(), expected)
+    assert any(note.startswith("sort:") for note in found.notes)
+
+    def looped(x: Any) -> Any:
+        return jax.lax.fori_loop(0, 3, lambda i, v: v * 2, x)
+
+    found = detection.jacobian_pattern(looped, np.zeros(3), [], [])
+    assert found.pattern.toarray().all() and any("loop" in note for note in found.notes)
+    prep = di.prepare_jacobian(sorted_tail, di.AutoSparse(di.AutoJAX()), np.zeros(4))
+    assert any(note.startswith("sort:") for note in prep.sparse_info.notes)
+    x = np.array([0.3, 2.0, -1.0, 0.5])
+    np.testing.assert_allclose(
+        di.jacobian(sorted_tail, prep, di.AutoSparse(di.AutoJAX()), x).toarray(),
+        di.jacobian(sorted_tail, di.AutoJAX(), x),
+    )
+
+
+def test_custom_primitive_falls_back_to_dense() -> None:
+    from jax.extend.core import Primitive
+
+    double = Primitive("di_test_double")
+    double.def_impl(lambda v: v * 2)
+    double.def_abstract_eval(lambda aval: aval)
+    found = detection.jacobian_pattern(lambda x: double.bind(x[:2]) * x[2], np.zeros(3), [], [])
+    assert found.pattern.toarray().all() and any("di_test_double" in note for note in found.notes)
+
+
+def test_constants_and_contexts() -> None:
+    band = np.eye(5) + np.eye(5, k=2)
+    # A matrix f closes over is a known constant: its zeros are read.
+    found = detection.jacobian_pattern(lambda x: band @ x, np.zeros(5), [], []).pattern
+    np.testing.assert_array_equal(found.toarray(), band != 0)
+    # A context is not: its value may change between calls.
+    found = detection.jacobian_pattern(lambda x, a: a @ x, np.zeros(5), [band], [False]).pattern
+    assert found.toarray().all()
+
+
+# --- the backend ------------------------------------------------------------------------------------
+
+
+def _all_families(backend: di.AbstractBackend, families: tuple[str, ...]) -> None:
+    scenarios = [s.with_family(family) for family in families for s in SCENARIOS]
+    report = test_differentiation([backend], scenarios, prep_modes=("prepared-twice",))
+    assert report.failed == [] and len(report.passed) == len(scenarios)
+
+
+@pytest.mark.parametrize(
+    ("backend", "families"),
+    [
+        (di.AutoJAX(jit=True), ("numpy",)),
+        (di.AutoTorch(), ("numpy", "torch", "jax")),
+        (di.AutoAutograd(), ("numpy",)),
+        (di.AutoFiniteDiff(), ("numpy", "torch")),
+    ],
+    ids=["jax-jit", "torch", "autograd", "finitediff"],
+)
+def test_sparse_results_agree_with_the_references(backend: di.AbstractBackend, families: tuple[str, ...]) -> None:
+    _all_families(backend, families)
+
+
+def test_the_dense_mode_picks_pullbacks() -> None:
+    x = np.linspace(-1, 1, 6)
+    for mode in ("forward", "reverse"):
+        backend = di.AutoSparse(di.AutoTorch(mode=mode))
+        prep = di.prepare_jacobian(tridiagonal, backend, x)
+        assert prep.sparse_info.mode == mode and prep.colors == 3
+        np.testing.assert_allclose(di.jacobian(tridiagonal, prep, backend, x).toarray(), _tridiagonal(x))
+    # Rows: one dense row needs one pullback per row color, columns need n pushforwards.
+    prep = di.prepare_jacobian(lambda x: x * x.sum(), di.AutoSparse(di.AutoTorch()), x)
+    assert prep.colors == 6
+
+
+def _tridiagonal(x: np.ndarray) -> np.ndarray:
+    return np.eye(x.size, k=1) + np.eye(x.size, k=-1) + np.diag(2 * x - 2)
+
+
+def test_torch_compile_aot_eager() -> None:
+    backend = di.AutoSparse(di.AutoTorch(compile=True, compile_options={"backend": "aot_eager"}))
+    x = torch.linspace(-1, 1, 8, dtype=torch.float64)
+    prep = di.prepare_jacobian(tridiagonal, backend, torch.zeros(8, dtype=torch.float64))
+    jac = di.jacobian(tridiagonal, prep, backend, x)
+    assert jac.layout == torch.sparse_csr and prep.colors == 3
+    torch.testing.assert_close(jac.to_dense(), di.jacobian(tridiagonal, di.AutoTorch(), x))
+
+
+def test_result_types_and_dense_results() -> None:
+    x = np.linspace(-1, 1, 6)
+    cases = [(x, sp.csr_array), (torch.from_numpy(x), torch.Tensor), (jnp.asarray(x, jnp.float32), jsparse.BCOO)]
+    for value, kind in cases:
+        for dense in (di.AutoJAX(jit=True), di.AutoTorch()):
+            jac = di.jacobian(tridiagonal, di.AutoSparse(dense), value)
+            assert isinstance(jac, kind) and tuple(jac.shape) == (6, 6)
+            full = di.jacobian(tridiagonal, di.AutoSparse(dense, dense_result=True), value)
+            assert di.families.family_of(full) == di.families.family_of(value)
+            np.testing.assert_allclose(np.asarray(full), np.asarray(di.jacobian(tridiagonal, dense, value)), rtol=1e-6)
+    grid = np.ones((3, 4))
+    from di.testing.sparse_scenarios import laplacian_2d
+
+    assert di.jacobian(laplacian_2d, di.AutoSparse(di.AutoTorch(), dense_result=True), grid).shape == (3, 4, 3, 4)
+    assert di.jacobian(laplacian_2d, di.AutoSparse(di.AutoTorch()), grid).shape == (12, 12)
+
+
+def test_dense_and_known_sparsity() -> None:
+    x = np.linspace(-1, 1, 7)
+    expected = di.jacobian(tridiagonal, di.AutoTorch(), x)
+    for source in (di.DenseSparsity(), di.DenseSparsity(di.AutoFiniteDiff(), points=1, atol=1e-6)):
+        backend = di.AutoSparse(di.AutoTorch(), sparsity=source)
+        prep = di.prepare_jacobian(tridiagonal, backend, x)
+        assert prep.sparsity.nnz == 19 and prep.colors == 3
+        np.testing.assert_allclose(di.jacobian(tridiagonal, prep, backend, x).toarray(), expected)
+    band = sp.diags_array([np.ones(6), np.ones(7), np.ones(6)], offsets=[-1, 0, 1])
+    backend = di.AutoSparse(di.AutoFiniteDiff(), sparsity=di.KnownSparsity(band))
+    assert hash(backend) == hash(di.AutoSparse(di.AutoFiniteDiff(), sparsity=di.KnownSparsity(band.toarray() != 0)))
+    np.testing.assert_allclose(di.jacobian(tridiagonal, backend, x).toarray(), expected, atol=1e-8)
+    with pytest.raises(di.InvalidInputError, match=r"shape \(7, 7\)"):
+        di.jacobian(lambda x: x[:3], backend, x)
+
+
+def test_hessians_use_star_coloring() -> None:
+    x = np.linspace(-1, 1, 50)
+    backend = di.AutoSparse(di.AutoJAX(jit=True))
+    prep = di.prepare_hessian(arrowhead_energy, backend, x)
+    assert prep.colors <= 3 and prep.sparsity.nnz == 3 * 50 - 2
+    y, g, h = di.value_gradient_and_hessian(arrowhead_energy, prep, backend, x)
+    np.testing.assert_allclose(h.toarray(), di.hessian(arrowhead_energy, di.AutoTorch(), x), rtol=1e-12)
+    np.testing.assert_allclose(g, di.gradient(arrowhead_energy, di.AutoTorch(), x), rtol=1e-12)
+    np.testing.assert_allclose(y, arrowhead_energy(x))
+
+
+def test_errors_and_strictness() -> None:
+    backend = di.AutoSparse(di.AutoTorch())
+    x = np.linspace(-1, 1, 5)
+    prep = di.prepare_jacobian(tridiagonal, backend, x)
+    with pytest.raises(di.PreparationMismatchError):
+        di.jacobian(tridiagonal, prep, backend, np.zeros(6))
+    with pytest.raises(di.OutBufferError, match="sparse matrix"):
+        di.jacobian(tridiagonal, prep, backend, x, out=np.zeros((5, 5)))
+    with pytest.raises(di.InvalidInputError, match="one array, not a pytree"):
+        di.jacobian(lambda t: t["a"] * 2, backend, {"a": x})
+    with pytest.raises(di.InvalidInputError, match="TracerSparsity could not trace f with JAX"):
+        di.jacobian(lambda x: torch.sin(torch.as_tensor(x)), backend, torch.from_numpy(x))
+    with pytest.raises(TypeError):
+        di.AutoSparse(di.AutoSparse(di.AutoJAX()))
+    with pytest.raises(ValueError):
+        di.AutoSparse(di.AutoJAX(), order="random")
+    # Other operators are the dense backend's.
+    np.testing.assert_allclose(di.gradient(lambda x: (x**2).sum(), backend, x), 2 * x)
+
+
+def test_prep_holds_no_caller_arrays() -> None:
+    for backend in (di.AutoSparse(di.AutoJAX(jit=True)), di.AutoSparse(di.AutoTorch())):
+        x = np.linspace(-1, 1, 9)
+        alive = weakref.ref(x)
+        prep = di.prepare_jacobian(tridiagonal, backend, x)
+        del x
+        gc.collect()
+        assert alive() is None
+        assert di.jacobian(tridiagonal, prep, backend, np.ones(9)).nnz == 25
