@@ -247,6 +247,12 @@ def _parser() -> argparse.ArgumentParser:
     check.add_argument("--dtype", default="float64", choices=["float64", "float32"])
     check.add_argument("--operator", default="gradient", help="gradient (default), jacobian, hessian, hvp, ...")
     check.add_argument("--seed", type=int, default=0, help="seed of the random x and tangents")
+    check.add_argument(
+        "--sparse",
+        action="store_true",
+        help="jacobian/hessian with di.AutoSparse(backend); also report the nonzeros of a dense result at another "
+        "random point that lie outside the prepared pattern",
+    )
     plan = commands.add_parser(
         "plan",
         help="find the fastest backend for your function (di.AutoFastest)",
@@ -638,6 +644,8 @@ def run_check(args: argparse.Namespace, out: Output) -> int:
     if not callable(f):
         raise UsageError(f"{args.function} is a {type(f).__name__}, not a function")
     shape = () if args.operator in ("derivative", "second_derivative") else _parse_shape(args.x_shape)
+    if args.sparse and args.operator not in _MATRIX_OPERATORS:
+        raise UsageError(f"--sparse checks jacobian or hessian, not {args.operator}")
     backends = _parse_backends(args.backends)
     reference, reference_label = _reference(f, args.operator, shape, args.seed)
     out.line(
@@ -648,12 +656,17 @@ def run_check(args: argparse.Namespace, out: Output) -> int:
     failures = 0
     with Progress(len(backends), "checking") as progress:
         for backend in backends:
-            label = backend_label(backend)
+            label = backend_label(backend) + (" (sparse)" if args.sparse else "")
+            run_on = di.AutoSparse(backend) if args.sparse else backend
             scenario = _check_scenario(f, args.operator, shape, args.dtype, args.seed, reference)
-            result = run_case(Case(backend, scenario, "prepared"), rtol=args.rtol, atol=args.atol)
+            result = run_case(Case(run_on, scenario, "prepared"), rtol=args.rtol, atol=args.atol)
             timing: dict[str, Any] = {}
             if result.error is None and result.status != "skipped":
-                timing = benchmark_differentiation(backend, [scenario], prepared=(True,), min_time=0.05)[0]
+                timing = benchmark_differentiation(run_on, [scenario], prepared=(True,), min_time=0.05)[0]
+            if args.sparse and result.status == "passed":
+                outside, result.message = _pattern_check(f, args.operator, backend, shape, args.dtype, args.seed)
+                if outside:
+                    result.status = "failed"
             if result.status == "passed":
                 status = "ok"
             elif result.status == "skipped":
@@ -707,6 +720,27 @@ def run_check(args: argparse.Namespace, out: Output) -> int:
         return EXIT_DISAGREE
     out.line("Every backend that ran agrees with the reference.", style="bold green")
     return EXIT_OK
+
+
+def _pattern_check(
+    f: Callable[..., Any], operator: str, backend: Any, shape: tuple[int, ...], dtype: str, seed: int
+) -> tuple[int, str]:
+    """``di check --sparse``: the pattern prepared at the check's point against the
+    nonzeros of a dense result at another random point (a pattern that depends on
+    x is the caller's responsibility: this is how they find out)."""
+    import numpy as np
+
+    import di
+    from di.testing.scenarios import to_numpy
+
+    prep = getattr(di, f"prepare_{operator}")(f, di.AutoSparse(backend), _point(shape, dtype, seed))
+    dense = to_numpy(getattr(di, operator)(f, backend, _point(shape, dtype, seed + 7)))
+    pattern = prep.sparsity
+    outside = int(np.count_nonzero((np.asarray(dense).reshape(pattern.shape) != 0) & ~pattern.toarray()))
+    message = f"pattern: {pattern.nnz} nonzeros, {prep.colors} colors"
+    if outside:
+        message += f"; a dense {operator} at another random point has {outside} nonzeros OUTSIDE it"
+    return outside, message
 
 
 # --- plan ----------------------------------------------------------------------------------------
