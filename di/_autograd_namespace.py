@@ -28,8 +28,8 @@ import array_api_compat.numpy as compat_numpy
 import array_api_compat.numpy.linalg as compat_linalg
 import autograd.numpy as anp
 import numpy as np
-from autograd.core import JVPNode
-from autograd.extend import Box, defjvp, defvjp, primitive
+from autograd.core import JVPNode, primitive_jvps, primitive_vjps
+from autograd.extend import Box, defjvp, defjvp_argnums, defvjp, defvjp_argnums, primitive
 from autograd.tracer import getval
 
 from di.errors import UnsupportedOperatorError
@@ -53,6 +53,34 @@ defvjp(_cast, lambda ans, x, dtype: lambda g: _cast(g, np.result_type(x)))
 defjvp(_cast, lambda g, ans, x, dtype: _cast(g, dtype))
 
 
+def _in_dtype(derivative: Any, like: Any) -> Any:
+    dtype = anp.result_type(like)
+    return derivative if anp.result_type(derivative) == dtype else _cast(derivative, dtype)
+
+
+def _in_value_dtype(function: Callable[..., Any]) -> Callable[..., Any]:
+    """``function`` differentiated by autograd's own rules, their results cast to the dtype of
+    the value they belong to (autograd's rules for it compute float32 values' derivatives in
+    float64)."""
+    wrapped = primitive(function)
+    vjp_maker = primitive_vjps[function]
+
+    def vjp_argnums(argnums: Any, ans: Any, args: Any, kwargs: Any) -> Callable[[Any], Any]:
+        vjps = vjp_maker(argnums, ans, args, kwargs)
+        return lambda g: tuple(_in_dtype(d, args[i]) for i, d in zip(argnums, vjps(g)))
+
+    defvjp_argnums(wrapped, vjp_argnums)
+    if function in primitive_jvps:
+        jvp_maker = primitive_jvps[function]
+        defjvp_argnums(wrapped, lambda argnums, gs, ans, *rest: _in_dtype(jvp_maker(argnums, gs, ans, *rest), ans))
+    return wrapped
+
+
+_KEEPING_DTYPE = {
+    name: _in_value_dtype(getattr(anp, name)) for name in ("log2", "log10", "max", "maximum", "min", "minimum")
+}
+
+
 def astype(x: Any, dtype: Any, /, *, copy: bool = True, device: Any = None) -> Any:
     if not np.issubdtype(dtype, np.inexact):  # integer and boolean results carry no derivative
         return np.asarray(getval(x)).astype(dtype)
@@ -66,7 +94,8 @@ def concat(arrays: Sequence[Any], /, *, axis: int | None = 0) -> Any:
 
 
 def stack(arrays: Sequence[Any], /, *, axis: int = 0) -> Any:
-    return anp.stack(list(arrays), axis=axis)
+    # Not autograd's stack, whose forward rule returns float64 tangents for float32 values.
+    return anp.concatenate([anp.expand_dims(a, axis) for a in arrays], axis=axis)
 
 
 def reshape(x: Any, /, shape: tuple[int, ...], *, copy: bool | None = None) -> Any:
@@ -121,23 +150,45 @@ def broadcast_arrays(*arrays: Any) -> list[Any]:
     return [broadcast_to(a, shape) for a in arrays]
 
 
+@primitive
+def _select(condition: Any, x1: Any, x2: Any) -> Any:
+    return np.where(condition, x1, x2)
+
+
+# autograd's own where rules pad with float64 zeros (a float32 f gets float64 derivatives);
+# these keep the cotangent's dtype, and use _select itself, so they nest.
+defvjp(
+    _select,
+    None,
+    lambda ans, condition, x1, x2: lambda g: _select(condition, g, anp.zeros_like(g)),
+    lambda ans, condition, x1, x2: lambda g: _select(condition, anp.zeros_like(g), g),
+)
+defjvp(
+    _select,
+    None,
+    lambda g, ans, condition, x1, x2: _select(condition, g, anp.zeros_like(g)),
+    lambda g, ans, condition, x1, x2: _select(condition, anp.zeros_like(g), g),
+)
+
+
 def where(condition: Any, x1: Any, x2: Any, /) -> Any:
-    # autograd's where does not reduce a broadcast operand's gradient to its shape:
-    # broadcast first, broadcast_to's rules do.
+    # A traced operand is broadcast to the result's shape first, so that its derivative
+    # (through broadcast_to's rules) comes back in its own shape.
     shape = np.broadcast_shapes(anp.shape(condition), anp.shape(x1), anp.shape(x2))
-    return anp.where(getval(condition), broadcast_to(x1, shape), broadcast_to(x2, shape))
+    x1, x2 = (broadcast_to(a, shape) if isinstance(a, Box) and anp.shape(a) != shape else a for a in (x1, x2))
+    return _select(getval(condition), x1, x2)
 
 
 def clip(x: Any, /, min: Any = None, max: Any = None) -> Any:
     if min is not None:
-        x = anp.maximum(x, min)
+        x = _KEEPING_DTYPE["maximum"](x, min)
     if max is not None:
-        x = anp.minimum(x, max)
+        x = _KEEPING_DTYPE["minimum"](x, max)
     return x
 
 
 def copysign(x1: Any, x2: Any, /) -> Any:
-    return anp.abs(x1) * np.where(np.signbit(getval(x2)), -1.0, 1.0)
+    return _select(np.signbit(getval(x2)), -anp.abs(x1), anp.abs(x1))
 
 
 def positive(x: Any, /) -> Any:
@@ -157,12 +208,26 @@ def cumulative_sum(x: Any, /, *, axis: int | None = None, dtype: Any = None, inc
     return anp.concatenate([np.zeros(shape, dtype=anp.result_type(total)), total], axis=axis)
 
 
-def std(x: Any, /, *, axis: Any = None, correction: float = 0.0, keepdims: bool = False) -> Any:
-    return anp.std(x, axis=axis, ddof=correction, keepdims=keepdims)
+# mean, var and std from sums: autograd's own rules for them return float64 derivatives
+# for float32 values; a sum divided by a Python number keeps the dtype.
+
+
+def _count(x: Any, axis: Any) -> int:
+    return int(np.prod([anp.shape(x)[i] for i in _axes(axis, anp.ndim(x))]))
+
+
+def mean(x: Any, /, *, axis: Any = None, keepdims: bool = False) -> Any:
+    return anp.sum(x, axis=axis, keepdims=keepdims) / _count(x, axis)
 
 
 def var(x: Any, /, *, axis: Any = None, correction: float = 0.0, keepdims: bool = False) -> Any:
-    return anp.var(x, axis=axis, ddof=correction, keepdims=keepdims)
+    deviation = x - mean(x, axis=axis, keepdims=True)
+    squares = anp.real(deviation * anp.conj(deviation))
+    return anp.sum(squares, axis=axis, keepdims=keepdims) / (_count(x, axis) - correction)
+
+
+def std(x: Any, /, *, axis: Any = None, correction: float = 0.0, keepdims: bool = False) -> Any:
+    return anp.sqrt(var(x, axis=axis, correction=correction, keepdims=keepdims))
 
 
 def sort(x: Any, /, *, axis: int = -1, descending: bool = False, stable: bool = True) -> Any:
@@ -194,7 +259,8 @@ def full(shape: Any, fill_value: Any, *, dtype: Any = None, device: Any = None) 
 def linspace(
     start: Any, stop: Any, /, num: int, *, dtype: Any = None, device: Any = None, endpoint: bool = True
 ) -> Any:
-    points = start + (stop - start) * np.linspace(0.0, 1.0, num, endpoint=endpoint)
+    fractions = np.linspace(0.0, 1.0, num, endpoint=endpoint, dtype=np.result_type(getval(start), getval(stop), 1.0))
+    points = start + (stop - start) * fractions
     return points if dtype is None else astype(points, dtype)
 
 
@@ -237,45 +303,52 @@ def matrix_norm(x: Any, /, *, keepdims: bool = False, ord: Any = "fro") -> Any:
 
 
 def cholesky(x: Any, /, *, upper: bool = False) -> Any:
-    lower = anp.linalg.cholesky(x)
+    lower = _LINALG["cholesky"](x)
     return anp.conj(matrix_transpose(lower)) if upper else lower
 
 
 def eigh(x: Any, /) -> Any:
-    eigenvalues, eigenvectors = anp.linalg.eigh(x)
+    eigenvalues, eigenvectors = _LINALG["eigh"](x)
     return compat_linalg.EighResult(eigenvalues, eigenvectors)
 
 
 def eigvalsh(x: Any, /) -> Any:
-    return anp.linalg.eigh(x)[0]
+    return _LINALG["eigh"](x)[0]
 
 
 def slogdet(x: Any, /) -> Any:
-    sign, logabsdet = anp.linalg.slogdet(x)
+    sign, logabsdet = _LINALG["slogdet"](x)
     return compat_linalg.SlogdetResult(sign, logabsdet)
 
 
+# autograd differentiates these in reverse mode only, some in float64 for float32 values.
+_LINALG = {
+    name: _in_value_dtype(getattr(anp.linalg, name))
+    for name in ("cholesky", "det", "eigh", "inv", "pinv", "slogdet", "solve", "svd")
+}
+
+
 def svd(x: Any, /, *, full_matrices: bool = True) -> Any:
-    u, s, vh = anp.linalg.svd(x, full_matrices=full_matrices)
+    u, s, vh = _LINALG["svd"](x, full_matrices=full_matrices)
     return compat_linalg.SVDResult(u, s, vh)
 
 
 def svdvals(x: Any, /) -> Any:
-    return anp.linalg.svd(x, compute_uv=False)
+    return _LINALG["svd"](x, compute_uv=False)
 
 
 def pinv(x: Any, /, *, rtol: Any = None) -> Any:
     if rtol is not None and _has_box((x,)):
         _raise_no_derivative("linalg.pinv", "autograd differentiates pinv only with its default tolerance: omit rtol")
-    return anp.linalg.pinv(x) if rtol is None else compat_linalg.pinv(x, rtol=rtol)
+    return _LINALG["pinv"](x) if rtol is None else compat_linalg.pinv(x, rtol=rtol)
 
 
 # --- the tables --------------------------------------------------------------------------------------
 
 _SAME_NAME = (
-    "abs add conj cos cosh divide exp expm1 imag log log1p log2 log10 logaddexp maximum minimum multiply "
+    "abs add conj cos cosh divide exp expm1 imag log log1p logaddexp multiply "
     "negative real reciprocal remainder sin sinh sqrt square subtract tan tanh "
-    "expand_dims matmul max mean min moveaxis prod repeat roll squeeze sum tensordot tile tril triu"
+    "expand_dims matmul moveaxis prod repeat roll squeeze sum tensordot tile tril triu"
 )
 _RENAMED = {
     "acos": "arccos",
@@ -292,6 +365,7 @@ _RENAMED = {
 }
 _ADAPTERS: dict[str, Callable[..., Any]] = {
     "astype": astype,
+    "mean": mean,
     "asarray": asarray,
     "broadcast_arrays": broadcast_arrays,
     "broadcast_to": broadcast_to,
@@ -327,6 +401,7 @@ _ADAPTERS: dict[str, Callable[..., Any]] = {
 #: array-API name -> the function autograd differentiates in both modes.
 DIFFERENTIABLE: dict[str, Callable[..., Any]] = {
     **{name: getattr(anp, name) for name in _SAME_NAME.split()},
+    **_KEEPING_DTYPE,
     **{name: getattr(anp, numpy_name) for name, numpy_name in _RENAMED.items()},
     **_ADAPTERS,
 }
@@ -335,13 +410,13 @@ DIFFERENTIABLE: dict[str, Callable[..., Any]] = {
 REVERSE_ONLY: dict[str, Callable[..., Any]] = {
     "hypot": anp.hypot,
     "linalg.cholesky": cholesky,
-    "linalg.det": anp.linalg.det,
+    "linalg.det": _LINALG["det"],
     "linalg.eigh": eigh,
     "linalg.eigvalsh": eigvalsh,
-    "linalg.inv": anp.linalg.inv,
+    "linalg.inv": _LINALG["inv"],
     "linalg.pinv": pinv,
     "linalg.slogdet": slogdet,
-    "linalg.solve": anp.linalg.solve,
+    "linalg.solve": _LINALG["solve"],
     "linalg.svd": svd,
     "linalg.svdvals": svdvals,
 }

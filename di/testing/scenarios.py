@@ -7,26 +7,31 @@ tangents (for ``pushforward``, ``pullback`` and ``hvp``), and reference results
 NumPy in float64, independently of every backend.
 
 :func:`default_scenarios` returns the built-in set. Every function in it is
-written once with ``array_api_compat.array_namespace(x)``, so the same code runs
-on numpy, torch, JAX (eager and traced) and autograd values. Engines are never
-imported here.
+written once with ``xp = di.array_namespace(x)``, so the same code runs, and is
+differentiated correctly, on numpy, torch, JAX (eager and traced) and autograd
+values. Engines are never imported here.
 """
 
 from __future__ import annotations
 
+import zlib
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
+import di
 from di.contexts import Cache, Constant, Context
 
 __all__ = [
+    "AUX_OPERATORS",
     "OPERATORS",
+    "SCENARIO_GROUPS",
     "OperatorSpec",
     "PrepArgs",
     "Scenario",
+    "ScenarioGroup",
     "default_scenarios",
     "pytree_leaves",
 ]
@@ -114,6 +119,10 @@ OPERATORS: dict[str, OperatorSpec] = {
         ),
     )
 }
+
+
+AUX_OPERATORS = frozenset({"derivative", "gradient", "jacobian", "pushforward", "pullback"})
+"""The operators whose calls take ``has_aux`` (``f`` returning ``(y, aux)``)."""
 
 
 # --- array helpers (no engine imports) -------------------------------------------------
@@ -291,10 +300,15 @@ class Scenario:
             not checked).
         tags: labels used to select or skip scenarios (``"float32"``,
             ``"constant"``, ``"cache"``, ``"pytree"``, ...).
+        has_aux: ``f`` returns ``(y, aux)``; the runners prepare and call with
+            ``has_aux=True`` (first-order operators only) and compare ``aux``.
+        aux: the reference ``aux``: a pytree whose arrays (numpy, compared like
+            results, and expected in ``x``'s family) and other leaves (compared
+            with ``==``) the calls must return.
 
     Raises:
-        ValueError: unknown operator, or tangents missing for an operator that
-            needs them.
+        ValueError: unknown operator, tangents missing for an operator that
+            needs them, or ``has_aux`` on an operator that does not take it.
 
     Examples:
         >>> import numpy as np, di
@@ -316,6 +330,8 @@ class Scenario:
     prep_args: PrepArgs | None = None
     y: Any = field(default=None)
     tags: frozenset[str] = frozenset()
+    has_aux: bool = False
+    aux: Any = None
 
     def __init__(
         self,
@@ -331,9 +347,13 @@ class Scenario:
         prep_args: PrepArgs | None = None,
         y: Any = None,
         tags: Iterable[str] = (),
+        has_aux: bool = False,
+        aux: Any = None,
     ) -> None:
         if operator not in OPERATORS:
             raise ValueError(f"unknown operator {operator!r}; known: {', '.join(OPERATORS)}")
+        if has_aux and operator not in AUX_OPERATORS:
+            raise ValueError(f"{operator} does not take has_aux; operators that do: {', '.join(sorted(AUX_OPERATORS))}")
         spec = OPERATORS[operator]
         if spec.takes_tangents and tangents is None:
             raise ValueError(f"a {operator} scenario needs tangents (a tuple of arrays)")
@@ -351,7 +371,9 @@ class Scenario:
         set_(self, "name", name or f"{operator}/{getattr(f, '__name__', type(f).__name__)}")
         set_(self, "prep_args", prep_args)
         set_(self, "tags", frozenset(tags))
-        set_(self, "y", y if y is not None else _evaluate_in_float64(f, x, self.contexts))
+        set_(self, "has_aux", bool(has_aux))
+        set_(self, "aux", aux)
+        set_(self, "y", y if y is not None else _evaluate_in_float64(f, x, self.contexts, has_aux))
 
     def __repr__(self) -> str:
         return f"Scenario({self.name!r})"
@@ -367,8 +389,8 @@ class Scenario:
         return isinstance(self.x, (dict, list, tuple))
 
     def reference(self, which: str) -> Any:
-        """The reference named ``"y"``, ``"res1"`` or ``"res2"``."""
-        return {"y": self.y, "res1": self.res1, "res2": self.res2}[which]
+        """The reference named ``"y"``, ``"res1"``, ``"res2"`` or ``"aux"``."""
+        return {"y": self.y, "res1": self.res1, "res2": self.res2, "aux": self.aux}[which]
 
     def preparation(self) -> PrepArgs:
         """The arguments to prepare with: ``prep_args`` or the default.
@@ -457,6 +479,8 @@ def replace_scenario(scenario: Scenario, **changes: Any) -> Scenario:
         "prep_args": scenario.prep_args,
         "y": scenario.y,
         "tags": scenario.tags,
+        "has_aux": scenario.has_aux,
+        "aux": scenario.aux,
     }
     operator = changes.pop("operator", scenario.operator)
     f = changes.pop("f", scenario.f)
@@ -489,7 +513,7 @@ def _family_converter(family: str) -> Callable[[Any], Any]:
     raise ValueError(f"unknown array family {family!r}: use 'numpy', 'torch' or 'jax'")
 
 
-def _evaluate_in_float64(f: Callable[..., Any], x: Any, contexts: Sequence[Context]) -> Any:
+def _evaluate_in_float64(f: Callable[..., Any], x: Any, contexts: Sequence[Context], has_aux: bool = False) -> Any:
     """``f`` evaluated with NumPy float64 copies of every array, or ``None`` if it fails."""
     try:
         x64 = tree_map(_to_float64, x)
@@ -498,18 +522,14 @@ def _evaluate_in_float64(f: Callable[..., Any], x: Any, contexts: Sequence[Conte
         values = [tree_map(_to_float64, copy_tree(c.value)) for c in contexts]
         with np.errstate(all="ignore"):
             y = f(x64, *values)
+        if has_aux:
+            y = y[0]
         return np.array(to_numpy(y), dtype=np.float64, copy=True)
     except Exception:
         return None
 
 
 # --- the functions, written once with the array API --------------------------------------
-
-
-def _xp(x: Any) -> Any:
-    import array_api_compat
-
-    return array_api_compat.array_namespace(x)
 
 
 def _store(buf: Any, value: Any) -> Any:
@@ -528,75 +548,75 @@ def _store(buf: Any, value: Any) -> Any:
 
 def sum_sin(x: Any) -> Any:
     """``sum(sin(x) * x)``."""
-    xp = _xp(x)
+    xp = di.array_namespace(x)
     return xp.sum(xp.sin(x) * x)
 
 
 def quadratic(x: Any, a: Any) -> Any:
     """``x . (A x) / 2`` for a ``Constant`` matrix ``A`` (not symmetric)."""
-    xp = _xp(x)
+    xp = di.array_namespace(x)
     return xp.sum(x * (a @ x)) / 2
 
 
 def weighted_exp(x: Any, w: Any, scale: float) -> Any:
     """``sum(w * exp(scale * x))`` for a ``Constant`` vector ``w`` and float ``scale``."""
-    xp = _xp(x)
+    xp = di.array_namespace(x)
     return xp.sum(w * xp.exp(scale * x))
 
 
 def rosenbrock(x: Any) -> Any:
     """The Rosenbrock function ``sum(100 (x[i+1] - x[i]^2)^2 + (1 - x[i])^2)``."""
-    xp = _xp(x)
+    xp = di.array_namespace(x)
     return xp.sum(100 * (x[1:] - x[:-1] ** 2) ** 2 + (1 - x[:-1]) ** 2)
 
 
 def sum_tanh_squared(x: Any) -> Any:
     """``sum(tanh(x)^2)``, for a matrix ``x``."""
-    xp = _xp(x)
+    xp = di.array_namespace(x)
     return xp.sum(xp.tanh(x) ** 2)
 
 
 def cached_sum(x: Any, buf: Any) -> Any:
     """``sum(x^2 sin x)``, with ``x^2`` written into the ``Cache`` ``buf`` first."""
-    xp = _xp(x)
+    xp = di.array_namespace(x)
     squares = _store(buf, x * x)
     return xp.sum(squares * xp.sin(x))
 
 
 def square_exp(x: Any) -> Any:
     """``x^2 exp(x)`` for a 0-d ``x``."""
-    xp = _xp(x)
+    xp = di.array_namespace(x)
     return x**2 * xp.exp(x)
 
 
 def pytree_sum(x: Any) -> Any:
     """``sum(a^2) + a[0] * sum(sin b)`` for ``x = {"a": vector, "b": matrix}``."""
     a, b = x["a"], x["b"]
-    xp = _xp(a)
+    xp = di.array_namespace(a)
     return xp.sum(a**2) + a[0] * xp.sum(xp.sin(b))
 
 
 def sin_exp(x: Any) -> Any:
     """``sin(x) exp(x)`` for a scalar ``x``."""
-    xp = _xp(x)
+    xp = di.array_namespace(x)
     return xp.sin(x) * xp.exp(x)
 
 
 def scalar_to_vector(x: Any, c: float) -> Any:
     """``[sin(c x), x^3, exp(-x)]`` for a scalar ``x`` and a float ``Constant`` ``c``."""
-    xp = _xp(x)
+    xp = di.array_namespace(x)
     return xp.stack([xp.sin(c * x), x**3, xp.exp(-x)])
 
 
 def scalar_to_matrix(x: Any, m: Any, n: Any) -> Any:
     """``sin(x) M + x^2 N`` for a scalar ``x`` and ``Constant`` matrices ``M``, ``N``."""
-    xp = _xp(x)
+    xp = di.array_namespace(x)
     return xp.sin(x) * m + x**2 * n
 
 
 def cached_scalar_to_vector(x: Any, w: Any, buf: Any) -> Any:
     """``sin(w x)``, with ``w x`` written into the ``Cache`` ``buf`` first."""
-    xp = _xp(x)
+    xp = di.array_namespace(x)
     scaled = _store(buf, w * x)
     return xp.sin(scaled)
 
@@ -608,19 +628,19 @@ def cubic_polynomial(x: Any) -> Any:
 
 def sin_times_x(x: Any) -> Any:
     """``sin(x) * x``, elementwise."""
-    xp = _xp(x)
+    xp = di.array_namespace(x)
     return xp.sin(x) * x
 
 
 def tanh_linear(x: Any, a: Any) -> Any:
     """``tanh(A x)`` for a ``Constant`` matrix ``A``."""
-    xp = _xp(x)
+    xp = di.array_namespace(x)
     return xp.tanh(a @ x)
 
 
 def exp_linear(x: Any, b: Any) -> Any:
     """``exp(B x)`` for a ``Constant`` matrix ``B`` (more outputs than inputs)."""
-    xp = _xp(x)
+    xp = di.array_namespace(x)
     return xp.exp(b @ x)
 
 
@@ -637,7 +657,7 @@ def cached_cube(x: Any, buf: Any) -> Any:
 
 def sum_squares(x: Any) -> Any:
     """``sum(x^2)``: a scalar output, for operators that accept any output."""
-    xp = _xp(x)
+    xp = di.array_namespace(x)
     return xp.sum(x**2)
 
 
@@ -648,20 +668,45 @@ def linear_of_squares(x: Any, a: Any) -> Any:
 
 def sum_exp(x: Any) -> Any:
     """``sum(exp(x))``."""
-    xp = _xp(x)
+    xp = di.array_namespace(x)
     return xp.sum(xp.exp(x))
 
 
 def tanh(x: Any) -> Any:
     """``tanh(x)``, elementwise."""
-    xp = _xp(x)
+    xp = di.array_namespace(x)
     return xp.tanh(x)
 
 
 def scaled_sum_squares(x: Any, c: float) -> Any:
     """``c sum(x^2)`` for a float ``Constant`` ``c``."""
-    xp = _xp(x)
+    xp = di.array_namespace(x)
     return c * xp.sum(x**2)
+
+
+def concat_where_max(x: Any) -> Any:
+    """``[where(x > 0, x^2, x / 2), max(x) x_0]``: a vector of one more element than ``x``."""
+    xp = di.array_namespace(x)
+    return xp.concat([xp.where(x > 0, x**2, 0.5 * x), xp.reshape(xp.max(x) * x[0], (1,))])
+
+
+def row_max_of_product(x: Any, a: Any) -> Any:
+    """``[max_j (x A)_ij for each row i, sum_i x_ij^2 for each column j]`` for a matrix ``x``."""
+    xp = di.array_namespace(x)
+    return xp.concat([xp.max(xp.matmul(x, a), axis=1), xp.sum(x * x, axis=0)])
+
+
+def reshape_matmul_concat(x: Any, b: Any) -> Any:
+    """``X = reshape(x, (2, 3))`` stacked as rows ``[X B; X^2]``: a matrix from a vector."""
+    xp = di.array_namespace(x)
+    matrix = xp.reshape(x, (2, 3))
+    return xp.concat([xp.matmul(matrix, b), matrix**2], axis=0)
+
+
+def stack_where_max(x: Any) -> Any:
+    """Columns ``where(x > 0, x, x^3)`` and ``max(x) x``: a matrix from a vector."""
+    xp = di.array_namespace(x)
+    return xp.stack([xp.where(x > 0, x, x**3), xp.max(x) * x], axis=1)
 
 
 # --- analytic references (NumPy, float64) --------------------------------------------------
@@ -1297,34 +1342,192 @@ def _pytree_scenarios(rng: np.random.Generator) -> list[Scenario]:
     return out
 
 
+def _away_from_kinks(rng: np.random.Generator, n: int) -> np.ndarray:
+    """``n`` values with magnitudes in [0.2, 1] at least 0.8 / n apart, random signs and at
+    least one positive: ``where(x > 0, ...)`` and ``max`` are smooth around them."""
+    magnitudes = 0.2 + 0.8 * (rng.permutation(n) + rng.uniform(0.1, 0.9, n)) / n
+    signs = np.where(rng.uniform(size=n) < 0.5, -1.0, 1.0)
+    signs[rng.integers(n)] = 1.0
+    return signs * magnitudes
+
+
+def _concat_where_max_jacobian(x: np.ndarray) -> np.ndarray:
+    top = np.diag(np.where(x > 0, 2 * x, 0.5))
+    last = np.zeros(x.size)
+    last[0] += x.max()
+    last[np.argmax(x)] += x[0]
+    return np.vstack([top, last])
+
+
+def _row_max_of_product_jacobian(x: np.ndarray, a: np.ndarray) -> np.ndarray:
+    rows, columns = x.shape
+    jac = np.zeros((rows + columns, rows, columns))
+    for i, j in enumerate(np.argmax(x @ a, axis=1)):
+        jac[i, i, :] = a[:, j]
+    for j in range(columns):
+        jac[rows + j, :, j] = 2 * x[:, j]
+    return jac
+
+
+def _reshape_matmul_concat_jacobian(x: np.ndarray, b: np.ndarray) -> np.ndarray:
+    matrix = x.reshape(2, 3)
+    product = np.einsum("ik,lj->ijkl", np.eye(2), b)  # d(X B)[i, j] / dX[k, l] = delta_ik B[l, j]
+    square = np.einsum("ik,jl->ijkl", np.eye(2), np.eye(3)) * 2 * matrix[:, :, None, None]
+    return np.concatenate([product, square]).reshape(4, 3, 6)
+
+
+def _stack_where_max_jacobian(x: np.ndarray) -> np.ndarray:
+    jac = np.zeros((x.size, 2, x.size))
+    jac[:, 0, :] = np.diag(np.where(x > 0, 1.0, 3 * x**2))
+    jac[:, 1, :] = x.max() * np.eye(x.size)
+    jac[:, 1, np.argmax(x)] += x
+    return jac
+
+
+def _push(jacobian: np.ndarray, tangent: np.ndarray) -> np.ndarray:
+    return np.tensordot(jacobian, tangent, axes=tangent.ndim)
+
+
+def _pull(jacobian: np.ndarray, cotangent: np.ndarray) -> np.ndarray:
+    return np.tensordot(cotangent, jacobian, axes=cotangent.ndim)
+
+
+def _array_api_scenarios(rng: np.random.Generator) -> list[Scenario]:
+    """``concat``, ``stack``, ``reshape``, ``matmul``, ``where`` and ``max`` in vector->vector,
+    matrix->vector and vector->matrix functions: jacobian, pushforward and pullback (tagged
+    ``"array-api"``), at points away from the kinks of ``where`` and ``max``."""
+    out: list[Scenario] = []
+    x_vec = _away_from_kinks(rng, 5)
+    while True:  # the row maxima of x A must be clear winners
+        x_mat, a = rng.uniform(-1, 1, (3, 4)), rng.uniform(-1, 1, (4, 2))
+        if np.min(np.abs(np.diff(x_mat @ a, axis=1))) > 0.2:
+            break
+    x_six, b = rng.uniform(-1, 1, 6), rng.uniform(-1, 1, (3, 3))
+    x_four = _away_from_kinks(rng, 4)
+    cases: list[tuple[Callable[..., Any], np.ndarray, tuple[Context, ...], np.ndarray, str]] = [
+        (concat_where_max, x_vec, (), _concat_where_max_jacobian(x_vec), "vector"),
+        (row_max_of_product, x_mat, (Constant(a),), _row_max_of_product_jacobian(x_mat, a), "matrix"),
+        (reshape_matmul_concat, x_six, (Constant(b),), _reshape_matmul_concat_jacobian(x_six, b), "matrix"),
+        (stack_where_max, x_four, (), _stack_where_max_jacobian(x_four), "matrix"),
+    ]
+    for f, x, contexts, jac, shape_tag in cases:
+        name, tags = f.__name__, {"float64", "array-api", shape_tag} | ({"constant"} if contexts else set())
+        y_shape = jac.shape[: jac.ndim - x.ndim]
+        out.append(Scenario("jacobian", f, x, contexts=contexts, res1=jac, name=f"jacobian/{name}/f64", tags=tags))
+        tx = rng.uniform(-1, 1, (2, *x.shape))
+        out.append(
+            Scenario(
+                "pushforward",
+                f,
+                x,
+                contexts=contexts,
+                tangents=tuple(tx),
+                res1=tuple(_push(jac, t) for t in tx),
+                name=f"pushforward/{name}/f64",
+                tags=tags,
+            )
+        )
+        ty = rng.uniform(-1, 1, (2, *y_shape))
+        out.append(
+            Scenario(
+                "pullback",
+                f,
+                x,
+                contexts=contexts,
+                tangents=tuple(ty),
+                res1=tuple(_pull(jac, t) for t in ty),
+                name=f"pullback/{name}/f64",
+                tags=tags,
+            )
+        )
+    # float32: the same functions at points rounded to float32, references from the rounded values
+    x32, x64 = _rounded(x_vec, np.float32)
+    out.append(
+        Scenario(
+            "jacobian",
+            concat_where_max,
+            x32,
+            res1=_concat_where_max_jacobian(x64),
+            name="jacobian/concat_where_max/f32",
+            tags={"float32", "array-api", "vector"},
+        )
+    )
+    x32, x64 = _rounded(x_four, np.float32)
+    out.append(
+        Scenario(
+            "jacobian",
+            stack_where_max,
+            x32,
+            res1=_stack_where_max_jacobian(x64),
+            name="jacobian/stack_where_max/f32",
+            tags={"float32", "array-api", "matrix"},
+        )
+    )
+    return out
+
+
+ScenarioGroup = Callable[[np.random.Generator], list[Scenario]]
+
+
+def _sparse_group(rng: np.random.Generator) -> list[Scenario]:
+    from di.testing.sparse_scenarios import sparse_scenarios  # here: that module imports this one
+
+    return sparse_scenarios()  # tagged "sparse": the runners run them on di.AutoSparse(backend)
+
+
+def _aux_group(rng: np.random.Generator) -> list[Scenario]:
+    from di.testing.aux_scenarios import aux_scenarios  # here: that module imports this one
+
+    return aux_scenarios(rng)  # has_aux=True: the runners pass it and compare aux
+
+
+#: The groups :func:`default_scenarios` builds, by name. Each builder gets its own random
+#: generator (from the seed and the group's name), so adding a group moves no other group's
+#: points. A module adding scenarios adds its builder here.
+SCENARIO_GROUPS: dict[str, ScenarioGroup] = {
+    "first-order": lambda rng: _first_order_scenarios(rng, np.float64) + _first_order_scenarios(rng, np.float32),
+    "second-order": lambda rng: _second_order_scenarios(rng, np.float64) + _second_order_scenarios(rng, np.float32),
+    "float64-only": _float64_only_scenarios,
+    "array-api": _array_api_scenarios,
+    "sparse": _sparse_group,
+    "pytree": _pytree_scenarios,
+    "aux": _aux_group,
+}
+
+
 def default_scenarios(
     *,
     operators: Iterable[str] | None = None,
     include_pytrees: bool = True,
     families: Sequence[str] = ("numpy",),
     seed: int = 0,
+    groups: Iterable[str] | None = None,
 ) -> list[Scenario]:
     """The built-in scenarios: every operator, float32 and float64, contexts, shapes.
 
     They cover every operator of :data:`OPERATORS`; ``Constant`` arrays and
     floats; ``Cache`` buffers (filled with NaN: ``f`` must overwrite them) written
     with ``buf[...] = ...``; scalar, vector and matrix outputs; matrix, 0-d,
-    1-element and Python-float inputs; and gradients with respect to a dict of
-    arrays (tagged ``"pytree"``). Every reference is analytic. Inputs are small,
-    so the whole set runs in seconds per backend.
+    1-element and Python-float inputs; ``concat``, ``stack``, ``reshape``,
+    ``matmul``, ``where`` and ``max`` in vector->vector, matrix->vector and
+    vector->matrix functions (tagged ``"array-api"``); and gradients with respect
+    to a dict of arrays (tagged ``"pytree"``). Every function is written with
+    ``xp = di.array_namespace(x)`` and every reference is analytic. Inputs are
+    small, so the whole set runs in seconds per backend.
 
     Args:
         operators: keep only these operators (default: all).
-        include_pytrees: include the ``"pytree"`` scenarios.
+        include_pytrees: include the ``"pytree"`` group.
         families: array families of ``x`` (``"numpy"``, ``"torch"``, ``"jax"``);
             each scenario is repeated per family (non-numpy ones import their engine).
         seed: seed of the random points.
+        groups: build only these groups of :data:`SCENARIO_GROUPS` (default: all).
 
     Returns:
-        A list of :class:`Scenario`.
+        A list of :class:`Scenario`, ordered by operator.
 
     Raises:
-        ValueError: an unknown operator or family.
+        ValueError: an unknown operator, group or family.
 
     Examples:
         >>> from di.testing import default_scenarios
@@ -1332,17 +1535,14 @@ def default_scenarios(
         >>> len(scenarios) >= 30, sorted({s.operator for s in scenarios})[:3]
         (True, ['derivative', 'gradient', 'hessian'])
     """
-    rng = np.random.default_rng(seed)
+    names = list(SCENARIO_GROUPS) if groups is None else list(groups)
+    unknown_groups = set(names) - set(SCENARIO_GROUPS)
+    if unknown_groups:
+        raise ValueError(f"unknown scenario groups {sorted(unknown_groups)}; known: {', '.join(SCENARIO_GROUPS)}")
     scenarios: list[Scenario] = []
-    for dtype in (np.float64, np.float32):
-        scenarios += _first_order_scenarios(rng, dtype)
-        scenarios += _second_order_scenarios(rng, dtype)
-    scenarios += _float64_only_scenarios(rng)
-    from di.testing.sparse_scenarios import sparse_scenarios  # here: that module imports this one
-
-    scenarios += sparse_scenarios()  # tagged "sparse": the runners run them on di.AutoSparse(backend)
-    if include_pytrees:
-        scenarios += _pytree_scenarios(rng)
+    for name in names:
+        if name != "pytree" or include_pytrees:
+            scenarios += SCENARIO_GROUPS[name](np.random.default_rng([seed, zlib.crc32(name.encode())]))
     if operators is not None:
         wanted = set(operators)
         unknown = wanted - set(OPERATORS)
