@@ -255,7 +255,7 @@ class JAXAdapter(Adapter):
             if len(tx) == 1:
                 y, dy, *arrays = jax.jvp(fx, (x,), (tx[0],), has_aux=has_aux)
                 return _result(has_aux, (y, (dy,)), *arrays)
-            y, linear, *arrays = jax.linearize(fx, x, has_aux=has_aux)
+            y, linear, *arrays = jax.linearize(fx, x, has_aux=has_aux)  # type: ignore[call-overload]
             return _result(has_aux, (y, _unstack(jax.vmap(linear)(_stack(tx)), len(tx))), *arrays)
 
         names = ("pushforward", "value_and_pushforward")
@@ -274,7 +274,8 @@ class JAXAdapter(Adapter):
         checked = self._checked(f, "pullback", scalar=False, aux=aux)
 
         def core(x: Any, ty: Sequence[Any], *values: Any) -> Any:
-            y, vjp, *arrays = jax.vjp(functools.partial(_first_argument, checked, values), x, has_aux=has_aux)
+            fx = functools.partial(_first_argument, checked, values)
+            y, vjp, *arrays = jax.vjp(fx, x, has_aux=has_aux)  # type: ignore[call-overload]
             return _result(has_aux, (y, _apply_vjp(vjp, ty, y)), *arrays)
 
         names = ("pullback", "value_and_pullback")
@@ -498,13 +499,17 @@ def _wrap(
     convert_x, convert_values = converters[0], converters[1:]
     program: Program
     if with_tangents and plain:
-        family = family_of
+        # Classes of tangents jit takes as they are (JAX and numpy arrays, the common
+        # case): one set lookup per tangent; anything else goes through _engine_tangents.
+        taken: set[type] = {np.ndarray}
 
         def with_t_plain(x: Any, tangents: Sequence[Any], *values: Any) -> Any:
-            for tangent in tangents:  # arrays jit takes as they are: the common case
-                if family(tangent) is not JAX and family(tangent) != NUMPY:
-                    tangents = _engine_tangents(tangents)
-                    break
+            for tangent in tangents:
+                if tangent.__class__ not in taken:
+                    if family_of(tangent) not in (JAX, NUMPY):
+                        tangents = _engine_tangents(tangents)
+                        break
+                    taken.add(tangent.__class__)
             return function(x, tangents, *values)
 
         program = with_t_plain

@@ -31,8 +31,10 @@ from typing import Any
 
 import numpy as np
 import torch
+import torch.utils._pytree as _pytree
 
 from di.backends import fallbacks
+from di.backends.aux import split_output
 from di.backends.lazy import compiled_on_first_use
 from di.backends.protocol import (
     Adapter,
@@ -219,10 +221,13 @@ class TorchAdapter(Adapter):
 
     # --- reverse mode: torch.autograd.grad --------------------------------------------
 
-    def _reverse(self, f: Callable[..., Any], x: Any, contexts: Sequence[Context], operator: str) -> Callable[..., Any]:
+    def _reverse(
+        self, f: Callable[..., Any], x: Any, contexts: Sequence[Context], operator: str, has_aux: bool = False
+    ) -> Callable[..., Any]:
         """``run(x, cotangents, values, with_value) -> (y, tuple of input cotangents)``
-        (``y`` is ``None`` without ``with_value``): one forward pass of ``f``
-        (compiled when asked) and one backward per cotangent."""
+        (``y`` is ``None`` without ``with_value``), and ``-> ((y, tuple), aux)``
+        under ``has_aux``: one forward pass of ``f`` (compiled when asked) and one
+        backward per cotangent."""
         backend = self.backend
         to_torch_x = self.input_converters([x])[0]
         convert_contexts = self._context_converters(x, contexts)
@@ -238,6 +243,8 @@ class TorchAdapter(Adapter):
             try:
                 with torch.enable_grad():
                     y = f(leaf, *values)
+                if has_aux:
+                    y, aux = split_output(y, backend, operator)
                 if not isinstance(y, torch.Tensor) or not y.is_floating_point():
                     raise_bad_output(y, backend, operator)
                 results = tuple(
@@ -246,11 +253,12 @@ class TorchAdapter(Adapter):
             finally:
                 for i in cache_positions:
                     values[i].detach_()
-            return (y.detach() if with_value else None), results
+            result = (y.detach() if with_value else None), results
+            return (result, _detached(aux)) if has_aux else result
 
         if self.compiled:
             values = [c.value for c in contexts]
-            y_like = _example_cotangent(f, x, values, to_torch_x, convert_contexts)
+            y_like = _example_cotangent(f, x, values, to_torch_x, convert_contexts, has_aux)
             compiled_f, _ = self._compile(
                 f, lambda compiled: run(x, (y_like,), values, False, compiled), self._statics(contexts, lead=2)
             )
@@ -261,29 +269,49 @@ class TorchAdapter(Adapter):
             return run_compiled
         return run
 
-    def prepare_gradient_programs(self, f: Callable[..., Any], x: Any, contexts: Sequence[Context]) -> Programs:
+    def prepare_gradient_programs(
+        self, f: Callable[..., Any], x: Any, contexts: Sequence[Context], *, has_aux: bool = False
+    ) -> Programs:
         if self.compiled and not _has_cache(contexts):
             try:
-                return self._compiled_gradient(f, x, contexts)
+                return self._compiled_gradient(f, x, contexts, has_aux)
             except torch._dynamo.exc.Unsupported:
                 pass  # dynamo cannot trace f inside torch.func.grad (graph breaks): compile f alone
         if self.compiled:
             # f writes into a Cache, which torch.func cannot, or breaks the graph: compile f
             # and differentiate it with torch.autograd.grad; both programs share the compiled f.
             values = [c.value for c in contexts]
-            warm_up = lambda compiled: self._gradient_fast(compiled, x, contexts, False)(x, *values)
+            warm_up = lambda compiled: self._gradient_fast(compiled, x, contexts, False, has_aux)(x, *values)
             f, _ = self._compile(f, warm_up, self._statics(contexts, lead=2))
         statics = self._statics(contexts)
         return {
-            name: counting_static_values(self._gradient_fast(f, x, contexts, with_value), statics, self.backend)
+            name: counting_static_values(
+                self._gradient_fast(f, x, contexts, with_value, has_aux), statics, self.backend
+            )
             for name, with_value in (("gradient", False), ("value_and_gradient", True))
         }
 
-    def _compiled_gradient(self, f: Callable[..., Any], x: Any, contexts: Sequence[Context]) -> Programs:
+    def _compiled_gradient(self, f: Callable[..., Any], x: Any, contexts: Sequence[Context], has_aux: bool) -> Programs:
         """``torch.compile(torch.func.grad(f))``: the gradient program's graph returns
-        the gradient alone; ``value_and_gradient`` compiles ``grad_and_value`` on
-        its first call."""
-        checked = self._checked(f, "gradient", scalar=True, floats=True)
+        the gradient alone (and ``aux``); ``value_and_gradient`` compiles
+        ``grad_and_value`` on its first call."""
+        checked = self._checked(f, "gradient", scalar=True, floats=True, has_aux=has_aux)
+        if has_aux:
+
+            def gradient_with_aux(x: Any, *values: Any) -> Any:
+                fy, join = _tensor_aux(checked, values)
+                g, tensors = _func.grad(fy, has_aux=True)(x)
+                return join(g, tensors)
+
+            def value_and_gradient_with_aux(x: Any, *values: Any) -> Any:
+                fy, join = _tensor_aux(checked, values)
+                g, (y, tensors) = _func.grad_and_value(fy, has_aux=True)(x)
+                return join((y, g), tensors)
+
+            names = ("gradient", "value_and_gradient")
+            return self._functional(
+                gradient_with_aux, value_and_gradient_with_aux, x, None, contexts, names, locked=False
+            )
 
         def gradient(x: Any, *values: Any) -> Any:
             return _func.grad(checked)(x, *values)
@@ -296,11 +324,13 @@ class TorchAdapter(Adapter):
             gradient, value_and_gradient, x, None, contexts, ("gradient", "value_and_gradient"), locked=False
         )
 
-    def _gradient_fast(self, f: Callable[..., Any], x: Any, contexts: Sequence[Context], with_value: bool) -> Any:
+    def _gradient_fast(
+        self, f: Callable[..., Any], x: Any, contexts: Sequence[Context], with_value: bool, has_aux: bool = False
+    ) -> Any:
         """The gradient hot path: what a careful torch user writes (detach, require
         grad, one forward, ``torch.autograd.grad``) and as little else as possible."""
         if is_pytree(x):
-            return self._tree_gradient(f, x, contexts, with_value)
+            return self._tree_gradient(f, x, contexts, with_value, has_aux)
         backend = self.backend
         to_torch_x = self.input_converters([x])[0]
         convert_contexts = self._context_converters(x, contexts)
@@ -324,6 +354,8 @@ class TorchAdapter(Adapter):
             else:
                 with enable_grad():
                     y = f(leaf, *values)
+            if has_aux:
+                y, aux = split_output(y, backend, "gradient")
             if y.__class__ is not tensor:
                 y = _scalar_tensor(y, leaf, backend)
             if y.requires_grad:
@@ -339,7 +371,8 @@ class TorchAdapter(Adapter):
                 g = None
             if g is None:  # f does not depend on x
                 g = torch.zeros_like(leaf)
-            return (y.detach(), g) if with_value else g
+            result = (y.detach(), g) if with_value else g
+            return (result, _detached(aux)) if has_aux else result
 
         if not cache_positions:
             return run
@@ -353,7 +386,9 @@ class TorchAdapter(Adapter):
 
         return run_detaching_caches
 
-    def _tree_gradient(self, f: Callable[..., Any], x: Any, contexts: Sequence[Context], with_value: bool) -> Any:
+    def _tree_gradient(
+        self, f: Callable[..., Any], x: Any, contexts: Sequence[Context], with_value: bool, has_aux: bool
+    ) -> Any:
         """Gradient with respect to a pytree of tensors: every leaf is a detached
         ``requires_grad_()`` alias and one ``torch.autograd.grad`` call returns the
         gradient of each (no flattening into one vector)."""
@@ -370,6 +405,8 @@ class TorchAdapter(Adapter):
             try:
                 with torch.enable_grad():
                     y = f(tree_unflatten(spec, leaves), *values)
+                if has_aux:
+                    y, aux = split_output(y, backend, "gradient")
                 if not (isinstance(y, torch.Tensor) and y.dim() == 0 and y.is_floating_point()):
                     y = _scalar_tensor(y, leaves[0] if leaves else torch.zeros(()), backend)
                 grads = torch.autograd.grad(y, leaves, allow_unused=True) if y.requires_grad else [None] * len(leaves)
@@ -377,25 +414,33 @@ class TorchAdapter(Adapter):
                 for i in cache_positions:
                     values[i].detach_()
             g = tree_unflatten(spec, [torch.zeros_like(leaf) if d is None else d for leaf, d in zip(leaves, grads)])
-            return (y.detach(), g) if with_value else g
+            result = (y.detach(), g) if with_value else g
+            return (result, _detached(aux)) if has_aux else result
 
         return run
 
     def prepare_pullback_programs(
-        self, f: Callable[..., Any], x: Any, ty: Sequence[Any], contexts: Sequence[Context]
+        self,
+        f: Callable[..., Any],
+        x: Any,
+        ty: Sequence[Any],
+        contexts: Sequence[Context],
+        *,
+        has_aux: bool = False,
     ) -> Programs:
         if self.compiled and not _has_cache(contexts):
             try:
-                return self._compiled_pullback(f, x, ty, contexts)
+                return self._compiled_pullback(f, x, ty, contexts, has_aux)
             except torch._dynamo.exc.Unsupported:
                 pass  # dynamo cannot trace f inside torch.func.vjp (graph breaks): compile f alone
-        run = self._reverse(f, x, contexts, "pullback")
+        run = self._reverse(f, x, contexts, "pullback", has_aux)
+        finish = fallbacks.with_aux(has_aux, lambda result: result[1])
 
         def value_and_pullback(x: Any, ty: Sequence[Any], *values: Any) -> Any:
             return run(x, ty, values, True)
 
         def pullback(x: Any, ty: Sequence[Any], *values: Any) -> Any:
-            return run(x, ty, values, False)[1]
+            return finish(run(x, ty, values, False))
 
         statics = self._statics(contexts, lead=2)
         return {
@@ -404,24 +449,27 @@ class TorchAdapter(Adapter):
         }
 
     def _compiled_pullback(
-        self, f: Callable[..., Any], x: Any, ty: Sequence[Any], contexts: Sequence[Context]
+        self, f: Callable[..., Any], x: Any, ty: Sequence[Any], contexts: Sequence[Context], has_aux: bool
     ) -> Programs:
         """``torch.compile`` of ``torch.func.vjp``: one graph for the forward and the
         backward passes (about three times faster than a compiled ``f`` differentiated
         by ``torch.autograd.grad`` here), returning the cotangents alone for
         ``pullback``."""
-        checked = self._checked(f, "pullback", scalar=False)
+        checked = self._checked(f, "pullback", scalar=False, has_aux=has_aux)
 
         def value_and_pullback(x: Any, ty: tuple[Any, ...], *values: Any) -> Any:
-            y, vjp = _func.vjp(lambda x: checked(x, *values), x)
+            fy, join = _tensor_aux(checked, values, has_aux)
+            y, vjp, *tensors = _func.vjp(fy, x, has_aux=has_aux)
             if len(ty) == 1:
-                return y, (vjp(ty[0].to(y.dtype))[0],)
-            if not ty:
-                return y, ()
-            return y, tuple(_func.vmap(vjp)(torch.stack(ty).to(y.dtype))[0].unbind(0))
+                cotangents: tuple[Any, ...] = (vjp(ty[0].to(y.dtype))[0],)
+            elif not ty:
+                cotangents = ()
+            else:
+                cotangents = tuple(_func.vmap(vjp)(torch.stack(ty).to(y.dtype))[0].unbind(0))
+            return join((y, cotangents), *tensors)
 
         return self._functional(
-            _last(value_and_pullback),
+            _last(value_and_pullback, has_aux),
             value_and_pullback,
             x,
             ty,
@@ -475,13 +523,22 @@ class TorchAdapter(Adapter):
             for name, function in zip(names, (plain_function, full_function))
         }
 
-    def _checked(self, f: Callable[..., Any], operator: str, scalar: bool, floats: bool = False) -> Callable[..., Any]:
+    def _checked(
+        self, f: Callable[..., Any], operator: str, scalar: bool, floats: bool = False, has_aux: bool = False
+    ) -> Callable[..., Any]:
         """``f`` refusing outputs ``operator`` cannot use; with ``floats``, a Python
-        float output (a constant) becomes a 0-d tensor of ``x``'s dtype."""
+        float output (a constant) becomes a 0-d tensor of ``x``'s dtype. With
+        ``has_aux``, ``f`` returns ``(y, aux)``, and so does the checked function."""
         backend = self.backend
 
         def checked(x: Any, *values: Any) -> Any:
             y = f(x, *values)
+            if has_aux:
+                y, aux = split_output(y, backend, operator)
+                return check(y, x), aux
+            return check(y, x)
+
+        def check(y: Any, x: Any) -> Any:
             if floats and isinstance(y, float):
                 y = x.new_tensor(y)
             if not isinstance(y, torch.Tensor) or not y.is_floating_point() or (scalar and not is_real_scalar(y)):
@@ -491,11 +548,33 @@ class TorchAdapter(Adapter):
         return checked
 
     def prepare_pushforward_programs(
-        self, f: Callable[..., Any], x: Any, tx: Sequence[Any], contexts: Sequence[Context]
+        self,
+        f: Callable[..., Any],
+        x: Any,
+        tx: Sequence[Any],
+        contexts: Sequence[Context],
+        *,
+        has_aux: bool = False,
     ) -> Programs:
         if _has_cache(contexts):
-            return fallbacks.pushforward_programs(self, f, x, tx, contexts)
-        checked = self._checked(f, "pushforward", scalar=False)
+            return fallbacks.pushforward_programs(self, f, x, tx, contexts, has_aux=has_aux)
+        checked = self._checked(f, "pushforward", scalar=False, has_aux=has_aux)
+        names = ("pushforward", "value_and_pushforward")
+        if has_aux:
+
+            def value_and_pushforward_with_aux(x: Any, tx: tuple[Any, ...], *values: Any) -> Any:
+                fy, join = _tensor_aux(checked, values)
+                if len(tx) == 1:
+                    y, dy, tensors = _func.jvp(fy, (x,), (tx[0],), has_aux=True)  # type: ignore[misc]
+                    return join((y, (dy,)), tensors)
+                y, tensors = fy(x)
+                if not tx:
+                    return join((y, ()), tensors)
+                dys = _func.vmap(lambda t: _func.jvp(fy, (x,), (t,), has_aux=True)[1])(torch.stack(tx))
+                return join((y, tuple(dys.unbind(0))), tensors)
+
+            plain = _last(value_and_pushforward_with_aux, has_aux=True)
+            return self._functional(plain, value_and_pushforward_with_aux, x, tx, contexts, names)
 
         def pushforward(x: Any, tx: tuple[Any, ...], *values: Any) -> Any:
             def fx(x: Any) -> Any:
@@ -516,15 +595,16 @@ class TorchAdapter(Adapter):
                 return y, (dy,)
             return fx(x), pushforward(x, tx, *values)
 
-        return self._functional(
-            pushforward, value_and_pushforward, x, tx, contexts, ("pushforward", "value_and_pushforward")
-        )
+        return self._functional(pushforward, value_and_pushforward, x, tx, contexts, names)
 
-    def prepare_jacobian_programs(self, f: Callable[..., Any], x: Any, contexts: Sequence[Context]) -> Programs:
+    def prepare_jacobian_programs(
+        self, f: Callable[..., Any], x: Any, contexts: Sequence[Context], *, has_aux: bool = False
+    ) -> Programs:
         if _has_cache(contexts):
-            return fallbacks.jacobian_programs(self, f, x, contexts, forward=False)
-        checked = self._checked(f, "jacobian", scalar=False)
-        y = fallbacks.evaluate_output(self, f, x, contexts)
+            return fallbacks.jacobian_programs(self, f, x, contexts, forward=False, has_aux=has_aux)
+        checked = self._checked(f, "jacobian", scalar=False, has_aux=has_aux)
+        y = fallbacks.evaluate_output(self, checked, x, contexts)
+        y = y[0] if has_aux else y
         if not isinstance(y, torch.Tensor) or not y.is_floating_point():
             raise_bad_output(y, self.backend, "jacobian")
         mode = self.selector.mode
@@ -534,32 +614,35 @@ class TorchAdapter(Adapter):
         empty = y.numel() == 0 or math.prod(getattr(x, "shape", ())) == 0
 
         def value_and_jacobian(x: Any, *values: Any) -> Any:
+            fy, join = _tensor_aux(checked, values, has_aux)
+
             def fx(x: Any) -> Any:
-                y = checked(x, *values)
-                return y, y
+                y, *tensors = _outputs(fy(x), has_aux)
+                return y, (y, *tensors)
 
             if empty:  # torch.func cannot take an empty basis
-                y = checked(x, *values)
-                return y, y.new_zeros(y.shape + x.shape)
-            jac, y = transform(fx, has_aux=True)(x)  # y comes with the jacobian's own evaluation of f
-            return y, _as_dtype(jac, y)
+                y, *tensors = _outputs(fy(x), has_aux)
+                return join((y, y.new_zeros(y.shape + x.shape)), *tensors)
+            jac, (y, *tensors) = transform(fx, has_aux=True)(x)  # y comes with the jacobian's own evaluation of f
+            return join((y, _as_dtype(jac, y)), *tensors)
 
-        return self._functional(
-            _last(value_and_jacobian), value_and_jacobian, x, None, contexts, ("jacobian", "value_and_jacobian")
-        )
+        names = ("jacobian", "value_and_jacobian")
+        return self._functional(_last(value_and_jacobian, has_aux), value_and_jacobian, x, None, contexts, names)
 
-    def prepare_derivative_programs(self, f: Callable[..., Any], x: Any, contexts: Sequence[Context]) -> Programs:
+    def prepare_derivative_programs(
+        self, f: Callable[..., Any], x: Any, contexts: Sequence[Context], *, has_aux: bool = False
+    ) -> Programs:
         if _has_cache(contexts):
-            return fallbacks.derivative_programs(self, f, x, contexts)
-        checked = self._checked(f, "derivative", scalar=False)
+            return fallbacks.derivative_programs(self, f, x, contexts, has_aux=has_aux)
+        checked = self._checked(f, "derivative", scalar=False, has_aux=has_aux)
 
         def value_and_derivative(x: Any, *values: Any) -> Any:
-            y, dy = _func.jvp(lambda x: checked(x, *values), (x,), (torch.ones_like(x),))  # type: ignore[misc]
-            return y, _as_dtype(dy, y)
+            fy, join = _tensor_aux(checked, values, has_aux)
+            y, dy, *tensors = _func.jvp(fy, (x,), (torch.ones_like(x),), has_aux=has_aux)  # type: ignore[misc]
+            return join((y, _as_dtype(dy, y)), *tensors)
 
-        return self._functional(
-            _last(value_and_derivative), value_and_derivative, x, None, contexts, ("derivative", "value_and_derivative")
-        )
+        names = ("derivative", "value_and_derivative")
+        return self._functional(_last(value_and_derivative, has_aux), value_and_derivative, x, None, contexts, names)
 
     def prepare_second_derivative_programs(
         self, f: Callable[..., Any], x: Any, contexts: Sequence[Context]
@@ -702,14 +785,65 @@ def _run_functional(
     return run
 
 
-def _last(core: Callable[..., Any]) -> Callable[..., Any]:
+def _last(core: Callable[..., Any], has_aux: bool = False) -> Callable[..., Any]:
     """The plain operator's function from the ``value_and_*`` one: its last result
-    only (the compiled graph then returns that alone)."""
+    only (the compiled graph then returns that alone), beside ``aux`` under
+    ``has_aux``."""
+    if has_aux:
+
+        def last_with_aux(*args: Any) -> Any:
+            result, aux = core(*args)
+            return result[-1], aux
+
+        return last_with_aux
 
     def last(*args: Any) -> Any:
         return core(*args)[-1]
 
     return last
+
+
+def _outputs(output: Any, has_aux: bool) -> tuple[Any, ...]:
+    """``(y,)`` or, under ``has_aux``, ``(y, aux's tensors)``."""
+    return output if has_aux else (output,)  # type: ignore[no-any-return]
+
+
+def _tensor_aux(
+    checked: Callable[..., Any], values: Sequence[Any], has_aux: bool = True
+) -> tuple[Callable[[Any], Any], Callable[..., Any]]:
+    """For one call under ``has_aux``: ``(fy, join)``. ``fy(x)`` returns ``(y, aux's
+    tensors)``, what ``torch.func``'s ``has_aux`` accepts (no strings or ``None``);
+    ``join(result, tensors)`` returns ``(result, aux)`` with the rest of ``aux``
+    put back. Both are built per call, so a call's ``aux`` is its own; under
+    ``torch.compile`` dynamo traces the flattening (``torch.utils._pytree``).
+    Without ``has_aux``: ``fy`` is ``f`` of ``x`` and ``join`` returns the result."""
+    if not has_aux:
+
+        def value(x: Any) -> Any:
+            return checked(x, *values)
+
+        return value, lambda result: result
+    kept: list[Any] = []
+
+    def fy(x: Any) -> Any:
+        y, aux = checked(x, *values)
+        leaves, spec = _pytree.tree_flatten(aux)
+        kept[:] = [spec, leaves]
+        return y, tuple(leaf for leaf in leaves if isinstance(leaf, torch.Tensor))
+
+    def join(result: Any, tensors: Sequence[Any]) -> Any:
+        spec, leaves = kept
+        supply = iter(tensors)
+        return result, _pytree.tree_unflatten(
+            [next(supply) if isinstance(leaf, torch.Tensor) else leaf for leaf in leaves], spec
+        )
+
+    return fy, join
+
+
+def _detached(aux: Any) -> Any:
+    """``aux`` with its tensors detached from the autograd graph of the call."""
+    return _pytree.tree_map(lambda leaf: leaf.detach() if isinstance(leaf, torch.Tensor) else leaf, aux)
 
 
 def _guard_reason(failure: str) -> str:
@@ -760,10 +894,11 @@ def _example_cotangent(
     values: Sequence[Any],
     to_torch_x: Callable[[Any], Any],
     convert_contexts: Sequence[Callable[[Any], Any]],
+    has_aux: bool = False,
 ) -> Any:
     with torch.no_grad():
         y = f(to_torch_x(x).detach(), *[convert(v) for convert, v in zip(convert_contexts, values)])
-    return torch.ones_like(y)
+    return torch.ones_like(y[0] if has_aux else y)
 
 
 def _scalar_to_tensor(dtype: Any) -> Callable[[Any], Any]:

@@ -410,6 +410,7 @@ def prepare_operator(
     else:
         engine_programs = fallbacks.programs(adapter, operator, f, x, contexts, tangents, has_aux=has_aux)
         sparse = getattr(engine_programs, "sparse", None)  # di.AutoSparse: results already in the caller's family
+        to_caller: Callable[[Any], Any]
         if sparse is not None:
             to_caller = identity
         elif is_pytree(x):
