@@ -124,6 +124,10 @@ def hvp(f: Callable[..., Any], *args: Any) -> Any:
         >>> hv[0].round(4)
         array([ 6., 12.])
     """
+    if len(args) >= 4:  # a prepared call: straight to the prep's runner
+        prep = args[0]
+        if prep.__class__ is Prep and prep.operator == _OPERATOR and prep.same_point is None and not prep.has_aux:
+            return prep.runners["hvp"](f, args[1], args[2], args[3], args[4:])
     return run_operator(_OPERATOR, "hvp", f, args, None, prepare_hvp)
 
 
@@ -149,4 +153,8 @@ def gradient_and_hvp(f: Callable[..., Any], *args: Any) -> Any:
         >>> g.round(4), hv.round(3)
         (array([ 3., 12.]), array([ 6., 12.]))
     """
+    if len(args) >= 4:  # a prepared call: straight to the prep's runner
+        prep = args[0]
+        if prep.__class__ is Prep and prep.operator == _OPERATOR and prep.same_point is None and not prep.has_aux:
+            return prep.runners["gradient_and_hvp"](f, args[1], args[2], args[3], args[4:])
     return run_operator(_OPERATOR, "gradient_and_hvp", f, args, None, prepare_hvp)

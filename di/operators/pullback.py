@@ -129,6 +129,11 @@ def pullback(f: Callable[..., Any], *args: Any, has_aux: bool = False) -> Any:
         >>> tx[0].round(6)
         array([0., 4.])
     """
+    if len(args) >= 4:  # a prepared call: straight to the prep's runner
+        prep = args[0]
+        if prep.__class__ is Prep and prep.operator == _OPERATOR and prep.has_aux is has_aux:
+            if prep.same_point is None:  # same-point preps check the point: run_operator does
+                return prep.runners["pullback"](f, args[1], args[2], args[3], args[4:])
     return run_operator(_OPERATOR, "pullback", f, args, None, prepare_pullback, has_aux)
 
 
@@ -158,4 +163,9 @@ def value_and_pullback(f: Callable[..., Any], *args: Any, has_aux: bool = False)
         >>> y, dx.round(4)
         (array([1., 4.]), array([2., 4.]))
     """
+    if len(args) >= 4:  # a prepared call: straight to the prep's runner
+        prep = args[0]
+        if prep.__class__ is Prep and prep.operator == _OPERATOR and prep.has_aux is has_aux:
+            if prep.same_point is None:  # same-point preps check the point: run_operator does
+                return prep.runners["value_and_pullback"](f, args[1], args[2], args[3], args[4:])
     return run_operator(_OPERATOR, "value_and_pullback", f, args, None, prepare_pullback, has_aux)

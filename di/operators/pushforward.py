@@ -88,6 +88,10 @@ def pushforward(f: Callable[..., Any], *args: Any, has_aux: bool = False) -> Any
         >>> ty[0].round(6)
         array([2., 0.])
     """
+    if len(args) >= 4:  # a prepared call: straight to the prep's runner
+        prep = args[0]
+        if prep.__class__ is Prep and prep.operator == _OPERATOR and prep.has_aux is has_aux:
+            return prep.runners["pushforward"](f, args[1], args[2], args[3], args[4:])
     return run_operator(_OPERATOR, "pushforward", f, args, None, prepare_pushforward, has_aux)
 
 
@@ -117,4 +121,8 @@ def value_and_pushforward(f: Callable[..., Any], *args: Any, has_aux: bool = Fal
         >>> y, dy.round(4)
         (array([1., 4.]), array([2., 4.]))
     """
+    if len(args) >= 4:  # a prepared call: straight to the prep's runner
+        prep = args[0]
+        if prep.__class__ is Prep and prep.operator == _OPERATOR and prep.has_aux is has_aux:
+            return prep.runners["value_and_pushforward"](f, args[1], args[2], args[3], args[4:])
     return run_operator(_OPERATOR, "value_and_pushforward", f, args, None, prepare_pushforward, has_aux)

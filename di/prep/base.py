@@ -235,6 +235,23 @@ class Prep:
         context_matchers, count, strict = self._context_matchers, self._n_contexts, self.strict
         tangent_matchers = self.tangent_matchers
         n_tangents = len(tangent_matchers)
+        if n_tangents == 1 and count == 0:  # the common case, unrolled: no generator, no context list
+            ((tangent_matches),) = tangent_matchers
+
+            def run_with_one_tangent(f: Any, backend: Any, x: Any, tangents: Any, contexts: Sequence[Any]) -> Any:
+                if tangents.__class__ is not tuple:
+                    self._refuse(f, backend, x, tangents, contexts)
+                if strict:
+                    try:
+                        ok = f is f0 and (backend is backend0 or backend == backend0) and not contexts
+                        ok = ok and x_matches(x) and len(tangents) == 1 and tangent_matches(tangents[0])
+                    except Exception:
+                        ok = False
+                    if not ok:
+                        self._refuse(f, backend, x, tangents, contexts)
+                return program(x, tangents)
+
+            return run_with_one_tangent
 
         def run_with_tangents(f: Any, backend: Any, x: Any, tangents: Any, contexts: Sequence[Any]) -> Any:
             if tangents.__class__ is not tuple:
