@@ -1,8 +1,7 @@
-"""Test functions with analytic gradients, written once with ``array_api_compat``.
+"""Test functions with analytic gradients, written once with ``di.array_namespace``.
 
-Every ``f`` obtains its namespace with ``array_api_compat.array_namespace(x)``, as a
-user would (from ``x`` alone: under autograd ``x`` is an ``ArrayBox`` while numpy
-contexts stay numpy, and array-api-compat refuses to mix the two), so the same code
+Every ``f`` obtains its namespace with ``xp = di.array_namespace(x)``, as a user
+would (from ``x``, the array ``f`` is differentiated with respect to), so the same code
 runs on numpy arrays, torch tensors, JAX arrays and tracers, and autograd
 ``ArrayBox``es. The analytic ``grad`` and ``value`` are plain
 numpy, computed in float64 from the numpy values of ``x`` and of the contexts.
@@ -18,7 +17,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import array_api_compat
 import numpy as np
 
 import di
@@ -107,18 +105,18 @@ def _uniform(low: float, high: float, shape: tuple[int, ...], dtype: Any = np.fl
 
 
 def sum_squares(x):
-    xp = array_api_compat.array_namespace(x)
+    xp = di.array_namespace(x)
     return xp.sum(x**2)
 
 
 def sin_squared_plus_float(x):
     # Python float constants, including an additive one that has no gradient.
-    xp = array_api_compat.array_namespace(x)
+    xp = di.array_namespace(x)
     return 0.5 * xp.sum(xp.sin(x) ** 2) + 3.0
 
 
 def logsumexp(x):
-    xp = array_api_compat.array_namespace(x)
+    xp = di.array_namespace(x)
     m = xp.max(x)
     return xp.log(xp.sum(xp.exp(x - m))) + m
 
@@ -133,7 +131,7 @@ def rosenbrock(x):
 
 
 def _rosenbrock_sum(tail, head):
-    xp = array_api_compat.array_namespace(tail)
+    xp = di.array_namespace(tail)
     return xp.sum(100.0 * (tail - head**2) ** 2 + (1.0 - head) ** 2)
 
 
@@ -150,13 +148,13 @@ def _rosenbrock_grad(x):
 
 def quadratic_form(x, a, b):
     # A Constant matrix (not symmetric, to catch a transposed gradient) and vector.
-    xp = array_api_compat.array_namespace(x)
+    xp = di.array_namespace(x)
     return 0.5 * xp.sum(x * (a @ x)) - xp.sum(b * x)
 
 
 def matrix_x(x, b):
     # 2-d x times a Constant matrix.
-    xp = array_api_compat.array_namespace(x)
+    xp = di.array_namespace(x)
     return xp.sum((x @ b) ** 2)
 
 
@@ -166,35 +164,35 @@ def cubic_0d(x):
 
 
 def exp_one_element(x):
-    xp = array_api_compat.array_namespace(x)
+    xp = di.array_namespace(x)
     return xp.sum(xp.exp(2.0 * x))
 
 
 def tanh_float32(x):
-    xp = array_api_compat.array_namespace(x)
+    xp = di.array_namespace(x)
     return xp.sum(xp.tanh(x))
 
 
 def weighted_float32(x, w):
-    xp = array_api_compat.array_namespace(x)
+    xp = di.array_namespace(x)
     return xp.sum(w * x**2) / 2.0
 
 
 def float_and_int_constants(x, scale, power):
     # A Python float Constant (traced under jit) and a Python int one (static).
-    xp = array_api_compat.array_namespace(x)
+    xp = di.array_namespace(x)
     return scale * xp.sum(x**power)
 
 
 def cache_scratch(x, w, buf):
     # Writes into the Cache buffer, then uses what it wrote.
-    xp = array_api_compat.array_namespace(x)
+    xp = di.array_namespace(x)
     buf[...] = w * x
     return xp.sum(buf**2)
 
 
 def cache_2d_with_float(x, scale, buf):
-    xp = array_api_compat.array_namespace(x)
+    xp = di.array_namespace(x)
     buf[...] = scale * x
     return xp.sum(xp.sin(buf))
 
