@@ -305,30 +305,20 @@ class JAXAdapter(Adapter):
         checked = self._checked(f, "jacobian", scalar=False, aux=aux)
         forward = self._forward_jacobian(_value_only(checked) if aux else checked, x, contexts)
         transform = jax.jacfwd if forward else jax.jacrev
+
+        def value_and_jacobian(x: Any, *values: Any) -> Any:
+            def y_twice(x: Any) -> Any:  # y comes out of the jacobian's own evaluation of f
+                y, *arrays = _outputs(checked(x, *values), has_aux)
+                return y, (y, *arrays)
+
+            jac, (y, *arrays) = transform(y_twice, has_aux=True)(x)
+            return _result(has_aux, (y, jac), *arrays)
+
+        def jacobian(x: Any, *values: Any) -> Any:
+            return transform(functools.partial(_first_argument, checked, values), has_aux=has_aux)(x)
+
         names = ("jacobian", "value_and_jacobian")
-        if aux is None:
-
-            def value_and_jacobian(x: Any, *values: Any) -> Any:
-                fx = functools.partial(_first_argument, checked, values)
-                return fx(x), transform(fx)(x)
-
-            def jacobian(x: Any, *values: Any) -> Any:
-                return transform(functools.partial(_first_argument, checked, values))(x)
-
-            return self._plain_and_full(jacobian, value_and_jacobian, x, None, contexts, names)
-
-        def value_and_jacobian_with_aux(x: Any, *values: Any) -> Any:
-            def y_and_aux(x: Any) -> Any:
-                y, arrays = checked(x, *values)
-                return y, (y, arrays)
-
-            jac, (y, arrays) = transform(y_and_aux, has_aux=True)(x)
-            return (y, jac), arrays
-
-        def jacobian_with_aux(x: Any, *values: Any) -> Any:
-            return transform(functools.partial(_first_argument, checked, values), has_aux=True)(x)
-
-        return self._plain_and_full(jacobian_with_aux, value_and_jacobian_with_aux, x, None, contexts, names, aux)
+        return self._plain_and_full(jacobian, value_and_jacobian, x, None, contexts, names, aux)
 
     def output_shapes(self, f: Callable[..., Any], x: Any, contexts: Sequence[Context]) -> list[tuple[int, ...]] | None:
         """Shapes from tracing ``f`` abstractly (``jax.eval_shape``): nothing is computed."""

@@ -1,0 +1,275 @@
+"""Auxiliary outputs (``has_aux=True``): one evaluation of ``f``, JAX's return
+layout, the caller's array family, and clear errors.
+
+The agreement of every operator with analytic references on every backend is
+checked by the ``aux`` scenarios of ``di.testing`` (tests/test_testing.py runs
+the default scenarios on every backend); this module checks what they cannot:
+how many times ``f`` runs (calls on eager engines, traces and compilations on
+compiled ones), the errors, ``out=``, contexts and wrappers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import pytest
+
+import di
+
+jax = pytest.importorskip("jax")
+torch = pytest.importorskip("torch")
+pytest.importorskip("autograd")
+
+EAGER = [di.AutoJAX(), di.AutoTorch(), di.AutoAutograd(), di.AutoFiniteDiff()]
+X = np.array([0.5, -1.0, 2.0])
+T = (np.array([1.0, 0.5, -0.25]),)
+
+
+class Counting:
+    """``f`` returning ``(y, aux)`` (or ``y``) that counts its calls; a vector or
+    scalar output, ``aux`` with an array, a string, an int and ``None``."""
+
+    def __init__(self, scalar: bool, has_aux: bool) -> None:
+        self.calls = 0
+        self.scalar = scalar
+        self.has_aux = has_aux
+
+    def __call__(self, x: Any) -> Any:
+        self.calls += 1
+        xp = di.array_namespace(x)
+        y = xp.sum(xp.sin(x) * x) if self.scalar else xp.sin(x) * x
+        if not self.has_aux:
+            return y
+        return y, {"norm2": xp.sum(x * x), "label": "metrics", "size": 3, "none": None}
+
+
+# operator -> (scalar output, prepare, plain, value_and, tangents)
+OPERATORS: dict[str, tuple[bool, Callable[..., Any], Callable[..., Any], Callable[..., Any], bool]] = {
+    "gradient": (True, di.prepare_gradient, di.gradient, di.value_and_gradient, False),
+    "jacobian": (False, di.prepare_jacobian, di.jacobian, di.value_and_jacobian, False),
+    "pushforward": (False, di.prepare_pushforward, di.pushforward, di.value_and_pushforward, True),
+    "pullback": (False, di.prepare_pullback, di.pullback, di.value_and_pullback, True),
+}
+
+
+def calls_per_operator_call(backend: Any, operator: str, has_aux: bool) -> tuple[int, int]:
+    """Calls of f made by one prepared plain call and one prepared combined call."""
+    scalar, prepare, plain, value_and, takes_tangents = OPERATORS[operator]
+    f = Counting(scalar, has_aux)
+    tangents = (T,) if takes_tangents else ()
+    options = {"has_aux": True} if has_aux else {}
+    prep = prepare(f, backend, np.zeros(3), *tangents, **options)
+    f.calls = 0
+    plain(f, prep, backend, X, *tangents, **options)
+    after_plain = f.calls
+    value_and(f, prep, backend, X, *tangents, **options)
+    return after_plain, f.calls - after_plain
+
+
+@pytest.mark.parametrize("backend", EAGER, ids=lambda b: type(b).__name__)
+@pytest.mark.parametrize("operator", sorted(OPERATORS))
+def test_aux_adds_no_evaluation_of_f_on_eager_engines(backend: Any, operator: str) -> None:
+    with_aux = calls_per_operator_call(backend, operator, has_aux=True)
+    without = calls_per_operator_call(backend, operator, has_aux=False)
+    if isinstance(backend, di.AutoFiniteDiff):
+        # central differences need no f(x): a plain call that does not evaluate f at x
+        # evaluates it there once for aux (the documented cost of aux on finite differences)
+        assert with_aux[0] - without[0] in (0, 1)
+        assert with_aux[1] == without[1]
+    else:
+        assert with_aux == without
+
+
+@pytest.mark.parametrize(
+    "backend", [b for b in EAGER if not isinstance(b, di.AutoFiniteDiff)], ids=lambda b: type(b).__name__
+)
+def test_the_plain_gradient_evaluates_f_once(backend: Any) -> None:
+    assert calls_per_operator_call(backend, "gradient", has_aux=True) == (1, 1)
+
+
+def test_jax_jit_aux_comes_from_the_compiled_program_without_retracing() -> None:
+    backend = di.AutoJAX(jit=True)
+    f = Counting(True, True)
+    prep = di.prepare_gradient(f, backend, np.zeros(3), has_aux=True)
+    assert f.calls == 1  # traced once, at preparation
+    for scale in (1.0, 2.0, -3.0):
+        g, aux = di.gradient(f, prep, backend, scale * X, has_aux=True)
+        np.testing.assert_allclose(aux["norm2"], np.sum((scale * X) ** 2))  # this call's values, not stale ones
+        np.testing.assert_allclose(g, np.sin(scale * X) + scale * X * np.cos(scale * X))
+        assert (aux["label"], aux["size"], aux["none"]) == ("metrics", 3, None)
+        assert isinstance(aux["norm2"], np.ndarray)  # numpy in, numpy out
+    (y, aux), g = di.value_and_gradient(f, prep, backend, X, has_aux=True)
+    assert f.calls == 2  # value_and_gradient's program, traced by its first call
+    np.testing.assert_allclose(y, np.sum(np.sin(X) * X))
+    np.testing.assert_allclose(aux["norm2"], np.sum(X * X))
+
+
+def test_jax_jit_aux_of_jax_input_is_a_concrete_jax_array() -> None:
+    backend = di.AutoJAX(jit=True)
+    f = Counting(True, True)
+    x = jax.numpy.asarray(X, dtype=jax.numpy.float32)
+    _, aux = di.gradient(f, backend, x, has_aux=True)
+    assert isinstance(aux["norm2"], jax.Array) and not isinstance(aux["norm2"], jax.core.Tracer)
+    assert aux["norm2"].dtype == jax.numpy.float32
+
+
+def test_jax_jit_strings_of_aux_follow_the_static_context() -> None:
+    def f(x: Any, mode: str) -> Any:
+        return (x * x).sum(), {"mode": mode, "first": x[0]}
+
+    backend = di.AutoJAX(jit=True)
+    prep = di.prepare_gradient(f, backend, np.zeros(3), di.Constant("a"), has_aux=True)
+    for mode in ("a", "b", "a"):
+        _, aux = di.gradient(f, prep, backend, X, di.Constant(mode), has_aux=True)
+        assert aux["mode"] == mode
+        np.testing.assert_allclose(aux["first"], X[0])
+
+
+class CompileCounter:
+    """A torch.compile backend that counts compilations and runs graphs eagerly."""
+
+    def __init__(self) -> None:
+        self.count = 0
+
+    def __call__(self, gm: Any, example_inputs: Any) -> Any:
+        self.count += 1
+        return gm.forward
+
+
+def with_metrics(x: Any) -> Any:
+    """``Counting`` without the counter: a Python side effect in f makes dynamo
+    recompile natively too, so compiled torch is checked by counting compilations."""
+    xp = di.array_namespace(x)
+    return xp.sin(x) * x, {"norm2": xp.sum(x * x), "label": "metrics", "size": 3, "none": None}
+
+
+def scalar_with_metrics(x: Any) -> Any:
+    y, aux = with_metrics(x)
+    return y.sum(), aux
+
+
+@pytest.mark.parametrize("operator", ["gradient", "pullback", "jacobian"])
+def test_torch_compile_aux_is_an_output_of_the_compiled_program(operator: str) -> None:
+    counter = CompileCounter()
+    backend = di.AutoTorch(compile=True, compile_options={"backend": counter})
+    scalar, prepare, plain, _, takes_tangents = OPERATORS[operator]
+    f = scalar_with_metrics if scalar else with_metrics
+    tangents = (tuple(torch.tensor(t) for t in T),) if takes_tangents else ()
+    prep = prepare(f, backend, torch.zeros(3, dtype=torch.float64), *tangents, has_aux=True)
+    compiled = counter.count
+    for scale in (1.0, 2.0):
+        x = torch.tensor(scale * X)
+        _, aux = plain(f, prep, backend, x, *tangents, has_aux=True)
+        torch.testing.assert_close(aux["norm2"], (x * x).sum())  # this call's values
+        assert not aux["norm2"].requires_grad
+        assert (aux["label"], aux["size"], aux["none"]) == ("metrics", 3, None)
+    assert counter.count == compiled  # no recompilation per call: aux left the program it ran
+
+
+def test_torch_eager_aux_is_detached() -> None:
+    def f(x: Any) -> Any:
+        return (x * x).sum(), {"scaled": 2 * x, "note": "n"}
+
+    x = torch.tensor(X)
+    (_, aux), g = di.value_and_gradient(f, di.AutoTorch(), x, has_aux=True)
+    assert not aux["scaled"].requires_grad and aux["scaled"].grad_fn is None
+    torch.testing.assert_close(aux["scaled"], 2 * x)
+    torch.testing.assert_close(g, 2 * x)
+
+
+def test_aux_keeps_the_order_of_f_dicts() -> None:
+    def f(x: Any) -> Any:
+        return (x * x).sum(), {"zeta": x[0], "alpha": "a", "mid": None}
+
+    for backend in [*EAGER, di.AutoJAX(jit=True)]:
+        _, aux = di.gradient(f, backend, X, has_aux=True)
+        assert list(aux) == ["zeta", "alpha", "mid"], backend
+
+
+def test_a_call_with_another_has_aux_is_a_mismatch_with_its_own_row() -> None:
+    f = Counting(True, True)
+    backend = di.AutoFiniteDiff()
+    prep = di.prepare_gradient(f, backend, np.zeros(3), has_aux=True)
+    with pytest.raises(di.PreparationMismatchError) as raised:
+        di.gradient(f, prep, backend, X)
+    lines = str(raised.value).splitlines()
+    assert any(line.split()[:2] == ["has_aux", "differs"] and "prepared True" in line for line in lines)
+    plain_prep = di.prepare_gradient(Counting(True, False), backend, np.zeros(3), strict=False)
+    with pytest.raises(di.PreparationMismatchError, match="has_aux"):
+        di.gradient(Counting(True, False), plain_prep, backend, X, has_aux=True)  # checked even when not strict
+
+
+@pytest.mark.parametrize("backend", [*EAGER, di.AutoJAX(jit=True)], ids=lambda b: repr(b).split("(")[0])
+def test_f_that_returns_no_pair_under_has_aux_is_refused_naming_what_came_back(backend: Any) -> None:
+    with pytest.raises(di.InvalidOutputError, match=r"pair \(y, aux\).*an array of shape \(\)"):
+        di.gradient(lambda x: (x * x).sum(), backend, X, has_aux=True)
+    with pytest.raises(di.InvalidOutputError, match="a tuple of 3 elements"):
+        di.jacobian(lambda x: (x, x, x), backend, X, has_aux=True)
+
+
+@pytest.mark.parametrize("backend", EAGER, ids=lambda b: type(b).__name__)
+def test_a_pair_without_has_aux_keeps_the_output_error_and_says_to_pass_it(backend: Any) -> None:
+    with pytest.raises(di.InvalidOutputError, match="pass has_aux=True"):
+        di.gradient(Counting(True, True), backend, X)
+
+
+def test_out_receives_the_result_and_aux_is_returned_beside_it() -> None:
+    out = np.full(3, 7.0)
+    g, aux = di.gradient(Counting(True, True), di.AutoAutograd(), X, out=out, has_aux=True)
+    assert g is out
+    np.testing.assert_allclose(out, np.sin(X) + X * np.cos(X))
+    np.testing.assert_allclose(aux["norm2"], np.sum(X * X))
+    (_, aux), g = di.value_and_gradient(Counting(True, True), di.AutoTorch(), X, out=out, has_aux=True)
+    assert g is out and aux["label"] == "metrics"
+
+
+def test_out_is_untouched_when_f_does_not_return_a_pair() -> None:
+    out = np.full(3, 7.0)
+    with pytest.raises(di.InvalidOutputError):
+        di.gradient(lambda x: (x * x).sum(), di.AutoTorch(), X, out=out, has_aux=True)
+    np.testing.assert_array_equal(out, np.full(3, 7.0))
+
+
+@pytest.mark.parametrize("backend", [di.AutoTorch(), di.AutoFiniteDiff()], ids=lambda b: type(b).__name__)
+def test_aux_with_a_cache_and_a_constant(backend: Any) -> None:
+    def f(x: Any, buf: Any, w: Any) -> Any:
+        buf[...] = x * x
+        return (w * buf).sum(), {"buffer_sum": buf.sum() * 1.0}
+
+    w = np.array([1.0, 2.0, 3.0])
+    g, aux = di.gradient(f, backend, X, di.Cache(np.zeros(3)), di.Constant(w), has_aux=True)
+    np.testing.assert_allclose(g, 2 * w * X, rtol=1e-6)
+    np.testing.assert_allclose(aux["buffer_sum"], np.sum(X * X))
+
+
+def test_finite_difference_aux_comes_from_the_unperturbed_point() -> None:
+    def f(x: Any) -> Any:
+        return (x * x).sum(), {"x": x}  # aux aliases the point, which is perturbed in place
+
+    for backend in (di.AutoFiniteDiff(), di.AutoFiniteDiff(method="forward")):
+        _, aux = di.gradient(f, backend, X, has_aux=True)
+        np.testing.assert_array_equal(aux["x"], X)
+        (_, aux), _ = di.value_and_jacobian(lambda x: (x * 2, {"x": x}), backend, X, has_aux=True)
+        np.testing.assert_array_equal(aux["x"], X)
+
+
+def test_second_order_first_order_operators_pass_aux_to_the_inner_backend() -> None:
+    backend = di.SecondOrder(di.AutoFiniteDiff(), di.AutoTorch())
+    g, aux = di.gradient(Counting(True, True), backend, X, has_aux=True)
+    np.testing.assert_allclose(g, np.sin(X) + X * np.cos(X))
+    np.testing.assert_allclose(aux["norm2"], np.sum(X * X))
+    assert isinstance(aux["norm2"], np.ndarray)  # the caller's family, through both engines
+
+
+def test_pytree_x_with_aux_on_a_flattening_engine() -> None:
+    def f(x: Any) -> Any:
+        return (x["a"] * x["a"]).sum() * x["b"], ("tag", x["b"] * 2)
+
+    x = {"a": X, "b": np.array(1.5)}
+    for backend in EAGER:
+        g, aux = di.gradient(f, backend, x, has_aux=True)
+        np.testing.assert_allclose(g["a"], 2 * X * 1.5, rtol=1e-6)
+        assert aux[0] == "tag"
+        np.testing.assert_allclose(aux[1], 3.0)
