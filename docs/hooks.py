@@ -42,6 +42,7 @@ def selectors() -> list[Any]:
         di.AutoAutograd(),
         di.AutoFiniteDiff(),
         di.SecondOrder(di.AutoFiniteDiff(), di.AutoJAX()),
+        di.AutoSparse(di.AutoJAX()),
     ]
 
 
@@ -53,7 +54,7 @@ def label(selector: Any) -> str:
         default = field.default if field.default is not dataclasses.MISSING else None
         if field.default_factory is not dataclasses.MISSING:  # SecondOrder's backends
             options.append(label(value))
-        elif value != default:
+        elif value != default and not (field.name == "sparsity" and type(value).__name__ == "TracerSparsity"):
             options.append(f"{field.name}={value!r}")
     return f"{type(selector).__name__}({', '.join(options)})"
 
@@ -101,8 +102,8 @@ def operators_table() -> str:
         cells = []
         for s in columns:
             cls = type(adapter(s))
-            if support[label(s)][family] == "unsupported":
-                cells.append("unsupported")
+            if support[label(s)][family] in ("unsupported", "as the dense backend"):
+                cells.append(support[label(s)][family])
             else:
                 cells.append("native" if cls.has_native(same_point) else "fallback")
         rows.append([f"{_code(family)} at one point ({_code(f'prepare_{same_point}')})", *cells])
@@ -140,6 +141,9 @@ def backends_table() -> str:
         extra = f"`differentiation-interface[{s.extra}]`" if s.extra else "(numpy only)"
         if type(s).__name__ == "SecondOrder":
             extra = "those of its two backends"
+        if type(s).__name__ == "AutoSparse":
+            engine = f"{type(s.dense).engine_display}, colored (scipy)"
+            extra = "its dense backend's, and `differentiation-interface[sparse]` (scipy)"
         rows.append([_code(label(s)), engine, a.family, "yes" if a.compiled else "no", extra])
     return _table(["selector", "engine", "computes in", "compiled", "install"], rows)
 
@@ -149,7 +153,7 @@ def options_table() -> str:
     import di
 
     rows = []
-    for cls in (di.AutoJAX, di.AutoTorch, di.AutoAutograd, di.AutoFiniteDiff, di.SecondOrder):
+    for cls in (di.AutoJAX, di.AutoTorch, di.AutoAutograd, di.AutoFiniteDiff, di.SecondOrder, di.AutoSparse):
         options = []
         for field in dataclasses.fields(cls):
             if field.default is not dataclasses.MISSING:

@@ -36,6 +36,7 @@ import scipy.sparse as sp
 
 from di.backends import fallbacks
 from di.backends.protocol import (
+    OPERATOR_FAMILIES,
     Adapter,
     Programs,
     counting_static_values,
@@ -111,6 +112,12 @@ class SparseAdapter(Adapter):
     def compiled(self) -> bool:  # type: ignore[override]
         return bool(self.dense.compiled)
 
+    @classmethod
+    def support(cls) -> dict[str, str]:
+        """``jacobian`` and ``hessian`` are colored; every other operator is the dense backend's."""
+        colored = {"jacobian": "sparse (colored pushforwards or pullbacks)", "hessian": "sparse (star-colored hvps)"}
+        return {family: colored.get(family, "as the dense backend") for family in OPERATOR_FAMILIES}
+
     # --- the dense adapter's view of arguments ----------------------------------------
 
     def check_contexts(self, contexts: Sequence[Context]) -> None:
@@ -182,20 +189,10 @@ class SparseAdapter(Adapter):
             detection = self._detect("jacobian", f, x, contexts, (math.prod(y_shape), math.prod(x_shape)))
         decompression = self._jacobian_coloring(detection.pattern)
         engine = self._jacobian_engine(f, x, contexts, decompression, y_shape, _numpy_dtype(y))
-        assemble = _assembler(decompression, family_of(x) or NUMPY, self.selector.dense_result, y_shape + x_shape)
-        to_caller = converter(self.family, family_of(x) or NUMPY)
-        program = self._fused(engine, x, contexts)
-
-        def value_and_jacobian(x: Any, *values: Any) -> Any:
-            y, data = program(x, *values)
-            return to_caller(y), assemble(data)
-
-        def jacobian(x: Any, *values: Any) -> Any:
-            return assemble(program(x, *values)[1])
-
-        return self._programs(
-            {"jacobian": jacobian, "value_and_jacobian": value_and_jacobian}, detection, decompression
+        programs = self._finished(
+            engine, x, contexts, decompression, y_shape + x_shape, ("jacobian", "value_and_jacobian")
         )
+        return self._programs(programs, detection, decompression)
 
     def prepare_hessian_programs(self, f: Callable[..., Any], x: Any, contexts: Sequence[Context]) -> Programs:
         self._refuse_pytree(x, "hessian")
@@ -210,20 +207,49 @@ class SparseAdapter(Adapter):
         colors = coloring.star_coloring(pattern, self.selector.order)
         decompression = star_decompression(pattern, colors)
         engine = self._hessian_engine(f, x, contexts, decompression)
-        assemble = _assembler(decompression, family_of(x) or NUMPY, self.selector.dense_result, x_shape + x_shape)
-        to_caller = converter(self.family, family_of(x) or NUMPY)
-        program = self._fused(engine, x, contexts)
-        detection = Detection(pattern, detection.notes)
+        names = ("hessian", "value_gradient_and_hessian")
+        programs = self._finished(engine, x, contexts, decompression, x_shape + x_shape, names)
+        return self._programs(programs, Detection(pattern, detection.notes), decompression)
 
-        def value_gradient_and_hessian(x: Any, *values: Any) -> Any:
-            value, g, data = program(x, *values)
-            return to_caller(value), to_caller(g), assemble(data)
+    def _finished(
+        self,
+        engine: Callable[..., Any],
+        x: Any,
+        contexts: Sequence[Context],
+        decompression: Decompression,
+        dense_shape: tuple[int, ...],
+        names: tuple[str, str],
+    ) -> dict[str, Any]:
+        """The plain and combined programs from ``engine(x, *values) -> (*values_and_gradient, data)``:
+        the nonzeros assembled into the result in the caller's family. When the whole
+        program is compiled here and the caller is JAX, the result (a ``BCOO``, or
+        the dense scatter) is built inside the compiled program, and the plain
+        operator has its own program without the value (XLA then drops its work)."""
+        caller = family_of(x) or NUMPY
+        assemble = _assembler(decompression, caller, self.selector.dense_result, dense_shape)
+        inside = self._fuses() and caller == JAX
+        to_caller = converter(self.family, caller)
 
-        def hessian(x: Any, *values: Any) -> Any:
-            return assemble(program(x, *values)[2])
+        def full_engine(x: Any, *values: Any) -> Any:
+            *others, data = engine(x, *values)
+            return (*others, assemble(data) if inside else data)
 
-        programs = {"hessian": hessian, "value_gradient_and_hessian": value_gradient_and_hessian}
-        return self._programs(programs, detection, decompression)
+        def plain_engine(x: Any, *values: Any) -> Any:
+            data = engine(x, *values)[-1]
+            return assemble(data) if inside else data
+
+        full_program = self._fused(full_engine, x, contexts)
+        plain_program = self._fused(plain_engine, x, contexts) if self._fuses() else plain_engine
+        finish = identity if inside else assemble
+
+        def full(x: Any, *values: Any) -> Any:
+            *others, result = full_program(x, *values)
+            return (*[to_caller(value) for value in others], finish(result))
+
+        def plain(x: Any, *values: Any) -> Any:
+            return finish(plain_program(x, *values))
+
+        return {names[0]: plain, names[1]: full}
 
     def _programs(self, programs: dict[str, Any], detection: Detection, decompression: Decompression) -> Programs:
         result = SparsePrograms(programs)

@@ -154,7 +154,7 @@ def star_decompression(pattern: sp.csr_array, colors: np.ndarray) -> Decompressi
         >>> from di.sparse.decompression import star_decompression
         >>> arrow = np.eye(3, dtype=bool); arrow[0, :] = arrow[:, 0] = True
         >>> star_decompression(sp.csr_array(arrow), np.array([0, 1, 1])).index
-        array([0, 3, 3, 4, 5])
+        array([0, 1, 2, 1, 4, 2, 5])
     """
     n = pattern.shape[0]
     rows, cols = _coordinates(pattern)

@@ -26,12 +26,7 @@ SPARSE_TAG = "sparse"
 def _xp(x: Any) -> Any:
     import di
 
-    namespace = getattr(di, "array_namespace", None)
-    if namespace is not None:
-        return namespace(x)
-    import array_api_compat  # until di.array_namespace lands
-
-    return array_api_compat.array_namespace(x)
+    return di.array_namespace(x)
 
 
 # --- the functions -------------------------------------------------------------------------
