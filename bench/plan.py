@@ -1,12 +1,14 @@
 """``di.AutoFastest`` checked by a separate measurement: ``python -m bench.plan``.
 
-For every function of :mod:`bench.functions` and size ``n``, ``di.prepare_gradient``
-with ``di.AutoFastest()`` plans (its default candidates, its default budget) and
-keeps one backend. Then, independently of the planner's code, every candidate it
-timed is prepared again with its own selector and re-measured in interleaved
-rounds (blocks of back-to-back prepared calls, a shuffled order each round,
-median per candidate). The chosen backend passes when its re-measured time is
-within 10 % of the fastest candidate's re-measured time.
+For every function of :mod:`bench.functions`, size ``n`` and array family of ``x``,
+``di.prepare_gradient`` with ``di.AutoFastest()`` plans (its default candidates, its
+default budget) and keeps one backend. Then, independently of the planner's code,
+every other candidate it timed is prepared again with its own selector and timed
+against the chosen one as interleaved pairs of blocks (:func:`paired`: A B, B A,
+...; the median of the paired ratios survives a drifting machine load
+best, and no third engine runs in between; each block of about 1 ms follows one
+untimed call, so it measures the engine's steady state). The chosen backend
+passes when no candidate is more than 10 % faster than it.
 
 Beside it, the price of going through ``AutoFastest``: the prepared call on the
 AutoFastest prep (backend argument ``AutoFastest()``) against the prepared call
@@ -28,7 +30,7 @@ from __future__ import annotations
 import argparse
 import gc
 import itertools
-import random
+import os
 import statistics
 import sys
 import time
@@ -49,10 +51,15 @@ from bench.timing import Settings, compare
 from di.families import converter
 from di.plan import selector_label
 
-__all__ = ["main", "remeasure"]
+__all__ = ["main", "run_case"]
 
 TOLERANCE = 1.10
-BLOCK_NS = 2.5e5
+BLOCK_NS = 1e6
+"""Blocks of about 1 ms of back-to-back calls in the re-measurement, each after one
+untimed call: an engine whose worker threads went to sleep while the other one
+ran wakes up in that call, so a block measures what a program calling one backend
+repeatedly pays (longer blocks would be preempted more often on a loaded machine)."""
+MIN_PAIRS, MAX_PAIRS = 7, 2001
 DEFAULT_OUTPUT = Path(__file__).resolve().parent / "plan_results.md"
 
 
@@ -64,6 +71,8 @@ class Candidate:
     status: str
     plan_ns: float | None
     remeasured_ns: float | None = None
+    versus_chosen: float | None = None
+    versus_q: tuple[float, float] | None = None
     reason: str = ""
 
 
@@ -85,16 +94,17 @@ class Case:
 
     @property
     def fastest(self) -> Candidate | None:
-        timed = [c for c in self.candidates if c.remeasured_ns is not None]
-        return min(timed, key=lambda c: c.remeasured_ns or 0.0) if timed else None
+        """The candidate with the lowest paired ratio to the chosen one (the chosen one's is 1)."""
+        timed = [c for c in self.candidates if c.versus_chosen is not None]
+        return min(timed, key=lambda c: c.versus_chosen or 0.0) if timed else None
 
     @property
     def chosen_over_fastest(self) -> float | None:
+        """How much slower the chosen backend is than the fastest candidate (1 when it is the fastest)."""
         fastest = self.fastest
-        chosen = next((c for c in self.candidates if c.status == "chosen"), None)
-        if fastest is None or chosen is None or chosen.remeasured_ns is None or not fastest.remeasured_ns:
+        if fastest is None or not fastest.versus_chosen:
             return None
-        return chosen.remeasured_ns / fastest.remeasured_ns
+        return 1.0 / min(1.0, fastest.versus_chosen)
 
     @property
     def verdict(self) -> str:
@@ -107,50 +117,61 @@ class Case:
 # --- measuring ----------------------------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class Paired:
+    """What :func:`paired` measured: the median per-call nanoseconds of each side and
+    the median (and quartiles) of the per-pair ratios ``b / a``."""
+
+    a_ns: float
+    b_ns: float
+    ratio: float
+    ratio_q1: float
+    ratio_q3: float
+    pairs: int
+
+
 def _block_ns(call: Callable[[], Any], count: int) -> float:
+    call()  # untimed: wakes the engine up after the other side ran
     start = time.perf_counter_ns()
     for _ in itertools.repeat(None, count):
         call()
     return (time.perf_counter_ns() - start) / count
 
 
-def remeasure(calls: dict[str, Callable[[], Any]], budget_s: float, seed: int = 0) -> dict[str, float]:
-    """Median per-call nanoseconds of each call, in rounds of one block each (about
-    0.25 ms of back-to-back calls), the order shuffled every round.
+def _calls_per_block(call: Callable[[], Any]) -> int:
+    count = 1
+    while (per_call := _block_ns(call, count)) * count < BLOCK_NS / 4 and count < 1 << 16:
+        count *= 4
+    return max(1, round(BLOCK_NS / max(per_call, 1.0)))
 
-    Args:
-        calls: zero-argument callables by label (each blocks until its result is ready).
-        budget_s: seconds to spend (at least 5 rounds).
-        seed: seed of the shuffling.
 
-    Returns:
-        The median per-call nanoseconds by label.
-    """
-    shuffle = random.Random(seed).shuffle
-    for call in calls.values():  # warm up
-        call()
-        call()
-    sizes = {}
-    for label, call in calls.items():
-        count = 1
-        while (per_call := _block_ns(call, count)) * count < BLOCK_NS / 4 and count < 1 << 16:
-            count *= 4
-        sizes[label] = max(1, round(BLOCK_NS / max(per_call, 1.0)))
-    samples: dict[str, list[float]] = {label: [] for label in calls}
-    order = list(calls)
+def paired(a: Callable[[], Any], b: Callable[[], Any], budget_s: float) -> Paired:
+    """Time ``a`` against ``b`` in pairs of blocks, A B then B A alternately, until
+    ``budget_s`` is spent (between :data:`MIN_PAIRS` and :data:`MAX_PAIRS` pairs).
+
+    Each pair's two blocks run back to back under the same load, so the median of
+    the per-pair ratios is the estimate that best survives a drifting load."""
+    sizes = (_calls_per_block(a), _calls_per_block(b))
+    a_times: list[float] = []
+    b_times: list[float] = []
     deadline = time.perf_counter() + budget_s
     gc.collect(1)
     gc.disable()
     try:
-        rounds = 0
-        while rounds < 5 or (time.perf_counter() < deadline and rounds < 2001):
-            shuffle(order)
-            for label in order:
-                samples[label].append(_block_ns(calls[label], sizes[label]))
-            rounds += 1
+        while len(a_times) < MIN_PAIRS or (time.perf_counter() < deadline and len(a_times) < MAX_PAIRS):
+            if len(a_times) % 2 == 0:
+                a_times.append(_block_ns(a, sizes[0]))
+                b_times.append(_block_ns(b, sizes[1]))
+            else:
+                b_times.append(_block_ns(b, sizes[1]))
+                a_times.append(_block_ns(a, sizes[0]))
     finally:
         gc.enable()
-    return {label: statistics.median(values) for label, values in samples.items()}
+    ratios = [tb / ta for ta, tb in zip(a_times, b_times)]
+    q1, _, q3 = statistics.quantiles(ratios, n=4, method="inclusive")
+    return Paired(
+        statistics.median(a_times), statistics.median(b_times), statistics.median(ratios), q1, q3, len(ratios)
+    )
 
 
 def _waiting(call: Callable[[], Any], family: str) -> Callable[[], Any]:
@@ -182,8 +203,7 @@ def run_case(name: str, n: int, family: str, budget_s: float, remeasure_s: float
     plan = prep.plan
     assert plan is not None
     case.chosen = selector_label(plan.chosen)
-    calls: dict[str, Callable[[], Any]] = {}
-    direct: Callable[[], Any] | None = None
+    own_calls: dict[str, Callable[[], Any]] = {}
     for row in plan.rows:
         label = selector_label(row.backend)
         case.candidates.append(
@@ -191,13 +211,18 @@ def run_case(name: str, n: int, family: str, budget_s: float, remeasure_s: float
         )
         if row.status in ("chosen", "slower"):
             own = di.prepare_gradient(f, row.backend, x)
-            call = _waiting(lambda own=own, selector=row.backend: di.gradient(f, own, selector, x), family)
-            calls[label] = call
-            if row.status == "chosen":
-                direct = call
-    for label, ns in remeasure(calls, remeasure_s).items():
-        next(c for c in case.candidates if c.label == label).remeasured_ns = ns
-    assert direct is not None
+            own_calls[label] = _waiting(lambda own=own, selector=row.backend: di.gradient(f, own, selector, x), family)
+    direct = own_calls[case.chosen]
+    others = [c for c in case.candidates if c.label in own_calls and c.label != case.chosen]
+    chosen_ns = []
+    for candidate in others:
+        timing = paired(direct, own_calls[candidate.label], remeasure_s / max(1, len(others)))
+        candidate.remeasured_ns, candidate.versus_chosen = timing.b_ns, timing.ratio
+        candidate.versus_q = (timing.ratio_q1, timing.ratio_q3)
+        chosen_ns.append(timing.a_ns)
+    chosen = next(c for c in case.candidates if c.label == case.chosen)
+    chosen.versus_chosen = 1.0
+    chosen.remeasured_ns = statistics.median(chosen_ns) if chosen_ns else None
     through_fastest = _waiting(lambda: di.gradient(f, prep, backend, x), family)
     timing = compare(direct, through_fastest, Settings(budget_s=remeasure_s / 2))
     case.overhead_ratio, case.overhead_q = timing.ratio, (timing.ratio_q1, timing.ratio_q3)
@@ -244,11 +269,12 @@ def summary_rows(cases: Sequence[Case]) -> list[list[str]]:
 def detail_rows(cases: Sequence[Case]) -> list[list[str]]:
     rows = []
     for case in cases:
-        fastest = case.fastest
         for candidate in case.candidates:
-            relative = "-"
-            if candidate.remeasured_ns is not None and fastest is not None and fastest.remeasured_ns:
-                relative = f"{candidate.remeasured_ns / fastest.remeasured_ns:.2f}"
+            versus = "-"
+            if candidate.versus_chosen is not None:
+                versus = f"{candidate.versus_chosen:.3f}"
+                if candidate.versus_q is not None:
+                    versus += f" ({candidate.versus_q[0]:.3f}-{candidate.versus_q[1]:.3f})"
             rows.append(
                 [
                     case.function,
@@ -258,7 +284,7 @@ def detail_rows(cases: Sequence[Case]) -> list[list[str]]:
                     candidate.status,
                     format_ns(candidate.plan_ns),
                     format_ns(candidate.remeasured_ns),
-                    relative,
+                    versus,
                     candidate.reason[:60],
                 ]
             )
@@ -276,7 +302,17 @@ SUMMARY_HEADERS = [
     "AutoFastest prep / winner's prep (q1-q3)",
     "planning",
 ]
-DETAIL_HEADERS = ["function", "n", "x", "candidate", "plan status", "plan median", "re-measured", "/ fastest", "reason"]
+DETAIL_HEADERS = [
+    "function",
+    "n",
+    "x",
+    "candidate",
+    "plan status",
+    "plan median",
+    "re-measured",
+    "/ chosen, paired (q1-q3)",
+    "reason",
+]
 
 
 def render(cases: Sequence[Case], command: str, settings: dict[str, str]) -> str:
@@ -287,16 +323,21 @@ def render(cases: Sequence[Case], command: str, settings: dict[str, str]) -> str
         "",
         f"Generated by `{command}` (see `bench/plan.py`); do not edit by hand.",
         "",
-        "For each function and size, `di.prepare_gradient(f, di.AutoFastest(), x)` plans with its default "
-        "candidates and budget. Every candidate it timed is then prepared again with its own selector and "
-        "re-measured, independently of the planner's code: rounds of one block (about 0.25 ms of back-to-back "
-        "prepared `di.gradient` calls) per candidate, in a shuffled order each round, median per candidate. "
-        "*chosen / fastest* is the chosen backend's re-measured time over the fastest candidate's; the target "
-        "is at most 1.10. *AutoFastest prep / winner's prep* times the prepared call on the AutoFastest prep "
-        "(backend argument `AutoFastest()`) against the same call on the winner's own prep (backend argument "
-        "the winner's selector), as interleaved pairs (`bench/timing.py`); it should be 1. *planning* is the "
-        "wall time of the whole `prepare_gradient` (every candidate's preparation and compilation, the check "
-        "call, and the budget).",
+        "For each function, size and array family of `x`, `di.prepare_gradient(f, di.AutoFastest(), x)` plans "
+        "with its default candidates and budget. Every other candidate it timed is then prepared again with its "
+        "own selector and timed against the chosen one, independently of the planner's code, as interleaved "
+        "pairs of blocks, A B then B A (about 1 ms of back-to-back prepared `di.gradient` calls each, after one "
+        "untimed call in which an engine whose threads slept while the other ran wakes up, so a block measures "
+        "what a program calling one backend repeatedly pays): "
+        "*/ chosen, paired* is the median of the per-pair ratios candidate / chosen, and *re-measured* the "
+        "candidate's median per-call time in those pairs (the chosen one's: the median over its pairings). "
+        "*chosen / fastest* is 1 / the lowest of those ratios (1 when no candidate is faster); the target is at "
+        "most 1.10. *AutoFastest prep / winner's prep* times the prepared call on the AutoFastest prep (backend "
+        "argument `AutoFastest()`) against the same call on the winner's own prep (backend argument the "
+        "winner's selector), as interleaved pairs; it should be 1. *planning* is the wall time of the whole "
+        "`prepare_gradient` (every candidate's preparation and compilation, the check call, and the budget). "
+        "The plan's medians come from rounds in which every candidate still racing runs one block, so they "
+        "can differ from the paired re-measurement by the other engines' effect on caches and threads.",
         "",
         "## Machine",
         "",
@@ -333,7 +374,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--functions", default=",".join(FUNCTIONS))
     parser.add_argument("--families", default="numpy,torch,jax")
     parser.add_argument("--budget", type=float, default=1.0, help="AutoFastest's budget_s (default 1)")
-    parser.add_argument("--remeasure", type=float, default=3.0, help="seconds of re-measurement per case")
+    parser.add_argument("--remeasure", type=float, default=3.0, help="seconds of the paired re-measurement per case")
     parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads (0 keeps torch's default)")
     parser.add_argument("--output", type=Path, default=DEFAULT_OUTPUT)
     return parser.parse_args(argv)
@@ -346,6 +387,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         import torch
 
         torch.set_num_threads(args.threads)
+    load_at_start = os.getloadavg()[0]
     cases = []
     for family in args.families.split(","):
         for name in args.functions.split(","):
@@ -354,7 +396,12 @@ def main(argv: Sequence[str] | None = None) -> int:
                 cases.append(case)
                 print(" | ".join(summary_rows([case])[0]), flush=True)
     command = "python -m bench.plan " + " ".join(sys.argv[1:] if argv is None else argv)
-    settings = {"AutoFastest budget_s": f"{args.budget:g}", "re-measurement per case": f"{args.remeasure:g} s"}
+    settings = {
+        "AutoFastest budget_s": f"{args.budget:g}",
+        "re-measurement per case": f"{args.remeasure:g} s",
+        "load average (1 min) at start / end": f"{load_at_start:.2f} / {os.getloadavg()[0]:.2f} "
+        "(other processes share these cores)",
+    }
     report = render(cases, command.strip(), settings)
     args.output.write_text(report)
     print(f"\n{sum(c.verdict == 'PASS' for c in cases)} of {len(cases)} within 10 %; written to {args.output}")

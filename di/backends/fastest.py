@@ -51,14 +51,17 @@ __all__ = ["FastestAdapter", "agree", "default_tolerances", "relative_difference
 
 PrepareWith = Callable[[AbstractBackend], Prep]
 
-BLOCK_S = 2e-4
+BLOCK_S = 1e-3
 """Target duration of one timed block of back-to-back calls: long enough to
 resolve microsecond calls, short enough that most blocks escape preemption."""
-MIN_ROUNDS = 3
-MAX_ROUNDS = 200
-RACE_FACTOR = 3.0
-"""After :data:`MIN_ROUNDS`, a candidate whose median is this many times the
-best one's stops being timed (it is ``slower`` whatever the remaining rounds say)."""
+MIN_ROUNDS = 5
+MAX_ROUNDS = 5000
+RACE_FACTOR = 2.0
+"""Once a quarter of the budget is spent, a candidate whose fastest block is this
+many times slower than the best candidate's median stops being timed (it is
+``slower`` whatever the remaining rounds say). Its fastest block, not its median:
+a machine's hiccups only ever make blocks slower, so one slow phase cannot knock
+the true winner out of the race."""
 
 
 class FastestAdapter(Adapter):
@@ -430,10 +433,13 @@ def time_interleaved(calls: Sequence[Callable[[], Any]], budget_s: float) -> lis
 
     Each round times one block of back-to-back calls of every candidate still in
     the race (the block length set per candidate so a block lasts about
-    :data:`BLOCK_S`), starting with a different candidate each round, so drift in
-    the machine's load hits them alike. Rounds go on until ``budget_s`` is spent
-    (at least :data:`MIN_ROUNDS`, at most :data:`MAX_ROUNDS`); from then on a
-    candidate :data:`RACE_FACTOR` times slower than the best stops being timed.
+    :data:`BLOCK_S`; an untimed call first, so a block measures the engine's
+    steady state, not its waking up after another engine), starting with a
+    different candidate each round, so drift in the machine's load hits them
+    alike. Rounds go on until ``budget_s`` is spent (at least :data:`MIN_ROUNDS`,
+    at most :data:`MAX_ROUNDS`); once a quarter of it is, a candidate whose
+    fastest block is :data:`RACE_FACTOR` times the best median stops being timed,
+    and the timing ends when one candidate is left.
 
     Args:
         calls: zero-argument callables, already warmed up.
@@ -445,10 +451,11 @@ def time_interleaved(calls: Sequence[Callable[[], Any]], budget_s: float) -> lis
     Examples:
         >>> from di.backends.fastest import time_interleaved
         >>> samples = time_interleaved([lambda: sum(range(10)), lambda: sum(range(1000))], 0.01)
-        >>> [len(s) >= 3 for s in samples]
+        >>> [len(s) >= 5 for s in samples]
         [True, True]
     """
-    deadline = time.perf_counter() + budget_s
+    start_time = time.perf_counter()
+    race_from, deadline = start_time + budget_s / 4, start_time + budget_s
     sizes = [max(1, math.ceil(BLOCK_S / max(_estimate(call), 1e-9))) for call in calls]
     samples: list[list[float]] = [[] for _ in calls]
     racing = list(range(len(calls)))
@@ -462,10 +469,12 @@ def time_interleaved(calls: Sequence[Callable[[], Any]], budget_s: float) -> lis
                 samples[i].append(_block(calls[i], sizes[i]))
             if round_index + 1 < MIN_ROUNDS:
                 continue
-            if time.perf_counter() >= deadline or len(racing) == 1:
+            now = time.perf_counter()
+            if now >= deadline or len(racing) == 1:
                 break
-            best = min(statistics.median(samples[i]) for i in racing)
-            racing = [i for i in racing if statistics.median(samples[i]) <= RACE_FACTOR * best]
+            if now >= race_from:
+                best = min(statistics.median(samples[i]) for i in racing)
+                racing = [i for i in racing if min(samples[i]) <= RACE_FACTOR * best]
     finally:
         if was_enabled:
             gc.enable()
@@ -473,6 +482,10 @@ def time_interleaved(calls: Sequence[Callable[[], Any]], budget_s: float) -> lis
 
 
 def _block(call: Callable[[], Any], count: int) -> float:
+    """Per-call seconds of ``count`` back-to-back calls, after one untimed call: the
+    engine that ran before may have let this one's worker threads sleep and its
+    data leave the caches, a cost the caller's repeated calls never pay."""
+    call()
     start = time.perf_counter()
     for _ in itertools.repeat(None, count):
         call()
