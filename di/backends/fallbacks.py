@@ -103,16 +103,6 @@ def with_aux(has_aux: bool, finish: Callable[[Any], Any]) -> Callable[[Any], Any
     return finish_result
 
 
-def plain_from_full(full: Callable[..., Any], has_aux: bool) -> Callable[..., Any]:
-    """The plain operator from its combined form: the last element of the result."""
-    last = with_aux(has_aux, lambda result: result[-1])
-
-    def plain(*args: Any) -> Any:
-        return last(full(*args))
-
-    return plain
-
-
 def _output_of(adapter: Adapter, f: Callable[..., Any], x: Any, contexts: Sequence[Context], has_aux: bool) -> Any:
     """``f``'s output ``y`` at the prepared arguments (engine family)."""
     y = evaluate_output(adapter, f, x, contexts)
@@ -138,26 +128,32 @@ def jacobian_programs(
     if forward is None:
         forward = prefers_forward(adapter, math.prod(x_shape), math.prod(y_shape))
 
-    def assemble(result: tuple[Any, tuple[Any, ...]], axis: int) -> Any:
-        y, slices = result
+    def assemble(slices: tuple[Any, ...], axis: int, y_shape: tuple[int, ...], dtype: Any) -> Any:
         if not slices:
-            return y, ops.module.zeros((*y.shape, *x_shape), dtype=y.dtype)
-        return y, ops.stack(slices, axis=axis).reshape((*y.shape, *x_shape))
+            return ops.module.zeros((*y_shape, *x_shape), dtype=dtype)
+        return ops.stack(slices, axis=axis).reshape((*y_shape, *x_shape))
 
     if forward:
         seeds = unit_arrays(x_shape, numpy_dtype(x))
-        primitive = programs(adapter, "pushforward", f, x, contexts, seeds, has_aux=has_aux)["value_and_pushforward"]
-        finish = with_aux(has_aux, lambda result: assemble(result, -1))
+        primitives = programs(adapter, "pushforward", f, x, contexts, seeds, has_aux=has_aux)
+        full, plain, axis = primitives["value_and_pushforward"], primitives["pushforward"], -1
     else:
         seeds = unit_arrays(y_shape, numpy_dtype(y_prep))
-        primitive = programs(adapter, "pullback", f, x, contexts, seeds, has_aux=has_aux)["value_and_pullback"]
-        finish = with_aux(has_aux, lambda result: assemble(result, 0))
+        primitives = programs(adapter, "pullback", f, x, contexts, seeds, has_aux=has_aux)
+        full, plain, axis = primitives["value_and_pullback"], primitives["pullback"], 0
+    finish = with_aux(has_aux, lambda result: (result[0], assemble(result[1], axis, result[0].shape, result[0].dtype)))
+    # the plain jacobian runs the plain primitive: f's output shape is the prepared one
+    finish_plain = with_aux(has_aux, lambda slices: assemble(slices, axis, y_shape, y_prep.dtype))
 
     def value_and_jacobian(x: Any, *values: Any) -> Any:
         with scope():
-            return finish(primitive(x, seeds, *values))
+            return finish(full(x, seeds, *values))
 
-    return {"jacobian": plain_from_full(value_and_jacobian, has_aux), "value_and_jacobian": value_and_jacobian}
+    def jacobian(x: Any, *values: Any) -> Any:
+        with scope():
+            return finish_plain(plain(x, seeds, *values))
+
+    return {"jacobian": jacobian, "value_and_jacobian": value_and_jacobian}
 
 
 def _engine_tangent(adapter: Adapter) -> Callable[[Any], Any]:
@@ -171,13 +167,13 @@ def _engine_tangent(adapter: Adapter) -> Callable[[Any], Any]:
     return to_engine
 
 
-def _value_and_jacobian(
+def _jacobians(
     adapter: Adapter, f: Callable[..., Any], x: Any, contexts: Sequence[Context], forward: bool, has_aux: bool
-) -> Callable[..., Any]:
-    """The adapter's own ``value_and_jacobian``, else one built in the given mode."""
+) -> Programs:
+    """The adapter's own jacobian programs, else ones built in the given mode."""
     if adapter.has_native("jacobian"):
-        return programs(adapter, "jacobian", f, x, contexts, has_aux=has_aux)["value_and_jacobian"]
-    return jacobian_programs(adapter, f, x, contexts, forward=forward, has_aux=has_aux)["value_and_jacobian"]
+        return programs(adapter, "jacobian", f, x, contexts, has_aux=has_aux)
+    return jacobian_programs(adapter, f, x, contexts, forward=forward, has_aux=has_aux)
 
 
 def pushforward_programs(
@@ -191,7 +187,8 @@ def pushforward_programs(
 ) -> Programs:
     """``pushforward`` through the jacobian (the adapter's own, else reverse mode):
     ``J @ t`` per tangent."""
-    value_and_jacobian = _value_and_jacobian(adapter, f, x, contexts, False, has_aux)
+    jacobians = _jacobians(adapter, f, x, contexts, False, has_aux)
+    value_and_jacobian, jacobian = jacobians["value_and_jacobian"], jacobians["jacobian"]
     ops = ArrayOps(adapter.family)
     to_engine = _engine_tangent(adapter)
     x_ndim = len(_shape(x))
@@ -205,10 +202,14 @@ def pushforward_programs(
         with scope():
             return with_aux(has_aux, contract)(value_and_jacobian(x, *values))
 
-    return {
-        "pushforward": plain_from_full(value_and_pushforward, has_aux),
-        "value_and_pushforward": value_and_pushforward,
-    }
+    def pushforward(x: Any, tx: Sequence[Any], *values: Any) -> Any:
+        def contract(jac: Any) -> Any:
+            return tuple(ops.tensordot(jac, to_engine(t), x_ndim) for t in tx)
+
+        with scope():
+            return with_aux(has_aux, contract)(jacobian(x, *values))  # the plain jacobian: no value
+
+    return {"pushforward": pushforward, "value_and_pushforward": value_and_pushforward}
 
 
 def pullback_programs(
@@ -222,9 +223,11 @@ def pullback_programs(
 ) -> Programs:
     """``pullback`` through the jacobian (the adapter's own, else forward mode):
     ``t @ J`` per cotangent."""
-    value_and_jacobian = _value_and_jacobian(adapter, f, x, contexts, True, has_aux)
+    jacobians = _jacobians(adapter, f, x, contexts, True, has_aux)
+    value_and_jacobian, jacobian = jacobians["value_and_jacobian"], jacobians["jacobian"]
     ops = ArrayOps(adapter.family)
     to_engine = _engine_tangent(adapter)
+    x_ndim = len(_shape(x))
     scope = adapter.scope([x, *_values(contexts)])
 
     def value_and_pullback(x: Any, ty: Sequence[Any], *values: Any) -> Any:
@@ -235,7 +238,14 @@ def pullback_programs(
         with scope():
             return with_aux(has_aux, contract)(value_and_jacobian(x, *values))
 
-    return {"pullback": plain_from_full(value_and_pullback, has_aux), "value_and_pullback": value_and_pullback}
+    def pullback(x: Any, ty: Sequence[Any], *values: Any) -> Any:
+        def contract(jac: Any) -> Any:
+            return tuple(ops.tensordot(to_engine(t), jac, jac.ndim - x_ndim) for t in ty)
+
+        with scope():
+            return with_aux(has_aux, contract)(jacobian(x, *values))  # the plain jacobian: no value
+
+    return {"pullback": pullback, "value_and_pullback": value_and_pullback}
 
 
 def gradient_programs(
@@ -258,17 +268,19 @@ def gradient_programs(
 
         return {"gradient": gradient, "value_and_gradient": value_and_gradient}
 
-    value_and_jacobian = jacobian_programs(adapter, f, x, contexts, forward=True, has_aux=has_aux)["value_and_jacobian"]
+    jacobians = jacobian_programs(adapter, f, x, contexts, forward=True, has_aux=has_aux)
+    value_and_jacobian, jacobian = jacobians["value_and_jacobian"], jacobians["jacobian"]
     x_shape = _shape(x)
     as_gradient = with_aux(has_aux, lambda result: (result[0], result[1].reshape(x_shape)))
+    as_plain_gradient = with_aux(has_aux, lambda jac: jac.reshape(x_shape))
 
     def value_and_gradient_from_jacobian(x: Any, *values: Any) -> Any:
         return as_gradient(value_and_jacobian(x, *values))
 
-    return {
-        "gradient": plain_from_full(value_and_gradient_from_jacobian, has_aux),
-        "value_and_gradient": value_and_gradient_from_jacobian,
-    }
+    def gradient_from_jacobian(x: Any, *values: Any) -> Any:
+        return as_plain_gradient(jacobian(x, *values))
+
+    return {"gradient": gradient_from_jacobian, "value_and_gradient": value_and_gradient_from_jacobian}
 
 
 def derivative_programs(

@@ -151,11 +151,14 @@ class FiniteDiffAdapter(Adapter):
 
     # --- first order ----------------------------------------------------------------
 
-    def _gradient(self, evaluator: _Evaluator, point: Any, values: Sequence[Any], y0: float | None) -> Any:
-        """Gradient of the scalar ``f`` at ``point`` (float64, modified and restored)."""
+    def _gradient(
+        self, evaluator: _Evaluator, point: Any, values: Sequence[Any], y0: float | None, operator: str = "gradient"
+    ) -> Any:
+        """Gradient of the scalar ``f`` at ``point`` (float64, modified and restored);
+        ``operator`` names the call in the error about an unusable output of ``f``."""
         central = self.selector.method == "central"
         if not central and y0 is None:
-            y0 = evaluator.scalar(point, values)
+            y0 = evaluator.scalar(point, values, operator)
         flat = point.reshape(-1)
         h = _steps(flat, relative_step(self.selector))
         g = np.empty_like(flat)
@@ -163,7 +166,7 @@ class FiniteDiffAdapter(Adapter):
         for i in range(flat.size):
             xi = flat[i]
             flat[i] = xi + h[i]
-            up = evaluate(point, values)
+            up = evaluate(point, values, operator) if i == 0 else evaluate(point, values)
             evaluate = evaluator.scalar_unchecked
             if central:
                 flat[i] = xi - h[i]
@@ -198,11 +201,13 @@ class FiniteDiffAdapter(Adapter):
     def _directional(
         self, evaluator: _Evaluator, point: Any, values: Sequence[Any], t: Any, y0: Any, operator: str = "pushforward"
     ) -> Any:
-        """Directional derivative of ``f`` at ``point`` along ``t`` (float64)."""
+        """Directional derivative of ``f`` at ``point`` along ``t`` (float64). ``y0``,
+        ``f(point)``, is ``None`` when the caller did not need it (central
+        differences do not use it)."""
         t = np.asarray(converter(family_of(t), NUMPY)(t), dtype=np.float64)
         scale = float(np.max(np.abs(t))) if t.size else 0.0
         if scale == 0.0:
-            return np.zeros_like(y0)
+            return np.zeros_like(evaluator.array(point, values, operator) if y0 is None else y0)
         h = relative_step(self.selector) * max(1.0, float(np.max(np.abs(point))) if point.size else 1.0) / scale
         up = evaluator.array(np.array(point + h * t), values, operator)
         if self.selector.method == "central":
@@ -219,11 +224,16 @@ class FiniteDiffAdapter(Adapter):
         has_aux: bool = False,
     ) -> Programs:
         evaluator = _Evaluator(self, f, x, contexts, has_aux=has_aux, operator="pushforward")
+        central = self.selector.method == "central"
 
         def make(with_value: bool) -> Program:
+            # Central differences need no value at x: f is evaluated there only for
+            # the value or aux the call returns.
+            at_point = with_value or not central or has_aux
+
             def run(x: Any, tx: Sequence[Any], *values: Any) -> Any:
                 caller, point, values = evaluator.inputs(x, values)
-                y0, aux = evaluator.array_at_point(point, values, "pushforward")
+                y0, aux = evaluator.array_at_point(point, values, "pushforward") if at_point else (None, None)
                 dtype = caller.dtype
                 products = tuple(
                     np.asarray(self._directional(evaluator, point, values, t, y0), dtype=dtype) for t in tx
@@ -247,31 +257,39 @@ class FiniteDiffAdapter(Adapter):
         evaluator = _Evaluator(self, f, x, contexts, has_aux=has_aux, operator=operator)
         central = self.selector.method == "central"
 
-        def jacobian_with_value(x: Any, values: Sequence[Any]) -> Any:
+        def jacobian_with_value(x: Any, values: Sequence[Any], with_value: bool) -> Any:
+            """``((y, jacobian), aux)``; central differences without the value or aux
+            leave ``f(x)`` unevaluated (``y`` is then ``None``)."""
             caller, point, values = evaluator.inputs(x, values)
-            y0, aux = evaluator.array_at_point(point, values, operator)
             flat = point.reshape(-1)
+            at_point = with_value or not central or has_aux or flat.size == 0
+            y0, aux = evaluator.array_at_point(point, values, operator) if at_point else (None, None)
             h = _steps(flat, relative_step(self.selector))
-            columns = np.empty((y0.size, flat.size))
+            columns = None if y0 is None else np.empty((y0.size, flat.size))
             for i in range(flat.size):
                 xi = flat[i]
                 flat[i] = xi + h[i]
-                up = evaluator.array(point, values, operator).reshape(-1)
+                up = evaluator.array(point, values, operator)
+                if columns is None:  # the first evaluation tells f's output shape
+                    columns, y_shape = np.empty((up.size, flat.size)), up.shape
                 if central:
                     flat[i] = xi - h[i]
-                    columns[:, i] = (up - evaluator.array(point, values, operator).reshape(-1)) / (2 * h[i])
+                    columns[:, i] = (up.reshape(-1) - evaluator.array(point, values, operator).reshape(-1)) / (2 * h[i])
                 else:
-                    columns[:, i] = (up - y0.reshape(-1)) / h[i]
+                    columns[:, i] = (up.reshape(-1) - y0.reshape(-1)) / h[i]  # type: ignore[union-attr]
                 flat[i] = xi
-            jac = columns.reshape(y0.shape + point.shape).astype(caller.dtype)
-            return (np.asarray(y0, dtype=caller.dtype), jac), aux
+            if y0 is not None:
+                y_shape = y0.shape
+            assert columns is not None
+            jac = columns.reshape(y_shape + point.shape).astype(caller.dtype)
+            return (None if y0 is None else np.asarray(y0, dtype=caller.dtype), jac), aux
 
         def value_and_jacobian(x: Any, *values: Any) -> Any:
-            result, aux = jacobian_with_value(x, values)
+            result, aux = jacobian_with_value(x, values, True)
             return (result, aux) if has_aux else result
 
         def jacobian(x: Any, *values: Any) -> Any:
-            (_, jac), aux = jacobian_with_value(x, values)
+            (_, jac), aux = jacobian_with_value(x, values, False)
             return (jac, aux) if has_aux else jac
 
         return {"jacobian": jacobian, "value_and_jacobian": value_and_jacobian}
@@ -287,14 +305,19 @@ class FiniteDiffAdapter(Adapter):
     ) -> Programs:
         """Cotangents contracted with the finite-difference jacobian (errors about
         ``f``'s output name pullback)."""
-        jacobian = self.prepare_jacobian_programs(f, x, contexts, "pullback", has_aux=has_aux)["value_and_jacobian"]
+        jacobians = self.prepare_jacobian_programs(f, x, contexts, "pullback", has_aux=has_aux)
+        x_ndim = np.ndim(x)
 
         def make(with_value: bool) -> Program:
+            # the plain pullback contracts the plain jacobian: no f(x) with central differences
+            jacobian = jacobians["value_and_jacobian" if with_value else "jacobian"]
+
             def run(x: Any, ty: Sequence[Any], *values: Any) -> Any:
                 output = jacobian(x, *values)
-                (y, jac), aux = output if has_aux else (output, None)
+                output, aux = output if has_aux else (output, None)
+                y, jac = output if with_value else (None, output)
                 cotangents = [np.asarray(converter(family_of(t), NUMPY)(t), dtype=jac.dtype) for t in ty]
-                products = tuple(np.tensordot(t, jac, axes=y.ndim) for t in cotangents)
+                products = tuple(np.tensordot(t, jac, axes=jac.ndim - x_ndim) for t in cotangents)
                 result = (y, products) if with_value else products
                 return (result, aux) if has_aux else result
 
@@ -309,57 +332,69 @@ class FiniteDiffAdapter(Adapter):
     ) -> Programs:
         evaluator = _Evaluator(self, f, x, contexts)
 
-        def gradient_and_hvp(x: Any, tx: Sequence[Any], *values: Any) -> Any:
-            caller, point, values = evaluator.inputs(x, values)
-            y0 = evaluator.scalar(point, values, "hvp")
-            g = self._gradient(evaluator, point, values, y0)
-            products = []
+        def products(caller: Any, point: Any, values: Sequence[Any], tx: Sequence[Any]) -> tuple[Any, ...]:
+            """Central differences of gradients along each tangent (the gradient at
+            ``point`` itself is not needed)."""
+            results, evaluated = [], False
             for t in tx:
                 t = np.asarray(converter(family_of(t), NUMPY)(t), dtype=np.float64)
                 scale = float(np.max(np.abs(t))) if t.size else 0.0
                 if scale == 0.0:
-                    products.append(np.zeros_like(g).astype(caller.dtype))
+                    results.append(np.zeros(point.shape, dtype=caller.dtype))
                     continue
                 h = _SECOND_ORDER_STEP * max(1.0, float(np.max(np.abs(point)))) / scale
                 # np.array: a 0-d point +- h*t would otherwise be a numpy scalar, not a view-able array
-                up = self._gradient(evaluator, np.array(point + h * t), values, None)
-                down = self._gradient(evaluator, np.array(point - h * t), values, None)
-                products.append(np.asarray((up - down) / (2 * h), dtype=caller.dtype))
-            return g.astype(caller.dtype), tuple(products)
+                up = self._gradient(evaluator, np.array(point + h * t), values, None, "hvp")
+                down = self._gradient(evaluator, np.array(point - h * t), values, None, "hvp")
+                results.append(np.asarray((up - down) / (2 * h), dtype=caller.dtype))
+                evaluated = evaluated or point.size > 0
+            if not evaluated:
+                evaluator.scalar(point, values, "hvp")  # f was not evaluated: check its output once
+            return tuple(results)
+
+        def gradient_and_hvp(x: Any, tx: Sequence[Any], *values: Any) -> Any:
+            caller, point, values = evaluator.inputs(x, values)
+            y0 = evaluator.scalar(point, values, "hvp")
+            g = self._gradient(evaluator, point, values, y0)
+            return g.astype(caller.dtype), products(caller, point, values, tx)
 
         def hvp(x: Any, tx: Sequence[Any], *values: Any) -> Any:
-            return gradient_and_hvp(x, tx, *values)[1]
+            caller, point, values = evaluator.inputs(x, values)
+            return products(caller, point, values, tx)
 
         return {"hvp": hvp, "gradient_and_hvp": gradient_and_hvp}
 
     def prepare_hessian_programs(self, f: Callable[..., Any], x: Any, contexts: Sequence[Context]) -> Programs:
         evaluator = _Evaluator(self, f, x, contexts)
 
-        def value_gradient_and_hessian(x: Any, *values: Any) -> Any:
-            caller, point, values = evaluator.inputs(x, values)
-            y0 = evaluator.scalar(point, values, "hessian")
-            g = self._gradient(evaluator, point, values, y0)
+        def hessian_at(point: Any, values: Sequence[Any]) -> Any:
+            """Central differences of gradients along each coordinate, symmetrised (float64)."""
             flat = point.reshape(-1)
             h = _steps(flat, _SECOND_ORDER_STEP)
             hessian = np.empty((flat.size, flat.size))
             for i in range(flat.size):
                 xi = flat[i]
                 flat[i] = xi + h[i]
-                up = self._gradient(evaluator, point, values, None).reshape(-1)
+                up = self._gradient(evaluator, point, values, None, "hessian").reshape(-1)
                 flat[i] = xi - h[i]
-                down = self._gradient(evaluator, point, values, None).reshape(-1)
+                down = self._gradient(evaluator, point, values, None, "hessian").reshape(-1)
                 flat[i] = xi
                 hessian[:, i] = (up - down) / (2 * h[i])
             hessian = (hessian + hessian.T) / 2  # the exact Hessian is symmetric
+            return hessian.reshape(point.shape + point.shape)
+
+        def value_gradient_and_hessian(x: Any, *values: Any) -> Any:
+            caller, point, values = evaluator.inputs(x, values)
+            y0 = evaluator.scalar(point, values, "hessian")
+            g = self._gradient(evaluator, point, values, y0)
             dtype = caller.dtype
-            return (
-                np.asarray(y0, dtype=dtype),
-                g.astype(dtype),
-                hessian.reshape(point.shape + point.shape).astype(dtype),
-            )
+            return np.asarray(y0, dtype=dtype), g.astype(dtype), hessian_at(point, values).astype(dtype)
 
         def hessian(x: Any, *values: Any) -> Any:
-            return value_gradient_and_hessian(x, *values)[2]
+            caller, point, values = evaluator.inputs(x, values)
+            if point.size == 0:
+                evaluator.scalar(point, values, "hessian")  # no gradient evaluates f: check its output once
+            return hessian_at(point, values).astype(caller.dtype)  # neither f(x) nor the gradient at x
 
         return {"hessian": hessian, "value_gradient_and_hessian": value_gradient_and_hessian}
 
@@ -386,7 +421,13 @@ class FiniteDiffAdapter(Adapter):
             )
 
         def second_derivative(x: Any, *values: Any) -> Any:
-            return value_derivative_and_second_derivative(x, *values)[2]
+            caller, point, values = evaluator.inputs(x, values)
+            x0 = float(point)
+            y0 = evaluator.array(point, values, "second_derivative")
+            h2 = float(_steps(np.array([x0]), _SECOND_ORDER_STEP)[0])
+            up2 = evaluator.array(np.asarray(x0 + h2), values, "second_derivative")
+            down2 = evaluator.array(np.asarray(x0 - h2), values, "second_derivative")
+            return np.asarray((up2 - 2 * y0 + down2) / (h2 * h2), dtype=caller.dtype)  # no first derivative
 
         return {
             "second_derivative": second_derivative,
