@@ -123,10 +123,12 @@ def benchmark_one(
     x = copy_tree(scenario.x)
     contexts = _copy_contexts(scenario.contexts)
     t_args = (copy_tree(scenario.tangents),) if spec.takes_tangents else ()
+    aux_option = {"has_aux": True} if scenario.has_aux else {}
+    call = functools.partial(call, **aux_option)
     try:
         start = time.perf_counter()
         if prepared:
-            prep = getattr(di, spec.prepare)(f, run_on, x, *t_args, *contexts)
+            prep = getattr(di, spec.prepare)(f, run_on, x, *t_args, *contexts, **aux_option)
             args: tuple[Any, ...] = (prep, run_on, x, *t_args, *contexts)
         else:
             args = (run_on, x, *t_args, *contexts)

@@ -403,8 +403,14 @@ def _expected_family_and_dtype(x: Any) -> tuple[str, str]:
 def _compare(
     label: str, value: Any, reference: Any, rtol: float, atol: float, x: Any, check_types: bool, is_value: bool
 ) -> tuple[float, float, list[str]]:
-    """Compare one result with its reference; return the errors and the problems."""
+    """Compare one result with its reference; return the errors and the problems.
+    References that are not numbers or arrays (strings, ``None``, ints of an
+    ``aux``) must be returned as they are."""
     problems: list[str] = []
+    if reference is None or isinstance(reference, (str, bytes, int)):
+        if type(value) is not type(reference) or value != reference:
+            return math.nan, math.nan, [f"{label}: expected {reference!r}, got {value!r}"]
+        return 0.0, 0.0, []
     if isinstance(reference, tuple):
         if not isinstance(value, (tuple, list)) or len(value) != len(reference):
             kind = type(value).__name__
@@ -560,24 +566,38 @@ def _execute(case: Case, f: Callable[..., Any], x: Any, tangents: Any, contexts:
     value_and = getattr(di, spec.value_and)
     backend = backend_for(case.backend, case.scenario)
     t_args = (tangents,) if spec.takes_tangents else ()
+    aux_option = {"has_aux": True} if case.scenario.has_aux else {}
     outputs: list[Any] = []
+
+    def record(label: str, result: Any, references: tuple[str, ...], plain: bool) -> None:
+        if aux_option:  # JAX's layout: (result, aux) and ((y, aux), result)
+            if plain:
+                result, aux = result
+            else:
+                (y, aux), rest = result
+                result = (y, rest)
+            outputs.append((f"{label} aux", aux, ("aux",)))
+        outputs.append((label, result, references))
+
     if case.prep_mode == "unprepared":
-        outputs.append((spec.call, call(f, backend, x, *t_args, *contexts), (spec.call_result,)))
-        outputs.append((spec.value_and, value_and(f, backend, x, *t_args, *contexts), spec.value_and_results))
+        record(spec.call, call(f, backend, x, *t_args, *contexts, **aux_option), (spec.call_result,), True)
+        record(
+            spec.value_and, value_and(f, backend, x, *t_args, *contexts, **aux_option), spec.value_and_results, False
+        )
         return outputs
     preparation = case.scenario.preparation()
     p_tangents = preparation.tangents if preparation.tangents is not None else tangents
     p_args = (copy_tree(p_tangents),) if spec.takes_tangents else ()
     prep = getattr(di, spec.prepare)(
-        f, backend, copy_tree(preparation.x), *p_args, *_copy_contexts(preparation.contexts)
+        f, backend, copy_tree(preparation.x), *p_args, *_copy_contexts(preparation.contexts), **aux_option
     )
     repeats = 2 if case.prep_mode == "prepared-twice" else 1
     for attempt in range(1, repeats + 1):
         suffix = f" (call {attempt})" if repeats > 1 else ""
-        outputs.append((spec.call + suffix, call(f, prep, backend, x, *t_args, *contexts), (spec.call_result,)))
-        outputs.append(
-            (spec.value_and + suffix, value_and(f, prep, backend, x, *t_args, *contexts), spec.value_and_results)
-        )
+        plain = call(f, prep, backend, x, *t_args, *contexts, **aux_option)
+        record(spec.call + suffix, plain, (spec.call_result,), True)
+        combined = value_and(f, prep, backend, x, *t_args, *contexts, **aux_option)
+        record(spec.value_and + suffix, combined, spec.value_and_results, False)
     return outputs
 
 
@@ -655,7 +675,7 @@ def run_case(
             if reference is None:
                 continue
             what = name if len(references) == 1 else f"{name} {which}"
-            a, r, p = _compare(what, value, reference, base.rtol, base.atol, x, check_types, which == "y")
+            a, r, p = _compare(what, value, reference, base.rtol, base.atol, x, check_types, which in ("y", "aux"))
             worst_abs, worst_rel = _max(worst_abs, a), _max(worst_rel, r)
             problems += p
     if check_mutation:

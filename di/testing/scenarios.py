@@ -25,6 +25,7 @@ import di
 from di.contexts import Cache, Constant, Context
 
 __all__ = [
+    "AUX_OPERATORS",
     "OPERATORS",
     "SCENARIO_GROUPS",
     "OperatorSpec",
@@ -118,6 +119,10 @@ OPERATORS: dict[str, OperatorSpec] = {
         ),
     )
 }
+
+
+AUX_OPERATORS = frozenset({"derivative", "gradient", "jacobian", "pushforward", "pullback"})
+"""The operators whose calls take ``has_aux`` (``f`` returning ``(y, aux)``)."""
 
 
 # --- array helpers (no engine imports) -------------------------------------------------
@@ -295,10 +300,15 @@ class Scenario:
             not checked).
         tags: labels used to select or skip scenarios (``"float32"``,
             ``"constant"``, ``"cache"``, ``"pytree"``, ...).
+        has_aux: ``f`` returns ``(y, aux)``; the runners prepare and call with
+            ``has_aux=True`` (first-order operators only) and compare ``aux``.
+        aux: the reference ``aux``: a pytree whose arrays (numpy, compared like
+            results, and expected in ``x``'s family) and other leaves (compared
+            with ``==``) the calls must return.
 
     Raises:
-        ValueError: unknown operator, or tangents missing for an operator that
-            needs them.
+        ValueError: unknown operator, tangents missing for an operator that
+            needs them, or ``has_aux`` on an operator that does not take it.
 
     Examples:
         >>> import numpy as np, di
@@ -320,6 +330,8 @@ class Scenario:
     prep_args: PrepArgs | None = None
     y: Any = field(default=None)
     tags: frozenset[str] = frozenset()
+    has_aux: bool = False
+    aux: Any = None
 
     def __init__(
         self,
@@ -335,9 +347,13 @@ class Scenario:
         prep_args: PrepArgs | None = None,
         y: Any = None,
         tags: Iterable[str] = (),
+        has_aux: bool = False,
+        aux: Any = None,
     ) -> None:
         if operator not in OPERATORS:
             raise ValueError(f"unknown operator {operator!r}; known: {', '.join(OPERATORS)}")
+        if has_aux and operator not in AUX_OPERATORS:
+            raise ValueError(f"{operator} does not take has_aux; operators that do: {', '.join(sorted(AUX_OPERATORS))}")
         spec = OPERATORS[operator]
         if spec.takes_tangents and tangents is None:
             raise ValueError(f"a {operator} scenario needs tangents (a tuple of arrays)")
@@ -355,7 +371,9 @@ class Scenario:
         set_(self, "name", name or f"{operator}/{getattr(f, '__name__', type(f).__name__)}")
         set_(self, "prep_args", prep_args)
         set_(self, "tags", frozenset(tags))
-        set_(self, "y", y if y is not None else _evaluate_in_float64(f, x, self.contexts))
+        set_(self, "has_aux", bool(has_aux))
+        set_(self, "aux", aux)
+        set_(self, "y", y if y is not None else _evaluate_in_float64(f, x, self.contexts, has_aux))
 
     def __repr__(self) -> str:
         return f"Scenario({self.name!r})"
@@ -371,8 +389,8 @@ class Scenario:
         return isinstance(self.x, (dict, list, tuple))
 
     def reference(self, which: str) -> Any:
-        """The reference named ``"y"``, ``"res1"`` or ``"res2"``."""
-        return {"y": self.y, "res1": self.res1, "res2": self.res2}[which]
+        """The reference named ``"y"``, ``"res1"``, ``"res2"`` or ``"aux"``."""
+        return {"y": self.y, "res1": self.res1, "res2": self.res2, "aux": self.aux}[which]
 
     def preparation(self) -> PrepArgs:
         """The arguments to prepare with: ``prep_args`` or the default.
@@ -461,6 +479,8 @@ def replace_scenario(scenario: Scenario, **changes: Any) -> Scenario:
         "prep_args": scenario.prep_args,
         "y": scenario.y,
         "tags": scenario.tags,
+        "has_aux": scenario.has_aux,
+        "aux": scenario.aux,
     }
     operator = changes.pop("operator", scenario.operator)
     f = changes.pop("f", scenario.f)
@@ -493,7 +513,7 @@ def _family_converter(family: str) -> Callable[[Any], Any]:
     raise ValueError(f"unknown array family {family!r}: use 'numpy', 'torch' or 'jax'")
 
 
-def _evaluate_in_float64(f: Callable[..., Any], x: Any, contexts: Sequence[Context]) -> Any:
+def _evaluate_in_float64(f: Callable[..., Any], x: Any, contexts: Sequence[Context], has_aux: bool = False) -> Any:
     """``f`` evaluated with NumPy float64 copies of every array, or ``None`` if it fails."""
     try:
         x64 = tree_map(_to_float64, x)
@@ -502,6 +522,8 @@ def _evaluate_in_float64(f: Callable[..., Any], x: Any, contexts: Sequence[Conte
         values = [tree_map(_to_float64, copy_tree(c.value)) for c in contexts]
         with np.errstate(all="ignore"):
             y = f(x64, *values)
+        if has_aux:
+            y = y[0]
         return np.array(to_numpy(y), dtype=np.float64, copy=True)
     except Exception:
         return None
@@ -1453,6 +1475,12 @@ def _sparse_group(rng: np.random.Generator) -> list[Scenario]:
     return sparse_scenarios()  # tagged "sparse": the runners run them on di.AutoSparse(backend)
 
 
+def _aux_group(rng: np.random.Generator) -> list[Scenario]:
+    from di.testing.aux_scenarios import aux_scenarios  # here: that module imports this one
+
+    return aux_scenarios(rng)  # has_aux=True: the runners pass it and compare aux
+
+
 #: The groups :func:`default_scenarios` builds, by name. Each builder gets its own random
 #: generator (from the seed and the group's name), so adding a group moves no other group's
 #: points. A module adding scenarios adds its builder here.
@@ -1463,6 +1491,7 @@ SCENARIO_GROUPS: dict[str, ScenarioGroup] = {
     "array-api": _array_api_scenarios,
     "sparse": _sparse_group,
     "pytree": _pytree_scenarios,
+    "aux": _aux_group,
 }
 
 
