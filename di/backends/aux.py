@@ -23,7 +23,7 @@ from typing import Any
 from di.backends.selectors import AbstractBackend
 from di.errors import InvalidOutputError
 from di.families import converter, family_of, identity
-from di.pytrees import tree_flatten, tree_map, tree_unflatten
+from di.pytrees import tree_flatten, tree_map
 
 __all__ = ["AuxSplit", "AuxSplits", "aux_converter", "split_aux", "split_output"]
 
@@ -72,7 +72,7 @@ class AuxSplit:
         leaves = list(self._leaves)
         for position, array in zip(self._positions, arrays):
             leaves[position] = array
-        return tree_unflatten(self._spec, leaves)
+        return self._spec.unflatten(leaves)
 
 
 def split_aux(aux: Any, is_array: Callable[[Any], bool]) -> tuple[tuple[Any, ...], AuxSplit]:

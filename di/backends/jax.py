@@ -604,11 +604,18 @@ class _AuxTracing:
     def joining(self, program: Program, lead: int, compiled: bool) -> Program:
         """``program`` returning ``(result, aux)`` where it returned ``(result, aux's arrays)``."""
         splits, key = self._splits, self._key
+        if not compiled or not self._statics:
+            latest = splits.last if not compiled else splits.for_static
+
+            def joined_without_statics(*args: Any) -> Any:
+                result, arrays = program(*args)
+                return result, latest().join(arrays)
+
+            return joined_without_statics
 
         def joined(*args: Any) -> Any:
             result, arrays = program(*args)
-            split = splits.for_static(key(args[lead:])) if compiled else splits.last()
-            return result, split.join(arrays)
+            return result, splits.for_static(key(args[lead:])).join(arrays)
 
         return joined
 
