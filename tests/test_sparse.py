@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import inspect
 import weakref
 from typing import Any
 
@@ -325,6 +326,9 @@ def test_errors_and_strictness() -> None:
         di.AutoSparse(di.AutoSparse(di.AutoJAX()))
     with pytest.raises(ValueError):
         di.AutoSparse(di.AutoJAX(), order="random")
+    if "has_aux" in inspect.signature(di.prepare_jacobian).parameters:
+        with pytest.raises(di.UnsupportedOperatorError, match="has_aux"):
+            di.prepare_jacobian(lambda x: (tridiagonal(x), x.sum()), backend, x, has_aux=True)
     # Other operators are the dense backend's.
     np.testing.assert_allclose(di.gradient(lambda x: (x**2).sum(), backend, x), 2 * x)
 

@@ -49,7 +49,7 @@ from di.backends.protocol import (
 from di.backends.registry import get_adapter
 from di.backends.selectors import AutoJAX, AutoSparse
 from di.contexts import Context
-from di.errors import BackendNotInstalledError, InvalidInputError
+from di.errors import BackendNotInstalledError, InvalidInputError, UnsupportedOperatorError
 from di.families import JAX, NUMPY, TORCH, ArrayOps, converter, family_of, identity
 from di.pytrees import is_pytree
 from di.sparse import coloring
@@ -140,14 +140,20 @@ class SparseAdapter(Adapter):
 
     # --- every other operator: the dense backend's ----------------------------------
 
-    def _dense(self, operator: str, f: Any, x: Any, contexts: Sequence[Context], tangents: Any = None) -> Programs:
-        return fallbacks.programs(self.dense, operator, f, x, contexts, tangents)
+    def _dense(
+        self, operator: str, f: Any, x: Any, contexts: Sequence[Context], tangents: Any = None, has_aux: bool = False
+    ) -> Programs:
+        return fallbacks.programs(self.dense, operator, f, x, contexts, tangents, has_aux=has_aux)
 
-    def prepare_pushforward_programs(self, f: Any, x: Any, tx: Sequence[Any], contexts: Sequence[Context]) -> Programs:
-        return self._dense("pushforward", f, x, contexts, tx)
+    def prepare_pushforward_programs(
+        self, f: Any, x: Any, tx: Sequence[Any], contexts: Sequence[Context], *, has_aux: bool = False
+    ) -> Programs:
+        return self._dense("pushforward", f, x, contexts, tx, has_aux)
 
-    def prepare_pullback_programs(self, f: Any, x: Any, ty: Sequence[Any], contexts: Sequence[Context]) -> Programs:
-        return self._dense("pullback", f, x, contexts, ty)
+    def prepare_pullback_programs(
+        self, f: Any, x: Any, ty: Sequence[Any], contexts: Sequence[Context], *, has_aux: bool = False
+    ) -> Programs:
+        return self._dense("pullback", f, x, contexts, ty, has_aux)
 
     def prepare_pullback_same_point_programs(
         self, f: Any, x: Any, ty: Sequence[Any], contexts: Sequence[Context]
@@ -159,11 +165,15 @@ class SparseAdapter(Adapter):
     ) -> Programs:
         return self._dense("hvp_same_point", f, x, contexts, tx)
 
-    def prepare_gradient_programs(self, f: Any, x: Any, contexts: Sequence[Context]) -> Programs:
-        return self._dense("gradient", f, x, contexts)
+    def prepare_gradient_programs(
+        self, f: Any, x: Any, contexts: Sequence[Context], *, has_aux: bool = False
+    ) -> Programs:
+        return self._dense("gradient", f, x, contexts, has_aux=has_aux)
 
-    def prepare_derivative_programs(self, f: Any, x: Any, contexts: Sequence[Context]) -> Programs:
-        return self._dense("derivative", f, x, contexts)
+    def prepare_derivative_programs(
+        self, f: Any, x: Any, contexts: Sequence[Context], *, has_aux: bool = False
+    ) -> Programs:
+        return self._dense("derivative", f, x, contexts, has_aux=has_aux)
 
     def prepare_hvp_programs(self, f: Any, x: Any, tx: Sequence[Any], contexts: Sequence[Context]) -> Programs:
         return self._dense("hvp", f, x, contexts, tx)
@@ -173,7 +183,14 @@ class SparseAdapter(Adapter):
 
     # --- jacobian and hessian: colored ----------------------------------------------------
 
-    def prepare_jacobian_programs(self, f: Callable[..., Any], x: Any, contexts: Sequence[Context]) -> Programs:
+    def prepare_jacobian_programs(
+        self, f: Callable[..., Any], x: Any, contexts: Sequence[Context], *, has_aux: bool = False
+    ) -> Programs:
+        if has_aux:
+            raise UnsupportedOperatorError(
+                f"{self.backend!r} does not support has_aux for jacobian: sparse Jacobians need f to return its "
+                f"output alone. Compute aux separately, or use the dense backend {self.selector.dense!r}."
+            )
         self._refuse_pytree(x, "jacobian")
         x_shape = tuple(x.shape)
         if isinstance(self.selector.sparsity, TracerSparsity):
@@ -276,9 +293,9 @@ class SparseAdapter(Adapter):
     ) -> Detection:
         source = self.selector.sparsity
         if isinstance(source, KnownSparsity):
-            if tuple(source.shape) != shape:
+            if source.shape != shape:
                 raise InvalidInputError(
-                    f"{self.backend!r}: the KnownSparsity pattern has shape {tuple(source.shape)}, but the "
+                    f"{self.backend!r}: the KnownSparsity pattern has shape {source.shape}, but the "
                     f"{operator} of f at this x has shape {shape} (f(x).size, x.size)."
                 )
             return Detection(as_pattern(source))
@@ -334,8 +351,9 @@ class SparseAdapter(Adapter):
     def _engine_adapter(self) -> Adapter:
         """The adapter that computes the compressed products: the dense one, or its
         eager twin when the whole program is compiled here (``AutoJAX(jit=True)``)."""
-        if self._fuses():
-            return get_adapter(dataclasses.replace(self.selector.dense, jit=False))
+        dense = self.selector.dense
+        if self._fuses() and isinstance(dense, AutoJAX):
+            return get_adapter(dataclasses.replace(dense, jit=False))
         return self.dense
 
     def _fuses(self) -> bool:

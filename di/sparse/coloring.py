@@ -53,7 +53,7 @@ class _ColorTable:
     """A boolean (or counting) ``(vertices, colors)`` table that grows with the colors."""
 
     def __init__(self, n: int, dtype: type) -> None:
-        self.table = np.zeros((n, 8), dtype=dtype)
+        self.table: np.ndarray = np.zeros((n, 8), dtype=dtype)
 
     def ensure(self, color: int) -> None:
         if color >= self.table.shape[1]:

@@ -445,7 +445,8 @@ class _Interpreter:
         slices = tuple(
             slice(start, start + size)
             for start, size in (
-                (int(np.clip(int(s.const), 0, dim - size)), size) for s, size, dim in zip(starts, sizes, value.shape)
+                (int(np.clip(int(np.asarray(s.const)), 0, dim - size)), size)
+                for s, size, dim in zip(starts, sizes, value.shape)
             )
         )
         return _take_rows(value.deps, _index_array(value.shape)[slices])
@@ -501,7 +502,7 @@ class _Interpreter:
         branches = eqn.params["branches"]
         index, operands = values[0], values[1:]
         if index.const is not None:
-            chosen = int(np.clip(int(index.const), 0, len(branches) - 1))
+            chosen = int(np.clip(int(np.asarray(index.const)), 0, len(branches) - 1))
             branches = [branches[chosen]]
         deps: list[Any] = [None] * len(shapes)
         for branch in branches:

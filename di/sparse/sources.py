@@ -109,6 +109,10 @@ class KnownSparsity(SparsitySource):
     """
 
     __slots__ = ("_hash", "cols", "rows", "shape")
+    shape: tuple[int, int]
+    rows: np.ndarray
+    cols: np.ndarray
+    _hash: int
 
     def __init__(self, pattern: Any) -> None:
         if hasattr(pattern, "tocoo"):  # scipy.sparse, without importing scipy
