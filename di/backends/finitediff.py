@@ -92,17 +92,15 @@ class _Evaluator:
         y, aux = split_output(self.f_with_aux(point, *values), self.backend, operator)
         return self._checked_array(y, operator), _copied(aux)
 
-    def scalar_unchecked(self, point: Any, values: Sequence[Any]) -> float:
-        """``f``'s value at a perturbed point: the output was checked at the first
-        evaluation of this call, so only ``float()`` (which refuses arrays) remains."""
-        return float(self.f(point, *values))
+    def array(self, point: Any, values: Sequence[Any], operator: str, copy: bool = True) -> Any:
+        """``f``'s output in float64: a copy, since ``point`` is perturbed in place
+        afterwards and the output may be a view of it, unless ``copy=False`` (a
+        point that is not reused)."""
+        return self._checked_array(self.f(point, *values), operator, copy)
 
-    def array(self, point: Any, values: Sequence[Any], operator: str) -> Any:
-        """``f``'s output as a float64 copy (``point`` is perturbed in place
-        afterwards, and the output may be a view of it)."""
-        return self._checked_array(self.f(point, *values), operator)
-
-    def _checked_array(self, y: Any, operator: str) -> Any:
+    def _checked_array(self, y: Any, operator: str, copy: bool = True) -> Any:
+        if y.__class__ is np.ndarray and y.dtype.kind == "f":  # the common case
+            return np.array(y, dtype=np.float64) if copy else np.asarray(y, dtype=np.float64)
         family = family_of(y)
         if not (isinstance(y, float) or (family is not None and is_floating_dtype(y.dtype))):
             raise_bad_output(y, self.backend, operator)
@@ -162,15 +160,14 @@ class FiniteDiffAdapter(Adapter):
         flat = point.reshape(-1)
         h = _steps(flat, relative_step(self.selector))
         g = np.empty_like(flat)
-        evaluate: Callable[..., float] = evaluator.scalar  # the first evaluation checks f's output
+        f = evaluator.f  # called directly in the loop: the first evaluation checked its output
         for i in range(flat.size):
             xi = flat[i]
             flat[i] = xi + h[i]
-            up = evaluate(point, values, operator) if i == 0 else evaluate(point, values)
-            evaluate = evaluator.scalar_unchecked
+            up = evaluator.scalar(point, values, operator) if i == 0 else float(f(point, *values))
             if central:
                 flat[i] = xi - h[i]
-                g[i] = (up - evaluate(point, values)) / (2 * h[i])
+                g[i] = (up - float(f(point, *values))) / (2 * h[i])
             else:
                 g[i] = (up - y0) / h[i]  # type: ignore[operator]
             flat[i] = xi
@@ -209,9 +206,13 @@ class FiniteDiffAdapter(Adapter):
         if scale == 0.0:
             return np.zeros_like(evaluator.array(point, values, operator) if y0 is None else y0)
         h = relative_step(self.selector) * max(1.0, float(np.max(np.abs(point))) if point.size else 1.0) / scale
-        up = evaluator.array(np.array(point + h * t), values, operator)
-        if self.selector.method == "central":
-            return (up - evaluator.array(np.array(point - h * t), values, operator)) / (2 * h)
+        # np.asarray: a 0-d point +- h*t would otherwise be a numpy scalar. The last
+        # evaluation's output needs no copy (nothing runs f after it: a buffer f returns
+        # keeps its value); the first one's does when another evaluation follows.
+        central = self.selector.method == "central"
+        up = evaluator.array(np.asarray(point + h * t), values, operator, copy=central)
+        if central:
+            return (up - evaluator.array(np.asarray(point - h * t), values, operator, copy=False)) / (2 * h)
         return (up - y0) / h
 
     def prepare_pushforward_programs(
