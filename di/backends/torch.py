@@ -235,21 +235,32 @@ class TorchAdapter(Adapter):
             i for i, c in enumerate(contexts) if isinstance(c, Cache) and family_of(c.value) == TORCH
         )
 
+        convert_any = any(convert is not identity for convert in convert_contexts)
+        tensor, is_grad_enabled = torch.Tensor, torch.is_grad_enabled
+
         def run(
             x: Any, cotangents: Sequence[Any], values: Sequence[Any], with_value: bool, f: Callable[..., Any] = f
         ) -> Any:
-            leaf = to_torch_x(x).detach().requires_grad_()
-            values = tuple(convert(v) for convert, v in zip(convert_contexts, values))
+            # the hot path of a pullback: what a torch user writes, and little else
+            leaf = (x if to_torch_x is identity else to_torch_x(x)).detach().requires_grad_()
+            if convert_any:
+                values = tuple(convert(v) for convert, v in zip(convert_contexts, values))
             try:
-                with torch.enable_grad():
+                if is_grad_enabled():
                     y = f(leaf, *values)
+                else:
+                    with torch.enable_grad():
+                        y = f(leaf, *values)
                 if has_aux:
                     y, aux = split_output(y, backend, operator)
-                if not isinstance(y, torch.Tensor) or not y.is_floating_point():
-                    raise_bad_output(y, backend, operator)
-                results = tuple(
-                    _backward(y, leaf, _like(t, y), retain=i < len(cotangents) - 1) for i, t in enumerate(cotangents)
-                )
+                if y.__class__ is not tensor or not y.is_floating_point():
+                    if not isinstance(y, torch.Tensor) or not y.is_floating_point():
+                        raise_bad_output(y, backend, operator)
+                if len(cotangents) == 1:
+                    results: tuple[Any, ...] = (_backward(y, leaf, _like(cotangents[0], y), retain=False),)
+                else:
+                    last = len(cotangents) - 1
+                    results = tuple(_backward(y, leaf, _like(t, y), retain=i < last) for i, t in enumerate(cotangents))
             finally:
                 for i in cache_positions:
                     values[i].detach_()
@@ -875,6 +886,8 @@ def _has_cache(contexts: Sequence[Context]) -> bool:
 
 def _like(tangent: Any, reference: Any) -> Any:
     """A tangent of any family as a tensor of ``reference``'s dtype and device."""
+    if tangent.__class__ is torch.Tensor and tangent.dtype == reference.dtype and tangent.device == reference.device:
+        return tangent  # the common case
     tensor = converter(family_of(tangent), TORCH)(tangent) if family_of(tangent) else torch.tensor(tangent)
     if tensor.dtype != reference.dtype or tensor.device != reference.device:
         tensor = tensor.to(dtype=reference.dtype, device=reference.device)
