@@ -273,3 +273,23 @@ def test_pytree_x_with_aux_on_a_flattening_engine() -> None:
         np.testing.assert_allclose(g["a"], 2 * X * 1.5, rtol=1e-6)
         assert aux[0] == "tag"
         np.testing.assert_allclose(aux[1], 3.0)
+
+
+def test_auto_fastest_plans_with_aux_and_compares_the_results_alone() -> None:
+    backend = di.AutoFastest(candidates=[di.AutoAutograd(), di.AutoFiniteDiff()], budget_s=0.05)
+    f = Counting(True, True)
+    prep = di.prepare_gradient(f, backend, X, has_aux=True)
+    assert "has_aux" in str(prep.plan)
+    assert {row.status for row in prep.plan.rows} <= {"chosen", "slower"}
+    g, aux = di.gradient(f, prep, backend, X, has_aux=True)
+    np.testing.assert_allclose(g, np.sin(X) + X * np.cos(X), rtol=1e-6)
+    assert aux["label"] == "metrics"
+
+
+def test_auto_sparse_passes_aux_to_the_dense_backend_and_refuses_it_for_sparse_jacobians() -> None:
+    backend = di.AutoSparse(di.AutoAutograd())
+    g, aux = di.gradient(Counting(True, True), backend, X, has_aux=True)
+    np.testing.assert_allclose(g, np.sin(X) + X * np.cos(X))
+    np.testing.assert_allclose(aux["norm2"], np.sum(X * X))
+    with pytest.raises(di.UnsupportedOperatorError, match="has_aux"):
+        di.prepare_jacobian(Counting(False, True), backend, X, has_aux=True)

@@ -103,6 +103,8 @@ class FastestAdapter(Adapter):
         contexts: Sequence[Context],
         strict: bool,
         same_point: bool,
+        *,
+        has_aux: bool = False,
     ) -> Prep:
         """Plan (or read the plan from the cache) and return a prep running the winner.
 
@@ -115,6 +117,8 @@ class FastestAdapter(Adapter):
             contexts: the contexts.
             strict: whether the prep checks the arguments of each call.
             same_point: whether it is a same-point prep.
+            has_aux: whether ``f`` returns ``(y, aux)`` (candidates are compared on
+                the result, timed with ``aux``).
 
         Returns:
             A :class:`~di.prep.base.Prep` with the winner's programs, this
@@ -125,7 +129,7 @@ class FastestAdapter(Adapter):
                 majority agrees.
             Exception: the first candidate's error, when every candidate fails.
         """
-        call = _Call(family, f, x, tangents, tuple(contexts), same_point)
+        call = _Call(family, f, x, tangents, tuple(contexts), same_point, has_aux)
         candidates = self.candidates()
         cache = _CacheEntry(self.backend, call, candidates) if self.backend.cache is not None else None
         if cache is not None:
@@ -149,6 +153,7 @@ class _Call:
     tangents: tuple[Any, ...] | None
     contexts: tuple[Context, ...]
     same_point: bool
+    has_aux: bool = False
 
     @property
     def name(self) -> str:
@@ -160,6 +165,9 @@ class _Call:
         prepared call a user makes, conversions to and from the caller's family included."""
         operator = getattr(importlib.import_module("di"), self.name)
         f, x, contexts = self.f, self.x, self.contexts
+        if self.has_aux:  # timed with aux, which f computes anyway; compared on the result alone
+            arguments = (x,) if self.tangents is None else (x, self.tangents)
+            return lambda: operator(f, prep, backend, *arguments, *contexts, has_aux=True)[0]
         if self.tangents is None:
             return lambda: operator(f, prep, backend, x, *contexts)
         tangents = self.tangents
@@ -172,6 +180,8 @@ class _Call:
         if self.tangents is not None:
             parts.append(f"{'ty' if self.family == 'pullback' else 'tx'} {describe_value(self.tangents)}")
         parts += [f"{type(context).__name__} {_describe(context.value)}" for context in self.contexts]
+        if self.has_aux:
+            parts.append("has_aux")
         return ", ".join(parts)
 
     def leaves_signature(self) -> list[str]:

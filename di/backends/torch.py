@@ -748,7 +748,10 @@ class TorchAdapter(Adapter):
         def hessian(x: Any, *values: Any) -> Any:
             if x.numel() == 0:  # jacfwd cannot take an empty input
                 return x.new_zeros(x.shape + x.shape)
-            return _func.jacfwd(_func.grad(lambda x: checked(x, *values)))(x)
+            def fx(x: Any) -> Any:
+                return checked(x, *values)
+
+            return _func.jacfwd(_func.grad(fx))(x)
 
         def value_gradient_and_hessian(x: Any, *values: Any) -> Any:
             def gradient_with_aux(x: Any) -> Any:

@@ -396,7 +396,7 @@ def prepare_operator(
                 family, f, candidate, x, tangents, contexts, strict, same_point=same_point, has_aux=has_aux
             )
 
-        prep: Prep = prepare_whole(prepare_with, family, f, x, tangents, contexts, strict, same_point)
+        prep: Prep = prepare_whole(prepare_with, family, f, x, tangents, contexts, strict, same_point, has_aux=has_aux)
         return prep
     operator = f"{family}_same_point" if same_point else family
 
