@@ -1,16 +1,22 @@
-"""Per-backend pairs of callables: the native engine call and the same work through ``di``.
+"""Per-backend pairs of callables: the native engine call a user of that engine writes
+for one operator, and the same operator through ``di``.
 
 Every input is in the engine's own array family (JAX arrays for ``AutoJAX``,
 torch tensors for ``AutoTorch``, numpy arrays for ``AutoAutograd`` and
 ``AutoFiniteDiff``), so neither side converts anything. The native side is what a
-careful user of that engine writes by hand; the ``di`` side is the public call.
-JAX results are waited for with ``block_until_ready()`` on both sides.
+careful user of that engine writes by hand *for that operator* (``jit(grad)`` for
+``gradient``, ``jit(value_and_grad)`` for ``value_and_gradient``, ``jvp``/``vjp``
+for pushforward/pullback, ...); the ``di`` side is the public prepared call. JAX
+results are waited for with ``block_until_ready()`` on both sides, and float64
+JAX rows run inside ``jax.enable_x64(True)`` on both sides, as a JAX user
+computing in float64 does.
 """
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -18,57 +24,38 @@ import numpy as np
 
 import di
 
-__all__ = ["ENGINES", "Case", "Engine", "to_numpy"]
+__all__ = ["ENGINES", "OPERATORS", "Case", "Engine", "to_numpy"]
 
 Thunk = Callable[[], Any]
+Scope = Callable[[], contextlib.AbstractContextManager[Any]]
 
 GRADIENT = "gradient"
-UNPREPARED = "gradient, unprepared"
 VALUE_AND_GRADIENT = "value_and_gradient"
-OPERATORS = (GRADIENT, UNPREPARED, VALUE_AND_GRADIENT)
+JACOBIAN = "jacobian"
+PUSHFORWARD = "pushforward"
+PULLBACK = "pullback"
+HVP = "hvp"
+UNPREPARED = "gradient, unprepared"
+OPERATORS = (GRADIENT, VALUE_AND_GRADIENT, JACOBIAN, PUSHFORWARD, PULLBACK, HVP, UNPREPARED)
+SCALAR_OPERATORS = frozenset({GRADIENT, VALUE_AND_GRADIENT, HVP, UNPREPARED})
+"""Operators timed on the scalar function; the others on the vector function."""
+MAX_N = {JACOBIAN: 1_000}
+"""The largest n per operator (a dense jacobian at n = 1e5 has 1e10 entries)."""
 
 
 @dataclass
 class Case:
-    """One backend, one function, one size.
+    """One backend, dtype and size.
 
     Attributes:
         pairs: operator -> ``(native, di)`` zero-argument callables.
-        dtype: dtype of ``x`` (for the report).
-        note: anything the reader must know about this case.
+        scope: the context both sides run in (``jax.enable_x64`` for float64 JAX).
+        breakdown: layers of the prepared gradient (see :func:`_breakdown`).
     """
 
     pairs: dict[str, tuple[Thunk, Thunk]]
-    dtype: str
-    note: str = ""
-    results: tuple[Thunk, Thunk] | None = field(default=None, repr=False)
+    scope: Scope = contextlib.nullcontext
     breakdown: dict[str, Thunk] = field(default_factory=dict, repr=False)
-
-
-def _breakdown(f: Callable[..., Any], backend: Any, x: Any, prep: Any, wait: bool) -> dict[str, Thunk]:
-    """Thunks splitting a prepared ``di.gradient`` into its layers: the adapter's
-    program alone (``prep.programs["gradient"]``, internal), and ``di.gradient``
-    through a non-strict prep (the facade without the signature check)."""
-    program = prep.programs[GRADIENT]
-    loose = di.prepare_gradient(f, backend, x, strict=False)
-    gradient = di.gradient
-    if wait:
-
-        def program_only() -> Any:
-            return program(x).block_until_ready()
-
-        def not_strict() -> Any:
-            return gradient(f, loose, backend, x).block_until_ready()
-
-    else:
-
-        def program_only() -> Any:
-            return program(x)
-
-        def not_strict() -> Any:
-            return gradient(f, loose, backend, x)
-
-    return {"adapter program alone": program_only, "di.gradient, strict=False prep": not_strict}
 
 
 @dataclass(frozen=True)
@@ -77,16 +64,24 @@ class Engine:
 
     Attributes:
         label: how the row names it, e.g. ``AutoJAX(jit=True)``.
-        native: the native call it is compared with.
-        build: ``build(f, x_numpy) -> Case``.
+        natives: operator -> the native call it is compared with.
+        build: ``build(f, g, x_numpy_float64, dtype, operators) -> Case`` for the
+            scalar ``f`` and the vector ``g``.
+        requires: the module the engine needs.
         max_n: the largest size benchmarked (``None``: all).
+        quick_operators: the operators of ``--quick`` runs (``None``: all).
+        quick_sizes: the sizes of ``--quick`` runs (``None``: all).
+        operators: the operators benchmarked.
     """
 
     label: str
-    native: str
-    build: Callable[[Callable[..., Any], np.ndarray], Case]
+    natives: dict[str, str]
+    build: Callable[[Callable[..., Any], Callable[..., Any], np.ndarray, str, Sequence[str]], Case]
     requires: str | None = None
     max_n: int | None = None
+    quick_operators: tuple[str, ...] | None = None
+    quick_sizes: tuple[int, ...] | None = None
+    operators: tuple[str, ...] = OPERATORS
 
     @property
     def installed(self) -> bool:
@@ -95,130 +90,246 @@ class Engine:
 
 
 def to_numpy(value: Any) -> np.ndarray:
-    """Any family's array as a numpy float64 array (for the correctness check)."""
+    """Any family's array (or the first of a tuple of them) as numpy float64."""
+    if isinstance(value, tuple):
+        return np.concatenate([to_numpy(item).reshape(-1) for item in value])
     if hasattr(value, "detach"):
         value = value.detach().cpu().numpy()
     return np.asarray(value, dtype=np.float64)
 
 
-def _jax(jit: bool) -> Callable[[Callable[..., Any], np.ndarray], Case]:
-    def build(f: Callable[..., Any], x_np: np.ndarray) -> Case:
+# --- the di side, the same for every engine ------------------------------------------------
+
+
+def _di_side(
+    backend: Any,
+    f: Callable[..., Any],
+    g: Callable[..., Any],
+    x: Any,
+    v: Any,
+    operators: Sequence[str],
+    block: bool,
+) -> dict[str, Thunk]:
+    """The prepared ``di`` call of each operator (``block``: wait for JAX results)."""
+    thunks: dict[str, Thunk] = {}
+    tangents = (v,)
+    if {GRADIENT, VALUE_AND_GRADIENT} & set(operators):
+        gradient_prep = di.prepare_gradient(f, backend, x)
+    preps = {
+        JACOBIAN: lambda: di.prepare_jacobian(g, backend, x),
+        PUSHFORWARD: lambda: di.prepare_pushforward(g, backend, x, tangents),
+        PULLBACK: lambda: di.prepare_pullback(g, backend, x, tangents),
+        HVP: lambda: di.prepare_hvp(f, backend, x, tangents),
+    }
+    prepared = {operator: make() for operator, make in preps.items() if operator in operators}
+    gradient, value_and_gradient = di.gradient, di.value_and_gradient
+    jacobian, pushforward, pullback, hvp = di.jacobian, di.pushforward, di.pullback, di.hvp
+    if block:
+        if GRADIENT in operators:
+            thunks[GRADIENT] = lambda: gradient(f, gradient_prep, backend, x).block_until_ready()
+        if VALUE_AND_GRADIENT in operators:
+
+            def di_value_and_gradient() -> Any:
+                y, grad = value_and_gradient(f, gradient_prep, backend, x)
+                y.block_until_ready()
+                return grad.block_until_ready()
+
+            thunks[VALUE_AND_GRADIENT] = di_value_and_gradient
+        if UNPREPARED in operators:
+            thunks[UNPREPARED] = lambda: gradient(f, backend, x).block_until_ready()
+        if JACOBIAN in operators:
+            thunks[JACOBIAN] = lambda: jacobian(g, prepared[JACOBIAN], backend, x).block_until_ready()
+        if PUSHFORWARD in operators:
+            thunks[PUSHFORWARD] = lambda: pushforward(g, prepared[PUSHFORWARD], backend, x, tangents)[
+                0
+            ].block_until_ready()
+        if PULLBACK in operators:
+            thunks[PULLBACK] = lambda: pullback(g, prepared[PULLBACK], backend, x, tangents)[0].block_until_ready()
+        if HVP in operators:
+            thunks[HVP] = lambda: hvp(f, prepared[HVP], backend, x, tangents)[0].block_until_ready()
+        return thunks
+    if GRADIENT in operators:
+        thunks[GRADIENT] = lambda: gradient(f, gradient_prep, backend, x)
+    if VALUE_AND_GRADIENT in operators:
+        thunks[VALUE_AND_GRADIENT] = lambda: value_and_gradient(f, gradient_prep, backend, x)
+    if UNPREPARED in operators:
+        thunks[UNPREPARED] = lambda: gradient(f, backend, x)
+    if JACOBIAN in operators:
+        thunks[JACOBIAN] = lambda: jacobian(g, prepared[JACOBIAN], backend, x)
+    if PUSHFORWARD in operators:
+        thunks[PUSHFORWARD] = lambda: pushforward(g, prepared[PUSHFORWARD], backend, x, tangents)[0]
+    if PULLBACK in operators:
+        thunks[PULLBACK] = lambda: pullback(g, prepared[PULLBACK], backend, x, tangents)[0]
+    if HVP in operators:
+        thunks[HVP] = lambda: hvp(f, prepared[HVP], backend, x, tangents)[0]
+    return thunks
+
+
+def _breakdown(f: Callable[..., Any], backend: Any, x: Any, block: bool) -> dict[str, Thunk]:
+    """Thunks splitting a prepared ``di.gradient`` into its layers: the adapter's
+    program alone (``prep.programs["gradient"]``, internal), and ``di.gradient``
+    through a non-strict prep (the facade without the signature check)."""
+    program = di.prepare_gradient(f, backend, x).programs[GRADIENT]
+    loose = di.prepare_gradient(f, backend, x, strict=False)
+    gradient = di.gradient
+    if block:
+        return {
+            "adapter program alone": lambda: program(x).block_until_ready(),
+            "di.gradient, strict=False prep": lambda: gradient(f, loose, backend, x).block_until_ready(),
+        }
+    return {
+        "adapter program alone": lambda: program(x),
+        "di.gradient, strict=False prep": lambda: gradient(f, loose, backend, x),
+    }
+
+
+def _pair(natives: dict[str, Thunk], through_di: dict[str, Thunk]) -> dict[str, tuple[Thunk, Thunk]]:
+    native_of = {UNPREPARED: GRADIENT}
+    return {operator: (natives[native_of.get(operator, operator)], thunk) for operator, thunk in through_di.items()}
+
+
+# --- JAX --------------------------------------------------------------------------------------
+
+
+def _jax(jit: bool) -> Callable[..., Case]:
+    def build(
+        f: Callable[..., Any], g: Callable[..., Any], x_np: np.ndarray, dtype: str, operators: Sequence[str]
+    ) -> Case:
         import jax
         import jax.numpy as jnp
 
-        x = jnp.asarray(x_np, dtype=jnp.float32)
-        backend = di.AutoJAX(jit=jit)
-        native = jax.value_and_grad(f)
-        if jit:
-            native = jax.jit(native)
-        prep = di.prepare_gradient(f, backend, x)
-        gradient, value_and_gradient = di.gradient, di.value_and_gradient
+        scope: Scope = (lambda: jax.enable_x64(True)) if dtype == "float64" else contextlib.nullcontext
+        with scope():
+            x = jnp.asarray(x_np, dtype=dtype)
+            v = jnp.asarray(np.cos(x_np), dtype=dtype)
+            backend = di.AutoJAX(jit=jit)
+            wrap = jax.jit if jit else (lambda fn: fn)
+            grad = wrap(jax.grad(f))
+            value_and_grad = wrap(jax.value_and_grad(f))
+            jacfwd = wrap(jax.jacfwd(g))
+            jvp = wrap(lambda x, v: jax.jvp(g, (x,), (v,))[1])
+            vjp = wrap(lambda x, v: jax.vjp(g, x)[1](v)[0])
+            hvp = wrap(lambda x, v: jax.jvp(jax.grad(f), (x,), (v,))[1])
 
-        def native_g() -> Any:
-            return native(x)[1].block_until_ready()
+            def native_value_and_gradient() -> Any:
+                y, gradient = value_and_grad(x)
+                y.block_until_ready()
+                return gradient.block_until_ready()
 
-        def di_g() -> Any:
-            return gradient(f, prep, backend, x).block_until_ready()
-
-        def di_g_unprepared() -> Any:
-            return gradient(f, backend, x).block_until_ready()
-
-        def native_vg() -> Any:
-            y, g = native(x)
-            y.block_until_ready()
-            return g.block_until_ready()
-
-        def di_vg() -> Any:
-            y, g = value_and_gradient(f, prep, backend, x)
-            y.block_until_ready()
-            return g.block_until_ready()
-
-        return Case(
-            {
-                GRADIENT: (native_g, di_g),
-                UNPREPARED: (native_g, di_g_unprepared),
-                VALUE_AND_GRADIENT: (native_vg, di_vg),
-            },
-            "float32",
-            results=(native_g, di_g),
-            breakdown=_breakdown(f, backend, x, prep, wait=True),
-        )
+            natives = {
+                GRADIENT: lambda: grad(x).block_until_ready(),
+                VALUE_AND_GRADIENT: native_value_and_gradient,
+                JACOBIAN: lambda: jacfwd(x).block_until_ready(),
+                PUSHFORWARD: lambda: jvp(x, v).block_until_ready(),
+                PULLBACK: lambda: vjp(x, v).block_until_ready(),
+                HVP: lambda: hvp(x, v).block_until_ready(),
+            }
+            through_di = _di_side(backend, f, g, x, v, operators, block=True)
+            breakdown = _breakdown(f, backend, x, block=True) if GRADIENT in operators else {}
+        return Case(_pair(natives, through_di), scope, breakdown)
 
     return build
 
 
-def _torch(f: Callable[..., Any], x_np: np.ndarray) -> Case:
-    import torch
-
-    x = torch.from_numpy(x_np.astype(np.float32))
-    backend = di.AutoTorch()
-    autograd_grad = torch.autograd.grad
-    prep = di.prepare_gradient(f, backend, x)
-    gradient, value_and_gradient = di.gradient, di.value_and_gradient
-
-    def native_g() -> Any:
-        xr = x.detach().requires_grad_()
-        y = f(xr)
-        (g,) = autograd_grad(y, xr)
-        return g
-
-    def native_vg() -> Any:
-        xr = x.detach().requires_grad_()
-        y = f(xr)
-        (g,) = autograd_grad(y, xr)
-        return y.detach(), g
-
-    def di_g() -> Any:
-        return gradient(f, prep, backend, x)
-
-    def di_g_unprepared() -> Any:
-        return gradient(f, backend, x)
-
-    def di_vg() -> Any:
-        return value_and_gradient(f, prep, backend, x)
-
-    return Case(
-        {GRADIENT: (native_g, di_g), UNPREPARED: (native_g, di_g_unprepared), VALUE_AND_GRADIENT: (native_vg, di_vg)},
-        "float32",
-        results=(native_g, di_g),
-        breakdown=_breakdown(f, backend, x, prep, wait=False),
-    )
+# --- PyTorch ----------------------------------------------------------------------------------
 
 
-def _autograd(f: Callable[..., Any], x_np: np.ndarray) -> Case:
+def _torch(compiled: bool) -> Callable[..., Case]:
+    def build(
+        f: Callable[..., Any], g: Callable[..., Any], x_np: np.ndarray, dtype: str, operators: Sequence[str]
+    ) -> Case:
+        import torch
+        import torch.func as func
+
+        x = torch.from_numpy(x_np.astype(dtype))
+        v = torch.from_numpy(np.cos(x_np).astype(dtype))
+        autograd_grad = torch.autograd.grad
+        if compiled:
+            # Each row compiles from scratch on both sides (dynamo caches per code object,
+            # and func.grad's wrapper is one code object for every f).
+            torch._dynamo.reset()
+            backend = di.AutoTorch(compile=True)
+            grad = torch.compile(func.grad(f), fullgraph=True)
+            grad_and_value = torch.compile(func.grad_and_value(f), fullgraph=True)
+            jacfwd = torch.compile(func.jacfwd(g), fullgraph=True)
+            jvp = torch.compile(lambda x, v: func.jvp(g, (x,), (v,))[1], fullgraph=True)
+            vjp = torch.compile(lambda x, v: func.vjp(g, x)[1](v)[0], fullgraph=True)
+            hvp = torch.compile(lambda x, v: func.jvp(func.grad(f), (x,), (v,))[1], fullgraph=True)
+            natives = {
+                GRADIENT: lambda: grad(x),
+                VALUE_AND_GRADIENT: lambda: grad_and_value(x)[::-1],  # (value, gradient), as di's
+                JACOBIAN: lambda: jacfwd(x),
+                PUSHFORWARD: lambda: jvp(x, v),
+                PULLBACK: lambda: vjp(x, v),
+                HVP: lambda: hvp(x, v),
+            }
+        else:
+            backend = di.AutoTorch()
+
+            def native_gradient() -> Any:
+                xr = x.detach().requires_grad_()
+                return autograd_grad(f(xr), xr)[0]
+
+            def native_value_and_gradient() -> Any:
+                xr = x.detach().requires_grad_()
+                y = f(xr)
+                return y.detach(), autograd_grad(y, xr)[0]
+
+            def native_pullback() -> Any:
+                xr = x.detach().requires_grad_()
+                return autograd_grad(g(xr), xr, grad_outputs=v)[0]
+
+            natives = {
+                GRADIENT: native_gradient,
+                VALUE_AND_GRADIENT: native_value_and_gradient,
+                JACOBIAN: lambda: func.jacfwd(g)(x),
+                PUSHFORWARD: lambda: func.jvp(g, (x,), (v,))[1],
+                PULLBACK: native_pullback,
+                HVP: lambda: func.jvp(func.grad(f), (x,), (v,))[1],
+            }
+        through_di = _di_side(backend, f, g, x, v, operators, block=False)
+        breakdown = _breakdown(f, backend, x, block=False) if GRADIENT in operators and not compiled else {}
+        return Case(_pair(natives, through_di), breakdown=breakdown)
+
+    return build
+
+
+# --- autograd ---------------------------------------------------------------------------------
+
+
+def _autograd(
+    f: Callable[..., Any], g: Callable[..., Any], x_np: np.ndarray, dtype: str, operators: Sequence[str]
+) -> Case:
     import autograd
+    from autograd.differential_operators import make_hvp, make_jvp, make_vjp
 
-    x = x_np.astype(np.float64)
+    x = x_np.astype(dtype)
+    v = np.cos(x_np).astype(dtype)
     backend = di.AutoAutograd()
-    native_grad = autograd.grad(f)
-    native_value_and_grad = autograd.value_and_grad(f)
-    prep = di.prepare_gradient(f, backend, x)
-    gradient, value_and_gradient = di.gradient, di.value_and_gradient
+    grad, value_and_grad, jacobian = autograd.grad(f), autograd.value_and_grad(f), autograd.jacobian(g)
+    jvp_maker, vjp_maker, hvp_maker = make_jvp(g), make_vjp(g), make_hvp(f)
+    natives = {
+        GRADIENT: lambda: grad(x),
+        VALUE_AND_GRADIENT: lambda: value_and_grad(x),
+        JACOBIAN: lambda: jacobian(x),
+        PUSHFORWARD: lambda: jvp_maker(x)(v)[1],
+        PULLBACK: lambda: vjp_maker(x)[0](v),
+        HVP: lambda: hvp_maker(x)[0](v),
+    }
+    through_di = _di_side(backend, f, g, x, v, operators, block=False)
+    breakdown = _breakdown(f, backend, x, block=False) if GRADIENT in operators else {}
+    return Case(_pair(natives, through_di), breakdown=breakdown)
 
-    def native_g() -> Any:
-        return native_grad(x)
 
-    def native_vg() -> Any:
-        return native_value_and_grad(x)
-
-    def di_g() -> Any:
-        return gradient(f, prep, backend, x)
-
-    def di_g_unprepared() -> Any:
-        return gradient(f, backend, x)
-
-    def di_vg() -> Any:
-        return value_and_gradient(f, prep, backend, x)
-
-    return Case(
-        {GRADIENT: (native_g, di_g), UNPREPARED: (native_g, di_g_unprepared), VALUE_AND_GRADIENT: (native_vg, di_vg)},
-        "float64",
-        results=(native_g, di_g),
-        breakdown=_breakdown(f, backend, x, prep, wait=False),
-    )
-
+# --- finite differences -------------------------------------------------------------------------
 
 _STEP = float(np.finfo(np.float64).eps) ** (1 / 3)
+_SECOND_ORDER_STEP = float(np.finfo(np.float64).eps) ** 0.25
+
+
+def _steps(point: np.ndarray, step: float) -> np.ndarray:
+    h = step * np.maximum(1.0, np.abs(point))
+    return (point + h) - point  # exactly representable
 
 
 def central_differences(f: Callable[..., Any], x: np.ndarray, with_value: bool = False) -> Any:
@@ -226,8 +337,7 @@ def central_differences(f: Callable[..., Any], x: np.ndarray, with_value: bool =
     float64, step ``eps**(1/3) * max(1, |x_i|)`` made exactly representable, one
     pair of evaluations per coordinate."""
     point = np.array(x, dtype=np.float64)
-    h = _STEP * np.maximum(1.0, np.abs(point))
-    h = (point + h) - point
+    h = _steps(point, _STEP)
     g = np.empty_like(point)
     for i in range(point.size):
         xi = point[i]
@@ -242,44 +352,126 @@ def central_differences(f: Callable[..., Any], x: np.ndarray, with_value: bool =
     return g
 
 
-def _finitediff(f: Callable[..., Any], x_np: np.ndarray) -> Case:
-    x = x_np.astype(np.float64)
+def central_jacobian(g: Callable[..., Any], x: np.ndarray) -> np.ndarray:
+    """The hand-written central-difference jacobian: one pair of evaluations per column."""
+    point = np.array(x, dtype=np.float64)
+    h = _steps(point, _STEP)
+    columns = []
+    for i in range(point.size):
+        xi = point[i]
+        point[i] = xi + h[i]
+        up = np.array(g(point))
+        point[i] = xi - h[i]
+        columns.append((up - g(point)) / (2 * h[i]))
+        point[i] = xi
+    return np.stack(columns, axis=-1)
+
+
+def _finitediff(
+    f: Callable[..., Any], g: Callable[..., Any], x_np: np.ndarray, dtype: str, operators: Sequence[str]
+) -> Case:
+    x = x_np.astype(dtype)
+    v = np.cos(x_np).astype(dtype)
     backend = di.AutoFiniteDiff()
-    prep = di.prepare_gradient(f, backend, x)
-    gradient, value_and_gradient = di.gradient, di.value_and_gradient
 
-    def native_g() -> Any:
-        return central_differences(f, x)
+    def step_along(t: np.ndarray, base: float) -> tuple[np.ndarray, np.ndarray, float]:
+        """x and t in float64, and the step along t (scaled to x and t, each call)."""
+        point, t = x.astype(np.float64), t.astype(np.float64)
+        return point, t, base * max(1.0, float(np.max(np.abs(point)))) / float(np.max(np.abs(t)))
 
-    def native_vg() -> Any:
-        return central_differences(f, x, with_value=True)
+    def native_pushforward() -> Any:
+        point, t, h = step_along(v, _STEP)
+        return ((g(point + h * t) - g(point - h * t)) / (2 * h)).astype(x.dtype)
 
-    def di_g() -> Any:
-        return gradient(f, prep, backend, x)
+    def native_hvp() -> Any:
+        point, t, h = step_along(v, _SECOND_ORDER_STEP)
+        return ((central_differences(f, point + h * t) - central_differences(f, point - h * t)) / (2 * h)).astype(
+            x.dtype
+        )
 
-    def di_g_unprepared() -> Any:
-        return gradient(f, backend, x)
+    natives = {
+        GRADIENT: lambda: central_differences(f, x),
+        VALUE_AND_GRADIENT: lambda: central_differences(f, x, with_value=True),
+        JACOBIAN: lambda: central_jacobian(g, x),
+        PUSHFORWARD: native_pushforward,
+        PULLBACK: lambda: v @ central_jacobian(g, x),
+        HVP: native_hvp,
+    }
+    through_di = _di_side(backend, f, g, x, v, operators, block=False)
+    breakdown = _breakdown(f, backend, x, block=False) if GRADIENT in operators else {}
+    return Case(_pair(natives, through_di), breakdown=breakdown)
 
-    def di_vg() -> Any:
-        return value_and_gradient(f, prep, backend, x)
 
-    return Case(
-        {GRADIENT: (native_g, di_g), UNPREPARED: (native_g, di_g_unprepared), VALUE_AND_GRADIENT: (native_vg, di_vg)},
-        "float64",
-        results=(native_g, di_g),
-        breakdown=_breakdown(f, backend, x, prep, wait=False),
-    )
-
+_JAX_NATIVES = {
+    GRADIENT: "jax.jit(jax.grad(f))(x)",
+    VALUE_AND_GRADIENT: "jax.jit(jax.value_and_grad(f))(x)",
+    JACOBIAN: "jax.jit(jax.jacfwd(g))(x)",
+    PUSHFORWARD: "jax.jit(lambda x, v: jax.jvp(g, (x,), (v,))[1])(x, v)",
+    PULLBACK: "jax.jit(lambda x, v: jax.vjp(g, x)[1](v)[0])(x, v)",
+    HVP: "jax.jit(lambda x, v: jax.jvp(jax.grad(f), (x,), (v,))[1])(x, v)",
+}
 
 ENGINES = {
-    "jax-jit": Engine("AutoJAX(jit=True)", "jax.jit(jax.value_and_grad(f))(x)[1]", _jax(True), "jax"),
-    "jax": Engine("AutoJAX()", "jax.value_and_grad(f)(x)[1] (eager)", _jax(False), "jax"),
+    "jax-jit": Engine("AutoJAX(jit=True)", _JAX_NATIVES, _jax(True), "jax"),
+    "jax": Engine(
+        "AutoJAX()",
+        {op: text.replace("jax.jit(", "(", 1) + " (eager)" for op, text in _JAX_NATIVES.items()},
+        _jax(False),
+        "jax",
+    ),
     "torch": Engine(
         "AutoTorch()",
-        "xr = x.detach().requires_grad_(); (g,) = torch.autograd.grad(f(xr), xr)",
-        _torch,
+        {
+            GRADIENT: "xr = x.detach().requires_grad_(); torch.autograd.grad(f(xr), xr)",
+            VALUE_AND_GRADIENT: "the same, returning f(xr).detach() too",
+            JACOBIAN: "torch.func.jacfwd(g)(x)",
+            PUSHFORWARD: "torch.func.jvp(g, (x,), (v,))",
+            PULLBACK: "torch.autograd.grad(g(xr), xr, grad_outputs=v)",
+            HVP: "torch.func.jvp(torch.func.grad(f), (x,), (v,))",
+        },
+        _torch(False),
         "torch",
     ),
-    "autograd": Engine("AutoAutograd()", "autograd.grad(f)(x)", _autograd, "autograd"),
-    "finitediff": Engine("AutoFiniteDiff()", "hand-written numpy central differences", _finitediff, max_n=1000),
+    "torch-compile": Engine(
+        "AutoTorch(compile=True)",
+        {
+            GRADIENT: "torch.compile(torch.func.grad(f), fullgraph=True)(x)",
+            VALUE_AND_GRADIENT: "torch.compile(torch.func.grad_and_value(f), fullgraph=True)(x)",
+            JACOBIAN: "torch.compile(torch.func.jacfwd(g), fullgraph=True)(x)",
+            PUSHFORWARD: "torch.compile(lambda x, v: torch.func.jvp(g, (x,), (v,))[1], fullgraph=True)(x, v)",
+            PULLBACK: "torch.compile(lambda x, v: torch.func.vjp(g, x)[1](v)[0], fullgraph=True)(x, v)",
+            HVP: "torch.compile(lambda x, v: torch.func.jvp(torch.func.grad(f), (x,), (v,))[1], fullgraph=True)",
+        },
+        _torch(True),
+        "torch",
+        quick_operators=(GRADIENT, VALUE_AND_GRADIENT, PULLBACK),
+        quick_sizes=(1_000,),
+        operators=tuple(op for op in OPERATORS if op != UNPREPARED),  # unprepared: an inductor compile per call
+    ),
+    "autograd": Engine(
+        "AutoAutograd()",
+        {
+            GRADIENT: "autograd.grad(f)(x)",
+            VALUE_AND_GRADIENT: "autograd.value_and_grad(f)(x)",
+            JACOBIAN: "autograd.jacobian(g)(x)",
+            PUSHFORWARD: "make_jvp(g)(x)(v)",
+            PULLBACK: "make_vjp(g)(x)[0](v)",
+            HVP: "make_hvp(f)(x)[0](v)",
+        },
+        _autograd,
+        "autograd",
+    ),
+    "finitediff": Engine(
+        "AutoFiniteDiff()",
+        {
+            GRADIENT: "a hand-written central-difference loop",
+            VALUE_AND_GRADIENT: "the same loop and f(x)",
+            JACOBIAN: "a hand-written central-difference jacobian",
+            PUSHFORWARD: "(g(x + h v) - g(x - h v)) / 2h",
+            PULLBACK: "v @ the hand-written jacobian",
+            HVP: "central differences of the hand-written gradient along v",
+        },
+        _finitediff,
+        max_n=1_000,
+    ),
 }

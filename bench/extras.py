@@ -1,6 +1,5 @@
 """Measurements beside the per-call rows: di's own cost (zero backend), the
-strict signature check, ``import di``, preparation, family conversions and
-``torch.compile``."""
+strict signature check, ``import di``, preparation and family conversions."""
 
 from __future__ import annotations
 
@@ -10,7 +9,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import types
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from time import perf_counter_ns
@@ -30,7 +28,6 @@ __all__ = [
     "import_table",
     "preparation_table",
     "signature_check_table",
-    "torch_compile_table",
     "zero_backend_table",
 ]
 
@@ -228,6 +225,37 @@ def _probe(pre: str, env: dict[str, str]) -> dict[str, Any]:
     return result
 
 
+def _importtime(env: dict[str, str]) -> dict[str, Any]:
+    """``python -X importtime -c "import di"`` in a fresh subprocess: the self
+    times of di's own modules, numpy's cumulative time, and the rest (standard
+    library modules first imported by di), in nanoseconds."""
+    done = subprocess.run(
+        [sys.executable, "-X", "importtime", "-c", "import di"], cwd=ROOT, capture_output=True, text=True, env=env
+    )
+    own: dict[str, int] = {}
+    numpy_us = total_us = 0
+    for line in done.stderr.splitlines():
+        parts = [part.strip() for part in line.removeprefix("import time:").split("|")]
+        if len(parts) != 3 or not parts[0].isdigit():
+            continue
+        self_us, cumulative_us, module = int(parts[0]), int(parts[1]), parts[2]
+        if module == "di" or module.startswith("di."):
+            own[module] = self_us
+        if module == "numpy":
+            numpy_us = cumulative_us
+        if module == "di":
+            total_us = cumulative_us
+    own_us = sum(own.values())
+    top = sorted(own.items(), key=lambda item: -item[1])[:4]
+    return {
+        "own_ns": own_us * 1e3,
+        "numpy_ns": numpy_us * 1e3,
+        "rest_ns": (total_us - own_us - numpy_us) * 1e3,
+        "total_ns": total_us * 1e3,
+        "top": top,
+    }
+
+
 def import_table(repeats: int) -> tuple[Table, dict[str, Any]]:
     """``import di`` in fresh subprocesses: cold (numpy included) and with numpy
     already imported (di's own modules), and which engine modules it imported.
@@ -244,6 +272,7 @@ def import_table(repeats: int) -> tuple[Table, dict[str, Any]]:
         cold = [_probe("", env) for _ in range(repeats)]
         warm = [_probe("import numpy", env) for _ in range(repeats)]
         uncached = [_probe("import numpy", no_cache) for _ in range(repeats)]
+        traces = [_importtime(env) for _ in range(repeats)]
     engines = sorted({m for probe in cold + warm + uncached for m in probe["engines"]})
     cold_ns = statistics.median(p["di_ns"] for p in cold)
     own_ns = statistics.median(p["di_ns"] for p in warm)
@@ -255,7 +284,9 @@ def import_table(repeats: int) -> tuple[Table, dict[str, Any]]:
         intro=(
             f"Fresh `{sys.executable} -c ...` subprocesses, median of {repeats}, with bytecode caches (in a "
             "temporary `PYTHONPYCACHEPREFIX`) unless said otherwise; 'engine modules' lists any module of "
-            f"{', '.join(ENGINE_MODULES)} found in `sys.modules` after `import di`. Target: under 50 ms and none."
+            f"{', '.join(ENGINE_MODULES)} found in `sys.modules` after `import di`. The `-X importtime` rows split one "
+            "cold import: di's own share is the sum of the self times of the `di` modules (target: under 10 ms), "
+            "numpy's is its cumulative time. Target: no engine module."
         ),
     )
     table.rows.append(["import di (cold, numpy included)", format_ns(cold_ns), ", ".join(engines) or "none"])
@@ -264,7 +295,27 @@ def import_table(repeats: int) -> tuple[Table, dict[str, Any]]:
     table.rows.append(
         ["import di after numpy, no bytecode cache (PYTHONDONTWRITEBYTECODE=1)", format_ns(uncached_ns), "-"]
     )
-    return table, {"cold_ns": cold_ns, "own_ns": own_ns, "numpy_ns": numpy_ns, "engines": engines}
+    shares = {key: statistics.median(trace[key] for trace in traces) for key in ("own_ns", "numpy_ns", "rest_ns")}
+    slowest = min(traces, key=lambda trace: abs(trace["own_ns"] - shares["own_ns"]))["top"]
+    table.rows.append(
+        [
+            "`python -X importtime -c 'import di'`: di's own modules (self times)",
+            format_ns(shares["own_ns"]),
+            "slowest: " + ", ".join(f"{module} {us / 1e3:.2f} ms" for module, us in slowest),
+        ]
+    )
+    table.rows.append(["`-X importtime`: numpy (cumulative)", format_ns(shares["numpy_ns"]), "-"])
+    table.rows.append(
+        ["`-X importtime`: standard-library modules first imported by di", format_ns(shares["rest_ns"]), "-"]
+    )
+    return table, {
+        "cold_ns": cold_ns,
+        "own_ns": shares["own_ns"],
+        "wall_own_ns": own_ns,
+        "numpy_ns": numpy_ns,
+        "importtime_numpy_ns": shares["numpy_ns"],
+        "engines": engines,
+    }
 
 
 # --- preparation -----------------------------------------------------------------------
@@ -301,8 +352,8 @@ def preparation_table(
     for n in sizes:
         x_np = np.linspace(-1.0, 1.0, n)
         for key in engines:
-            if key == "finitediff" and n > 1000:
-                continue
+            if (key == "finitediff" and n > 1000) or key == "torch-compile":
+                continue  # torch.compile: the per-call table's rows compile; seconds each
             if key in ("jax", "jax-jit"):
                 import jax
                 import jax.numpy as jnp
@@ -432,115 +483,3 @@ def _shares_memory(a: Any, b: Any) -> str:
     if first is None or second is None:
         return "?"
     return "yes" if first == second else "no (copy)"
-
-
-def _clone(f: Callable[..., Any]) -> Callable[..., Any]:
-    """A copy of ``f`` with its own code object (same behaviour)."""
-    code = f.__code__.replace()
-    clone = types.FunctionType(code, f.__globals__, f.__name__, f.__defaults__, f.__closure__)
-    clone.__kwdefaults__ = f.__kwdefaults__
-    return clone
-
-
-# --- torch.compile ---------------------------------------------------------------------------
-
-
-def torch_compile_table(
-    functions: dict[str, Callable[..., Any]], sizes: Sequence[int], settings: Settings
-) -> tuple[Table, list[list[Any]]]:
-    """Prepared ``di.gradient`` with ``AutoTorch(compile=True)`` against native
-    ``torch.compile(f)`` differentiated with ``torch.autograd.grad``."""
-    import torch
-    from torch._dynamo.utils import counters
-
-    table = Table(
-        "AutoTorch(compile=True) against native torch.compile",
-        [
-            "function",
-            "n",
-            "native compile",
-            "di.prepare_gradient",
-            "native",
-            "di",
-            "ratio di/native",
-            "pair ratios q1-q3",
-            "note",
-        ],
-        intro=(
-            "Native: `cf = torch.compile(f, fullgraph=True)`, then per call `xr = x.detach().requires_grad_(); "
-            "(g,) = torch.autograd.grad(cf(xr), xr)` (compile time = first call). di: prepared "
-            "`di.gradient` with `AutoTorch(compile=True)`, float32 tensors. Each side compiles its own copy of f "
-            "(its own code object, so neither reuses the other's dynamo cache; inductor's on-disk cache may still "
-            "shorten compiles after the first run on a machine). 'graphs' counts the graphs dynamo "
-            "compiled during di's preparation and first calls (0 means di ran eager)."
-        ),
-    )
-    raw: list[list[Any]] = []
-    autograd_grad = torch.autograd.grad
-    # Pay the process's one-time inductor start-up on a throwaway function, so the
-    # first native compile below is not charged with it.
-    try:
-        warm = torch.compile(lambda t: (t * t).sum(), fullgraph=True)
-        warm(torch.ones(3, requires_grad=True)).backward()
-    except Exception:
-        pass
-    for name, f in functions.items():
-        for n in sizes:
-            x = torch.from_numpy(np.linspace(-1.0, 1.0, n).astype(np.float32))
-            row: list[str] = [name, str(n)]
-            try:
-                # A fresh code object per row: dynamo caches compiled frames on f's code
-                # (and turns on dynamic shapes at the second size it sees), so reusing f
-                # would make later rows reuse earlier compilations.
-                cf = torch.compile(_clone(f), fullgraph=True)
-
-                def native(cf: Any = cf, x: Any = x) -> Any:
-                    xr = x.detach().requires_grad_()
-                    (g,) = autograd_grad(cf(xr), xr)
-                    return g
-
-                start = perf_counter_ns()
-                native()
-                native_compile = perf_counter_ns() - start
-            except Exception as err:
-                table.rows.append([*row, "-", "-", "-", "-", "-", "-", f"native torch.compile failed: {err!r}"[:200]])
-                continue
-            backend = di.AutoTorch(compile=True)
-            # dynamo caches compiled frames on the code object: give di its own copy of
-            # f so it compiles for itself rather than reusing the native compilation.
-            f_di = _clone(f)
-            graphs_before = counters["stats"]["unique_graphs"]
-            try:
-                start = perf_counter_ns()
-                prep = di.prepare_gradient(f_di, backend, x)
-                prepare_ns = perf_counter_ns() - start
-                for _ in range(3):
-                    di.gradient(f_di, prep, backend, x)
-            except Exception as err:
-                table.rows.append(
-                    [*row, format_ns(native_compile), "-", "-", "-", "-", "-", f"di raised {err!r}"[:200]]
-                )
-                continue
-            graphs = counters["stats"]["unique_graphs"] - graphs_before
-
-            def through_di(f: Any = f_di, prep: Any = prep, backend: Any = backend, x: Any = x) -> Any:
-                return di.gradient(f, prep, backend, x)
-
-            timing = compare(native, through_di, settings)
-            note = f"graphs: {graphs}"
-            if graphs == 0:
-                note += " - di did not compile (ran eager)"
-            raw.append([name, n, timing.ratio, graphs])
-            table.rows.append(
-                [
-                    *row,
-                    format_ns(native_compile),
-                    format_ns(prepare_ns),
-                    format_ns(timing.a_ns),
-                    format_ns(timing.b_ns),
-                    format_ratio(timing.ratio),
-                    f"{timing.ratio_q1:.3f}-{timing.ratio_q3:.3f}",
-                    note,
-                ]
-            )
-    return table, raw

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["FUNCTIONS", "rosenbrock", "sum_of_squares"]
+__all__ = ["FUNCTIONS", "VECTOR_FUNCTIONS", "coupled_cubic", "rosenbrock", "sum_of_squares"]
 
 
 def sum_of_squares(x: Any) -> Any:
@@ -27,3 +27,12 @@ def rosenbrock(x: Any) -> Any:
 
 
 FUNCTIONS = {"sum_of_squares": sum_of_squares, "rosenbrock": rosenbrock}
+
+
+def coupled_cubic(x: Any) -> Any:
+    """A vector function for jacobian, pushforward and pullback: ``x_i^3 - x_i
+    sum_j x_j^2 / n`` (a diagonal plus a dense rank-one jacobian)."""
+    return x * x * x - x * (x * x).sum() / x.shape[0]
+
+
+VECTOR_FUNCTIONS = {"coupled_cubic": coupled_cubic}

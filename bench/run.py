@@ -1,24 +1,30 @@
 """Benchmark ``di`` against the native engine calls: ``python -m bench`` or
 ``python bench/run.py``.
 
-For every backend, function and size, the prepared ``di.gradient``, the
-unprepared ``di.gradient`` and the prepared ``di.value_and_gradient`` are timed
-against the native engine call doing the same work on the same input, interleaved
-in one process (see :mod:`bench.timing`). Beside them: ``di``'s own per-call cost
-(a zero backend), the strict signature check alone, ``import di``, preparation
-times, conversions between array families at n = 1e6 and, in full mode,
-``AutoTorch(compile=True)`` against native ``torch.compile``. Everything is
-printed and written to ``bench/results.md``.
+For every backend, operator, dtype (float32, float64) and size, the prepared
+``di`` call is timed against the native call a user of that engine writes for that
+operator (``jit(grad)`` for ``gradient``, ``jit(value_and_grad)`` for
+``value_and_gradient``, ``jacfwd``, ``jvp``, ``vjp``, ``jvp`` of ``grad`` for the
+hvp; ``torch.autograd.grad`` and ``torch.func`` for torch; autograd's own
+``grad``, ``make_jvp``...), on the same input, interleaved in one process (see
+:mod:`bench.timing`). The unprepared ``di.gradient`` is timed against the same
+native call as ``gradient``. Beside them: ``di``'s own per-call cost (a zero
+backend), the strict signature check alone, ``import di``, preparation times and
+conversions between array families. Everything is printed and written to
+``bench/results.md``.
 
 Options:
-    --quick            fewer sizes and repeats (under two minutes)
-    --sizes 10,1e3     sizes of x (default 10,1e3,1e5,1e6; quick 10,1e3,1e5)
+    --quick            fewer repeats; AutoTorch(compile=True) on three operators at n = 1e3
+    --sizes 10,1e3     sizes of x (default 10,1e3,1e5)
     --output PATH      the markdown report (default bench/results.md)
-    --backends ...     subset of jax-jit,jax,torch,autograd,finitediff
-    --functions ...    subset of sum_of_squares,rosenbrock
+    --backends ...     subset of jax-jit,jax,torch,torch-compile,autograd,finitediff
+    --functions ...    the scalar functions, subset of sum_of_squares,rosenbrock (default rosenbrock)
+    --dtypes ...       subset of float32,float64
+    --operators ...    subset of the operators (default all)
     --repeats N        exactly N pairs of blocks per row (smoke tests)
     --threads N        torch intra-op threads (default 1; 0 keeps torch's default)
-    --compile / --no-compile   the torch.compile section (default: full mode only)
+    --compile / --no-compile   include AutoTorch(compile=True) (default: yes; a first inductor compile
+                       takes ~20 s on 2 cores)
 """
 
 from __future__ import annotations
@@ -39,16 +45,27 @@ if __package__ in (None, ""):  # run as a script: python bench/run.py
 
 import numpy as np
 
-from bench.cases import ENGINES, GRADIENT, OPERATORS, to_numpy
-from bench.functions import FUNCTIONS
-from bench.report import ROW_HEADERS, Row, Table, format_ns, machine, render_markdown, render_text, versions
+from bench.cases import ENGINES, GRADIENT, MAX_N, OPERATORS, SCALAR_OPERATORS, UNPREPARED, Case, Engine, to_numpy
+from bench.functions import FUNCTIONS, VECTOR_FUNCTIONS
+from bench.report import (
+    ROW_HEADERS,
+    Row,
+    Table,
+    format_ns,
+    format_ratio,
+    machine,
+    render_markdown,
+    render_text,
+    versions,
+)
 from bench.timing import Settings, compare
 
 __all__ = ["main", "parse_args", "run"]
 
-DEFAULT_SIZES = (10, 1_000, 100_000, 1_000_000)
-QUICK_SIZES = (10, 1_000, 100_000)
+DEFAULT_SIZES = (10, 1_000, 100_000)
+DTYPES = ("float32", "float64")
 FAMILIES = ("numpy", "torch", "jax")
+VECTOR_FUNCTION = "coupled_cubic"
 
 
 def _sizes(text: str) -> list[int]:
@@ -71,11 +88,13 @@ def _subset(known: list[str]) -> object:
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--quick", action="store_true", help="fewer sizes and repeats: under two minutes")
+    parser.add_argument("--quick", action="store_true", help="fewer repeats: a few minutes")
     parser.add_argument("--sizes", type=_sizes, help="comma-separated sizes of x, e.g. 10,1e3,1e5")
     parser.add_argument("--output", type=Path, default=Path(__file__).resolve().parent / "results.md")
     parser.add_argument("--backends", type=_subset(list(ENGINES)), default=list(ENGINES))
-    parser.add_argument("--functions", type=_subset(list(FUNCTIONS)), default=list(FUNCTIONS))
+    parser.add_argument("--functions", type=_subset(list(FUNCTIONS)), default=["rosenbrock"])
+    parser.add_argument("--dtypes", type=_subset(list(DTYPES)), default=list(DTYPES))
+    parser.add_argument("--operators", type=_subset(list(OPERATORS)), default=list(OPERATORS))
     parser.add_argument("--repeats", type=int, help="exactly this many pairs of blocks per row (smoke tests)")
     parser.add_argument(
         "--threads",
@@ -87,9 +106,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--no-compile", dest="compile", action="store_false")
     args = parser.parse_args(argv)
     if args.sizes is None:
-        args.sizes = list(QUICK_SIZES if args.quick else DEFAULT_SIZES)
+        args.sizes = list(DEFAULT_SIZES)
     if args.compile is None:
-        args.compile = not args.quick and args.repeats is None
+        args.compile = True
+    if not args.compile:
+        args.backends = [key for key in args.backends if key != "torch-compile"]
     args.missing = [key for key in args.backends if not ENGINES[key].installed]
     args.backends = [key for key in args.backends if ENGINES[key].installed]
     return args
@@ -113,74 +134,99 @@ def _settings(args: argparse.Namespace) -> tuple[Settings, Settings, Settings]:
         return exact, exact, exact
     if args.quick:
         return (
-            Settings(block_ns=2.5e5, budget_s=1.0, min_pairs=5, max_pairs=801),
-            Settings(block_ns=2.5e5, budget_s=0.4, min_pairs=3, max_pairs=401),
+            Settings(block_ns=2.5e5, budget_s=0.6, min_pairs=5, max_pairs=801),
+            Settings(block_ns=2.5e5, budget_s=0.3, min_pairs=3, max_pairs=401),
             Settings(block_ns=2.5e5, budget_s=0.5, min_pairs=5, max_pairs=401),
         )
     return (
-        Settings(block_ns=2.5e5, budget_s=4.0, min_pairs=9, max_pairs=2001),
-        Settings(block_ns=2.5e5, budget_s=1.2, min_pairs=5, max_pairs=601),
+        Settings(block_ns=2.5e5, budget_s=2.0, min_pairs=9, max_pairs=2001),
+        Settings(block_ns=2.5e5, budget_s=1.0, min_pairs=5, max_pairs=1001),
         Settings(block_ns=2.5e5, budget_s=1.0, min_pairs=9, max_pairs=1001),
     )
 
 
-def _check(case_results: tuple[object, object] | None) -> str:
-    """Compare the native and the di gradient once; a caveat if they differ."""
-    if case_results is None:
-        return ""
-    native, through_di = case_results
+def _check(native: Any, through_di: Any) -> str:
+    """Compare the native and the di result once; a caveat if they differ."""
     expected, got = to_numpy(native()), to_numpy(through_di())
-    scale = max(1.0, float(np.max(np.abs(expected))))
-    error = float(np.max(np.abs(expected - got))) / scale
-    return "" if error < 1e-3 else f"GRADIENTS DIFFER (max rel. error {error:.2g})"
+    if expected.shape != got.shape:
+        return f"RESULTS DIFFER (shapes {expected.shape} and {got.shape})"
+    scale = max(1.0, float(np.max(np.abs(expected)))) if expected.size else 1.0
+    error = float(np.max(np.abs(expected - got))) / scale if expected.size else 0.0
+    return "" if error < 1e-3 else f"RESULTS DIFFER (max rel. error {error:.2g})"
+
+
+def row_operators(engine: Engine, n: int, args: argparse.Namespace) -> list[str]:
+    """The operators timed for ``engine`` at size ``n``."""
+    if args.quick and engine.quick_sizes is not None and n not in engine.quick_sizes:
+        return []
+    operators = [op for op in engine.operators if op in args.operators and n <= MAX_N.get(op, n)]
+    if args.quick and engine.quick_operators is not None:
+        operators = [op for op in operators if op in engine.quick_operators]
+    return operators
 
 
 def per_call_rows(args: argparse.Namespace, emit: object) -> list[Row]:
-    """Every backend x function x size x operator."""
+    """Every backend x function x dtype x size x operator."""
     prepared, other, _ = _settings(args)
     rows: list[Row] = []
+    g = VECTOR_FUNCTIONS[VECTOR_FUNCTION]
+
+    def add(row: Row) -> None:
+        rows.append(row)
+        emit(row)  # type: ignore[operator]
+
+    started = time.perf_counter()
     for key in args.backends:
         engine = ENGINES[key]
+        print(f"-- {engine.label} ({time.perf_counter() - started:.0f} s into the per-call rows)", flush=True)
         for name in args.functions:
             f = FUNCTIONS[name]
-            for n in args.sizes:
-                if engine.max_n is not None and n > engine.max_n:
-                    continue
-                x_np = np.random.default_rng(n).uniform(-1.0, 1.0, n)
-                try:
-                    case = engine.build(f, x_np)
-                    note = _check(case.results)
-                except Exception as err:
-                    row = Row(engine.label, GRADIENT, name, n, note=f"failed: {err!r}"[:200])
-                    rows.append(row)
-                    emit(row)  # type: ignore[operator]
-                    continue
-                for operator in OPERATORS:
-                    native, through_di = case.pairs[operator]
-                    settings = prepared if operator == GRADIENT else other
+            for dtype in args.dtypes:
+                for n in args.sizes:
+                    if engine.max_n is not None and n > engine.max_n:
+                        continue
+                    operators = row_operators(engine, n, args)
+                    if not operators:
+                        continue
+                    x_np = np.random.default_rng(n).uniform(-1.0, 1.0, n)
                     try:
-                        timing = compare(native, through_di, settings)
+                        case = engine.build(f, g, x_np, dtype, operators)
                     except Exception as err:
-                        row = Row(engine.label, operator, name, n, case.dtype, note=f"failed: {err!r}"[:200])
-                    else:
-                        row = Row(
-                            engine.label,
-                            operator,
-                            name,
-                            n,
-                            case.dtype,
-                            timing.a_ns,
-                            timing.b_ns,
-                            timing.ratio,
-                            timing.ratio_q1,
-                            timing.ratio_q3,
-                            timing.block,
-                            timing.pairs,
-                            note,
+                        add(Row(engine.label, ", ".join(operators), name, n, dtype, note=f"failed: {err!r}"[:200]))
+                        continue
+                    for operator in operators:
+                        function = name if operator in SCALAR_OPERATORS else VECTOR_FUNCTION
+                        add(
+                            _timed_row(
+                                engine, case, operator, function, n, dtype, prepared if operator == GRADIENT else other
+                            )
                         )
-                    rows.append(row)
-                    emit(row)  # type: ignore[operator]
     return rows
+
+
+def _timed_row(engine: Engine, case: Case, operator: str, function: str, n: int, dtype: str, settings: Settings) -> Row:
+    native, through_di = case.pairs[operator]
+    try:
+        with case.scope():
+            note = _check(native, through_di)
+            timing = compare(native, through_di, settings)
+    except Exception as err:
+        return Row(engine.label, operator, function, n, dtype, note=f"failed: {err!r}"[:200])
+    return Row(
+        engine.label,
+        operator,
+        function,
+        n,
+        dtype,
+        timing.a_ns,
+        timing.b_ns,
+        timing.ratio,
+        timing.ratio_q1,
+        timing.ratio_q3,
+        timing.block,
+        timing.pairs,
+        note,
+    )
 
 
 def breakdown_table(args: argparse.Namespace, settings: Settings) -> Table:
@@ -190,7 +236,7 @@ def breakdown_table(args: argparse.Namespace, settings: Settings) -> Table:
     n = min(args.sizes)
     name = args.functions[0]
     table = Table(
-        f"Where di's time goes: prepared gradient, {name}, n = {n}",
+        f"Where di's time goes: prepared gradient, {name}, n = {n}, float32",
         [
             "backend",
             "native",
@@ -212,10 +258,11 @@ def breakdown_table(args: argparse.Namespace, settings: Settings) -> Table:
     )
     for key in args.backends:
         engine = ENGINES[key]
-        if engine.max_n is not None and n > engine.max_n:
+        if (engine.max_n is not None and n > engine.max_n) or key == "torch-compile":
             continue
         try:
-            case = engine.build(FUNCTIONS[name], np.random.default_rng(n).uniform(-1.0, 1.0, n))
+            x_np = np.random.default_rng(n).uniform(-1.0, 1.0, n)
+            case = engine.build(FUNCTIONS[name], VECTOR_FUNCTIONS[VECTOR_FUNCTION], x_np, "float32", [GRADIENT])
         except Exception as err:
             table.rows.append([engine.label, f"failed: {err!r}"[:200], "", "", "", "", "", ""])
             continue
@@ -245,53 +292,44 @@ def _signed(ns: float) -> str:
     return ("-" if ns < 0 else "+") + format_ns(abs(ns))
 
 
-def _worst(rows: list[Row], backends: set[str], sizes: object) -> Row | None:
-    chosen = [
-        r
-        for r in rows
-        if r.operator == GRADIENT and r.backend in backends and r.ratio is not None and sizes(r.n)  # type: ignore[operator]
-    ]
+def _worst(rows: list[Row], keep: Callable[[Row], bool]) -> Row | None:
+    chosen = [r for r in rows if r.operator != UNPREPARED and r.ratio is not None and keep(r)]
     return max(chosen, key=lambda r: r.ratio or 0.0, default=None)
 
 
 def summary_lines(rows: list[Row], imports: dict[str, object] | None, checks: dict[str, float]) -> list[str]:
-    """PASS / MISS against issue 7's targets, with the worst row of each."""
+    """PASS / MISS against issue 12's targets, with the worst row of each and every miss."""
     lines: list[str] = []
 
     def verdict(ok: bool | None) -> str:
         return "n/a" if ok is None else ("PASS" if ok else "MISS")
 
-    def ratio_target(text: str, backends: set[str], sizes: object, limit: float) -> None:
-        worst = _worst(rows, backends, sizes)
+    def ratio_target(text: str, keep: Callable[[Row], bool], limit: float) -> None:
+        worst = _worst(rows, keep)
         if worst is None:
             lines.append(f"- n/a: {text} (not measured)")
             return
+        misses = [r for r in rows if r.operator != UNPREPARED and r.ratio is not None and keep(r) and r.ratio > limit]
         lines.append(
-            f"- {verdict(worst.ratio is not None and worst.ratio <= limit)}: {text} <= {limit}; worst "
-            f"{worst.ratio:.3f} ({worst.backend}, {worst.function}, n = {worst.n}, native "
-            f"{format_ns(worst.native_ns)}, di {format_ns(worst.di_ns)})"
+            f"- {verdict(not misses)}: {text} <= {limit}; worst {worst.ratio:.3f} ({worst.backend} {worst.operator}, "
+            f"{worst.dtype}, n = {worst.n}, native {format_ns(worst.native_ns)}, di {format_ns(worst.di_ns)})"
+            + (f"; {len(misses)} rows over: " + ", ".join(_short(r) for r in misses) if misses else "")
         )
 
-    ratio_target("prepared gradient, AutoJAX(jit=True), n = 10", {"AutoJAX(jit=True)"}, lambda n: n == 10, 1.15)
     ratio_target(
-        "prepared gradient, AutoTorch() and AutoAutograd(), n = 10",
-        {"AutoTorch()", "AutoAutograd()"},
-        lambda n: n == 10,
-        1.05,
+        "prepared gradient, AutoJAX(jit=True), n = 10",
+        lambda r: r.backend == "AutoJAX(jit=True)" and r.operator == GRADIENT and r.n == 10,
+        1.15,
     )
-    ratio_target(
-        "prepared gradient, every backend, n >= 1e5",
-        {engine.label for engine in ENGINES.values()},
-        lambda n: n >= 100_000,
-        1.02,
-    )
+    ratio_target("every prepared operator, every backend, n = 1e3", lambda r: r.n == 1_000, 1.10)
+    ratio_target("every prepared operator, every backend, n >= 1e5", lambda r: r.n >= 100_000, 1.03)
     if imports is not None:
-        cold = float(imports["cold_ns"])  # type: ignore[arg-type]
+        own = float(imports["own_ns"])  # type: ignore[arg-type]
         engines = imports["engines"]
         lines.append(
-            f"- {verdict(cold < 50e6)}: `import di` under 50 ms; measured {format_ns(cold)} cold, of which "
-            f"numpy alone takes {format_ns(float(imports['numpy_ns']))}; di's own modules "  # type: ignore[arg-type]
-            f"{format_ns(float(imports['own_ns']))} (numpy already imported)"  # type: ignore[arg-type]
+            f"- {verdict(own < 10e6)}: di's own modules under 10 ms at `import di` (numpy already imported); "
+            f"measured {format_ns(own)}; cold `import di` {format_ns(float(imports['cold_ns']))}, of which numpy "  # type: ignore[arg-type]
+            f"alone {format_ns(float(imports['numpy_ns']))}"  # type: ignore[arg-type]
         )
         lines.append(f"- {verdict(not engines)}: no engine module after `import di`; found: {engines or 'none'}")
     if checks:
@@ -301,6 +339,35 @@ def summary_lines(rows: list[Row], imports: dict[str, object] | None, checks: di
             f"contexts); worst {format_ns(checks[worst_family])} ({worst_family} x)"
         )
     return lines
+
+
+def _short(row: Row) -> str:
+    return f"{row.backend} {row.operator} {row.dtype} n={row.n}: {row.ratio:.3f}"
+
+
+def summary_table(rows: list[Row]) -> Table:
+    """One line per backend and operator, one column per dtype and size: the ratios
+    di / native (the quartiles are in the per-call table)."""
+    keys = sorted({(r.dtype, r.n) for r in rows if r.ratio is not None})
+    table = Table(
+        "Summary: ratio di / native per operator",
+        [
+            "backend",
+            "operator",
+            *[f"{dtype} n={n:.0e}".replace("e+0", "e") if n >= 1000 else f"{dtype} n={n}" for dtype, n in keys],
+        ],
+        intro=(
+            "Median paired ratio of the prepared di call to the native call for the same operator (see the per-call "
+            "table for the times, quartiles and the native call of each backend). '-': not measured."
+        ),
+    )
+    seen: dict[tuple[str, str], dict[tuple[str, int], str]] = {}
+    for r in rows:
+        cells = seen.setdefault((r.backend, r.operator), {})
+        cells[(r.dtype, r.n)] = format_ratio(r.ratio) if r.ratio is not None else "failed"
+    for (backend, operator), cells in seen.items():
+        table.rows.append([backend, operator, *[cells.get(key, "-") for key in keys]])
+    return table
 
 
 def guarded(title: str, section: Callable[[], tuple[Table, Any]], default: Any) -> tuple[Table, Any]:
@@ -317,7 +384,6 @@ def guarded(title: str, section: Callable[[], tuple[Table, Any]], default: Any) 
 def run(args: argparse.Namespace) -> tuple[list[Row], str]:
     """Run everything; return the per-call rows and the markdown report."""
     from bench import extras
-    from bench.operators import operators_table
 
     if args.threads > 0 and _installed("torch"):
         # With torch's default (one thread per core), a parallel region on a machine
@@ -360,15 +426,21 @@ def run(args: argparse.Namespace) -> tuple[list[Row], str]:
         ROW_HEADERS,
         [row.cells() for row in rows],
         intro=(
-            "`gradient` is the prepared `di.gradient(f, prep, backend, x)` (strict prep), "
-            "`value_and_gradient` the prepared `di.value_and_gradient` against the native call returning both, "
-            "and `gradient, unprepared` is `di.gradient(f, backend, x)`, which prepares on every call, against the "
-            "same native call as `gradient` (so its ratio is the price of not preparing; on AutoJAX(jit=True) "
-            "that is a compilation per call). Native calls: "
-            + "; ".join(f"{engine.label}: `{engine.native}`" for engine in ENGINES.values())
-            + ". jax and torch inputs are float32, numpy inputs float64."
+            "Each operator is the prepared di call (strict prep) against the native call a user of the engine "
+            "writes for that operator; `gradient, unprepared` is `di.gradient(f, backend, x)`, which prepares on "
+            "every call, against the same native call as `gradient` (its ratio is the price of not preparing; on "
+            "AutoJAX(jit=True) a compilation per call). One tangent or cotangent v = cos(x). Scalar operators on "
+            f"the scalar function, jacobian/pushforward/pullback on `{VECTOR_FUNCTION}` (bench/functions.py). "
+            "Inputs in the engine's family and the row's dtype; float64 JAX rows run inside "
+            "`jax.enable_x64(True)` on both sides. Native calls:\n\n"
+            + "\n".join(
+                f"- {engine.label}: " + "; ".join(f"{op}: `{text}`" for op, text in engine.natives.items())
+                for key, engine in ENGINES.items()
+                if key in args.backends
+            )
         ),
     )
+    summary_ratios = summary_table(rows)
 
     breakdown, _ = guarded("Where di's time goes", lambda: (breakdown_table(args, prepared), None), None)
     show(breakdown)
@@ -400,41 +472,15 @@ def run(args: argparse.Namespace) -> tuple[list[Row], str]:
     else:
         conversion_table = Table("Conversions between families", ["note"], [["not run: needs jax and torch"]])
 
-    operator_n = 1000
-    operator_table, _ = guarded(
-        "Prepared hvp, jacobian, pushforward, pullback",
-        lambda: (operators_table(side, operator_n, set(args.backends)), None),
-        None,
-    )
-    show(operator_table)
-
-    compile_table = None
-    if args.compile and _installed("torch"):
-        compile_table, _ = guarded(
-            "AutoTorch(compile=True) against native torch.compile",
-            lambda: extras.torch_compile_table(
-                {name: FUNCTIONS[name] for name in args.functions}, args.sizes, prepared
-            ),
-            None,
-        )
-        show(compile_table)
-    else:
-        compile_table = Table(
-            "AutoTorch(compile=True) against native torch.compile",
-            ["note"],
-            [["not run (quick mode, --no-compile or torch missing): a first torch.compile takes ~20 s here"]],
-        )
-
     tables = [
+        summary_ratios,
         main_table,
         breakdown,
-        operator_table,
         zero_table,
         check_table,
         import_table,
         prep_table,
         conversion_table,
-        compile_table,
     ]
     summary = summary_lines(rows, imports, checks)
     summary.append(f"- suite wall time: {time.perf_counter() - started:.0f} s")
