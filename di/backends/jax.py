@@ -155,6 +155,7 @@ class JAXAdapter(Adapter):
         *,
         on_first_use: bool = False,
         aux: _AuxTracing | None = None,
+        bare_single: bool = False,
     ) -> Program:
         """``core(x, [tangents,] *values)`` taking caller-family inputs and running in
         the x64 scope it needs; with jit, compiled now or, ``on_first_use``, by its
@@ -175,7 +176,7 @@ class JAXAdapter(Adapter):
             ]
         else:
             statics, function, converters = (), core, self.input_converters(inputs)
-        program = _wrap(function, converters, tangents is not None, x64)
+        program = _wrap(function, converters, tangents is not None, x64, bare_single)
         if aux is not None:
             program = aux.joining(program, lead, self.compiled)
         if not self.compiled:
@@ -205,9 +206,13 @@ class JAXAdapter(Adapter):
         (compiled on its first call). One program for both would make the plain
         call pay for outputs it drops: each output of a compiled call costs
         microseconds, and a jacobian returned beside the value is copied out of
-        the layout XLA computed it in."""
+        the layout XLA computed it in. For one tangent the compiled plain program
+        returns the bare array, put in a tuple in Python."""
+        bare_single = tangents is not None and aux is None and self.compiled
+        if bare_single:
+            plain_core = _bare_single(plain_core)
         return {
-            names[0]: self._program(plain_core, x, tangents, contexts, aux=aux),
+            names[0]: self._program(plain_core, x, tangents, contexts, aux=aux, bare_single=bare_single),
             names[1]: self._program(full_core, x, tangents, contexts, on_first_use=True, aux=aux),
         }
 
@@ -482,9 +487,13 @@ def _wrap(
     converters: Sequence[Callable[[Any], Any]],
     with_tangents: bool,
     x64: bool,
+    bare_single: bool = False,
 ) -> Program:
     """``function`` taking caller-family inputs, in the x64 scope it needs, adding
-    nothing on the hot path when neither conversion nor scope is needed."""
+    nothing on the hot path when neither conversion nor scope is needed.
+    ``bare_single``: for one tangent, ``function`` returns its result as a bare
+    array, which the program puts in the tuple it returns (a tuple out of a jitted
+    call costs it more than one built in Python)."""
     plain = all(convert is identity for convert in converters)
     convert_x, convert_values = converters[0], converters[1:]
     program: Program
@@ -503,12 +512,23 @@ def _wrap(
             return function(x, tangents, *values)
 
         program = with_t_plain
+        if bare_single:
+
+            def with_one_t_plain(x: Any, tangents: Sequence[Any], *values: Any) -> Any:
+                if len(tangents) == 1:
+                    if tangents[0].__class__ in taken:  # the hot path
+                        return (function(x, tangents, *values),)
+                    return (with_t_plain(x, tangents, *values),)
+                return with_t_plain(x, tangents, *values)
+
+            program = with_one_t_plain
     elif with_tangents:
 
         def with_t(x: Any, tangents: Sequence[Any], *values: Any) -> Any:
-            return function(
+            result = function(
                 convert_x(x), _engine_tangents(tangents), *[convert(v) for convert, v in zip(convert_values, values)]
             )
+            return (result,) if bare_single and len(tangents) == 1 else result
 
         program = with_t
     elif plain:
@@ -618,6 +638,17 @@ class _AuxTracing:
             return result, splits.for_static(key(args[lead:])).join(arrays)
 
         return joined
+
+
+def _bare_single(plain_core: Callable[..., Any]) -> Callable[..., Any]:
+    """A plain operator's function returning, for one tangent, its one result as a
+    bare array rather than a tuple of one (decided at trace time)."""
+
+    def bare(*args: Any) -> Any:
+        results = plain_core(*args)
+        return results[0] if len(results) == 1 else results
+
+    return bare
 
 
 def _split(program: Program, plain: str, full: str) -> Programs:
