@@ -19,10 +19,10 @@ from jax.experimental import sparse as jsparse
 
 import di
 from di.sparse import coloring, decompression, detection
-from di.testing import test_differentiation
-from di.testing.sparse_scenarios import arrowhead_energy, expected_pattern, sparse_scenarios, tridiagonal
+from di.testing import default_scenarios, test_differentiation
+from di.testing.sparse_scenarios import arrowhead_energy, expected_pattern, tridiagonal
 
-SCENARIOS = sparse_scenarios()
+SCENARIOS = [s for s in default_scenarios() if "sparse" in s.tags]
 ORDERS = ("largest_first", "natural")
 FAST = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 

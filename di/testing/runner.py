@@ -481,8 +481,9 @@ def backend_for(backend: Any, scenario: Scenario) -> Any:
     Examples:
         >>> import di
         >>> from di.testing.runner import backend_for
-        >>> from di.testing.sparse_scenarios import sparse_scenarios
-        >>> backend_for(di.AutoFiniteDiff(), sparse_scenarios()[0]).dense
+        >>> from di.testing import default_scenarios
+        >>> sparse = [s for s in default_scenarios() if "sparse" in s.tags]
+        >>> backend_for(di.AutoFiniteDiff(), sparse[0]).dense
         AutoFiniteDiff(method='central', step=None)
     """
     if "sparse" not in scenario.tags:

@@ -1470,9 +1470,10 @@ ScenarioGroup = Callable[[np.random.Generator], list[Scenario]]
 
 
 def _sparse_group(rng: np.random.Generator) -> list[Scenario]:
-    from di.testing.sparse_scenarios import sparse_scenarios  # here: that module imports this one
+    from di.testing.sparse_scenarios import sparse_scenario_arguments
 
-    return sparse_scenarios()  # tagged "sparse": the runners run them on di.AutoSparse(backend)
+    # Tagged "sparse": the runners run them on di.AutoSparse(backend).
+    return [Scenario(**arguments) for arguments in sparse_scenario_arguments()]
 
 
 def _aux_group(rng: np.random.Generator) -> list[Scenario]:

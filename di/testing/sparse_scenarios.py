@@ -16,9 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from di.testing.scenarios import Scenario
-
-__all__ = ["SPARSE_TAG", "expected_pattern", "sparse_scenarios"]
+__all__ = ["SPARSE_TAG", "expected_pattern", "sparse_scenario_arguments"]
 
 SPARSE_TAG = "sparse"
 
@@ -162,7 +160,7 @@ def _arrowhead_gradient_and_hessian(x: np.ndarray) -> tuple[np.ndarray, np.ndarr
     return g, h
 
 
-def expected_pattern(scenario: Scenario) -> np.ndarray:
+def expected_pattern(scenario: Any) -> np.ndarray:
     """The true pattern of a sparse scenario's Jacobian (or Hessian), as a dense
     boolean ``(m, n)`` matrix: what exact detection must find (for tests)."""
     reference = scenario.res2 if scenario.operator == "hessian" else scenario.res1
@@ -175,30 +173,37 @@ def expected_pattern(scenario: Scenario) -> np.ndarray:
 # --- the scenarios ------------------------------------------------------------------------
 
 
-def sparse_scenarios(seed: int = 1) -> list[Scenario]:
-    """The sparse scenarios (tagged ``"sparse"``), float64 and one float32, at random points.
+def _arguments(operator: str, f: Any, x: Any, **fields: Any) -> dict[str, Any]:
+    return {"operator": operator, "f": f, "x": x, **fields}
+
+
+def sparse_scenario_arguments(seed: int = 1) -> list[dict[str, Any]]:
+    """The sparse scenarios (tagged ``"sparse"``), float64 and one float32, at random
+    points, as the keyword arguments of :class:`~di.testing.Scenario`
+    (:func:`~di.testing.default_scenarios` builds them; this module imports nothing
+    from :mod:`di.testing.scenarios`, which imports it).
 
     Args:
         seed: seed of the random points.
 
     Returns:
-        A list of :class:`~di.testing.Scenario`.
+        A list of ``Scenario(**arguments)`` arguments.
 
     Examples:
-        >>> from di.testing.sparse_scenarios import sparse_scenarios
-        >>> sorted({s.operator for s in sparse_scenarios()})
+        >>> from di.testing.sparse_scenarios import sparse_scenario_arguments
+        >>> sorted({arguments["operator"] for arguments in sparse_scenario_arguments()})
         ['hessian', 'jacobian']
     """
     rng = np.random.default_rng(seed)
     tag = {SPARSE_TAG, "float64"}
-    out: list[Scenario] = []
+    out: list[dict[str, Any]] = []
 
     def vec(n: int) -> np.ndarray:
         return rng.uniform(-1, 1, n)
 
     x = vec(8)
     out.append(
-        Scenario(
+        _arguments(
             "jacobian",
             tridiagonal,
             x,
@@ -209,7 +214,7 @@ def sparse_scenarios(seed: int = 1) -> list[Scenario]:
     )
     x32 = vec(8).astype(np.float32)
     out.append(
-        Scenario(
+        _arguments(
             "jacobian",
             tridiagonal,
             x32,
@@ -220,11 +225,13 @@ def sparse_scenarios(seed: int = 1) -> list[Scenario]:
     )
     x = vec(7)
     out.append(
-        Scenario("jacobian", arrowhead, x, res1=_arrowhead_jacobian(x), name="jacobian/sparse_arrowhead/f64", tags=tag)
+        _arguments(
+            "jacobian", arrowhead, x, res1=_arrowhead_jacobian(x), name="jacobian/sparse_arrowhead/f64", tags=tag
+        )
     )
     x = vec(9)
     out.append(
-        Scenario(
+        _arguments(
             "jacobian",
             block_diagonal,
             x,
@@ -235,7 +242,7 @@ def sparse_scenarios(seed: int = 1) -> list[Scenario]:
     )
     grid = rng.uniform(-1, 1, (4, 5))
     out.append(
-        Scenario(
+        _arguments(
             "jacobian",
             laplacian_2d,
             grid,
@@ -247,7 +254,7 @@ def sparse_scenarios(seed: int = 1) -> list[Scenario]:
     )
     x = vec(6)
     out.append(
-        Scenario(
+        _arguments(
             "jacobian",
             all_dense,
             x,
@@ -257,7 +264,7 @@ def sparse_scenarios(seed: int = 1) -> list[Scenario]:
         )
     )
     out.append(
-        Scenario(
+        _arguments(
             "jacobian",
             no_columns,
             np.zeros(0),
@@ -270,7 +277,7 @@ def sparse_scenarios(seed: int = 1) -> list[Scenario]:
     x = vec(8)
     g, h = _separable_gradient_and_hessian(x)
     out.append(
-        Scenario(
+        _arguments(
             "hessian",
             partially_separable,
             x,
@@ -282,5 +289,7 @@ def sparse_scenarios(seed: int = 1) -> list[Scenario]:
     )
     x = vec(7)
     g, h = _arrowhead_gradient_and_hessian(x)
-    out.append(Scenario("hessian", arrowhead_energy, x, res1=g, res2=h, name="hessian/sparse_arrowhead/f64", tags=tag))
+    out.append(
+        _arguments("hessian", arrowhead_energy, x, res1=g, res2=h, name="hessian/sparse_arrowhead/f64", tags=tag)
+    )
     return out
