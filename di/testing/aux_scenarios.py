@@ -1,7 +1,9 @@
 """Scenarios with auxiliary outputs: ``f`` returns ``(y, aux)`` (``has_aux=True``).
 
-One per first-order operator (gradient, jacobian, derivative, pushforward,
-pullback), with ``aux`` pytrees that mix arrays computed by the same evaluation of
+The arguments of :class:`~di.testing.Scenario` (``default_scenarios``' ``"aux"``
+group builds them; this module imports nothing from :mod:`di.testing.scenarios`,
+so the two do not import each other), one per first-order operator (gradient,
+jacobian, derivative, pushforward, pullback), with ``aux`` pytrees that mix arrays computed by the same evaluation of
 ``f`` (compared with analytic references, expected in ``x``'s family), strings,
 ints and ``None`` (returned as they are); with contexts, a pytree ``x``, and
 float32 as well as float64. ``python -m di`` runs them on every backend, the
@@ -15,9 +17,8 @@ from typing import Any
 import numpy as np
 
 from di.contexts import Constant
-from di.testing.scenarios import Scenario
 
-__all__ = ["AUX_TAG", "aux_scenarios"]
+__all__ = ["AUX_TAG", "aux_scenario_arguments"]
 
 AUX_TAG = "aux"
 
@@ -71,30 +72,31 @@ def _rounded(rng: np.random.Generator, shape: tuple[int, ...], dtype: Any) -> np
     return np.asarray(rng.uniform(-1.5, 1.5, size=shape), dtype=dtype).astype(np.float64).astype(dtype)
 
 
-def aux_scenarios(rng: np.random.Generator | None = None) -> list[Scenario]:
-    """The ``has_aux`` scenarios, tagged ``"aux"``, with analytic references.
+def aux_scenario_arguments(rng: np.random.Generator | None = None) -> list[dict[str, Any]]:
+    """The arguments of the ``has_aux`` scenarios, tagged ``"aux"``, with analytic references.
 
     Args:
         rng: random generator of the points (default: seeded with 0).
 
     Returns:
-        A list of :class:`~di.testing.Scenario` with ``has_aux=True``.
+        One dict of :class:`~di.testing.Scenario` arguments per scenario, with ``has_aux=True``.
 
     Examples:
-        >>> from di.testing.aux_scenarios import aux_scenarios
-        >>> sorted({s.operator for s in aux_scenarios()})
+        >>> from di.testing import Scenario
+        >>> from di.testing.aux_scenarios import aux_scenario_arguments
+        >>> sorted({Scenario(**arguments).operator for arguments in aux_scenario_arguments()})
         ['derivative', 'gradient', 'jacobian', 'pullback', 'pushforward']
     """
     rng = np.random.default_rng(0) if rng is None else rng
-    scenarios: list[Scenario] = []
+    scenarios: list[dict[str, Any]] = []
     for dtype, suffix in ((np.float64, "f64"), (np.float32, "f32")):
         x = _rounded(rng, (5,), dtype)
         x64 = x.astype(np.float64)
         scenarios.append(
-            Scenario(
-                "gradient",
-                loss_with_metrics,
-                x,
+            dict(
+                operator="gradient",
+                f=loss_with_metrics,
+                x=x,
                 res1=np.sin(x64) + x64 * np.cos(x64),
                 has_aux=True,
                 aux={"norm2": np.sum(x64 * x64), "label": "loss", "size": 5, "none": None},
@@ -105,10 +107,10 @@ def aux_scenarios(rng: np.random.Generator | None = None) -> list[Scenario]:
     x = _rounded(rng, (4,), np.float64)
     w = np.abs(_rounded(rng, (4,), np.float64)) + 0.5
     scenarios.append(
-        Scenario(
-            "gradient",
-            weighted_residual,
-            x,
+        dict(
+            operator="gradient",
+            f=weighted_residual,
+            x=x,
             contexts=[Constant(w)],
             res1=w * (x - 1.0),
             has_aux=True,
@@ -122,10 +124,10 @@ def aux_scenarios(rng: np.random.Generator | None = None) -> list[Scenario]:
     y = np.tanh(a * x)
     jac = np.diag(a * (1 - y * y))
     scenarios.append(
-        Scenario(
-            "jacobian",
-            tanh_with_extremes,
-            x,
+        dict(
+            operator="jacobian",
+            f=tanh_with_extremes,
+            x=x,
             contexts=[Constant(a)],
             res1=jac,
             has_aux=True,
@@ -136,10 +138,10 @@ def aux_scenarios(rng: np.random.Generator | None = None) -> list[Scenario]:
     )
     tangents = (_rounded(rng, (3,), np.float64), _rounded(rng, (3,), np.float64))
     scenarios.append(
-        Scenario(
-            "pushforward",
-            tanh_with_extremes,
-            x,
+        dict(
+            operator="pushforward",
+            f=tanh_with_extremes,
+            x=x,
             contexts=[Constant(a)],
             tangents=tangents,
             res1=tuple(jac @ t for t in tangents),
@@ -151,10 +153,10 @@ def aux_scenarios(rng: np.random.Generator | None = None) -> list[Scenario]:
     )
     cotangents = (_rounded(rng, (3,), np.float64),)
     scenarios.append(
-        Scenario(
-            "pullback",
-            tanh_with_extremes,
-            x,
+        dict(
+            operator="pullback",
+            f=tanh_with_extremes,
+            x=x,
             contexts=[Constant(a)],
             tangents=cotangents,
             res1=tuple(t @ jac for t in cotangents),
@@ -166,10 +168,10 @@ def aux_scenarios(rng: np.random.Generator | None = None) -> list[Scenario]:
     )
     t = np.array(0.75)
     scenarios.append(
-        Scenario(
-            "derivative",
-            scalar_curve,
-            t,
+        dict(
+            operator="derivative",
+            f=scalar_curve,
+            x=t,
             res1=np.array([2 * t, np.cos(t)]),
             has_aux=True,
             aux={"cube": t**3},
@@ -179,10 +181,10 @@ def aux_scenarios(rng: np.random.Generator | None = None) -> list[Scenario]:
     )
     pa, pb = _rounded(rng, (3,), np.float64), np.array(1.25)
     scenarios.append(
-        Scenario(
-            "gradient",
-            pytree_loss,
-            {"a": pa, "b": pb},
+        dict(
+            operator="gradient",
+            f=pytree_loss,
+            x={"a": pa, "b": pb},
             res1={"a": 2 * pa * pb, "b": np.sum(pa * pa)},
             has_aux=True,
             aux={"sum_a": np.sum(pa), "tag": "pytree"},

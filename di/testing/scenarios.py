@@ -1477,9 +1477,10 @@ def _sparse_group(rng: np.random.Generator) -> list[Scenario]:
 
 
 def _aux_group(rng: np.random.Generator) -> list[Scenario]:
-    from di.testing.aux_scenarios import aux_scenarios  # here: that module imports this one
+    from di.testing.aux_scenarios import aux_scenario_arguments
 
-    return aux_scenarios(rng)  # has_aux=True: the runners pass it and compare aux
+    # has_aux=True: the runners pass it and compare aux.
+    return [Scenario(**arguments) for arguments in aux_scenario_arguments(rng)]
 
 
 #: The groups :func:`default_scenarios` builds, by name. Each builder gets its own random
