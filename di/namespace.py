@@ -56,13 +56,22 @@ def array_namespace(*arrays: Any) -> Any:
         >>> di.array_namespace(np.zeros(2)).__name__
         'array_api_compat.numpy'
     """
-    for value in arrays:
-        # A cheap string test first: it keeps the check free for torch.compile and jax.jit to trace.
-        if type(value).__module__.startswith("autograd") and _is_autograd_box(value):
-            return _autograd_namespace(arrays)
     import array_api_compat
 
-    return array_api_compat.array_namespace(*arrays)
+    try:
+        namespace = array_api_compat.array_namespace(*arrays)
+    except TypeError:  # autograd's values beside NumPy arrays, or an autograd without __array_namespace__
+        if any(_is_autograd_box(value) for value in arrays):
+            return _autograd_namespace(arrays)
+        raise
+    # autograd's values name autograd.numpy as their namespace: checked after the fact, so other
+    # families pay one string comparison, which torch.compile and jax.jit trace for free.
+    if getattr(namespace, "__name__", None) == _AUTOGRAD_NUMPY:
+        return _autograd_namespace(arrays)
+    return namespace
+
+
+_AUTOGRAD_NUMPY = "autograd.numpy.numpy_wrapper"
 
 
 def _is_autograd_box(value: Any) -> bool:
