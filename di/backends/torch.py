@@ -193,14 +193,18 @@ class TorchAdapter(Adapter):
                     stacklevel=_caller_stacklevel(),
                 )
 
+        if failures_by_code is None:
+            return compiled
+        # dynamo appends to this list (its record for the compiled function's code
+        # object) at each recompile: two len() calls per call watch it. (After
+        # torch._dynamo.reset(), which empties the record, recompiles go unwatched.)
+        failures = failures_by_code[code]
+
         def watched(*args: Any) -> Any:
-            if failures_by_code is None:
-                return compiled(*args)
-            before = len(failures_by_code[code])
+            before = len(failures)
             try:
                 result = compiled(*args)
             except _RECOMPILE_LIMIT_HIT as err:
-                failures = failures_by_code[code]
                 reason = _guard_reason(failures[before]) if len(failures) > before else "unknown"
                 raise RecompileLimitError(
                     f"{backend!r}: torch.compile reached its recompile limit ({limit()}) for f, and with "
@@ -209,7 +213,6 @@ class TorchAdapter(Adapter):
                     f"values that change as contexts (di.Constant(value) is traced), or use AutoTorch() (eager); "
                     f"compile_options={{'recompile_limit': n}} raises the limit."
                 ) from err
-            failures = failures_by_code[code]
             if len(failures) != before:
                 note_recompile(args, _guard_reason(failures[before]))
             return result
@@ -511,12 +514,17 @@ class TorchAdapter(Adapter):
         convert_contexts = self._context_converters(x, contexts)
         lead = 1 if tangents is None else 2
 
-        def arguments(x: Any, tangents: Sequence[Any] | None, values: Sequence[Any]) -> list[Any]:
-            xt = to_torch_x(x).detach()
-            args = [xt, *[convert(v) for convert, v in zip(convert_contexts, values)]]
-            if tangents is not None:
-                args.insert(1, tuple(_like(t, xt) for t in tangents))
-            return args
+        convert_any = any(convert is not identity for convert in convert_contexts)
+
+        def arguments(x: Any, tangents: Sequence[Any] | None, values: Sequence[Any]) -> tuple[Any, ...]:
+            xt = x if to_torch_x is identity else to_torch_x(x)
+            if xt.requires_grad:  # results do not carry the caller's graph
+                xt = xt.detach()
+            if convert_any:
+                values = [convert(v) for convert, v in zip(convert_contexts, values)]
+            if tangents is None:
+                return (xt, *values)
+            return (xt, tuple(_like(t, xt) for t in tangents), *values)
 
         plain_function, full_function = plain_core, full_core
         if self.compiled:
@@ -748,6 +756,7 @@ class TorchAdapter(Adapter):
         def hessian(x: Any, *values: Any) -> Any:
             if x.numel() == 0:  # jacfwd cannot take an empty input
                 return x.new_zeros(x.shape + x.shape)
+
             def fx(x: Any) -> Any:
                 return checked(x, *values)
 
@@ -771,7 +780,7 @@ class TorchAdapter(Adapter):
 
 def _run_functional(
     function: Callable[..., Any],
-    arguments: Callable[[Any, Sequence[Any] | None, Sequence[Any]], list[Any]],
+    arguments: Callable[[Any, Sequence[Any] | None, Sequence[Any]], tuple[Any, ...]],
     with_tangents: bool,
     locked: bool,
 ) -> Callable[..., Any]:
