@@ -76,7 +76,7 @@ def test_an_unsupported_pair_is_refused_at_preparation_naming_both_engines(
 
 def test_jax_over_torch_hessian_is_refused_not_an_attribute_error() -> None:
     # Before: AttributeError: LinearizeTracer has no attribute __dlpack_device__.
-    with pytest.raises(di.UnsupportedOperatorError, match="AutoJAX.*AutoTorch"):
+    with pytest.raises(di.UnsupportedOperatorError, match=r"AutoJAX.*AutoTorch"):
         di.hessian(energy, di.SecondOrder(di.AutoJAX(), di.AutoTorch()), X)
 
 
@@ -90,3 +90,8 @@ def test_torch_over_torch_second_derivative_is_refused_not_silently_wrong() -> N
 def test_first_order_operators_of_a_refused_pair_use_the_inner_backend(pair: tuple[Any, Any]) -> None:
     gradient = di.gradient(energy, di.SecondOrder(*pair), X)
     np.testing.assert_allclose(gradient, 3 * X**2 + np.array([X[1], X[0], 0.0]), rtol=1e-6)
+
+
+def test_a_planning_backend_cannot_be_a_part_of_second_order() -> None:
+    with pytest.raises(di.UnsupportedOperatorError, match="candidates instead"):
+        di.prepare_hessian(energy, di.SecondOrder(di.AutoFiniteDiff(), di.AutoFastest()), X)

@@ -65,6 +65,14 @@ class SecondOrderAdapter(Adapter):
         super().__init__(backend)
         self.outer = get_adapter(backend.outer)
         self.inner = get_adapter(backend.inner)
+        for part in (self.outer, self.inner):
+            if hasattr(part, "prepare_whole"):  # it chooses among whole preps (di.AutoFastest): no programs to nest
+                raise UnsupportedOperatorError(
+                    f"{backend!r}: {part.backend!r} cannot be a part of SecondOrder, because it chooses among "
+                    f"whole preps and has no programs of its own to differentiate. Put SecondOrder backends "
+                    f"among its candidates instead, e.g. AutoFastest(candidates=[SecondOrder(AutoFiniteDiff(), "
+                    f"AutoJAX()), AutoJAX()])."
+                )
         self.family = self.outer.family  # type: ignore[misc]
         self.supports_cache = self.inner.supports_cache and self.outer.supports_cache  # type: ignore[misc]
         self.cache_note = self.inner.cache_note or self.outer.cache_note  # type: ignore[misc]
