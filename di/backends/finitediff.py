@@ -19,7 +19,7 @@ from di.backends.aux import split_output
 from di.backends.protocol import Adapter, Program, Programs, is_real_scalar, raise_bad_output
 from di.backends.selectors import AutoFiniteDiff
 from di.contexts import Cache, Context
-from di.families import JAX, NUMPY, converter, family_of, is_floating_dtype
+from di.families import JAX, NUMPY, converter, family_of, identity, is_floating_dtype
 from di.pytrees import tree_map
 
 __all__ = ["FiniteDiffAdapter", "relative_step"]
@@ -60,12 +60,15 @@ class _Evaluator:
         self.f = _value_only(f, self.backend, operator) if has_aux else f
         self.to_numpy_x = adapter.input_converters([x])[0]
         self.convert_contexts = adapter.context_converters(contexts)
+        self.convert_any = any(convert is not identity for convert in self.convert_contexts)
 
     def inputs(self, x: Any, values: Sequence[Any]) -> tuple[Any, Any, tuple[Any, ...]]:
         """(caller's x as numpy, a float64 C-contiguous copy of it, converted values)."""
-        caller = np.asarray(self.to_numpy_x(x))
+        caller = x if x.__class__ is np.ndarray else np.asarray(self.to_numpy_x(x))
         point = np.array(caller, dtype=np.float64, order="C")
-        return caller, point, tuple(convert(v) for convert, v in zip(self.convert_contexts, values))
+        if self.convert_any:
+            values = tuple(convert(v) for convert, v in zip(self.convert_contexts, values))
+        return caller, point, tuple(values)
 
     def scalar(self, point: Any, values: Sequence[Any], operator: str = "gradient") -> float:
         """``f``'s value, checked to be a real scalar (once per operator call)."""
@@ -195,25 +198,28 @@ class FiniteDiffAdapter(Adapter):
 
         return {"gradient": make(False), "value_and_gradient": make(True)}
 
-    def _directional(
-        self, evaluator: _Evaluator, point: Any, values: Sequence[Any], t: Any, y0: Any, operator: str = "pushforward"
-    ) -> Any:
-        """Directional derivative of ``f`` at ``point`` along ``t`` (float64). ``y0``,
-        ``f(point)``, is ``None`` when the caller did not need it (central
+    def _directional(self, evaluator: _Evaluator, operator: str = "pushforward") -> Callable[..., Any]:
+        """``directional(point, values, t, y0)``: the directional derivative of ``f``
+        at ``point`` along ``t`` (float64), with the step and method decided here.
+        ``y0``, ``f(point)``, is ``None`` when the caller did not need it (central
         differences do not use it)."""
-        t = np.asarray(converter(family_of(t), NUMPY)(t), dtype=np.float64)
-        scale = float(np.max(np.abs(t))) if t.size else 0.0
-        if scale == 0.0:
-            return np.zeros_like(evaluator.array(point, values, operator) if y0 is None else y0)
-        h = relative_step(self.selector) * max(1.0, float(np.max(np.abs(point))) if point.size else 1.0) / scale
-        # np.asarray: a 0-d point +- h*t would otherwise be a numpy scalar. The last
-        # evaluation's output needs no copy (nothing runs f after it: a buffer f returns
-        # keeps its value); the first one's does when another evaluation follows.
-        central = self.selector.method == "central"
-        up = evaluator.array(np.asarray(point + h * t), values, operator, copy=central)
-        if central:
-            return (up - evaluator.array(np.asarray(point - h * t), values, operator, copy=False)) / (2 * h)
-        return (up - y0) / h
+        step, central, array = relative_step(self.selector), self.selector.method == "central", evaluator.array
+
+        def directional(point: Any, values: Sequence[Any], t: Any, y0: Any) -> Any:
+            t = np.asarray(t if t.__class__ is np.ndarray else converter(family_of(t), NUMPY)(t), dtype=np.float64)
+            scale = float(np.max(np.abs(t))) if t.size else 0.0
+            if scale == 0.0:
+                return np.zeros_like(array(point, values, operator) if y0 is None else y0)
+            h = step * max(1.0, float(np.max(np.abs(point))) if point.size else 1.0) / scale
+            # np.asarray: a 0-d point +- h*t would otherwise be a numpy scalar. The last
+            # evaluation's output needs no copy (nothing runs f after it: a buffer f
+            # returns keeps its value); the first one's does when another follows.
+            up = array(np.asarray(point + h * t), values, operator, copy=central)
+            if central:
+                return (up - array(np.asarray(point - h * t), values, operator, copy=False)) / (2 * h)
+            return (up - y0) / h
+
+        return directional
 
     def prepare_pushforward_programs(
         self,
@@ -226,6 +232,7 @@ class FiniteDiffAdapter(Adapter):
     ) -> Programs:
         evaluator = _Evaluator(self, f, x, contexts, has_aux=has_aux, operator="pushforward")
         central = self.selector.method == "central"
+        directional = self._directional(evaluator)
 
         def make(with_value: bool) -> Program:
             # Central differences need no value at x: f is evaluated there only for
@@ -236,9 +243,7 @@ class FiniteDiffAdapter(Adapter):
                 caller, point, values = evaluator.inputs(x, values)
                 y0, aux = evaluator.array_at_point(point, values, "pushforward") if at_point else (None, None)
                 dtype = caller.dtype
-                products = tuple(
-                    np.asarray(self._directional(evaluator, point, values, t, y0), dtype=dtype) for t in tx
-                )
+                products = tuple(np.asarray(directional(point, values, t, y0), dtype=dtype) for t in tx)
                 result = (np.asarray(y0, dtype=dtype), products) if with_value else products
                 return (result, aux) if has_aux else result
 
