@@ -97,11 +97,15 @@ class Prep:
         x_check = ArgumentCheck.of("x", x)
         context_checks = [ArgumentCheck.of(f"context {i}", c.value, type(c)) for i, c in enumerate(contexts, start=1)]
         self.checks = (x_check, *context_checks)
-        self._x_matcher = x_check.matcher
+        self._x_matcher = _by_aval(x, x_check.matcher)
         self._n_contexts = len(contexts)
-        self._context_matchers = tuple((c.wrapper, c.matcher) for c in context_checks)
+        self._context_matchers = tuple(
+            (check.wrapper, _by_aval(context.value, check.matcher)) for check, context in zip(context_checks, contexts)
+        )
         self.tangent_check = None if tangents is None else ArgumentCheck.of(tangent_label, tangents)
-        self.tangent_matchers = () if tangents is None else tuple(matcher_for(t, key_function(t)) for t in tangents)
+        self.tangent_matchers = (
+            () if tangents is None else tuple(_by_aval(t, matcher_for(t, key_function(t))) for t in tangents)
+        )
         self.same_point = same_point
         self.plan = plan
         self.sparse_info = sparse_info
@@ -373,6 +377,22 @@ class Prep:
             raise OutBufferError(
                 f"out does not fit the {what}: it must be {spec.describe()} {like}, not {out_spec.describe()}."
             )
+
+
+def _by_aval(value: Any, matcher: Callable[[Any], bool]) -> Callable[[Any], bool]:
+    """For a JAX array, ``matcher`` behind a faster test: JAX shares one abstract
+    value (``aval``: shape, dtype, weak type) between arrays alike, and reading it
+    costs one attribute where ``shape`` and ``dtype`` are two properties (about
+    0.4 us per JAX argument of a strict prepared call). Anything else, or an array
+    whose ``aval`` is another object, goes to ``matcher``."""
+    if family_of(value) != "jax":
+        return matcher
+    cls, aval = value.__class__, value.aval
+
+    def matches(given: Any) -> bool:
+        return (given.__class__ is cls and given.aval is aval) or matcher(given)
+
+    return matches
 
 
 def _contexts_match(contexts: Sequence[Any], matchers: Sequence[tuple[type | None, Any]]) -> bool:
