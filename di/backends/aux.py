@@ -25,7 +25,7 @@ from di.errors import InvalidOutputError
 from di.families import converter, family_of, identity
 from di.pytrees import tree_flatten, tree_map
 
-__all__ = ["AuxSplit", "AuxSplits", "aux_converter", "split_aux", "split_output"]
+__all__ = ["AuxSplit", "AuxSplits", "aux_converter", "outputs", "split_aux", "split_output"]
 
 
 def split_output(output: Any, backend: AbstractBackend, operator: str) -> tuple[Any, Any]:
@@ -138,3 +138,16 @@ def aux_converter(from_family: str, to_family: str) -> Callable[[Any], Any]:
         return tree_map(lambda leaf: convert(leaf) if family_of(leaf) == from_family else leaf, aux)
 
     return convert_arrays
+
+
+def outputs(output: Any, has_aux: bool) -> tuple[Any, ...]:
+    """What a checked ``f`` returned inside an engine, as a tuple to unpack with
+    ``y, *parts = outputs(...)``: ``(y,)``, or under ``has_aux`` ``(y, aux's
+    engine part)``.
+
+    Examples:
+        >>> from di.backends.aux import outputs
+        >>> outputs(1.0, False), outputs((1.0, ("a",)), True)
+        ((1.0,), (1.0, ('a',)))
+    """
+    return output if has_aux else (output,)  # type: ignore[no-any-return]

@@ -253,20 +253,9 @@ def gradient_programs(
 ) -> Programs:
     """``gradient``: one pullback of the cotangent 1, or the forward jacobian's row."""
     if adapter.has_native("pullback"):
-        y_prep = _output_of(adapter, f, x, contexts, has_aux)
-        one = (np.ones((), dtype=numpy_dtype(y_prep)),)
+        one = (np.ones((), dtype=numpy_dtype(_output_of(adapter, f, x, contexts, has_aux))),)
         pullback = programs(adapter, "pullback", f, x, contexts, one, has_aux=has_aux)
-        finish = with_aux(has_aux, lambda result: (result[0], result[1][0]))
-        finish_plain = with_aux(has_aux, lambda result: result[0])
-        pullback_full, pullback_plain = pullback["value_and_pullback"], pullback["pullback"]
-
-        def value_and_gradient(x: Any, *values: Any) -> Any:
-            return finish(pullback_full(x, one, *values))
-
-        def gradient(x: Any, *values: Any) -> Any:
-            return finish_plain(pullback_plain(x, one, *values))
-
-        return {"gradient": gradient, "value_and_gradient": value_and_gradient}
+        return _with_one_seed(pullback, "pullback", one, ("gradient", "value_and_gradient"), has_aux)
 
     jacobians = jacobian_programs(adapter, f, x, contexts, forward=True, has_aux=has_aux)
     value_and_jacobian, jacobian = jacobians["value_and_jacobian"], jacobians["jacobian"]
@@ -293,17 +282,23 @@ def derivative_programs(
         return {"derivative": jacobian["jacobian"], "value_and_derivative": jacobian["value_and_jacobian"]}
     one = (np.ones((), dtype=numpy_dtype(x)),)
     pushforward = programs(adapter, "pushforward", f, x, contexts, one, has_aux=has_aux)
+    return _with_one_seed(pushforward, "pushforward", one, ("derivative", "value_and_derivative"), has_aux)
+
+
+def _with_one_seed(primitive: Programs, name: str, seed: tuple[Any], names: tuple[str, str], has_aux: bool) -> Programs:
+    """An operator's two programs from a primitive's (``name``: pushforward or
+    pullback) run on one seed: the single product is the operator's result."""
+    full_primitive, plain_primitive = primitive[f"value_and_{name}"], primitive[name]
     finish = with_aux(has_aux, lambda result: (result[0], result[1][0]))
     finish_plain = with_aux(has_aux, lambda result: result[0])
-    pushforward_full, pushforward_plain = pushforward["value_and_pushforward"], pushforward["pushforward"]
 
-    def value_and_derivative(x: Any, *values: Any) -> Any:
-        return finish(pushforward_full(x, one, *values))
+    def full(x: Any, *values: Any) -> Any:
+        return finish(full_primitive(x, seed, *values))
 
-    def derivative(x: Any, *values: Any) -> Any:
-        return finish_plain(pushforward_plain(x, one, *values))
+    def plain(x: Any, *values: Any) -> Any:
+        return finish_plain(plain_primitive(x, seed, *values))
 
-    return {"derivative": derivative, "value_and_derivative": value_and_derivative}
+    return {names[0]: plain, names[1]: full}
 
 
 def _in_engine(adapter: Adapter, x: Any, contexts: Sequence[Context]) -> tuple[Any, list[Context]]:

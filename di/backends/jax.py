@@ -23,7 +23,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from di.backends.aux import AuxSplits, split_aux, split_output
+from di.backends.aux import AuxSplits, outputs, split_aux, split_output
 from di.backends.lazy import compiled_on_first_use
 from di.backends.protocol import (
     OPERATOR_FAMILIES,
@@ -34,6 +34,7 @@ from di.backends.protocol import (
     is_real_floating_array,
     is_real_scalar,
     output_leaf_shapes,
+    plain_from_full,
     raise_bad_output,
     static_positions,
 )
@@ -255,7 +256,7 @@ class JAXAdapter(Adapter):
             fx = functools.partial(_first_argument, checked, values)
             tx = [_cast_like(t, x) for t in tx]
             if not tx:
-                y, *arrays = _outputs(fx(x), has_aux)
+                y, *arrays = outputs(fx(x), has_aux)
                 return _result(has_aux, (y, ()), *arrays)
             if len(tx) == 1:
                 y, dy, *arrays = jax.jvp(fx, (x,), (tx[0],), has_aux=has_aux)
@@ -264,7 +265,7 @@ class JAXAdapter(Adapter):
             return _result(has_aux, (y, _unstack(jax.vmap(linear)(_stack(tx)), len(tx))), *arrays)
 
         names = ("pushforward", "value_and_pushforward")
-        return self._plain_and_full(_last(core, has_aux), core, x, tx, contexts, names, aux)
+        return self._plain_and_full(plain_from_full(core, has_aux), core, x, tx, contexts, names, aux)
 
     def prepare_pullback_programs(
         self,
@@ -284,7 +285,7 @@ class JAXAdapter(Adapter):
             return _result(has_aux, (y, _apply_vjp(vjp, ty, y)), *arrays)
 
         names = ("pullback", "value_and_pullback")
-        return self._plain_and_full(_last(core, has_aux), core, x, ty, contexts, names, aux)
+        return self._plain_and_full(plain_from_full(core, has_aux), core, x, ty, contexts, names, aux)
 
     def prepare_pullback_same_point_programs(
         self, f: Callable[..., Any], x: Any, ty: Sequence[Any], contexts: Sequence[Context]
@@ -313,7 +314,7 @@ class JAXAdapter(Adapter):
 
         def value_and_jacobian(x: Any, *values: Any) -> Any:
             def y_twice(x: Any) -> Any:  # y comes out of the jacobian's own evaluation of f
-                y, *arrays = _outputs(checked(x, *values), has_aux)
+                y, *arrays = outputs(checked(x, *values), has_aux)
                 return y, (y, *arrays)
 
             jac, (y, *arrays) = transform(y_twice, has_aux=True)(x)
@@ -360,7 +361,7 @@ class JAXAdapter(Adapter):
             return _result(has_aux, (y, dy), *arrays)
 
         names = ("derivative", "value_and_derivative")
-        return self._plain_and_full(_last(core, has_aux), core, x, None, contexts, names, aux)
+        return self._plain_and_full(plain_from_full(core, has_aux), core, x, None, contexts, names, aux)
 
     def prepare_second_derivative_programs(
         self, f: Callable[..., Any], x: Any, contexts: Sequence[Context]
@@ -378,7 +379,12 @@ class JAXAdapter(Adapter):
             return y, dy, d2y
 
         return self._plain_and_full(
-            _last(core), core, x, None, contexts, ("second_derivative", "value_derivative_and_second_derivative")
+            plain_from_full(core, False),
+            core,
+            x,
+            None,
+            contexts,
+            ("second_derivative", "value_derivative_and_second_derivative"),
         )
 
     def prepare_hvp_programs(
@@ -397,7 +403,7 @@ class JAXAdapter(Adapter):
             g, linear = jax.linearize(grad, x)
             return g, _unstack(jax.vmap(linear)(_stack(tx)), len(tx))
 
-        return self._plain_and_full(_last(core), core, x, tx, contexts, ("hvp", "gradient_and_hvp"))
+        return self._plain_and_full(plain_from_full(core, False), core, x, tx, contexts, ("hvp", "gradient_and_hvp"))
 
     def prepare_hvp_same_point_programs(
         self, f: Callable[..., Any], x: Any, tx: Sequence[Any], contexts: Sequence[Context]
@@ -557,24 +563,6 @@ def _in_x64(program: Program) -> Program:
     return in_x64
 
 
-def _last(core: Callable[..., Any], has_aux: bool = False) -> Callable[..., Any]:
-    """The plain operator's function from the ``value_and_*`` one: its last result
-    only (under jit, XLA then never computes what only the others needed), with
-    ``aux``'s arrays beside it under ``has_aux``."""
-    if has_aux:
-
-        def last_with_aux(*args: Any) -> Any:
-            result, arrays = core(*args)
-            return result[-1], arrays
-
-        return last_with_aux
-
-    def last(*args: Any) -> Any:
-        return core(*args)[-1]
-
-    return last
-
-
 def _value_only(checked: Callable[..., Any]) -> Callable[..., Any]:
     """A checked ``f`` that returns ``(y, aux's arrays)`` as one returning ``y``."""
 
@@ -582,11 +570,6 @@ def _value_only(checked: Callable[..., Any]) -> Callable[..., Any]:
         return checked(*args)[0]
 
     return value
-
-
-def _outputs(output: Any, has_aux: bool) -> tuple[Any, ...]:
-    """``(y,)`` or, under ``has_aux``, ``(y, aux's arrays)``."""
-    return output if has_aux else (output,)  # type: ignore[no-any-return]
 
 
 def _result(has_aux: bool, result: Any, *arrays: Any) -> Any:

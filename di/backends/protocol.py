@@ -43,6 +43,7 @@ __all__ = [
     "is_real_scalar",
     "is_static_context",
     "output_leaf_shapes",
+    "plain_from_full",
     "raise_bad_output",
 ]
 
@@ -312,6 +313,31 @@ def output_leaf_shapes(y: Any, tree_map: Callable[[Callable[[Any], Any], Any], A
     if not shapes or any(shape is None for shape in shapes):
         return None
     return shapes  # type: ignore[return-value]
+
+
+def plain_from_full(full: Program, has_aux: bool = False) -> Program:
+    """The plain operator's program from its ``value_and_*`` one: the last element
+    of the result (beside ``aux`` under ``has_aux``). Traced by a compiler, the
+    plain program then returns that alone, and the work only the others needed
+    is dropped.
+
+    Examples:
+        >>> from di.backends.protocol import plain_from_full
+        >>> plain_from_full(lambda x: (x, 2 * x))(3), plain_from_full(lambda x: ((x, 2 * x), "aux"), True)(3)
+        (6, (6, 'aux'))
+    """
+    if has_aux:
+
+        def plain_with_aux(*args: Any) -> Any:
+            result, aux = full(*args)
+            return result[-1], aux
+
+        return plain_with_aux
+
+    def plain(*args: Any) -> Any:
+        return full(*args)[-1]
+
+    return plain
 
 
 def describe_output(y: Any) -> str:

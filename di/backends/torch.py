@@ -34,13 +34,14 @@ import torch
 import torch.utils._pytree as _pytree
 
 from di.backends import fallbacks
-from di.backends.aux import split_output
+from di.backends.aux import outputs, split_output
 from di.backends.lazy import compiled_on_first_use
 from di.backends.protocol import (
     Adapter,
     Programs,
     counting_static_values,
     is_real_scalar,
+    plain_from_full,
     raise_bad_output,
     static_positions,
 )
@@ -483,7 +484,7 @@ class TorchAdapter(Adapter):
             return join((y, cotangents), *tensors)
 
         return self._functional(
-            _last(value_and_pullback, has_aux),
+            plain_from_full(value_and_pullback, has_aux),
             value_and_pullback,
             x,
             ty,
@@ -592,7 +593,7 @@ class TorchAdapter(Adapter):
                 dys = _func.vmap(lambda t: _func.jvp(fy, (x,), (t,), has_aux=True)[1])(torch.stack(tx))
                 return join((y, tuple(dys.unbind(0))), tensors)
 
-            plain = _last(value_and_pushforward_with_aux, has_aux=True)
+            plain = plain_from_full(value_and_pushforward_with_aux, has_aux=True)
             return self._functional(plain, value_and_pushforward_with_aux, x, tx, contexts, names)
 
         def pushforward(x: Any, tx: tuple[Any, ...], *values: Any) -> Any:
@@ -636,17 +637,19 @@ class TorchAdapter(Adapter):
             fy, join = _tensor_aux(checked, values, has_aux)
 
             def fx(x: Any) -> Any:
-                y, *tensors = _outputs(fy(x), has_aux)
+                y, *tensors = outputs(fy(x), has_aux)
                 return y, (y, *tensors)
 
             if empty:  # torch.func cannot take an empty basis
-                y, *tensors = _outputs(fy(x), has_aux)
+                y, *tensors = outputs(fy(x), has_aux)
                 return join((y, y.new_zeros(y.shape + x.shape)), *tensors)
             jac, (y, *tensors) = transform(fx, has_aux=True)(x)  # y comes with the jacobian's own evaluation of f
             return join((y, _as_dtype(jac, y)), *tensors)
 
         names = ("jacobian", "value_and_jacobian")
-        return self._functional(_last(value_and_jacobian, has_aux), value_and_jacobian, x, None, contexts, names)
+        return self._functional(
+            plain_from_full(value_and_jacobian, has_aux), value_and_jacobian, x, None, contexts, names
+        )
 
     def prepare_derivative_programs(
         self, f: Callable[..., Any], x: Any, contexts: Sequence[Context], *, has_aux: bool = False
@@ -661,7 +664,9 @@ class TorchAdapter(Adapter):
             return join((y, _as_dtype(dy, y)), *tensors)
 
         names = ("derivative", "value_and_derivative")
-        return self._functional(_last(value_and_derivative, has_aux), value_and_derivative, x, None, contexts, names)
+        return self._functional(
+            plain_from_full(value_and_derivative, has_aux), value_and_derivative, x, None, contexts, names
+        )
 
     def prepare_second_derivative_programs(
         self, f: Callable[..., Any], x: Any, contexts: Sequence[Context]
@@ -684,7 +689,12 @@ class TorchAdapter(Adapter):
             return y, dy, d2y
 
         return self._functional(
-            _last(core), core, x, None, contexts, ("second_derivative", "value_derivative_and_second_derivative")
+            plain_from_full(core, False),
+            core,
+            x,
+            None,
+            contexts,
+            ("second_derivative", "value_derivative_and_second_derivative"),
         )
 
     def prepare_hvp_programs(
@@ -806,29 +816,6 @@ def _run_functional(
             return function(*arguments(x, None, values))
 
     return run
-
-
-def _last(core: Callable[..., Any], has_aux: bool = False) -> Callable[..., Any]:
-    """The plain operator's function from the ``value_and_*`` one: its last result
-    only (the compiled graph then returns that alone), beside ``aux`` under
-    ``has_aux``."""
-    if has_aux:
-
-        def last_with_aux(*args: Any) -> Any:
-            result, aux = core(*args)
-            return result[-1], aux
-
-        return last_with_aux
-
-    def last(*args: Any) -> Any:
-        return core(*args)[-1]
-
-    return last
-
-
-def _outputs(output: Any, has_aux: bool) -> tuple[Any, ...]:
-    """``(y,)`` or, under ``has_aux``, ``(y, aux's tensors)``."""
-    return output if has_aux else (output,)  # type: ignore[no-any-return]
 
 
 def _tensor_aux(
