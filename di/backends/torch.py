@@ -525,6 +525,8 @@ class TorchAdapter(Adapter):
                 values = [convert(v) for convert, v in zip(convert_contexts, values)]
             if tangents is None:
                 return (xt, *values)
+            if len(tangents) == 1:
+                return (xt, (_like(tangents[0], xt),), *values)
             return (xt, tuple(_like(t, xt) for t in tangents), *values)
 
         plain_function, full_function = plain_core, full_core
@@ -885,7 +887,11 @@ def _has_cache(contexts: Sequence[Context]) -> bool:
 
 def _like(tangent: Any, reference: Any) -> Any:
     """A tangent of any family as a tensor of ``reference``'s dtype and device."""
-    if tangent.__class__ is torch.Tensor and tangent.dtype == reference.dtype and tangent.device == reference.device:
+    if (
+        tangent.__class__ is torch.Tensor
+        and tangent.dtype is reference.dtype
+        and tangent.get_device() == reference.get_device()  # an int: cheaper than comparing devices
+    ):
         return tangent  # the common case
     tensor = converter(family_of(tangent), TORCH)(tangent) if family_of(tangent) else torch.tensor(tangent)
     if tensor.dtype != reference.dtype or tensor.device != reference.device:
