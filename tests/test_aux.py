@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from helpers import CompileCounter
 
 import di
 
@@ -125,17 +126,6 @@ def test_jax_jit_strings_of_aux_follow_the_static_context() -> None:
         _, aux = di.gradient(f, prep, backend, X, di.Constant(mode), has_aux=True)
         assert aux["mode"] == mode
         np.testing.assert_allclose(aux["first"], X[0])
-
-
-class CompileCounter:
-    """A torch.compile backend that counts compilations and runs graphs eagerly."""
-
-    def __init__(self) -> None:
-        self.count = 0
-
-    def __call__(self, gm: Any, example_inputs: Any) -> Any:
-        self.count += 1
-        return gm.forward
 
 
 def with_metrics(x: Any) -> Any:

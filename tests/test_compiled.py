@@ -8,54 +8,19 @@ from __future__ import annotations
 
 import threading
 import time
-import types
 import warnings
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
 import pytest
+from helpers import CompileCounter, reachable_arrays
 
 import di
 
 jax = pytest.importorskip("jax")
 torch = pytest.importorskip("torch")
 jnp = jax.numpy
-
-
-def reachable_arrays(root: Any) -> list[str]:
-    """Paths of every numpy/torch/jax array reachable from a prep through di's
-    own objects (slots, containers, closures of di functions)."""
-    found: list[str] = []
-    seen: set[int] = set()
-
-    def walk(obj: Any, path: str) -> None:
-        if id(obj) in seen:
-            return
-        seen.add(id(obj))
-        if isinstance(obj, (np.ndarray, np.generic, torch.Tensor, jax.Array)):
-            found.append(path)
-            return
-        if isinstance(obj, dict):
-            for key, value in obj.items():
-                walk(value, f"{path}[{key!r}]")
-        elif isinstance(obj, (list, tuple, set, frozenset)):
-            for index, value in enumerate(obj):
-                walk(value, f"{path}[{index}]")
-        elif isinstance(obj, types.FunctionType):
-            if obj.__module__.startswith("di"):
-                for cell, name in zip(obj.__closure__ or (), obj.__code__.co_freevars):
-                    walk(cell.cell_contents, f"{path}.<{name}>")
-                walk(obj.__defaults__, f"{path}.__defaults__")
-        elif type(obj).__module__.startswith("di"):
-            for name in getattr(type(obj), "__slots__", ()):
-                if hasattr(obj, name):
-                    walk(getattr(obj, name), f"{path}.{name}")
-            for name, value in getattr(obj, "__dict__", {}).items():
-                walk(value, f"{path}.{name}")
-
-    walk(root, "prep")
-    return found
 
 
 def quadratic(x: Any, a: Any) -> Any:
@@ -461,17 +426,6 @@ def test_jax_jit_float64_enters_no_scope_inside_the_callers(monkeypatch: pytest.
 
 
 # --- AutoTorch(compile=True) ----------------------------------------------------------
-
-
-class CompileCounter:
-    """A torch.compile backend that counts graph compilations and runs them eagerly."""
-
-    def __init__(self) -> None:
-        self.count = 0
-
-    def __call__(self, gm: Any, example_inputs: Any) -> Any:
-        self.count += 1
-        return gm.forward
 
 
 def scaled(x: Any, a: Any, k: Any) -> Any:

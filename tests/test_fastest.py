@@ -15,7 +15,6 @@ import sys
 import textwrap
 import threading
 import time
-import types
 import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -23,6 +22,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from helpers import reachable_arrays
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
@@ -308,46 +308,11 @@ def test_unprepared_calls_are_refused_with_the_way_to_prepare() -> None:
 
 
 def test_it_cannot_be_nested_in_second_order() -> None:
-    with pytest.raises(di.UnsupportedOperatorError, match=r"AutoFastest\(.*\) does not implement gradient"):
+    with pytest.raises(di.UnsupportedOperatorError, match="cannot be a part of SecondOrder"):
         di.prepare_hvp(squares, di.SecondOrder(di.AutoFiniteDiff(), di.AutoFastest()), np.ones(2), (np.ones(2),))
 
 
 # --- no arrays held -----------------------------------------------------------------------------
-
-
-def reachable_arrays(root: Any) -> list[str]:
-    """Paths of every array reachable from a prep through di's own objects (slots,
-    dataclass fields, containers, closures of di functions)."""
-    found: list[str] = []
-    seen: set[int] = set()
-
-    def walk(obj: Any, path: str) -> None:
-        if id(obj) in seen:
-            return
-        seen.add(id(obj))
-        if family_of(obj) is not None:
-            found.append(path)
-            return
-        if isinstance(obj, dict):
-            for key, value in obj.items():
-                walk(value, f"{path}[{key!r}]")
-        elif isinstance(obj, (list, tuple, set, frozenset)):
-            for index, value in enumerate(obj):
-                walk(value, f"{path}[{index}]")
-        elif isinstance(obj, types.FunctionType):
-            if obj.__module__.startswith("di"):
-                for cell, name in zip(obj.__closure__ or (), obj.__code__.co_freevars):
-                    walk(cell.cell_contents, f"{path}.<{name}>")
-                walk(obj.__defaults__, f"{path}.__defaults__")
-        elif type(obj).__module__.startswith("di"):
-            for name in getattr(type(obj), "__slots__", ()):
-                if hasattr(obj, name):
-                    walk(getattr(obj, name), f"{path}.{name}")
-            for name, value in getattr(obj, "__dict__", {}).items():
-                walk(value, f"{path}.{name}")
-
-    walk(root, "prep")
-    return found
 
 
 @pytest.mark.parametrize("same_point", [False, True])
