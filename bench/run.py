@@ -246,14 +246,17 @@ def breakdown_table(args: argparse.Namespace, settings: Settings) -> Table:
             "adapter adds",
             "facade adds",
             "strict check adds",
+            "one empty Python function around the native call adds",
         ],
         intro=(
             "Each of the three `di` layers is timed against the native call, interleaved: the adapter's program "
             "alone (`prep.programs['gradient'](x)`, an internal), `di.gradient` through a `strict=False` prep (the "
             "facade: argument parsing, dispatch, no signature check) and the full strict call. 'adds' columns "
             "are built from the median per-pair differences (each layer minus the native call it was paired with): "
-            "adapter = program - native, facade = non-strict - program, check = strict - non-strict. Differences "
-            "below ~100 ns are within noise."
+            "adapter = program - native, facade = non-strict - program, check = strict - non-strict. The last "
+            "column is the floor of any wrapper on this machine: the native call made through one Python function "
+            "that only passes it on (di's prepared call goes through two, the operator and the prep's runner). "
+            "Differences below ~100 ns are within noise."
         ),
     )
     for key in args.backends:
@@ -264,14 +267,18 @@ def breakdown_table(args: argparse.Namespace, settings: Settings) -> Table:
             x_np = np.random.default_rng(n).uniform(-1.0, 1.0, n)
             case = engine.build(FUNCTIONS[name], VECTOR_FUNCTIONS[VECTOR_FUNCTION], x_np, "float32", [GRADIENT])
         except Exception as err:
-            table.rows.append([engine.label, f"failed: {err!r}"[:200], "", "", "", "", "", ""])
+            table.rows.append([engine.label, f"failed: {err!r}"[:200], "", "", "", "", "", "", ""])
             continue
         native, strict = case.pairs[GRADIENT]
-        layers = [*case.breakdown.values(), strict]
+
+        def passthrough(native: Any = native) -> Any:
+            return native()
+
+        layers = [*case.breakdown.values(), strict, passthrough]
         try:
             timings = [compare(native, layer, settings) for layer in layers]
         except Exception as err:
-            table.rows.append([engine.label, f"failed: {err!r}"[:200], "", "", "", "", "", ""])
+            table.rows.append([engine.label, f"failed: {err!r}"[:200], "", "", "", "", "", "", ""])
             continue
         # Each layer's cost over the native call, net of that comparison's native median.
         over = [t.diff_ns for t in timings]
@@ -279,10 +286,11 @@ def breakdown_table(args: argparse.Namespace, settings: Settings) -> Table:
             [
                 engine.label,
                 format_ns(statistics.median(t.a_ns for t in timings)),
-                *[f"{format_ns(t.b_ns)} ({t.ratio:.3f})" for t in timings],
+                *[f"{format_ns(t.b_ns)} ({t.ratio:.3f})" for t in timings[:3]],
                 _signed(over[0]),
                 _signed(over[1] - over[0]),
                 _signed(over[2] - over[1]),
+                _signed(over[3]),
             ]
         )
     return table
