@@ -447,7 +447,15 @@ def test_torch_compile_float_traced_int_static() -> None:
     assert counter.count == 2  # value_and_gradient's program, compiled by its first call
     g = di.gradient(scaled, prep, backend, x, di.Constant(1.0), di.Constant(3))
     torch.testing.assert_close(g, 2 * x * 3)
-    assert counter.count == 3
+    # A new static int compiles at most once: dynamo may already have made ints of di's
+    # programs dynamic (its automatic-dynamic record is per code object, which every prep shares).
+    assert counter.count in (2, 3)
+    g = di.gradient(scaled, prep, backend, x, di.Constant(1.0), di.Constant(3))
+    torch.testing.assert_close(g, 2 * x * 3)
+    compiled = counter.count
+    for k in (2, 3, 2):  # every value seen: no compile
+        torch.testing.assert_close(di.gradient(scaled, prep, backend, x, di.Constant(1.0), di.Constant(k)), 2 * x * k)
+    assert counter.count == compiled
 
 
 def test_torch_compile_numpy_and_cache() -> None:

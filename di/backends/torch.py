@@ -109,10 +109,6 @@ class TorchAdapter(Adapter):
     def _compile_options(self) -> dict[str, Any]:
         options = self.selector.compile_kwargs
         options.setdefault("fullgraph", True)
-        # A prep fixes shapes and compiles static contexts in: no automatic dynamic
-        # shapes or ints, whose state dynamo keeps per code object across preps (an
-        # int another prep saw vary would silently turn dynamic here).
-        options.setdefault("dynamic", False)
         if _ISOLATES_RECOMPILES:
             options.setdefault("isolate_recompiles", True)
         return options
