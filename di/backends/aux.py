@@ -25,7 +25,7 @@ from di.errors import InvalidOutputError
 from di.families import converter, family_of, identity
 from di.pytrees import tree_flatten, tree_map
 
-__all__ = ["AuxSplit", "AuxSplits", "aux_converter", "outputs", "split_aux", "split_output"]
+__all__ = ["AuxSplit", "AuxSplits", "aux_converter", "outputs", "split_aux", "split_output", "value_only"]
 
 
 def split_output(output: Any, backend: AbstractBackend, operator: str) -> tuple[Any, Any]:
@@ -51,6 +51,23 @@ def split_output(output: Any, backend: AbstractBackend, operator: str) -> tuple[
         f"{operator} with has_aux=True needs f to return a pair (y, aux), but with {backend!r} f returned "
         f"{what}. Return (y, aux), or call without has_aux."
     )
+
+
+def value_only(f: Callable[..., Any], backend: AbstractBackend, operator: str) -> Callable[..., Any]:
+    """``f`` returning ``(y, aux)`` as a function returning ``y``, for evaluations
+    whose ``aux`` nobody reads (a perturbed point, a shape probe).
+
+    Examples:
+        >>> import di
+        >>> from di.backends.aux import value_only
+        >>> value_only(lambda x: (2 * x, "note"), di.AutoFiniteDiff(), "jacobian")(3.0)
+        6.0
+    """
+
+    def value(*args: Any) -> Any:
+        return split_output(f(*args), backend, operator)[0]
+
+    return value
 
 
 class AuxSplit:

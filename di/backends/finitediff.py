@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from di.backends.aux import split_output
+from di.backends.aux import split_output, value_only
 from di.backends.protocol import Adapter, Program, Programs, is_real_scalar, raise_bad_output
 from di.backends.selectors import AutoFiniteDiff
 from di.contexts import Cache, Context
@@ -57,7 +57,7 @@ class _Evaluator:
         self.backend = adapter.backend
         self.has_aux = has_aux
         self.f_with_aux = f
-        self.f = _value_only(f, self.backend, operator) if has_aux else f
+        self.f = value_only(f, self.backend, operator) if has_aux else f
         self.to_numpy_x = adapter.input_converters([x])[0]
         self.convert_contexts = adapter.context_converters(contexts)
         self.convert_any = any(convert is not identity for convert in self.convert_contexts)
@@ -108,15 +108,6 @@ class _Evaluator:
         if not (isinstance(y, float) or (family is not None and is_floating_dtype(y.dtype))):
             raise_bad_output(y, self.backend, operator)
         return np.array(converter(family, NUMPY)(y) if family else y, dtype=np.float64, copy=True)
-
-
-def _value_only(f: Callable[..., Any], backend: Any, operator: str) -> Callable[..., Any]:
-    """``f`` returning ``(y, aux)`` as a function returning ``y`` (at perturbed points)."""
-
-    def value(*args: Any) -> Any:
-        return split_output(f(*args), backend, operator)[0]
-
-    return value
 
 
 def _copied(aux: Any) -> Any:

@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 
 from di.backends import fallbacks
-from di.backends.aux import aux_converter, split_output
+from di.backends.aux import aux_converter, value_only
 from di.backends.fallbacks import with_aux
 from di.backends.protocol import OPERATOR_FAMILIES, Adapter
 from di.backends.registry import get_adapter
@@ -107,7 +107,7 @@ def check_cotangent_shapes(
         InvalidInputError: naming the cotangent, its shape and the output's.
     """
     if has_aux:
-        f = _without_aux(f, adapter.backend)
+        f = value_only(f, adapter.backend, "pullback")
     expected = adapter.output_shapes(f, x, contexts)
     if expected is None:
         return
@@ -121,15 +121,6 @@ def check_cotangent_shapes(
                 f"ty[{index}] must have the shape of f(x), {wanted}, not {shown}: cotangents live in f's output "
                 f"space (one cotangent per output element)."
             )
-
-
-def _without_aux(f: Callable[..., Any], backend: Any) -> Callable[..., Any]:
-    """``f`` returning ``(y, aux)`` as a function returning ``y``."""
-
-    def y_only(*args: Any) -> Any:
-        return split_output(f(*args), backend, "pullback")[0]
-
-    return y_only
 
 
 def _nested_converter(to_caller: Callable[[Any], Any]) -> Callable[[Any], Any]:
@@ -404,9 +395,9 @@ def prepare_operator(
     if label == "ty":
         check_cotangent_shapes(adapter, f, x, tangents, contexts, has_aux)
     sparse = None
+    caller_family = _leaf_family(adapter, x) if is_pytree(x) else family_of(x) or NUMPY
     if is_pytree(x) and not (family in adapter.native_pytrees and adapter.takes_pytree(x)):
         programs = _raveled_programs(family, operator, adapter, f, x, tangents, contexts, has_aux)
-        caller_family = Raveler(x).family
     else:
         engine_programs = fallbacks.programs(adapter, operator, f, x, contexts, tangents, has_aux=has_aux)
         sparse = getattr(engine_programs, "sparse", None)  # di.AutoSparse: results already in the caller's family
@@ -414,9 +405,9 @@ def prepare_operator(
         if sparse is not None:
             to_caller = identity
         elif is_pytree(x):
-            to_caller = _tree_converter(adapter, _leaf_family(adapter, x))
+            to_caller = _tree_converter(adapter, caller_family)
         else:
-            to_caller = _nested_converter(converter(adapter.family, family_of(x) or "numpy"))
+            to_caller = _nested_converter(converter(adapter.family, caller_family))
         if sparse is None:
             to_caller = _restoring_bfloat16(adapter, x, to_caller)
         programs = {
@@ -425,7 +416,6 @@ def prepare_operator(
         }
         if is_pytree(x):
             programs = _in_x_order(programs, x, has_aux)
-        caller_family = _leaf_family(adapter, x) if is_pytree(x) else family_of(x) or NUMPY
     if has_aux:
         programs = _aux_layout(family, programs, adapter.family, caller_family)
     point_check = same_point_check(x_given, contexts) if same_point else None
