@@ -20,13 +20,14 @@ guard, and at dynamo's limit :class:`di.RecompileLimitError` says what to change
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import math
 import re
 import sys
 import threading
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -246,15 +247,14 @@ class TorchAdapter(Adapter):
             x: Any, cotangents: Sequence[Any], values: Sequence[Any], with_value: bool, f: Callable[..., Any] = f
         ) -> Any:
             # the hot path of a pullback: what a torch user writes, and little else
-            leaf = (x if to_torch_x is identity else to_torch_x(x)).detach().requires_grad_()
+            if not is_grad_enabled():  # no_grad or inference_mode: f must still be recorded
+                with _recording():
+                    return run(x, cotangents, _normal_tensors(values), with_value, f)
+            leaf = _leaf(x if to_torch_x is identity else to_torch_x(x))
             if convert_any:
                 values = tuple(convert(v) for convert, v in zip(convert_contexts, values))
             try:
-                if is_grad_enabled():
-                    y = f(leaf, *values)
-                else:
-                    with torch.enable_grad():
-                        y = f(leaf, *values)
+                y = f(leaf, *values)
                 if has_aux:
                     y, aux = split_output(y, backend, operator)
                 if y.__class__ is not tensor or not y.is_floating_point():
@@ -353,22 +353,16 @@ class TorchAdapter(Adapter):
         cache_positions = tuple(
             i for i, c in enumerate(contexts) if isinstance(c, Cache) and family_of(c.value) == TORCH
         )
-        tensor, grad, is_grad_enabled, enable_grad = (
-            torch.Tensor,
-            torch.autograd.grad,
-            torch.is_grad_enabled,
-            torch.enable_grad,
-        )
+        tensor, grad, is_grad_enabled = torch.Tensor, torch.autograd.grad, torch.is_grad_enabled
 
         def run(x: Any, *values: Any) -> Any:
-            leaf = (x if to_torch_x is identity else to_torch_x(x)).detach().requires_grad_()
+            if not is_grad_enabled():  # no_grad or inference_mode: f must still be recorded
+                with _recording():
+                    return run(x, *_normal_tensors(values))
+            leaf = _leaf(x if to_torch_x is identity else to_torch_x(x))
             if convert_any:
                 values = tuple(convert(v) for convert, v in zip(convert_contexts, values))
-            if is_grad_enabled():
-                y = f(leaf, *values)
-            else:
-                with enable_grad():
-                    y = f(leaf, *values)
+            y = f(leaf, *values)
             if has_aux:
                 y, aux = split_output(y, backend, "gradient")
             if y.__class__ is not tensor:
@@ -414,12 +408,14 @@ class TorchAdapter(Adapter):
         )
 
         def run(x: Any, *values: Any) -> Any:
+            if not torch.is_grad_enabled():  # no_grad or inference_mode: f must still be recorded
+                with _recording():
+                    return run(x, *_normal_tensors(values))
             leaves, spec = tree_flatten(x)
-            leaves = [converter(family_of(leaf), TORCH)(leaf).detach().requires_grad_() for leaf in leaves]
+            leaves = [_leaf(converter(family_of(leaf), TORCH)(leaf)) for leaf in leaves]
             values = tuple(convert(v) for convert, v in zip(convert_contexts, values))
             try:
-                with torch.enable_grad():
-                    y = f(tree_unflatten(spec, leaves), *values)
+                y = f(tree_unflatten(spec, leaves), *values)
                 if has_aux:
                     y, aux = split_output(y, backend, "gradient")
                 if not (isinstance(y, torch.Tensor) and y.dim() == 0 and y.is_floating_point()):
@@ -741,7 +737,10 @@ class TorchAdapter(Adapter):
         )
 
         def gradient_and_hvp(x: Any, tx: Sequence[Any], *values: Any) -> Any:
-            leaf = to_torch_x(x).detach().requires_grad_()
+            if not torch.is_grad_enabled():  # no_grad or inference_mode: f must still be recorded
+                with _recording():
+                    return gradient_and_hvp(x, tx, *_normal_tensors(values))
+            leaf = _leaf(to_torch_x(x))
             values = tuple(convert(v) for convert, v in zip(convert_contexts, values))
             try:
                 with torch.enable_grad():
@@ -872,6 +871,34 @@ def _caller_stacklevel() -> int:
     while frame is not None and frame.f_globals.get("__name__", "").split(".")[0] in ("di", "torch"):
         frame, level = frame.f_back, level + 1  # type: ignore[assignment]
     return level
+
+
+@contextlib.contextmanager
+def _recording() -> Iterator[None]:
+    """Record ``f`` for autograd whatever the caller's grad mode: ``no_grad`` and
+    ``inference_mode`` around a di call never change a derivative (under them
+    ``f`` would run unrecorded and its gradient would read as zero)."""
+    with torch.inference_mode(False), torch.enable_grad():
+        yield
+
+
+def _leaf(tensor: Any) -> Any:
+    """A detached alias of ``tensor`` that requires grad: the input autograd
+    differentiates with respect to. An inference tensor (made under
+    ``inference_mode``) cannot require grad, so it is cloned into a normal one."""
+    try:
+        return tensor.detach().requires_grad_()
+    except RuntimeError:
+        if not tensor.is_inference():
+            raise
+        return tensor.clone().requires_grad_()
+
+
+def _normal_tensors(values: Sequence[Any]) -> tuple[Any, ...]:
+    """Context values with inference tensors cloned into normal ones, which
+    autograd can save for the backward pass (``Cache`` buffers made under
+    ``inference_mode`` cannot be written outside it either way)."""
+    return tuple(v.clone() if isinstance(v, torch.Tensor) and v.is_inference() else v for v in values)
 
 
 def _as_dtype(tangent: Any, primal: Any) -> Any:

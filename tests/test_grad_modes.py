@@ -1,0 +1,130 @@
+"""torch grad modes never change a derivative.
+
+Under ``torch.no_grad()`` and ``torch.inference_mode()`` an eager ``f`` runs
+unrecorded, so a backend that differentiated it there would read every gradient
+as zero. Each operator is called inside each mode, with numpy, torch and
+inference-tensor inputs, and compared with the analytic result.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import pytest
+
+import di
+
+torch = pytest.importorskip("torch")
+
+X = np.array([0.5, 1.0, 2.0])
+T = np.array([1.0, -1.0, 0.5])
+
+
+def loss(x: Any) -> Any:
+    xp = di.array_namespace(x)
+    return xp.sum(xp.sin(x) * x)
+
+
+def elementwise(x: Any) -> Any:
+    xp = di.array_namespace(x)
+    return xp.sin(x) * x
+
+
+def first(x: Any) -> np.ndarray:
+    return np.sin(x) + x * np.cos(x)
+
+
+def second(x: Any) -> np.ndarray:
+    return 2 * np.cos(x) - x * np.sin(x)
+
+
+def as_numpy(value: Any) -> np.ndarray:
+    return value.detach().numpy() if isinstance(value, torch.Tensor) else np.asarray(value)
+
+
+# operator name -> (call(backend, x), expected at X)
+OPERATORS: dict[str, tuple[Callable[[Any, Any], Any], np.ndarray]] = {
+    "gradient": (lambda b, x: di.gradient(loss, b, x), first(X)),
+    "value_and_gradient": (lambda b, x: di.value_and_gradient(loss, b, x)[1], first(X)),
+    "pullback": (lambda b, x: di.pullback(elementwise, b, x, (T,))[0], first(X) * T),
+    "pushforward": (lambda b, x: di.pushforward(elementwise, b, x, (T,))[0], first(X) * T),
+    "jacobian": (lambda b, x: di.jacobian(elementwise, b, x), np.diag(first(X))),
+    "derivative": (lambda b, x: di.derivative(elementwise, b, x[0]), first(X)),
+    "hvp": (lambda b, x: di.hvp(loss, b, x, (T,))[0], second(X) * T),
+    "hessian": (lambda b, x: di.hessian(loss, b, x), np.diag(second(X))),
+    "second_derivative": (lambda b, x: di.second_derivative(elementwise, b, x[0]), second(X)),
+}
+SCALAR_INPUT = {"derivative", "second_derivative"}
+
+MODES: dict[str, Callable[[], Any]] = {
+    "grad": contextlib.nullcontext,
+    "no_grad": torch.no_grad,
+    "inference_mode": torch.inference_mode,
+}
+
+
+def torch_input(kind: str, mode: Callable[[], Any]) -> Any:
+    if kind == "numpy":
+        return X.copy()
+    if kind == "inference":
+        with torch.inference_mode():  # an inference tensor, used inside or outside the mode
+            return torch.from_numpy(X.copy())
+    with mode():
+        return torch.from_numpy(X.copy())
+
+
+@pytest.mark.parametrize("mode", list(MODES))
+@pytest.mark.parametrize("kind", ["numpy", "torch", "inference"])
+@pytest.mark.parametrize("operator", list(OPERATORS))
+def test_grad_mode_does_not_change_the_derivative(operator: str, kind: str, mode: str) -> None:
+    call, expected = OPERATORS[operator]
+    backend = di.AutoTorch()
+    with MODES[mode]():
+        x = torch_input(kind, MODES[mode])
+        if operator in SCALAR_INPUT:
+            expected = expected[0]
+        result = call(backend, x)
+    np.testing.assert_allclose(as_numpy(result), expected, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("mode", ["no_grad", "inference_mode"])
+def test_grad_mode_with_cache_and_pytree(mode: str) -> None:
+    """The reverse-mode paths that write a Cache (double backward for hvp) and take
+    pytrees leaf by leaf record f too."""
+    backend = di.AutoTorch()
+
+    def with_cache(x: Any, buffer: Any) -> Any:
+        buffer[...] = x * x
+        return (buffer * x).sum()
+
+    def tree_loss(p: Any) -> Any:
+        return loss(p["a"]) + loss(p["b"])
+
+    with MODES[mode]():
+        x = torch.from_numpy(X.copy())
+        g = di.gradient(with_cache, backend, x, di.Cache(torch.zeros(3, dtype=torch.float64)))
+        hv = di.hvp(
+            with_cache, backend, x, (torch.from_numpy(T.copy()),), di.Cache(torch.zeros(3, dtype=torch.float64))
+        )
+        tree_g = di.gradient(tree_loss, backend, {"a": x, "b": 2 * x})
+    np.testing.assert_allclose(as_numpy(g), 3 * X**2)
+    np.testing.assert_allclose(as_numpy(hv[0]), 6 * X * T)
+    np.testing.assert_allclose(as_numpy(tree_g["a"]), first(X))
+    np.testing.assert_allclose(as_numpy(tree_g["b"]), first(2 * X))
+
+
+@pytest.mark.parametrize("mode", ["no_grad", "inference_mode"])
+def test_grad_mode_compiled(mode: str) -> None:
+    """Compiled programs, prepared outside the mode and called inside it."""
+    backend = di.AutoTorch(compile=True, compile_options={"backend": "aot_eager"})
+    x = torch.from_numpy(X.copy())
+    prep_g = di.prepare_gradient(loss, backend, x)
+    prep_p = di.prepare_pullback(elementwise, backend, x, (torch.from_numpy(T.copy()),))
+    with MODES[mode]():
+        g = di.gradient(loss, prep_g, backend, x)
+        (p,) = di.pullback(elementwise, prep_p, backend, x, (torch.from_numpy(T.copy()),))
+    np.testing.assert_allclose(as_numpy(g), first(X), rtol=1e-12)
+    np.testing.assert_allclose(as_numpy(p), first(X) * T, rtol=1e-12)
