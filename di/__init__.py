@@ -10,6 +10,7 @@ Examples:
     array([2., 4., 6.])
 """
 
+from di.backends.registry import register_backend
 from di.backends.selectors import (
     AbstractBackend,
     AutoAutograd,
@@ -35,6 +36,7 @@ from di.errors import (
     UnsupportedContextError,
     UnsupportedOperatorError,
 )
+from di.families import Family, register_family
 from di.namespace import array_namespace
 from di.operators.derivative import derivative, prepare_derivative, value_and_derivative
 from di.operators.gradient import gradient, prepare_gradient, value_and_gradient
@@ -67,6 +69,7 @@ __all__ = [
     "Context",
     "DIError",
     "DenseSparsity",
+    "Family",
     "InvalidInputError",
     "InvalidOutputError",
     "KnownSparsity",
@@ -99,6 +102,8 @@ __all__ = [
     "prepare_pullback_same_point",
     "prepare_pushforward",
     "prepare_second_derivative",
+    "register_backend",
+    "register_family",
     "pullback",
     "pushforward",
     "second_derivative",

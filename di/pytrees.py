@@ -1,7 +1,7 @@
 """Pytrees: nested tuples, lists, dicts, namedtuples and registered dataclasses with
-array leaves, handled with ``optree`` (the maintained library torch itself can use).
+array leaves, handled with ``optree``.
 
-Backends whose engine takes pytrees (JAX) receive them as they are. For the others
+Backends whose engine takes pytrees receive them as they are. For the others
 :class:`Raveler` flattens a pytree into one vector, so every operator works on
 every backend, and unflattens results back into the structure of ``x``, leaf by
 leaf in each leaf's own dtype.
@@ -10,14 +10,13 @@ leaf in each leaf's own dtype.
 from __future__ import annotations
 
 import math
-import sys
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
 from di.errors import InvalidInputError
-from di.families import JAX, NUMPY, TORCH, family_of, is_floating_dtype
+from di.families import families, family_of, get_family, is_floating_dtype
 
 __all__ = ["Raveler", "is_pytree", "leaf_paths", "tree_flatten", "tree_leaves", "tree_map", "tree_unflatten"]
 
@@ -62,18 +61,20 @@ def is_pytree(value: Any) -> bool:
         return False
     leaves, spec = tree_flatten(value)
     if spec.is_leaf():
-        return is_jax_pytree(value)
+        return foreign_pytree(value) is not None
     return any(family_of(leaf) is not None for leaf in leaves)
 
 
-def is_jax_pytree(value: Any) -> bool:
-    """Whether ``value`` is a node registered with JAX only (not with optree),
-    holding arrays; such pytrees work with the JAX backends."""
-    jax = sys.modules.get("jax")
-    if jax is None:
-        return False
-    leaves = jax.tree_util.tree_leaves(value)
-    return not (len(leaves) == 1 and leaves[0] is value) and any(family_of(leaf) is not None for leaf in leaves)
+def foreign_pytree(value: Any) -> str | None:
+    """The display name of the array family whose library registers ``value`` as a
+    container of arrays that ``optree`` does not know (a dataclass registered
+    with ``jax.tree_util`` only), or ``None``; such pytrees work with that
+    library's engine only."""
+    for family in families():
+        leaves = family.foreign_leaves(value)
+        if leaves is not None and any(family_of(leaf) is not None for leaf in leaves):
+            return family.display
+    return None
 
 
 def leaf_paths(tree: Any, root: str = "x") -> list[str]:
@@ -82,21 +83,10 @@ def leaf_paths(tree: Any, root: str = "x") -> list[str]:
 
 
 def _result_dtype(dtypes: list[Any], family: str) -> Any:
-    if family == TORCH:
-        import torch
-
-        common = dtypes[0]
-        for dtype in dtypes[1:]:
-            common = torch.promote_types(common, dtype)
-        return common
-    if family == JAX:
-        import jax.numpy as jnp
-
-        from di.families import is_64_bit, jax_scope
-
-        with jax_scope(max(dtypes, key=is_64_bit)):  # a 64-bit dtype if there is one
-            return jnp.result_type(*dtypes)
-    return np.result_type(*dtypes)
+    """The dtype the family promotes ``dtypes`` to (64-bit ones kept)."""
+    record = get_family(family)
+    with record.scope(dtypes):
+        return record.namespace().result_type(*dtypes)
 
 
 class Raveler:
@@ -123,9 +113,11 @@ class Raveler:
         leaves, self.spec = tree_flatten(x)
         paths = leaf_paths(x)
         families = {family_of(leaf) for leaf in leaves}
-        if self.spec.is_leaf() and is_jax_pytree(x):
+        foreign = foreign_pytree(x) if self.spec.is_leaf() else None
+        if foreign is not None:
             raise InvalidInputError(
-                f"x is a {type(x).__name__}, a pytree registered with JAX only: use AutoJAX, or register "
+                f"x is a {type(x).__name__}, a pytree registered with {foreign} only: use a {foreign} backend, or "
+                f"register "
                 f"{type(x).__name__} with optree (optree.register_pytree_node or optree.dataclasses) so every "
                 f"backend can take it."
             )
@@ -141,7 +133,7 @@ class Raveler:
                 f"the leaves of x mix array families ({', '.join(sorted(str(f) for f in families))}); "
                 f"convert them to one family first."
             )
-        self.family: str = families.pop() or NUMPY if families else NUMPY
+        self.family: str = families.pop() or "numpy" if families else "numpy"
         self.shapes = [tuple(leaf.shape) for leaf in leaves]
         self.sizes = [math.prod(shape) for shape in self.shapes]
         self.dtypes = [leaf.dtype for leaf in leaves]
@@ -153,20 +145,11 @@ class Raveler:
     def ravel(self, tree: Any) -> Any:
         """One vector (the family of the leaves, their common dtype) from a pytree
         shaped like ``x``."""
-        leaves = tree_leaves(tree)
-        flat = [leaf.reshape(-1) for leaf in leaves]
-        if self.family == TORCH:
-            import torch
-
-            return torch.cat([leaf.to(self.dtype) for leaf in flat]) if flat else torch.zeros(0)
-        if self.family == JAX:
-            import jax.numpy as jnp
-
-            from di.families import jax_scope
-
-            with jax_scope(self.dtype):  # float64 leaves stay float64
-                return jnp.concatenate([leaf.astype(self.dtype) for leaf in flat]) if flat else jnp.zeros(0)
-        return np.concatenate([np.asarray(leaf, dtype=self.dtype) for leaf in flat]) if flat else np.zeros(0)
+        record = get_family(self.family)
+        xp = record.namespace()
+        with record.scope([self.dtype]):  # 64-bit leaves stay 64-bit
+            flat = [xp.astype(xp.reshape(leaf, (-1,)), self.dtype) for leaf in tree_leaves(tree)]
+            return xp.concat(flat) if flat else xp.zeros(0, dtype=self.dtype)
 
     def unravel(self, vector: Any, cast: bool = True) -> Any:
         """The pytree shaped like ``x`` from one vector, in the vector's family (an
@@ -191,16 +174,12 @@ class Raveler:
 
     def unravel_hessian(self, matrix: Any) -> Any:
         """A ``(size, size)`` matrix as a pytree of pytrees: block ``[i][j]`` has
-        shape ``leaf_i.shape + leaf_j.shape`` (as ``jax.hessian`` returns)."""
+        shape ``leaf_i.shape + leaf_j.shape`` (as a pytree-native engine returns)."""
         rows = []
         for offset, size, shape in zip(self.offsets, self.sizes, self.shapes):
             block = matrix[offset : offset + size].reshape((*shape, self.size))
             rows.append(self.unravel_leading(block, shape))
         return tree_unflatten(self.spec, rows)
-
-
-def _dtype_name(dtype: Any) -> str:
-    return str(dtype).replace("torch.", "")
 
 
 def _cast_like(leaf: Any, dtype: Any) -> Any:
@@ -209,13 +188,11 @@ def _cast_like(leaf: Any, dtype: Any) -> Any:
     name = _dtype_name(dtype)
     if _dtype_name(leaf.dtype) == name:
         return leaf
-    if family_of(leaf) == TORCH:
-        import torch
+    family = family_of(leaf)
+    if family is None:  # a traced value: its own astype
+        return leaf.astype(name)
+    return get_family(family).astype(leaf, name)
 
-        return leaf.to(getattr(torch, name))
-    if family_of(leaf) == JAX:
-        from di.families import jax_scope
 
-        with jax_scope(name):
-            return leaf.astype(name)
-    return leaf.astype(name)
+def _dtype_name(dtype: Any) -> str:
+    return str(getattr(dtype, "name", dtype)).rsplit(".", 1)[-1]

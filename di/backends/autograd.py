@@ -16,7 +16,7 @@ from autograd.tracer import getval
 from di.backends.aux import split_output
 from di.backends.protocol import Adapter, Programs, is_real_floating_array, is_real_scalar, raise_bad_output
 from di.contexts import Context
-from di.families import NUMPY, converter, family_of, identity
+from di.families import converter, family_of, identity
 from di.pytrees import tree_map
 
 __all__ = ["AutogradAdapter"]
@@ -34,7 +34,7 @@ def _differentiable(x: Any) -> Any:
 
 def _numpy(value: Any, dtype: Any) -> Any:
     """A tangent of any family as a numpy array of ``dtype``."""
-    return np.asarray(converter(family_of(value), NUMPY)(value) if family_of(value) else value, dtype=dtype)
+    return np.asarray(converter(family_of(value), "numpy")(value) if family_of(value) else value, dtype=dtype)
 
 
 class _AuxCapture:
@@ -85,7 +85,7 @@ class AutogradAdapter(Adapter):
     cannot be written into arrays.
     """
 
-    family = NUMPY
+    family = "numpy"
     supports_cache = False
     cache_note = (
         "autograd cannot write traced values into arrays. Use AutoTorch, AutoJAX or AutoFiniteDiff, "

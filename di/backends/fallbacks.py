@@ -32,7 +32,7 @@ import numpy as np
 from di.backends.protocol import AUX_FAMILIES, Adapter, Programs
 from di.contexts import Constant, Context
 from di.errors import UnsupportedOperatorError
-from di.families import ArrayOps, family_of
+from di.families import converter, family_of, get_family
 
 __all__ = [
     "FALLBACKS",
@@ -123,15 +123,15 @@ def jacobian_programs(
     x_shape = _shape(x)
     y_prep = _output_of(adapter, f, x, contexts, has_aux)
     y_shape = _shape(y_prep)
-    ops = ArrayOps(adapter.family)
+    xp = get_family(adapter.family).namespace()
     scope = adapter.scope([x, *_values(contexts)])
     if forward is None:
         forward = prefers_forward(adapter, math.prod(x_shape), math.prod(y_shape))
 
     def assemble(slices: tuple[Any, ...], axis: int, y_shape: tuple[int, ...], dtype: Any) -> Any:
         if not slices:
-            return ops.module.zeros((*y_shape, *x_shape), dtype=dtype)
-        return ops.stack(slices, axis=axis).reshape((*y_shape, *x_shape))
+            return xp.zeros((*y_shape, *x_shape), dtype=dtype)
+        return xp.stack(slices, axis=axis).reshape((*y_shape, *x_shape))
 
     if forward:
         seeds = unit_arrays(x_shape, numpy_dtype(x))
@@ -157,8 +157,6 @@ def jacobian_programs(
 
 
 def _engine_tangent(adapter: Adapter) -> Callable[[Any], Any]:
-    from di.families import converter
-
     family = adapter.family
 
     def to_engine(tangent: Any) -> Any:
@@ -189,7 +187,7 @@ def pushforward_programs(
     ``J @ t`` per tangent."""
     jacobians = _jacobians(adapter, f, x, contexts, False, has_aux)
     value_and_jacobian, jacobian = jacobians["value_and_jacobian"], jacobians["jacobian"]
-    ops = ArrayOps(adapter.family)
+    xp = get_family(adapter.family).namespace()
     to_engine = _engine_tangent(adapter)
     x_ndim = len(_shape(x))
     scope = adapter.scope([x, *_values(contexts)])
@@ -197,14 +195,14 @@ def pushforward_programs(
     def value_and_pushforward(x: Any, tx: Sequence[Any], *values: Any) -> Any:
         def contract(result: Any) -> Any:
             y, jac = result
-            return y, tuple(ops.tensordot(jac, to_engine(t), x_ndim) for t in tx)
+            return y, tuple(xp.tensordot(jac, to_engine(t), axes=x_ndim) for t in tx)
 
         with scope():
             return with_aux(has_aux, contract)(value_and_jacobian(x, *values))
 
     def pushforward(x: Any, tx: Sequence[Any], *values: Any) -> Any:
         def contract(jac: Any) -> Any:
-            return tuple(ops.tensordot(jac, to_engine(t), x_ndim) for t in tx)
+            return tuple(xp.tensordot(jac, to_engine(t), axes=x_ndim) for t in tx)
 
         with scope():
             return with_aux(has_aux, contract)(jacobian(x, *values))  # the plain jacobian: no value
@@ -225,7 +223,7 @@ def pullback_programs(
     ``t @ J`` per cotangent."""
     jacobians = _jacobians(adapter, f, x, contexts, True, has_aux)
     value_and_jacobian, jacobian = jacobians["value_and_jacobian"], jacobians["jacobian"]
-    ops = ArrayOps(adapter.family)
+    xp = get_family(adapter.family).namespace()
     to_engine = _engine_tangent(adapter)
     x_ndim = len(_shape(x))
     scope = adapter.scope([x, *_values(contexts)])
@@ -233,14 +231,14 @@ def pullback_programs(
     def value_and_pullback(x: Any, ty: Sequence[Any], *values: Any) -> Any:
         def contract(result: Any) -> Any:
             y, jac = result
-            return y, tuple(ops.tensordot(to_engine(t), jac, y.ndim) for t in ty)
+            return y, tuple(xp.tensordot(to_engine(t), jac, axes=y.ndim) for t in ty)
 
         with scope():
             return with_aux(has_aux, contract)(value_and_jacobian(x, *values))
 
     def pullback(x: Any, ty: Sequence[Any], *values: Any) -> Any:
         def contract(jac: Any) -> Any:
-            return tuple(ops.tensordot(to_engine(t), jac, jac.ndim - x_ndim) for t in ty)
+            return tuple(xp.tensordot(to_engine(t), jac, axes=jac.ndim - x_ndim) for t in ty)
 
         with scope():
             return with_aux(has_aux, contract)(jacobian(x, *values))  # the plain jacobian: no value
@@ -304,8 +302,6 @@ def _with_one_seed(primitive: Programs, name: str, seed: tuple[Any], names: tupl
 def _in_engine(adapter: Adapter, x: Any, contexts: Sequence[Context]) -> tuple[Any, list[Context]]:
     """``x`` and the contexts converted to the engine's family, for preparing an
     inner program that the engine will differentiate again."""
-    from di.families import converter
-
     with adapter.scope([x, *_values(contexts)])():
         x_engine = converter(family_of(x), adapter.family)(np.asarray(x) if isinstance(x, float) else x)
         engine_contexts = [rewrap_context(c, converter(family_of(c.value), adapter.family)(c.value)) for c in contexts]
@@ -339,15 +335,15 @@ def hessian_programs(adapter: Adapter, f: Callable[..., Any], x: Any, contexts: 
     tangents = unit_arrays(x_shape, numpy_dtype(x))
     gradient_and_hvp = programs(adapter, "hvp", f, x, contexts, tangents)["gradient_and_hvp"]
     value = adapter.prepare_value_program(f, x, contexts)
-    ops = ArrayOps(adapter.family)
+    xp = get_family(adapter.family).namespace()
     scope = adapter.scope([x, *_values(contexts)])
 
     def gradient_and_hessian(x: Any, *values: Any) -> Any:
         with scope():
             g, columns = gradient_and_hvp(x, tangents, *values)
             if not columns:
-                return g, ops.module.zeros((*x_shape, *x_shape), dtype=g.dtype)
-            return g, ops.stack(columns).reshape((*x_shape, *x_shape))
+                return g, xp.zeros((*x_shape, *x_shape), dtype=g.dtype)
+            return g, xp.stack(columns).reshape((*x_shape, *x_shape))
 
     def hessian(x: Any, *values: Any) -> Any:
         return gradient_and_hessian(x, *values)[1]
@@ -388,13 +384,13 @@ def pullback_same_point_programs(
     each call contracts new cotangents with it."""
     values = _values(contexts)
     y, jac = programs(adapter, "jacobian", f, x, contexts)["value_and_jacobian"](x, *values)
-    ops = ArrayOps(adapter.family)
+    xp = get_family(adapter.family).namespace()
     to_engine = _engine_tangent(adapter)
     scope = adapter.scope([x, *values])
 
     def value_and_pullback(x: Any, ty: Sequence[Any], *values: Any) -> Any:
         with scope():
-            return y, tuple(ops.tensordot(to_engine(t), jac, len(_shape(y))) for t in ty)
+            return y, tuple(xp.tensordot(to_engine(t), jac, axes=len(_shape(y))) for t in ty)
 
     def pullback(x: Any, ty: Sequence[Any], *values: Any) -> Any:
         return value_and_pullback(x, ty, *values)[1]
@@ -409,14 +405,14 @@ def hvp_same_point_programs(
     call contracts new tangents with it."""
     values = _values(contexts)
     _, g, hessian = programs(adapter, "hessian", f, x, contexts)["value_gradient_and_hessian"](x, *values)
-    ops = ArrayOps(adapter.family)
+    xp = get_family(adapter.family).namespace()
     to_engine = _engine_tangent(adapter)
     scope = adapter.scope([x, *values])
     x_ndim = len(_shape(x))
 
     def gradient_and_hvp(x: Any, tx: Sequence[Any], *values: Any) -> Any:
         with scope():
-            return g, tuple(ops.tensordot(hessian, to_engine(t), x_ndim) for t in tx)
+            return g, tuple(xp.tensordot(hessian, to_engine(t), axes=x_ndim) for t in tx)
 
     def hvp(x: Any, tx: Sequence[Any], *values: Any) -> Any:
         return gradient_and_hvp(x, tx, *values)[1]

@@ -19,7 +19,7 @@ from di.backends.aux import split_output, value_only
 from di.backends.protocol import Adapter, Program, Programs, is_real_scalar, raise_bad_output
 from di.backends.selectors import AutoFiniteDiff
 from di.contexts import Cache, Context
-from di.families import JAX, NUMPY, converter, family_of, identity, is_floating_dtype
+from di.families import converter, family_of, get_family, identity, is_floating_dtype
 from di.pytrees import tree_map
 
 __all__ = ["FiniteDiffAdapter", "relative_step"]
@@ -107,7 +107,7 @@ class _Evaluator:
         family = family_of(y)
         if not (isinstance(y, float) or (family is not None and is_floating_dtype(y.dtype))):
             raise_bad_output(y, self.backend, operator)
-        return np.array(converter(family, NUMPY)(y) if family else y, dtype=np.float64, copy=True)
+        return np.array(converter(family, "numpy")(y) if family else y, dtype=np.float64, copy=True)
 
 
 def _copied(aux: Any) -> Any:
@@ -124,7 +124,7 @@ class FiniteDiffAdapter(Adapter):
     memory (JAX caches as a writable copy).
     """
 
-    family = NUMPY
+    family = "numpy"
     evaluates_in_float64 = True
     differentiates_any_program = True
 
@@ -137,7 +137,7 @@ class FiniteDiffAdapter(Adapter):
         """numpy views of array contexts; JAX caches as writable copies."""
         converters = self.input_converters([c.value for c in contexts])
         for i, context in enumerate(contexts):
-            if isinstance(context, Cache) and family_of(context.value) == JAX:
+            if isinstance(context, Cache) and not _mutable(context.value):
                 converters[i] = lambda v: np.array(v, copy=True)
         return converters
 
@@ -197,7 +197,7 @@ class FiniteDiffAdapter(Adapter):
         step, central, array = relative_step(self.selector), self.selector.method == "central", evaluator.array
 
         def directional(point: Any, values: Sequence[Any], t: Any, y0: Any) -> Any:
-            t = np.asarray(t if t.__class__ is np.ndarray else converter(family_of(t), NUMPY)(t), dtype=np.float64)
+            t = np.asarray(t if t.__class__ is np.ndarray else converter(family_of(t), "numpy")(t), dtype=np.float64)
             scale = float(np.max(np.abs(t))) if t.size else 0.0
             if scale == 0.0:
                 return np.zeros_like(array(point, values, operator) if y0 is None else y0)
@@ -313,7 +313,7 @@ class FiniteDiffAdapter(Adapter):
                 output = jacobian(x, *values)
                 output, aux = output if has_aux else (output, None)
                 y, jac = output if with_value else (None, output)
-                cotangents = [np.asarray(converter(family_of(t), NUMPY)(t), dtype=jac.dtype) for t in ty]
+                cotangents = [np.asarray(converter(family_of(t), "numpy")(t), dtype=jac.dtype) for t in ty]
                 products = tuple(np.tensordot(t, jac, axes=jac.ndim - x_ndim) for t in cotangents)
                 result = (y, products) if with_value else products
                 return (result, aux) if has_aux else result
@@ -334,7 +334,7 @@ class FiniteDiffAdapter(Adapter):
             ``point`` itself is not needed)."""
             results, evaluated = [], False
             for t in tx:
-                t = np.asarray(converter(family_of(t), NUMPY)(t), dtype=np.float64)
+                t = np.asarray(converter(family_of(t), "numpy")(t), dtype=np.float64)
                 scale = float(np.max(np.abs(t))) if t.size else 0.0
                 if scale == 0.0:
                     results.append(np.zeros(point.shape, dtype=caller.dtype))
@@ -430,3 +430,9 @@ class FiniteDiffAdapter(Adapter):
             "second_derivative": second_derivative,
             "value_derivative_and_second_derivative": value_derivative_and_second_derivative,
         }
+
+
+def _mutable(value: Any) -> bool:
+    """Whether ``value`` is an array the family lets ``f`` write into."""
+    family = family_of(value)
+    return family is None or get_family(family).mutable

@@ -40,7 +40,8 @@ from di.backends.protocol import (
 )
 from di.backends.selectors import AutoJAX
 from di.contexts import Context
-from di.families import JAX, NUMPY, converter, family_of, identity, is_64_bit
+from di.families import converter, family_of, identity
+from di.families.jax import is_64_bit
 
 __all__ = ["JAXAdapter", "needs_x64"]
 
@@ -76,7 +77,7 @@ class JAXAdapter(Adapter):
     passed as immutable JAX arrays: ``f`` must build new arrays.
     """
 
-    family = JAX
+    family = "jax"
     native_pytrees = frozenset(OPERATOR_FAMILIES)
     cache_note = "JAX arrays are immutable: f receives the cache as an array it must not write into."
 
@@ -99,11 +100,11 @@ class JAXAdapter(Adapter):
         leaves = jax.tree_util.tree_leaves(value)
         if len(leaves) == 1 and leaves[0] is value:
             return super()._input_converter(value)
-        if all(family_of(leaf) in (None, JAX) for leaf in leaves):
+        if all(family_of(leaf) in (None, "jax") for leaf in leaves):
             return identity
 
         def convert_leaves(tree: Any) -> Any:
-            return jax.tree_util.tree_map(lambda leaf: converter(family_of(leaf), JAX)(leaf), tree)
+            return jax.tree_util.tree_map(lambda leaf: converter(family_of(leaf), "jax")(leaf), tree)
 
         return convert_leaves
 
@@ -172,7 +173,7 @@ class JAXAdapter(Adapter):
             function = jax.jit(core, static_argnums=tuple(lead + i for i in statics))
             # jit takes numpy input itself (one transfer); only torch needs DLPack.
             converters = [
-                identity if family_of(v) == NUMPY else convert
+                identity if family_of(v) == "numpy" else convert
                 for v, convert in zip(inputs, self.input_converters(inputs))
             ]
         else:
@@ -480,9 +481,9 @@ def _apply_vjp(vjp: Any, ty: Sequence[Any], like: Any) -> tuple[Any, ...]:
 def _engine_tangents(tangents: Sequence[Any]) -> tuple[Any, ...]:
     """Tangents (pytrees) of any family, as jit accepts them (torch via DLPack);
     arrays jit takes as they are pass straight through (the common case)."""
-    if all(family_of(t) in (JAX, NUMPY) for t in tangents):
+    if all(family_of(t) in ("jax", "numpy") for t in tangents):
         return tangents if tangents.__class__ is tuple else tuple(tangents)
-    to_jax = converter("torch", JAX)
+    to_jax = converter("torch", "jax")
     return tuple(
         jax.tree_util.tree_map(lambda leaf: to_jax(leaf) if family_of(leaf) == "torch" else leaf, t) for t in tangents
     )
@@ -511,7 +512,7 @@ def _wrap(
         def with_t_plain(x: Any, tangents: Sequence[Any], *values: Any) -> Any:
             for tangent in tangents:
                 if tangent.__class__ not in taken:
-                    if family_of(tangent) not in (JAX, NUMPY):
+                    if family_of(tangent) not in ("jax", "numpy"):
                         tangents = _engine_tangents(tangents)
                         break
                     taken.add(tangent.__class__)

@@ -47,6 +47,13 @@ def register_backend(selector_type: type[AbstractBackend], adapter: str | type[A
         adapter: the :class:`~di.backends.protocol.Adapter` subclass, or its
             ``"module:Class"`` path to import lazily.
 
+    Returns:
+        None. Selectors of ``selector_type`` (and of its subclasses without an
+        adapter of their own) are then served by ``adapter``.
+
+    Raises:
+        Nothing: a wrong ``adapter`` path fails when a selector is first used.
+
     Examples:
         >>> import dataclasses, di
         >>> from di.backends.registry import register_backend

@@ -50,7 +50,7 @@ from di.backends.registry import get_adapter
 from di.backends.selectors import AutoJAX, AutoSparse
 from di.contexts import Context
 from di.errors import BackendNotInstalledError, InvalidInputError, UnsupportedOperatorError
-from di.families import JAX, NUMPY, TORCH, ArrayOps, converter, family_of, identity
+from di.families import converter, family_of, get_family, identity
 from di.pytrees import is_pytree
 from di.sparse import coloring
 from di.sparse.decompression import (
@@ -242,9 +242,9 @@ class SparseAdapter(Adapter):
         program is compiled here and the caller is JAX, the result (a ``BCOO``, or
         the dense scatter) is built inside the compiled program, and the plain
         operator has its own program without the value (XLA then drops its work)."""
-        caller = family_of(x) or NUMPY
+        caller = family_of(x) or "numpy"
         assemble = _assembler(decompression, caller, self.selector.dense_result, dense_shape)
-        inside = self._fuses() and caller == JAX
+        inside = self._fuses() and caller == "jax"
         to_caller = converter(self.family, caller)
 
         def full_engine(x: Any, *values: Any) -> Any:
@@ -317,13 +317,13 @@ class SparseAdapter(Adapter):
         backend = source.backend if source.backend is not None else self.selector.dense
         adapter = get_adapter(backend)
         dense = fallbacks.programs(adapter, operator, f, x, contexts)[operator]
-        to_numpy = converter(adapter.family, NUMPY)
+        to_numpy = converter(adapter.family, "numpy")
         rng = np.random.default_rng(_DENSE_SEED)
-        family = family_of(x) or NUMPY
+        family = family_of(x) or "numpy"
         nonzero = np.zeros(shape, dtype=bool)
         values = [c.value for c in contexts]
         for _ in range(source.points):
-            point = converter(NUMPY, family)(rng.standard_normal(tuple(x.shape)).astype(_numpy_dtype(x)))
+            point = converter("numpy", family)(rng.standard_normal(tuple(x.shape)).astype(_numpy_dtype(x)))
             matrix = np.asarray(to_numpy(dense(point, *values)), dtype=np.float64).reshape(shape)
             nonzero |= np.abs(matrix) > source.atol
         return as_pattern(nonzero)
@@ -451,7 +451,7 @@ class SparseAdapter(Adapter):
         compiled = jax.jit(engine, static_argnums=tuple(1 + i for i in statics))
         inputs = [x, *values]
         converters = [
-            identity if family_of(v) == NUMPY else convert
+            identity if family_of(v) == "numpy" else convert
             for v, convert in zip(inputs, self.dense.input_converters(inputs))
         ]
         scope = self.dense.scope(inputs)
@@ -508,24 +508,18 @@ def _traced_pattern(operator: str, f: Callable[..., Any], x: Any, contexts: Sequ
 
 def _gatherer(family: str, index: np.ndarray) -> Callable[[Sequence[Any]], Any]:
     """``gather(products)``: stack the compressed products and read the nonzeros."""
-    ops = ArrayOps(family)
-    if family == TORCH:
-        import torch
-
-        where: Any = torch.from_numpy(index.astype(np.int64))
-    elif family == JAX:
-        where = index.astype(np.int32) if index.size < 2**31 else index
-    else:
-        where = index
+    record = get_family(family)
+    xp = record.namespace()
+    where = record.index(index)
 
     def gather(products: Sequence[Any]) -> Any:
-        return ops.stack(products).reshape(-1)[where]
+        return xp.reshape(xp.stack(list(products)), (-1,))[where]
 
     return gather
 
 
 def _empty_data(family: str, dtype: Any) -> Any:
-    return converter(NUMPY, family)(np.zeros(0, dtype=dtype))
+    return converter("numpy", family)(np.zeros(0, dtype=dtype))
 
 
 def _assembler(
@@ -533,46 +527,20 @@ def _assembler(
 ) -> Callable[[Any], Any]:
     """``assemble(data)``: the result in the caller's family from the nonzeros (in
     the engine's family, CSR order): a sparse matrix, or a dense array."""
-    shape = decompression.shape
     if dense_result:
         return _dense_assembler(decompression, family, dense_shape)
-    if family == TORCH:
-        import torch
+    build, to_caller = (
+        get_family(family).sparse_matrix(decompression.indices, decompression.indptr, decompression.shape),
+        _to(family),
+    )
 
-        crow = torch.from_numpy(decompression.indptr.astype(np.int64))
-        col = torch.from_numpy(decompression.indices.astype(np.int64))
-        to_torch = _to(TORCH)
+    def sparse(data: Any) -> Any:
+        return build(to_caller(data))
 
-        def torch_csr(data: Any) -> Any:
-            # Index tensors are cloned: the prep's copies must not be shared with results.
-            return torch.sparse_csr_tensor(
-                crow.clone(), col.clone(), to_torch(data), size=shape, check_invariants=False
-            )
-
-        with warnings.catch_warnings():  # torch warns once per process that sparse CSR is in beta
-            warnings.simplefilter("ignore", UserWarning)
-            torch_csr(torch.zeros(decompression.index.size))
-        return torch_csr
-    if family == JAX:
-        import jax.numpy as jnp
-        from jax.experimental import sparse as jsparse
-
-        coordinates = np.stack([decompression.rows, decompression.indices], axis=1).astype(np.int32)
-        indices = jnp.asarray(coordinates)
-        to_jax = _to(JAX)
-
-        def bcoo(data: Any) -> Any:
-            return jsparse.BCOO((to_jax(data), indices), shape=shape, indices_sorted=True, unique_indices=True)
-
-        return bcoo
-    indptr, columns = decompression.indptr, decompression.indices
-    to_numpy = _to(NUMPY)
-
-    def csr(data: Any) -> Any:
-        # Index arrays are copied: a caller sorting or pruning a result must not change the prep.
-        return sp.csr_array((to_numpy(data), columns.copy(), indptr.copy()), shape=shape)
-
-    return csr
+    with warnings.catch_warnings():  # torch warns once per process that sparse CSR is in beta
+        warnings.simplefilter("ignore", UserWarning)
+        sparse(np.zeros(decompression.index.size))
+    return sparse
 
 
 def _to(family: str) -> Callable[[Any], Any]:
@@ -585,43 +553,11 @@ def _to(family: str) -> Callable[[Any], Any]:
 
 
 def _dense_assembler(decompression: Decompression, family: str, dense_shape: tuple[int, ...]) -> Callable[[Any], Any]:
-    positions = decompression.flat_positions
+    record, to_caller = get_family(family), _to(family)
+    positions = record.index(decompression.flat_positions)
     size = math.prod(dense_shape)
-    if family == TORCH:
-        import torch
 
-        where = torch.from_numpy(positions)
-        to_torch = _to(TORCH)
+    def dense(data: Any) -> Any:
+        return record.scatter(to_caller(data), positions, size).reshape(dense_shape)
 
-        def torch_dense(data: Any) -> Any:
-            data = to_torch(data)
-            result = data.new_zeros(size)
-            result[where] = data
-            return result.reshape(dense_shape)
-
-        return torch_dense
-    if family == JAX:
-        import jax
-        import jax.numpy as jnp
-
-        to_jax = _to(JAX)
-
-        @jax.jit
-        def scatter(data: Any) -> Any:
-            return jnp.zeros(size, data.dtype).at[positions].set(data).reshape(dense_shape)
-
-        def jax_dense(data: Any) -> Any:
-            data = to_jax(data)
-            with jax.enable_x64(data.dtype.itemsize == 8):
-                return scatter(data)
-
-        return jax_dense
-    to_numpy = _to(NUMPY)
-
-    def numpy_dense(data: Any) -> Any:
-        data = np.asarray(to_numpy(data))
-        result = np.zeros(size, dtype=data.dtype)
-        result[positions] = data
-        return result.reshape(dense_shape)
-
-    return numpy_dense
+    return dense

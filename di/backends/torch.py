@@ -49,7 +49,7 @@ from di.backends.protocol import (
 from di.backends.selectors import AutoTorch
 from di.contexts import Cache, Context
 from di.errors import RecompileLimitError, RecompileWarning, UnsupportedContextError
-from di.families import TORCH, converter, family_of, identity
+from di.families import converter, family_of, identity
 from di.pytrees import is_pytree, tree_flatten, tree_unflatten
 
 __all__ = ["TorchAdapter"]
@@ -77,7 +77,7 @@ class TorchAdapter(Adapter):
     hashable values are compiled in.
     """
 
-    family = TORCH
+    family = "torch"
 
     @property
     def native_pytrees(self) -> frozenset[str]:  # type: ignore[override]
@@ -237,7 +237,7 @@ class TorchAdapter(Adapter):
         to_torch_x = self.input_converters([x])[0]
         convert_contexts = self._context_converters(x, contexts)
         cache_positions = tuple(
-            i for i, c in enumerate(contexts) if isinstance(c, Cache) and family_of(c.value) == TORCH
+            i for i, c in enumerate(contexts) if isinstance(c, Cache) and family_of(c.value) == "torch"
         )
 
         convert_any = any(convert is not identity for convert in convert_contexts)
@@ -351,7 +351,7 @@ class TorchAdapter(Adapter):
         convert_contexts = self._context_converters(x, contexts)
         convert_any = any(convert is not identity for convert in convert_contexts)
         cache_positions = tuple(
-            i for i, c in enumerate(contexts) if isinstance(c, Cache) and family_of(c.value) == TORCH
+            i for i, c in enumerate(contexts) if isinstance(c, Cache) and family_of(c.value) == "torch"
         )
         tensor, grad, is_grad_enabled = torch.Tensor, torch.autograd.grad, torch.is_grad_enabled
 
@@ -404,7 +404,7 @@ class TorchAdapter(Adapter):
         backend = self.backend
         convert_contexts = self._context_converters(x, contexts)
         cache_positions = tuple(
-            i for i, c in enumerate(contexts) if isinstance(c, Cache) and family_of(c.value) == TORCH
+            i for i, c in enumerate(contexts) if isinstance(c, Cache) and family_of(c.value) == "torch"
         )
 
         def run(x: Any, *values: Any) -> Any:
@@ -412,7 +412,7 @@ class TorchAdapter(Adapter):
                 with _recording():
                     return run(x, *_normal_tensors(values))
             leaves, spec = tree_flatten(x)
-            leaves = [_leaf(converter(family_of(leaf), TORCH)(leaf)) for leaf in leaves]
+            leaves = [_leaf(converter(family_of(leaf), "torch")(leaf)) for leaf in leaves]
             values = tuple(convert(v) for convert, v in zip(convert_contexts, values))
             try:
                 y = f(tree_unflatten(spec, leaves), *values)
@@ -733,7 +733,7 @@ class TorchAdapter(Adapter):
         to_torch_x = self.input_converters([x])[0]
         convert_contexts = self.input_converters([c.value for c in contexts])
         cache_positions = tuple(
-            i for i, c in enumerate(contexts) if isinstance(c, Cache) and family_of(c.value) == TORCH
+            i for i, c in enumerate(contexts) if isinstance(c, Cache) and family_of(c.value) == "torch"
         )
 
         def gradient_and_hvp(x: Any, tx: Sequence[Any], *values: Any) -> Any:
@@ -920,7 +920,7 @@ def _like(tangent: Any, reference: Any) -> Any:
         and tangent.get_device() == reference.get_device()  # an int: cheaper than comparing devices
     ):
         return tangent  # the common case
-    tensor = converter(family_of(tangent), TORCH)(tangent) if family_of(tangent) else torch.tensor(tangent)
+    tensor = converter(family_of(tangent), "torch")(tangent) if family_of(tangent) else torch.tensor(tangent)
     if tensor.dtype != reference.dtype or tensor.device != reference.device:
         tensor = tensor.to(dtype=reference.dtype, device=reference.device)
     return tensor

@@ -13,7 +13,7 @@ from di.backends.fallbacks import with_aux
 from di.backends.protocol import OPERATOR_FAMILIES, Adapter
 from di.backends.registry import get_adapter
 from di.errors import InvalidInputError
-from di.families import NUMPY, converter, family_of, identity
+from di.families import converter, family_of, get_family, identity
 from di.prep.base import Prep, write_out
 from di.prep.signature import check_contexts_wrapped, check_x
 from di.pytrees import Raveler, is_pytree, tree_flatten, tree_leaves, tree_map, tree_unflatten
@@ -152,7 +152,11 @@ def _restoring_bfloat16(adapter: Adapter, x: Any, to_caller: Callable[[Any], Any
 
 
 def _cast(array: Any, dtype: Any) -> Any:
-    return array.to(dtype) if family_of(array) == "torch" else array.astype(dtype)
+    family = family_of(array)
+    if family is None:
+        return array.astype(dtype)
+    record = get_family(family)
+    return record.astype(array, record.describe_dtype(dtype))
 
 
 def _leaf_family(adapter: Adapter, x: Any) -> str:
@@ -395,7 +399,7 @@ def prepare_operator(
     if label == "ty":
         check_cotangent_shapes(adapter, f, x, tangents, contexts, has_aux)
     sparse = None
-    caller_family = _leaf_family(adapter, x) if is_pytree(x) else family_of(x) or NUMPY
+    caller_family = _leaf_family(adapter, x) if is_pytree(x) else family_of(x) or "numpy"
     if is_pytree(x) and not (family in adapter.native_pytrees and adapter.takes_pytree(x)):
         programs = _raveled_programs(family, operator, adapter, f, x, tangents, contexts, has_aux)
     else:

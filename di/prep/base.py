@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 from di.backends.selectors import AbstractBackend
 from di.contexts import Context
 from di.errors import InvalidInputError, OutBufferError
-from di.families import NUMPY, TORCH, ArraySpec, family_of, spec_of
+from di.families import ArraySpec, family_of, get_family, spec_of
 from di.prep.signature import ArgumentCheck, check_contexts_wrapped, key_function, matcher_for, mismatch_error
 
 if TYPE_CHECKING:
@@ -97,15 +97,11 @@ class Prep:
         x_check = ArgumentCheck.of("x", x)
         context_checks = [ArgumentCheck.of(f"context {i}", c.value, type(c)) for i, c in enumerate(contexts, start=1)]
         self.checks = (x_check, *context_checks)
-        self._x_matcher = _by_aval(x, x_check.matcher)
+        self._x_matcher = x_check.matcher
         self._n_contexts = len(contexts)
-        self._context_matchers = tuple(
-            (check.wrapper, _by_aval(context.value, check.matcher)) for check, context in zip(context_checks, contexts)
-        )
+        self._context_matchers = tuple((check.wrapper, check.matcher) for check in context_checks)
         self.tangent_check = None if tangents is None else ArgumentCheck.of(tangent_label, tangents)
-        self.tangent_matchers = (
-            () if tangents is None else tuple(_by_aval(t, matcher_for(t, key_function(t))) for t in tangents)
-        )
+        self.tangent_matchers = () if tangents is None else tuple(matcher_for(t, key_function(t)) for t in tangents)
         self.same_point = same_point
         self.plan = plan
         self.sparse_info = sparse_info
@@ -358,8 +354,8 @@ class Prep:
             )
         spec = self.x_spec
         family = family_of(out)
-        if spec is None or spec.family not in (NUMPY, TORCH):
-            given = "a Python float or a pytree" if spec is None else "a JAX array"
+        if spec is None or not get_family(spec.family).mutable:
+            given = "a Python float or a pytree" if spec is None else f"a {get_family(spec.family).display} array"
             raise OutBufferError(
                 f"out does not fit the {what}: x is {given}, whose results are immutable; "
                 f"call without out= and use the returned array."
@@ -379,22 +375,6 @@ class Prep:
             )
 
 
-def _by_aval(value: Any, matcher: Callable[[Any], bool]) -> Callable[[Any], bool]:
-    """For a JAX array, ``matcher`` behind a faster test: JAX shares one abstract
-    value (``aval``: shape, dtype, weak type) between arrays alike, and reading it
-    costs one attribute where ``shape`` and ``dtype`` are two properties (about
-    0.4 us per JAX argument of a strict prepared call). Anything else, or an array
-    whose ``aval`` is another object, goes to ``matcher``."""
-    if family_of(value) != "jax":
-        return matcher
-    cls, aval = value.__class__, value.aval
-
-    def matches(given: Any) -> bool:
-        return (given.__class__ is cls and given.aval is aval) or matcher(given)
-
-    return matches
-
-
 def _contexts_match(contexts: Sequence[Any], matchers: Sequence[tuple[type | None, Any]]) -> bool:
     """Whether each context has the prepared wrapper class and a matching value."""
     for context, (wrapper, matches) in zip(contexts, matchers):
@@ -404,11 +384,5 @@ def _contexts_match(contexts: Sequence[Any], matchers: Sequence[tuple[type | Non
 
 
 def write_out(out: Any, result: Any) -> Any:
-    """Copy ``result`` into the caller's buffer ``out`` (numpy or torch) and return it."""
-    if family_of(out) == TORCH:
-        out.detach().copy_(result)
-    else:
-        import numpy as np
-
-        np.copyto(out, result)
-    return out
+    """Copy ``result`` into the caller's buffer ``out`` and return it."""
+    return get_family(family_of(out) or "numpy").write_out(out, result)

@@ -11,24 +11,14 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-import numpy as np
-
 from di.contexts import Context
 from di.errors import InvalidInputError, PreparationMismatchError
-from di.families import NUMPY, TORCH, family_of, is_floating_dtype, spec_of
+from di.families import families, family_of, get_family, is_floating_dtype, spec_of
 from di.pytrees import is_pytree, leaf_paths, tree_flatten
 
 __all__ = ["ArgumentCheck", "check_x", "check_contexts_wrapped", "key_function", "mismatch_error"]
 
 KeyFunction = Callable[[Any], Any]
-
-
-def _array_key(value: Any) -> Any:
-    return (value.__class__, value.shape, value.dtype)
-
-
-def _torch_key(value: Any) -> Any:
-    return (value.__class__, value.shape, value.dtype, value.device)
 
 
 def _type_key(value: Any) -> Any:
@@ -63,9 +53,10 @@ def _tree_key(spec: Any, keys: Sequence[KeyFunction]) -> KeyFunction:
 def key_function(value: Any) -> KeyFunction:
     """The key function for an argument like ``value``.
 
-    Arrays are keyed by class, shape, dtype (and device for torch); any other
-    value by its class only, so a new Python float or a new static value is
-    accepted (compiled backends then decide whether that means a new compile).
+    Arrays are keyed as their family says (class, shape, dtype, and device where
+    it has several); any other value by its class only, so a new Python float or
+    a new static value is accepted (compiled backends then decide whether that
+    means a new compile).
     """
     if value.__class__ is tuple:
         return _tuple_key([key_function(item) for item in value])
@@ -74,10 +65,8 @@ def key_function(value: Any) -> KeyFunction:
         if not spec.is_leaf():  # (a JAX-only node is keyed by its class)
             return _tree_key(spec, [key_function(leaf) for leaf in leaves])
     family = family_of(value)
-    if family == TORCH:
-        return _torch_key
     if family is not None:
-        return _array_key
+        return get_family(family).key
     return _type_key
 
 
@@ -85,30 +74,18 @@ Matcher = Callable[[Any], bool]
 
 
 def matcher_for(value: Any, key: KeyFunction) -> Matcher:
-    """A predicate recognising arguments like ``value``: for arrays it compares
-    class, shape, dtype (and torch's device) field by field, without building the
-    key tuple (the hot path of a strict prepared call); otherwise it compares keys."""
+    """A predicate recognising arguments like ``value``: for arrays, the family's
+    field-by-field matcher, which builds no key tuple (the hot path of a strict
+    prepared call); otherwise it compares keys."""
     family = family_of(value)
-    if family is None or isinstance(value, np.generic):
+    if family is None:
         expected = key(value)
         return lambda given: bool(key(given) == expected)
-    cls, shape, dtype = value.__class__, value.shape, value.dtype
-    if family == TORCH:
-        device = value.device
-        if device.type == "cpu":
-            return lambda given: (
-                given.__class__ is cls and given.shape == shape and given.dtype == dtype and given.is_cpu
-            )
-        return lambda given: (
-            given.__class__ is cls and given.shape == shape and given.dtype == dtype and given.device == device
-        )
-    return lambda given: given.__class__ is cls and given.shape == shape and given.dtype == dtype
+    return get_family(family).matcher(value)
 
 
 def describe_value(value: Any) -> str:
     """One-line description of an argument for reports."""
-    if isinstance(value, np.generic):
-        return f"numpy scalar {value.dtype} (not an array)"
     if family_of(value) is not None:
         return spec_of(value).describe()
     if isinstance(value, Context):
@@ -262,18 +239,24 @@ def check_x(x: Any, operator: str) -> None:
         elif isinstance(x, (bool, int, complex)):
             hint = " Pass a float array, e.g. np.asarray(x, dtype=float)."
         raise InvalidInputError(
-            f"x must be a real floating-point array (numpy, torch or jax) for {operator}, not {type(x).__name__}.{hint}"
+            f"x must be a real floating-point array ({_family_names()}) for {operator}, not {type(x).__name__}.{hint}"
         )
     dtype = x.dtype
     if not is_floating_dtype(dtype):
-        if (family == NUMPY and np.dtype(dtype).kind == "c") or "complex" in str(dtype):
+        name = get_family(family).describe_dtype(dtype)
+        if "complex" in name:
             fix = "differentiate the real and imaginary parts as separate real arrays"
         else:
-            fix = "convert it, e.g. x.astype(float) or torch's x.double()"
+            fix = "convert it to a floating-point dtype, e.g. x.astype(float)"
         raise InvalidInputError(
-            f"x must be a real floating-point array for {operator}: got a {family} array of dtype "
-            f"{str(dtype).replace('torch.', '')}; {fix}."
+            f"x must be a real floating-point array for {operator}: got a {family} array of dtype {name}; {fix}."
         )
+
+
+def _family_names() -> str:
+    """The registered families, for messages: ``"numpy, torch or jax"``."""
+    names = [family.name for family in families()]
+    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " or " + names[-1]
 
 
 def check_contexts_wrapped(contexts: Sequence[Any]) -> None:

@@ -1,0 +1,219 @@
+"""The :class:`Family` record: what ``di`` knows about one kind of array.
+
+An *array family* is a library's array type (NumPy's ``ndarray``, torch's
+``Tensor``, JAX's ``Array``, or any other registered with
+:func:`di.register_family`). Everything ``di`` does with the caller's arrays goes
+through their family's record: recognising them without importing the library,
+converting them (through one hub, NumPy, or DLPack between two libraries that
+both speak it), describing them in a prep's signature, writing into an ``out=``
+buffer, and building sparse results. No other module asks which library an
+array comes from.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Sequence
+from types import ModuleType
+from typing import Any, ClassVar
+
+import numpy as np
+
+__all__ = ["Family", "Matcher", "numpy_lacks", "on_host"]
+
+Matcher = Callable[[Any], bool]
+_DLPACK_CPU = 1
+
+
+def on_host(value: Any) -> bool:
+    """Whether an array that speaks DLPack lives in host memory."""
+    return bool(value.__dlpack_device__()[0] == _DLPACK_CPU)
+
+
+def numpy_lacks(dtype: Any) -> bool:
+    """Whether NumPy has no dtype like ``dtype`` (bfloat16): such arrays cannot
+    pass through the NumPy hub without a cast, so they go by DLPack."""
+    return "bfloat16" in str(dtype)
+
+
+class Family:
+    """One array family: subclass it, set :attr:`name` and :attr:`module`, and
+    implement :meth:`array_types`, :meth:`to_numpy`, :meth:`from_numpy` and
+    :meth:`namespace`; every other method has a default that suits a CPU
+    library following the array API. Register an instance with
+    :func:`di.register_family`.
+
+    Attributes:
+        name: the family's name, as :func:`di.families.family_of` returns it.
+        display: the library's name as people write it (``"NumPy"``), for messages.
+        module: the top-level module that defines the arrays; the family
+            recognises arrays only once that module is in ``sys.modules`` (an
+            array cannot exist before), so detection imports nothing.
+        mutable: whether arrays can be written in place (``out=`` buffers,
+            ``Cache`` contexts). Conversions between a mutable and an immutable
+            family copy, so a caller's buffer is never aliased into an array
+            that must not change, and a result the caller receives is its own.
+
+    Examples:
+        >>> import numpy as np
+        >>> from di.families import get_family
+        >>> numpy_family = get_family("numpy")
+        >>> numpy_family.name, numpy_family.describe_dtype(np.zeros(2, dtype=np.float32).dtype)
+        ('numpy', 'float32')
+    """
+
+    name: ClassVar[str] = ""
+    display: ClassVar[str] = ""
+    module: ClassVar[str] = ""
+    mutable: ClassVar[bool] = True
+
+    # --- recognising arrays -------------------------------------------------------------
+
+    def array_types(self, module: ModuleType) -> tuple[type, ...]:
+        """The classes whose instances are this family's arrays, given the loaded
+        :attr:`module`."""
+        raise NotImplementedError
+
+    def is_array(self, value: Any) -> bool:
+        """Whether ``value`` is an array of this family (its class is one of
+        :meth:`array_types`): the one test :func:`di.families.family_of` uses."""
+        import sys
+
+        module = sys.modules.get(self.module)
+        return module is not None and isinstance(value, self.array_types(module))
+
+    def foreign_leaves(self, value: Any) -> list[Any] | None:
+        """The leaves of ``value`` when the library registers it as a container
+        that ``optree`` does not know (JAX's ``tree_util`` registry), else
+        ``None``; by default the library has no registry of its own."""
+        return None
+
+    # --- the conversion hub ---------------------------------------------------------------
+
+    def to_numpy(self, value: Any) -> np.ndarray:
+        """``value`` as a NumPy array, zero-copy where the library allows it."""
+        raise NotImplementedError
+
+    def from_numpy(self, array: np.ndarray) -> Any:
+        """A NumPy array as an array of this family, keeping its dtype."""
+        raise NotImplementedError
+
+    def from_dlpack(self, value: Any) -> Any:
+        """An array of another library that speaks DLPack, as an array of this
+        family, zero-copy. ``NotImplemented`` (the default) makes conversions
+        between two non-NumPy families go through NumPy."""
+        return NotImplemented
+
+    def dlpack_source(self, value: Any) -> Any:
+        """What another family's :meth:`from_dlpack` receives for ``value``
+        (an object with ``__dlpack__``); by default ``value`` itself."""
+        return value
+
+    # --- describing arrays ------------------------------------------------------------
+
+    def shape(self, value: Any) -> tuple[int, ...]:
+        """The shape of ``value`` as a tuple of ints."""
+        return tuple(value.shape)
+
+    def dtype(self, value: Any) -> Any:
+        """The dtype object of ``value``."""
+        return value.dtype
+
+    def device(self, value: Any) -> Any:
+        """The device of ``value`` (``None`` when the family has one only)."""
+        return None
+
+    def is_default_device(self, device: Any) -> bool:
+        """Whether reports can leave ``device`` unsaid (the host CPU)."""
+        return True
+
+    def describe_dtype(self, dtype: Any) -> str:
+        """The dtype's name without the library's prefix (``"float32"``)."""
+        return str(getattr(dtype, "name", dtype)).rsplit(".", 1)[-1]
+
+    def dtype_name(self, dtype: Any) -> str:
+        """Alias of :meth:`describe_dtype`, for specs."""
+        return self.describe_dtype(dtype)
+
+    def is_floating(self, dtype: Any) -> bool:
+        """Whether ``dtype`` is a real floating-point type (bfloat16 included)."""
+        name = self.describe_dtype(dtype)
+        return name.startswith("float") or name == "bfloat16"
+
+    def matcher(self, value: Any) -> Matcher:
+        """A predicate recognising arrays like ``value`` (same class, shape and
+        dtype, and device where the family has several): the hot path of a strict
+        prepared call, so it compares fields and builds nothing."""
+        cls, shape, dtype = value.__class__, value.shape, value.dtype
+        return lambda given: given.__class__ is cls and given.shape == shape and given.dtype == dtype
+
+    def key(self, value: Any) -> Any:
+        """A hashable summary of ``value``'s class, shape and dtype (and device),
+        compared when :meth:`matcher` says no, to explain why."""
+        return (value.__class__, self.shape(value), self.describe_dtype(value.dtype), str(self.device(value)))
+
+    # --- computing with arrays ----------------------------------------------------------
+
+    def namespace(self) -> Any:
+        """The array-API namespace of this family's arrays (``stack``, ``concat``,
+        ``tensordot``, ``zeros``, ``astype``, ``result_type``, ...)."""
+        raise NotImplementedError
+
+    def scope(self, dtypes: Sequence[Any] = ()) -> contextlib.AbstractContextManager[Any]:
+        """The context in which arrays of these dtypes keep them (JAX makes 64-bit
+        dtypes 32-bit outside ``enable_x64``); by default none."""
+        return contextlib.nullcontext()
+
+    def astype(self, array: Any, dtype_name: str) -> Any:
+        """``array`` cast to the dtype named ``dtype_name`` (``"float32"``)."""
+        xp = self.namespace()
+        return xp.astype(array, getattr(xp, dtype_name))
+
+    # --- the caller's side ------------------------------------------------------------------
+
+    def write_out(self, out: Any, result: Any) -> Any:
+        """Copy ``result`` (of this family, shaped like ``out``) into the caller's
+        buffer ``out`` and return ``out``."""
+        raise NotImplementedError(f"{self.name} arrays are immutable: they cannot receive out=")
+
+    def own(self, array: Any) -> Any:
+        """A result the caller receives, as an array the caller owns: a view of
+        memory the engine or the prep may still hold is copied. By default the
+        array itself (conversions already gave a fresh array)."""
+        return array
+
+    def sparse_matrix(self, indices: np.ndarray, indptr: np.ndarray, shape: tuple[int, int]) -> Callable[[Any], Any]:
+        """The builder of 2-D sparse matrices of this family with the CSR pattern
+        ``indices``/``indptr`` (NumPy): it takes the nonzeros, an array of this
+        family in CSR order, and returns a matrix whose index arrays the caller
+        owns. Made once per prep; the builder is the hot path.
+
+        Raises:
+            NotImplementedError: the family has no sparse matrix type (pass
+                ``dense_result=True`` to :class:`di.AutoSparse`).
+        """
+        raise NotImplementedError(f"{self.name} has no sparse matrix type: use AutoSparse(..., dense_result=True)")
+
+    def index(self, positions: np.ndarray) -> Any:
+        """Integer NumPy ``positions`` as an index array of this family (to gather
+        or scatter with); by default the NumPy array, which array-API libraries
+        accept as an index."""
+        return positions
+
+    def scatter(self, data: Any, positions: Any, size: int) -> Any:
+        """A 1-D array of ``size`` zeros of ``data``'s dtype with ``data`` at
+        ``positions`` (from :meth:`index`)."""
+        result = np.zeros(size, dtype=np.asarray(self.to_numpy(data)).dtype)
+        result[np.asarray(positions)] = self.to_numpy(data)
+        return self.from_numpy(result)
+
+    def block(self, value: Any) -> None:
+        """Wait until ``value`` (a result of this family) is computed: libraries
+        that dispatch asynchronously return before they finish (timing needs it)."""
+
+    # --- engines that compute in another family -------------------------------------
+
+    def literal(self, value: Any, like: Any) -> Any:
+        """A Python number or NumPy array ``value`` as an array of this family with
+        ``like``'s dtype and device."""
+        return self.astype(self.from_numpy(np.asarray(value)), self.describe_dtype(like.dtype))

@@ -1,0 +1,82 @@
+"""The NumPy family: ``ndarray`` and NumPy scalars; the hub every conversion passes."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from types import ModuleType
+from typing import Any
+
+import numpy as np
+
+from di.families.family import Family, Matcher
+
+__all__ = ["FAMILY", "NumpyFamily"]
+
+
+class NumpyFamily(Family):
+    """NumPy arrays. A NumPy scalar (``np.float64(1.0)``, what NumPy arithmetic
+    makes of a 0-d array) is the same argument as a 0-d array of its dtype."""
+
+    name = "numpy"
+    display = "NumPy"
+    module = "numpy"
+
+    def array_types(self, module: ModuleType) -> tuple[type, ...]:
+        return (np.ndarray, np.generic)
+
+    def is_array(self, value: Any) -> bool:
+        return isinstance(value, (np.ndarray, np.generic))
+
+    def to_numpy(self, value: Any) -> np.ndarray:
+        return np.asarray(value)
+
+    def from_numpy(self, array: np.ndarray) -> Any:
+        return array
+
+    def shape(self, value: Any) -> tuple[int, ...]:
+        return tuple(np.shape(value))
+
+    def describe_dtype(self, dtype: Any) -> str:
+        return str(np.dtype(dtype))
+
+    def matcher(self, value: Any) -> Matcher:
+        cls, shape, dtype = value.__class__, value.shape, value.dtype
+        if shape == ():  # a 0-d array or a NumPy scalar: either is the same argument
+            return lambda given: (
+                (given.__class__ is cls or isinstance(given, (np.ndarray, np.generic)))
+                and (given.shape == () and given.dtype == dtype)
+            )
+        return lambda given: given.__class__ is cls and given.shape == shape and given.dtype == dtype
+
+    def key(self, value: Any) -> Any:
+        cls = np.ndarray if isinstance(value, np.generic) else value.__class__
+        return (cls, tuple(value.shape), str(value.dtype))
+
+    def namespace(self) -> Any:
+        import array_api_compat.numpy
+
+        return array_api_compat.numpy
+
+    def astype(self, array: Any, dtype_name: str) -> Any:
+        return np.asarray(array).astype(dtype_name, copy=False)
+
+    def write_out(self, out: Any, result: Any) -> Any:
+        np.copyto(out, result)
+        return out
+
+    def scatter(self, data: Any, positions: Any, size: int) -> Any:
+        result = np.zeros(size, dtype=np.asarray(data).dtype)
+        result[positions] = data
+        return result
+
+    def sparse_matrix(self, indices: np.ndarray, indptr: np.ndarray, shape: tuple[int, int]) -> Callable[[Any], Any]:
+        import scipy.sparse as sp
+
+        def csr(data: Any) -> Any:
+            # Index arrays are copied: a caller sorting or pruning a result must not change the prep.
+            return sp.csr_array((np.asarray(data), indices.copy(), indptr.copy()), shape=shape)
+
+        return csr
+
+
+FAMILY = NumpyFamily()

@@ -1,0 +1,286 @@
+"""The family registry: detection by class, conversion through one hub.
+
+Built-in families are the modules of this package (one per library), found by
+listing the package folder: adding a family in-tree is adding its module, and
+out of tree calling :func:`register_family`. Importing them imports no library.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from di.families.family import Family
+
+__all__ = [
+    "ArraySpec",
+    "converter",
+    "families",
+    "family_of",
+    "get_family",
+    "identity",
+    "is_floating_dtype",
+    "register_family",
+    "spec_of",
+]
+
+_FAMILIES: dict[str, Family] = {}
+_FAMILY_BY_TYPE: dict[type, str | None] = {}
+_CONVERTERS: dict[tuple[str, str], Callable[[Any], Any]] = {}
+
+
+class ArraySpec:
+    """What a prep remembers about one array: family, shape, dtype, device.
+
+    It holds no data, only metadata, so a prep never keeps a caller's array alive.
+
+    Args:
+        family: the array family's name.
+        shape: the shape, as a tuple of ints.
+        dtype: the family's own dtype object.
+        device: the device (``None`` where the family has one only).
+
+    Examples:
+        >>> import numpy as np
+        >>> from di.families import spec_of
+        >>> spec_of(np.zeros((2, 3), dtype=np.float32))
+        ArraySpec(numpy float32 (2, 3))
+    """
+
+    __slots__ = ("device", "dtype", "family", "shape")
+
+    def __init__(self, family: str, shape: tuple[int, ...], dtype: Any, device: Any) -> None:
+        self.family = family
+        self.shape = shape
+        self.dtype = dtype
+        self.device = device
+
+    def describe(self) -> str:
+        """One-line human description, used in mismatch reports."""
+        record = get_family(self.family)
+        device = "" if self.device is None or record.is_default_device(self.device) else f" on {self.device}"
+        return f"{self.family} {record.dtype_name(self.dtype)} {self.shape}{device}"
+
+    def __repr__(self) -> str:
+        return f"ArraySpec({self.describe()})"
+
+    def __eq__(self, other: object) -> bool:
+        return (
+            isinstance(other, ArraySpec)
+            and self.family == other.family
+            and self.shape == other.shape
+            and self.dtype == other.dtype
+            and self.device == other.device
+        )
+
+    def __hash__(self) -> int:
+        return hash((self.family, self.shape, str(self.dtype), str(self.device)))
+
+
+def identity(value: Any) -> Any:
+    """The conversion that converts nothing."""
+    return value
+
+
+def register_family(family: Family) -> Family:
+    """Register an array family, so that every backend accepts its arrays and
+    returns results in it.
+
+    Args:
+        family: an instance of a :class:`di.families.Family` subclass.
+
+    Returns:
+        ``family``, registered under ``family.name`` (replacing one of that name).
+
+    Raises:
+        TypeError: ``family`` is not a :class:`~di.families.Family` with a name
+            and a module.
+
+    Examples:
+        >>> import di
+        >>> from di.families import Family, get_family
+        >>> get_family("numpy") is di.register_family(get_family("numpy"))
+        True
+    """
+    if not isinstance(family, Family) or not family.name or not family.module:
+        raise TypeError(f"register_family needs a di.families.Family with a name and a module, not {family!r}")
+    _FAMILIES[family.name] = family
+    _FAMILY_BY_TYPE.clear()
+    _CONVERTERS.clear()
+    return family
+
+
+def _load_builtin() -> None:
+    """Register the families defined by this package's modules."""
+    folder = os.path.dirname(__file__)
+    for filename in sorted(os.listdir(folder), key=lambda name: (name != "numpy.py", name)):
+        stem, extension = os.path.splitext(filename)
+        if extension == ".py" and stem not in ("__init__", "family", "registry"):
+            module = importlib.import_module(f"{__package__}.{stem}")
+            register_family(module.FAMILY)
+
+
+def families() -> tuple[Family, ...]:
+    """Every registered family, NumPy first.
+
+    Examples:
+        >>> from di.families import families
+        >>> families()[0].name
+        'numpy'
+    """
+    return tuple(_FAMILIES.values())
+
+
+def get_family(name: str) -> Family:
+    """The registered family named ``name``.
+
+    Raises:
+        KeyError: no family of that name is registered.
+
+    Examples:
+        >>> from di.families import get_family
+        >>> get_family("numpy").mutable
+        True
+    """
+    return _FAMILIES[name]
+
+
+def family_of(value: Any) -> str | None:
+    """The name of ``value``'s array family, or ``None`` if it is not an array.
+
+    No library is imported: a family recognises its arrays once its module is in
+    ``sys.modules``, which it must be for such an array to exist. NumPy scalars
+    (``np.float64(1.0)``) count as NumPy arrays.
+
+    Args:
+        value: any object.
+
+    Returns:
+        ``"numpy"``, ``"torch"``, ``"jax"``, another registered family's name,
+        or ``None``.
+
+    Examples:
+        >>> import numpy as np
+        >>> from di.families import family_of
+        >>> family_of(np.zeros(3)), family_of(2.0)
+        ('numpy', None)
+    """
+    cls = type(value)
+    try:
+        return _FAMILY_BY_TYPE[cls]
+    except KeyError:
+        name = None
+        for family in _FAMILIES.values():
+            if family.is_array(value):
+                name = family.name
+                break
+        if name is not None or len(_FAMILY_BY_TYPE) < 256:
+            _FAMILY_BY_TYPE[cls] = name
+        return name
+
+
+def is_floating_dtype(dtype: Any) -> bool:
+    """Whether ``dtype`` (of any family) is a real floating-point type.
+
+    Args:
+        dtype: a dtype of any registered family.
+
+    Returns:
+        ``True`` for float16, bfloat16, float32, float64 (and other real floats).
+
+    Examples:
+        >>> import numpy as np
+        >>> from di.families import is_floating_dtype
+        >>> is_floating_dtype(np.float32), is_floating_dtype(np.int64)
+        (True, False)
+    """
+    is_floating_point = getattr(dtype, "is_floating_point", None)
+    if isinstance(is_floating_point, bool):  # a dtype that says it itself
+        return is_floating_point
+    try:
+        np_dtype = np.dtype(dtype)
+    except TypeError:
+        name = str(getattr(dtype, "name", dtype)).rsplit(".", 1)[-1]
+        return name.startswith("float") or name == "bfloat16"
+    if np_dtype.kind == "f":
+        return True
+    return np_dtype.kind == "V" and "bfloat16" in np_dtype.name  # ml_dtypes.bfloat16
+
+
+def spec_of(value: Any) -> ArraySpec:
+    """Describe an array.
+
+    Args:
+        value: an array of a registered family.
+
+    Returns:
+        Its :class:`ArraySpec`.
+
+    Raises:
+        TypeError: ``value`` is not an array of a known family.
+
+    Examples:
+        >>> import numpy as np
+        >>> from di.families import spec_of
+        >>> spec_of(np.float64(1.0)).shape
+        ()
+    """
+    name = family_of(value)
+    if name is None:
+        raise TypeError(f"not an array: {type(value).__name__}")
+    family = _FAMILIES[name]
+    return ArraySpec(name, family.shape(value), family.dtype(value), family.device(value))
+
+
+def converter(source: str | None, target: str) -> Callable[[Any], Any]:
+    """The function converting arrays of family ``source`` to family ``target``.
+
+    Every conversion goes through one hub: NumPy (each family converts to and
+    from it), or DLPack between two families that both take it (zero-copy).
+    A conversion between a mutable and an immutable family copies.
+
+    Args:
+        source: family of the input, or ``None`` for non-array values (which pass
+            through unchanged).
+        target: family wanted.
+
+    Returns:
+        A one-argument function; the identity when no conversion is needed.
+
+    Examples:
+        >>> import numpy as np
+        >>> from di.families import converter
+        >>> converter("numpy", "numpy")(np.ones(2))
+        array([1., 1.])
+    """
+    if source is None or source == target:
+        return identity
+    try:
+        return _CONVERTERS[(source, target)]
+    except KeyError:
+        convert = _CONVERTERS[(source, target)] = _through_hub(_FAMILIES[source], _FAMILIES[target])
+        return convert
+
+
+def _through_hub(source: Family, target: Family) -> Callable[[Any], Any]:
+    if source.name == "numpy":
+        return target.from_numpy
+    if target.name == "numpy":
+        return source.to_numpy
+    from_numpy, to_numpy = target.from_numpy, source.to_numpy
+    from_dlpack, dlpack_source = target.from_dlpack, source.dlpack_source
+
+    def convert(value: Any) -> Any:
+        result = from_dlpack(dlpack_source(value))
+        if result is NotImplemented:
+            return from_numpy(to_numpy(value))
+        return result
+
+    return convert
+
+
+_load_builtin()

@@ -1,0 +1,120 @@
+"""The torch family: ``torch.Tensor`` (and its subclasses), on any device."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from types import ModuleType
+from typing import Any
+
+import numpy as np
+
+from di.families.family import Family, Matcher, numpy_lacks, on_host
+
+__all__ = ["FAMILY", "TorchFamily"]
+
+
+class TorchFamily(Family):
+    """torch tensors. NumPy converts both ways without copying (``from_numpy``,
+    ``.numpy()``); tensors on an accelerator reach another DLPack library
+    without passing through the host."""
+
+    name = "torch"
+    display = "PyTorch"
+    module = "torch"
+
+    def array_types(self, module: ModuleType) -> tuple[type, ...]:
+        return (module.Tensor,)
+
+    def to_numpy(self, value: Any) -> np.ndarray:
+        tensor = value.detach().cpu().resolve_conj().resolve_neg()
+        if tensor.dtype is sys.modules["torch"].bfloat16:  # NumPy has no bfloat16
+            tensor = tensor.float()
+        return tensor.numpy()  # type: ignore[no-any-return]
+
+    def from_numpy(self, array: np.ndarray) -> Any:
+        import torch
+
+        array = np.asarray(array)
+        if array.flags.writeable and all(s >= 0 for s in array.strides):
+            return torch.from_numpy(array)
+        # torch cannot alias read-only or negatively strided memory: copy.
+        return torch.from_numpy(np.array(array, copy=True))
+
+    def from_dlpack(self, value: Any) -> Any:
+        if on_host(value) and not numpy_lacks(value.dtype):  # on the host, NumPy is the faster road
+            return NotImplemented
+        import torch
+
+        return torch.from_dlpack(value)
+
+    def dlpack_source(self, value: Any) -> Any:
+        tensor = value.detach()
+        return tensor if tensor.is_contiguous() else tensor.contiguous()
+
+    def device(self, value: Any) -> Any:
+        return value.device
+
+    def is_default_device(self, device: Any) -> bool:
+        return getattr(device, "type", str(device)) == "cpu"
+
+    def describe_dtype(self, dtype: Any) -> str:
+        return str(dtype).replace("torch.", "")
+
+    def is_floating(self, dtype: Any) -> bool:
+        return bool(dtype.is_floating_point)
+
+    def matcher(self, value: Any) -> Matcher:
+        cls, shape, dtype, device = value.__class__, value.shape, value.dtype, value.device
+        if device.type == "cpu":
+            return lambda given: (
+                given.__class__ is cls and given.shape == shape and given.dtype == dtype and given.is_cpu
+            )
+        return lambda given: (
+            given.__class__ is cls and given.shape == shape and given.dtype == dtype and given.device == device
+        )
+
+    def key(self, value: Any) -> Any:
+        return (value.__class__, tuple(value.shape), value.dtype, value.device)
+
+    def namespace(self) -> Any:
+        import array_api_compat.torch
+
+        return array_api_compat.torch
+
+    def astype(self, array: Any, dtype_name: str) -> Any:
+        import torch
+
+        return array.to(getattr(torch, dtype_name))
+
+    def write_out(self, out: Any, result: Any) -> Any:
+        out.detach().copy_(result)
+        return out
+
+    def sparse_matrix(self, indices: np.ndarray, indptr: np.ndarray, shape: tuple[int, int]) -> Callable[[Any], Any]:
+        import torch
+
+        rows, columns = torch.from_numpy(indptr.astype(np.int64)), torch.from_numpy(indices.astype(np.int64))
+
+        def csr(data: Any) -> Any:
+            # Index tensors are cloned: the prep's copies must not be shared with results.
+            return torch.sparse_csr_tensor(rows.clone(), columns.clone(), data, size=shape, check_invariants=False)
+
+        return csr
+
+    def index(self, positions: np.ndarray) -> Any:
+        import torch
+
+        return torch.from_numpy(positions.astype(np.int64))
+
+    def scatter(self, data: Any, positions: Any, size: int) -> Any:
+        result = data.new_zeros(size)
+        result[positions] = data
+        return result
+
+    def block(self, value: Any) -> None:
+        if getattr(value, "is_cuda", False):
+            sys.modules["torch"].cuda.synchronize(value.device)
+
+
+FAMILY = TorchFamily()
