@@ -10,16 +10,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING
 
-from di.backends.selectors import (
-    AbstractBackend,
-    AutoAutograd,
-    AutoFastest,
-    AutoFiniteDiff,
-    AutoJAX,
-    AutoSparse,
-    AutoTorch,
-    SecondOrder,
-)
+from di.backends.selectors import AbstractBackend
 from di.errors import BackendNotInstalledError, InvalidInputError
 
 if TYPE_CHECKING:
@@ -27,15 +18,9 @@ if TYPE_CHECKING:
 
 __all__ = ["get_adapter", "register_backend"]
 
-_ADAPTER_PATHS: dict[type[AbstractBackend], str | type[Adapter]] = {
-    AutoJAX: "di.backends.jax:JAXAdapter",
-    AutoTorch: "di.backends.torch:TorchAdapter",
-    AutoAutograd: "di.backends.autograd:AutogradAdapter",
-    AutoFiniteDiff: "di.backends.finitediff:FiniteDiffAdapter",
-    SecondOrder: "di.backends.second_order:SecondOrderAdapter",
-    AutoFastest: "di.backends.fastest:FastestAdapter",
-    AutoSparse: "di.backends.sparse:SparseAdapter",
-}
+_ADAPTER_PATHS: dict[type[AbstractBackend], str | type[Adapter]] = {}
+"""Adapters registered with :func:`register_backend`; other selectors name theirs
+(their ``adapter`` class attribute)."""
 _ADAPTERS: dict[AbstractBackend, Adapter] = {}
 
 
@@ -81,7 +66,7 @@ def get_adapter(backend: AbstractBackend) -> Adapter:
         pass
     if not isinstance(backend, AbstractBackend):
         raise InvalidInputError(
-            f"backend must be a backend selector such as di.AutoJAX() or di.backend('torch'), "
+            f"backend must be a backend selector such as di.AutoFiniteDiff() or di.backend('finitediff'), "
             f"not {type(backend).__name__}"
         )
     adapter_class = _load(backend)
@@ -92,8 +77,8 @@ def get_adapter(backend: AbstractBackend) -> Adapter:
 
 def _load(backend: AbstractBackend) -> type[Adapter]:
     for cls in type(backend).__mro__:
-        target = _ADAPTER_PATHS.get(cls)  # type: ignore[arg-type]
-        if target is not None:
+        target = _ADAPTER_PATHS.get(cls) or getattr(cls, "__dict__", {}).get("adapter")  # type: ignore[arg-type]
+        if target:
             break
     else:
         raise InvalidInputError(

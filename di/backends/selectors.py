@@ -13,6 +13,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+_BY_NAME: dict[str, type[AbstractBackend]] = {}
+"""Selector classes by ``name`` and ``aliases`` (lower case), filled as they are defined."""
+
 __all__ = [
     "AbstractBackend",
     "AutoAutograd",
@@ -31,8 +34,11 @@ __all__ = [
 class AbstractBackend:
     """Base class of every backend selector.
 
-    Subclasses name the engine module they need (``engine``) and the pip extra
-    that installs it (``extra``).
+    Subclasses name the engine module they need (``engine``), the pip extra that
+    installs it (``extra``), where their adapter lives (``adapter``, a
+    ``"module:Class"`` path imported on first use, or ``strategy`` for selectors
+    that wrap other backends), and the short ``name`` by which
+    :func:`di.backend` and the command line know them (with ``aliases``).
 
     Examples:
         >>> import di
@@ -43,9 +49,18 @@ class AbstractBackend:
     engine: ClassVar[str] = ""
     engine_display: ClassVar[str] = ""
     extra: ClassVar[str] = ""
+    name: ClassVar[str] = ""
+    aliases: ClassVar[tuple[str, ...]] = ()
+    adapter: ClassVar[str] = ""
+    strategy: ClassVar[str] = ""
     prepared_only: ClassVar[str] = ""
     """Non-empty for a selector that serves prepared calls only: why an
     unprepared call (``di.gradient(f, backend, x)``) is refused."""
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        for key in (cls.name, *cls.aliases) if cls.__dict__.get("name") else ():
+            _BY_NAME[key.lower()] = cls
 
     def __str__(self) -> str:
         return repr(self)
@@ -90,6 +105,8 @@ class AutoJAX(AbstractBackend):
     engine: ClassVar[str] = "jax"
     engine_display: ClassVar[str] = "JAX"
     extra: ClassVar[str] = "jax"
+    name: ClassVar[str] = "jax"
+    adapter: ClassVar[str] = "di.backends.jax:JAXAdapter"
 
     def __post_init__(self) -> None:
         _check_mode(self.mode, "AutoJAX")
@@ -121,6 +138,9 @@ class AutoTorch(AbstractBackend):
     engine: ClassVar[str] = "torch"
     engine_display: ClassVar[str] = "PyTorch"
     extra: ClassVar[str] = "torch"
+    name: ClassVar[str] = "torch"
+    aliases: ClassVar[tuple[str, ...]] = ("pytorch",)
+    adapter: ClassVar[str] = "di.backends.torch:TorchAdapter"
 
     def __post_init__(self) -> None:
         _check_mode(self.mode, "AutoTorch")
@@ -152,6 +172,8 @@ class AutoAutograd(AbstractBackend):
     engine: ClassVar[str] = "autograd"
     engine_display: ClassVar[str] = "autograd"
     extra: ClassVar[str] = "autograd"
+    name: ClassVar[str] = "autograd"
+    adapter: ClassVar[str] = "di.backends.autograd:AutogradAdapter"
 
 
 @dataclass(frozen=True)
@@ -176,6 +198,9 @@ class AutoFiniteDiff(AbstractBackend):
     engine: ClassVar[str] = ""
     engine_display: ClassVar[str] = "finite differences"
     extra: ClassVar[str] = ""
+    name: ClassVar[str] = "finitediff"
+    aliases: ClassVar[tuple[str, ...]] = ("finite_diff", "fd")
+    adapter: ClassVar[str] = "di.backends.finitediff:FiniteDiffAdapter"
 
     def __post_init__(self) -> None:
         if self.method not in ("central", "forward"):
@@ -206,6 +231,7 @@ class SecondOrder(AbstractBackend):
     outer: AbstractBackend = field(default_factory=lambda: AutoFiniteDiff())
     inner: AbstractBackend = field(default_factory=lambda: AutoFiniteDiff())
     engine_display: ClassVar[str] = "its two backends"
+    adapter: ClassVar[str] = "di.backends.second_order:SecondOrderAdapter"
 
     @property
     def is_installed(self) -> bool:
@@ -272,6 +298,7 @@ class AutoFastest(AbstractBackend):
     include_compiled: bool = field(default=True, kw_only=True)
     cache: str | os.PathLike[str] | None = field(default=None, kw_only=True)
     engine_display: ClassVar[str] = "its candidates"
+    adapter: ClassVar[str] = "di.backends.fastest:FastestAdapter"
     prepared_only: ClassVar[str] = (
         "it chooses a backend by measuring every candidate, which an unprepared call would repeat every time"
     )
@@ -363,6 +390,7 @@ class AutoSparse(AbstractBackend):
     """
 
     dense: AbstractBackend = field(default_factory=lambda: AutoJAX())
+    adapter: ClassVar[str] = "di.backends.sparse:SparseAdapter"
     sparsity: Any = field(default=None, kw_only=True)
     coloring: str = field(default="greedy", kw_only=True)
     order: str = field(default="largest_first", kw_only=True)
@@ -405,23 +433,13 @@ class AutoSparse(AbstractBackend):
         return self.dense.extra if not self.dense.is_installed else "sparse"
 
 
-_BY_NAME: dict[str, type[AbstractBackend]] = {
-    "jax": AutoJAX,
-    "torch": AutoTorch,
-    "pytorch": AutoTorch,
-    "autograd": AutoAutograd,
-    "finitediff": AutoFiniteDiff,
-    "finite_diff": AutoFiniteDiff,
-    "fd": AutoFiniteDiff,
-}
-
-
 def backend(name: str, **options: Any) -> AbstractBackend:
     """Build a backend selector from its name, for configuration files and CLIs.
 
     Args:
-        name: ``"jax"``, ``"torch"``, ``"autograd"`` or ``"finitediff"``
-            (case-insensitive).
+        name: a selector's ``name`` or one of its ``aliases``, case-insensitive:
+            ``"jax"``, ``"torch"``, ``"autograd"``, ``"finitediff"``, or the
+            name of a selector defined out of tree.
         **options: the selector's options, for example ``jit=True``.
 
     Returns:
@@ -439,7 +457,7 @@ def backend(name: str, **options: Any) -> AbstractBackend:
     try:
         cls = _BY_NAME[name.lower()]
     except KeyError:
-        known = ", ".join(repr(n) for n in ("jax", "torch", "autograd", "finitediff"))
+        known = ", ".join(repr(cls.name) for cls in dict.fromkeys(_BY_NAME.values()))
         raise ValueError(f"unknown backend {name!r}; known backends: {known}") from None
     return cls(**options)
 
