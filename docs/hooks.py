@@ -60,15 +60,38 @@ def label(selector: Any) -> str:
 
 
 def adapter(selector: Any) -> Any:
-    """The adapter behind a selector (imports its engine).
+    """The adapter behind a selector (imports its engine): for a strategy
+    (AutoSparse, SecondOrder), the adapter of the backend it wraps.
 
     Raises:
         di.BackendNotInstalledError: the engine is missing; the tables cannot be
             generated without it.
     """
-    from di.backends.registry import get_adapter
+    from di.backends.registry import get_adapter, get_strategy
 
-    return get_adapter(selector)
+    strategy = get_strategy(selector)
+    return get_adapter(selector if strategy is None else strategy.engine(selector))
+
+
+def support(selector: Any) -> dict[str, str]:
+    """How the selector computes each operator family: ``"native"``, ``"fallback"``
+    or ``"unsupported"`` from an engine's adapter, a strategy's own words otherwise."""
+    from di.backends.registry import get_strategy
+
+    strategy = get_strategy(selector)
+    return type(adapter(selector)).support() if strategy is None else strategy.support(selector)
+
+
+def native_pytrees(selector: Any) -> dict[str, str]:
+    """Per operator family: ``"native"`` when the engine takes a pytree ``x`` itself,
+    ``"flattened"`` when ``di`` flattens it, ``"refused"`` for sparse operators."""
+    from di.backends.protocol import OPERATOR_FAMILIES
+
+    native, how = adapter(selector).native_pytrees, support(selector)
+    return {
+        family: "refused" if how[family].startswith("sparse") else "native" if family in native else "flattened"
+        for family in OPERATOR_FAMILIES
+    }
 
 
 def _code(text: str) -> str:
@@ -93,17 +116,17 @@ def operators_table() -> str:
     from di.backends.protocol import OPERATOR_FAMILIES
 
     columns = [s for s in selectors() if not getattr(s, "jit", False) and not getattr(s, "compile", False)]
-    support = {label(s): type(adapter(s)).support() for s in columns}
+    supports = {label(s): support(s) for s in columns}
     rows = []
     for family, names in OPERATOR_FAMILIES.items():
-        rows.append([" / ".join(_code(name) for name in names), *(support[label(s)][family] for s in columns)])
+        rows.append([" / ".join(_code(name) for name in names), *(supports[label(s)][family] for s in columns)])
     for family in ("pullback", "hvp"):
         same_point = f"{family}_same_point"
         cells = []
         for s in columns:
             cls = type(adapter(s))
-            if support[label(s)][family] in ("unsupported", "as the dense backend"):
-                cells.append(support[label(s)][family])
+            if supports[label(s)][family] not in ("native", "fallback"):
+                cells.append(supports[label(s)][family])
             else:
                 cells.append("native" if cls.has_native(same_point) else "fallback")
         rows.append([f"{_code(family)} at one point ({_code(f'prepare_{same_point}')})", *cells])
@@ -172,11 +195,8 @@ def pytrees_table() -> str:
     from di.backends.protocol import OPERATOR_FAMILIES
 
     columns = selectors()
-    native = {label(s): frozenset(getattr(adapter(s), "native_pytrees", frozenset())) for s in columns}
-    rows = []
-    for family in OPERATOR_FAMILIES:
-        cells = ["native" if family in native[label(s)] else "flattened" for s in columns]
-        rows.append([_code(family), *cells])
+    how = {label(s): native_pytrees(s) for s in columns}
+    rows = [[_code(family), *(how[label(s)][family] for s in columns)] for family in OPERATOR_FAMILIES]
     return _table(["operator", *(_code(label(s)) for s in columns)], rows)
 
 
@@ -184,7 +204,7 @@ def second_order_table() -> str:
     """Outer x inner backends of ``SecondOrder``: which pairs compute second order
     (``Adapter.differentiates_programs_of``, the check made at preparation)."""
     import di
-    from di.backends.second_order import supported_pairs
+    from di.second_order import supported_pairs
 
     engines = [di.AutoJAX(), di.AutoTorch(), di.AutoAutograd(), di.AutoFiniteDiff()]
     pairs = set(supported_pairs(engines))

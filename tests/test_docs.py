@@ -281,7 +281,6 @@ def test_operator_table_is_what_the_adapters_declare() -> None:
     pytest.importorskip("torch")
     pytest.importorskip("autograd")
     from di.backends.protocol import OPERATOR_FAMILIES
-    from di.backends.registry import get_adapter
 
     hooks = _hooks()
     rows = _table_rows(hooks.operators_table())
@@ -292,7 +291,7 @@ def test_operator_table_is_what_the_adapters_declare() -> None:
         if name not in header:
             continue  # a compiled selector: same adapter as its eager column
         index = header.index(name)
-        support = type(get_adapter(selector)).support()
+        support = hooks.support(selector)
         for family in OPERATOR_FAMILIES:
             assert by_operator[family][index] == support[family], (family, name)
 
@@ -315,8 +314,10 @@ def test_pytree_table_follows_the_adapters_declarations() -> None:
     for selector in hooks.selectors():
         index = header.index(f"`{hooks.label(selector)}`")
         native = hooks.adapter(selector).native_pytrees
+        sparse = hooks.support(selector)
         for family, row in by_operator.items():
-            assert row[index] == ("native" if family in native else "flattened"), (family, selector)
+            expected = "native" if family in native else "flattened"
+            assert row[index] == ("refused" if sparse[family].startswith("sparse") else expected), (family, selector)
 
 
 # --- the site builds ----------------------------------------------------------------------------

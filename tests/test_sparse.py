@@ -190,7 +190,7 @@ def test_unknown_primitives_and_loops_fall_back_to_dense_with_a_note() -> None:
     found = detection.jacobian_pattern(looped, np.zeros(3), [], [])
     assert found.pattern.toarray().all() and any("loop" in note for note in found.notes)
     prep = di.prepare_jacobian(sorted_tail, di.AutoSparse(di.AutoJAX()), np.zeros(4))
-    assert any(note.startswith("sort:") for note in prep.sparse_info.notes)
+    assert any(note.startswith("sort:") for note in prep.info.notes)
     x = np.array([0.3, 2.0, -1.0, 0.5])
     np.testing.assert_allclose(
         di.jacobian(sorted_tail, prep, di.AutoSparse(di.AutoJAX()), x).toarray(),
@@ -246,7 +246,7 @@ def test_the_dense_mode_picks_pullbacks() -> None:
     for mode in ("forward", "reverse"):
         backend = di.AutoSparse(di.AutoTorch(mode=mode))
         prep = di.prepare_jacobian(tridiagonal, backend, x)
-        assert prep.sparse_info.mode == mode and prep.colors == 3
+        assert prep.info.mode == mode and prep.colors == 3
         np.testing.assert_allclose(di.jacobian(tridiagonal, prep, backend, x).toarray(), _tridiagonal(x))
     # Rows: one dense row needs one pullback per row color, columns need n pushforwards.
     prep = di.prepare_jacobian(lambda x: x * x.sum(), di.AutoSparse(di.AutoTorch()), x)

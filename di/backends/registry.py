@@ -8,20 +8,22 @@ parties register their own selector type with :func:`register_backend`.
 from __future__ import annotations
 
 import importlib
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from di.backends.selectors import AbstractBackend
 from di.errors import BackendNotInstalledError, InvalidInputError
 
 if TYPE_CHECKING:
     from di.backends.protocol import Adapter
+    from di.prep.strategy import Strategy
 
-__all__ = ["get_adapter", "register_backend"]
+__all__ = ["get_adapter", "get_strategy", "register_backend"]
 
 _ADAPTER_PATHS: dict[type[AbstractBackend], str | type[Adapter]] = {}
 """Adapters registered with :func:`register_backend`; other selectors name theirs
 (their ``adapter`` class attribute)."""
 _ADAPTERS: dict[AbstractBackend, Adapter] = {}
+_STRATEGIES: dict[type[AbstractBackend], Strategy | None] = {}
 
 
 def register_backend(selector_type: type[AbstractBackend], adapter: str | type[Adapter]) -> None:
@@ -49,6 +51,7 @@ def register_backend(selector_type: type[AbstractBackend], adapter: str | type[A
         >>> register_backend(MyFD, FiniteDiffAdapter)
     """
     _ADAPTER_PATHS[selector_type] = adapter
+    _STRATEGIES.clear()
     for backend in [b for b in _ADAPTERS if type(b) is selector_type]:
         del _ADAPTERS[backend]
 
@@ -65,36 +68,82 @@ def get_adapter(backend: AbstractBackend) -> Adapter:
     except (KeyError, TypeError):
         pass
     if not isinstance(backend, AbstractBackend):
-        raise InvalidInputError(
-            f"backend must be a backend selector such as di.AutoFiniteDiff() or di.backend('finitediff'), "
-            f"not {type(backend).__name__}"
-        )
+        raise _not_a_selector(backend)
     adapter_class = _load(backend)
     adapter = adapter_class(backend)
     _ADAPTERS[backend] = adapter
     return adapter
 
 
+def get_strategy(backend: AbstractBackend) -> Strategy | None:
+    """The strategy of a selector that wraps other backends (its ``strategy``
+    class attribute, imported on first use), or ``None`` for an engine's selector.
+
+    Raises:
+        InvalidInputError: ``backend`` is not a backend selector.
+        BackendNotInstalledError: an engine the strategy needs is not installed.
+
+    Examples:
+        >>> import di
+        >>> from di.backends.registry import get_strategy
+        >>> get_strategy(di.AutoFiniteDiff()) is None, get_strategy(di.SecondOrder()) is not None
+        (True, True)
+    """
+    cls = type(backend)
+    try:
+        strategy = _STRATEGIES[cls]
+    except KeyError:
+        if not isinstance(backend, AbstractBackend):
+            raise _not_a_selector(backend) from None
+        path = _declared(cls, "strategy")
+        strategy = _STRATEGIES[cls] = None if not isinstance(path, str) else _imported(path, backend)()
+    if strategy is not None and not backend.is_installed:
+        raise _not_installed(backend)
+    return strategy
+
+
+def _declared(cls: type[AbstractBackend], attribute: str) -> str | type[Adapter] | None:
+    """The adapter (or strategy) nearest in ``cls``'s MRO: registered with
+    :func:`register_backend`, or named by the class itself."""
+    for base in cls.__mro__:
+        registered = _ADAPTER_PATHS.get(base)
+        if registered is not None:
+            return registered if attribute == "adapter" else None
+        declared = base.__dict__.get(attribute)
+        if declared:
+            return declared  # type: ignore[no-any-return]
+    return None
+
+
 def _load(backend: AbstractBackend) -> type[Adapter]:
-    for cls in type(backend).__mro__:
-        target = _ADAPTER_PATHS.get(cls) or getattr(cls, "__dict__", {}).get("adapter")  # type: ignore[arg-type]
-        if target:
-            break
-    else:
+    target = _declared(type(backend), "adapter")
+    if target is None:
         raise InvalidInputError(
-            f"no adapter is registered for {type(backend).__name__}; use di.backends.register_backend"
+            f"no adapter is registered for {type(backend).__name__}; register one with di.register_backend"
         )
     if not isinstance(target, str):
         return target
     if not backend.is_installed:
         raise _not_installed(backend)
-    module_name, _, class_name = target.partition(":")
+    adapter_class: type[Adapter] = _imported(target, backend)
+    return adapter_class
+
+
+def _imported(path: str, backend: AbstractBackend) -> Any:
+    """The object at ``"module:name"``, importing the module (and its engine)."""
+    module_name, _, name = path.partition(":")
     try:
         module = importlib.import_module(module_name)
     except ImportError as err:
         raise _not_installed(backend) from err
-    adapter_class: type[Adapter] = getattr(module, class_name)
-    return adapter_class
+    return getattr(module, name)
+
+
+def _not_a_selector(backend: Any) -> InvalidInputError:
+    return InvalidInputError(
+        f"backend must be a backend selector such as di.AutoFiniteDiff() or di.backend('finitediff'), "
+        f"not {type(backend).__name__}"
+    )
 
 
 def _not_installed(backend: AbstractBackend) -> BackendNotInstalledError:

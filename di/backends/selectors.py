@@ -231,7 +231,7 @@ class SecondOrder(AbstractBackend):
     outer: AbstractBackend = field(default_factory=lambda: AutoFiniteDiff())
     inner: AbstractBackend = field(default_factory=lambda: AutoFiniteDiff())
     engine_display: ClassVar[str] = "its two backends"
-    adapter: ClassVar[str] = "di.backends.second_order:SecondOrderAdapter"
+    strategy: ClassVar[str] = "di.second_order.strategy:SecondOrderStrategy"
 
     @property
     def is_installed(self) -> bool:
@@ -298,7 +298,7 @@ class AutoFastest(AbstractBackend):
     include_compiled: bool = field(default=True, kw_only=True)
     cache: str | os.PathLike[str] | None = field(default=None, kw_only=True)
     engine_display: ClassVar[str] = "its candidates"
-    adapter: ClassVar[str] = "di.backends.fastest:FastestAdapter"
+    strategy: ClassVar[str] = "di.fastest.strategy:FastestStrategy"
     prepared_only: ClassVar[str] = (
         "it chooses a backend by measuring every candidate, which an unprepared call would repeat every time"
     )
@@ -390,7 +390,7 @@ class AutoSparse(AbstractBackend):
     """
 
     dense: AbstractBackend = field(default_factory=lambda: AutoJAX())
-    adapter: ClassVar[str] = "di.backends.sparse:SparseAdapter"
+    strategy: ClassVar[str] = "di.sparse.strategy:SparseStrategy"
     sparsity: Any = field(default=None, kw_only=True)
     coloring: str = field(default="greedy", kw_only=True)
     order: str = field(default="largest_first", kw_only=True)

@@ -7,7 +7,9 @@ from typing import Any
 
 from di.backends.selectors import AbstractBackend
 from di.contexts import Context
-from di.operators.common import prepare_operator, run_operator
+from di.operators.call import operator_call
+from di.operators.prepare import prepare_operator
+from di.operators.table import documented
 from di.prep.base import Prep
 
 __all__ = ["derivative", "prepare_derivative", "value_and_derivative"]
@@ -15,6 +17,7 @@ __all__ = ["derivative", "prepare_derivative", "value_and_derivative"]
 _OPERATOR = "derivative"
 
 
+@documented
 def prepare_derivative(
     f: Callable[..., Any],
     backend: AbstractBackend,
@@ -32,12 +35,9 @@ def prepare_derivative(
         f: the function, called as ``f(x, *context_values)``.
         backend: a backend selector.
         x: an input like the ones the calls will pass (its values do not matter).
-        *contexts: ``di.Constant`` / ``di.Cache`` wrappers, in ``f``'s order.
-        strict: check every prepared call's arguments against this signature.
-        has_aux: ``f`` returns ``(y, aux)``: only ``y`` is differentiated, and
-            ``aux`` (any pytree) comes back from the same evaluation of ``f``;
-            the plain call then returns ``(result, aux)`` and the ``value_and_*``
-            form ``((y, aux), result)``, as JAX does.
+        {contexts}
+        {strict}
+        {has_aux}
 
     Returns:
         A :class:`di.Prep` serving ``derivative`` and ``value_and_derivative``.
@@ -58,6 +58,7 @@ def prepare_derivative(
     return prepare_operator(_OPERATOR, f, backend, x, None, contexts, strict, has_aux=has_aux)
 
 
+@documented
 def derivative(f: Callable[..., Any], *args: Any, out: Any = None, has_aux: bool = False) -> Any:
     """Derivative of ``f`` at a scalar ``x`` (a 0-d array or a float); ``f`` may return any shape.
 
@@ -68,12 +69,8 @@ def derivative(f: Callable[..., Any], *args: Any, out: Any = None, has_aux: bool
     Args:
         f: the function, called as ``f(x, *context_values)``.
         *args: ``[prep,] backend, x, *contexts``.
-        out: optional numpy array or torch tensor to write the result into (checked
-            against the result's shape and dtype first); it is returned.
-        has_aux: ``f`` returns ``(y, aux)``: only ``y`` is differentiated, and
-            ``aux`` (any pytree) comes back from the same evaluation of ``f``;
-            the plain call then returns ``(result, aux)`` and the ``value_and_*``
-            form ``((y, aux), result)``, as JAX does.
+        {out}
+        {has_aux}
 
     Returns:
         The derivative, shaped like ``f``'s output.
@@ -88,9 +85,10 @@ def derivative(f: Callable[..., Any], *args: Any, out: Any = None, has_aux: bool
         >>> di.derivative(lambda x: x ** 3, di.AutoFiniteDiff(), np.array(2.0)).round(6)
         np.float64(12.0)
     """
-    return run_operator(_OPERATOR, "derivative", f, args, out, prepare_derivative, has_aux)
+    return _derivative(f, args, out, has_aux)
 
 
+@documented
 def value_and_derivative(f: Callable[..., Any], *args: Any, out: Any = None, has_aux: bool = False) -> Any:
     """``derivative`` together with the value, from one prep.
 
@@ -99,12 +97,8 @@ def value_and_derivative(f: Callable[..., Any], *args: Any, out: Any = None, has
     Args:
         f: the function, called as ``f(x, *context_values)``.
         *args: ``[prep,] backend, x, *contexts``.
-        out: optional numpy array or torch tensor to write the result into (checked
-            against the result's shape and dtype first); it is returned.
-        has_aux: ``f`` returns ``(y, aux)``: only ``y`` is differentiated, and
-            ``aux`` (any pytree) comes back from the same evaluation of ``f``;
-            the plain call then returns ``(result, aux)`` and the ``value_and_*``
-            form ``((y, aux), result)``, as JAX does.
+        {out}
+        {has_aux}
 
     Returns:
         ``(y, dy)``.
@@ -120,4 +114,8 @@ def value_and_derivative(f: Callable[..., Any], *args: Any, out: Any = None, has
         >>> float(y), float(dy.round(4))
         (8.0, 12.0)
     """
-    return run_operator(_OPERATOR, "value_and_derivative", f, args, out, prepare_derivative, has_aux)
+    return _value_and_derivative(f, args, out, has_aux)
+
+
+_derivative = operator_call(_OPERATOR, "derivative")
+_value_and_derivative = operator_call(_OPERATOR, "value_and_derivative")

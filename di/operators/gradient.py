@@ -7,7 +7,9 @@ from typing import Any
 
 from di.backends.selectors import AbstractBackend
 from di.contexts import Context
-from di.operators.common import prepare_operator, run_operator
+from di.operators.call import operator_call
+from di.operators.prepare import prepare_operator
+from di.operators.table import documented
 from di.prep.base import Prep
 
 __all__ = ["gradient", "prepare_gradient", "value_and_gradient"]
@@ -15,6 +17,7 @@ __all__ = ["gradient", "prepare_gradient", "value_and_gradient"]
 _OPERATOR = "gradient"
 
 
+@documented
 def prepare_gradient(
     f: Callable[..., Any],
     backend: AbstractBackend,
@@ -33,13 +36,9 @@ def prepare_gradient(
         f: scalar-valued function, called as ``f(x, *context_values)``.
         backend: a selector such as ``di.AutoJAX(jit=True)``.
         x: the point's type and shape to prepare for (its values do not matter).
-        *contexts: ``di.Constant`` / ``di.Cache`` wrappers, in ``f``'s order.
-        strict: check every prepared call's arguments against this signature
-            (a few hundred nanoseconds) and raise on a mismatch.
-        has_aux: ``f`` returns ``(y, aux)``: only ``y`` is differentiated, and
-            ``aux`` (any pytree) comes back from the same evaluation of ``f``;
-            the plain call then returns ``(result, aux)`` and the ``value_and_*``
-            form ``((y, aux), result)``, as JAX does.
+        {contexts}
+        {strict}
+        {has_aux}
 
     Returns:
         A :class:`di.Prep` for ``gradient`` and ``value_and_gradient``.
@@ -60,6 +59,7 @@ def prepare_gradient(
     return prepare_operator(_OPERATOR, f, backend, x, None, contexts, strict, has_aux=has_aux)
 
 
+@documented
 def gradient(f: Callable[..., Any], *args: Any, out: Any = None, has_aux: bool = False) -> Any:
     """Gradient of a scalar-valued ``f`` at ``x``.
 
@@ -71,12 +71,8 @@ def gradient(f: Callable[..., Any], *args: Any, out: Any = None, has_aux: bool =
     Args:
         f: scalar-valued function, called as ``f(x, *context_values)``.
         *args: ``[prep,] backend, x, *contexts``.
-        out: optional numpy array or torch tensor shaped like ``x`` to write the
-            gradient into; it is returned. It is untouched if the call fails.
-        has_aux: ``f`` returns ``(y, aux)``: only ``y`` is differentiated, and
-            ``aux`` (any pytree) comes back from the same evaluation of ``f``;
-            the plain call then returns ``(result, aux)`` and the ``value_and_*``
-            form ``((y, aux), result)``, as JAX does.
+        {out}
+        {has_aux}
 
     Returns:
         The gradient, in the array family, shape, dtype and device of ``x``.
@@ -93,13 +89,10 @@ def gradient(f: Callable[..., Any], *args: Any, out: Any = None, has_aux: bool =
         >>> di.gradient(f, di.AutoFiniteDiff(), np.array([1.0, 2.0]), di.Constant(0.5)).round(6)
         array([1., 2.])
     """
-    if out is None and len(args) >= 3:
-        prep = args[0]
-        if prep.__class__ is Prep and prep.operator == _OPERATOR and prep.has_aux is has_aux:
-            return prep.runners[_OPERATOR](f, args[1], args[2], args[3:])
-    return run_operator(_OPERATOR, _OPERATOR, f, args, out, prepare_gradient, has_aux)
+    return _gradient(f, args, out, has_aux)
 
 
+@documented
 def value_and_gradient(f: Callable[..., Any], *args: Any, out: Any = None, has_aux: bool = False) -> tuple[Any, Any]:
     """Value and gradient of a scalar-valued ``f`` at ``x``, in one pass.
 
@@ -109,10 +102,7 @@ def value_and_gradient(f: Callable[..., Any], *args: Any, out: Any = None, has_a
         f: scalar-valued function, called as ``f(x, *context_values)``.
         *args: ``[prep,] backend, x, *contexts``.
         out: optional buffer for the gradient, as in :func:`di.gradient`.
-        has_aux: ``f`` returns ``(y, aux)``: only ``y`` is differentiated, and
-            ``aux`` (any pytree) comes back from the same evaluation of ``f``;
-            the plain call then returns ``(result, aux)`` and the ``value_and_*``
-            form ``((y, aux), result)``, as JAX does.
+        {has_aux}
 
     Returns:
         ``(y, g)``: ``y`` a 0-d array and ``g`` the gradient, both in ``x``'s
@@ -129,10 +119,8 @@ def value_and_gradient(f: Callable[..., Any], *args: Any, out: Any = None, has_a
         >>> float(y), g.round(6)
         (9.0, array([6.]))
     """
-    if out is None and len(args) >= 3:
-        prep = args[0]
-        if prep.__class__ is Prep and prep.operator == _OPERATOR and prep.has_aux is has_aux:
-            return prep.runners["value_and_gradient"](f, args[1], args[2], args[3:])  # type: ignore[no-any-return]
-    return run_operator(  # type: ignore[no-any-return]
-        _OPERATOR, "value_and_gradient", f, args, out, prepare_gradient, has_aux
-    )
+    return _value_and_gradient(f, args, out, has_aux)
+
+
+_gradient = operator_call(_OPERATOR, "gradient")
+_value_and_gradient = operator_call(_OPERATOR, "value_and_gradient")

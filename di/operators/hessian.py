@@ -7,7 +7,9 @@ from typing import Any
 
 from di.backends.selectors import AbstractBackend
 from di.contexts import Context
-from di.operators.common import prepare_operator, run_operator
+from di.operators.call import operator_call
+from di.operators.prepare import prepare_operator
+from di.operators.table import documented
 from di.prep.base import Prep
 
 __all__ = ["hessian", "prepare_hessian", "value_gradient_and_hessian"]
@@ -15,6 +17,7 @@ __all__ = ["hessian", "prepare_hessian", "value_gradient_and_hessian"]
 _OPERATOR = "hessian"
 
 
+@documented
 def prepare_hessian(
     f: Callable[..., Any], backend: AbstractBackend, x: Any, *contexts: Context, strict: bool = True
 ) -> Prep:
@@ -27,8 +30,8 @@ def prepare_hessian(
         f: the function, called as ``f(x, *context_values)``.
         backend: a backend selector.
         x: an input like the ones the calls will pass (its values do not matter).
-        *contexts: ``di.Constant`` / ``di.Cache`` wrappers, in ``f``'s order.
-        strict: check every prepared call's arguments against this signature.
+        {contexts}
+        {strict}
 
     Returns:
         A :class:`di.Prep` serving ``hessian`` and ``value_gradient_and_hessian``.
@@ -50,6 +53,7 @@ def prepare_hessian(
     return prepare_operator(_OPERATOR, f, backend, x, None, contexts, strict)
 
 
+@documented
 def hessian(f: Callable[..., Any], *args: Any, out: Any = None) -> Any:
     """Hessian of a scalar-valued ``f`` at ``x``, of shape ``x.shape + x.shape``.
 
@@ -60,8 +64,7 @@ def hessian(f: Callable[..., Any], *args: Any, out: Any = None) -> Any:
     Args:
         f: the function, called as ``f(x, *context_values)``.
         *args: ``[prep,] backend, x, *contexts``.
-        out: optional numpy array or torch tensor to write the result into (checked
-            against the result's shape and dtype first); it is returned.
+        {out}
 
     Returns:
         The Hessian, in ``x``'s array family.
@@ -77,9 +80,10 @@ def hessian(f: Callable[..., Any], *args: Any, out: Any = None) -> Any:
         array([[ 6.,  0.],
                [ 0., 12.]])
     """
-    return run_operator(_OPERATOR, "hessian", f, args, out, prepare_hessian)
+    return _hessian(f, args, out, False)
 
 
+@documented
 def value_gradient_and_hessian(f: Callable[..., Any], *args: Any, out: Any = None) -> Any:
     """``hessian`` together with the value and the gradient, from one prep.
 
@@ -88,8 +92,7 @@ def value_gradient_and_hessian(f: Callable[..., Any], *args: Any, out: Any = Non
     Args:
         f: the function, called as ``f(x, *context_values)``.
         *args: ``[prep,] backend, x, *contexts``.
-        out: optional numpy array or torch tensor to write the result into (checked
-            against the result's shape and dtype first); it is returned.
+        {out}
 
     Returns:
         ``(y, g, H)``.
@@ -106,4 +109,8 @@ def value_gradient_and_hessian(f: Callable[..., Any], *args: Any, out: Any = Non
         (9.0, array([ 3., 12.]), array([[ 6.,  0.],
                [ 0., 12.]]))
     """
-    return run_operator(_OPERATOR, "value_gradient_and_hessian", f, args, out, prepare_hessian)
+    return _value_gradient_and_hessian(f, args, out, False)
+
+
+_hessian = operator_call(_OPERATOR, "hessian")
+_value_gradient_and_hessian = operator_call(_OPERATOR, "value_gradient_and_hessian")

@@ -7,7 +7,9 @@ from typing import Any
 
 from di.backends.selectors import AbstractBackend
 from di.contexts import Context
-from di.operators.common import prepare_operator, run_operator
+from di.operators.call import operator_call
+from di.operators.prepare import prepare_operator
+from di.operators.table import documented
 from di.prep.base import Prep
 
 __all__ = ["gradient_and_hvp", "hvp", "prepare_hvp", "prepare_hvp_same_point"]
@@ -15,6 +17,7 @@ __all__ = ["gradient_and_hvp", "hvp", "prepare_hvp", "prepare_hvp_same_point"]
 _OPERATOR = "hvp"
 
 
+@documented
 def prepare_hvp(
     f: Callable[..., Any],
     backend: AbstractBackend,
@@ -33,8 +36,8 @@ def prepare_hvp(
         backend: a backend selector.
         x: an input like the ones the calls will pass (its values do not matter).
         tx: tuple of tangents shaped like x (one result per element).
-        *contexts: ``di.Constant`` / ``di.Cache`` wrappers, in ``f``'s order.
-        strict: check every prepared call's arguments against this signature.
+        {contexts}
+        {strict}
 
     Returns:
         A :class:`di.Prep` serving ``hvp`` and ``gradient_and_hvp``.
@@ -55,6 +58,7 @@ def prepare_hvp(
     return prepare_operator(_OPERATOR, f, backend, x, tx, contexts, strict)
 
 
+@documented
 def prepare_hvp_same_point(
     f: Callable[..., Any],
     backend: AbstractBackend,
@@ -96,6 +100,7 @@ def prepare_hvp_same_point(
     return prepare_operator(_OPERATOR, f, backend, x, tx, contexts, strict, same_point=True)
 
 
+@documented
 def hvp(f: Callable[..., Any], *args: Any) -> Any:
     """Hessian-vector products of a scalar-valued ``f`` at ``x``, one per tangent in ``tx``.
 
@@ -124,13 +129,10 @@ def hvp(f: Callable[..., Any], *args: Any) -> Any:
         >>> hv[0].round(4)
         array([ 6., 12.])
     """
-    if len(args) >= 4:  # a prepared call: straight to the prep's runner
-        prep = args[0]
-        if prep.__class__ is Prep and prep.operator == _OPERATOR and prep.same_point is None and not prep.has_aux:
-            return prep.runners["hvp"](f, args[1], args[2], args[3], args[4:])
-    return run_operator(_OPERATOR, "hvp", f, args, None, prepare_hvp)
+    return _hvp(f, args, None, False)
 
 
+@documented
 def gradient_and_hvp(f: Callable[..., Any], *args: Any) -> Any:
     """``hvp`` together with the gradient, from one prep.
 
@@ -153,8 +155,8 @@ def gradient_and_hvp(f: Callable[..., Any], *args: Any) -> Any:
         >>> g.round(4), hv.round(3)
         (array([ 3., 12.]), array([ 6., 12.]))
     """
-    if len(args) >= 4:  # a prepared call: straight to the prep's runner
-        prep = args[0]
-        if prep.__class__ is Prep and prep.operator == _OPERATOR and prep.same_point is None and not prep.has_aux:
-            return prep.runners["gradient_and_hvp"](f, args[1], args[2], args[3], args[4:])
-    return run_operator(_OPERATOR, "gradient_and_hvp", f, args, None, prepare_hvp)
+    return _gradient_and_hvp(f, args, None, False)
+
+
+_hvp = operator_call(_OPERATOR, "hvp")
+_gradient_and_hvp = operator_call(_OPERATOR, "gradient_and_hvp")

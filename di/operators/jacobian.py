@@ -7,7 +7,9 @@ from typing import Any
 
 from di.backends.selectors import AbstractBackend
 from di.contexts import Context
-from di.operators.common import prepare_operator, run_operator
+from di.operators.call import operator_call
+from di.operators.prepare import prepare_operator
+from di.operators.table import documented
 from di.prep.base import Prep
 
 __all__ = ["jacobian", "prepare_jacobian", "value_and_jacobian"]
@@ -15,6 +17,7 @@ __all__ = ["jacobian", "prepare_jacobian", "value_and_jacobian"]
 _OPERATOR = "jacobian"
 
 
+@documented
 def prepare_jacobian(
     f: Callable[..., Any],
     backend: AbstractBackend,
@@ -32,12 +35,9 @@ def prepare_jacobian(
         f: the function, called as ``f(x, *context_values)``.
         backend: a backend selector.
         x: an input like the ones the calls will pass (its values do not matter).
-        *contexts: ``di.Constant`` / ``di.Cache`` wrappers, in ``f``'s order.
-        strict: check every prepared call's arguments against this signature.
-        has_aux: ``f`` returns ``(y, aux)``: only ``y`` is differentiated, and
-            ``aux`` (any pytree) comes back from the same evaluation of ``f``;
-            the plain call then returns ``(result, aux)`` and the ``value_and_*``
-            form ``((y, aux), result)``, as JAX does.
+        {contexts}
+        {strict}
+        {has_aux}
 
     Returns:
         A :class:`di.Prep` serving ``jacobian`` and ``value_and_jacobian``.
@@ -59,6 +59,7 @@ def prepare_jacobian(
     return prepare_operator(_OPERATOR, f, backend, x, None, contexts, strict, has_aux=has_aux)
 
 
+@documented
 def jacobian(f: Callable[..., Any], *args: Any, out: Any = None, has_aux: bool = False) -> Any:
     """Jacobian of an array-to-array ``f`` at ``x``, of shape ``y.shape + x.shape``.
 
@@ -73,12 +74,8 @@ def jacobian(f: Callable[..., Any], *args: Any, out: Any = None, has_aux: bool =
     Args:
         f: the function, called as ``f(x, *context_values)``.
         *args: ``[prep,] backend, x, *contexts``.
-        out: optional numpy array or torch tensor to write the result into (checked
-            against the result's shape and dtype first); it is returned.
-        has_aux: ``f`` returns ``(y, aux)``: only ``y`` is differentiated, and
-            ``aux`` (any pytree) comes back from the same evaluation of ``f``;
-            the plain call then returns ``(result, aux)`` and the ``value_and_*``
-            form ``((y, aux), result)``, as JAX does.
+        {out}
+        {has_aux}
 
     Returns:
         The jacobian, in ``x``'s array family.
@@ -94,9 +91,10 @@ def jacobian(f: Callable[..., Any], *args: Any, out: Any = None, has_aux: bool =
         array([[2., 0.],
                [0., 4.]])
     """
-    return run_operator(_OPERATOR, "jacobian", f, args, out, prepare_jacobian, has_aux)
+    return _jacobian(f, args, out, has_aux)
 
 
+@documented
 def value_and_jacobian(f: Callable[..., Any], *args: Any, out: Any = None, has_aux: bool = False) -> Any:
     """``jacobian`` together with the value, from one prep.
 
@@ -105,12 +103,8 @@ def value_and_jacobian(f: Callable[..., Any], *args: Any, out: Any = None, has_a
     Args:
         f: the function, called as ``f(x, *context_values)``.
         *args: ``[prep,] backend, x, *contexts``.
-        out: optional numpy array or torch tensor to write the result into (checked
-            against the result's shape and dtype first); it is returned.
-        has_aux: ``f`` returns ``(y, aux)``: only ``y`` is differentiated, and
-            ``aux`` (any pytree) comes back from the same evaluation of ``f``;
-            the plain call then returns ``(result, aux)`` and the ``value_and_*``
-            form ``((y, aux), result)``, as JAX does.
+        {out}
+        {has_aux}
 
     Returns:
         ``(y, J)``.
@@ -127,4 +121,8 @@ def value_and_jacobian(f: Callable[..., Any], *args: Any, out: Any = None, has_a
         (array([1., 4.]), array([[2., 0.],
                [0., 4.]]))
     """
-    return run_operator(_OPERATOR, "value_and_jacobian", f, args, out, prepare_jacobian, has_aux)
+    return _value_and_jacobian(f, args, out, has_aux)
+
+
+_jacobian = operator_call(_OPERATOR, "jacobian")
+_value_and_jacobian = operator_call(_OPERATOR, "value_and_jacobian")

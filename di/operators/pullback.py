@@ -7,7 +7,9 @@ from typing import Any
 
 from di.backends.selectors import AbstractBackend
 from di.contexts import Context
-from di.operators.common import prepare_operator, run_operator
+from di.operators.call import operator_call
+from di.operators.prepare import prepare_operator
+from di.operators.table import documented
 from di.prep.base import Prep
 
 __all__ = ["prepare_pullback", "prepare_pullback_same_point", "pullback", "value_and_pullback"]
@@ -15,6 +17,7 @@ __all__ = ["prepare_pullback", "prepare_pullback_same_point", "pullback", "value
 _OPERATOR = "pullback"
 
 
+@documented
 def prepare_pullback(
     f: Callable[..., Any],
     backend: AbstractBackend,
@@ -34,12 +37,9 @@ def prepare_pullback(
         backend: a backend selector.
         x: an input like the ones the calls will pass (its values do not matter).
         ty: tuple of cotangents shaped like f(x) (one result per element).
-        *contexts: ``di.Constant`` / ``di.Cache`` wrappers, in ``f``'s order.
-        strict: check every prepared call's arguments against this signature.
-        has_aux: ``f`` returns ``(y, aux)``: only ``y`` is differentiated, and
-            ``aux`` (any pytree) comes back from the same evaluation of ``f``;
-            the plain call then returns ``(result, aux)`` and the ``value_and_*``
-            form ``((y, aux), result)``, as JAX does.
+        {contexts}
+        {strict}
+        {has_aux}
 
     Returns:
         A :class:`di.Prep` serving ``pullback`` and ``value_and_pullback``.
@@ -60,6 +60,7 @@ def prepare_pullback(
     return prepare_operator(_OPERATOR, f, backend, x, ty, contexts, strict, has_aux=has_aux)
 
 
+@documented
 def prepare_pullback_same_point(
     f: Callable[..., Any],
     backend: AbstractBackend,
@@ -101,6 +102,7 @@ def prepare_pullback_same_point(
     return prepare_operator(_OPERATOR, f, backend, x, ty, contexts, strict, same_point=True)
 
 
+@documented
 def pullback(f: Callable[..., Any], *args: Any, has_aux: bool = False) -> Any:
     """Vector-Jacobian products (VJPs) of ``f`` at ``x``, one per cotangent in the tuple ``ty``.
 
@@ -111,10 +113,7 @@ def pullback(f: Callable[..., Any], *args: Any, has_aux: bool = False) -> Any:
     Args:
         f: the function, called as ``f(x, *context_values)``.
         *args: ``[prep,] backend, x, ty, *contexts``.
-        has_aux: ``f`` returns ``(y, aux)``: only ``y`` is differentiated, and
-            ``aux`` (any pytree) comes back from the same evaluation of ``f``;
-            the plain call then returns ``(result, aux)`` and the ``value_and_*``
-            form ``((y, aux), result)``, as JAX does.
+        {has_aux}
 
     Returns:
         A tuple with one input cotangent (shaped like ``x``) per cotangent.
@@ -129,14 +128,10 @@ def pullback(f: Callable[..., Any], *args: Any, has_aux: bool = False) -> Any:
         >>> tx[0].round(6)
         array([0., 4.])
     """
-    if len(args) >= 4:  # a prepared call: straight to the prep's runner
-        prep = args[0]
-        if prep.__class__ is Prep and prep.operator == _OPERATOR and prep.has_aux is has_aux:
-            if prep.same_point is None:  # same-point preps check the point: run_operator does
-                return prep.runners["pullback"](f, args[1], args[2], args[3], args[4:])
-    return run_operator(_OPERATOR, "pullback", f, args, None, prepare_pullback, has_aux)
+    return _pullback(f, args, None, has_aux)
 
 
+@documented
 def value_and_pullback(f: Callable[..., Any], *args: Any, has_aux: bool = False) -> Any:
     """``pullback`` together with the value, from one prep.
 
@@ -145,10 +140,7 @@ def value_and_pullback(f: Callable[..., Any], *args: Any, has_aux: bool = False)
     Args:
         f: the function, called as ``f(x, *context_values)``.
         *args: ``[prep,] backend, x, ty, *contexts``.
-        has_aux: ``f`` returns ``(y, aux)``: only ``y`` is differentiated, and
-            ``aux`` (any pytree) comes back from the same evaluation of ``f``;
-            the plain call then returns ``(result, aux)`` and the ``value_and_*``
-            form ``((y, aux), result)``, as JAX does.
+        {has_aux}
 
     Returns:
         ``(y, tuple)``.
@@ -163,9 +155,8 @@ def value_and_pullback(f: Callable[..., Any], *args: Any, has_aux: bool = False)
         >>> y, dx.round(4)
         (array([1., 4.]), array([2., 4.]))
     """
-    if len(args) >= 4:  # a prepared call: straight to the prep's runner
-        prep = args[0]
-        if prep.__class__ is Prep and prep.operator == _OPERATOR and prep.has_aux is has_aux:
-            if prep.same_point is None:  # same-point preps check the point: run_operator does
-                return prep.runners["value_and_pullback"](f, args[1], args[2], args[3], args[4:])
-    return run_operator(_OPERATOR, "value_and_pullback", f, args, None, prepare_pullback, has_aux)
+    return _value_and_pullback(f, args, None, has_aux)
+
+
+_pullback = operator_call(_OPERATOR, "pullback")
+_value_and_pullback = operator_call(_OPERATOR, "value_and_pullback")

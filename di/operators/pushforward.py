@@ -7,7 +7,9 @@ from typing import Any
 
 from di.backends.selectors import AbstractBackend
 from di.contexts import Context
-from di.operators.common import prepare_operator, run_operator
+from di.operators.call import operator_call
+from di.operators.prepare import prepare_operator
+from di.operators.table import documented
 from di.prep.base import Prep
 
 __all__ = ["prepare_pushforward", "pushforward", "value_and_pushforward"]
@@ -15,6 +17,7 @@ __all__ = ["prepare_pushforward", "pushforward", "value_and_pushforward"]
 _OPERATOR = "pushforward"
 
 
+@documented
 def prepare_pushforward(
     f: Callable[..., Any],
     backend: AbstractBackend,
@@ -34,12 +37,9 @@ def prepare_pushforward(
         backend: a backend selector.
         x: an input like the ones the calls will pass (its values do not matter).
         tx: tuple of tangents shaped like x (one result per element).
-        *contexts: ``di.Constant`` / ``di.Cache`` wrappers, in ``f``'s order.
-        strict: check every prepared call's arguments against this signature.
-        has_aux: ``f`` returns ``(y, aux)``: only ``y`` is differentiated, and
-            ``aux`` (any pytree) comes back from the same evaluation of ``f``;
-            the plain call then returns ``(result, aux)`` and the ``value_and_*``
-            form ``((y, aux), result)``, as JAX does.
+        {contexts}
+        {strict}
+        {has_aux}
 
     Returns:
         A :class:`di.Prep` serving ``pushforward`` and ``value_and_pushforward``.
@@ -60,6 +60,7 @@ def prepare_pushforward(
     return prepare_operator(_OPERATOR, f, backend, x, tx, contexts, strict, has_aux=has_aux)
 
 
+@documented
 def pushforward(f: Callable[..., Any], *args: Any, has_aux: bool = False) -> Any:
     """Jacobian-vector products (JVPs) of ``f`` at ``x``, one per tangent in the tuple ``tx``.
 
@@ -70,10 +71,7 @@ def pushforward(f: Callable[..., Any], *args: Any, has_aux: bool = False) -> Any
     Args:
         f: the function, called as ``f(x, *context_values)``.
         *args: ``[prep,] backend, x, tx, *contexts``.
-        has_aux: ``f`` returns ``(y, aux)``: only ``y`` is differentiated, and
-            ``aux`` (any pytree) comes back from the same evaluation of ``f``;
-            the plain call then returns ``(result, aux)`` and the ``value_and_*``
-            form ``((y, aux), result)``, as JAX does.
+        {has_aux}
 
     Returns:
         A tuple with one output tangent (shaped like ``f``'s output) per tangent.
@@ -88,13 +86,10 @@ def pushforward(f: Callable[..., Any], *args: Any, has_aux: bool = False) -> Any
         >>> ty[0].round(6)
         array([2., 0.])
     """
-    if len(args) >= 4:  # a prepared call: straight to the prep's runner
-        prep = args[0]
-        if prep.__class__ is Prep and prep.operator == _OPERATOR and prep.has_aux is has_aux:
-            return prep.runners["pushforward"](f, args[1], args[2], args[3], args[4:])
-    return run_operator(_OPERATOR, "pushforward", f, args, None, prepare_pushforward, has_aux)
+    return _pushforward(f, args, None, has_aux)
 
 
+@documented
 def value_and_pushforward(f: Callable[..., Any], *args: Any, has_aux: bool = False) -> Any:
     """``pushforward`` together with the value, from one prep.
 
@@ -103,10 +98,7 @@ def value_and_pushforward(f: Callable[..., Any], *args: Any, has_aux: bool = Fal
     Args:
         f: the function, called as ``f(x, *context_values)``.
         *args: ``[prep,] backend, x, tx, *contexts``.
-        has_aux: ``f`` returns ``(y, aux)``: only ``y`` is differentiated, and
-            ``aux`` (any pytree) comes back from the same evaluation of ``f``;
-            the plain call then returns ``(result, aux)`` and the ``value_and_*``
-            form ``((y, aux), result)``, as JAX does.
+        {has_aux}
 
     Returns:
         ``(y, tuple)``.
@@ -121,8 +113,8 @@ def value_and_pushforward(f: Callable[..., Any], *args: Any, has_aux: bool = Fal
         >>> y, dy.round(4)
         (array([1., 4.]), array([2., 4.]))
     """
-    if len(args) >= 4:  # a prepared call: straight to the prep's runner
-        prep = args[0]
-        if prep.__class__ is Prep and prep.operator == _OPERATOR and prep.has_aux is has_aux:
-            return prep.runners["value_and_pushforward"](f, args[1], args[2], args[3], args[4:])
-    return run_operator(_OPERATOR, "value_and_pushforward", f, args, None, prepare_pushforward, has_aux)
+    return _value_and_pushforward(f, args, None, has_aux)
+
+
+_pushforward = operator_call(_OPERATOR, "pushforward")
+_value_and_pushforward = operator_call(_OPERATOR, "value_and_pushforward")

@@ -7,7 +7,9 @@ from typing import Any
 
 from di.backends.selectors import AbstractBackend
 from di.contexts import Context
-from di.operators.common import prepare_operator, run_operator
+from di.operators.call import operator_call
+from di.operators.prepare import prepare_operator
+from di.operators.table import documented
 from di.prep.base import Prep
 
 __all__ = ["prepare_second_derivative", "second_derivative", "value_derivative_and_second_derivative"]
@@ -15,6 +17,7 @@ __all__ = ["prepare_second_derivative", "second_derivative", "value_derivative_a
 _OPERATOR = "second_derivative"
 
 
+@documented
 def prepare_second_derivative(
     f: Callable[..., Any], backend: AbstractBackend, x: Any, *contexts: Context, strict: bool = True
 ) -> Prep:
@@ -27,8 +30,8 @@ def prepare_second_derivative(
         f: the function, called as ``f(x, *context_values)``.
         backend: a backend selector.
         x: an input like the ones the calls will pass (its values do not matter).
-        *contexts: ``di.Constant`` / ``di.Cache`` wrappers, in ``f``'s order.
-        strict: check every prepared call's arguments against this signature.
+        {contexts}
+        {strict}
 
     Returns:
         A :class:`di.Prep` serving ``second_derivative`` and ``value_derivative_and_second_derivative``.
@@ -49,6 +52,7 @@ def prepare_second_derivative(
     return prepare_operator(_OPERATOR, f, backend, x, None, contexts, strict)
 
 
+@documented
 def second_derivative(f: Callable[..., Any], *args: Any, out: Any = None) -> Any:
     """Second derivative of ``f`` at a scalar ``x``; ``f`` may return any shape.
 
@@ -59,8 +63,7 @@ def second_derivative(f: Callable[..., Any], *args: Any, out: Any = None) -> Any
     Args:
         f: the function, called as ``f(x, *context_values)``.
         *args: ``[prep,] backend, x, *contexts``.
-        out: optional numpy array or torch tensor to write the result into (checked
-            against the result's shape and dtype first); it is returned.
+        {out}
 
     Returns:
         The second derivative, shaped like ``f``'s output.
@@ -75,9 +78,10 @@ def second_derivative(f: Callable[..., Any], *args: Any, out: Any = None) -> Any
         >>> float(di.second_derivative(lambda x: x ** 3, di.AutoFiniteDiff(), np.array(2.0)).round(4))
         12.0
     """
-    return run_operator(_OPERATOR, "second_derivative", f, args, out, prepare_second_derivative)
+    return _second_derivative(f, args, out, False)
 
 
+@documented
 def value_derivative_and_second_derivative(f: Callable[..., Any], *args: Any, out: Any = None) -> Any:
     """``second_derivative`` together with the value and the derivative, from one prep.
 
@@ -86,8 +90,7 @@ def value_derivative_and_second_derivative(f: Callable[..., Any], *args: Any, ou
     Args:
         f: the function, called as ``f(x, *context_values)``.
         *args: ``[prep,] backend, x, *contexts``.
-        out: optional numpy array or torch tensor to write the result into (checked
-            against the result's shape and dtype first); it is returned.
+        {out}
 
     Returns:
         ``(y, dy, d2y)``.
@@ -103,4 +106,8 @@ def value_derivative_and_second_derivative(f: Callable[..., Any], *args: Any, ou
         >>> float(y), float(dy.round(4)), float(d2y.round(3))
         (8.0, 12.0, 12.0)
     """
-    return run_operator(_OPERATOR, "value_derivative_and_second_derivative", f, args, out, prepare_second_derivative)
+    return _value_derivative_and_second_derivative(f, args, out, False)
+
+
+_second_derivative = operator_call(_OPERATOR, "second_derivative")
+_value_derivative_and_second_derivative = operator_call(_OPERATOR, "value_derivative_and_second_derivative")

@@ -6,14 +6,14 @@ import copy
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from di.backends.selectors import AbstractBackend
 from di.contexts import Context
 from di.errors import InvalidInputError, OutBufferError
 from di.families import ArraySpec, family_of, get_family, spec_of
+from di.prep.info import NO_INFO, StrategyInfo
 from di.prep.signature import ArgumentCheck, check_contexts_wrapped, key_function, matcher_for, mismatch_error
 
 if TYPE_CHECKING:
-    from di.plan import Plan
+    from di.backends.selectors import AbstractBackend
 
 __all__ = ["Prep"]
 
@@ -36,12 +36,9 @@ class Prep:
         strict: whether each call checks its arguments against the signature.
         has_aux: whether ``f`` returns ``(y, aux)`` (see ``has_aux`` of the
             first-order operators); every call must say the same.
-        plan: for a prep made with :class:`di.AutoFastest`, the
-            :class:`di.plan.Plan` saying which candidate backend it runs and why;
-            ``None`` otherwise.
-        sparse_info: for a prep of ``jacobian`` or ``hessian`` made with
-            :class:`di.AutoSparse`, what preparation found (see :attr:`sparsity`
-            and :attr:`colors`); ``None`` otherwise.
+        info: what a strategy (:class:`di.AutoSparse`, :class:`di.AutoFastest`,
+            ...) found at preparation, a :class:`di.prep.info.StrategyInfo`;
+            :attr:`plan`, :attr:`sparsity` and :attr:`colors` read it.
 
     Examples:
         >>> import numpy as np, di
@@ -59,12 +56,11 @@ class Prep:
         "checks",
         "f",
         "has_aux",
+        "info",
         "operator",
-        "plan",
         "programs",
         "runners",
         "same_point",
-        "sparse_info",
         "strict",
         "tangent_check",
         "tangent_matchers",
@@ -83,8 +79,7 @@ class Prep:
         tangents: tuple[Any, ...] | None = None,
         tangent_label: str = "tx",
         same_point: Callable[[Any, Sequence[Any]], bool] | None = None,
-        plan: Plan | None = None,
-        sparse_info: Any = None,
+        info: StrategyInfo = NO_INFO,
         has_aux: bool = False,
     ) -> None:
         self.operator = operator
@@ -103,19 +98,18 @@ class Prep:
         self.tangent_check = None if tangents is None else ArgumentCheck.of(tangent_label, tangents)
         self.tangent_matchers = () if tangents is None else tuple(matcher_for(t, key_function(t)) for t in tangents)
         self.same_point = same_point
-        self.plan = plan
-        self.sparse_info = sparse_info
+        self.info = info
         self.runners = {name: self._runner(program) for name, program in programs.items()}
 
     def __repr__(self) -> str:
         return f"Prep({self.operator}, {self.backend!r}, x={self.checks[0].description}, strict={self.strict})"
 
-    def with_backend(self, backend: AbstractBackend, plan: Plan | None = None) -> Prep:
+    def with_backend(self, backend: AbstractBackend, info: StrategyInfo | None = None) -> Prep:
         """A copy of this prep that answers to another selector: calls pass
         ``backend`` and run this prep's programs, checks and all. It shares every
-        attribute with this prep except ``backend``, ``plan`` and the runners
-        (which check the selector). :class:`di.AutoFastest` hands out its winner's
-        prep this way.
+        attribute with this prep except ``backend``, the runners (which check the
+        selector) and, when given, ``info``. Strategies hand out the prep of the
+        backend they chose or wrap this way.
 
         Examples:
             >>> import numpy as np, di
@@ -127,22 +121,29 @@ class Prep:
         """
         prep = copy.copy(self)
         prep.backend = backend
-        prep.plan = plan
+        if info is not None:
+            prep.info = info
         prep.runners = {name: prep._runner(program) for name, program in self.programs.items()}
         return prep
+
+    @property
+    def plan(self) -> Any:
+        """For a prep made with :class:`di.AutoFastest`: the :class:`di.plan.Plan`
+        saying which candidate backend it runs and why; ``None`` otherwise."""
+        return self.info.plan
 
     @property
     def sparsity(self) -> Any:
         """For an :class:`di.AutoSparse` jacobian or hessian prep: the sparsity pattern
         it computes (a boolean ``scipy.sparse.csr_array`` of shape ``(f(x).size,
         x.size)``); ``None`` for other preps."""
-        return None if self.sparse_info is None else self.sparse_info.pattern
+        return self.info.sparsity
 
     @property
     def colors(self) -> int | None:
         """For an :class:`di.AutoSparse` jacobian or hessian prep: the number of colors,
         i.e. of pushforwards, pullbacks or hvps per call; ``None`` for other preps."""
-        return None if self.sparse_info is None else int(self.sparse_info.n_colors)
+        return self.info.colors
 
     def check(self, f: Any, backend: Any, x: Any, contexts: Sequence[Any]) -> None:
         """Check a call's arguments against the prepared signature.
@@ -347,7 +348,7 @@ class Prep:
         Raises:
             OutBufferError: family, shape or dtype differ, or ``x`` is a JAX array.
         """
-        if self.sparse_info is not None and self.sparse_info.sparse_result:
+        if self.info.sparse_result:
             raise OutBufferError(
                 f"out does not fit the {what}: {self.backend!r} returns a sparse matrix, which cannot be written "
                 f"into a dense buffer. Call without out=, or use AutoSparse(..., dense_result=True)."

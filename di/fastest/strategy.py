@@ -1,24 +1,21 @@
-"""The adapter behind :class:`di.AutoFastest`: a planner choosing among whole preps.
+"""The strategy behind :class:`di.AutoFastest`: a planner choosing among whole preps.
 
-It implements no derivative itself. At preparation
-(:func:`di.operators.common.prepare_operator` calls :meth:`FastestAdapter.prepare_whole`)
-it prepares the operator on every candidate backend, runs each once on the given
-arguments, keeps those whose results agree with the majority's, times them
-(whole prepared ``di`` calls, in interleaved rounds, median per candidate) and
-returns a :class:`~di.prep.base.Prep` holding the winner's programs, so every
-call on it is exactly a call of the winner's prep. The engines know nothing of
-it.
+It implements no derivative itself. At preparation (its one hook,
+:meth:`FastestStrategy.prepare`) it prepares the operator on every candidate
+backend, runs each once on the given arguments, keeps those whose results agree
+with the majority's, times them (whole prepared ``di`` calls, in interleaved
+rounds, median per candidate) and returns the winner's
+:class:`~di.prep.base.Prep`, answering to the AutoFastest selector, so every call
+on it is exactly a call of the winner's prep. The engines know nothing of it.
 """
 
 from __future__ import annotations
 
 import datetime
 import gc
-import importlib
 import itertools
 import math
 import statistics
-import sys
 import time
 import warnings
 from collections.abc import Callable, Sequence
@@ -27,11 +24,10 @@ from typing import Any
 
 import numpy as np
 
-from di.backends.protocol import OPERATOR_FAMILIES, Adapter
+from di.backends.protocol import OPERATOR_FAMILIES
 from di.backends.selectors import AbstractBackend, AutoFastest
-from di.contexts import Context
 from di.errors import BackendNotInstalledError
-from di.families import family_of
+from di.families import families, family_of, get_family
 from di.plan import (
     CandidatesDisagreeError,
     Plan,
@@ -45,9 +41,10 @@ from di.plan import (
 )
 from di.prep.base import Prep
 from di.prep.signature import describe_value
+from di.prep.strategy import Preparer, PrepareRequest, Strategy, StrategyInfo
 from di.pytrees import is_pytree, tree_leaves
 
-__all__ = ["FastestAdapter", "agree", "default_tolerances", "relative_difference", "time_interleaved"]
+__all__ = ["FastestInfo", "FastestStrategy", "agree", "default_tolerances", "relative_difference", "time_interleaved"]
 
 PrepareWith = Callable[[AbstractBackend], Prep]
 
@@ -64,96 +61,77 @@ a machine's hiccups only ever make blocks slower, so one slow phase cannot knock
 the true winner out of the race."""
 
 
-class FastestAdapter(Adapter):
-    """Prepares with every candidate of an :class:`di.AutoFastest` and keeps the fastest.
+@dataclass(frozen=True)
+class FastestInfo(StrategyInfo):
+    """What an AutoFastest prep records: the plan (``prep.plan``)."""
+
+    plan: Plan
+
+
+class FastestStrategy(Strategy):
+    """The preparation hook of :class:`di.AutoFastest`.
 
     Examples:
-        >>> import di
-        >>> from di.backends.registry import get_adapter
-        >>> type(get_adapter(di.AutoFastest())).__name__
-        'FastestAdapter'
+        >>> import numpy as np, di
+        >>> backend = di.AutoFastest([di.AutoFiniteDiff(), di.AutoFiniteDiff(method="forward")], budget_s=0.01)
+        >>> prep = di.prepare_gradient(lambda x: (x * x).sum(), backend, np.ones(2))
+        >>> prep.plan.chosen in backend.candidates
+        True
     """
 
-    backend: AutoFastest
+    def support(self, backend: AbstractBackend) -> dict[str, str]:
+        return dict.fromkeys(OPERATOR_FAMILIES, "as the chosen candidate")
 
-    def candidates(self) -> tuple[AbstractBackend, ...]:
-        """The selectors to choose among.
-
-        Raises:
-            BackendNotInstalledError: no candidate given and no automatic
-                differentiation engine installed.
-        """
-        selector = self.backend
-        candidates = tuple(selector.candidates) if selector.candidates is not None else selector.default_candidates()
-        if not candidates:
-            raise BackendNotInstalledError(
-                "AutoFastest() chooses among the installed automatic-differentiation engines, and none of JAX, "
-                "PyTorch and autograd is installed.\n  pip install 'differentiation-interface[all]'\n"
-                "or list candidates yourself, such as AutoFastest([AutoFiniteDiff()])."
-            )
-        return candidates
-
-    def prepare_whole(
-        self,
-        prepare_with: PrepareWith,
-        family: str,
-        f: Callable[..., Any],
-        x: Any,
-        tangents: tuple[Any, ...] | None,
-        contexts: Sequence[Context],
-        strict: bool,
-        same_point: bool,
-        *,
-        has_aux: bool = False,
-    ) -> Prep:
+    def prepare(self, backend: AbstractBackend, request: PrepareRequest, preparer: Preparer) -> Prep:
         """Plan (or read the plan from the cache) and return a prep running the winner.
-
-        Args:
-            prepare_with: prepares this operator, at these arguments, with one candidate.
-            family: the operator family.
-            f: the function.
-            x: the point (values used to check and time the candidates).
-            tangents: the tangents of operators that take them, else ``None``.
-            contexts: the contexts.
-            strict: whether the prep checks the arguments of each call.
-            same_point: whether it is a same-point prep.
-            has_aux: whether ``f`` returns ``(y, aux)`` (candidates are compared on
-                the result, timed with ``aux``).
-
-        Returns:
-            A :class:`~di.prep.base.Prep` with the winner's programs, this
-            selector as its backend and the plan as ``prep.plan``.
 
         Raises:
             CandidatesDisagreeError: the candidates' results differ and no
                 majority agrees.
             Exception: the first candidate's error, when every candidate fails.
         """
-        call = _Call(family, f, x, tangents, tuple(contexts), same_point, has_aux)
-        candidates = self.candidates()
-        cache = _CacheEntry(self.backend, call, candidates) if self.backend.cache is not None else None
+        assert isinstance(backend, AutoFastest)
+        call = _Call(request, preparer)
+        candidates = _candidates(backend)
+        cache = _CacheEntry(backend, call, candidates) if backend.cache is not None else None
         if cache is not None:
-            cached = cache.read(prepare_with)
+            cached = cache.read(preparer.with_backend)
             if cached is not None:
                 plan, winner = cached
-                return _serving(winner, self.backend, plan)
-        plan, winner = _plan(call, candidates, prepare_with, self.backend)
+                return winner.with_backend(backend, FastestInfo(plan))
+        plan, winner = _plan(call, candidates, preparer.with_backend, backend)
         if cache is not None:
             cache.write(plan)
-        return _serving(winner, self.backend, plan)
+        return winner.with_backend(backend, FastestInfo(plan))
 
 
-@dataclass(frozen=True)
+def _candidates(selector: AutoFastest) -> tuple[AbstractBackend, ...]:
+    """The selectors to choose among.
+
+    Raises:
+        BackendNotInstalledError: no candidate given and no automatic
+            differentiation engine installed.
+    """
+    candidates = tuple(selector.candidates) if selector.candidates is not None else selector.default_candidates()
+    if not candidates:
+        raise BackendNotInstalledError(
+            "AutoFastest() chooses among the installed automatic-differentiation engines, and none of them is "
+            "installed.\n  pip install 'differentiation-interface[all]'\n"
+            "or list candidates yourself, such as AutoFastest([AutoFiniteDiff()])."
+        )
+    return candidates
+
+
 class _Call:
     """One operator call at the prepared arguments, as the planner makes it."""
 
-    family: str
-    f: Callable[..., Any]
-    x: Any
-    tangents: tuple[Any, ...] | None
-    contexts: tuple[Context, ...]
-    same_point: bool
-    has_aux: bool = False
+    def __init__(self, request: PrepareRequest, preparer: Preparer) -> None:
+        self.request = request
+        self.preparer = preparer
+        self.family = request.operator
+        self.f = request.f
+        self.tangents = request.tangents
+        self.operator_key = request.operator_key
 
     @property
     def name(self) -> str:
@@ -161,51 +139,34 @@ class _Call:
         return OPERATOR_FAMILIES[self.family][0]
 
     def runner(self, prep: Prep, backend: AbstractBackend) -> Callable[[], Any]:
-        """A zero-argument call of the public operator on ``prep``: the whole
-        prepared call a user makes, conversions to and from the caller's family included."""
-        operator = getattr(importlib.import_module("di"), self.name)
-        f, x, contexts = self.f, self.x, self.contexts
-        if self.has_aux:  # timed with aux, which f computes anyway; compared on the result alone
-            arguments = (x,) if self.tangents is None else (x, self.tangents)
-            return lambda: operator(f, prep, backend, *arguments, *contexts, has_aux=True)[0]
-        if self.tangents is None:
-            return lambda: operator(f, prep, backend, x, *contexts)
-        tangents = self.tangents
-        return lambda: operator(f, prep, backend, x, tangents, *contexts)
+        """A zero-argument prepared call of the plain operator on ``prep``: the
+        whole call a user makes, conversions to and from the caller's family included."""
+        return self.preparer.runner(prep, backend)
 
     def signature(self) -> str:
         """The arguments, described as in mismatch reports, without values (a plan
         serves every value of a Python float or a static context)."""
-        parts = [f"x {_describe(self.x)}"]
-        if self.tangents is not None:
-            parts.append(f"{'ty' if self.family == 'pullback' else 'tx'} {describe_value(self.tangents)}")
-        parts += [f"{type(context).__name__} {_describe(context.value)}" for context in self.contexts]
-        if self.has_aux:
+        request = self.request
+        parts = [f"x {_describe(request.x)}"]
+        if request.tangents is not None:
+            parts.append(f"{'ty' if self.family == 'pullback' else 'tx'} {describe_value(request.tangents)}")
+        parts += [f"{type(context).__name__} {_describe(context.value)}" for context in request.contexts]
+        if request.has_aux:
             parts.append("has_aux")
         return ", ".join(parts)
 
     def leaves_signature(self) -> list[str]:
         """Every array leaf of ``x``, the tangents and the contexts, described (for
         cache keys: pytrees of equal structure but other leaf shapes differ)."""
-        values = [self.x, self.tangents, *(context.value for context in self.contexts)]
+        request = self.request
+        values = [request.x, request.tangents, *(context.value for context in request.contexts)]
         return [describe_value(leaf) for leaf in tree_leaves(values) if family_of(leaf) is not None]
-
-    @property
-    def operator_key(self) -> str:
-        """The operator family, marked when the prep is a same-point one."""
-        return f"{self.family}_same_point" if self.same_point else self.family
 
 
 def _describe(value: Any) -> str:
     if family_of(value) is None and not is_pytree(value):
         return type(value).__name__
     return describe_value(value)
-
-
-def _serving(winner: Prep, selector: AutoFastest, plan: Plan) -> Prep:
-    """The prep handed to the caller: the winner's, answering to ``selector``. It
-    holds nothing of the other candidates."""
-    return winner.with_backend(selector, plan)
 
 
 # --- the plan ------------------------------------------------------------------------------
@@ -284,54 +245,56 @@ def _prepare_and_check(entry: _Candidate, call: _Call, prepare_with: PrepareWith
 
 def _waiting(run: Callable[[], Any], result: Any) -> Callable[[], Any]:
     """The candidate's call, waiting for its result where the engine computes
-    asynchronously (JAX arrays, CUDA tensors, as ``result`` shows), so timings
-    count the work done."""
-    leaves = tree_leaves(result)
-    if any(hasattr(leaf, "block_until_ready") for leaf in leaves):
-        block = sys.modules["jax"].block_until_ready
+    asynchronously (as the result's families say), so timings count the work done."""
+    arrays = [leaf for leaf in tree_leaves(result) if family_of(leaf) is not None]
+    if not arrays:
+        return run
 
-        def run_and_block() -> Any:
-            return block(run())
+    def run_and_wait() -> Any:
+        result = run()
+        for leaf in tree_leaves(result):
+            family = family_of(leaf)
+            if family is not None:
+                get_family(family).block(leaf)
+        return result
 
-        return run_and_block
-    cuda = [leaf.device for leaf in leaves if family_of(leaf) == "torch" and leaf.device.type == "cuda"]
-    if cuda:
-        synchronize = sys.modules["torch"].cuda.synchronize
-        device = cuda[0]
-
-        def run_and_synchronize() -> Any:
-            result = run()
-            synchronize(device)
-            return result
-
-        return run_and_synchronize
-    return run
+    return run_and_wait
 
 
 def _float64_leaves(result: Any) -> tuple[list[np.ndarray], list[str]]:
-    """The result's arrays as float64 numpy arrays, and their dtypes' names."""
+    """The result's arrays as float64 NumPy arrays, and their dtypes' names."""
     leaves = tree_leaves(result)
-    jax = sys.modules.get("jax")
-    if jax is not None and any(family_of(leaf) is None and not isinstance(leaf, float) for leaf in leaves):
-        leaves = jax.tree_util.tree_leaves(result)  # nodes only JAX knows
+    if any(family_of(leaf) is None and not isinstance(leaf, float) for leaf in leaves):
+        leaves = _foreign_leaves(result) or leaves
     arrays, dtypes = [], []
     for leaf in leaves:
         family = family_of(leaf)
-        if family == "torch":
-            arrays.append(leaf.detach().cpu().double().numpy())
-        elif family is not None or isinstance(leaf, float):
-            arrays.append(np.asarray(leaf).astype(np.float64))
+        if family is not None:
+            record = get_family(family)
+            arrays.append(np.asarray(record.to_numpy(leaf)).astype(np.float64))
+            dtypes.append(record.describe_dtype(leaf.dtype))
+        elif isinstance(leaf, float):
+            arrays.append(np.asarray(leaf, dtype=np.float64))
+            dtypes.append("float")
         else:
             raise TypeError(f"the result holds a {type(leaf).__name__}, not an array")
-        dtypes.append(str(getattr(leaf, "dtype", "float")).replace("torch.", ""))
     return arrays, dtypes
+
+
+def _foreign_leaves(result: Any) -> list[Any] | None:
+    """The leaves of a result whose nodes only an engine's pytree registry knows."""
+    for record in families():
+        leaves = record.foreign_leaves(result)
+        if leaves is not None:
+            return leaves
+    return None
 
 
 def default_tolerances(dtypes: Sequence[str]) -> tuple[float, float]:
     """``(rtol, atol)`` for comparing results of these dtypes: those of the least precise.
 
     Examples:
-        >>> from di.backends.fastest import default_tolerances
+        >>> from di.fastest.strategy import default_tolerances
         >>> default_tolerances(["float64"]), default_tolerances(["float64", "float32"])
         ((1e-05, 1e-08), (0.001, 0.0001))
     """
@@ -369,7 +332,7 @@ def agree(a: Sequence[np.ndarray], b: Sequence[np.ndarray], rtol: float, atol: f
 
     Examples:
         >>> import numpy as np
-        >>> from di.backends.fastest import agree
+        >>> from di.fastest.strategy import agree
         >>> agree([np.array([1.0, 2.0])], [np.array([1.0, 2.00001])], 1e-5, 1e-8)
         True
         >>> agree([np.array([0.0, 1e-12])], [np.array([0.0, -1e-12])], 1e-5, 1e-8)  # noise around zero
@@ -387,7 +350,7 @@ def relative_difference(a: Sequence[np.ndarray], b: Sequence[np.ndarray]) -> flo
 
     Examples:
         >>> import numpy as np
-        >>> from di.backends.fastest import relative_difference
+        >>> from di.fastest.strategy import relative_difference
         >>> relative_difference([np.array([1.0, 2.0])], [np.array([1.0, 2.2])])  # doctest: +ELLIPSIS
         0.0909...
     """
@@ -459,7 +422,7 @@ def time_interleaved(calls: Sequence[Callable[[], Any]], budget_s: float) -> lis
         One list of per-call seconds (one per block) for each call.
 
     Examples:
-        >>> from di.backends.fastest import time_interleaved
+        >>> from di.fastest.strategy import time_interleaved
         >>> samples = time_interleaved([lambda: sum(range(10)), lambda: sum(range(1000))], 0.01)
         >>> [len(s) >= 5 for s in samples]
         [True, True]

@@ -1,24 +1,22 @@
 """``AutoSparse(dense)``: sparse Jacobians and Hessians from a dense backend's
-batched pushforwards, pullbacks or hvps, one per color.
+batched pushforwards, pullbacks or hvps, one per color (a strategy).
 
 At preparation: the pattern is found (:mod:`di.sparse.detection`, dense samples,
 or given), colored (:mod:`di.sparse.coloring`), and the dense adapter prepares
-its primitive for the seed of every color (``J @ s_c`` as one batched call:
-JAX runs them under ``vmap`` in one program, torch under ``torch.func.vmap``).
+its primitive for the seed of every color (``J @ s_c`` as one batched call).
 Each call runs that program, stacks the compressed products and gathers the
 nonzeros by precomputed indices (:mod:`di.sparse.decompression`), in the
-engine's family. On ``AutoJAX(jit=True)`` the dense program is prepared on the
-eager twin of the selector and the whole of it, gather included, is compiled
-into one ``jax.jit`` program here; other compiled engines keep their own
-compiled program and the gather (one indexing kernel) runs after it.
+engine's family. Where the dense adapter's engine compiles programs it can
+trace whole, the gather is compiled into the same program; other compiled
+engines keep their own compiled program and the gather (one indexing kernel)
+runs after it.
 
-The result is built in the caller's family: a ``scipy.sparse.csr_array``, a
-``torch.sparse_csr`` tensor or a ``jax.experimental.sparse.BCOO`` (2-D,
-``(f(x).size, x.size)``), or a dense array shaped ``f(x).shape + x.shape``
-with ``dense_result=True``. Every other operator is the dense adapter's.
+The result is built in the caller's family (its record's sparse-matrix builder,
+2-D ``(f(x).size, x.size)``), or dense, shaped ``f(x).shape + x.shape``, with
+``dense_result=True``. Every other operator is the dense backend's prep.
 
 The engine adapters know nothing of this module: it uses them only through the
-adapter protocol (:func:`di.backends.fallbacks.programs`).
+adapter protocol.
 """
 
 from __future__ import annotations
@@ -47,10 +45,13 @@ from di.backends.protocol import (
     static_positions,
 )
 from di.backends.registry import get_adapter
-from di.backends.selectors import AutoJAX, AutoSparse
+from di.backends.selectors import AbstractBackend, AutoJAX, AutoSparse
+from di.backends.source import ProgramSource
 from di.contexts import Context
 from di.errors import BackendNotInstalledError, InvalidInputError, UnsupportedOperatorError
 from di.families import converter, family_of, get_family, identity
+from di.prep.base import Prep
+from di.prep.strategy import Preparer, PrepareRequest, Strategy, StrategyInfo
 from di.pytrees import is_pytree
 from di.sparse import coloring
 from di.sparse.decompression import (
@@ -64,14 +65,15 @@ from di.sparse.detection import Detection
 from di.sparse.patterns import as_pattern, symmetrize
 from di.sparse.sources import DenseSparsity, KnownSparsity, TracerSparsity
 
-__all__ = ["SparseAdapter", "SparseInfo"]
+__all__ = ["SparseInfo", "SparseSource", "SparseStrategy"]
 
 _DENSE_SEED = 0
 
 
 @dataclass(frozen=True, eq=False)
-class SparseInfo:
-    """What an ``AutoSparse`` prep found at preparation (``prep.sparsity``, ``prep.colors``).
+class SparseInfo(StrategyInfo):
+    """What an ``AutoSparse`` prep found at preparation (``prep.info``; ``prep.sparsity``
+    and ``prep.colors`` read it).
 
     Attributes:
         pattern: the boolean ``scipy.sparse.csr_array`` pattern.
@@ -87,99 +89,75 @@ class SparseInfo:
     notes: tuple[str, ...] = field(default=())
     sparse_result: bool = True
 
-
-class SparsePrograms(dict):  # type: ignore[type-arg]
-    """Programs whose results are already in the caller's family (sparse matrices
-    have no generic conversion), with what preparation found."""
-
-    sparse: SparseInfo
-
-
-class SparseAdapter(Adapter):
-    """Adapter for :class:`di.AutoSparse`: wraps the dense backend's adapter."""
-
-    def __init__(self, backend: AutoSparse) -> None:  # type: ignore[override]
-        super().__init__(backend)
-        self.selector = backend
-        self.dense = get_adapter(backend.dense)
-        self.family = self.dense.family  # type: ignore[misc]
-        self.supports_cache = self.dense.supports_cache  # type: ignore[misc]
-        self.cache_note = self.dense.cache_note  # type: ignore[misc]
-        self.evaluates_in_float64 = self.dense.evaluates_in_float64  # type: ignore[misc]
-        self.native_pytrees = frozenset(self.dense.native_pytrees) | {"jacobian", "hessian"}  # type: ignore[misc]
+    @property
+    def sparsity(self) -> sp.csr_array:  # type: ignore[override]
+        return self.pattern
 
     @property
-    def compiled(self) -> bool:  # type: ignore[override]
-        return bool(self.dense.compiled)
+    def colors(self) -> int:  # type: ignore[override]
+        return int(self.n_colors)
 
-    @classmethod
-    def support(cls) -> dict[str, str]:
-        """``jacobian`` and ``hessian`` are colored; every other operator is the dense backend's."""
+
+class SparseStrategy(Strategy):
+    """The preparation hook of :class:`di.AutoSparse`: colored ``jacobian`` and
+    ``hessian``, the dense backend's prep for everything else.
+
+    Examples:
+        >>> import numpy as np, di
+        >>> backend = di.AutoSparse(di.AutoFiniteDiff(), sparsity=di.KnownSparsity(np.eye(2, dtype=bool)))
+        >>> di.prepare_jacobian(lambda x: x ** 2, backend, np.zeros(2)).colors
+        1
+    """
+
+    def engine(self, backend: AbstractBackend) -> AbstractBackend | None:
+        assert isinstance(backend, AutoSparse)
+        return backend.dense
+
+    def support(self, backend: AbstractBackend) -> dict[str, str]:
         colored = {"jacobian": "sparse (colored pushforwards or pullbacks)", "hessian": "sparse (star-colored hvps)"}
         return {family: colored.get(family, "as the dense backend") for family in OPERATOR_FAMILIES}
 
-    # --- the dense adapter's view of arguments ----------------------------------------
+    def prepare(self, backend: AbstractBackend, request: PrepareRequest, preparer: Preparer) -> Prep:
+        assert isinstance(backend, AutoSparse)
+        if request.operator not in ("jacobian", "hessian") or request.same_point:
+            return preparer.with_backend(backend.dense).with_backend(backend)
+        source = SparseSource(backend)
+        prep = preparer.with_source(source, backend)
+        assert source.info is not None  # set by the programs the prep was made from
+        return prep.with_backend(backend, source.info)
 
-    def check_contexts(self, contexts: Sequence[Context]) -> None:
-        self.dense.check_contexts(contexts)
 
-    def scope(self, values: Sequence[Any]) -> Any:
-        return self.dense.scope(values)
+class SparseSource(ProgramSource):
+    """The colored ``jacobian`` and ``hessian`` programs of an :class:`di.AutoSparse`
+    selector over its dense backend's adapter. Results come out in the caller's
+    family (sparse matrices have no generic conversion); what preparation found
+    is left in :attr:`info`."""
 
-    def tree_map(self, function: Callable[[Any], Any], tree: Any) -> Any:
-        return self.dense.tree_map(function, tree)
+    converts_results = False
 
-    def takes_pytree(self, tree: Any) -> bool:
+    def __init__(self, backend: AutoSparse) -> None:
+        super().__init__(get_adapter(backend.dense))
+        self.backend = backend
+        self.selector = backend
+        self.dense = self.adapter
+        self.info: SparseInfo | None = None
+
+    def takes_pytree(self, operator: str, x: Any) -> bool:
         return True  # pytrees reach jacobian and hessian, which refuse them clearly
 
-    def _input_converter(self, value: Any) -> Callable[[Any], Any]:
-        return self.dense._input_converter(value)
-
-    def prepare_value_program(self, f: Callable[..., Any], x: Any, contexts: Sequence[Context]) -> Any:
-        return self.dense.prepare_value_program(f, x, contexts)
-
-    # --- every other operator: the dense backend's ----------------------------------
-
-    def _dense(
-        self, operator: str, f: Any, x: Any, contexts: Sequence[Context], tangents: Any = None, has_aux: bool = False
+    def programs(
+        self,
+        operator: str,
+        f: Callable[..., Any],
+        x: Any,
+        contexts: Sequence[Context],
+        tangents: Sequence[Any] | None = None,
+        *,
+        has_aux: bool = False,
     ) -> Programs:
-        return fallbacks.programs(self.dense, operator, f, x, contexts, tangents, has_aux=has_aux)
-
-    def prepare_pushforward_programs(
-        self, f: Any, x: Any, tx: Sequence[Any], contexts: Sequence[Context], *, has_aux: bool = False
-    ) -> Programs:
-        return self._dense("pushforward", f, x, contexts, tx, has_aux)
-
-    def prepare_pullback_programs(
-        self, f: Any, x: Any, ty: Sequence[Any], contexts: Sequence[Context], *, has_aux: bool = False
-    ) -> Programs:
-        return self._dense("pullback", f, x, contexts, ty, has_aux)
-
-    def prepare_pullback_same_point_programs(
-        self, f: Any, x: Any, ty: Sequence[Any], contexts: Sequence[Context]
-    ) -> Programs:
-        return self._dense("pullback_same_point", f, x, contexts, ty)
-
-    def prepare_hvp_same_point_programs(
-        self, f: Any, x: Any, tx: Sequence[Any], contexts: Sequence[Context]
-    ) -> Programs:
-        return self._dense("hvp_same_point", f, x, contexts, tx)
-
-    def prepare_gradient_programs(
-        self, f: Any, x: Any, contexts: Sequence[Context], *, has_aux: bool = False
-    ) -> Programs:
-        return self._dense("gradient", f, x, contexts, has_aux=has_aux)
-
-    def prepare_derivative_programs(
-        self, f: Any, x: Any, contexts: Sequence[Context], *, has_aux: bool = False
-    ) -> Programs:
-        return self._dense("derivative", f, x, contexts, has_aux=has_aux)
-
-    def prepare_hvp_programs(self, f: Any, x: Any, tx: Sequence[Any], contexts: Sequence[Context]) -> Programs:
-        return self._dense("hvp", f, x, contexts, tx)
-
-    def prepare_second_derivative_programs(self, f: Any, x: Any, contexts: Sequence[Context]) -> Programs:
-        return self._dense("second_derivative", f, x, contexts)
+        if operator == "jacobian":
+            return self.prepare_jacobian_programs(f, x, contexts, has_aux=has_aux)
+        return self.prepare_hessian_programs(f, x, contexts)
 
     # --- jacobian and hessian: colored ----------------------------------------------------
 
@@ -269,15 +247,14 @@ class SparseAdapter(Adapter):
         return {names[0]: plain, names[1]: full}
 
     def _programs(self, programs: dict[str, Any], detection: Detection, decompression: Decompression) -> Programs:
-        result = SparsePrograms(programs)
-        result.sparse = SparseInfo(
+        self.info = SparseInfo(
             detection.pattern,
             decompression.n_colors,
             decompression.mode,
             tuple(detection.notes),
             not self.selector.dense_result,
         )
-        return result
+        return programs
 
     def _refuse_pytree(self, x: Any, operator: str) -> None:
         if is_pytree(x):

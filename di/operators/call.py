@@ -1,0 +1,146 @@
+"""The body of every operator function: the prepared fast path, written once.
+
+``di.gradient(f, prep, backend, x, *contexts)`` and its seventeen siblings are
+each one line that calls the function :func:`operator_call` made for them. A
+prepared call of the right operator with no ``out=`` goes straight to the prep's
+runner (its strict check and its program, one closure specialised at
+preparation); everything else (unprepared calls, ``out=``, same-point preps,
+wrong preps) takes :func:`run_operator`, which checks and explains.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from di.backends.selectors import AbstractBackend
+from di.errors import InvalidInputError
+from di.operators.prepare import check_tangents, prepare_operator
+from di.operators.table import OPERATORS
+from di.prep.base import Prep, write_out
+
+__all__ = ["operator_call", "run_operator"]
+
+OperatorCall = Callable[[Callable[..., Any], tuple[Any, ...], Any, bool], Any]
+
+
+def operator_call(family: str, name: str) -> OperatorCall:
+    """The body of the public function ``name`` of operator ``family``:
+    ``call(f, args, out, has_aux)``.
+
+    Examples:
+        >>> import numpy as np, di
+        >>> from di.operators.call import operator_call
+        >>> gradient = operator_call("gradient", "gradient")
+        >>> gradient(lambda x: (x * x).sum(), (di.AutoFiniteDiff(), np.array([1.0, 2.0])), None, False).round(6)
+        array([2., 4.])
+    """
+    if OPERATORS[family].tangents is None:
+
+        def call(f: Callable[..., Any], args: tuple[Any, ...], out: Any, has_aux: bool) -> Any:
+            if out is None and len(args) >= 3:
+                prep = args[0]
+                if (
+                    prep.__class__ is Prep
+                    and prep.operator == family
+                    and prep.has_aux is has_aux
+                    and prep.same_point is None
+                ):
+                    return prep.runners[name](f, args[1], args[2], args[3:])
+            return run_operator(family, name, f, args, out, has_aux)
+
+        return call
+
+    def call_with_tangents(f: Callable[..., Any], args: tuple[Any, ...], out: Any, has_aux: bool) -> Any:
+        if len(args) >= 4:
+            prep = args[0]
+            if (
+                prep.__class__ is Prep
+                and prep.operator == family
+                and prep.has_aux is has_aux
+                and prep.same_point is None
+            ):
+                return prep.runners[name](f, args[1], args[2], args[3], args[4:])
+        return run_operator(family, name, f, args, out, has_aux)
+
+    return call_with_tangents
+
+
+def _split_call(name: str, args: tuple[Any, ...]) -> tuple[Prep | None, Any, Any, tuple[Any, ...]]:
+    """Split ``(prep, backend, x, *rest)`` or ``(backend, x, *rest)``.
+
+    Raises:
+        InvalidInputError: too few arguments.
+    """
+    if args and isinstance(args[0], Prep):
+        if len(args) < 3:
+            raise InvalidInputError(f"{name}(f, prep, backend, x, *contexts): backend and x are missing")
+        return args[0], args[1], args[2], args[3:]
+    if len(args) < 2:
+        raise InvalidInputError(
+            f"{name}(f, backend, x, *contexts) or {name}(f, prep, backend, x, *contexts): backend and x are required"
+        )
+    return None, args[0], args[1], args[2:]
+
+
+def run_operator(family: str, name: str, f: Callable[..., Any], args: tuple[Any, ...], out: Any, has_aux: Any) -> Any:
+    """Run program ``name`` of operator ``family`` for a prepared or unprepared call.
+
+    ``out`` receives the operator's own result (the last element of a
+    ``value_and_*`` tuple, the first of a plain operator's ``(result, aux)``)
+    after it has been checked against it.
+
+    Raises:
+        InvalidInputError: missing arguments, a prep of another operator, an
+            unprepared call on a backend that serves prepared calls only.
+        PreparationMismatchError: a strict prep called with other arguments.
+        OutBufferError: ``out`` does not fit the result.
+    """
+    label = OPERATORS[family].tangents
+    prep, backend, x, rest = _split_call(name, args)
+    if label is not None:
+        if not rest:
+            raise InvalidInputError(f"{name}(f, [prep,] backend, x, {label}, *contexts): {label} is missing")
+        tangents, contexts = rest[0], rest[1:]
+    else:
+        tangents, contexts = None, rest
+    if prep is None:
+        if isinstance(backend, AbstractBackend) and backend.prepared_only:
+            arguments = f"x, {label}, *contexts" if label else "x, *contexts"
+            raise InvalidInputError(
+                f"{backend!r} serves prepared calls only: {backend.prepared_only}. Prepare once with "
+                f"prep = di.prepare_{family}(f, backend, {arguments}), then call di.{name}(f, prep, backend, "
+                f"{arguments})."
+            )
+        prep = prepare_operator(family, f, backend, x, tangents, contexts, False, has_aux=bool(has_aux))
+    else:
+        prep.check_operator(family)
+        prep.check_has_aux(has_aux)
+        if label is not None and not isinstance(tangents, (tuple, list)):
+            check_tangents(tangents, label, family)  # raises: say to wrap it in a tuple
+        if prep.strict:
+            prep.check(f, backend, x, contexts)
+            if label is not None:
+                prep.check_tangents(tangents)
+            if prep.same_point is not None:
+                prep.check_same_point(x, contexts)
+    if out is not None and family == "gradient":
+        prep.check_out(out, name)  # shaped like x: refuse a bad buffer before computing
+    program = prep.programs[name]
+    values = [c.value for c in contexts]
+    result = program(x, tangents, *values) if label is not None else program(x, *values)
+    if out is None:
+        return result
+    if prep.has_aux and name == family:
+        own, aux = result
+        return _write_result(prep, out, name, own), aux
+    return _write_result(prep, out, name, result)
+
+
+def _write_result(prep: Prep, out: Any, name: str, result: Any) -> Any:
+    """Check ``out`` against the operator's own result and copy it there."""
+    if isinstance(result, tuple):
+        prep.check_out(out, name, result[-1])
+        return (*result[:-1], write_out(out, result[-1]))
+    prep.check_out(out, name, result)
+    return write_out(out, result)

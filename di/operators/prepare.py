@@ -1,0 +1,204 @@
+"""``prepare_<operator>``: argument checks, dispatch to a strategy or an engine,
+and the prep.
+
+Every ``prepare_*`` function is :func:`prepare_operator` with its row of the
+operator table. A backend whose selector names a strategy (AutoSparse,
+SecondOrder, AutoFastest) gets the request through its one hook,
+:meth:`di.prep.strategy.Strategy.prepare`; any other backend's adapter provides
+the programs (:class:`di.backends.source.ProgramSource`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from di.backends.aux import value_only
+from di.backends.registry import get_adapter, get_strategy
+from di.backends.selectors import AbstractBackend
+from di.backends.source import ProgramSource
+from di.errors import InvalidInputError
+from di.families import family_of
+from di.operators.programs import caller_programs, same_point_check
+from di.operators.table import OPERATORS, Operator
+from di.prep.base import Prep
+from di.prep.signature import check_contexts_wrapped, check_x
+from di.prep.strategy import NO_INFO, PrepareRequest, StrategyInfo
+from di.pytrees import Raveler, is_pytree
+
+__all__ = ["check_tangents", "prepare_operator", "prepare_request"]
+
+
+def prepare_operator(
+    family: str,
+    f: Callable[..., Any],
+    backend: Any,
+    x: Any,
+    tangents: Any,
+    contexts: Sequence[Any],
+    strict: bool,
+    *,
+    same_point: bool = False,
+    has_aux: bool = False,
+) -> Prep:
+    """The body of every ``prepare_<operator>``: check the arguments, then prepare.
+
+    Raises:
+        InvalidInputError: ``f`` not callable, ``x`` not differentiable, a raw
+            value where a context is expected, bad tangents, ``backend`` not a
+            selector.
+        BackendNotInstalledError: the engine is missing.
+        UnsupportedContextError: the engine cannot use one of the contexts.
+    """
+    operator = OPERATORS[family]
+    if not callable(f):
+        raise InvalidInputError(f"f must be callable, not {type(f).__name__}")
+    _resolve(backend)  # a selector, and installed: said before anything about x
+    _check_x(operator, x)
+    check_contexts_wrapped(contexts)
+    if operator.tangents is not None:
+        tangents = check_tangents(tangents, operator.tangents, family)
+        if operator.tangents == "tx" and family_of(x) is not None:
+            _check_tangent_shapes(tangents, x)
+    request = PrepareRequest(family, f, x, tangents, tuple(contexts), strict, same_point, bool(has_aux))
+    return prepare_request(backend, request)
+
+
+def prepare_request(backend: AbstractBackend, request: PrepareRequest) -> Prep:
+    """Prepare a checked request: through the selector's strategy if it names
+    one, else from its adapter's programs."""
+    strategy = get_strategy(backend)
+    if strategy is not None:
+        return strategy.prepare(backend, request, _Preparer(request))
+    return prepare_from_source(ProgramSource(get_adapter(backend)), backend, request)
+
+
+def prepare_from_source(
+    source: ProgramSource, backend: AbstractBackend, request: PrepareRequest, info: StrategyInfo | None = None
+) -> Prep:
+    """The prep of ``request`` from ``source``'s programs, answering to ``backend``."""
+    operator = OPERATORS[request.operator]
+    x, contexts, tangents = request.x, request.contexts, request.tangents
+    source.check_contexts(contexts)
+    if is_pytree(x) and not source.checks_own_pytrees:
+        Raveler(x)  # checks every leaf, naming the first bad one
+    if operator.tangents == "ty":
+        _check_cotangent_shapes(source, request)
+    programs = caller_programs(
+        operator, source, request.operator_key, request.f, x, tangents, contexts, request.has_aux
+    )
+    return Prep(
+        request.operator,
+        request.f,
+        backend,
+        x,
+        contexts,
+        programs,
+        request.strict,
+        tangents,
+        operator.tangents or "tx",
+        same_point_check(x, contexts) if request.same_point else None,
+        info=info or NO_INFO,
+        has_aux=request.has_aux,
+    )
+
+
+class _Preparer:
+    """The operator layer's preparation, offered to a strategy for one request."""
+
+    def __init__(self, request: PrepareRequest) -> None:
+        self.request = request
+
+    def with_backend(self, backend: AbstractBackend) -> Prep:
+        return prepare_request(backend, self.request)
+
+    def with_source(self, source: ProgramSource, backend: AbstractBackend, info: StrategyInfo | None = None) -> Prep:
+        return prepare_from_source(source, backend, self.request, info)
+
+    def runner(self, prep: Prep, backend: AbstractBackend) -> Callable[[], Any]:
+        request = self.request
+        name = OPERATORS[request.operator].names[0]
+        run, f, x, contexts = prep.runners[name], request.f, request.x, request.contexts
+        values = [c.value for c in contexts]
+        if prep.same_point is not None:  # same-point runners are the bare programs
+            arguments = (x,) if request.tangents is None else (x, request.tangents)
+            call = lambda: run(*arguments, *values)
+        elif request.tangents is None:
+            call = lambda: run(f, backend, x, contexts)
+        else:
+            tangents = request.tangents
+            call = lambda: run(f, backend, x, tangents, contexts)
+        if request.has_aux:  # timed with aux, which f computes anyway; compared on the result alone
+            return lambda: call()[0]
+        return call
+
+
+def _resolve(backend: Any) -> None:
+    if get_strategy(backend) is None:
+        get_adapter(backend)
+
+
+def _check_x(operator: Operator, x: Any) -> None:
+    if is_pytree(x):
+        if operator.scalar_x:
+            raise InvalidInputError(f"{operator.family} needs a scalar x (a 0-d array or a float), not a pytree")
+        return
+    check_x(x, operator.family)
+    if operator.scalar_x and tuple(getattr(x, "shape", ())) != ():
+        raise InvalidInputError(
+            f"{operator.family} needs a scalar x (a 0-d array or a float), not shape {tuple(x.shape)}; "
+            f"use jacobian (or hessian) for array inputs."
+        )
+
+
+def check_tangents(tangents: Any, label: str, operator: str) -> tuple[Any, ...]:
+    """Validate a tuple of tangents (``tx``) or cotangents (``ty``).
+
+    Raises:
+        InvalidInputError: not a tuple or list of arrays.
+    """
+    if not isinstance(tangents, (tuple, list)):
+        raise InvalidInputError(
+            f"{label} must be a tuple of arrays for {operator} (one {operator} per element), not "
+            f"{type(tangents).__name__}; wrap a single one as ({label[1]},)."
+        )
+    for index, tangent in enumerate(tangents):
+        if family_of(tangent) is None and not isinstance(tangent, float) and not is_pytree(tangent):
+            raise InvalidInputError(f"{label}[{index}] must be an array or pytree, not {type(tangent).__name__}")
+    return tuple(tangents)
+
+
+def _check_tangent_shapes(tangents: Sequence[Any], x: Any) -> None:
+    for index, tangent in enumerate(tangents):
+        if tuple(getattr(tangent, "shape", ())) != tuple(x.shape):
+            raise InvalidInputError(
+                f"tx[{index}] must have the shape of x, {tuple(x.shape)}, not "
+                f"{tuple(getattr(tangent, 'shape', ()))}: tangents live in x's space."
+            )
+
+
+def _check_cotangent_shapes(source: ProgramSource, request: PrepareRequest) -> None:
+    """Refuse, at preparation, cotangents that are not shaped like ``f``'s output
+    (an engine would raise its own error or, like autograd, return a result of
+    the wrong shape).
+
+    Raises:
+        InvalidInputError: naming the cotangent, its shape and the output's.
+    """
+    f = value_only(request.f, source.adapter.backend, "pullback") if request.has_aux else request.f
+    x = np.asarray(request.x, dtype=np.float64) if isinstance(request.x, float) else request.x
+    expected = source.output_shapes(f, x, request.contexts)
+    if expected is None:
+        return
+    for index, cotangent in enumerate(request.tangents or ()):
+        leaves: list[Any] = []
+        source.tree_map(leaves.append, cotangent)
+        given = [tuple(getattr(leaf, "shape", ())) for leaf in leaves]  # a Python float is 0-d
+        if given != expected:
+            shown, wanted = (given[0], expected[0]) if len(given) == len(expected) == 1 else (given, expected)
+            raise InvalidInputError(
+                f"ty[{index}] must have the shape of f(x), {wanted}, not {shown}: cotangents live in f's output "
+                f"space (one cotangent per output element)."
+            )

@@ -1,0 +1,318 @@
+"""From a source's programs to a prep's: the caller's array family, pytrees, aux.
+
+A source's programs take caller-family inputs and return arrays of the engine's
+family. The programs a prep holds return what the caller gets: arrays of the
+caller's family, dtype and device; pytrees shaped (and ordered) like ``x``;
+``aux`` in JAX's layout. Everything here is decided at preparation, so the
+wrappers add a function call or two per prepared call and nothing else.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from di.backends.aux import aux_converter
+from di.backends.fallbacks import with_aux
+from di.backends.source import ProgramSource
+from di.contexts import Constant, Context
+from di.errors import InvalidInputError
+from di.families import converter, family_of, get_family, identity
+from di.operators.table import Operator
+from di.pytrees import Raveler, is_pytree, tree_flatten, tree_leaves, tree_map, tree_unflatten
+
+__all__ = ["caller_family", "caller_programs", "same_point_check"]
+
+Programs = dict[str, Callable[..., Any]]
+
+
+def caller_family(source: ProgramSource, x: Any) -> str:
+    """The array family results go back in: ``x``'s, or its leaves' (as the engine
+    flattens the pytree).
+
+    Raises:
+        InvalidInputError: leaves of several families.
+    """
+    if not is_pytree(x):
+        return family_of(x) or "numpy"
+    families: set[str | None] = set()
+    source.tree_map(lambda leaf: families.add(family_of(leaf)), x)
+    families.discard(None)
+    if len(families) > 1:
+        raise InvalidInputError(
+            f"the leaves of x mix array families ({', '.join(sorted(str(f) for f in families))}); "
+            f"convert them to one family first."
+        )
+    return families.pop() or "numpy" if families else "numpy"
+
+
+def caller_programs(
+    operator: Operator,
+    source: ProgramSource,
+    key: str,
+    f: Callable[..., Any],
+    x: Any,
+    tangents: tuple[Any, ...] | None,
+    contexts: Sequence[Context],
+    has_aux: bool,
+) -> Programs:
+    """The programs of a prep of ``operator`` (``key`` is the operator family, or
+    its same-point form) from ``source``: results in the caller's family, shaped
+    like ``x``, ``aux`` in JAX's layout."""
+    family = caller_family(source, x)
+    if is_pytree(x) and not source.takes_pytree(operator.family, x):
+        programs = _raveled(operator, source, key, f, x, tangents, contexts, has_aux)
+    else:
+        engine = source.programs(key, f, _as_array(x), contexts, tangents, has_aux=has_aux)
+        to_caller: Callable[[Any], Any] = identity
+        if source.converts_results:
+            if is_pytree(x):
+                to_caller = _tree_converter(source, family)
+            else:
+                to_caller = _restoring_bfloat16(source, x, _nested(converter(source.family, family)))
+        programs = {name: _converted(_from_float(x, engine[name]), to_caller, has_aux) for name in operator.names}
+        if is_pytree(x):
+            programs = _in_x_order(operator, programs, x, has_aux)
+    if has_aux:
+        programs = _aux_layout(operator, programs, source.family, family)
+    return programs
+
+
+def _as_array(x: Any) -> Any:
+    """A Python float ``x`` is prepared as a 0-d float64 array."""
+    return np.asarray(x, dtype=np.float64) if isinstance(x, float) else x
+
+
+def _from_float(x: Any, program: Callable[..., Any]) -> Callable[..., Any]:
+    """Wrap a program so a Python float ``x`` is computed as a 0-d float64 array."""
+    if not isinstance(x, float):
+        return program
+
+    def from_float(x: Any, *values: Any) -> Any:
+        return program(np.asarray(x, dtype=np.float64), *values)
+
+    return from_float
+
+
+def _nested(to_caller: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    """``to_caller`` applied to every array of a result (tuples and pytrees)."""
+    if to_caller is identity:
+        return identity
+
+    def convert(result: Any) -> Any:
+        if isinstance(result, tuple):
+            return tuple(convert(item) for item in result)
+        if family_of(result) is None and not isinstance(result, float):
+            return tree_map(to_caller, result)  # a pytree output
+        return to_caller(result)
+
+    return convert
+
+
+def _restoring_bfloat16(source: ProgramSource, x: Any, to_caller: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    """NumPy engines compute bfloat16 inputs in float32 (NumPy has no bfloat16):
+    bring their float32 results back to ``x``'s bfloat16."""
+    if source.family != "numpy" or not str(getattr(x, "dtype", "")).endswith("bfloat16"):
+        return to_caller
+    dtype = x.dtype
+    convert = _nested(lambda r: r if str(r.dtype) == str(dtype) else _cast(r, dtype))
+
+    def restoring(result: Any) -> Any:
+        return convert(to_caller(result))
+
+    return restoring
+
+
+def _cast(array: Any, dtype: Any) -> Any:
+    family = family_of(array)
+    if family is None:
+        return array.astype(dtype)
+    record = get_family(family)
+    return record.astype(array, record.describe_dtype(dtype))
+
+
+def _tree_converter(source: ProgramSource, family: str) -> Callable[[Any], Any]:
+    """Results of a pytree-native engine, leaf by leaf into the caller's family."""
+    leaf_converter = converter(source.family, family)
+    if leaf_converter is identity:
+        return identity
+
+    def convert(result: Any) -> Any:
+        return source.tree_map(leaf_converter, result)
+
+    return convert
+
+
+def _converted(program: Callable[..., Any], convert: Callable[[Any], Any], has_aux: bool) -> Callable[..., Any]:
+    if convert is identity:
+        return program
+    convert = with_aux(has_aux, convert)
+
+    def converted(*args: Any) -> Any:
+        return convert(program(*args))
+
+    return converted
+
+
+def _in_x_order(operator: Operator, programs: Programs, x: Any, has_aux: bool) -> Programs:
+    """Give results shaped like a pytree ``x`` its exact structure (an engine such
+    as JAX rebuilds dicts with sorted keys; the caller's key order is kept)."""
+    spec = tree_flatten(x)[1]
+    if spec.is_leaf():  # a node only the engine knows: keep the engine's structure
+        return programs
+
+    def restructure(tree: Any) -> Any:
+        return tree_unflatten(spec, tree_leaves(tree))
+
+    def fix(result: Any, where: Any) -> Any:
+        if where is None:
+            return restructure(result)
+        if where == "each":
+            return tuple(restructure(item) for item in result)
+        if isinstance(where, tuple):
+            index, _ = where
+            return (*result[:index], tuple(restructure(item) for item in result[index]), *result[index + 1 :])
+        return (*result[:where], restructure(result[where]), *result[where + 1 :])
+
+    def wrap(name: str, program: Callable[..., Any]) -> Callable[..., Any]:
+        places = operator.places_like_x(name)
+        if not places:
+            return program
+
+        def in_order(result: Any) -> Any:
+            for where in places:
+                result = fix(result, where)
+            return result
+
+        finish = with_aux(has_aux, in_order)
+
+        def ordered(*args: Any) -> Any:
+            return finish(program(*args))
+
+        return ordered
+
+    return {name: wrap(name, program) for name, program in programs.items()}
+
+
+def _raveled(
+    operator: Operator,
+    source: ProgramSource,
+    key: str,
+    f: Callable[..., Any],
+    x: Any,
+    tangents: tuple[Any, ...] | None,
+    contexts: Sequence[Context],
+    has_aux: bool,
+) -> Programs:
+    """Programs for a pytree ``x`` on an engine that takes arrays only: ``x`` (and
+    tangents shaped like it) are flattened into one vector, ``f`` sees the pytree
+    again, and results shaped like ``x`` are unflattened leaf by leaf."""
+    raveler = Raveler(x)
+    cast_leaves = not source.evaluates_in_float64
+
+    def flat_f(vector: Any, *values: Any) -> Any:
+        return f(raveler.unravel(vector, cast=cast_leaves), *values)
+
+    x_tangents = operator.tangents == "tx"
+    flat_tangents = tuple(raveler.ravel(t) for t in tangents) if tangents is not None and x_tangents else tangents
+    engine = source.programs(key, flat_f, raveler.ravel(x), contexts, flat_tangents, has_aux=has_aux)
+    to_caller = _nested(converter(source.family, raveler.family)) if source.converts_results else identity
+    unravel = raveler.unravel
+
+    def unravel_all(results: tuple[Any, ...]) -> tuple[Any, ...]:
+        return tuple(unravel(r) for r in results)
+
+    def jacobian(jac: Any) -> Any:
+        return raveler.unravel_leading(jac, tuple(jac.shape[:-1]))
+
+    post: dict[str, Callable[[Any], Any]] = {
+        "gradient": unravel,
+        "value_and_gradient": lambda r: (r[0], unravel(r[1])),
+        "jacobian": jacobian,
+        "value_and_jacobian": lambda r: (r[0], jacobian(r[1])),
+        "pushforward": lambda r: r,
+        "value_and_pushforward": lambda r: r,
+        "pullback": unravel_all,
+        "value_and_pullback": lambda r: (r[0], unravel_all(r[1])),
+        "hvp": unravel_all,
+        "gradient_and_hvp": lambda r: (unravel(r[0]), unravel_all(r[1])),
+        "hessian": raveler.unravel_hessian,
+        "value_gradient_and_hessian": lambda r: (r[0], unravel(r[1]), raveler.unravel_hessian(r[2])),
+    }
+
+    def wrap(name: str) -> Callable[..., Any]:
+        program, unravel_result = engine[name], post[name]
+        finish = with_aux(has_aux, lambda result: unravel_result(to_caller(result)))
+        if tangents is None:
+
+            def run(x: Any, *values: Any) -> Any:
+                return finish(program(raveler.ravel(x), *values))
+
+            return run
+
+        def run_with_tangents(x: Any, t: Any, *values: Any) -> Any:
+            t = tuple(raveler.ravel(item) for item in t) if x_tangents else t
+            return finish(program(raveler.ravel(x), t, *values))
+
+        return run_with_tangents
+
+    return {name: wrap(name) for name in operator.names}
+
+
+def _aux_layout(operator: Operator, programs: Programs, engine_family: str, family: str) -> Programs:
+    """Programs returning ``(result, aux)`` in JAX's layout: the plain operator
+    returns ``(result, aux)``, the combined form ``((y, aux), result)``; the arrays
+    of ``aux`` are brought into the caller's family, its other leaves untouched."""
+    aux_to_caller = aux_converter(engine_family, family)
+    plain_name = operator.names[0]
+
+    def wrap(name: str, program: Callable[..., Any]) -> Callable[..., Any]:
+        if name == plain_name:
+
+            def plain(*args: Any) -> Any:
+                result, aux = program(*args)
+                return result, aux_to_caller(aux)
+
+            return plain
+
+        def combined(*args: Any) -> Any:
+            (y, result), aux = program(*args)
+            return (y, aux_to_caller(aux)), result
+
+        return combined
+
+    return {name: wrap(name, program) for name, program in programs.items()}
+
+
+def same_point_check(x: Any, contexts: Sequence[Any]) -> Callable[[Any, Sequence[Any]], bool]:
+    """A by-value check that a call is at the prepared point (``x`` and every
+    ``Constant``), for same-point preps. Holds NumPy copies of the point.
+
+    Examples:
+        >>> import numpy as np
+        >>> from di.operators.programs import same_point_check
+        >>> at_point = same_point_check(np.ones(2), ())
+        >>> at_point(np.ones(2), ()), at_point(np.zeros(2), ())
+        (True, False)
+    """
+
+    def snapshot(value: Any) -> Any:
+        family = family_of(value)
+        if family is None:
+            return value
+        return np.array(converter(family, "numpy")(value), copy=True)
+
+    x_copy = snapshot(x)
+    constants = [(i, snapshot(c.value)) for i, c in enumerate(contexts) if isinstance(c, Constant)]
+
+    def equal(a: Any, b: Any) -> bool:
+        if isinstance(b, np.ndarray):
+            return family_of(a) is not None and np.array_equal(snapshot(a), b, equal_nan=True)
+        return bool(a == b)
+
+    def at_point(x: Any, given: Sequence[Any]) -> bool:
+        return equal(x, x_copy) and all(equal(given[i].value, value) for i, value in constants)
+
+    return at_point
