@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from di.backends.selectors import AbstractBackend
+from di.backends.selectors import AbstractBackend, selector_classes
 from di.errors import DIError
 
 __all__ = [
@@ -60,7 +60,7 @@ differed from the majority's beyond ``rtol``."""
 _CACHE_FORMAT = "di-plan-cache"
 _CACHE_VERSION = 1
 _REASON_WIDTH = 70
-_ENGINE_DISTRIBUTIONS = ("numpy", "jax", "jaxlib", "torch", "autograd", "optree", "differentiation-interface")
+_CORE_DISTRIBUTIONS = ("numpy", "optree", "differentiation-interface")
 
 
 class CandidatesDisagreeError(DIError, ValueError):
@@ -364,8 +364,8 @@ def engine_versions(candidates: Sequence[AbstractBackend] = ()) -> dict[str, str
             third-party backends).
 
     Returns:
-        ``{"python": "3.11.9", "numpy": "2.1.0", "jax": "0.4.35", ...}`` for the
-        installed ones.
+        ``{"python": "3.11.9", "numpy": "2.1.0", ...}``: every known selector's
+        ``distributions`` (or ``engine``), those installed.
 
     Examples:
         >>> from di.plan import engine_versions
@@ -375,8 +375,9 @@ def engine_versions(candidates: Sequence[AbstractBackend] = ()) -> dict[str, str
     from importlib import metadata
 
     versions = {"python": sys.version.split()[0]}
-    names = list(_ENGINE_DISTRIBUTIONS)
-    names += [c.engine for c in candidates if c.engine and c.engine not in names]
+    names = dict.fromkeys(_CORE_DISTRIBUTIONS)
+    for selector in (*selector_classes(), *(type(c) for c in candidates)):
+        names.update(dict.fromkeys(selector.distributions or ((selector.engine,) if selector.engine else ())))
     for name in names:
         try:
             versions[name] = metadata.version(name)

@@ -3,6 +3,7 @@ refusal, at preparation, of the pairs whose outer engine cannot trace the inner 
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 import numpy as np
@@ -95,3 +96,46 @@ def test_first_order_operators_of_a_refused_pair_use_the_inner_backend(pair: tup
 def test_a_planning_backend_cannot_be_a_part_of_second_order() -> None:
     with pytest.raises(di.UnsupportedOperatorError, match="candidates instead"):
         di.prepare_hessian(energy, di.SecondOrder(di.AutoFiniteDiff(), di.AutoFastest()), X)
+
+
+def scaled_energy(x: Any, a: Any) -> Any:
+    xp = di.array_namespace(x)
+    return xp.sum(a * x**3) + x[0] * x[1]
+
+
+@pytest.mark.parametrize("inner", ENGINES, ids=lambda b: type(b).__name__)
+@pytest.mark.parametrize("operator", ["hvp", "hessian"])
+def test_float32_survives_finite_differences_over_every_engine(inner: Any, operator: str) -> None:
+    """The caller's float32 goes through a float64 outer engine and any inner one:
+    no mixed-precision engine error, no engine warning, float32 results close to
+    the exact ones (the inner gradient is computed in float64)."""
+    backend = di.SecondOrder(di.AutoFiniteDiff(), inner)
+    x, a = X.astype(np.float32), np.float32(1.0) * np.ones(3, dtype=np.float32)
+    tangent = np.array([1.0, -1.0, 0.5], dtype=np.float32)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        if operator == "hvp":
+            (result,) = di.hvp(scaled_energy, backend, x, (tangent,), di.Constant(a))
+            expected = HESSIAN @ tangent
+        else:
+            result = di.hessian(scaled_energy, backend, x, di.Constant(a))
+            expected = HESSIAN
+    assert result.dtype == np.float32
+    tolerance = 1e-3 if isinstance(inner, di.AutoFiniteDiff) else 1e-5
+    np.testing.assert_allclose(result, expected, rtol=tolerance, atol=tolerance)
+
+
+def test_float32_matrix_constant_through_finite_differences_over_torch() -> None:
+    """A float32 matrix Constant meets the float64 points finite differences
+    evaluate at: the inner engine must see one precision (torch's addmv refuses
+    Double with Float)."""
+    m = np.array([[2.0, 1.0, 0.0], [1.0, 3.0, -1.0], [0.5, -1.0, 4.0]], dtype=np.float32)
+
+    def quadratic(x: Any, m: Any) -> Any:
+        xp = di.array_namespace(x)
+        return xp.sum(x * (m @ x)) / 2
+
+    x, tangent = X.astype(np.float32), np.ones(3, dtype=np.float32)
+    (result,) = di.hvp(quadratic, di.SecondOrder(di.AutoFiniteDiff(), di.AutoTorch()), x, (tangent,), di.Constant(m))
+    assert result.dtype == np.float32
+    np.testing.assert_allclose(result, (m + m.T) / 2 @ tangent, rtol=1e-5)

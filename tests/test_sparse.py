@@ -18,7 +18,8 @@ from hypothesis import strategies as st
 from jax.experimental import sparse as jsparse
 
 import di
-from di.sparse import coloring, decompression, detection
+from di.sparse import coloring, decompression
+from di.sparse import jaxpr as detection
 from di.testing import default_scenarios, test_differentiation
 from di.testing.sparse_scenarios import arrowhead_energy, expected_pattern, tridiagonal
 

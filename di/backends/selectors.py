@@ -27,6 +27,7 @@ __all__ = [
     "SecondOrder",
     "available_backends",
     "backend",
+    "selector_classes",
 ]
 
 
@@ -49,6 +50,9 @@ class AbstractBackend:
     engine: ClassVar[str] = ""
     engine_display: ClassVar[str] = ""
     extra: ClassVar[str] = ""
+    distributions: ClassVar[tuple[str, ...]] = ()
+    """The installed distributions whose versions a cached plan depends on (by
+    default the ``engine`` module's own)."""
     name: ClassVar[str] = ""
     aliases: ClassVar[tuple[str, ...]] = ()
     adapter: ClassVar[str] = ""
@@ -103,6 +107,7 @@ class AutoJAX(AbstractBackend):
     jit: bool = False
     mode: str | None = None
     engine: ClassVar[str] = "jax"
+    distributions: ClassVar[tuple[str, ...]] = ("jax", "jaxlib")
     engine_display: ClassVar[str] = "JAX"
     extra: ClassVar[str] = "jax"
     name: ClassVar[str] = "jax"
@@ -433,6 +438,19 @@ class AutoSparse(AbstractBackend):
         return self.dense.extra if not self.dense.is_installed else "sparse"
 
 
+def selector_classes() -> tuple[type[AbstractBackend], ...]:
+    """Every selector class known by name (built in, or defined out of tree with a
+    ``name``), in definition order.
+
+    Examples:
+        >>> import di
+        >>> from di.backends.selectors import selector_classes
+        >>> di.AutoFiniteDiff in selector_classes()
+        True
+    """
+    return tuple(dict.fromkeys(_BY_NAME.values()))
+
+
 def backend(name: str, **options: Any) -> AbstractBackend:
     """Build a backend selector from its name, for configuration files and CLIs.
 
@@ -457,7 +475,7 @@ def backend(name: str, **options: Any) -> AbstractBackend:
     try:
         cls = _BY_NAME[name.lower()]
     except KeyError:
-        known = ", ".join(repr(cls.name) for cls in dict.fromkeys(_BY_NAME.values()))
+        known = ", ".join(repr(cls.name) for cls in selector_classes())
         raise ValueError(f"unknown backend {name!r}; known backends: {known}") from None
     return cls(**options)
 

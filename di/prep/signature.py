@@ -14,7 +14,7 @@ from typing import Any
 from di.contexts import Context
 from di.errors import InvalidInputError, PreparationMismatchError
 from di.families import families, family_of, get_family, is_floating_dtype, spec_of
-from di.pytrees import is_pytree, leaf_paths, tree_flatten
+from di.pytrees import foreign_pytree, is_pytree, leaf_paths, tree_flatten
 
 __all__ = ["ArgumentCheck", "check_x", "check_contexts_wrapped", "key_function", "mismatch_error"]
 
@@ -95,7 +95,7 @@ def describe_value(value: Any) -> str:
     if is_pytree(value):
         leaves, _ = tree_flatten(value)
         if len(leaves) == 1 and leaves[0] is value:
-            return f"{type(value).__name__} (a JAX pytree)"
+            return f"{type(value).__name__} (a {foreign_pytree(value)} pytree)"
         return f"{type(value).__name__} pytree of {len(leaves)} arrays"
     text = repr(value)
     if len(text) > 40:

@@ -3,7 +3,8 @@ detection, coloring and decompression.
 
 * :mod:`di.sparse.sources`: ``TracerSparsity``, ``DenseSparsity``,
   ``KnownSparsity`` (import-light: numpy only).
-* :mod:`di.sparse.detection`: the pattern of ``f`` from its JAX program.
+* :mod:`di.sparse.jaxpr`: the pattern of ``f`` from its JAX program (:class:`di.TracerSparsity`).
+* :mod:`di.sparse.strategy`: the preparation hook of :class:`di.AutoSparse`.
 * :mod:`di.sparse.coloring`: greedy column, row and star colorings.
 * :mod:`di.sparse.decompression`: seeds and exact decompression indices.
 * :mod:`di.sparse.patterns`: patterns as boolean ``scipy.sparse`` CSR arrays.

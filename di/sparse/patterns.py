@@ -7,12 +7,21 @@ duplicates: entry ``(i, j)`` is stored when output ``i`` may depend on input
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
 
-__all__ = ["as_pattern", "dense_pattern", "empty_pattern", "from_coordinates", "is_symmetric", "symmetrize"]
+__all__ = [
+    "Detection",
+    "as_pattern",
+    "dense_pattern",
+    "empty_pattern",
+    "from_coordinates",
+    "is_symmetric",
+    "symmetrize",
+]
 
 
 def from_coordinates(rows: Any, cols: Any, shape: tuple[int, int]) -> sp.csr_array:
@@ -78,3 +87,19 @@ def symmetrize(pattern: sp.csr_array) -> sp.csr_array:
 def is_symmetric(pattern: sp.csr_array) -> bool:
     """Whether ``P == P.T``."""
     return bool((pattern != pattern.T).nnz == 0)
+
+
+@dataclass
+class Detection:
+    """What detection found: the pattern and notes on what was bounded conservatively.
+
+    Attributes:
+        pattern: the ``(m, n)`` boolean CSR pattern.
+        notes: one line per primitive whose outputs were taken to depend on all
+            of their inputs (unknown primitives and loops).
+    """
+
+    pattern: sp.csr_array
+    notes: list[str] = field(default_factory=list)
+    output: Any = None
+    """The traced output's abstract value (``shape``, ``dtype``), when traced."""

@@ -1,7 +1,7 @@
 """``AutoSparse(dense)``: sparse Jacobians and Hessians from a dense backend's
 batched pushforwards, pullbacks or hvps, one per color (a strategy).
 
-At preparation: the pattern is found (:mod:`di.sparse.detection`, dense samples,
+At preparation: the pattern is found (:mod:`di.sparse.jaxpr`, dense samples,
 or given), colored (:mod:`di.sparse.coloring`), and the dense adapter prepares
 its primitive for the seed of every color (``J @ s_c`` as one batched call).
 Each call runs that program, stacks the compressed products and gathers the
@@ -40,7 +40,6 @@ from di.backends.protocol import (
     counting_static_values,
     is_real_floating_array,
     is_real_scalar,
-    is_static_context,
     raise_bad_output,
     static_positions,
 )
@@ -48,7 +47,7 @@ from di.backends.registry import get_adapter
 from di.backends.selectors import AbstractBackend, AutoJAX, AutoSparse
 from di.backends.source import ProgramSource
 from di.contexts import Context
-from di.errors import BackendNotInstalledError, InvalidInputError, UnsupportedOperatorError
+from di.errors import InvalidInputError, UnsupportedOperatorError
 from di.families import converter, family_of, get_family, identity
 from di.prep.base import Prep
 from di.prep.strategy import Preparer, PrepareRequest, Strategy, StrategyInfo
@@ -61,8 +60,8 @@ from di.sparse.decompression import (
     seeds,
     star_decompression,
 )
-from di.sparse.detection import Detection
-from di.sparse.patterns import as_pattern, symmetrize
+from di.sparse.jaxpr import traced_pattern
+from di.sparse.patterns import Detection, as_pattern, symmetrize
 from di.sparse.sources import DenseSparsity, KnownSparsity, TracerSparsity
 
 __all__ = ["SparseInfo", "SparseSource", "SparseStrategy"]
@@ -173,7 +172,7 @@ class SparseSource(ProgramSource):
         x_shape = tuple(x.shape)
         if isinstance(self.selector.sparsity, TracerSparsity):
             # The traced program says what f returns: no (eager, on a compiled backend) evaluation of f.
-            detection = _traced_pattern("jacobian", f, x, contexts)
+            detection = traced_pattern("jacobian", f, x, contexts)
             y: Any = detection.output
         else:
             y = self.dense.prepare_value_program(f, x, contexts)(x, *[c.value for c in contexts])
@@ -222,7 +221,7 @@ class SparseSource(ProgramSource):
         operator has its own program without the value (XLA then drops its work)."""
         caller = family_of(x) or "numpy"
         assemble = _assembler(decompression, caller, self.selector.dense_result, dense_shape)
-        inside = self._fuses() and caller == "jax"
+        inside = self._fuses() and caller == self.family
         to_caller = converter(self.family, caller)
 
         def full_engine(x: Any, *values: Any) -> Any:
@@ -279,7 +278,7 @@ class SparseSource(ProgramSource):
         if isinstance(source, DenseSparsity):
             return Detection(self._sampled_pattern(source, operator, f, x, contexts, shape))
         if isinstance(source, TracerSparsity):
-            return _traced_pattern(operator, f, x, contexts)
+            return traced_pattern(operator, f, x, contexts)
         raise InvalidInputError(f"{self.backend!r}: unknown sparsity source {source!r}")  # pragma: no cover
 
     def _sampled_pattern(
@@ -452,35 +451,10 @@ def _count(colors: np.ndarray) -> int:
 
 
 def _numpy_dtype(value: Any) -> Any:
-    dtype = str(getattr(value, "dtype", "float64")).replace("torch.", "")
-    return np.dtype("float32" if dtype == "bfloat16" else dtype)
-
-
-def _traced_pattern(operator: str, f: Callable[..., Any], x: Any, contexts: Sequence[Context]) -> Detection:
-    """:class:`di.TracerSparsity`: trace ``f`` through JAX, whatever the dense backend."""
-    import importlib.util
-
-    if importlib.util.find_spec("jax") is None:
-        raise BackendNotInstalledError(
-            "TracerSparsity reads f's pattern by tracing it with JAX, which is not installed.\n"
-            "  pip install 'differentiation-interface[jax]'\n"
-            "or pass sparsity=di.DenseSparsity() or di.KnownSparsity(pattern) to AutoSparse."
-        )
-    from di.sparse import detection
-
-    values = [c.value for c in contexts]
-    static = [is_static_context(c) for c in contexts]
-    detect = detection.hessian_pattern if operator == "hessian" else detection.jacobian_pattern
-    try:
-        return detect(f, x, values, static)
-    except Exception as err:
-        reason = (str(err).strip().splitlines() or [""])[0]
-        raise InvalidInputError(
-            f"TracerSparsity could not trace f with JAX ({type(err).__name__}: {reason}). It needs f written with "
-            f"the array API (xp = di.array_namespace(x)) or jax.numpy, without writes into arrays or Python "
-            f"branches on values. Pass sparsity=di.DenseSparsity() (nonzeros of dense {operator}s at random points) "
-            f"or di.KnownSparsity(pattern) to AutoSparse instead."
-        ) from err
+    """The NumPy dtype of an array of any family (bfloat16 as float32, which NumPy has)."""
+    family = family_of(value)
+    name = get_family(family).describe_dtype(value.dtype) if family else str(getattr(value, "dtype", "float64"))
+    return np.dtype("float32" if name == "bfloat16" else name)
 
 
 def _gatherer(family: str, index: np.ndarray) -> Callable[[Sequence[Any]], Any]:

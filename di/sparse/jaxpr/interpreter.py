@@ -25,59 +25,30 @@ pattern can be denser than the truth, never sparser.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
 
-from di.sparse.patterns import canonical, empty_pattern
-
-__all__ = ["Detection", "hessian_pattern", "interpret", "jacobian_pattern"]
-
-_FOLD_LIMIT = 50_000_000  # elements: larger constants are not evaluated (their zeros are then unknown)
-_KRON_LIMIT = 50_000_000  # entries of a matrix-product dependency matrix before a coarser bound is used
-
-# Primitives whose output elements each depend on the same element of every operand.
-ELEMENTWISE = frozenset(
-    """
-    neg sin cos tan asin acos atan sinh cosh tanh asinh acosh atanh exp exp2 log log1p expm1 sqrt rsqrt cbrt
-    logistic erf erfc erf_inv lgamma digamma igamma igammac igamma_grad_a random_gamma_grad polygamma zeta
-    bessel_i0e bessel_i1e regularized_incomplete_beta abs square integer_pow pow add add_any sub mul div rem max min
-    atan2 nextafter convert_element_type copy copy_p reduce_precision clamp real imag conj complex
-    optimization_barrier
-    """.split()
+from di.sparse.jaxpr.folds import (
+    _FOLD_LIMIT,
+    _KRON_LIMIT,
+    CALLS,
+    CUMULATIVE,
+    ELEMENTWISE,
+    LOOPS,
+    MOVES,
+    NUMPY_FOLDS,
+    REDUCTIONS,
+    SCATTERS,
+    ZERO_DERIVATIVE,
+    numpy_pad,
 )
-# Primitives whose derivative is zero wherever it exists (and comparisons).
-ZERO_DERIVATIVE = frozenset(
-    "sign floor ceil round is_finite stop_gradient eq ne lt le gt ge and or not xor argmax argmin iota".split()
-)
-REDUCTIONS = frozenset("reduce_sum reduce_max reduce_min reduce_prod".split())
-CUMULATIVE = frozenset("cumsum cumprod cummax cummin cumlogsumexp".split())
-# Data movement: each output element is a copy of one operand element (or a constant).
-MOVES = frozenset("pad gather dynamic_slice dynamic_update_slice".split())
-SCATTERS = frozenset("scatter scatter-add scatter_add scatter-mul scatter_mul scatter-min scatter-max".split())
-CALLS = frozenset(
-    "pjit jit closed_call core_call remat checkpoint custom_jvp_call custom_vjp_call custom_vjp_call_jaxpr".split()
-)
-LOOPS = frozenset("while scan".split())
+from di.sparse.patterns import Detection, canonical, empty_pattern
 
-
-@dataclass
-class Detection:
-    """What detection found: the pattern and notes on what was bounded conservatively.
-
-    Attributes:
-        pattern: the ``(m, n)`` boolean CSR pattern.
-        notes: one line per primitive whose outputs were taken to depend on all
-            of their inputs (unknown primitives and loops).
-    """
-
-    pattern: sp.csr_array
-    notes: list[str] = field(default_factory=list)
-    output: Any = None
-    """The traced output's abstract value (``shape``, ``dtype``), when traced."""
+__all__ = ["interpret"]
 
 
 @dataclass
@@ -218,7 +189,7 @@ class _Interpreter:
         ):
             return [None] * n_out
         constants = [v.const for v in values]
-        in_numpy = _NUMPY_FOLDS.get(eqn.primitive.name)
+        in_numpy = NUMPY_FOLDS.get(eqn.primitive.name)
         try:
             if in_numpy is not None:
                 dtype = np.dtype(eqn.outvars[0].aval.dtype)
@@ -435,7 +406,7 @@ class _Interpreter:
         """``lax.pad`` by a value that depends on nothing: padding has no dependencies."""
         if value.deps is None:
             return None
-        source = _numpy_pad(_index_array(value.shape), -1, config)
+        source = numpy_pad(_index_array(value.shape), -1, config)
         return _take_rows(value.deps, source)
 
     def dynamic_slice(self, value: _Value, starts: list[_Value], sizes: tuple[int, ...]) -> sp.csr_array | None:
@@ -509,114 +480,6 @@ class _Interpreter:
             outputs = self.run(branch.jaxpr, branch.consts, operands)
             deps = [_union(d, o.deps) for d, o in zip(deps, outputs)]
         return deps
-
-
-def _numpy_pad(array: np.ndarray, value: Any, config: Any) -> np.ndarray:
-    """``lax.pad`` in numpy: low, high (either may be negative) and interior padding per axis."""
-    result = array
-    for axis, (low, high, interior) in enumerate(config):
-        low, high, interior = int(low), int(high), int(interior)
-        length = result.shape[axis]
-        spread_length = length + max(length - 1, 0) * interior
-        spread_shape = list(result.shape)
-        spread_shape[axis] = spread_length
-        spread = np.full(spread_shape, value, dtype=result.dtype)
-        index = [slice(None)] * result.ndim
-        index[axis] = slice(None, None, interior + 1)
-        spread[tuple(index)] = result
-        widths = [(0, 0)] * result.ndim
-        widths[axis] = (max(low, 0), max(high, 0))
-        spread = np.pad(spread, widths, constant_values=value)
-        index = [slice(None)] * result.ndim
-        index[axis] = slice(max(-low, 0), spread.shape[axis] - max(-high, 0))
-        result = spread[tuple(index)]
-    return result
-
-
-def _iota(params: dict[str, Any]) -> np.ndarray:
-    shape, dimension = tuple(params["shape"]), int(params["dimension"])
-    line = np.arange(shape[dimension]).reshape([-1 if d == dimension else 1 for d in range(len(shape))])
-    return np.broadcast_to(line, shape)
-
-
-def _select_n(params: dict[str, Any], predicate: Any, *cases: Any) -> Any:
-    return np.choose(np.asarray(predicate).astype(np.int64), np.broadcast_arrays(*cases))
-
-
-def _divide(params: dict[str, Any], a: Any, b: Any) -> Any:
-    if np.issubdtype(np.result_type(a, b), np.integer):
-        return np.trunc(np.true_divide(a, b))  # lax rounds integer division toward zero
-    return np.true_divide(a, b)
-
-
-def _elementwise(function: Callable[..., Any]) -> Callable[..., Any]:
-    return lambda params, *operands: function(*operands)
-
-
-_NUMPY_FOLDS: dict[str, Callable[..., Any]] = {
-    "add": _elementwise(np.add),
-    "add_any": _elementwise(np.add),
-    "sub": _elementwise(np.subtract),
-    "mul": _elementwise(np.multiply),
-    "div": _divide,
-    "rem": _elementwise(np.fmod),
-    "neg": _elementwise(np.negative),
-    "max": _elementwise(np.maximum),
-    "min": _elementwise(np.minimum),
-    "abs": _elementwise(np.abs),
-    "sign": _elementwise(np.sign),
-    "eq": _elementwise(np.equal),
-    "ne": _elementwise(np.not_equal),
-    "lt": _elementwise(np.less),
-    "le": _elementwise(np.less_equal),
-    "gt": _elementwise(np.greater),
-    "ge": _elementwise(np.greater_equal),
-    "and": _elementwise(np.bitwise_and),
-    "or": _elementwise(np.bitwise_or),
-    "not": _elementwise(np.invert),
-    "exp": _elementwise(np.exp),
-    "log": _elementwise(np.log),
-    "sin": _elementwise(np.sin),
-    "cos": _elementwise(np.cos),
-    "sqrt": _elementwise(np.sqrt),
-    "integer_pow": lambda params, a: np.power(a, params["y"]),
-    "select_n": _select_n,
-    "convert_element_type": lambda params, a: np.asarray(a).astype(params["new_dtype"]),
-    "copy": lambda params, a: np.array(a),
-    "copy_p": lambda params, a: np.array(a),
-    "iota": lambda params: _iota(params),
-    "broadcast_in_dim": lambda params, a: np.broadcast_to(
-        np.reshape(
-            a,
-            [
-                np.shape(a)[list(params["broadcast_dimensions"]).index(d)] if d in params["broadcast_dimensions"] else 1
-                for d in range(len(params["shape"]))
-            ],
-        ),
-        tuple(params["shape"]),
-    ),
-    "reshape": lambda params, a: np.reshape(
-        a if params.get("dimensions") is None else np.transpose(a, params["dimensions"]), params["new_sizes"]
-    ),
-    "transpose": lambda params, a: np.transpose(a, params["permutation"]),
-    "squeeze": lambda params, a: np.squeeze(a, axis=tuple(params["dimensions"])),
-    "expand_dims": lambda params, a: np.expand_dims(a, axis=tuple(params["dimensions"])),
-    "rev": lambda params, a: np.flip(a, axis=tuple(params["dimensions"])),
-    "slice": lambda params, a: np.asarray(a)[
-        tuple(
-            slice(start, limit, step)
-            for start, limit, step in zip(
-                params["start_indices"], params["limit_indices"], params.get("strides") or (1,) * np.ndim(a)
-            )
-        )
-    ],
-    "concatenate": lambda params, *arrays: np.concatenate(arrays, axis=int(params["dimension"])),
-    "pad": lambda params, a, value: _numpy_pad(np.asarray(a), value, params["padding_config"]),
-    "reduce_sum": lambda params, a: np.sum(a, axis=tuple(params["axes"])),
-    "reduce_max": lambda params, a: np.max(a, axis=tuple(params["axes"])),
-    "reduce_min": lambda params, a: np.min(a, axis=tuple(params["axes"])),
-}
-"""Constant folding in numpy for the common primitives (JAX would compile each)."""
 
 
 def _nnz(matrix: Any) -> int:
@@ -713,86 +576,3 @@ def interpret(closed_jaxpr: Any, n: int, differentiated: int = 0) -> Detection:
     else:
         pattern = canonical(output.deps)
     return Detection(pattern, interpreter.notes, jaxpr.outvars[0].aval)
-
-
-def _traced(
-    f: Callable[..., Any], x: Any, values: Sequence[Any], static: Sequence[bool], gradient: bool
-) -> tuple[Any, int]:
-    """``make_jaxpr`` of ``f`` (or of its gradient) with abstract ``x`` and contexts
-    (static ones closed over), inside ``enable_x64`` when ``x`` is 64-bit."""
-    import jax
-
-    from di.families.jax import is_64_bit
-
-    x_dtype = np.float64 if is_64_bit(x.dtype) else np.float32
-    shape = tuple(x.shape)
-    traced_positions = [i for i, is_static in enumerate(static) if not is_static]
-
-    def call(x: Any, *traced: Any) -> Any:
-        arguments = list(values)
-        for position, value in zip(traced_positions, traced):
-            arguments[position] = value
-        return f(x, *arguments)
-
-    function = jax.grad(call) if gradient else call
-    abstract = [jax.ShapeDtypeStruct(shape, x_dtype)]
-    for position in traced_positions:
-        abstract.append(_abstract(values[position], x_dtype))
-    with jax.enable_x64(x_dtype == np.float64):
-        return jax.make_jaxpr(function)(*abstract), math.prod(shape)
-
-
-def _abstract(value: Any, x_dtype: Any) -> Any:
-    import jax
-
-    if isinstance(value, float):
-        return jax.ShapeDtypeStruct((), x_dtype)
-    dtype = np.dtype(str(value.dtype).replace("torch.", "").replace("bfloat16", "float32"))
-    return jax.tree_util.tree_map(lambda leaf: jax.ShapeDtypeStruct(tuple(leaf.shape), dtype), value)
-
-
-def jacobian_pattern(f: Callable[..., Any], x: Any, values: Sequence[Any], static: Sequence[bool]) -> Detection:
-    """The Jacobian pattern of ``f(x, *values)``, ``(f(x).size, x.size)``.
-
-    Args:
-        f: the function.
-        x: an array like the ones ``f`` will be called with (only its shape and
-            dtype are used).
-        values: the context values; the ``static`` ones are passed as they are,
-            the others as abstract values.
-        static: for each context, whether it is static (compiled in).
-
-    Returns:
-        The :class:`Detection`.
-
-    Examples:
-        >>> import numpy as np
-        >>> from di.sparse.detection import jacobian_pattern
-        >>> f = lambda x: x[1:] * x[:-1]
-        >>> jacobian_pattern(f, np.zeros(4), [], []).pattern.toarray().astype(int)
-        array([[1, 1, 0, 0],
-               [0, 1, 1, 0],
-               [0, 0, 1, 1]])
-    """
-    closed, n = _traced(f, x, values, static, gradient=False)
-    return interpret(closed, n)
-
-
-def hessian_pattern(f: Callable[..., Any], x: Any, values: Sequence[Any], static: Sequence[bool]) -> Detection:
-    """The Hessian pattern of a scalar ``f``: the Jacobian pattern of its gradient's
-    program (``jax.grad``), made symmetric.
-
-    Examples:
-        >>> import numpy as np
-        >>> from di.sparse.detection import hessian_pattern
-        >>> f = lambda x: (x[1:] * x[:-1]).sum() + (x ** 3).sum()
-        >>> hessian_pattern(f, np.zeros(3), [], []).pattern.toarray().astype(int)
-        array([[1, 1, 0],
-               [1, 1, 1],
-               [0, 1, 1]])
-    """
-    from di.sparse.patterns import symmetrize
-
-    closed, n = _traced(f, x, values, static, gradient=True)
-    detection = interpret(closed, n)
-    return Detection(symmetrize(detection.pattern), detection.notes)
