@@ -231,23 +231,23 @@ def from_numpy_in(family: str) -> Callable[[Any], Any]:
 
 # --- what family records may not answer yet -------------------------------------------------
 
-_SPARSE_PROBES: dict[str, tuple[type, Any] | None] = {}
+_SPARSE_PROBES: dict[Family, tuple[type, Any] | None] = {}
 
 
 def _sparse_kind(record: Family) -> tuple[type, Any] | None:
     """The class and layout of the family's sparse matrices (``sparse_matrix``'s
     results), found once by building a 1 x 1 one; ``None`` when it has none."""
-    if record.name not in _SPARSE_PROBES:
+    if record not in _SPARSE_PROBES:
         try:
             with warnings.catch_warnings():  # a library's notes on its sparse support concern no one here
                 warnings.simplefilter("ignore")
                 build = record.sparse_matrix(np.zeros(1, dtype=np.int64), np.array([0, 1], dtype=np.int64), (1, 1))
                 probe = build(record.from_numpy(np.ones(1)))
         except Exception:  # no sparse type, or its library is not installed
-            _SPARSE_PROBES[record.name] = None
+            _SPARSE_PROBES[record] = None
         else:
-            _SPARSE_PROBES[record.name] = (type(probe), getattr(probe, "layout", None))
-    return _SPARSE_PROBES[record.name]
+            _SPARSE_PROBES[record] = (type(probe), getattr(probe, "layout", None))
+    return _SPARSE_PROBES[record]
 
 
 def _densify(record: Family, value: Any) -> np.ndarray:
