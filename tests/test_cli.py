@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import struct
 import subprocess
 import sys
@@ -12,7 +13,7 @@ from pathlib import Path
 import pytest
 
 import di
-from di.__main__ import PLOT_DPI, PLOT_SIZE_INCHES, main
+from di.cli import PLOT_DPI, PLOT_SIZE_INCHES, main
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -40,6 +41,16 @@ import array_api_compat
 def smooth(x):
     xp = array_api_compat.array_namespace(x)
     return xp.sum(xp.sin(x) * x)
+
+
+def weighted(x, a, c):
+    xp = array_api_compat.array_namespace(x)
+    return c * xp.sum(a * x * x)
+
+
+def banded(x, scale):
+    xp = array_api_compat.array_namespace(x)
+    return scale * xp.concat([x[1:] * x[:-1], x[:1] ** 2])
 
 
 def branchy(x):
@@ -169,8 +180,106 @@ def test_usage_errors_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_default_backends_are_the_installed_ones_plus_compiled_jax() -> None:
-    from di.__main__ import _parse_backends
+    from di.cli.common import parse_backends
 
-    backends = _parse_backends(None)
+    backends = parse_backends(None)
     assert set(di.available_backends()) <= set(backends)
     assert (di.AutoJAX(jit=True) in backends) == (di.AutoJAX() in backends)
+
+
+# --- what a new user tripped on -------------------------------------------------------------------
+
+
+def test_check_passes_contexts_after_x_in_order(modules: Path, tmp_path: Path) -> None:
+    rows_path = tmp_path / "rows.json"
+    status = main(
+        [
+            "check",
+            f"{modules / 'my_functions.py'}:weighted",
+            "--x-shape",
+            "4",
+            "--constant",
+            "np.arange(1.0, 5.0)",
+            "--constant",
+            "2.5",
+            "--backends",
+            "finitediff,finitediff-forward",
+            "--no-bench",
+            "--json",
+            str(rows_path),
+        ]
+    )
+    assert status == 0
+    rows = json.loads(rows_path.read_text())
+    assert [row["status"] for row in rows] == ["ok", "ok"]
+    assert all(row["max_rel_error"] < 1e-5 for row in rows)  # against 2 c a x, c = 2.5, a = 1..4
+    assert all(row["time_median"] is None for row in rows)  # --no-bench: nothing timed
+
+
+def test_check_contexts_given_as_shapes_are_random_arrays(modules: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    arguments = ["check", f"{modules / 'my_functions.py'}:weighted", "--x-shape", "3", "--no-bench"]
+    arguments += ["--constant", "shape=3", "--constant", "1.0", "--backends", "finitediff", "--dtype", "float32"]
+    assert main(arguments) == 0
+    assert "2 contexts" in capsys.readouterr().out
+
+
+def test_check_says_how_to_pass_missing_contexts(modules: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["check", f"{modules / 'my_functions.py'}:weighted", "--backends", "finitediff"]) == 2
+    err = capsys.readouterr().err
+    assert "takes 2 arguments after x (a, c) but 0 were given" in err
+    assert "--constant VALUE" in err and "shape=3,4" in err
+    assert main(["check", f"{modules / 'my_functions.py'}:smooth", "--constant", "1.0"]) == 2
+    assert "takes 0 argument(s) after x but 1 contexts were given" in capsys.readouterr().err
+    bad = ["--constant", "np.nope(3)", "--constant", "1.0"]
+    assert main(["check", f"{modules / 'my_functions.py'}:weighted", *bad]) == 2
+    assert "--constant np.nope(3): cannot evaluate it (AttributeError" in capsys.readouterr().err
+
+
+def test_check_sparse_puts_the_pattern_in_the_notes_not_the_error(modules: Path, tmp_path: Path) -> None:
+    pytest.importorskip("jax")  # the pattern is traced with JAX
+    rows_path = tmp_path / "rows.json"
+    arguments = ["check", f"{modules / 'my_functions.py'}:banded", "--operator", "jacobian", "--x-shape", "6"]
+    arguments += ["--constant", "3.0", "--sparse", "--backends", "finitediff", "--no-bench", "--json", str(rows_path)]
+    assert main(arguments) == 0
+    (row,) = json.loads(rows_path.read_text())
+    assert row["status"] == "ok" and row["message"] == ""
+    assert row["note"].startswith("pattern: 11 nonzeros, ")  # two per row of x[i] x[i+1], one of x[0]^2
+
+
+def test_check_accepts_no_bench_and_a_bad_option_shows_the_check_usage(
+    modules: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["check", f"{modules / 'my_functions.py'}:smooth", "--backends", "finitediff", "--no-bench"]) == 0
+    assert "Every backend that ran agrees with the reference." in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        main(["check", f"{modules / 'my_functions.py'}:smooth", "--no-such-option"])
+    err = capsys.readouterr().err
+    assert err.startswith("usage: di check") and "--no-such-option" in err
+
+
+def test_the_unknown_backend_message_lists_every_label(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--backends", "tensorflow"]) == 2
+    err = capsys.readouterr().err
+    known = err.split("known backends: ")[1].split(";")[0]
+    for label in ("jax", "jax-jit", "torch", "torch-compile", "autograd", "finitediff", "finitediff-forward"):
+        assert label in known.replace(",", " ").split(), label
+
+
+def test_help_shows_the_default_shape(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        main(["check", "--help"])
+    help_text = " ".join(capsys.readouterr().out.split())
+    assert "--x-shape SHAPE shape of x, e.g. 100 or 3,4 ('' for a scalar; default: 100)" in help_text
+    assert "--constant VALUE" in help_text and "--cache-buffer VALUE" in help_text
+
+
+def test_the_correctness_summary_says_skips(capsys: pytest.CaptureFixture[str]) -> None:
+    pytest.importorskip("autograd")  # autograd refuses Cache contexts: those scenarios are skipped
+    status = main(["--backends", "autograd", "--operators", "gradient", "-k", "/f64", "--no-bench", "--quiet"])
+    assert status == 0
+    out = capsys.readouterr().out
+    (row,) = [line for line in out.splitlines() if line.startswith("│ autograd")]
+    cell = row.split("│")[2].strip()
+    counts = re.fullmatch(r"(\d+) ok, (\d+) skipped", cell)
+    assert counts is not None, row
+    assert int(counts[1]) >= 1 and int(counts[2]) >= 1

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 import di
-from di.__main__ import EXIT_DISAGREE, EXIT_OK, EXIT_USAGE, main
+from di.cli import EXIT_DISAGREE, EXIT_OK, EXIT_USAGE, main
 
 ROOT = Path(__file__).resolve().parents[1]
 FD_CANDIDATES = "finitediff,finitediff-forward"

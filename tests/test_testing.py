@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import subprocess
 import sys
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import pytest
 
 import di
+from di.families import Family
 from di.testing import (
     OPERATORS,
     PREP_MODES,
@@ -28,6 +30,7 @@ from di.testing import (
     test_differentiation,
 )
 from di.testing.benchmark import BENCHMARK_COLUMNS
+from di.testing.labels import known_labels
 from di.testing.pytest_plugin import check_case, make_test, parametrize_differentiation
 
 BACKENDS: list[Any] = list(di.available_backends())
@@ -400,10 +403,135 @@ def test_backend_labels_read_back(backend: Any) -> None:
 
 
 def test_parse_backend_refuses_nonsense() -> None:
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="known backends: jax, jax-jit, torch, torch-compile"):
         parse_backend("tensorflow")
     with pytest.raises(ValueError):
         parse_backend("jax(jit=")
+    with pytest.raises(ValueError, match="no boolean option or option value 'jot'"):
+        parse_backend("jax-jot")
+
+
+def test_labels_follow_one_rule_from_the_selectors_name_and_options() -> None:
+    labels = {
+        di.AutoJAX(): "jax",
+        di.AutoJAX(jit=True): "jax-jit",
+        di.AutoTorch(): "torch",
+        di.AutoTorch(compile=True): "torch-compile",
+        di.AutoAutograd(): "autograd",
+        di.AutoFiniteDiff(): "finitediff",
+        di.AutoFiniteDiff(method="forward"): "finitediff-forward",
+        di.AutoJAX(mode="forward"): "jax(mode='forward')",
+        di.AutoTorch(compile=True, compile_options={"backend": "eager"}): (
+            "torch-compile(compile_options=(('backend', 'eager'),))"
+        ),
+    }
+    assert {backend: backend_label(backend) for backend in labels} == labels
+    assert known_labels()[:7] == [
+        "jax",
+        "jax-jit",
+        "torch",
+        "torch-compile",
+        "autograd",
+        "finitediff",
+        "finitediff-forward",
+    ]
+    assert parse_backend("PyTorch-compile") == di.AutoTorch(compile=True)  # aliases and any case
+
+
+@dataclasses.dataclass(frozen=True)
+class _OutOfTree(di.AbstractBackend):
+    """A selector defined outside di, with a name of its own (never run: labels only)."""
+
+    fused: bool = False
+    flavour: str = "plain"
+    steps: int = 1
+    name: ClassVar[str] = "out-of-tree"
+
+    def __post_init__(self) -> None:
+        if self.flavour not in ("plain", "spicy"):
+            raise ValueError(f"_OutOfTree(flavour={self.flavour!r}): flavour must be 'plain' or 'spicy'")
+
+
+@pytest.mark.parametrize(
+    ("backend", "label"),
+    [
+        (_OutOfTree(), "out-of-tree"),
+        (_OutOfTree(fused=True), "out-of-tree-fused"),
+        (_OutOfTree(flavour="spicy", fused=True), "out-of-tree-fused-spicy"),
+        (_OutOfTree(steps=3), "out-of-tree(steps=3)"),
+    ],
+)
+def test_a_selector_defined_out_of_tree_gets_labels_by_the_same_rule(backend: Any, label: str) -> None:
+    assert backend_label(backend) == label
+    assert parse_backend(label) == backend
+    assert {"out-of-tree", "out-of-tree-fused", "out-of-tree-spicy"} <= set(known_labels())
+
+
+# --- any registered array family ----------------------------------------------------------------
+
+
+class _StrictFamily(Family):
+    """array-api-strict arrays, registered here as a third-party family would be."""
+
+    name = "strict_test"
+    display = "array-api-strict"
+    module = "array_api_strict"
+
+    def array_types(self, module: Any) -> tuple[type, ...]:
+        from array_api_strict._array_object import Array
+
+        return (Array,)
+
+    def to_numpy(self, value: Any) -> np.ndarray:
+        return np.asarray(value)
+
+    def from_numpy(self, array: np.ndarray) -> Any:
+        import array_api_strict
+
+        return array_api_strict.asarray(np.asarray(array))
+
+    def namespace(self) -> Any:
+        import array_api_strict
+
+        return array_api_strict
+
+
+@pytest.fixture
+def strict_family(monkeypatch: pytest.MonkeyPatch) -> str:
+    """The family registered for one test only (the registry is restored after)."""
+    pytest.importorskip("array_api_strict")
+    from di.families import registry
+
+    monkeypatch.setattr(registry, "_FAMILIES", dict(registry._FAMILIES))
+    monkeypatch.setattr(registry, "_FAMILY_BY_TYPE", {})
+    monkeypatch.setattr(registry, "_CONVERTERS", {})
+    di.register_family(_StrictFamily())
+    return _StrictFamily.name
+
+
+def test_scenarios_are_made_in_any_registered_family(strict_family: str) -> None:
+    from di.families import family_of
+
+    scenarios = default_scenarios(operators=["gradient", "hvp"], include_pytrees=False, families=(strict_family,))
+    assert scenarios and all(s.name.endswith(f"/{strict_family}") for s in scenarios)
+    assert all(strict_family in s.tags for s in scenarios)
+    assert all(family_of(leaf) == strict_family for s in scenarios for leaf in pytree_leaves(s.x))
+    with_cache = next(s for s in scenarios if "cache" in s.tags and "constant" not in s.tags)
+    preparation = with_cache.preparation()  # zeros like x and a zero Cache, in the family
+    assert family_of(preparation.x) == family_of(preparation.contexts[0].value) == strict_family
+    np.testing.assert_array_equal(np.asarray(preparation.contexts[0].value), np.zeros(with_cache.x.shape))
+    with_constant = next(s for s in scenarios if "constant" in s.tags)
+    negated = with_constant.preparation().contexts[0].value
+    np.testing.assert_array_equal(np.asarray(negated), -np.asarray(with_constant.contexts[0].value))
+    # finite differences go through NumPy: the results come back in the family, agreeing with the references
+    checked = [s for s in scenarios if not s.is_pytree]
+    report = test_differentiation(di.AutoFiniteDiff(), checked, prep_modes=("prepared-twice",))
+    assert len(report.passed) == len(checked)
+
+
+def test_an_unknown_family_is_refused_with_the_registered_ones() -> None:
+    with pytest.raises(ValueError, match="unknown array family 'nope'; registered families: 'numpy'"):
+        default_scenarios(families=("nope",))
 
 
 def test_importing_di_testing_imports_no_engine_and_di_does_not_import_it() -> None:

@@ -2,7 +2,7 @@
 DifferentiationInterfaceTest.jl.
 
 * :class:`Scenario` and :func:`default_scenarios`: functions, points, contexts and
-  analytic reference results for every operator.
+  analytic reference results for every operator, in any registered array family.
 * :func:`test_differentiation`: run every backend x scenario x preparation mode,
   compare with the references, check types and that inputs are not mutated, and
   raise an ``AssertionError`` listing every failure.
@@ -20,29 +20,22 @@ Examples:
     []
 """
 
+from di.testing.arrays import pytree_leaves
 from di.testing.benchmark import benchmark_differentiation
+from di.testing.labels import backend_label, parse_backend
 from di.testing.runner import (
     PREP_MODES,
     Case,
     CaseResult,
     DifferentiationReport,
-    backend_label,
-    default_tolerances,
     iter_cases,
-    parse_backend,
     pytrees_supported,
     run_case,
     test_differentiation,
 )
-from di.testing.scenarios import (
-    OPERATORS,
-    OperatorSpec,
-    PrepArgs,
-    Scenario,
-    default_scenarios,
-    pytree_leaves,
-    replace_scenario,
-)
+from di.testing.scenario import OPERATORS, OperatorSpec, PrepArgs, Scenario, replace_scenario
+from di.testing.scenarios import default_scenarios
+from di.testing.tolerances import default_tolerances
 
 __all__ = [
     "OPERATORS",

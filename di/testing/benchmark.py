@@ -9,15 +9,11 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from di.backends.selectors import AbstractBackend
-from di.testing.runner import (
-    NOT_AVAILABLE,
-    _copy_contexts,
-    _describe_error,
-    backend_for,
-    backend_label,
-    pytrees_supported,
-)
-from di.testing.scenarios import Scenario, copy_tree, default_scenarios
+from di.testing.arrays import copy_tree
+from di.testing.labels import backend_label
+from di.testing.runner import NOT_AVAILABLE, _copy_contexts, _describe_error, backend_for, pytrees_supported
+from di.testing.scenario import Scenario
+from di.testing.scenarios import default_scenarios
 
 __all__ = ["BENCHMARK_COLUMNS", "CountingFunction", "benchmark_differentiation"]
 

@@ -24,7 +24,6 @@ missing, or when ``x`` is a pytree and this version of ``di`` does not take pytr
 
 from __future__ import annotations
 
-import ast
 import dataclasses
 import functools
 import math
@@ -34,9 +33,14 @@ from typing import Any
 
 import numpy as np
 
-from di.backends.selectors import AbstractBackend, AutoAutograd, AutoFiniteDiff, AutoJAX, AutoTorch
+from di.backends.selectors import AbstractBackend
 from di.contexts import Cache, Constant, Context
-from di.testing.scenarios import Scenario, copy_tree, default_scenarios, pytree_leaves, to_numpy
+from di.testing.arrays import copy_tree, records_graph
+from di.testing.compare import compare, expected_family_and_dtype, max_error, same
+from di.testing.labels import backend_label, parse_backend
+from di.testing.scenario import Scenario
+from di.testing.scenarios import default_scenarios
+from di.testing.tolerances import default_tolerances
 
 __all__ = [
     "PREP_MODES",
@@ -56,156 +60,6 @@ PREP_MODES: tuple[str, ...] = ("unprepared", "prepared", "prepared-twice")
 
 PASSED, FAILED, SKIPPED = "passed", "failed", "skipped"
 NOT_AVAILABLE = "not available in this di version"
-
-
-# --- backend names ---------------------------------------------------------------------
-
-_SHORT_NAMES: dict[type, str] = {
-    AutoJAX: "jax",
-    AutoTorch: "torch",
-    AutoAutograd: "autograd",
-    AutoFiniteDiff: "finitediff",
-}
-_ALIASES: dict[str, AbstractBackend] = {
-    "jax-jit": AutoJAX(jit=True),
-    "torch-compile": AutoTorch(compile=True),
-    "finitediff-forward": AutoFiniteDiff(method="forward"),
-}
-
-
-def backend_label(backend: Any) -> str:
-    """A short, readable name for a backend selector, used in tables and test ids.
-
-    Default selectors get their engine's name (``"jax"``, ``"torch"``,
-    ``"autograd"``, ``"finitediff"``); a few common variants have aliases
-    (``"jax-jit"``, ``"torch-compile"``, ``"finitediff-forward"``); other options
-    are spelled out (``"jax(mode='forward')"``). :func:`parse_backend` reads every
-    label back.
-
-    Args:
-        backend: a backend selector (or anything, which gets its ``repr``).
-
-    Returns:
-        The label.
-
-    Examples:
-        >>> import di
-        >>> from di.testing import backend_label
-        >>> backend_label(di.AutoJAX(jit=True)), backend_label(di.AutoFiniteDiff())
-        ('jax-jit', 'finitediff')
-    """
-    for alias, selector in _ALIASES.items():
-        if backend == selector:
-            return alias
-    base = _SHORT_NAMES.get(type(backend))
-    if base is None or not dataclasses.is_dataclass(backend):
-        return repr(backend)
-    changed = [
-        f"{f.name}={getattr(backend, f.name)!r}"
-        for f in dataclasses.fields(backend)
-        if f.default is not dataclasses.MISSING and getattr(backend, f.name) != f.default
-    ]
-    return f"{base}({', '.join(changed)})" if changed else base
-
-
-def parse_backend(text: str) -> AbstractBackend:
-    """Build a selector from a label: ``"jax"``, ``"jax-jit"``, ``"torch(compile=True)"``.
-
-    Args:
-        text: a label as :func:`backend_label` writes it, or any name
-            :func:`di.backend` knows, optionally followed by ``(option=value, ...)``
-            with Python literals as values.
-
-    Returns:
-        The backend selector.
-
-    Raises:
-        ValueError: an unknown name or a malformed option list.
-
-    Examples:
-        >>> from di.testing import parse_backend
-        >>> parse_backend("jax(jit=True)")
-        AutoJAX(jit=True, mode=None)
-    """
-    import di
-
-    text = text.strip()
-    if text.lower() in _ALIASES:
-        return _ALIASES[text.lower()]
-    name, _, rest = text.partition("(")
-    options: dict[str, Any] = {}
-    if rest:
-        if not rest.endswith(")"):
-            raise ValueError(f"malformed backend {text!r}: expected name(option=value, ...)")
-        try:
-            call = ast.parse(f"f({rest[:-1]})", mode="eval").body
-            assert isinstance(call, ast.Call) and not call.args
-            options = {kw.arg: ast.literal_eval(kw.value) for kw in call.keywords if kw.arg is not None}
-        except (SyntaxError, ValueError, AssertionError) as err:
-            raise ValueError(f"malformed backend options in {text!r}: use name(option=value, ...)") from err
-    try:
-        return di.backend(name.strip(), **options)
-    except TypeError as err:
-        raise ValueError(f"bad option for backend {name!r}: {err}") from err
-
-
-# --- tolerances ------------------------------------------------------------------------
-
-
-def _finite_difference_methods(backend: Any) -> list[str]:
-    """The finite-difference methods a backend (or a combination of backends) uses."""
-    if isinstance(backend, AutoFiniteDiff):
-        return [backend.method]
-    methods: list[str] = []
-    for attribute in ("outer", "inner"):
-        inner = getattr(backend, attribute, None)
-        if inner is not None and inner is not backend:
-            methods += _finite_difference_methods(inner)
-    return methods
-
-
-def _dtype_name(dtype: Any) -> str:
-    return str(dtype).replace("torch.", "")
-
-
-def default_tolerances(backend: Any, dtype: Any, order: int = 1) -> tuple[float, float]:
-    """The default ``(rtol, atol)`` for a backend, a dtype and a derivative order.
-
-    Automatic differentiation is exact up to rounding: float64 gets ``rtol=1e-9``,
-    float32 ``2e-4``, float16/bfloat16 ``1e-2``. Finite differences add their
-    truncation and cancellation error, more for forward than central differences
-    and more for second order; the looser of the two applies. A result passes
-    when ``max|result - reference| <= atol + rtol * max|reference|``.
-
-    Args:
-        backend: the backend selector (finite differences are recognised inside
-            combinations with ``outer``/``inner`` attributes too).
-        dtype: the dtype of ``x`` (numpy, torch or jax, or its name).
-        order: 1 for first-order operators, 2 for second-order ones.
-
-    Returns:
-        ``(rtol, atol)``.
-
-    Examples:
-        >>> import numpy as np, di
-        >>> from di.testing import default_tolerances
-        >>> default_tolerances(di.AutoJAX(), np.float64), default_tolerances(di.AutoFiniteDiff(), np.float64)
-        ((1e-09, 1e-12), (1e-06, 1e-09))
-    """
-    name = _dtype_name(dtype)
-    if "16" in name:
-        rtol, atol = 1e-2, 1e-4
-    elif "32" in name:
-        rtol, atol = 2e-4, 1e-7
-    else:
-        rtol, atol = 1e-9, 1e-12
-    for method in _finite_difference_methods(backend):
-        if method == "forward":
-            fd_rtol, fd_atol = (1e-5, 1e-8) if order == 1 else (1e-3, 1e-6)
-        else:
-            fd_rtol, fd_atol = (1e-6, 1e-9) if order == 1 else (1e-4, 1e-7)
-        rtol, atol = max(rtol, fd_rtol), max(atol, fd_atol)
-    return rtol, atol
 
 
 # --- cases and results -------------------------------------------------------------------
@@ -382,98 +236,6 @@ def pytrees_supported() -> bool:
 # --- one case --------------------------------------------------------------------------
 
 
-def _x_leaf(x: Any) -> Any:
-    leaves = pytree_leaves(x)
-    return leaves[0] if leaves else x
-
-
-def _family(value: Any) -> str | None:
-    from di.families import family_of
-
-    return family_of(value)
-
-
-def _expected_family_and_dtype(x: Any) -> tuple[str, str]:
-    leaf = _x_leaf(x)
-    if isinstance(leaf, float):
-        return "numpy", "float64"
-    return _family(leaf) or "numpy", _dtype_name(leaf.dtype)
-
-
-def _compare(
-    label: str, value: Any, reference: Any, rtol: float, atol: float, x: Any, check_types: bool, is_value: bool
-) -> tuple[float, float, list[str]]:
-    """Compare one result with its reference; return the errors and the problems.
-    References that are not numbers or arrays (strings, ``None``, ints of an
-    ``aux``) must be returned as they are."""
-    problems: list[str] = []
-    if reference is None or isinstance(reference, (str, bytes, int)):
-        if type(value) is not type(reference) or value != reference:
-            return math.nan, math.nan, [f"{label}: expected {reference!r}, got {value!r}"]
-        return 0.0, 0.0, []
-    if isinstance(reference, tuple):
-        if not isinstance(value, (tuple, list)) or len(value) != len(reference):
-            kind = type(value).__name__
-            size = f" of length {len(value)}" if isinstance(value, (tuple, list)) else ""
-            return math.nan, math.nan, [f"{label}: expected a tuple of {len(reference)}, got a {kind}{size}"]
-        worst_abs, worst_rel = 0.0, 0.0
-        for i, (item, ref) in enumerate(zip(value, reference)):
-            a, r, p = _compare(f"{label}[{i}]", item, ref, rtol, atol, x, check_types, is_value)
-            worst_abs, worst_rel = _max(worst_abs, a), _max(worst_rel, r)
-            problems += p
-        return worst_abs, worst_rel, problems
-    if isinstance(reference, dict):
-        if not isinstance(value, dict) or set(value) != set(reference):
-            keys = sorted(value) if isinstance(value, dict) else type(value).__name__
-            return math.nan, math.nan, [f"{label}: expected a dict with keys {sorted(reference)}, got {keys}"]
-        worst_abs, worst_rel = 0.0, 0.0
-        x_tree = x if isinstance(x, dict) else {}
-        for key in sorted(reference):
-            a, r, p = _compare(
-                f"{label}[{key!r}]", value[key], reference[key], rtol, atol, x_tree.get(key, x), check_types, is_value
-            )
-            worst_abs, worst_rel = _max(worst_abs, a), _max(worst_rel, r)
-            problems += p
-        return worst_abs, worst_rel, problems
-    family, dtype = _expected_family_and_dtype(x)
-    sparse_family, value = _densified(value, reference)
-    got_family = sparse_family or _family(value)
-    if sparse_family is not None:
-        if check_types and sparse_family != family:
-            problems.append(f"{label}: expected {_SPARSE_KINDS[family]} for a {family} x, got a {sparse_family} one")
-        elif check_types and _dtype_name(value.dtype) != dtype:
-            problems.append(f"{label}: expected dtype {dtype} like x, got {_dtype_name(value.dtype)}")
-    elif check_types:
-        if got_family != family:
-            problems.append(f"{label}: expected a {family} array like x, got {got_family or type(value).__name__}")
-        elif not is_value and _dtype_name(value.dtype) != dtype:
-            problems.append(f"{label}: expected dtype {dtype} like x, got {_dtype_name(value.dtype)}")
-        if got_family == "torch" and (value.requires_grad or value.grad_fn is not None):
-            problems.append(f"{label}: the torch result is still attached to an autograd graph")
-    try:
-        got = np.asarray(to_numpy(value), dtype=np.float64)
-    except Exception as err:
-        return math.nan, math.nan, [*problems, f"{label}: not an array of numbers ({type(value).__name__}: {err})"]
-    ref = np.asarray(reference, dtype=np.float64)
-    if got.shape != ref.shape:
-        if check_types or got.size != ref.size:
-            return math.nan, math.nan, [*problems, f"{label}: expected shape {ref.shape}, got {got.shape}"]
-        got = got.reshape(ref.shape)
-    difference = np.abs(got - ref)
-    abs_error = float(np.max(difference, initial=0.0)) if np.all(np.isfinite(got)) else math.inf
-    scale = float(np.max(np.abs(ref), initial=0.0))
-    rel_error = abs_error / scale if scale > 0 else (0.0 if abs_error == 0 else math.inf)
-    if not abs_error <= atol + rtol * scale:
-        problems.append(
-            f"{label}: max abs error {abs_error:.3g} (rel {rel_error:.3g}) exceeds atol {atol:.3g} + "
-            f"rtol {rtol:.3g} x max|reference| {scale:.3g}"
-        )
-    return abs_error, rel_error, problems
-
-
-_SPARSE_KINDS = {"numpy": "a scipy.sparse array", "torch": "a torch sparse tensor", "jax": "a jax BCOO matrix"}
-
-
 def backend_for(backend: Any, scenario: Scenario) -> Any:
     """The backend a scenario runs on: ``di.AutoSparse(backend)`` for the scenarios
     tagged ``"sparse"`` (unless it already is one), ``backend`` for the others.
@@ -491,50 +253,6 @@ def backend_for(backend: Any, scenario: Scenario) -> Any:
     from di.backends.selectors import AutoSparse
 
     return backend if isinstance(backend, AutoSparse) else AutoSparse(backend)
-
-
-def _densified(value: Any, reference: Any) -> tuple[str | None, Any]:
-    """A sparse result (scipy, torch sparse, jax BCOO) as ``(family, dense numpy
-    array shaped like the reference)``; ``(None, value)`` for anything else."""
-    kind = type(value).__module__
-    if kind.startswith("scipy.sparse"):
-        family, dense = "numpy", value.toarray()
-    elif kind.startswith("jax.experimental.sparse"):
-        import jax
-
-        with jax.enable_x64(np.dtype(value.dtype).itemsize == 8):  # float64 outside x64 would be truncated
-            family, dense = "jax", np.asarray(value.todense())
-    elif _family(value) == "torch" and str(value.layout) != "torch.strided":
-        family, dense = "torch", value.to_dense().detach().cpu().numpy()
-    else:
-        return None, value
-    shape = np.shape(reference)
-    return family, dense.reshape(shape) if dense.size == int(np.prod(shape)) else dense
-
-
-def _max(a: float, b: float) -> float:
-    if math.isnan(b):
-        return a
-    if math.isnan(a):
-        return b
-    return max(a, b)
-
-
-def _same(a: Any, b: Any) -> bool:
-    """Whether two values (arrays of any family, numbers, pytrees) are identical."""
-    if isinstance(a, dict) or isinstance(b, dict):
-        return (
-            isinstance(a, dict) and isinstance(b, dict) and a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
-        )
-    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
-        return len(a) == len(b) and all(_same(p, q) for p, q in zip(a, b))
-    if _family(a) is not None and _family(b) is not None:
-        a_np, b_np = to_numpy(a), to_numpy(b)
-        return bool(a_np.shape == b_np.shape and np.array_equal(a_np, b_np, equal_nan=a_np.dtype.kind == "f"))
-    try:
-        return bool(a == b) or (isinstance(a, float) and isinstance(b, float) and math.isnan(a) and math.isnan(b))
-    except Exception:
-        return a is b
 
 
 def _copy_contexts(contexts: Sequence[Context]) -> tuple[Context, ...]:
@@ -641,7 +359,7 @@ def run_case(
     spec = scenario.spec
     label = backend_label(case.backend)
     base = CaseResult(label, scenario.name, scenario.operator, case.prep_mode, PASSED)
-    dtype = _expected_family_and_dtype(scenario.x)[1]
+    dtype = expected_family_and_dtype(scenario.x)[1]
     default_rtol, default_atol = default_tolerances(case.backend, dtype, spec.order)
     base.rtol = default_rtol if rtol is None else rtol
     base.atol = default_atol if atol is None else atol
@@ -676,19 +394,19 @@ def run_case(
             if reference is None:
                 continue
             what = name if len(references) == 1 else f"{name} {which}"
-            a, r, p = _compare(what, value, reference, base.rtol, base.atol, x, check_types, which in ("y", "aux"))
-            worst_abs, worst_rel = _max(worst_abs, a), _max(worst_rel, r)
+            a, r, p = compare(what, value, reference, base.rtol, base.atol, x, check_types, which in ("y", "aux"))
+            worst_abs, worst_rel = max_error(worst_abs, a), max_error(worst_rel, r)
             problems += p
     if check_mutation:
-        if not _same(x, x_before):
+        if not same(x, x_before):
             problems.append("x was mutated")
-        if tangents is not None and not _same(tangents, tangents_before):
+        if tangents is not None and not same(tangents, tangents_before):
             problems.append("the tangents were mutated")
         for i, (context, before) in enumerate(zip(contexts, constants_before), start=1):
-            if isinstance(context, Constant) and not _same(context.value, before):
+            if isinstance(context, Constant) and not same(context.value, before):
                 problems.append(f"Constant {i} was mutated")
-            if isinstance(context, Cache) and _family(context.value) == "torch" and context.value.grad_fn is not None:
-                problems.append(f"Cache {i} still holds an autograd graph")
+            if isinstance(context, Cache) and records_graph(context.value):
+                problems.append(f"Cache {i} still holds a differentiation graph")
     base.max_abs_error, base.max_rel_error = worst_abs, worst_rel
     if problems:
         return dataclasses.replace(base, status=FAILED, message="; ".join(problems))

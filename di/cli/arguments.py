@@ -1,0 +1,80 @@
+"""The command line's parser: the options every command shares, and each command's."""
+
+from __future__ import annotations
+
+import argparse
+
+__all__ = ["COMMANDS", "build_parser"]
+
+COMMANDS = ("check", "plan")
+"""The subcommands; without one, ``di`` runs the built-in scenarios."""
+
+
+def _backends_help() -> str:
+    from di.testing.labels import known_labels
+
+    return (
+        f"comma-separated backends: {', '.join(known_labels())}, or name(option=value) "
+        f"(default: every installed engine, and the compiled variants di.AutoFastest tries)"
+    )
+
+
+def common_options() -> argparse.ArgumentParser:
+    """The options of the scenario table and of ``check``."""
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--backends", help=_backends_help())
+    common.add_argument("--json", metavar="FILE", help="write the rows as JSON to FILE")
+    common.add_argument(
+        "--plot", metavar="FILE.png", help="draw median time per prepared call against input size (needs matplotlib)"
+    )
+    common.add_argument(
+        "--sizes",
+        default="10,1000,100000",
+        help="input sizes of the --plot sweep, comma-separated (default: %(default)s)",
+    )
+    common.add_argument("--rtol", type=float, help="relative tolerance (default: per backend and dtype)")
+    common.add_argument("--atol", type=float, help="absolute tolerance (default: per backend and dtype)")
+    common.add_argument("--no-bench", action="store_true", help="check correctness only, no timings")
+    return common
+
+
+def build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParser]]:
+    """The top-level parser and each command's own (which reports its own usage).
+
+    Returns:
+        ``(parser, {command: its parser})``.
+
+    Examples:
+        >>> from di.cli.arguments import build_parser
+        >>> parser, commands = build_parser()
+        >>> commands["check"].parse_args(["m:f", "--no-bench"]).no_bench
+        True
+    """
+    from di.cli import check, plan, scenarios
+
+    common = common_options()
+    parser = argparse.ArgumentParser(
+        prog="di",
+        description="Run di's scenarios on every installed differentiation backend and compare them.",
+        parents=[common],
+    )
+    scenarios.add_arguments(parser)
+    subparsers = parser.add_subparsers(dest="command", metavar="{check,plan}")
+    commands = {
+        "check": subparsers.add_parser(
+            "check",
+            parents=[common],
+            help="check your own function on every backend",
+            description="Differentiate MODULE:FUNCTION on every backend, compare with a float64 reference, time "
+            "it. Arguments of f after x are given with --constant and --cache-buffer, in f's order.",
+        ),
+        "plan": subparsers.add_parser(
+            "plan",
+            help="find the fastest backend for your function (di.AutoFastest)",
+            description="Prepare MODULE:FUNCTION with di.AutoFastest and print its plan: every candidate backend, "
+            "checked against the others and timed on this machine.",
+        ),
+    }
+    check.add_arguments(commands["check"])
+    plan.add_arguments(commands["plan"])
+    return parser, commands
