@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 _BY_NAME: dict[str, type[AbstractBackend]] = {}
 """Selector classes by ``name`` and ``aliases`` (lower case), filled as they are defined."""
@@ -198,7 +198,7 @@ class AutoFiniteDiff(AbstractBackend):
         AutoFiniteDiff(method='forward', step=None)
     """
 
-    method: str = "central"
+    method: Literal["central", "forward"] = "central"
     step: float | None = None
     engine: ClassVar[str] = ""
     engine_display: ClassVar[str] = "finite differences"

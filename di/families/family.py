@@ -207,6 +207,23 @@ class Family:
         result[np.asarray(positions)] = self.to_numpy(data)
         return self.from_numpy(result)
 
+    def sparse_to_numpy(self, value: Any) -> np.ndarray | None:
+        """``value`` as a dense NumPy array when it is one of this family's sparse
+        matrices (what :meth:`sparse_matrix` builds), else ``None``."""
+        return None
+
+    def records_graph(self, value: Any) -> bool:
+        """Whether ``value`` still records operations for differentiation (a graph
+        a caller would carry along); by default arrays record nothing."""
+        return False
+
+    def copy(self, value: Any) -> Any:
+        """A copy of ``value`` that shares no memory and records no graph (an
+        immutable family's arrays cannot change: they are their own copy)."""
+        if not self.mutable:
+            return value
+        return self.from_numpy(np.array(self.to_numpy(value), copy=True))
+
     def block(self, value: Any) -> None:
         """Wait until ``value`` (a result of this family) is computed: libraries
         that dispatch asynchronously return before they finish (timing needs it)."""

@@ -114,6 +114,13 @@ class JaxFamily(Family):
 
         return bcoo
 
+    def sparse_to_numpy(self, value: Any) -> np.ndarray | None:
+        jax_sparse = sys.modules.get("jax.experimental.sparse")
+        if jax_sparse is None or not isinstance(value, jax_sparse.JAXSparse):
+            return None
+        with self.scope((value.dtype,)):
+            return np.asarray(value.todense())
+
     def index(self, positions: np.ndarray) -> Any:
         return positions.astype(np.int32) if positions.size < 2**31 else positions
 

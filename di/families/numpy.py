@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 from types import ModuleType
 from typing import Any
@@ -68,6 +69,15 @@ class NumpyFamily(Family):
         result = np.zeros(size, dtype=np.asarray(data).dtype)
         result[positions] = data
         return result
+
+    def sparse_to_numpy(self, value: Any) -> np.ndarray | None:
+        scipy_sparse = sys.modules.get("scipy.sparse")
+        if scipy_sparse is None or not scipy_sparse.issparse(value):
+            return None
+        return np.asarray(value.toarray())
+
+    def copy(self, value: Any) -> Any:
+        return np.array(value, copy=True)
 
     def sparse_matrix(self, indices: np.ndarray, indptr: np.ndarray, shape: tuple[int, int]) -> Callable[[Any], Any]:
         import scipy.sparse as sp

@@ -102,6 +102,18 @@ class TorchFamily(Family):
 
         return csr
 
+    def sparse_to_numpy(self, value: Any) -> np.ndarray | None:
+        torch = sys.modules["torch"]
+        if not isinstance(value, torch.Tensor) or value.layout is torch.strided:
+            return None
+        return self.to_numpy(value.to_dense())
+
+    def records_graph(self, value: Any) -> bool:
+        return bool(value.requires_grad or value.grad_fn is not None)
+
+    def copy(self, value: Any) -> Any:
+        return value.detach().clone()
+
     def index(self, positions: np.ndarray) -> Any:
         import torch
 

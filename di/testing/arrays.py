@@ -4,14 +4,12 @@ Every question about an array (which family, how to copy it, negate it, zero it,
 bring it to NumPy, whether it is a sparse matrix or still records a graph) is
 asked of its family's record in :mod:`di.families`, so scenarios and checks work
 for every family registered with :func:`di.register_family`, in tree or out of
-tree. Where a family record has no method for a question yet, a generic fallback
-here answers it from what the record does have.
+tree.
 """
 
 from __future__ import annotations
 
 import sys
-import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -117,11 +115,7 @@ def tree_map(function: Callable[[Any], Any], tree: Any) -> Any:
 
 def _copy_leaf(leaf: Any) -> Any:
     record = family_record(leaf)
-    if record is None or not record.mutable:  # immutable arrays cannot change: no copy needed
-        return leaf
-    detach = getattr(leaf, "detach", None)  # a copy records no graph, whatever the family
-    source = detach() if callable(detach) else leaf
-    return record.namespace().asarray(source, copy=True)
+    return leaf if record is None else record.copy(leaf)
 
 
 def copy_tree(tree: Any) -> Any:
@@ -229,47 +223,11 @@ def from_numpy_in(family: str) -> Callable[[Any], Any]:
     return convert
 
 
-# --- what family records may not answer yet -------------------------------------------------
-
-_SPARSE_PROBES: dict[Family, tuple[type, Any] | None] = {}
-
-
-def _sparse_kind(record: Family) -> tuple[type, Any] | None:
-    """The class and layout of the family's sparse matrices (``sparse_matrix``'s
-    results), found once by building a 1 x 1 one; ``None`` when it has none."""
-    if record not in _SPARSE_PROBES:
-        try:
-            with warnings.catch_warnings():  # a library's notes on its sparse support concern no one here
-                warnings.simplefilter("ignore")
-                build = record.sparse_matrix(np.zeros(1, dtype=np.int64), np.array([0, 1], dtype=np.int64), (1, 1))
-                probe = build(record.from_numpy(np.ones(1)))
-        except Exception:  # no sparse type, or its library is not installed
-            _SPARSE_PROBES[record] = None
-        else:
-            _SPARSE_PROBES[record] = (type(probe), getattr(probe, "layout", None))
-    return _SPARSE_PROBES[record]
-
-
-def _densify(record: Family, value: Any) -> np.ndarray:
-    with record.scope((value.dtype,)):  # 64-bit values stay 64-bit where a scope is needed
-        for method in ("toarray", "todense", "to_dense"):
-            dense = getattr(value, method, None)
-            if callable(dense):
-                value = dense()
-                break
-        inner = family_record(value)
-        return np.asarray(inner.to_numpy(value) if inner is not None else value)
-
-
 def sparse_to_numpy(value: Any) -> tuple[str, np.ndarray] | None:
     """``(family name, dense NumPy array)`` when ``value`` is a sparse matrix of a
-    registered family (what ``di.AutoSparse`` returns), else ``None``.
-
-    A family record that has a ``sparse_to_numpy(value)`` method (the dense NumPy
-    array, or ``None`` for anything else) answers for itself; for the others the
-    sparse matrices :meth:`~di.families.Family.sparse_matrix` builds are
-    recognised by class and layout. Only families whose library is loaded are
-    asked: a sparse matrix of another cannot exist.
+    registered family (what ``di.AutoSparse`` returns), else ``None``. Only
+    families whose library is loaded are asked: a sparse matrix of another
+    cannot exist.
 
     Examples:
         >>> import numpy as np
@@ -278,27 +236,16 @@ def sparse_to_numpy(value: Any) -> tuple[str, np.ndarray] | None:
         True
     """
     for record in families():
-        if record.module not in sys.modules:
-            continue
-        own = getattr(record, "sparse_to_numpy", None)
-        if callable(own):
-            dense = own(value)
+        if record.module in sys.modules:
+            dense = record.sparse_to_numpy(value)
             if dense is not None:
-                return record.name, np.asarray(dense)
-            continue
-        kind = _sparse_kind(record)
-        if kind is not None and type(value) is kind[0] and getattr(value, "layout", None) == kind[1]:
-            return record.name, _densify(record, value)
+                return record.name, dense
     return None
 
 
 def records_graph(value: Any) -> bool:
     """Whether an array still records operations for differentiation (a graph
     the caller would carry along, where the engine has one).
-
-    A family record with a ``records_graph(value)`` method answers for itself;
-    otherwise an array that says it requires gradients or has a gradient
-    function does.
 
     Examples:
         >>> import numpy as np
@@ -307,7 +254,4 @@ def records_graph(value: Any) -> bool:
         False
     """
     record = family_record(value)
-    own = getattr(record, "records_graph", None)
-    if callable(own):
-        return bool(own(value))
-    return getattr(value, "requires_grad", False) is True or getattr(value, "grad_fn", None) is not None
+    return record is not None and record.records_graph(value)
