@@ -157,7 +157,7 @@ class Raveler:
         ``cast`` is false (the vector's dtype then)."""
         leaves = []
         for offset, size, shape, dtype in zip(self.offsets, self.sizes, self.shapes, self.dtypes):
-            leaf = vector[offset : offset + size].reshape(shape)
+            leaf = _reshape(vector[offset : offset + size], shape)
             if self.mixed and cast:
                 leaf = _cast_like(leaf, dtype)
             leaves.append(leaf)
@@ -168,7 +168,7 @@ class Raveler:
         shaped like ``x`` whose leaves have shape ``lead + leaf.shape``."""
         leaves = []
         for offset, size, shape, dtype in zip(self.offsets, self.sizes, self.shapes, self.dtypes):
-            leaf = array[..., offset : offset + size].reshape((*lead, *shape))
+            leaf = _reshape(array[..., offset : offset + size], (*lead, *shape))
             leaves.append(_cast_like(leaf, dtype) if self.mixed else leaf)
         return tree_unflatten(self.spec, leaves)
 
@@ -177,9 +177,19 @@ class Raveler:
         shape ``leaf_i.shape + leaf_j.shape`` (as a pytree-native engine returns)."""
         rows = []
         for offset, size, shape in zip(self.offsets, self.sizes, self.shapes):
-            block = matrix[offset : offset + size].reshape((*shape, self.size))
+            block = _reshape(matrix[offset : offset + size], (*shape, self.size))
             rows.append(self.unravel_leading(block, shape))
         return tree_unflatten(self.spec, rows)
+
+
+def _reshape(array: Any, shape: tuple[int, ...]) -> Any:
+    """``array`` (of any family, or an engine's traced value) reshaped: its own
+    ``reshape`` method where it has one, else its family namespace's function (the
+    array API has no method)."""
+    method = getattr(array, "reshape", None)
+    if method is not None:
+        return method(shape)
+    return get_family(family_of(array) or "numpy").namespace().reshape(array, shape)
 
 
 def _cast_like(leaf: Any, dtype: Any) -> Any:
