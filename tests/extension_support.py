@@ -50,6 +50,15 @@ def restored_registries() -> Iterator[None]:
         di.families.registry._CONVERTERS.clear()
 
 
+def claim_backend_name(selector_type: type[di.backends.selectors.AbstractBackend]) -> None:
+    """Point ``di.backend(name)`` at ``selector_type`` again. A selector class takes
+    its name when it is defined, so another class of the same name defined since
+    (the docs page's copy of the same example, run by ``tests/test_docs.py`` in
+    this process) holds it; use inside :func:`restored_registries`."""
+    for key in (selector_type.name, *selector_type.aliases):
+        di.backends.selectors._BY_NAME[key.lower()] = selector_type
+
+
 def excerpt(path: str | Path, name: str) -> str:
     """The lines of a file between ``# docs excerpt begin: NAME`` and
     ``# docs excerpt end: NAME`` (both markers must be there, once)."""

@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from extension_support import assert_page_shows, excerpt, python_blocks, restored_registries
+from extension_support import assert_page_shows, claim_backend_name, excerpt, python_blocks, restored_registries
 
 import di
 from di.backends.protocol import Adapter, Programs, is_real_floating_array, raise_bad_output
@@ -123,6 +123,7 @@ REGISTRATION = "di.register_backend(AutoComplexStep, ComplexStepAdapter)\n"
 def registered() -> Iterator[None]:
     with restored_registries():
         di.register_backend(AutoComplexStep, ComplexStepAdapter)
+        claim_backend_name(AutoComplexStep)
         yield
 
 
