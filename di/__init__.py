@@ -23,6 +23,7 @@ from di.backends.selectors import (
     available_backends,
     backend,
 )
+from di.backends.sparsity import DenseSparsity, KnownSparsity, SparsitySource, TracerSparsity
 from di.contexts import Cache, Constant, Context
 from di.errors import (
     BackendNotInstalledError,
@@ -51,7 +52,6 @@ from di.operators.second_derivative import (
     value_derivative_and_second_derivative,
 )
 from di.prep.base import Prep
-from di.sparse.sources import DenseSparsity, KnownSparsity, SparsitySource, TracerSparsity
 
 __version__ = "0.1.0"
 

@@ -89,21 +89,12 @@ def _label(backend: Any) -> str:
 
 
 KNOWN_DI_BUGS: dict[str, str] = {
-    "data type 'array_api_strict.": (
-        "di reads the dtype of a caller's array as NumPy would: di/backends/fallbacks.py numpy_dtype "
-        "(derivative, hessian, jacobian fallbacks) and di/families/jax.py is_64_bit (every AutoJAX call, "
-        "TracerSparsity); both should ask the array's family (describe_dtype)"
-    ),
-    "'Array' object has no attribute 'reshape'": (
-        "di/pytrees.py Raveler.unravel calls vector.reshape, a method the array API does not have "
-        "(it should use the family's namespace: xp.reshape)"
+    "f cannot be compiled as one graph (Observed exception)": (
+        "pytree x under AutoTorch(compile=True): dynamo cannot trace di's optree flattening and breaks "
+        "the graph (issue 20, pytrees under dynamo)"
     ),
 }
 """di bugs this family exposes, by a phrase of their error; delete an entry once it no longer occurs."""
-
-
-def _affected_by_known_bug(backend: di.AbstractBackend) -> bool:
-    return isinstance(backend, di.AutoJAX)  # every JAX call checks x's dtype with is_64_bit
 
 
 # --- scenarios with x in the family ------------------------------------------------------
@@ -215,16 +206,7 @@ def _fail_unless_known(report: Any) -> None:
 
 
 def _backend_params(backends: list[di.AbstractBackend]) -> list[Any]:
-    return [
-        pytest.param(
-            backend,
-            id=_label(backend),
-            marks=pytest.mark.xfail(strict=True, reason=KNOWN_DI_BUGS["data type 'array_api_strict."])
-            if _affected_by_known_bug(backend)
-            else (),
-        )
-        for backend in backends
-    ]
+    return [pytest.param(backend, id=_label(backend)) for backend in backends]
 
 
 def _compiled_sample(scenarios: list[Scenario]) -> list[Scenario]:
@@ -329,7 +311,6 @@ def test_the_family_is_recognised_and_converts_without_copying() -> None:
 # --- minimal reproductions of the known di bugs -----------------------------------------
 
 
-@pytest.mark.xfail(strict=True, raises=TypeError, reason=KNOWN_DI_BUGS["data type 'array_api_strict."])
 def test_derivative_of_a_0d_strict_array() -> None:
     def cube(x: Any) -> Any:
         return x**3
@@ -339,9 +320,6 @@ def test_derivative_of_a_0d_strict_array() -> None:
     np.testing.assert_allclose(np.asarray(derivative), 12.0, rtol=1e-6)
 
 
-@pytest.mark.xfail(
-    strict=True, raises=AttributeError, reason=KNOWN_DI_BUGS["'Array' object has no attribute 'reshape'"]
-)
 def test_gradient_with_respect_to_a_dict_of_strict_arrays() -> None:
     def total(x: Any) -> Any:
         xp = di.array_namespace(x["a"])

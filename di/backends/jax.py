@@ -479,14 +479,16 @@ def _apply_vjp(vjp: Any, ty: Sequence[Any], like: Any) -> tuple[Any, ...]:
 
 
 def _engine_tangents(tangents: Sequence[Any]) -> tuple[Any, ...]:
-    """Tangents (pytrees) of any family, as jit accepts them (torch via DLPack);
-    arrays jit takes as they are pass straight through (the common case)."""
+    """Tangents (pytrees) of any family, as jit accepts them (other families
+    converted); arrays jit takes as they are pass straight through (the common case)."""
     if all(family_of(t) in ("jax", "numpy") for t in tangents):
         return tangents if tangents.__class__ is tuple else tuple(tangents)
-    to_jax = converter("torch", "jax")
-    return tuple(
-        jax.tree_util.tree_map(lambda leaf: to_jax(leaf) if family_of(leaf) == "torch" else leaf, t) for t in tangents
-    )
+
+    def to_jax(leaf: Any) -> Any:
+        family = family_of(leaf)
+        return leaf if family in (None, "jax", "numpy") else converter(family, "jax")(leaf)
+
+    return tuple(jax.tree_util.tree_map(to_jax, t) for t in tangents)
 
 
 def _wrap(

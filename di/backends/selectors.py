@@ -402,7 +402,7 @@ class AutoSparse(AbstractBackend):
     dense_result: bool = field(default=False, kw_only=True)
 
     def __post_init__(self) -> None:
-        from di.sparse.sources import SparsitySource, TracerSparsity
+        from di.backends.sparsity import SparsitySource, TracerSparsity
 
         if not isinstance(self.dense, AbstractBackend) or isinstance(self.dense, AutoSparse):
             raise TypeError(

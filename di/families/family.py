@@ -19,6 +19,8 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from di.errors import UnsupportedOperatorError
+
 __all__ = ["Family", "Matcher", "numpy_lacks", "on_host"]
 
 Matcher = Callable[[Any], bool]
@@ -189,10 +191,13 @@ class Family:
         owns. Made once per prep; the builder is the hot path.
 
         Raises:
-            NotImplementedError: the family has no sparse matrix type (pass
+            UnsupportedOperatorError: the family has no sparse matrix type (pass
                 ``dense_result=True`` to :class:`di.AutoSparse`).
         """
-        raise NotImplementedError(f"{self.name} has no sparse matrix type: use AutoSparse(..., dense_result=True)")
+        raise UnsupportedOperatorError(
+            f"{self.display or self.name} arrays have no sparse matrix type: use AutoSparse(..., dense_result=True) "
+            f"for dense results in this family."
+        )
 
     def index(self, positions: np.ndarray) -> Any:
         """Integer NumPy ``positions`` as an index array of this family (to gather

@@ -24,7 +24,14 @@ __all__ = ["FAMILY", "JaxFamily", "is_64_bit"]
 def is_64_bit(dtype: Any) -> bool:
     """Whether a dtype of any family (or its name) has 8-byte elements: what JAX
     only keeps inside ``jax.enable_x64``."""
-    return np.dtype(str(dtype).replace("torch.", "").replace("bfloat16", "float16")).itemsize == 8
+    try:
+        return np.dtype(dtype).itemsize == 8
+    except TypeError:  # another library's dtype: its own size, else its name's
+        itemsize = getattr(dtype, "itemsize", None)
+        if isinstance(itemsize, int):
+            return itemsize == 8
+        name = str(getattr(dtype, "name", dtype)).rsplit(".", 1)[-1]
+        return name in ("float64", "int64", "uint64", "complex64")
 
 
 class JaxFamily(Family):

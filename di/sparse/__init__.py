@@ -1,7 +1,7 @@
 """Sparse Jacobians and Hessians for :class:`di.AutoSparse`: sparsity sources,
 detection, coloring and decompression.
 
-* :mod:`di.sparse.sources`: ``TracerSparsity``, ``DenseSparsity``,
+* :mod:`di.backends.sparsity`: ``TracerSparsity``, ``DenseSparsity``,
   ``KnownSparsity`` (import-light: numpy only).
 * :mod:`di.sparse.jaxpr`: the pattern of ``f`` from its JAX program (:class:`di.TracerSparsity`).
 * :mod:`di.sparse.strategy`: the preparation hook of :class:`di.AutoSparse`.

@@ -46,6 +46,7 @@ from di.backends.protocol import (
 from di.backends.registry import get_adapter
 from di.backends.selectors import AbstractBackend, AutoJAX, AutoSparse
 from di.backends.source import ProgramSource
+from di.backends.sparsity import DenseSparsity, KnownSparsity, TracerSparsity
 from di.contexts import Context
 from di.errors import InvalidInputError, UnsupportedOperatorError
 from di.families import converter, family_of, get_family, identity
@@ -62,7 +63,6 @@ from di.sparse.decompression import (
 )
 from di.sparse.jaxpr import traced_pattern
 from di.sparse.patterns import Detection, as_pattern, symmetrize
-from di.sparse.sources import DenseSparsity, KnownSparsity, TracerSparsity
 
 __all__ = ["SparseInfo", "SparseSource", "SparseStrategy"]
 

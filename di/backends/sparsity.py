@@ -1,7 +1,9 @@
 """Where :class:`di.AutoSparse` gets its sparsity pattern from: three small selectors.
 
-Like backend selectors they are frozen and hashable (so ``AutoSparse`` stays a
-valid dictionary key) and building one imports no engine and no scipy.
+Like backend selectors (beside which they live, as ADTypes.jl keeps its sparsity
+detectors beside its backend types) they are frozen and hashable (so
+``AutoSparse`` stays a valid dictionary key), and building one imports no engine
+and no scipy; :mod:`di.sparse` does the work they name.
 """
 
 from __future__ import annotations
