@@ -357,7 +357,7 @@ def test_jax_jit_value_and_gradient_compiles_once_across_threads() -> None:
 
 
 def test_compiled_on_first_use_compiles_once_across_threads() -> None:
-    from di.backends.lazy import compiled_on_first_use
+    from di.backends.compile import compiled_on_first_use
 
     compiles: list[int] = []
 

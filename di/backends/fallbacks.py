@@ -54,7 +54,8 @@ def numpy_dtype(value: Any) -> Any:
     """The numpy dtype matching an array's dtype, whatever its family."""
     if isinstance(value, float):
         return np.dtype(np.float64)
-    return np.dtype(str(value.dtype).replace("torch.", ""))
+    family = family_of(value)
+    return np.dtype(get_family(family).describe_dtype(value.dtype) if family else str(value.dtype))
 
 
 def unit_arrays(shape: tuple[int, ...], dtype: Any) -> tuple[Any, ...]:

@@ -16,7 +16,8 @@ from typing import Any
 import numpy as np
 
 from di.backends.aux import split_output, value_only
-from di.backends.protocol import Adapter, Program, Programs, is_real_scalar, raise_bad_output
+from di.backends.outputs import is_real_scalar, raise_bad_output
+from di.backends.protocol import Adapter, Capabilities, Program, Programs
 from di.backends.selectors import AutoFiniteDiff
 from di.contexts import Cache, Context
 from di.families import converter, family_of, get_family, identity, is_floating_dtype
@@ -124,9 +125,11 @@ class FiniteDiffAdapter(Adapter):
     memory (JAX caches as a writable copy).
     """
 
-    family = "numpy"
-    evaluates_in_float64 = True
-    differentiates_any_program = True
+    capabilities = Capabilities(
+        float64=True,
+        differentiates="any",
+        cache_note="f receives numpy buffers as the caller's memory (immutable arrays as writable copies).",
+    )
 
     @property
     def selector(self) -> AutoFiniteDiff:

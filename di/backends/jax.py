@@ -24,7 +24,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from di.backends.aux import AuxSplits, outputs, split_aux, split_output
-from di.backends.lazy import compiled_on_first_use
+from di.backends.compile import compiled_on_first_use
 from di.backends.protocol import (
     OPERATOR_FAMILIES,
     Adapter,

@@ -36,7 +36,7 @@ import torch.utils._pytree as _pytree
 
 from di.backends import fallbacks
 from di.backends.aux import outputs, split_output
-from di.backends.lazy import compiled_on_first_use
+from di.backends.compile import compiled_on_first_use
 from di.backends.protocol import (
     Adapter,
     Programs,
