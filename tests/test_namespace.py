@@ -1,7 +1,7 @@
 """``di.array_namespace``: one ``f`` for every engine, autograd included.
 
 For autograd's traced values di maps every array-API name to what autograd
-differentiates (``di/_autograd_namespace.py``). Each name of its tables is checked
+differentiates (``di/backends/autograd/namespace.py``). Each name of its tables is checked
 here: the value against array-api-compat's NumPy namespace on plain arrays, and
 autograd's reverse-mode jacobian and forward-mode JVP against central finite
 differences of that NumPy evaluation (independent of di's table).
@@ -25,7 +25,7 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 import di
-from di import _autograd_namespace as table
+from di.backends.autograd import namespace as table
 
 Fn = Callable[[Any, Any], Any]
 
@@ -480,7 +480,7 @@ def test_array_namespace_imports_neither_autograd_nor_the_table_for_other_famili
         import di
         loaded = {"import": sorted(m for m in ("array_api_compat", "autograd") if m in sys.modules)}
         di.array_namespace(np.zeros(2))
-        loaded["numpy"] = sorted(m for m in ("array_api_compat", "autograd", "di._autograd_namespace")
+        loaded["numpy"] = sorted(m for m in ("array_api_compat", "autograd", "di.backends.autograd.namespace")
                                  if m in sys.modules)
         print(json.dumps(loaded))
     """

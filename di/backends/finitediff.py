@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from di.backends.aux import split_output, value_only
-from di.backends.outputs import is_real_scalar, raise_bad_output
+from di.backends.outputs import OutputRules, check_output, raise_bad_output
 from di.backends.protocol import Adapter, Capabilities, Program, Programs
 from di.backends.selectors import AutoFiniteDiff
 from di.contexts import Cache, Context
@@ -73,10 +73,7 @@ class _Evaluator:
 
     def scalar(self, point: Any, values: Sequence[Any], operator: str = "gradient") -> float:
         """``f``'s value, checked to be a real scalar (once per operator call)."""
-        y = self.f(point, *values)
-        if not is_real_scalar(y):
-            raise_bad_output(y, self.backend, operator)
-        return float(y)
+        return float(check_output(self.f(point, *values), point, self.backend, operator, _RULES))
 
     def scalar_at_point(self, point: Any, values: Sequence[Any], operator: str = "gradient") -> tuple[float, Any]:
         """``f``'s checked value at the unperturbed point, and its ``aux`` (a copy:
@@ -84,9 +81,7 @@ class _Evaluator:
         if not self.has_aux:
             return self.scalar(point, values, operator), None
         y, aux = split_output(self.f_with_aux(point, *values), self.backend, operator)
-        if not is_real_scalar(y):
-            raise_bad_output(y, self.backend, operator)
-        return float(y), _copied(aux)
+        return float(check_output(y, point, self.backend, operator, _RULES)), _copied(aux)
 
     def array_at_point(self, point: Any, values: Sequence[Any], operator: str) -> tuple[Any, Any]:
         """``f``'s output at the unperturbed point (a float64 copy), and its ``aux``
@@ -109,6 +104,21 @@ class _Evaluator:
         if not (isinstance(y, float) or (family is not None and is_floating_dtype(y.dtype))):
             raise_bad_output(y, self.backend, operator)
         return np.array(converter(family, "numpy")(y) if family else y, dtype=np.float64, copy=True)
+
+
+class _Rules(OutputRules):
+    """Finite differences only evaluate ``f``: a Python float is a scalar like any other."""
+
+    def scalar(self, y: Any) -> Any:
+        return np.reshape(y, ())
+
+
+_RULES = _Rules()
+
+
+def _number(y: Any) -> float:
+    """A checked scalar output of ``f`` (0-d, or one element) as a Python float."""
+    return float(y) if getattr(y, "ndim", 0) == 0 else float(np.reshape(y, ()))
 
 
 def _copied(aux: Any) -> Any:
@@ -161,10 +171,10 @@ class FiniteDiffAdapter(Adapter):
         for i in range(flat.size):
             xi = flat[i]
             flat[i] = xi + h[i]
-            up = evaluator.scalar(point, values, operator) if i == 0 else float(f(point, *values))
+            up = evaluator.scalar(point, values, operator) if i == 0 else _number(f(point, *values))
             if central:
                 flat[i] = xi - h[i]
-                g[i] = (up - float(f(point, *values))) / (2 * h[i])
+                g[i] = (up - _number(f(point, *values))) / (2 * h[i])
             else:
                 g[i] = (up - y0) / h[i]  # type: ignore[operator]
             flat[i] = xi
