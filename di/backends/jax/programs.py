@@ -42,7 +42,6 @@ _CONVERSIONS = (
     ("tolist() method", ".tolist()"),
     ("`complex` function", "complex()"),
     ("`int` function", "int()"),
-    ("__array__()", "a conversion into a NumPy array (np.asarray)"),
 )
 
 
@@ -52,7 +51,7 @@ class _Rules(OutputRules):
     ``jax.lax.stop_gradient`` give another, or none)."""
 
     traces = True
-    conversion_errors = (jax.errors.ConcretizationTypeError, jax.errors.TracerArrayConversionError)
+    conversion_errors = (jax.errors.ConcretizationTypeError,)  # float(), .item(): a Python number
 
     def is_traced(self, y: Any, x: Any) -> bool:
         leaves = jax.tree_util.tree_leaves(x)
