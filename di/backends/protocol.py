@@ -110,8 +110,8 @@ class Capabilities:
             backend, the engine differentiates: ``"any"`` (it only evaluates
             them), ``"own"`` (those of adapters of its own class, which it
             traces) or ``"none"``.
-        transforms: the engine's own transforms and modes a ``di`` call can run
-            inside (each one tested).
+        transforms: the engine's own transforms and modes an (unprepared) ``di``
+            call can run inside, each one tested (``tests/test_contract.py``).
 
     Examples:
         >>> import di
@@ -223,6 +223,26 @@ class Adapter:
         """Whether this adapter's selector compiles (its ``compile_option`` is on)."""
         option = self.capabilities.compile_option
         return bool(option) and bool(getattr(self.backend, option, False))
+
+    def instance_capabilities(self) -> Capabilities:
+        """The record as this adapter has it: the class's, with the attributes a
+        wrapping adapter (a strategy) sets per instance from the adapters it wraps.
+
+        Examples:
+            >>> import di
+            >>> from di.backends.registry import get_adapter
+            >>> get_adapter(di.AutoAutograd()).instance_capabilities().cache
+            False
+        """
+        return replace(
+            self.capabilities,
+            family=self.family,
+            cache=self.supports_cache,
+            cache_note=self.cache_note,
+            float64=self.evaluates_in_float64,
+            pytrees=frozenset(self.native_pytrees),
+            compiled_pytrees=None,
+        )
 
     @property
     def differentiates_any_program(self) -> bool:
