@@ -152,6 +152,6 @@ def _tree_namespace(arrays: tuple[Any, ...]) -> Any:
     except TypeError as err:
         kinds = sorted({type(leaf).__module__.split(".")[0] + "." + type(leaf).__name__ for leaf in leaves})
         raise InvalidInputError(
-            f"array_namespace: the leaves of a pytree must be arrays of one library, not {', '.join(kinds)} "
+            f"array_namespace: the leaves of a pytree must be arrays of one library; these are {', '.join(kinds)} "
             f"({err}). Convert them to one library, or call it on one array."
         ) from err
