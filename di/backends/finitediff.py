@@ -62,6 +62,7 @@ class _Evaluator:
         self.to_numpy_x = adapter.input_converters([x])[0]
         self.convert_contexts = adapter.context_converters(contexts)
         self.convert_any = any(convert is not identity for convert in self.convert_contexts)
+        self.number: Callable[[Any], float] = float
 
     def inputs(self, x: Any, values: Sequence[Any]) -> tuple[Any, Any, tuple[Any, ...]]:
         """(caller's x as numpy, a float64 C-contiguous copy of it, converted values)."""
@@ -72,8 +73,11 @@ class _Evaluator:
         return caller, point, tuple(values)
 
     def scalar(self, point: Any, values: Sequence[Any], operator: str = "gradient") -> float:
-        """``f``'s value, checked to be a real scalar (once per operator call)."""
-        return float(check_output(self.f(point, *values), point, self.backend, operator, _RULES))
+        """``f``'s value, checked to be a real scalar (once per operator call);
+        :attr:`number` then reads the following outputs as floats."""
+        y = self.f(point, *values)
+        self.number = float if getattr(y, "ndim", 0) == 0 else _number
+        return float(check_output(y, point, self.backend, operator, _RULES))
 
     def scalar_at_point(self, point: Any, values: Sequence[Any], operator: str = "gradient") -> tuple[float, Any]:
         """``f``'s checked value at the unperturbed point, and its ``aux`` (a copy:
@@ -167,14 +171,17 @@ class FiniteDiffAdapter(Adapter):
         flat = point.reshape(-1)
         h = _steps(flat, relative_step(self.selector))
         g = np.empty_like(flat)
-        f = evaluator.f  # called directly in the loop: the first evaluation checked its output
+        f, number = evaluator.f, evaluator.number  # called directly in the loop: the first evaluation checked f
         for i in range(flat.size):
             xi = flat[i]
             flat[i] = xi + h[i]
-            up = evaluator.scalar(point, values, operator) if i == 0 else _number(f(point, *values))
+            if i == 0:
+                up, number = evaluator.scalar(point, values, operator), evaluator.number
+            else:
+                up = number(f(point, *values))
             if central:
                 flat[i] = xi - h[i]
-                g[i] = (up - _number(f(point, *values))) / (2 * h[i])
+                g[i] = (up - number(f(point, *values))) / (2 * h[i])
             else:
                 g[i] = (up - y0) / h[i]  # type: ignore[operator]
             flat[i] = xi

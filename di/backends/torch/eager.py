@@ -92,9 +92,13 @@ class Reverse:
         """``(x, [cotangents,] *values)``: ``backward``'s result, ``(y, result)``
         with the value, and ``(..., aux)`` under ``has_aux``."""
         f, has_aux, backend, operator = self.f, self.has_aux, self.backend, self.operator
-        inputs, convert_values, convert_any, caches = self.inputs, self.convert_values, self.convert_any, self.caches
-        check = _scalar_check if operator in ("gradient", "hvp") else _array_check
-        is_grad_enabled, lead = torch.is_grad_enabled, 1 if with_tangents else 0
+        convert_values, convert_any, caches = self.convert_values, self.convert_any, self.caches
+        tree, inputs, to_torch_x = self.tree, self.inputs, self.to_torch_x
+        # A gradient's output is checked by autograd itself (it refuses non-scalar and
+        # complex outputs, and di then says why); the others look at the output first.
+        accept = _ACCEPTS.get(operator, _anything)
+        scalar = operator in ("gradient", "hvp")
+        tensor, is_grad_enabled, lead = torch.Tensor, torch.is_grad_enabled, 1 if with_tangents else 0
 
         def run(x: Any, *args: Any) -> Any:
             # the hot path of a gradient: what a careful torch user writes, and little else
@@ -102,35 +106,42 @@ class Reverse:
                 with recording():
                     return run(x, *args[:lead], *normal_tensors(args[lead:]))
             cotangents, values = (args[0], args[1:]) if with_tangents else (None, args)
-            argument, differentiated = inputs(x)
+            if tree:
+                argument, differentiated = inputs(x)
+            else:
+                argument = differentiated = leaf(x if to_torch_x is identity else to_torch_x(x))
             if convert_any:
                 values = tuple(convert(v) for convert, v in zip(convert_values, values))
             try:
                 y = f(argument, *values)
                 if has_aux:
                     y, aux = split_output(y, backend, operator)
-                y = check(y, differentiated, backend, operator)
+                if y.__class__ is not tensor or not y.requires_grad or not accept(y):
+                    y = check_output(y, differentiated, backend, operator, REVERSE_RULES)
                 result = backward(y, differentiated, cotangents)
             finally:
                 for i in caches:
                     values[i].detach_()
             if with_value:
-                result = (y.detach(), result)
+                value = y.detach()
+                result = (value.reshape(()) if scalar and value.ndim else value), result
             return (result, detached(aux)) if has_aux else result
 
         return run
 
 
-def _scalar_check(y: Any, x: Any, backend: Any, operator: str) -> Any:
-    if y.__class__ is torch.Tensor and y.requires_grad and not y.shape:
-        return y  # the common case: a 0-d tensor computed from x
-    return check_output(y, x, backend, operator, REVERSE_RULES)
+def _anything(y: Any) -> bool:
+    """Every tensor that requires grad."""
+    return True
 
 
-def _array_check(y: Any, x: Any, backend: Any, operator: str) -> Any:
-    if y.__class__ is torch.Tensor and y.is_floating_point() and (y.requires_grad or y.shape):
-        return y
-    return check_output(y, x, backend, operator, REVERSE_RULES)
+_ACCEPTS: dict[str, Callable[[Any], bool]] = {
+    "gradient": _anything,  # autograd.grad refuses what else is wrong
+    "hvp": lambda y: y.ndim == 0 and y.is_floating_point(),
+    "pullback": lambda y: y.is_floating_point(),
+}
+"""Beyond a tensor that requires grad, what each operator's hot path accepts
+without the full check (:func:`di.backends.outputs.check_output`)."""
 
 
 def gradient_backward(backend: Any) -> Backward:
@@ -139,18 +150,24 @@ def gradient_backward(backend: Any) -> Backward:
     grad = torch.autograd.grad
 
     def backward(y: Any, differentiated: Any, cotangents: Any) -> Any:
-        if differentiated.__class__ is Leaves and not differentiated:
-            return tree_unflatten(differentiated.spec, [])
+        if differentiated.__class__ is Leaves:
+            return tree_backward(y, differentiated)
         try:
-            g = grad(y, differentiated, allow_unused=True)
-        except RuntimeError:  # autograd refuses complex outputs: say why
+            (g,) = grad(y, differentiated, allow_unused=True)
+        except RuntimeError:  # autograd refuses non-scalar and complex outputs: say why
             check_output(y, differentiated, backend, "gradient", REVERSE_RULES)
             raise
-        if differentiated.__class__ is not Leaves:
-            return torch.zeros_like(differentiated) if g[0] is None else g[0]
-        return tree_unflatten(
-            differentiated.spec, [torch.zeros_like(item) if d is None else d for item, d in zip(differentiated, g)]
-        )
+        return torch.zeros_like(differentiated) if g is None else g
+
+    def tree_backward(y: Any, leaves: Leaves) -> Any:
+        if not leaves:
+            return tree_unflatten(leaves.spec, [])
+        try:
+            grads = grad(y, leaves, allow_unused=True)
+        except RuntimeError:
+            check_output(y, leaves, backend, "gradient", REVERSE_RULES)
+            raise
+        return tree_unflatten(leaves.spec, [torch.zeros_like(a) if d is None else d for a, d in zip(leaves, grads)])
 
     return backward
 
