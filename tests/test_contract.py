@@ -284,19 +284,33 @@ def gathered(x: Any) -> Any:
     return xp.sum(x[INDICES] ** 2 * xp.asarray(PICKED_WEIGHTS))
 
 
+def gathered_vector(x: Any) -> Any:
+    xp = di.array_namespace(x)
+    return x[INDICES] ** 2 * xp.asarray(PICKED_WEIGHTS, dtype=x.dtype)  # an output of x's dtype
+
+
+ALTERNATING = {
+    "gradient": (di.prepare_gradient, di.gradient, gathered, lambda x: 2 * x * WEIGHTS),
+    "jacobian": (di.prepare_jacobian, di.jacobian, gathered_vector, lambda x: np.diag(2 * x * WEIGHTS)[INDICES]),
+    "hessian": (di.prepare_hessian, di.hessian, gathered, lambda x: np.diag(2 * WEIGHTS)),
+}
+
+
+@pytest.mark.parametrize("operator", sorted(ALTERNATING))
 @pytest.mark.parametrize("backend", _params(BACKENDS))
-def test_float32_and_float64_preps_alternate(backend: Any, capfd: pytest.CaptureFixture[str]) -> None:
+def test_float32_and_float64_preps_alternate(backend: Any, operator: str, capfd: pytest.CaptureFixture[str]) -> None:
+    prepare, call, f, expected = ALTERNATING[operator]
     x64 = np.linspace(-1.0, 1.0, 5)
     preps: dict[Any, Any] = {}
     for dtype in (np.float64, np.float32, np.float64, np.float32):
         x = x64.astype(dtype)
         if dtype not in preps:
-            preps[dtype] = di.prepare_gradient(gathered, backend, x)
-        g = di.gradient(gathered, preps[dtype], backend, x)
-        assert g.dtype == dtype
-        rtol = 1e-6 if dtype == np.float32 else 1e-7
-        np.testing.assert_allclose(g, 2 * x64 * WEIGHTS, rtol=rtol, atol=1e-7)
-    assert "ExecutePrepareWithOomRetries" not in capfd.readouterr().err
+            preps[dtype] = prepare(f, backend, x)
+        result = call(f, preps[dtype], backend, x)
+        assert result.dtype == dtype
+        tolerance = 1e-5 if dtype == np.float32 or isinstance(backend, di.AutoFiniteDiff) else 1e-12
+        np.testing.assert_allclose(result, expected(x64), rtol=tolerance, atol=tolerance)
+    assert "ExecutePrepareWithOomRetries" not in capfd.readouterr().err  # XLA's log of a failed run
 
 
 # --- compiled programs that keep recompiling ----------------------------------------------------------------
