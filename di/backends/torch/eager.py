@@ -79,11 +79,10 @@ class Reverse:
         self.tree = is_pytree(x)
         self.to_torch_x = adapter.input_converters([x])[0]
 
-    def inputs(self, x: Any) -> tuple[Any, Any]:
-        """``(argument of f, differentiated inputs)`` for a call at ``x``."""
-        if not self.tree:
-            alias = leaf(x if self.to_torch_x is identity else self.to_torch_x(x))
-            return alias, alias
+    @staticmethod
+    def tree_inputs(x: Any) -> tuple[Any, Leaves]:
+        """``(argument of f, differentiated leaves)`` for a call at a pytree ``x``
+        (a tensor ``x`` is its own single alias, made inline on the hot path)."""
         leaves, spec = tree_flatten(x)
         aliases = Leaves([leaf(converter(family_of(item), "torch")(item)) for item in leaves], spec)
         return tree_unflatten(spec, aliases), aliases
@@ -93,7 +92,7 @@ class Reverse:
         with the value, and ``(..., aux)`` under ``has_aux``."""
         f, has_aux, backend, operator = self.f, self.has_aux, self.backend, self.operator
         convert_values, convert_any, caches = self.convert_values, self.convert_any, self.caches
-        tree, inputs, to_torch_x = self.tree, self.inputs, self.to_torch_x
+        tree, tree_inputs, to_torch_x = self.tree, self.tree_inputs, self.to_torch_x
         # A gradient's output is checked by autograd itself (it refuses non-scalar and
         # complex outputs, and di then says why); the others look at the output first.
         accept = _ACCEPTS.get(operator, _anything)
@@ -107,7 +106,7 @@ class Reverse:
                     return run(x, *args[:lead], *normal_tensors(args[lead:]))
             cotangents, values = (args[0], args[1:]) if with_tangents else (None, args)
             if tree:
-                argument, differentiated = inputs(x)
+                argument, differentiated = tree_inputs(x)
             else:
                 argument = differentiated = leaf(x if to_torch_x is identity else to_torch_x(x))
             if convert_any:
