@@ -31,11 +31,12 @@ _PYTHON_SCALARS = (bool, int, float, complex, type(None))
 class _Override:
     """The namespace ``di`` answers for one engine's traced values."""
 
-    __slots__ = ("_build", "_built", "_traced", "mixes_with")
+    __slots__ = ("_build", "_built", "_traced", "_traced_class", "mixes_with")
 
     def __init__(self, build: str, traced: str, mixes_with: str) -> None:
         self._build, self._traced, self.mixes_with = build, traced, mixes_with
         self._built: Any = None
+        self._traced_class: type | None = None
 
     def namespace(self) -> Any:
         if self._built is None:
@@ -46,9 +47,14 @@ class _Override:
     def is_traced(self, value: Any) -> bool:
         """Whether ``value`` is one of the engine's traced values (the engine is
         loaded whenever such a value exists: nothing is imported)."""
-        module_name, _, class_name = self._traced.partition(":")
-        module = sys.modules.get(module_name)
-        return module is not None and isinstance(value, getattr(module, class_name))
+        traced_class = self._traced_class
+        if traced_class is None:
+            module_name, _, class_name = self._traced.partition(":")
+            module = sys.modules.get(module_name)
+            if module is None:
+                return False
+            traced_class = self._traced_class = getattr(module, class_name)
+        return isinstance(value, traced_class)
 
 
 def _discover() -> dict[str, _Override]:

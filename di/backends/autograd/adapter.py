@@ -15,7 +15,7 @@ from autograd.numpy.numpy_boxes import ArrayBox
 from autograd.tracer import Box, getval
 
 from di.backends.aux import split_output
-from di.backends.outputs import OutputRules, checking
+from di.backends.outputs import SCALAR_OPERATORS, OutputRules, checking
 from di.backends.protocol import Adapter, Capabilities, Programs
 from di.contexts import Context
 from di.families import converter, family_of, identity
@@ -59,6 +59,15 @@ def _boxed_float_scalar(y: Any) -> bool:
         return False
     value = y._value
     return value.__class__ is not ArrayBox and value.shape == () and value.dtype.kind == "f"
+
+
+def _boxed_float_array(y: Any) -> bool:
+    """The common output of the other operators: a boxed floating array of at
+    least one dimension (0-d outputs get the full check, which looks for the box)."""
+    if y.__class__ is not ArrayBox:
+        return False
+    value = y._value
+    return value.__class__ is np.ndarray and value.ndim > 0 and value.dtype.kind == "f"
 
 
 _BFLOAT16 = "bfloat16"
@@ -155,7 +164,8 @@ class AutogradAdapter(Adapter):
         return inputs
 
     def _checked(self, f: Callable[..., Any], operator: str) -> Callable[..., Any]:
-        return checking(f, self.backend, operator, _RULES)
+        accept = _boxed_float_scalar if operator in SCALAR_OPERATORS else _boxed_float_array
+        return checking(f, self.backend, operator, _RULES, accept=accept)
 
     def prepare_gradient_programs(
         self, f: Callable[..., Any], x: Any, contexts: Sequence[Context], *, has_aux: bool = False

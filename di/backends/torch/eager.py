@@ -95,7 +95,7 @@ class Reverse:
         tree, tree_inputs, to_torch_x = self.tree, self.tree_inputs, self.to_torch_x
         # A gradient's output is checked by autograd itself (it refuses non-scalar and
         # complex outputs, and di then says why); the others look at the output first.
-        accept = _ACCEPTS.get(operator, _anything)
+        accept = _ACCEPTS.get(operator)
         scalar = operator in ("gradient", "hvp")
         tensor, is_grad_enabled, lead = torch.Tensor, torch.is_grad_enabled, 1 if with_tangents else 0
 
@@ -104,7 +104,7 @@ class Reverse:
             if not is_grad_enabled():  # no_grad or inference_mode: f must still be recorded
                 with recording():
                     return run(x, *args[:lead], *normal_tensors(args[lead:]))
-            cotangents, values = (args[0], args[1:]) if with_tangents else (None, args)
+            cotangents, values = (args[0], args[1:]) if lead else (None, args)
             if tree:
                 argument, differentiated = tree_inputs(x)
             else:
@@ -115,12 +115,13 @@ class Reverse:
                 y = f(argument, *values)
                 if has_aux:
                     y, aux = split_output(y, backend, operator)
-                if y.__class__ is not tensor or not y.requires_grad or not accept(y):
+                if y.__class__ is not tensor or not y.requires_grad or (accept is not None and not accept(y)):
                     y = check_output(y, differentiated, backend, operator, REVERSE_RULES)
                 result = backward(y, differentiated, cotangents)
             finally:
-                for i in caches:
-                    values[i].detach_()
+                if caches:
+                    for i in caches:
+                        values[i].detach_()
             if with_value:
                 value = y.detach()
                 result = (value.reshape(()) if scalar and value.ndim else value), result
@@ -129,28 +130,21 @@ class Reverse:
         return run
 
 
-def _anything(y: Any) -> bool:
-    """Every tensor that requires grad."""
-    return True
-
-
 _ACCEPTS: dict[str, Callable[[Any], bool]] = {
-    "gradient": _anything,  # autograd.grad refuses what else is wrong
     "hvp": lambda y: y.ndim == 0 and y.is_floating_point(),
     "pullback": lambda y: y.is_floating_point(),
 }
 """Beyond a tensor that requires grad, what each operator's hot path accepts
-without the full check (:func:`di.backends.outputs.check_output`)."""
+without the full check (:func:`di.backends.outputs.check_output`); a gradient's
+hot path accepts every such tensor: autograd.grad refuses what else is wrong."""
 
 
-def gradient_backward(backend: Any) -> Backward:
+def gradient_backward(backend: Any, tree: bool = False) -> Backward:
     """The gradient of a scalar ``y`` with respect to one leaf (zeros where ``f``
-    does not use ``x``), or to a list of leaves."""
+    does not use ``x``), or, with ``tree``, to the leaves of a pytree."""
     grad = torch.autograd.grad
 
     def backward(y: Any, differentiated: Any, cotangents: Any) -> Any:
-        if differentiated.__class__ is Leaves:
-            return tree_backward(y, differentiated)
         try:
             (g,) = grad(y, differentiated, allow_unused=True)
         except RuntimeError:  # autograd refuses non-scalar and complex outputs: say why
@@ -158,7 +152,7 @@ def gradient_backward(backend: Any) -> Backward:
             raise
         return torch.zeros_like(differentiated) if g is None else g
 
-    def tree_backward(y: Any, leaves: Leaves) -> Any:
+    def tree_backward(y: Any, leaves: Leaves, cotangents: Any) -> Any:
         if not leaves:
             return tree_unflatten(leaves.spec, [])
         try:
@@ -168,10 +162,12 @@ def gradient_backward(backend: Any) -> Backward:
             raise
         return tree_unflatten(leaves.spec, [torch.zeros_like(a) if d is None else d for a, d in zip(leaves, grads)])
 
-    return backward
+    return tree_backward if tree else backward
 
 
 def _pullback_backward(y: Any, alias: Any, cotangents: Sequence[Any]) -> tuple[Any, ...]:
+    if len(cotangents) == 1:  # the common case
+        return (_backward(y, alias, like(cotangents[0], y), retain=False),)
     last = len(cotangents) - 1
     return tuple(_backward(y, alias, like(t, y), retain=i < last) for i, t in enumerate(cotangents))
 
@@ -218,7 +214,7 @@ class EagerPrograms:
 
     def gradient(self, f: Callable[..., Any], x: Any, contexts: Sequence[Context], has_aux: bool) -> Programs:
         adapter, values = self.adapter, [c.value for c in contexts]
-        backward = gradient_backward(adapter.backend)
+        backward = gradient_backward(adapter.backend, is_pytree(x))
 
         def warm_up(compiled: Any) -> Any:
             program = Reverse(adapter, compiled, x, contexts, "gradient", has_aux).program

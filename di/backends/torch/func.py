@@ -23,7 +23,7 @@ import torch.utils._pytree as torch_pytree
 
 from di.backends import fallbacks
 from di.backends.compile import static_argnums
-from di.backends.outputs import OutputRules, checking
+from di.backends.outputs import SCALAR_OPERATORS, OutputRules, checking
 from di.backends.protocol import Programs, plain_from_full
 from di.backends.torch.common import FORWARD_RULES, REVERSE_RULES, RULES, TorchBase, as_dtype, like
 from di.backends.torch.compile import UNSUPPORTED
@@ -50,7 +50,8 @@ class FuncPrograms:
     def _checked(self, f: Callable[..., Any], operator: str, rules: OutputRules, has_aux: bool = False) -> Any:
         """``f`` with its output checked for ``operator``; under ``has_aux`` it
         returns ``(y, aux)``, and so does the checked function."""
-        return checking(f, self.adapter.backend, operator, rules, has_aux=has_aux)
+        accept = _traced_scalar if operator in SCALAR_OPERATORS else _float_array
+        return checking(f, self.adapter.backend, operator, rules, has_aux=has_aux, accept=accept)
 
     def _forward_rules(self) -> OutputRules:
         """Forward-mode outputs are checked for a tangent eagerly; a compiled graph
@@ -355,6 +356,18 @@ def _run(
             return function(*arguments(x, None, values))
 
     return run
+
+
+def _traced_scalar(y: Any) -> bool:
+    """The common output of a scalar operator: a 0-d float tensor reverse mode
+    records (anything else gets the full check)."""
+    return y.__class__ is torch.Tensor and y.requires_grad and y.ndim == 0 and y.is_floating_point()
+
+
+def _float_array(y: Any) -> bool:
+    """The common output of the other operators: a float tensor of at least one
+    dimension (a 0-d one gets the full check, which looks for its tangent)."""
+    return y.__class__ is torch.Tensor and y.ndim > 0 and y.is_floating_point()
 
 
 def _outputs(output: Any, has_aux: bool) -> tuple[Any, ...]:
