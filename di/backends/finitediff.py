@@ -75,10 +75,10 @@ class _Evaluator:
     def scalar(self, point: Any, values: Sequence[Any], operator: str = "gradient") -> float:
         """``f``'s value, checked to be a real scalar (once per operator call);
         :attr:`number` then reads the following outputs as floats."""
-        y: Any = self.f(point, *values)
-        if y.__class__ in _FLOAT_SCALARS or (y.__class__ is np.ndarray and y.shape == () and y.dtype.kind == "f"):
+        y = self.f(point, *values)
+        if _is_float_scalar(y):
             self.number = float  # the common case, told without the full check
-            return self.number(y)
+            return float(y)
         self.number = float if getattr(y, "ndim", 0) == 0 else _number
         return float(check_output(y, point, self.backend, operator, _RULES))
 
@@ -122,6 +122,11 @@ class _Rules(OutputRules):
 
 _RULES = _Rules()
 _FLOAT_SCALARS = frozenset({float, np.float64, np.float32, np.float16})
+
+
+def _is_float_scalar(y: Any) -> bool:
+    """A Python or NumPy float scalar, or a 0-d float array: the common output."""
+    return y.__class__ in _FLOAT_SCALARS or (y.__class__ is np.ndarray and y.shape == () and y.dtype.kind == "f")
 
 
 def _number(y: Any) -> float:
