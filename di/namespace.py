@@ -1,26 +1,75 @@
 """``di.array_namespace``: the array namespace to write ``f`` with, once for every engine.
 
-For NumPy, torch and JAX values (JAX tracers and ``torch.func``-wrapped tensors
-included) it is array-api-compat's namespace. For autograd's traced values
-(``ArrayBox``) array-api-compat returns ``autograd.numpy``, whose array-API names
-(``concat``, ``vecdot``, ``cumulative_sum``, ...) are NumPy's functions that
-autograd never learned to differentiate: they drop the boxes, and autograd
-silently returns zeros. ``di`` returns instead a namespace mapping each
-array-API name to what autograd differentiates (see ``di/_autograd_namespace.py``).
+For most values (NumPy arrays, torch tensors, JAX arrays and tracers) it is
+array-api-compat's namespace. An engine whose traced values array-api-compat
+maps to a namespace the engine cannot differentiate declares, in an
+``array_api`` module of its package under ``di/backends/``, the namespace
+``di`` answers instead (autograd's boxes get one whose functions autograd
+differentiates: see ``di/backends/autograd/``). Those tables are found by
+listing the engine packages when ``di`` is imported, importing no engine; the
+replacement namespace is built on first use, once its engine is loaded (a traced
+value could not exist before).
 
-Nothing is imported at ``import di``: array-api-compat on the first call, the
-autograd table only once an autograd value is seen (autograd is then already
-imported: the value could not exist otherwise).
+Pytrees (a dict of parameters, a list of arrays) get the namespace of their
+array leaves.
 """
 
 from __future__ import annotations
 
+import importlib
+import os
 import sys
 from typing import Any
+
+from di.errors import InvalidInputError
 
 __all__ = ["array_namespace"]
 
 _PYTHON_SCALARS = (bool, int, float, complex, type(None))
+
+
+class _Override:
+    """The namespace ``di`` answers for one engine's traced values."""
+
+    __slots__ = ("_build", "_built", "_traced", "_traced_class", "mixes_with")
+
+    def __init__(self, build: str, traced: str, mixes_with: str) -> None:
+        self._build, self._traced, self.mixes_with = build, traced, mixes_with
+        self._built: Any = None
+        self._traced_class: type | None = None
+
+    def namespace(self) -> Any:
+        if self._built is None:
+            module, _, function = self._build.partition(":")
+            self._built = getattr(importlib.import_module(module), function)()
+        return self._built
+
+    def is_traced(self, value: Any) -> bool:
+        """Whether ``value`` is one of the engine's traced values (the engine is
+        loaded whenever such a value exists: nothing is imported)."""
+        traced_class = self._traced_class
+        if traced_class is None:
+            module_name, _, class_name = self._traced.partition(":")
+            module = sys.modules.get(module_name)
+            if module is None:
+                return False
+            traced_class = self._traced_class = getattr(module, class_name)
+        return isinstance(value, traced_class)
+
+
+def _discover() -> dict[str, _Override]:
+    """The ``ARRAY_NAMESPACES`` tables of the engine packages that have one."""
+    folder = os.path.join(os.path.dirname(__file__), "backends")
+    overrides: dict[str, _Override] = {}
+    for name in sorted(os.listdir(folder)):
+        if os.path.isfile(os.path.join(folder, name, "array_api.py")):
+            table = importlib.import_module(f"di.backends.{name}.array_api").ARRAY_NAMESPACES
+            for namespace, entry in table.items():
+                overrides[namespace] = _Override(entry["build"], entry["traced"], entry.get("mixes_with", ""))
+    return overrides
+
+
+_OVERRIDES = _discover()
 
 
 def array_namespace(*arrays: Any) -> Any:
@@ -31,7 +80,8 @@ def array_namespace(*arrays: Any) -> Any:
     tracers, and autograd's traced values.
 
     Args:
-        *arrays: the arrays ``f`` computes with (Python scalars are ignored).
+        *arrays: the arrays ``f`` computes with (Python scalars are ignored), or
+            pytrees of arrays (a dict of parameters): their array leaves count.
             autograd's traced values may be mixed with NumPy arrays.
 
     Returns:
@@ -41,7 +91,9 @@ def array_namespace(*arrays: Any) -> Any:
 
     Raises:
         TypeError: no array among ``arrays``, an object that is not an array, or
-            arrays of different libraries (as ``array_api_compat.array_namespace``).
+            arrays of different libraries (as ``array_api_compat.array_namespace``);
+            :class:`di.InvalidInputError` (a ``TypeError``) for a pytree without
+            array leaves or with leaves of several libraries.
 
     Examples:
         >>> import numpy as np, di
@@ -55,45 +107,57 @@ def array_namespace(*arrays: Any) -> Any:
                [0.        , 2.        ]])
         >>> di.array_namespace(np.zeros(2)).__name__
         'array_api_compat.numpy'
+        >>> di.array_namespace({"w": np.zeros(2), "b": np.zeros(())}).__name__
+        'array_api_compat.numpy'
     """
     import array_api_compat
 
     try:
         namespace = array_api_compat.array_namespace(*arrays)
-    except TypeError:  # autograd's values beside NumPy arrays, or an autograd without __array_namespace__
-        if any(_is_autograd_box(value) for value in arrays):
-            return _autograd_namespace(arrays)
+    except TypeError:  # traced values beside NumPy arrays, a pytree, or no array at all
+        for override in _OVERRIDES.values():
+            if any(override.is_traced(value) for value in arrays):
+                return _checked_mix(override, arrays)
+        if any(isinstance(value, (dict, list, tuple)) for value in arrays):
+            return _tree_namespace(arrays)
         raise
-    # autograd's values name autograd.numpy as their namespace: checked after the fact, so other
-    # families pay one string comparison, which torch.compile and jax.jit trace for free.
-    if getattr(namespace, "__name__", None) == _AUTOGRAD_NUMPY:
-        return _autograd_namespace(arrays)
-    return namespace
+    # Checked after the fact, so that most families pay one lookup, which
+    # torch.compile and jax.jit trace for free.
+    replaced = _OVERRIDES.get(getattr(namespace, "__name__", ""))
+    return namespace if replaced is None else _checked_mix(replaced, arrays)
 
 
-_AUTOGRAD_NUMPY = "autograd.numpy.numpy_wrapper"
+def _checked_mix(override: _Override, arrays: tuple[Any, ...]) -> Any:
+    """The override's namespace, once the values beside the traced ones are of
+    the family they may be mixed with."""
+    others = [a for a in arrays if not isinstance(a, _PYTHON_SCALARS) and not override.is_traced(a)]
+    if others and override.mixes_with:
+        from di.families import family_of, get_family
 
-
-def _is_autograd_box(value: Any) -> bool:
-    tracer = sys.modules.get("autograd.tracer")
-    return tracer is not None and isinstance(value, tracer.Box)
-
-
-_AUTOGRAD: list[Any] = []  # the namespace, built on first use
-
-
-def _autograd_namespace(arrays: tuple[Any, ...]) -> Any:
-    others = [a for a in arrays if not isinstance(a, _PYTHON_SCALARS) and not _is_autograd_box(a)]
-    if others:
-        import array_api_compat
-
-        if not all(array_api_compat.is_numpy_array(a) for a in others):
+        if not all(family_of(a) == override.mixes_with for a in others):
             kinds = sorted({type(a).__module__.split(".")[0] + "." + type(a).__name__ for a in others})
             raise TypeError(
-                f"array_namespace: autograd's traced values mix only with NumPy arrays, not {', '.join(kinds)}"
+                f"array_namespace: these traced values mix only with {get_family(override.mixes_with).display} "
+                f"arrays, not {', '.join(kinds)}"
             )
-    if not _AUTOGRAD:
-        from di._autograd_namespace import build_namespace
+    return override.namespace()
 
-        _AUTOGRAD.append(build_namespace())
-    return _AUTOGRAD[0]
+
+def _tree_namespace(arrays: tuple[Any, ...]) -> Any:
+    """The namespace of the array leaves of pytree arguments, all of one library."""
+    from di.pytrees import tree_leaves
+
+    leaves = [leaf for value in arrays for leaf in tree_leaves(value) if not isinstance(leaf, _PYTHON_SCALARS)]
+    if not leaves:
+        raise InvalidInputError(
+            "array_namespace needs arrays, or pytrees (dicts, lists, tuples) whose leaves are arrays; these "
+            "hold no array. Pass x itself, or a container of its arrays."
+        )
+    try:
+        return array_namespace(*leaves)
+    except TypeError as err:
+        kinds = sorted({type(leaf).__module__.split(".")[0] + "." + type(leaf).__name__ for leaf in leaves})
+        raise InvalidInputError(
+            f"array_namespace: the leaves of a pytree must be arrays of one library; these are {', '.join(kinds)} "
+            f"({err}). Convert them to one library, or call it on one array."
+        ) from err

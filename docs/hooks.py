@@ -2,12 +2,15 @@
 
 1. Support tables. A line ``<!-- di:table NAME -->`` in a page is replaced, at build
    time, by a Markdown table generated from the code: each backend's adapter
-   (``di.backends.registry.get_adapter(selector)``), its declared operator support
-   (``Adapter.support()``: ``"native"``, ``"fallback"`` or ``"unsupported"`` per
-   operator family), the contexts it accepts (``Adapter.check_contexts``, which
-   reads ``supports_cache``) and its ``cache_note``, and the selectors' options
-   (their dataclass fields). No table is written by hand, so the tables cannot
-   drift from the code. ``NAME`` is one of :data:`TABLES`.
+   (``di.backends.registry.get_adapter(selector)``) and the capabilities record it
+   declares (``di.backends.protocol.Capabilities``, as the adapter instance has it:
+   ``Adapter.instance_capabilities()``): the operators it implements natively or
+   builds from its primitives (``Capabilities.support()``; a strategy that wraps
+   other backends describes itself with ``support()``), whether it takes ``Cache``
+   contexts and its note on them, the family it computes in, whether it compiles,
+   the operators that take pytrees, the engine transforms a call runs inside, and
+   the selectors' options (their dataclass fields). No table is written by hand,
+   so the tables cannot drift from the code. ``NAME`` is one of :data:`TABLES`.
 
 2. Cross-references in docstrings. Some docstrings use reStructuredText roles
    (``:func:`di.gradient```), which Markdown renders literally; they become
@@ -87,11 +90,16 @@ def native_pytrees(selector: Any) -> dict[str, str]:
     ``"flattened"`` when ``di`` flattens it, ``"refused"`` for sparse operators."""
     from di.backends.protocol import OPERATOR_FAMILIES
 
-    native, how = adapter(selector).native_pytrees, support(selector)
+    native, how = record(selector).pytrees, support(selector)
     return {
         family: "refused" if how[family].startswith("sparse") else "native" if family in native else "flattened"
         for family in OPERATOR_FAMILIES
     }
+
+
+def record(selector: Any) -> Any:
+    """The capabilities record of a selector's adapter, as the instance has it."""
+    return adapter(selector).instance_capabilities()
 
 
 def _code(text: str) -> str:
@@ -115,7 +123,7 @@ def operators_table() -> str:
     """
     from di.backends.protocol import OPERATOR_FAMILIES
 
-    columns = [s for s in selectors() if not getattr(s, "jit", False) and not getattr(s, "compile", False)]
+    columns = [s for s in selectors() if not adapter(s).compiled]
     supports = {label(s): support(s) for s in columns}
     rows = []
     for family, names in OPERATOR_FAMILIES.items():
@@ -124,42 +132,30 @@ def operators_table() -> str:
         same_point = f"{family}_same_point"
         cells = []
         for s in columns:
-            cls = type(adapter(s))
             if supports[label(s)][family] not in ("native", "fallback"):
                 cells.append(supports[label(s)][family])
             else:
-                cells.append("native" if cls.has_native(same_point) else "fallback")
+                cells.append("native" if same_point in record(s).native else "fallback")
         rows.append([f"{_code(family)} at one point ({_code(f'prepare_{same_point}')})", *cells])
     return _table(["operator", *(_code(label(s)) for s in columns)], rows)
 
 
 def contexts_table() -> str:
     """Backends x context kinds: accepted or refused at preparation, and the note."""
-    import numpy as np
-
-    import di
-
     rows = []
     for s in selectors():
-        a = adapter(s)
-        cells = [_code(label(s))]
-        for context in (di.Constant(np.zeros(1)), di.Cache(np.zeros(1))):
-            try:
-                a.check_contexts([context])
-            except di.UnsupportedContextError:
-                cells.append("refused at preparation")
-            else:
-                cells.append("yes")
-        cells.append(html.escape(a.cache_note) or "-")
-        rows.append(cells)
+        capabilities = record(s)
+        cache = "yes" if capabilities.cache else "refused at preparation"
+        rows.append([_code(label(s)), "yes", cache, html.escape(capabilities.cache_note) or "-"])
     return _table(["backend", "`Constant`", "`Cache`", "note on `Cache`"], rows)
 
 
 def backends_table() -> str:
-    """Selectors: engine, the array family they compute in, compiled or not, and the extra to install."""
+    """Selectors: engine, the array family they compute in, compiled or not, the engine
+    transforms a call runs inside, and the extra to install."""
     rows = []
     for s in selectors():
-        a = adapter(s)
+        a, capabilities = adapter(s), record(s)
         engine = type(s).engine_display
         extra = f"`differentiation-interface[{s.extra}]`" if s.extra else "(numpy only)"
         if type(s).__name__ == "SecondOrder":
@@ -167,8 +163,9 @@ def backends_table() -> str:
         if type(s).__name__ == "AutoSparse":
             engine = f"{type(s.dense).engine_display}, colored (scipy)"
             extra = "its dense backend's, and `differentiation-interface[sparse]` (scipy)"
-        rows.append([_code(label(s)), engine, a.family, "yes" if a.compiled else "no", extra])
-    return _table(["selector", "engine", "computes in", "compiled", "install"], rows)
+        transforms = ", ".join(_code(t) for t in capabilities.transforms) or "-"
+        rows.append([_code(label(s)), engine, capabilities.family, "yes" if a.compiled else "no", transforms, extra])
+    return _table(["selector", "engine", "computes in", "compiled", "runs inside", "install"], rows)
 
 
 def options_table() -> str:
@@ -191,7 +188,7 @@ def options_table() -> str:
 
 def pytrees_table() -> str:
     """Operator families x backends: does the engine take a pytree ``x`` itself, or does ``di``
-    flatten it into one vector (``Adapter.native_pytrees``)?"""
+    flatten it into one vector (``Capabilities.pytrees``)?"""
     from di.backends.protocol import OPERATOR_FAMILIES
 
     columns = selectors()
@@ -202,7 +199,8 @@ def pytrees_table() -> str:
 
 def second_order_table() -> str:
     """Outer x inner backends of ``SecondOrder``: which pairs compute second order
-    (``Adapter.differentiates_programs_of``, the check made at preparation)."""
+    (``Capabilities.differentiates``, through ``Adapter.differentiates_programs_of``,
+    the check made at preparation)."""
     import di
     from di.second_order import supported_pairs
 

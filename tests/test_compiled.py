@@ -357,7 +357,7 @@ def test_jax_jit_value_and_gradient_compiles_once_across_threads() -> None:
 
 
 def test_compiled_on_first_use_compiles_once_across_threads() -> None:
-    from di.backends.lazy import compiled_on_first_use
+    from di.backends.compile import compiled_on_first_use
 
     compiles: list[int] = []
 
@@ -397,7 +397,7 @@ class CountingX64:
 
 
 def test_jax_jit_float64_enters_no_scope_inside_the_callers(monkeypatch: pytest.MonkeyPatch) -> None:
-    import di.backends.jax as jax_adapter
+    import di.backends.jax.x64 as jax_adapter
 
     scopes = CountingX64(jax.enable_x64)
     monkeypatch.setattr(jax_adapter, "_X64", scopes)

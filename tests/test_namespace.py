@@ -1,7 +1,7 @@
 """``di.array_namespace``: one ``f`` for every engine, autograd included.
 
 For autograd's traced values di maps every array-API name to what autograd
-differentiates (``di/_autograd_namespace.py``). Each name of its tables is checked
+differentiates (``di/backends/autograd/namespace.py``). Each name of its tables is checked
 here: the value against array-api-compat's NumPy namespace on plain arrays, and
 autograd's reverse-mode jacobian and forward-mode JVP against central finite
 differences of that NumPy evaluation (independent of di's table).
@@ -25,7 +25,7 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 import di
-from di import _autograd_namespace as table
+from di.backends.autograd import namespace as table
 
 Fn = Callable[[Any, Any], Any]
 
@@ -480,7 +480,7 @@ def test_array_namespace_imports_neither_autograd_nor_the_table_for_other_famili
         import di
         loaded = {"import": sorted(m for m in ("array_api_compat", "autograd") if m in sys.modules)}
         di.array_namespace(np.zeros(2))
-        loaded["numpy"] = sorted(m for m in ("array_api_compat", "autograd", "di._autograd_namespace")
+        loaded["numpy"] = sorted(m for m in ("array_api_compat", "autograd", "di.backends.autograd.namespace")
                                  if m in sys.modules)
         print(json.dumps(loaded))
     """
@@ -560,3 +560,52 @@ def test_the_array_api_scenario_group_covers_the_functions_and_shapes_of_issue_1
     assert "array-api" in SCENARIO_GROUPS
     with pytest.raises(ValueError, match="unknown scenario groups"):
         default_scenarios(groups=["nope"])
+
+
+# --- pytrees, and engines found without importing them -----------------------------------------------
+
+
+def test_a_pytree_gets_the_namespace_of_its_leaves() -> None:
+    params = {"w": np.ones((2, 2)), "b": [np.zeros(2), 1.5]}
+    xp = di.array_namespace(params)
+    assert xp is array_api_compat.array_namespace(np.ones(2))
+    assert di.array_namespace(params, np.ones(2)) is xp
+
+    def loss(params: Any) -> Any:
+        xp = di.array_namespace(params)
+        return xp.sum(params["w"] ** 2) + xp.sum(xp.sin(params["b"]))
+
+    g = di.gradient(loss, di.AutoAutograd(), {"w": np.ones(2), "b": np.zeros(2)})
+    np.testing.assert_allclose(g["w"], 2 * np.ones(2))
+    np.testing.assert_allclose(g["b"], np.ones(2))
+
+
+def test_a_pytree_without_arrays_or_of_mixed_families_is_a_di_error() -> None:
+    torch = pytest.importorskip("torch")
+    with pytest.raises(di.InvalidInputError, match="hold no array"):
+        di.array_namespace({"a": 1.0, "b": None})
+    with pytest.raises(di.InvalidInputError, match=r"one library; these are numpy\.ndarray, torch\.Tensor"):
+        di.array_namespace({"a": np.ones(2), "b": torch.ones(2)})
+    with pytest.raises(di.InvalidInputError, match=r"these are builtins\.str"):
+        di.array_namespace({"a": "text"})
+    with pytest.raises(TypeError):
+        di.array_namespace("not an array")  # not a pytree: array-api-compat's own error
+
+
+def test_autograd_boxes_are_recognised_before_the_adapter_is_imported() -> None:
+    code = """
+        import json, sys
+        import autograd, numpy as np
+        import di
+        def f(x):
+            xp = di.array_namespace(x)
+            return xp.sum(xp.concat([xp.sin(x), x ** 2]))
+        g = autograd.grad(f)(np.array([0.0, 1.0]))
+        print(json.dumps({"g": g.tolist(), "adapter": "di.backends.autograd.adapter" in sys.modules}))
+    """
+    result = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, timeout=120, check=True
+    )
+    out = json.loads(result.stdout.strip().splitlines()[-1])
+    np.testing.assert_allclose(out["g"], np.cos([0.0, 1.0]) + 2 * np.array([0.0, 1.0]))
+    assert out["adapter"] is False

@@ -11,7 +11,8 @@ restores a dict's own key order; JAX would sort it).
 
 Adapter programs built with ``has_aux=True`` return ``(result, aux)``, where
 ``result`` is what they return without it and ``aux`` is the joined pytree, its
-arrays in the engine's family; the operator layer converts those to the caller's.
+arrays in the engine's family; the operator layer converts every array leaf to
+the caller's family (:func:`aux_converter`), NumPy scalars into 0-d arrays.
 """
 
 from __future__ import annotations
@@ -20,9 +21,11 @@ import threading
 from collections.abc import Callable, Hashable, Sequence
 from typing import Any
 
+import numpy as np
+
 from di.backends.selectors import AbstractBackend
 from di.errors import InvalidOutputError
-from di.families import converter, family_of, identity
+from di.families import converter, family_of
 from di.pytrees import tree_flatten, tree_map
 
 __all__ = ["AuxSplit", "AuxSplits", "aux_converter", "outputs", "split_aux", "split_output", "value_only"]
@@ -138,21 +141,31 @@ class AuxSplits:
 
 
 def aux_converter(from_family: str, to_family: str) -> Callable[[Any], Any]:
-    """Bring the ``from_family`` arrays of an ``aux`` pytree into ``to_family``,
-    leaving its other leaves (strings, numbers, ``None``, other arrays) as they are.
+    """Bring the array leaves of an ``aux`` pytree into ``to_family`` (the caller's),
+    leaving its other leaves (strings, Python numbers, ``None``) as they are.
+
+    Every array leaf comes back as an array of ``to_family``: those of the engine's
+    family ``from_family``, those of any other family ``f`` put there, and NumPy
+    scalars (``np.float64``, what NumPy reductions return), which become 0-d arrays.
 
     Examples:
         >>> import numpy as np
         >>> from di.backends.aux import aux_converter
-        >>> aux_converter("numpy", "numpy")({"note": "ok"})
-        {'note': 'ok'}
+        >>> aux_converter("numpy", "numpy")({"note": "ok", "loss": np.float64(0.5)})
+        {'note': 'ok', 'loss': array(0.5)}
     """
     convert = converter(from_family, to_family)
-    if convert is identity:
-        return identity
+
+    def convert_leaf(leaf: Any) -> Any:
+        family = family_of(leaf)
+        if family is None:
+            return leaf
+        if isinstance(leaf, np.generic):  # a NumPy scalar: an array of the caller's family
+            leaf = np.asarray(leaf)
+        return (convert if family == from_family else converter(family, to_family))(leaf)
 
     def convert_arrays(aux: Any) -> Any:
-        return tree_map(lambda leaf: convert(leaf) if family_of(leaf) == from_family else leaf, aux)
+        return tree_map(convert_leaf, aux)
 
     return convert_arrays
 

@@ -55,7 +55,7 @@ def numpy_dtype(value: Any) -> Any:
     if isinstance(value, float):
         return np.dtype(np.float64)
     family = family_of(value)
-    return np.dtype(get_family(family).describe_dtype(value.dtype) if family else value.dtype)
+    return np.dtype(get_family(family).describe_dtype(value.dtype) if family else str(value.dtype))
 
 
 def unit_arrays(shape: tuple[int, ...], dtype: Any) -> tuple[Any, ...]:
@@ -378,6 +378,15 @@ def second_derivative_programs(
     }
 
 
+def _fresh(adapter: Adapter) -> Callable[[Any], Any]:
+    """A copy of an array made at preparation, for a result the caller will own
+    (and may write into); none is needed in an immutable family."""
+    if not get_family(adapter.family).mutable:
+        return lambda array: array
+    xp = get_family(adapter.family).namespace()
+    return lambda array: xp.asarray(array, copy=True)
+
+
 def pullback_same_point_programs(
     adapter: Adapter, f: Callable[..., Any], x: Any, ty: Sequence[Any], contexts: Sequence[Context]
 ) -> Programs:
@@ -386,12 +395,12 @@ def pullback_same_point_programs(
     values = _values(contexts)
     y, jac = programs(adapter, "jacobian", f, x, contexts)["value_and_jacobian"](x, *values)
     xp = get_family(adapter.family).namespace()
-    to_engine = _engine_tangent(adapter)
+    to_engine, fresh = _engine_tangent(adapter), _fresh(adapter)
     scope = adapter.scope([x, *values])
 
     def value_and_pullback(x: Any, ty: Sequence[Any], *values: Any) -> Any:
         with scope():
-            return y, tuple(xp.tensordot(to_engine(t), jac, axes=len(_shape(y))) for t in ty)
+            return fresh(y), tuple(xp.tensordot(to_engine(t), jac, axes=len(_shape(y))) for t in ty)
 
     def pullback(x: Any, ty: Sequence[Any], *values: Any) -> Any:
         return value_and_pullback(x, ty, *values)[1]
@@ -407,13 +416,13 @@ def hvp_same_point_programs(
     values = _values(contexts)
     _, g, hessian = programs(adapter, "hessian", f, x, contexts)["value_gradient_and_hessian"](x, *values)
     xp = get_family(adapter.family).namespace()
-    to_engine = _engine_tangent(adapter)
+    to_engine, fresh = _engine_tangent(adapter), _fresh(adapter)
     scope = adapter.scope([x, *values])
     x_ndim = len(_shape(x))
 
     def gradient_and_hvp(x: Any, tx: Sequence[Any], *values: Any) -> Any:
         with scope():
-            return g, tuple(xp.tensordot(hessian, to_engine(t), axes=x_ndim) for t in tx)
+            return fresh(g), tuple(xp.tensordot(hessian, to_engine(t), axes=x_ndim) for t in tx)
 
     def hvp(x: Any, tx: Sequence[Any], *values: Any) -> Any:
         return gradient_and_hvp(x, tx, *values)[1]

@@ -16,7 +16,8 @@ from typing import Any
 import numpy as np
 
 from di.backends.aux import split_output, value_only
-from di.backends.protocol import Adapter, Program, Programs, is_real_scalar, raise_bad_output
+from di.backends.outputs import OutputRules, check_output, raise_bad_output
+from di.backends.protocol import Adapter, Capabilities, Program, Programs
 from di.backends.selectors import AutoFiniteDiff
 from di.contexts import Cache, Context
 from di.families import converter, family_of, get_family, identity, is_floating_dtype
@@ -61,6 +62,7 @@ class _Evaluator:
         self.to_numpy_x = adapter.input_converters([x])[0]
         self.convert_contexts = adapter.context_converters(contexts)
         self.convert_any = any(convert is not identity for convert in self.convert_contexts)
+        self.number: Callable[[Any], float] = float
 
     def inputs(self, x: Any, values: Sequence[Any]) -> tuple[Any, Any, tuple[Any, ...]]:
         """(caller's x as numpy, a float64 C-contiguous copy of it, converted values)."""
@@ -71,11 +73,14 @@ class _Evaluator:
         return caller, point, tuple(values)
 
     def scalar(self, point: Any, values: Sequence[Any], operator: str = "gradient") -> float:
-        """``f``'s value, checked to be a real scalar (once per operator call)."""
+        """``f``'s value, checked to be a real scalar (once per operator call);
+        :attr:`number` then reads the following outputs as floats."""
         y = self.f(point, *values)
-        if not is_real_scalar(y):
-            raise_bad_output(y, self.backend, operator)
-        return float(y)
+        if _is_float_scalar(y):
+            self.number = float  # the common case, told without the full check
+            return float(y)
+        self.number = float if getattr(y, "ndim", 0) == 0 else _number
+        return float(check_output(y, point, self.backend, operator, _RULES))
 
     def scalar_at_point(self, point: Any, values: Sequence[Any], operator: str = "gradient") -> tuple[float, Any]:
         """``f``'s checked value at the unperturbed point, and its ``aux`` (a copy:
@@ -83,9 +88,7 @@ class _Evaluator:
         if not self.has_aux:
             return self.scalar(point, values, operator), None
         y, aux = split_output(self.f_with_aux(point, *values), self.backend, operator)
-        if not is_real_scalar(y):
-            raise_bad_output(y, self.backend, operator)
-        return float(y), _copied(aux)
+        return float(check_output(y, point, self.backend, operator, _RULES)), _copied(aux)
 
     def array_at_point(self, point: Any, values: Sequence[Any], operator: str) -> tuple[Any, Any]:
         """``f``'s output at the unperturbed point (a float64 copy), and its ``aux``
@@ -110,6 +113,27 @@ class _Evaluator:
         return np.array(converter(family, "numpy")(y) if family else y, dtype=np.float64, copy=True)
 
 
+class _Rules(OutputRules):
+    """Finite differences only evaluate ``f``: a Python float is a scalar like any other."""
+
+    def scalar(self, y: Any) -> Any:
+        return np.reshape(y, ())
+
+
+_RULES = _Rules()
+_FLOAT_SCALARS = frozenset({float, np.float64, np.float32, np.float16})
+
+
+def _is_float_scalar(y: Any) -> bool:
+    """A Python or NumPy float scalar, or a 0-d float array: the common output."""
+    return y.__class__ in _FLOAT_SCALARS or (y.__class__ is np.ndarray and y.shape == () and y.dtype.kind == "f")
+
+
+def _number(y: Any) -> float:
+    """A checked scalar output of ``f`` (0-d, or one element) as a Python float."""
+    return float(y) if getattr(y, "ndim", 0) == 0 else float(np.reshape(y, ()))
+
+
 def _copied(aux: Any) -> Any:
     """``aux`` with its numpy arrays copied (they may be views of the point)."""
     return tree_map(lambda leaf: np.array(leaf, copy=True) if isinstance(leaf, np.ndarray) else leaf, aux)
@@ -124,9 +148,11 @@ class FiniteDiffAdapter(Adapter):
     memory (JAX caches as a writable copy).
     """
 
-    family = "numpy"
-    evaluates_in_float64 = True
-    differentiates_any_program = True
+    capabilities = Capabilities(
+        float64=True,
+        differentiates="any",
+        cache_note="f receives numpy buffers as the caller's memory (immutable arrays as writable copies).",
+    )
 
     @property
     def selector(self) -> AutoFiniteDiff:
@@ -154,14 +180,17 @@ class FiniteDiffAdapter(Adapter):
         flat = point.reshape(-1)
         h = _steps(flat, relative_step(self.selector))
         g = np.empty_like(flat)
-        f = evaluator.f  # called directly in the loop: the first evaluation checked its output
+        f, number = evaluator.f, evaluator.number  # called directly in the loop: the first evaluation checked f
         for i in range(flat.size):
             xi = flat[i]
             flat[i] = xi + h[i]
-            up = evaluator.scalar(point, values, operator) if i == 0 else float(f(point, *values))
+            if i == 0:
+                up, number = evaluator.scalar(point, values, operator), evaluator.number
+            else:
+                up = number(f(point, *values))
             if central:
                 flat[i] = xi - h[i]
-                g[i] = (up - float(f(point, *values))) / (2 * h[i])
+                g[i] = (up - number(f(point, *values))) / (2 * h[i])
             else:
                 g[i] = (up - y0) / h[i]  # type: ignore[operator]
             flat[i] = xi

@@ -14,37 +14,46 @@ decided there and the call itself does nothing else.
 from __future__ import annotations
 
 import contextlib
-import enum
-import threading
-import warnings
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar
 
-from di.backends.selectors import AbstractBackend
-from di.contexts import Cache, Constant, Context
-from di.errors import (
-    InvalidInputError,
-    InvalidOutputError,
-    RecompileWarning,
-    UnsupportedContextError,
+from di.backends.compile import (
+    counting_static_values,
+    is_static_context,
+    static_positions,
 )
-from di.families import converter, family_of, identity, is_floating_dtype
+from di.backends.outputs import (
+    describe_output,
+    is_real_floating_array,
+    is_real_scalar,
+    output_leaf_shapes,
+    raise_bad_output,
+)
+from di.backends.selectors import AbstractBackend
+from di.contexts import Cache, Context
+from di.errors import UnsupportedContextError, UnsupportedOperatorError
+from di.families import converter, family_of, identity
 from di.pytrees import is_pytree, tree_flatten, tree_map
 
 __all__ = [
     "AUX_FAMILIES",
     "OPERATOR_FAMILIES",
+    "SAME_POINT_FAMILIES",
     "Adapter",
+    "Capabilities",
     "Program",
     "Programs",
+    "plain_from_full",
+    # re-exported from di.backends.compile and di.backends.outputs, where they live
     "counting_static_values",
     "describe_output",
     "is_real_floating_array",
     "is_real_scalar",
     "is_static_context",
     "output_leaf_shapes",
-    "plain_from_full",
     "raise_bad_output",
+    "static_positions",
 ]
 
 Program = Callable[..., Any]
@@ -66,24 +75,119 @@ OPERATOR_FAMILIES: dict[str, tuple[str, ...]] = {
 """Each operator family and the programs a prep of it holds: the plain operator
 first, then its combined (``value_and_*``) form."""
 
-RECOMPILE_WARNING_THRESHOLD = 8
-_STATIC_SCALARS = (int, bool, str, bytes, type(None), enum.Enum)
+SAME_POINT_FAMILIES = ("pullback_same_point", "hvp_same_point")
+"""The operators prepared at one point (``prepare_<name>_programs`` too)."""
+
+_DIFFERENTIATES = ("none", "own", "any")
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """What an adapter can do, declared once on its class (``capabilities = ...``).
+
+    The documentation's support tables, the fallbacks' choice between native and
+    generic programs, the refusal of unsupported contexts and
+    :class:`di.SecondOrder`'s check of its pair all read this record, so what an
+    engine declares is what ``di`` does. ``native`` is never written by hand: it
+    is filled, when the class is created, with the operators whose
+    ``prepare_<operator>_programs`` method the class implements.
+
+    Attributes:
+        family: the array family the engine computes in.
+        native: the operator families (and same-point operators) the adapter
+            implements itself; the others are built from its primitives.
+        cache: whether ``f`` may receive :class:`di.Cache` contexts.
+        cache_note: what to know about ``Cache`` on this engine (why it is
+            refused, or how buffers reach ``f``).
+        compile_option: the selector option that compiles (``"jit"``,
+            ``"compile"``), or ``""`` for an engine that never compiles.
+        pytrees: the operator families whose programs take a pytree ``x``
+            themselves (the others see it flattened into one vector).
+        compiled_pytrees: the same when compiled, if it differs.
+        float64: whether the engine evaluates ``f`` in float64 whatever ``x``'s
+            dtype (finite differences).
+        differentiates: which programs, as :class:`di.SecondOrder`'s outer
+            backend, the engine differentiates: ``"any"`` (it only evaluates
+            them), ``"own"`` (those of adapters of its own class, which it
+            traces) or ``"none"``.
+        transforms: the engine's own transforms and modes an (unprepared) ``di``
+            call can run inside, each one tested (``tests/test_contract.py``).
+
+    Examples:
+        >>> import di
+        >>> from di.backends.registry import get_adapter
+        >>> record = get_adapter(di.AutoFiniteDiff()).capabilities
+        >>> record.differentiates, record.support()["derivative"]
+        ('any', 'fallback')
+    """
+
+    family: str = "numpy"
+    native: frozenset[str] = frozenset()
+    cache: bool = True
+    cache_note: str = ""
+    compile_option: str = ""
+    pytrees: frozenset[str] = frozenset()
+    compiled_pytrees: frozenset[str] | None = None
+    float64: bool = False
+    differentiates: str = "none"
+    transforms: tuple[str, ...] = field(default=())
+
+    def __post_init__(self) -> None:
+        if self.differentiates not in _DIFFERENTIATES:
+            raise ValueError(f"Capabilities(differentiates={self.differentiates!r}): one of {_DIFFERENTIATES}")
+
+    @property
+    def has_primitive(self) -> bool:
+        """Whether a pushforward or a pullback is native: every other operator is
+        then built from it."""
+        return "pushforward" in self.native or "pullback" in self.native
+
+    def support(self) -> dict[str, str]:
+        """For each operator family: ``"native"``, ``"fallback"`` or ``"unsupported"``."""
+        fallback = "fallback" if self.has_primitive else "unsupported"
+        return {family: "native" if family in self.native else fallback for family in OPERATOR_FAMILIES}
+
+    def pytrees_when(self, compiled: bool) -> frozenset[str]:
+        """The operator families taking a pytree ``x`` natively, eager or compiled."""
+        return self.compiled_pytrees if compiled and self.compiled_pytrees is not None else self.pytrees
+
+
+# The attributes other modules read on adapters, mirrored from the record at class
+# creation (plain attributes: a wrapping adapter may set its own per instance).
+_MIRRORED = {
+    "family": "family",
+    "supports_cache": "cache",
+    "cache_note": "cache_note",
+    "evaluates_in_float64": "float64",
+    "native_pytrees": "pytrees",
+}
+
+
+def _implements(cls: type, operator: str) -> bool:
+    method = getattr(cls, f"prepare_{operator}_programs", None)
+    return method is not None and method is not getattr(Adapter, f"prepare_{operator}_programs")
 
 
 class Adapter:
     """Base class of the engine-specific code behind a backend selector.
 
-    Subclasses set ``family`` (the array family the engine computes in) and
+    Subclasses declare their :class:`Capabilities` (``capabilities = ...``) and
     implement at least one primitive, :meth:`prepare_pushforward_programs` or
     :meth:`prepare_pullback_programs`; every other operator then works through
     :func:`di.backends.fallbacks.programs`, and overriding its
     ``prepare_<operator>_programs`` method gives it a native fast path.
     :meth:`support` reports which is which, and the documentation's tables are
-    generated from it. This module needs nothing from the fallbacks: they build on
-    it, and the operator layer asks them for programs.
+    generated from the record. This module needs nothing from the fallbacks:
+    they build on it, and the operator layer asks them for programs.
 
     A *program* takes ``x`` (and tangents) and the context values as the caller
     passes them, in any array family, and returns engine-family arrays.
+
+    The record's fields are also plain attributes (``family``,
+    ``supports_cache``, ``cache_note``, ``evaluates_in_float64``,
+    ``native_pytrees``), set from it when the class is created; a class that
+    sets those attributes itself instead of declaring a record gets a record
+    made from them.
 
     Examples:
         >>> from di.backends.registry import get_adapter
@@ -92,13 +196,59 @@ class Adapter:
         'numpy'
     """
 
+    capabilities: ClassVar[Capabilities] = Capabilities()
     family: ClassVar[str] = "numpy"
     supports_cache: ClassVar[bool] = True
     cache_note: ClassVar[str] = ""
-    compiled: ClassVar[bool] = False
+    evaluates_in_float64: ClassVar[bool] = False
+    native_pytrees: ClassVar[frozenset[str]] = frozenset()
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        own = {name: cls.__dict__[name] for name in _MIRRORED if name in cls.__dict__}
+        declared = {_MIRRORED[name]: value for name, value in own.items() if not isinstance(value, property)}
+        if cls.__dict__.get("differentiates_any_program"):
+            declared["differentiates"] = "any"
+        native = frozenset(op for op in (*OPERATOR_FAMILIES, *SAME_POINT_FAMILIES) if _implements(cls, op))
+        cls.capabilities = replace(cls.capabilities, native=native, **declared)
+        for name, field_name in _MIRRORED.items():
+            if name not in own:
+                setattr(cls, name, getattr(cls.capabilities, field_name))
 
     def __init__(self, backend: AbstractBackend) -> None:
         self.backend = backend
+
+    @property
+    def compiled(self) -> bool:
+        """Whether this adapter's selector compiles (its ``compile_option`` is on)."""
+        option = self.capabilities.compile_option
+        return bool(option) and bool(getattr(self.backend, option, False))
+
+    def instance_capabilities(self) -> Capabilities:
+        """The record as this adapter has it: the class's, with the attributes a
+        wrapping adapter (a strategy) sets per instance from the adapters it wraps.
+
+        Examples:
+            >>> import di
+            >>> from di.backends.registry import get_adapter
+            >>> get_adapter(di.AutoAutograd()).instance_capabilities().cache
+            False
+        """
+        return replace(
+            self.capabilities,
+            family=self.family,
+            cache=self.supports_cache,
+            cache_note=self.cache_note,
+            float64=self.evaluates_in_float64,
+            pytrees=frozenset(self.native_pytrees),
+            compiled_pytrees=None,
+        )
+
+    @property
+    def differentiates_any_program(self) -> bool:
+        """Whether, as :class:`di.SecondOrder`'s outer backend, the engine
+        differentiates any program (it only evaluates them: finite differences)."""
+        return self.capabilities.differentiates == "any"
 
     # --- checks made at preparation ---------------------------------------------
 
@@ -143,34 +293,66 @@ class Adapter:
 
     def tree_map(self, function: Callable[[Any], Any], tree: Any) -> Any:
         """Map over the leaves of a pytree as this engine sees pytrees (``optree``
-        by default; JAX uses its own registry so JAX-registered nodes work)."""
+        by default; an engine with its own registry of containers uses it)."""
         return tree_map(function, tree)
-
-    differentiates_any_program: ClassVar[bool] = False
-    """Whether the engine differentiates a function by evaluating it at points
-    (finite differences), so that as :class:`di.SecondOrder`'s outer backend it
-    can differentiate any inner backend's programs."""
 
     def differentiates_programs_of(self, inner: Adapter) -> bool:
         """Whether, as the outer backend of :class:`di.SecondOrder`, this engine can
         differentiate the gradient and derivative programs ``inner`` builds (it
-        calls them with its own values: tracers, boxes, dual tensors).
-
-        An engine that traces can differentiate only programs written in itself;
-        an adapter that can says so by overriding this method."""
-        return self.differentiates_any_program
-
-    evaluates_in_float64: ClassVar[bool] = False
-    """Whether the engine evaluates ``f`` in float64 whatever the input dtype
-    (finite differences): flattened pytrees then reach ``f`` as float64 leaves."""
-    native_pytrees: ClassVar[frozenset[str]] = frozenset()
-    """The operator families whose programs take a pytree ``x`` themselves; for
-    the others ``di`` flattens pytrees into one vector (:class:`di.pytrees.Raveler`)."""
+        calls them with its own values: tracers, boxes, dual tensors), as its
+        record's ``differentiates`` says."""
+        mode = self.capabilities.differentiates
+        return mode == "any" or (mode == "own" and isinstance(inner, type(self)))
 
     def scope(self, values: Sequence[Any]) -> Callable[[], contextlib.AbstractContextManager[Any]]:
-        """The context manager the engine must run in for these inputs (JAX:
-        ``enable_x64`` when an input is 64-bit); by default none."""
+        """The context manager the engine must run in for these inputs (64-bit
+        dtypes on an engine that scopes them); by default none."""
         return contextlib.nullcontext
+
+    # --- compiling programs (engines whose compiler fuses other programs) -----------
+
+    def traceable_twin(self) -> Adapter | None:
+        """The adapter of the same engine whose programs this adapter's compiler
+        can trace into one compiled program (the eager twin of a compiled
+        selector), or ``None`` when the engine does not fuse programs.
+
+        A strategy wrapping this adapter (:class:`di.AutoSparse`) prepares its
+        engine programs on the twin, composes them, and compiles the whole with
+        :meth:`compile_program`.
+        """
+        return None
+
+    def compile_program(
+        self,
+        core: Callable[..., Any],
+        x: Any,
+        tangents: Sequence[Any] | None,
+        contexts: Sequence[Context],
+        *,
+        on_first_use: bool = False,
+    ) -> Program:
+        """Compile ``core``, a function of engine-family values ``(x, [tangents,]
+        *values)`` written with the twin's programs, into a program taking the
+        caller's inputs (any family) with the static contexts compiled in and the
+        engine's scope (64-bit dtypes) entered at each call.
+
+        Args:
+            core: the function to compile.
+            x: the point of preparation (its family, dtype and shape).
+            tangents: tangents of ``core``'s second argument, or ``None`` when it
+                takes none.
+            contexts: the contexts (static ones are compiled in).
+            on_first_use: compile at the program's first call (once, across
+                threads) rather than now.
+
+        Returns:
+            The program.
+
+        Raises:
+            UnsupportedOperatorError: the engine does not fuse programs (its
+                :meth:`traceable_twin` is ``None``).
+        """
+        raise UnsupportedOperatorError(f"{self.backend!r} does not compile programs of its own engine into one.")
 
     # --- what the adapter implements ----------------------------------------------
 
@@ -178,23 +360,19 @@ class Adapter:
     def has_native(cls, family: str) -> bool:
         """Whether this adapter implements operator ``family`` itself (rather than
         leaving it to the generic fallbacks built from its primitives)."""
-        method = getattr(cls, f"prepare_{family}_programs")
-        return method is not getattr(Adapter, f"prepare_{family}_programs")
+        return family in cls.capabilities.native
 
     @classmethod
     def has_primitive(cls) -> bool:
         """Whether the adapter implements a pushforward or a pullback, from which
         :mod:`di.backends.fallbacks` builds every other operator."""
-        return cls.has_native("pushforward") or cls.has_native("pullback")
+        return cls.capabilities.has_primitive
 
     @classmethod
     def support(cls) -> dict[str, str]:
-        """For each operator family: ``"native"``, ``"fallback"`` or ``"unsupported"``;
-        the documentation's support tables are generated from this."""
-        return {
-            family: "native" if cls.has_native(family) else ("fallback" if cls.has_primitive() else "unsupported")
-            for family in OPERATOR_FAMILIES
-        }
+        """For each operator family: ``"native"``, ``"fallback"`` or ``"unsupported"``
+        (:meth:`Capabilities.support`); the documentation's tables show it."""
+        return cls.capabilities.support()
 
     # --- primitives ---------------------------------------------------------------
 
@@ -304,17 +482,6 @@ class Adapter:
         raise NotImplementedError
 
 
-def output_leaf_shapes(y: Any, tree_map: Callable[[Callable[[Any], Any], Any], Any]) -> list[tuple[int, ...]] | None:
-    """The shapes of the leaves of an output (mapped with the engine's ``tree_map``),
-    or ``None`` when a leaf is not a real floating array (the programs refuse such
-    an output with their own error)."""
-    shapes: list[tuple[int, ...] | None] = []
-    tree_map(lambda leaf: shapes.append(tuple(leaf.shape) if is_real_floating_array(leaf) else None), y)
-    if not shapes or any(shape is None for shape in shapes):
-        return None
-    return shapes  # type: ignore[return-value]
-
-
 def plain_from_full(full: Program, has_aux: bool = False) -> Program:
     """The plain operator's program from its ``value_and_*`` one: the last element
     of the result (beside ``aux`` under ``has_aux``). Traced by a compiler, the
@@ -338,148 +505,3 @@ def plain_from_full(full: Program, has_aux: bool = False) -> Program:
         return full(*args)[-1]
 
     return plain
-
-
-def describe_output(y: Any) -> str:
-    """Describe a value ``f`` returned, for error messages."""
-    shape = getattr(y, "shape", None)
-    dtype = getattr(y, "dtype", None)
-    if shape is not None:
-        return f"an array of shape {tuple(shape)} and dtype {dtype}"
-    return f"a {type(y).__name__}"
-
-
-SCALAR_OPERATORS = frozenset({"gradient", "hvp", "hessian"})
-
-
-def raise_bad_output(y: Any, backend: AbstractBackend, operator: str = "gradient") -> None:
-    """Raise :class:`InvalidOutputError` for an ``f`` whose output ``operator``
-    cannot use: a real scalar for gradient, hvp and hessian; a real floating
-    array for the others."""
-    shape = getattr(y, "shape", None)
-    complex_output = isinstance(y, complex) or "complex" in str(getattr(y, "dtype", ""))
-    if operator not in SCALAR_OPERATORS:
-        if complex_output:
-            hint = " Differentiate its real and imaginary parts separately."
-        elif isinstance(y, tuple) and len(y) == 2:
-            hint = (
-                " If f returns (y, aux), pass has_aux=True. Pytree outputs are supported by AutoJAX; with other "
-                "backends, stack them into one array."
-            )
-        elif isinstance(y, (dict, list, tuple)):
-            hint = " Pytree outputs are supported by AutoJAX; with other backends, stack them into one array."
-        else:
-            hint = " Return an array (numpy, torch or jax, as x) or a Python float."
-        raise InvalidOutputError(
-            f"{operator} needs f to return a real floating-point array, but with {backend!r} f returned "
-            f"{describe_output(y)}.{hint}"
-        )
-    if isinstance(y, tuple) and len(y) == 2:
-        hint = " If f returns (y, aux), pass has_aux=True."
-    elif shape is not None and tuple(shape) != ():
-        hint = " Reduce it to a scalar (for example with .sum()), or use jacobian for array outputs."
-    elif complex_output:
-        hint = " Differentiate its real part or its squared modulus instead."
-    else:
-        hint = " Return a floating-point 0-d array or a Python float."
-    raise InvalidOutputError(
-        f"{operator} needs f to return a real scalar, but with {backend!r} f returned {describe_output(y)}.{hint}"
-    )
-
-
-def is_real_floating_array(y: Any) -> bool:
-    """Whether ``y`` is a real floating array of any family (or a traced one, or a
-    Python float): what jacobian, pushforward, pullback and derivative need."""
-    if isinstance(y, float):
-        return True
-    dtype = getattr(y, "dtype", None)
-    return dtype is not None and hasattr(y, "shape") and is_floating_dtype(dtype)
-
-
-def is_real_scalar(y: Any) -> bool:
-    """Whether ``y`` is a real floating scalar (0-d floating array of any family,
-    an engine's traced scalar, or a Python float)."""
-    if isinstance(y, float):
-        return True
-    shape = getattr(y, "shape", None)
-    if shape is None or tuple(shape) != ():
-        return False
-    return is_floating_dtype(y.dtype)
-
-
-# --- compiled backends: which contexts are compiled in ------------------------------
-
-
-def is_static_context(context: Context) -> bool:
-    """Whether a context is compiled in (static) on a compiled backend.
-
-    The one rule for ``AutoJAX(jit=True)`` and ``AutoTorch(compile=True)``:
-    arrays and Python floats are traced (a new value runs the same program); ints,
-    bools, strings, ``None``, enums, tuples of these, and other hashable non-array
-    objects are compiled in (a new value compiles again, once per value).
-    ``Constant(value, static=True/False)`` overrides the choice.
-
-    Examples:
-        >>> import di
-        >>> from di.backends.protocol import is_static_context
-        >>> is_static_context(di.Constant(3)), is_static_context(di.Constant(3.0))
-        (True, False)
-    """
-    value = context.value
-    if isinstance(context, Constant) and context.static is not None:
-        return context.static
-    if family_of(value) is not None or isinstance(value, (float, complex)):
-        return False
-    if isinstance(value, _STATIC_SCALARS):
-        return True
-    if isinstance(value, tuple):
-        return all(isinstance(item, _STATIC_SCALARS) for item in value)
-    if isinstance(value, (list, dict)) or not isinstance(value, Hashable):
-        return False  # containers are pytrees: their leaves are traced
-    return True
-
-
-def static_positions(contexts: Sequence[Context], backend: AbstractBackend) -> tuple[int, ...]:
-    """Indices of the static contexts, refusing unhashable ones.
-
-    Raises:
-        InvalidInputError: a context forced static whose value is not hashable.
-    """
-    positions = tuple(i for i, c in enumerate(contexts) if is_static_context(c))
-    for i in positions:
-        if not isinstance(contexts[i].value, Hashable):
-            raise InvalidInputError(
-                f"{backend!r}: context {i + 1} is compiled in (static) but its "
-                f"{type(contexts[i].value).__name__} value is not hashable: pass Constant(value, static=False) "
-                f"to trace it, or make it hashable."
-            )
-    return positions
-
-
-def counting_static_values(program: Program, positions: tuple[int, ...], backend: AbstractBackend) -> Program:
-    """Wrap a compiled program so that the distinct static values it meets are
-    counted, with one :class:`di.RecompileWarning` once a context has taken more
-    than ``RECOMPILE_WARNING_THRESHOLD`` values (each one a separate compile)."""
-    if not positions:
-        return program
-    seen: list[set[Any]] = [set() for _ in positions]
-    lock = threading.Lock()
-    warned = [False]
-
-    def counted(x: Any, *values: Any) -> Any:
-        for slot, i in enumerate(positions):
-            if values[i] not in seen[slot]:
-                with lock:
-                    seen[slot].add(values[i])
-                    if len(seen[slot]) > RECOMPILE_WARNING_THRESHOLD and not warned[0]:
-                        warned[0] = True
-                        warnings.warn(
-                            f"{backend!r}: context {i + 1} is compiled in (static) and has taken "
-                            f"{len(seen[slot])} distinct values, each compiled separately. If it varies, "
-                            f"pass it as Constant(value, static=False) or as an array so it is traced.",
-                            RecompileWarning,
-                            stacklevel=4,
-                        )
-        return program(x, *values)
-
-    return counted

@@ -178,7 +178,7 @@ class AutoAutograd(AbstractBackend):
     engine_display: ClassVar[str] = "autograd"
     extra: ClassVar[str] = "autograd"
     name: ClassVar[str] = "autograd"
-    adapter: ClassVar[str] = "di.backends.autograd:AutogradAdapter"
+    adapter: ClassVar[str] = "di.backends.autograd.adapter:AutogradAdapter"
 
 
 @dataclass(frozen=True)

@@ -21,8 +21,6 @@ adapter protocol.
 
 from __future__ import annotations
 
-import contextlib
-import dataclasses
 import math
 import warnings
 from collections.abc import Callable, Sequence
@@ -37,14 +35,12 @@ from di.backends.protocol import (
     OPERATOR_FAMILIES,
     Adapter,
     Programs,
-    counting_static_values,
     is_real_floating_array,
     is_real_scalar,
     raise_bad_output,
-    static_positions,
 )
 from di.backends.registry import get_adapter
-from di.backends.selectors import AbstractBackend, AutoJAX, AutoSparse
+from di.backends.selectors import AbstractBackend, AutoSparse
 from di.backends.source import ProgramSource
 from di.backends.sparsity import DenseSparsity, KnownSparsity, TracerSparsity
 from di.contexts import Context
@@ -326,15 +322,13 @@ class SparseSource(ProgramSource):
 
     def _engine_adapter(self) -> Adapter:
         """The adapter that computes the compressed products: the dense one, or its
-        eager twin when the whole program is compiled here (``AutoJAX(jit=True)``)."""
-        dense = self.selector.dense
-        if self._fuses() and isinstance(dense, AutoJAX):
-            return get_adapter(dataclasses.replace(dense, jit=False))
-        return self.dense
+        traceable twin when the whole program is compiled here."""
+        twin = self.dense.traceable_twin()
+        return self.dense if twin is None else twin
 
     def _fuses(self) -> bool:
-        dense = self.selector.dense
-        return isinstance(dense, AutoJAX) and dense.jit
+        """Whether the dense engine compiles the whole program (products and gather) into one."""
+        return self.dense.traceable_twin() is not None
 
     def _engine_arguments(self, x: Any, contexts: Sequence[Context]) -> tuple[Any, list[Context]]:
         """``x`` and contexts to prepare the engine's programs with: as they are,
@@ -415,32 +409,13 @@ class SparseSource(ProgramSource):
         return engine
 
     def _fused(self, engine: Callable[..., Any], x: Any, contexts: Sequence[Context]) -> Callable[..., Any]:
-        """On ``AutoJAX(jit=True)``: ``engine`` compiled as one ``jax.jit`` program
-        (compressed products and gather), compiled now, taking caller-family inputs.
-        Elsewhere ``engine`` itself (the dense adapter compiled what it compiles)."""
+        """Where the dense engine fuses programs: ``engine`` (compressed products and
+        gather) compiled as one program by the dense adapter, compiled now, taking
+        caller-family inputs. Elsewhere ``engine`` itself (the dense adapter compiled
+        what it compiles)."""
         if not self._fuses():
             return engine
-        import jax
-
-        values = [c.value for c in contexts]
-        statics = static_positions(contexts, self.backend)
-        compiled = jax.jit(engine, static_argnums=tuple(1 + i for i in statics))
-        inputs = [x, *values]
-        converters = [
-            identity if family_of(v) == "numpy" else convert
-            for v, convert in zip(inputs, self.dense.input_converters(inputs))
-        ]
-        scope = self.dense.scope(inputs)
-        plain = all(convert is identity for convert in converters) and scope is contextlib.nullcontext
-
-        def program(x: Any, *values: Any) -> Any:
-            if plain:
-                return compiled(x, *values)
-            with scope():
-                return compiled(*[convert(v) for convert, v in zip(converters, (x, *values))])
-
-        program(x, *values)  # compile now, at preparation
-        return counting_static_values(program, statics, self.backend)
+        return self.dense.compile_program(engine, x, None, contexts)
 
 
 # --- helpers ----------------------------------------------------------------------------------

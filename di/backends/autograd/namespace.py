@@ -1,7 +1,8 @@
 """The array API over ``autograd.numpy``, for ``f`` evaluated on autograd's boxes.
 
-Imported only by :func:`di.array_namespace`, once it has seen an autograd
-``ArrayBox`` (so autograd is already imported). Three tables say what each
+Imported only by :func:`di.array_namespace` (through the table of
+:mod:`di.backends.autograd.array_api`), once it has seen an autograd ``ArrayBox``
+(so autograd is already imported). Three tables say what each
 array-API name becomes:
 
 * :data:`DIFFERENTIABLE`: an ``autograd.numpy`` function (or a small adapter

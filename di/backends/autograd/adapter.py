@@ -8,18 +8,66 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import autograd
+import autograd.numpy as anp
 import numpy as np
 from autograd.differential_operators import make_hvp, make_jvp, make_vjp
 from autograd.numpy.numpy_boxes import ArrayBox
-from autograd.tracer import getval
+from autograd.tracer import Box, getval
 
 from di.backends.aux import split_output
-from di.backends.protocol import Adapter, Programs, is_real_floating_array, is_real_scalar, raise_bad_output
+from di.backends.outputs import SCALAR_OPERATORS, OutputRules, checking
+from di.backends.protocol import Adapter, Capabilities, Programs
 from di.contexts import Context
 from di.families import converter, family_of, identity
 from di.pytrees import tree_map
 
 __all__ = ["AutogradAdapter"]
+
+_CONVERSIONS = (("float()", "float()"), ("'item'", ".item()"), ("'tolist'", ".tolist()"), ("int()", "int()"))
+
+
+class _Rules(OutputRules):
+    """autograd outputs: numpy values, boxed (``ArrayBox``) when computed from a
+    traced ``x``; read through the box (its own properties cost microseconds)."""
+
+    traces = True
+    conversion_errors = (TypeError, AttributeError)
+
+    def value(self, y: Any) -> Any:
+        return getval(y)
+
+    def is_traced(self, y: Any, x: Any) -> bool:
+        return not isinstance(x, Box) or isinstance(y, Box)
+
+    def scalar(self, y: Any) -> Any:
+        return anp.reshape(y, ())
+
+    def is_conversion_error(self, error: BaseException) -> str:
+        text = str(error)
+        if "Box" not in text:
+            return ""
+        return next((name for marker, name in _CONVERSIONS if marker in text), "")
+
+
+_RULES = _Rules()
+
+
+def _boxed_float_scalar(y: Any) -> bool:
+    """The common gradient output, told from the boxed numpy value: an ArrayBox's
+    own shape and dtype properties cost microseconds each."""
+    if y.__class__ is not ArrayBox:
+        return False
+    value = y._value
+    return value.__class__ is not ArrayBox and value.shape == () and value.dtype.kind == "f"
+
+
+def _boxed_float_array(y: Any) -> bool:
+    """The common output of the other operators: a boxed floating array of at
+    least one dimension (0-d outputs get the full check, which looks for the box)."""
+    if y.__class__ is not ArrayBox:
+        return False
+    value = y._value
+    return value.__class__ is np.ndarray and value.ndim > 0 and value.dtype.kind == "f"
 
 
 _BFLOAT16 = "bfloat16"
@@ -85,11 +133,12 @@ class AutogradAdapter(Adapter):
     cannot be written into arrays.
     """
 
-    family = "numpy"
-    supports_cache = False
-    cache_note = (
-        "autograd cannot write traced values into arrays. Use AutoTorch, AutoJAX or AutoFiniteDiff, "
-        "or pass the buffer as a Constant and build new arrays inside f."
+    capabilities = Capabilities(
+        cache=False,
+        cache_note=(
+            "autograd cannot write traced values into arrays. Use AutoTorch, AutoJAX or AutoFiniteDiff, "
+            "or pass the buffer as a Constant and build new arrays inside f."
+        ),
     )
 
     def _inputs(self, x: Any, contexts: Sequence[Context]) -> Callable[..., tuple[Any, tuple[Any, ...]]]:
@@ -114,27 +163,9 @@ class AutogradAdapter(Adapter):
 
         return inputs
 
-    def _checked(self, f: Callable[..., Any], operator: str, scalar: bool) -> Callable[..., Any]:
-        backend = self.backend
-
-        def checked(x: Any, *values: Any) -> Any:
-            y = f(x, *values)
-            # The hot path looks at the unboxed numpy value: an ArrayBox's own shape and
-            # dtype properties cost microseconds each (and nested boxes, more).
-            value = getval(y)
-            try:
-                if value.dtype.kind == "f" and (not scalar or value.shape == ()):
-                    return y
-            except AttributeError:
-                if isinstance(value, float):
-                    return y
-            if scalar and not is_real_scalar(value):
-                raise_bad_output(value, backend, operator)
-            if not scalar and not is_real_floating_array(value):
-                raise_bad_output(value, backend, operator)
-            return y
-
-        return checked
+    def _checked(self, f: Callable[..., Any], operator: str) -> Callable[..., Any]:
+        accept = _boxed_float_scalar if operator in SCALAR_OPERATORS else _boxed_float_array
+        return checking(f, self.backend, operator, _RULES, accept=accept)
 
     def prepare_gradient_programs(
         self, f: Callable[..., Any], x: Any, contexts: Sequence[Context], *, has_aux: bool = False
@@ -147,20 +178,7 @@ class AutogradAdapter(Adapter):
         # decided once: the signature check keeps x's dtype for the prep's lifetime
         convert_x = to_numpy_x is not identity or str(getattr(x, "dtype", "")).endswith(_BFLOAT16)
 
-        def checked(x: Any, *values: Any) -> Any:
-            y = f(x, *values)
-            # The hot path looks at the boxed numpy value: an ArrayBox's own shape and
-            # dtype properties cost microseconds each.
-            value = y._value if y.__class__ is ArrayBox else y
-            try:
-                if value.shape == () and value.dtype.kind == "f":
-                    return y
-            except AttributeError:
-                if isinstance(y, float):
-                    return y
-            if not is_real_scalar(y):
-                raise_bad_output(y, backend, "gradient")
-            return y
+        checked = checking(f, backend, "gradient", _RULES, accept=_boxed_float_scalar)
 
         value_and_grad = autograd.value_and_grad(checked)
         grad = autograd.grad(checked)
@@ -200,7 +218,7 @@ class AutogradAdapter(Adapter):
     ) -> Programs:
         inputs = self._inputs(x, contexts)
         f, attach = _capturing(f, self.backend, "pullback", has_aux)
-        vjp_maker = make_vjp(self._checked(f, "pullback", scalar=False))
+        vjp_maker = make_vjp(self._checked(f, "pullback"))
 
         def pulled_back(x: Any, ty: Sequence[Any], values: Sequence[Any]) -> tuple[Any, tuple[Any, ...]]:
             x, values = inputs(x, values)
@@ -227,7 +245,7 @@ class AutogradAdapter(Adapter):
     ) -> Programs:
         inputs = self._inputs(x, contexts)
         f, attach = _capturing(f, self.backend, "pushforward", has_aux)
-        jvp_maker = make_jvp(self._checked(f, "pushforward", scalar=False))
+        jvp_maker = make_jvp(self._checked(f, "pushforward"))
 
         def pushed_forward(x: Any, tx: Sequence[Any], values: Sequence[Any]) -> tuple[Any, tuple[Any, ...]]:
             x, values = inputs(x, values)
@@ -251,7 +269,7 @@ class AutogradAdapter(Adapter):
     ) -> Programs:
         inputs = self._inputs(x, contexts)
         f, attach = _capturing(f, self.backend, "jacobian", has_aux)
-        vjp_maker = make_vjp(self._checked(f, "jacobian", scalar=False))
+        vjp_maker = make_vjp(self._checked(f, "jacobian"))
 
         def jacobian_with_value(x: Any, values: Sequence[Any]) -> tuple[Any, Any]:
             # autograd.jacobian's algorithm (a vjp per output element), keeping the value.
@@ -275,7 +293,7 @@ class AutogradAdapter(Adapter):
         self, f: Callable[..., Any], x: Any, tx: Sequence[Any], contexts: Sequence[Context]
     ) -> Programs:
         inputs = self._inputs(x, contexts)
-        hvp_maker = make_hvp(self._checked(f, "hvp", scalar=True))
+        hvp_maker = make_hvp(self._checked(f, "hvp"))
 
         def gradient_and_hvp(x: Any, tx: Sequence[Any], *values: Any) -> Any:
             x, values = inputs(x, values)
@@ -289,7 +307,7 @@ class AutogradAdapter(Adapter):
 
     def prepare_hessian_programs(self, f: Callable[..., Any], x: Any, contexts: Sequence[Context]) -> Programs:
         inputs = self._inputs(x, contexts)
-        checked = self._checked(f, "hessian", scalar=True)
+        checked = self._checked(f, "hessian")
         value_and_grad = autograd.value_and_grad(checked)
         nonempty_hessian = autograd.hessian(checked)
 
@@ -314,7 +332,7 @@ class AutogradAdapter(Adapter):
         self, f: Callable[..., Any], x: Any, contexts: Sequence[Context]
     ) -> Programs:
         inputs = self._inputs(x, contexts)
-        checked = self._checked(f, "second_derivative", scalar=False)
+        checked = self._checked(f, "second_derivative")
         # reverse over reverse: autograd nests its reverse mode reliably
         derivative_function = autograd.jacobian(checked)
         second_function = autograd.jacobian(derivative_function)

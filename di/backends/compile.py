@@ -1,0 +1,311 @@
+"""The compile policy of compiled backends, shared by every engine that compiles.
+
+One rule decides which contexts are compiled in (:func:`is_static_context`), one
+wrapper counts the distinct static values a program meets
+(:func:`counting_static_values`), one makes a program compile on its first call,
+once across threads (:func:`compiled_on_first_use`), and one
+(:class:`RecompileWatch`) decides when an engine that compiles again on its own
+(guards on Python state) warns and when it stops. Engines bring their compiler
+(how to compile a function with static arguments, how to compile it now); the
+policy around it is decided here, once.
+
+Compiled backends compile at preparation the program the plain operator runs
+(``gradient``); the ``value_and_*`` program of the same family compiles only if
+it is used, on its first call.
+"""
+
+from __future__ import annotations
+
+import enum
+import sys
+import threading
+import warnings
+from collections.abc import Callable, Hashable, Sequence
+from typing import Any
+
+from di.backends.selectors import AbstractBackend
+from di.contexts import Constant, Context
+from di.errors import InvalidInputError, RecompileWarning
+from di.families import family_of
+
+__all__ = [
+    "RECOMPILE_WARNING_THRESHOLD",
+    "RecompileWatch",
+    "caller_stacklevel",
+    "compiled_on_first_use",
+    "counting_static_values",
+    "is_static_context",
+    "static_argnums",
+    "static_positions",
+]
+
+Program = Callable[..., Any]
+
+RECOMPILE_WARNING_THRESHOLD = 8
+"""Distinct values of one static context after which a compiled program warns
+(each value is a compile of its own)."""
+
+_STATIC_SCALARS = (int, bool, str, bytes, type(None), enum.Enum)
+
+
+def is_static_context(context: Context) -> bool:
+    """Whether a context is compiled in (static) on a compiled backend.
+
+    The one rule for every compiled backend (``AutoJAX(jit=True)``,
+    ``AutoTorch(compile=True)``): arrays and Python floats are traced (a new value
+    runs the same program); ints, bools, strings, ``None``, enums, tuples of
+    these, and other hashable non-array objects are compiled in (a new value
+    compiles again, once per value). ``Constant(value, static=True/False)``
+    overrides the choice.
+
+    Args:
+        context: a :class:`di.Constant` or :class:`di.Cache`.
+
+    Returns:
+        ``True`` when the context's value is compiled into the program.
+
+    Examples:
+        >>> import di
+        >>> from di.backends.compile import is_static_context
+        >>> is_static_context(di.Constant(3)), is_static_context(di.Constant(3.0))
+        (True, False)
+    """
+    value = context.value
+    if isinstance(context, Constant) and context.static is not None:
+        return context.static
+    if family_of(value) is not None or isinstance(value, (float, complex)):
+        return False
+    if isinstance(value, _STATIC_SCALARS):
+        return True
+    if isinstance(value, tuple):
+        return all(isinstance(item, _STATIC_SCALARS) for item in value)
+    if isinstance(value, (list, dict)) or not isinstance(value, Hashable):
+        return False  # containers are pytrees: their leaves are traced
+    return True
+
+
+def static_positions(contexts: Sequence[Context], backend: AbstractBackend) -> tuple[int, ...]:
+    """Indices (among the contexts) of the static contexts, refusing unhashable ones.
+
+    Raises:
+        InvalidInputError: a context forced static whose value is not hashable.
+
+    Examples:
+        >>> import di
+        >>> from di.backends.compile import static_positions
+        >>> static_positions([di.Constant(1.0), di.Constant(2)], di.AutoFiniteDiff())
+        (1,)
+    """
+    positions = tuple(i for i, c in enumerate(contexts) if is_static_context(c))
+    for i in positions:
+        if not isinstance(contexts[i].value, Hashable):
+            raise InvalidInputError(
+                f"{backend!r}: context {i + 1} is compiled in (static) but its "
+                f"{type(contexts[i].value).__name__} value is not hashable: pass Constant(value, static=False) "
+                f"to trace it, or make it hashable."
+            )
+    return positions
+
+
+def static_argnums(contexts: Sequence[Context], backend: AbstractBackend, lead: int) -> tuple[int, ...]:
+    """The argument numbers of the static contexts in a program whose context
+    values follow ``lead`` other arguments (``x``, and tangents when it has them).
+
+    Examples:
+        >>> import di
+        >>> from di.backends.compile import static_argnums
+        >>> static_argnums([di.Constant(1.0), di.Constant(2)], di.AutoFiniteDiff(), lead=2)
+        (3,)
+    """
+    return tuple(lead + i for i in static_positions(contexts, backend))
+
+
+def counting_static_values(
+    program: Program,
+    positions: tuple[int, ...],
+    backend: AbstractBackend,
+    threshold: int = RECOMPILE_WARNING_THRESHOLD,
+) -> Program:
+    """Wrap a compiled program so that the distinct static values it meets are
+    counted, with one :class:`di.RecompileWarning` once a context has taken more
+    than ``threshold`` values (each one a separate compile).
+
+    Args:
+        program: ``program(x, *values)`` (or ``(x, tangents, *values)``).
+        positions: where the static values are among the program's arguments
+            after ``x``.
+        backend: the selector, named in the warning.
+        threshold: distinct values of one context tolerated without a warning.
+
+    Returns:
+        ``program`` itself when nothing is static, else a counting wrapper.
+
+    Examples:
+        >>> import warnings, di
+        >>> from di.backends.compile import counting_static_values
+        >>> run = counting_static_values(lambda x, k: x * k, (0,), di.AutoFiniteDiff(), threshold=1)
+        >>> with warnings.catch_warnings(record=True) as caught:
+        ...     warnings.simplefilter("always")
+        ...     run(1, 2), run(1, 3), len(caught)
+        (2, 3, 1)
+    """
+    if not positions:
+        return program
+    seen: list[set[Any]] = [set() for _ in positions]
+    lock = threading.Lock()
+    warned = [False]
+
+    def counted(x: Any, *values: Any) -> Any:
+        for slot, i in enumerate(positions):
+            if values[i] not in seen[slot]:
+                with lock:
+                    seen[slot].add(values[i])
+                    if len(seen[slot]) > threshold and not warned[0]:
+                        warned[0] = True
+                        warnings.warn(
+                            f"{backend!r}: context {i + 1} is compiled in (static) and has taken "
+                            f"{len(seen[slot])} distinct values, each compiled separately. If it varies, "
+                            f"pass it as Constant(value, static=False) or as an array so it is traced.",
+                            RecompileWarning,
+                            stacklevel=4,
+                        )
+        return program(x, *values)
+
+    return counted
+
+
+def compiled_on_first_use(program: Program) -> Program:
+    """``program``, whose first call (the one that compiles) runs under a lock.
+
+    Calls made while the first one compiles wait for it, then run the compiled
+    program; a first call that raises leaves the next call to compile. Threads
+    sharing a prep thus trace and compile it once, and later calls take no lock.
+
+    Args:
+        program: a compiled-on-call function (a jitted or ``torch.compile``'d one).
+
+    Returns:
+        A function with the same arguments and results.
+
+    Examples:
+        >>> from di.backends.compile import compiled_on_first_use
+        >>> traces = []
+        >>> def program(x):
+        ...     traces.append(x)
+        ...     return 2 * x
+        >>> run = compiled_on_first_use(program)
+        >>> run(1), run(2), len(traces)
+        (2, 4, 2)
+    """
+    lock = threading.Lock()
+    compiled = False
+
+    def run(*args: Any) -> Any:
+        nonlocal compiled
+        if compiled:
+            return program(*args)
+        with lock:
+            result = program(*args)
+            compiled = True
+        return result
+
+    return run
+
+
+class RecompileWatch:
+    """When a compiled program that its engine compiles again on its own (guards
+    on Python state) warns, for one program.
+
+    The engine reports each recompile it sees with :meth:`recompiled`; compiling
+    for a new value of the static contexts is expected, anything else is not.
+    A :class:`di.RecompileWarning` comes from the second unexpected recompile on,
+    and, whatever the cause, from the compile that leaves one before the
+    engine's limit: a caller always hears of the limit before reaching it.
+
+    Args:
+        backend: the selector, named in the warnings.
+        statics: the positions of the static values among the program's arguments.
+        limit: how many compiles of one program the engine allows, or a function
+            returning it (read when needed: the engine's setting may change).
+        skip: the top-level packages whose frames a warning skips to point at the
+            caller's line (``di``, and the engine's, whose compiled wrappers sit
+            between ``di``'s frames).
+
+    Examples:
+        >>> import warnings, di
+        >>> from di.backends.compile import RecompileWatch
+        >>> watch = RecompileWatch(di.AutoFiniteDiff(), statics=(), limit=8)
+        >>> with warnings.catch_warnings(record=True) as caught:
+        ...     warnings.simplefilter("always")
+        ...     watch.recompiled((), "x changed")
+        ...     watch.recompiled((), "x changed")
+        >>> len(caught), watch.unexpected
+        (1, 2)
+    """
+
+    def __init__(
+        self,
+        backend: AbstractBackend,
+        statics: tuple[int, ...],
+        limit: int | Callable[[], int],
+        skip: tuple[str, ...] = ("di",),
+    ) -> None:
+        self.backend = backend
+        self.statics = statics
+        self._limit = limit
+        self._skip = skip
+        self._compiled_keys: set[tuple[Any, ...]] = set()
+        self.unexpected = 0
+        self.compiles = 0
+        self._lock = threading.Lock()
+
+    @property
+    def limit(self) -> int:
+        """The engine's recompile limit."""
+        return self._limit() if callable(self._limit) else self._limit
+
+    def recompiled(self, args: Sequence[Any], reason: str) -> None:
+        """Record one recompile of the program called with ``args``, ``reason``
+        being the engine's own account of it, and warn if the policy says so."""
+        with self._lock:
+            self.compiles += 1
+            key = tuple(args[i] for i in self.statics)
+            expected = bool(self.statics) and key not in self._compiled_keys
+            if expected:
+                self._compiled_keys.add(key)
+            else:
+                self.unexpected += 1
+            near_limit = self.compiles >= self.limit - 1
+        if not expected and self.unexpected >= 2:
+            self._warn(
+                f"compiled f again ({self.unexpected} recompiles since preparation; at {self.limit} it stops) "
+                f"because this guard failed: {reason}. f changes something the compiler guards on between "
+                f"calls: a Python global or attribute it reads or modifies (a call counter), or a Python value "
+                f"it closes over. Keep such side effects out of f and pass values that change as contexts "
+                f"(di.Constant(value) is traced)."
+            )
+        elif near_limit:
+            cause = "a new value of a static context" if expected else f"this guard failed: {reason}"
+            self._warn(
+                f"compiled f {self.compiles} times since preparation ({cause}); at {self.limit} it stops with "
+                f"di.RecompileLimitError. Pass values that change as traced contexts (Constant(value, "
+                f"static=False), or arrays), and keep Python side effects out of f."
+            )
+
+    def _warn(self, text: str) -> None:
+        warnings.warn(f"{self.backend!r}: {text}", RecompileWarning, stacklevel=caller_stacklevel(self._skip))
+
+
+def caller_stacklevel(skip: tuple[str, ...] = ("di",)) -> int:
+    """The ``stacklevel`` that points a warning issued by the calling function at
+    the first frame outside the packages ``skip`` names (the caller's own line).
+
+    Examples:
+        >>> from di.backends.compile import caller_stacklevel
+        >>> caller_stacklevel(()) >= 1
+        True
+    """
+    frame, level = sys._getframe(1), 1
+    while frame is not None and frame.f_globals.get("__name__", "").split(".")[0] in skip:
+        frame, level = frame.f_back, level + 1  # type: ignore[assignment]
+    return level

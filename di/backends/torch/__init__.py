@@ -1,0 +1,119 @@
+"""PyTorch adapter: ``torch.autograd.grad`` for eager reverse mode, ``torch.func`` for
+the rest, and ``torch.compile`` of ``torch.func`` programs when asked.
+
+The adapter decides once, from the contexts, which family of programs serves a
+prep: with a ``Cache`` (which ``torch.func`` cannot write traced values into)
+every operator is built from eager reverse mode (:mod:`.eager`), otherwise from
+``torch.func`` (:mod:`.func`), whose eager gradient and pullback are the reverse
+mode of :mod:`.eager` all the same (the faster path). :mod:`.compile` compiles
+and watches recompiles; :mod:`.common` holds what they share.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from di.backends.protocol import Capabilities, Programs
+from di.backends.selectors import AutoTorch
+from di.backends.torch.common import TorchBase
+from di.backends.torch.compile import TorchCompiler
+from di.backends.torch.eager import EagerPrograms
+from di.backends.torch.func import FuncPrograms
+from di.contexts import Cache, Context
+
+__all__ = ["TorchAdapter"]
+
+
+class TorchAdapter(TorchBase):
+    """Adapter for :class:`di.AutoTorch`.
+
+    ``Cache`` tensors are passed to ``f`` as the caller's buffer (numpy buffers
+    through ``torch.from_numpy``, sharing memory) and detached after the call, so
+    they hold no graph. Compiled (``compile=True``): ``torch.compile`` is applied
+    once at preparation (``fullgraph=True`` unless ``compile_options`` says
+    otherwise) and run there, so compilation happens then; Python float contexts
+    are passed as 0-d tensors so a new value does not recompile; ints and other
+    hashable values are compiled in.
+    """
+
+    capabilities = Capabilities(
+        family="torch",
+        compile_option="compile",
+        pytrees=frozenset({"gradient"}),
+        compiled_pytrees=frozenset(),
+        cache_note=(
+            "f receives the caller's buffer (numpy buffers through torch.from_numpy, sharing memory), detached after "
+            "the call; operators torch.func cannot run on buffers are built from reverse mode."
+        ),
+        transforms=("torch.no_grad", "torch.inference_mode"),
+    )
+
+    def __init__(self, backend: AutoTorch) -> None:  # type: ignore[override]
+        super().__init__(backend)
+        self.selector = backend
+        self.compiler = TorchCompiler(backend)
+        self._eager = EagerPrograms(self)
+        self._func = FuncPrograms(self)
+
+    @property
+    def native_pytrees(self) -> frozenset[str]:  # type: ignore[override]
+        """Eager gradients take pytrees leaf by leaf; the rest is flattened."""
+        return self.capabilities.pytrees_when(self.compiled)
+
+    def _programs_for(self, contexts: Sequence[Context]) -> EagerPrograms | FuncPrograms:
+        """The family of programs serving these contexts: eager reverse mode with a
+        ``Cache``, ``torch.func`` otherwise."""
+        return self._eager if any(isinstance(c, Cache) for c in contexts) else self._func
+
+    # --- operators ----------------------------------------------------------------------------
+
+    def prepare_gradient_programs(
+        self, f: Callable[..., Any], x: Any, contexts: Sequence[Context], *, has_aux: bool = False
+    ) -> Programs:
+        return self._programs_for(contexts).gradient(f, x, contexts, has_aux)
+
+    def prepare_pullback_programs(
+        self,
+        f: Callable[..., Any],
+        x: Any,
+        ty: Sequence[Any],
+        contexts: Sequence[Context],
+        *,
+        has_aux: bool = False,
+    ) -> Programs:
+        return self._programs_for(contexts).pullback(f, x, ty, contexts, has_aux)
+
+    def prepare_pushforward_programs(
+        self,
+        f: Callable[..., Any],
+        x: Any,
+        tx: Sequence[Any],
+        contexts: Sequence[Context],
+        *,
+        has_aux: bool = False,
+    ) -> Programs:
+        return self._programs_for(contexts).pushforward(f, x, tx, contexts, has_aux)
+
+    def prepare_jacobian_programs(
+        self, f: Callable[..., Any], x: Any, contexts: Sequence[Context], *, has_aux: bool = False
+    ) -> Programs:
+        return self._programs_for(contexts).jacobian(f, x, contexts, has_aux)
+
+    def prepare_derivative_programs(
+        self, f: Callable[..., Any], x: Any, contexts: Sequence[Context], *, has_aux: bool = False
+    ) -> Programs:
+        return self._programs_for(contexts).derivative(f, x, contexts, has_aux)
+
+    def prepare_second_derivative_programs(
+        self, f: Callable[..., Any], x: Any, contexts: Sequence[Context]
+    ) -> Programs:
+        return self._programs_for(contexts).second_derivative(f, x, contexts)
+
+    def prepare_hvp_programs(
+        self, f: Callable[..., Any], x: Any, tx: Sequence[Any], contexts: Sequence[Context]
+    ) -> Programs:
+        return self._programs_for(contexts).hvp(f, x, tx, contexts)
+
+    def prepare_hessian_programs(self, f: Callable[..., Any], x: Any, contexts: Sequence[Context]) -> Programs:
+        return self._programs_for(contexts).hessian(f, x, contexts)

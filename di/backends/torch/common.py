@@ -1,0 +1,164 @@
+"""What every torch program shares: grad modes, leaves, tangents, output rules."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+import numpy as np
+import torch
+import torch.autograd.forward_ad as forward_ad
+import torch.utils._pytree as torch_pytree
+
+from di.backends.compile import counting_static_values, static_positions
+from di.backends.outputs import OutputRules
+from di.backends.protocol import Adapter, Program
+from di.backends.selectors import AutoTorch
+from di.backends.torch.compile import TorchCompiler
+from di.contexts import Context
+from di.families import converter, family_of
+
+__all__ = [
+    "FORWARD_RULES",
+    "REVERSE_RULES",
+    "RULES",
+    "TorchBase",
+    "as_dtype",
+    "detached",
+    "leaf",
+    "like",
+    "normal_tensors",
+    "recording",
+    "scalar_to_tensor",
+]
+
+
+@contextlib.contextmanager
+def recording() -> Iterator[None]:
+    """Record ``f`` for autograd whatever the caller's grad mode: ``no_grad`` and
+    ``inference_mode`` around a di call never change a derivative (under them
+    ``f`` would run unrecorded and its gradient would read as zero)."""
+    with torch.inference_mode(False), torch.enable_grad():
+        yield
+
+
+def leaf(tensor: Any) -> Any:
+    """A detached alias of ``tensor`` that requires grad: the input autograd
+    differentiates with respect to. An inference tensor (made under
+    ``inference_mode``) cannot require grad, so it is cloned into a normal one."""
+    try:
+        return tensor.detach().requires_grad_()
+    except RuntimeError:
+        if not tensor.is_inference():
+            raise
+        return tensor.clone().requires_grad_()
+
+
+def normal_tensors(values: Sequence[Any]) -> tuple[Any, ...]:
+    """Context values with inference tensors cloned into normal ones, which
+    autograd can save for the backward pass (``Cache`` buffers made under
+    ``inference_mode`` cannot be written outside it either way)."""
+    return tuple(v.clone() if isinstance(v, torch.Tensor) and v.is_inference() else v for v in values)
+
+
+def as_dtype(tangent: Any, primal: Any) -> Any:
+    """torch.func.jvp can promote the tangent of a 0-d computation with a Python
+    float to float64 while the primal stays float32: give the tangent the
+    primal's dtype, as eager autograd would."""
+    return tangent if tangent.dtype == primal.dtype else tangent.to(primal.dtype)
+
+
+def like(tangent: Any, reference: Any) -> Any:
+    """A tangent of any family as a tensor of ``reference``'s dtype and device."""
+    if (
+        tangent.__class__ is torch.Tensor
+        and tangent.dtype is reference.dtype
+        and tangent.get_device() == reference.get_device()  # an int: cheaper than comparing devices
+    ):
+        return tangent  # the common case
+    tensor = converter(family_of(tangent), "torch")(tangent) if family_of(tangent) else torch.tensor(tangent)
+    if tensor.dtype != reference.dtype or tensor.device != reference.device:
+        tensor = tensor.to(dtype=reference.dtype, device=reference.device)
+    return tensor
+
+
+def detached(aux: Any) -> Any:
+    """``aux`` with its tensors detached from the autograd graph of the call."""
+    return torch_pytree.tree_map(lambda item: item.detach() if isinstance(item, torch.Tensor) else item, aux)
+
+
+def scalar_to_tensor(dtype: Any) -> Callable[[Any], Any]:
+    """Python scalars become 0-d tensors, so torch.compile traces instead of
+    guarding on (and recompiling for) each value. Floats take ``x``'s dtype so the
+    result's dtype is what eager code would give."""
+
+    def to_tensor(value: Any) -> Any:
+        return torch.tensor(value, dtype=dtype)
+
+    return to_tensor
+
+
+class _Rules(OutputRules):
+    """torch outputs: tensors; traced from ``x`` as the transform records it."""
+
+    traces = True
+
+    def accepts_array(self, y: Any) -> bool:
+        return isinstance(y, torch.Tensor) and y.is_floating_point()
+
+
+class _ReverseRules(_Rules):
+    """Reverse mode (``torch.autograd.grad``, ``torch.func.grad``/``vjp``): an
+    output computed from ``x`` requires grad."""
+
+    def is_traced(self, y: Any, x: Any) -> bool:
+        first = x[0] if isinstance(x, list) and x else x  # the leaves of a pytree x
+        return not (isinstance(first, torch.Tensor) and first.requires_grad) or bool(getattr(y, "requires_grad", False))
+
+
+class _ForwardRules(_Rules):
+    """Forward mode (``torch.func.jvp``, eager): an output computed from ``x``
+    carries a tangent."""
+
+    def is_traced(self, y: Any, x: Any) -> bool:
+        try:
+            if forward_ad.unpack_dual(x).tangent is None:
+                return True  # x is not being differentiated here
+            return forward_ad.unpack_dual(y).tangent is not None
+        except RuntimeError:  # a level or wrapper it cannot read: do not refuse
+            return True
+
+
+RULES = _Rules()
+"""Outputs of programs whose tracing ``di`` cannot inspect (compiled forward mode)."""
+REVERSE_RULES = _ReverseRules()
+FORWARD_RULES = _ForwardRules()
+
+
+class TorchBase(Adapter):
+    """What the torch adapter's programs ask of it (its selector, compiler and
+    argument conversions), apart from the operators it assembles."""
+
+    selector: AutoTorch
+    compiler: TorchCompiler
+
+    def torch_context_converters(self, x: Any, contexts: Sequence[Context]) -> list[Callable[[Any], Any]]:
+        """Converters of the context values; on compiled backends Python scalars
+        that are traced become 0-d tensors (floats in ``x``'s dtype)."""
+        converters = self.input_converters([c.value for c in contexts])
+        if self.compiled:
+            statics = static_positions(contexts, self.backend)
+            x_dtype = self.input_converters([x])[0](np.asarray(x) if isinstance(x, float) else x).dtype
+            for i, context in enumerate(contexts):
+                if i not in statics and isinstance(context.value, (int, float)):
+                    converters[i] = scalar_to_tensor(x_dtype if isinstance(context.value, float) else None)
+        return converters
+
+    def counted(self, program: Program, contexts: Sequence[Context], lead: int) -> Program:
+        """``program`` (arguments ``x``, then ``lead - 1`` tangent arguments, then the
+        context values), counting the static values it meets when compiled."""
+        if not self.compiled:
+            return program
+        positions = tuple(lead - 1 + i for i in static_positions(contexts, self.backend))
+        return counting_static_values(program, positions, self.backend)

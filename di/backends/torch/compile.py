@@ -1,0 +1,151 @@
+"""``torch.compile`` for ``AutoTorch(compile=True)``: compiling, graph breaks, recompiles.
+
+Programs are compiled with ``fullgraph=True`` unless ``compile_options`` says
+otherwise; a graph break under that default becomes a :class:`di.RecompileWarning`
+and the program is compiled again with graph breaks. Each compiled program gets
+its own dynamo cache and recompile count (``isolate_recompiles``, where torch has
+it): ``di`` compiles closures whose code object every prep shares, and dynamo
+counts per code object. Recompiles are watched with the shared policy
+(:class:`di.backends.compile.RecompileWatch`): warnings from the second
+unexpected recompile, and before the limit whatever the cause; at dynamo's limit
+:class:`di.RecompileLimitError` says what to change.
+"""
+
+from __future__ import annotations
+
+import inspect
+import re
+import warnings
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from di.backends.compile import RecompileWatch, caller_stacklevel, compiled_on_first_use
+from di.backends.selectors import AutoTorch
+from di.errors import RecompileLimitError, RecompileWarning
+
+__all__ = ["TorchCompiler"]
+
+_ISOLATES_RECOMPILES = "isolate_recompiles" in inspect.signature(torch.compile).parameters
+# dynamo records each failed guard under the compiled function's code object: di
+# compares the record's length before and after a call to see recompiles.
+_GUARD_FAILURES: Any = getattr(torch._dynamo.utils, "guard_failures", None)
+_RECOMPILE_LIMIT_HIT: type[BaseException] = getattr(torch._dynamo.exc, "FailOnRecompileLimitHit", RuntimeError)
+_SKIPPED_FRAMES = ("di", "torch")  # warnings point past di's frames and torch's compiled wrappers
+UNSUPPORTED: type[BaseException] = torch._dynamo.exc.Unsupported
+"""What dynamo raises when it cannot trace a function as one graph."""
+
+
+class TorchCompiler:
+    """``torch.compile`` with the selector's options, and the watch on its recompiles.
+
+    Args:
+        selector: the ``AutoTorch(compile=True, ...)`` selector.
+    """
+
+    def __init__(self, selector: AutoTorch) -> None:
+        self.selector = selector
+
+    def options(self) -> dict[str, Any]:
+        """``torch.compile``'s keyword arguments: the selector's, with ``fullgraph=True``
+        and ``isolate_recompiles=True`` unless it says otherwise."""
+        options = self.selector.compile_kwargs
+        options.setdefault("fullgraph", True)
+        if _ISOLATES_RECOMPILES:
+            options.setdefault("isolate_recompiles", True)
+        return options
+
+    def compile_now(
+        self,
+        function: Callable[..., Any],
+        warm_up: Callable[[Callable[..., Any]], Any],
+        static_argnums: tuple[int, ...] = (),
+        graph_breaks: bool = True,
+    ) -> tuple[Callable[..., Any], dict[str, Any]]:
+        """``torch.compile(function)``, compiled now by ``warm_up(compiled)``, watched
+        for recompiles; and the options it was compiled with. A graph break under
+        the default ``fullgraph=True`` becomes a :class:`di.RecompileWarning`, and
+        ``function`` is compiled with graph breaks.
+
+        ``static_argnums``: the arguments of ``function`` that are compiled in, so
+        that compiling for a new value of one is not taken for a recompile.
+        ``graph_breaks=False``: ``function`` cannot run with graph breaks (a
+        ``torch.func`` transform of ``f``), so dynamo's refusal is raised as is."""
+        options = self.options()
+        fullgraph_default = "fullgraph" not in self.selector.compile_kwargs
+        compiled = torch.compile(function, **options)
+        try:
+            warm_up(compiled)
+        except UNSUPPORTED as err:
+            if not (fullgraph_default and graph_breaks):
+                raise
+            reason = str(err).strip().splitlines()[0]
+            warnings.warn(
+                f"{self.selector!r}: f cannot be compiled as one graph ({reason}); it runs with graph breaks, "
+                f"partly eagerly. Remove the data-dependent Python control flow, or pass "
+                f"compile_options={{'fullgraph': False}} to accept graph breaks silently.",
+                RecompileWarning,
+                stacklevel=caller_stacklevel(_SKIPPED_FRAMES),
+            )
+            options["fullgraph"] = False
+            compiled = torch.compile(function, **options)
+            warm_up(compiled)
+        return self.watching(compiled, function, static_argnums, options), options
+
+    def compile_on_first_use(
+        self, function: Callable[..., Any], options: dict[str, Any], static_argnums: tuple[int, ...] = ()
+    ) -> Callable[..., Any]:
+        """``torch.compile(function)`` with the options another program of the prep
+        was compiled with, compiling on its first call (once, under a lock)."""
+        compiled = torch.compile(function, **options)
+        return compiled_on_first_use(self.watching(compiled, function, static_argnums, options))
+
+    def watching(
+        self,
+        compiled: Callable[..., Any],
+        function: Callable[..., Any],
+        static_argnums: tuple[int, ...],
+        options: dict[str, Any],
+    ) -> Callable[..., Any]:
+        """``compiled``, its recompiles reported to a :class:`RecompileWatch` (with
+        dynamo's failing guard), and dynamo's hard stop at its recompile limit
+        turned into :class:`di.RecompileLimitError`."""
+        backend, failures_by_code, code = self.selector, _GUARD_FAILURES, getattr(function, "__code__", None)
+
+        def limit() -> int:
+            return int(options.get("recompile_limit") or torch._dynamo.config.recompile_limit)
+
+        if failures_by_code is None or code is None:
+            return compiled
+        watch = RecompileWatch(backend, static_argnums, limit, skip=_SKIPPED_FRAMES)
+
+        def watched(*args: Any) -> Any:
+            # dynamo appends to this list (its record for the compiled function's code
+            # object) at each recompile; looked up at each call, as torch._dynamo.reset()
+            # replaces it.
+            failures = failures_by_code[code]
+            before = len(failures)
+            try:
+                result = compiled(*args)
+            except _RECOMPILE_LIMIT_HIT as err:
+                reason = guard_reason(failures[before]) if len(failures) > before else "unknown"
+                raise RecompileLimitError(
+                    f"{backend!r}: torch.compile reached its recompile limit ({limit()}) for f, and with "
+                    f"fullgraph=True it cannot fall back to eager. The guard that failed at each call: {reason}. "
+                    f"Keep Python side effects out of f (a global call counter, attributes it modifies) and pass "
+                    f"values that change as contexts (di.Constant(value) is traced), or use AutoTorch() (eager); "
+                    f"compile_options={{'recompile_limit': n}} raises the limit."
+                ) from err
+            if len(failures) != before:
+                watch.recompiled(args, guard_reason(failures[before]))
+            return result
+
+        return watched
+
+
+def guard_reason(failure: str) -> str:
+    """dynamo's record of a failed guard (``"0/3: G['T']['n'] == 3  # source ...``
+    and a user stack) as one line: the guard and the source line it came from."""
+    first = failure.strip().splitlines()[0] if failure.strip() else "unknown"
+    return re.sub(r"\s{2,}", "  ", re.sub(r"^\[?\d+/\d+\]?:\s*", "", first))

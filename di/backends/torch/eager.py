@@ -1,0 +1,282 @@
+"""Eager reverse mode: ``torch.autograd.grad`` on a detached alias of ``x``.
+
+The one sequence every reverse-mode program runs (:class:`Reverse`): take ``x``
+as a detached ``requires_grad_()`` alias (no copy), call ``f``, differentiate
+with ``torch.autograd.grad``. It is the fastest eager path on small inputs
+(about three times faster than ``torch.func.grad`` here) and the one that lets
+``f`` write into ``Cache`` buffers, which are detached after the call so they
+hold no graph. Under ``torch.no_grad()`` or ``torch.inference_mode()`` the call
+records ``f`` all the same: a grad mode never changes a derivative.
+
+With a ``Cache`` the adapter builds every operator here (:class:`EagerPrograms`),
+as ``torch.func`` cannot write traced values into buffers: jacobians and
+pushforwards from pullbacks, hvp by reverse over reverse.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+
+from di.backends import fallbacks
+from di.backends.aux import split_output
+from di.backends.compile import static_argnums
+from di.backends.outputs import check_output
+from di.backends.protocol import Programs
+from di.backends.torch.common import REVERSE_RULES, TorchBase, detached, leaf, like, normal_tensors, recording
+from di.contexts import Cache, Context
+from di.errors import UnsupportedContextError
+from di.families import converter, family_of, identity
+from di.pytrees import is_pytree, tree_flatten, tree_unflatten
+
+__all__ = ["EagerPrograms", "Leaves", "Reverse", "example_cotangent", "gradient_backward"]
+
+Backward = Callable[[Any, Any, Any], Any]
+"""``backward(y, inputs, cotangents)``: the result of one reverse pass, from ``f``'s
+checked output ``y``, the differentiated inputs (a leaf tensor, or a list of
+them for a pytree ``x``) and the call's cotangents (``None`` for a scalar ``f``)."""
+
+
+class Leaves(list):  # type: ignore[type-arg]
+    """The differentiated leaves of a pytree ``x``, with its structure."""
+
+    __slots__ = ("spec",)
+
+    def __init__(self, leaves: list[Any], spec: Any) -> None:
+        super().__init__(leaves)
+        self.spec = spec
+
+
+class Reverse:
+    """The reverse-mode programs of one ``f``: one forward pass of ``f`` on
+    differentiable aliases of ``x``, then ``backward``.
+
+    Args:
+        adapter: the torch adapter (its converters and selector).
+        f: the function, possibly a compiled one.
+        x: the point of preparation (a tensor, an array of any family, a pytree).
+        contexts: the contexts.
+        operator: the operator, named in errors about ``f``'s output.
+        has_aux: ``f`` returns ``(y, aux)``.
+    """
+
+    def __init__(
+        self,
+        adapter: TorchBase,
+        f: Callable[..., Any],
+        x: Any,
+        contexts: Sequence[Context],
+        operator: str,
+        has_aux: bool = False,
+    ) -> None:
+        self.adapter, self.f, self.operator, self.has_aux = adapter, f, operator, has_aux
+        self.backend = adapter.backend
+        self.convert_values = adapter.torch_context_converters(x, contexts)
+        self.convert_any = any(convert is not identity for convert in self.convert_values)
+        self.caches = tuple(i for i, c in enumerate(contexts) if isinstance(c, Cache) and family_of(c.value) == "torch")
+        self.tree = is_pytree(x)
+        self.to_torch_x = adapter.input_converters([x])[0]
+
+    @staticmethod
+    def tree_inputs(x: Any) -> tuple[Any, Leaves]:
+        """``(argument of f, differentiated leaves)`` for a call at a pytree ``x``
+        (a tensor ``x`` is its own single alias, made inline on the hot path)."""
+        leaves, spec = tree_flatten(x)
+        aliases = Leaves([leaf(converter(family_of(item), "torch")(item)) for item in leaves], spec)
+        return tree_unflatten(spec, aliases), aliases
+
+    def program(self, backward: Backward, *, with_value: bool, with_tangents: bool) -> Callable[..., Any]:
+        """``(x, [cotangents,] *values)``: ``backward``'s result, ``(y, result)``
+        with the value, and ``(..., aux)`` under ``has_aux``."""
+        f, has_aux, backend, operator = self.f, self.has_aux, self.backend, self.operator
+        convert_values, convert_any, caches = self.convert_values, self.convert_any, self.caches
+        tree, tree_inputs, to_torch_x = self.tree, self.tree_inputs, self.to_torch_x
+        # A gradient's output is checked by autograd itself (it refuses non-scalar and
+        # complex outputs, and di then says why); the others look at the output first.
+        accept = _ACCEPTS.get(operator)
+        scalar = operator in ("gradient", "hvp")
+        tensor, is_grad_enabled, lead = torch.Tensor, torch.is_grad_enabled, 1 if with_tangents else 0
+
+        def run(x: Any, *args: Any) -> Any:
+            # the hot path of a gradient: what a careful torch user writes, and little else
+            if not is_grad_enabled():  # no_grad or inference_mode: f must still be recorded
+                with recording():
+                    return run(x, *args[:lead], *normal_tensors(args[lead:]))
+            cotangents, values = (args[0], args[1:]) if lead else (None, args)
+            if tree:
+                argument, differentiated = tree_inputs(x)
+            else:
+                argument = differentiated = leaf(x if to_torch_x is identity else to_torch_x(x))
+            if convert_any:
+                values = tuple(convert(v) for convert, v in zip(convert_values, values))
+            try:
+                y = f(argument, *values)
+                if has_aux:
+                    y, aux = split_output(y, backend, operator)
+                if y.__class__ is not tensor or not y.requires_grad or (accept is not None and not accept(y)):
+                    y = check_output(y, differentiated, backend, operator, REVERSE_RULES)
+                result = backward(y, differentiated, cotangents)
+            finally:
+                if caches:
+                    for i in caches:
+                        values[i].detach_()
+            if with_value:
+                value = y.detach()
+                result = (value.reshape(()) if scalar and value.ndim else value), result
+            return (result, detached(aux)) if has_aux else result
+
+        return run
+
+
+_ACCEPTS: dict[str, Callable[[Any], bool]] = {
+    "hvp": lambda y: y.ndim == 0 and y.is_floating_point(),
+    "pullback": lambda y: y.is_floating_point(),
+}
+"""Beyond a tensor that requires grad, what each operator's hot path accepts
+without the full check (:func:`di.backends.outputs.check_output`); a gradient's
+hot path accepts every such tensor: autograd.grad refuses what else is wrong."""
+
+
+def gradient_backward(backend: Any, tree: bool = False) -> Backward:
+    """The gradient of a scalar ``y`` with respect to one leaf (zeros where ``f``
+    does not use ``x``), or, with ``tree``, to the leaves of a pytree."""
+    grad = torch.autograd.grad
+
+    def backward(y: Any, differentiated: Any, cotangents: Any) -> Any:
+        try:
+            (g,) = grad(y, differentiated, allow_unused=True)
+        except RuntimeError:  # autograd refuses non-scalar and complex outputs: say why
+            check_output(y, differentiated, backend, "gradient", REVERSE_RULES)
+            raise
+        return torch.zeros_like(differentiated) if g is None else g
+
+    def tree_backward(y: Any, leaves: Leaves, cotangents: Any) -> Any:
+        if not leaves:
+            return tree_unflatten(leaves.spec, [])
+        try:
+            grads = grad(y, leaves, allow_unused=True)
+        except RuntimeError:
+            check_output(y, leaves, backend, "gradient", REVERSE_RULES)
+            raise
+        return tree_unflatten(leaves.spec, [torch.zeros_like(a) if d is None else d for a, d in zip(leaves, grads)])
+
+    return tree_backward if tree else backward
+
+
+def _pullback_backward(y: Any, alias: Any, cotangents: Sequence[Any]) -> tuple[Any, ...]:
+    if len(cotangents) == 1:  # the common case
+        return (_backward(y, alias, like(cotangents[0], y), retain=False),)
+    last = len(cotangents) - 1
+    return tuple(_backward(y, alias, like(t, y), retain=i < last) for i, t in enumerate(cotangents))
+
+
+def _backward(y: Any, alias: Any, cotangent: Any, *, retain: bool) -> Any:
+    if not y.requires_grad:
+        return torch.zeros_like(alias)
+    (g,) = torch.autograd.grad(y, alias, grad_outputs=cotangent, retain_graph=retain, allow_unused=True)
+    return torch.zeros_like(alias) if g is None else g
+
+
+def _double_backward(y: Any, alias: Any, tangents: Sequence[Any]) -> tuple[Any, tuple[Any, ...]]:
+    (g,) = torch.autograd.grad(y, alias, create_graph=True)
+    last = len(tangents) - 1
+    return g.detach(), tuple(_backward(g, alias, like(t, alias), retain=i < last) for i, t in enumerate(tangents))
+
+
+def example_cotangent(adapter: TorchBase, f: Callable[..., Any], x: Any, contexts: Sequence[Context]) -> Any:
+    """A cotangent shaped like ``f``'s output at the prepared arguments (``f`` run
+    once without recording), to compile a pullback with."""
+    convert_values = adapter.torch_context_converters(x, contexts)
+    with torch.no_grad():
+        y = f(adapter.input_converters([x])[0](x).detach(), *[c(v.value) for c, v in zip(convert_values, contexts)])
+    return torch.ones_like(y[0] if isinstance(y, tuple) else y)
+
+
+class EagerPrograms:
+    """Every operator from eager reverse mode, for ``f`` writing into a ``Cache``
+    (which ``torch.func`` cannot do) and for ``f`` that dynamo cannot trace inside
+    a ``torch.func`` transform. On a compiled backend ``f`` itself is compiled and
+    differentiated with ``torch.autograd.grad``."""
+
+    def __init__(self, adapter: TorchBase) -> None:
+        self.adapter = adapter
+
+    def _compiled_f(self, f: Callable[..., Any], x: Any, contexts: Sequence[Context], warm_up: Any) -> Any:
+        if not self.adapter.compiled:
+            return f
+        compiled, _ = self.adapter.compiler.compile_now(f, warm_up, static_argnums(contexts, self.adapter.backend, 1))
+        return compiled
+
+    def _counted(self, programs: Programs, contexts: Sequence[Context], lead: int) -> Programs:
+        return {name: self.adapter.counted(program, contexts, lead) for name, program in programs.items()}
+
+    def gradient(self, f: Callable[..., Any], x: Any, contexts: Sequence[Context], has_aux: bool) -> Programs:
+        adapter, values = self.adapter, [c.value for c in contexts]
+        backward = gradient_backward(adapter.backend, is_pytree(x))
+
+        def warm_up(compiled: Any) -> Any:
+            program = Reverse(adapter, compiled, x, contexts, "gradient", has_aux).program
+            return program(backward, with_value=False, with_tangents=False)(x, *values)
+
+        reverse = Reverse(adapter, self._compiled_f(f, x, contexts, warm_up), x, contexts, "gradient", has_aux)
+        programs = {
+            "gradient": reverse.program(backward, with_value=False, with_tangents=False),
+            "value_and_gradient": reverse.program(backward, with_value=True, with_tangents=False),
+        }
+        return self._counted(programs, contexts, 1)
+
+    def pullback(
+        self, f: Callable[..., Any], x: Any, ty: Sequence[Any], contexts: Sequence[Context], has_aux: bool
+    ) -> Programs:
+        adapter, values = self.adapter, [c.value for c in contexts]
+
+        def warm_up(compiled: Any) -> Any:
+            cotangent = example_cotangent(adapter, f, x, contexts)
+            program = Reverse(adapter, compiled, x, contexts, "pullback", has_aux).program
+            return program(_pullback_backward, with_value=False, with_tangents=True)(x, (cotangent,), *values)
+
+        reverse = Reverse(adapter, self._compiled_f(f, x, contexts, warm_up), x, contexts, "pullback", has_aux)
+        programs = {
+            "pullback": reverse.program(_pullback_backward, with_value=False, with_tangents=True),
+            "value_and_pullback": reverse.program(_pullback_backward, with_value=True, with_tangents=True),
+        }
+        return self._counted(programs, contexts, 2)
+
+    def pushforward(
+        self, f: Callable[..., Any], x: Any, tx: Sequence[Any], contexts: Sequence[Context], has_aux: bool
+    ) -> Programs:
+        return fallbacks.pushforward_programs(self.adapter, f, x, tx, contexts, has_aux=has_aux)
+
+    def jacobian(self, f: Callable[..., Any], x: Any, contexts: Sequence[Context], has_aux: bool) -> Programs:
+        return fallbacks.jacobian_programs(self.adapter, f, x, contexts, forward=False, has_aux=has_aux)
+
+    def derivative(self, f: Callable[..., Any], x: Any, contexts: Sequence[Context], has_aux: bool) -> Programs:
+        return fallbacks.derivative_programs(self.adapter, f, x, contexts, has_aux=has_aux)
+
+    def hessian(self, f: Callable[..., Any], x: Any, contexts: Sequence[Context]) -> Programs:
+        return fallbacks.hessian_programs(self.adapter, f, x, contexts)
+
+    def hvp(self, f: Callable[..., Any], x: Any, tx: Sequence[Any], contexts: Sequence[Context]) -> Programs:
+        """hvp by reverse over reverse. Eager only: compiled graphs have no double backward."""
+        if self.adapter.compiled:
+            raise UnsupportedContextError(
+                f"{self.adapter.backend!r} cannot use Cache contexts for hvp or hessian: torch.func cannot write "
+                f"into buffers and compiled graphs have no double backward. Use AutoTorch() (eager), or pass the "
+                f"buffer as a Constant and build new tensors in f."
+            )
+        reverse = Reverse(self.adapter, f, x, contexts, "hvp")
+        gradient_and_hvp = reverse.program(_double_backward, with_value=False, with_tangents=True)
+
+        def hvp(x: Any, tx: Sequence[Any], *values: Any) -> Any:
+            return gradient_and_hvp(x, tx, *values)[1]
+
+        return {"hvp": hvp, "gradient_and_hvp": gradient_and_hvp}
+
+    def second_derivative(self, f: Callable[..., Any], x: Any, contexts: Sequence[Context]) -> Programs:
+        raise UnsupportedContextError(
+            f"{self.adapter.backend!r} cannot use Cache contexts for second_derivative: torch.func cannot write "
+            f"traced values into buffers. Pass the buffer as a Constant and build new tensors in f, or use "
+            f"AutoJAX or AutoFiniteDiff."
+        )

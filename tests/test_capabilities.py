@@ -1,0 +1,132 @@
+"""The adapter protocol's record of capabilities, and the compile hooks strategies use."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+import pytest
+
+import di
+from di.backends.fallbacks import programs
+from di.backends.finitediff import FiniteDiffAdapter
+from di.backends.protocol import OPERATOR_FAMILIES, Adapter, Capabilities, Programs
+from di.backends.registry import get_adapter, register_backend
+from di.contexts import Context
+
+
+class OldStyle(Adapter):
+    """An out-of-tree adapter written before the record: attributes and one primitive."""
+
+    family = "numpy"
+    supports_cache = False
+    cache_note = "no buffers here"
+
+    def prepare_pushforward_programs(
+        self, f: Callable[..., Any], x: Any, tx: Sequence[Any], contexts: Sequence[Context], *, has_aux: bool = False
+    ) -> Programs:
+        return FiniteDiffAdapter(di.AutoFiniteDiff()).prepare_pushforward_programs(f, x, tx, contexts, has_aux=has_aux)
+
+
+@dataclasses.dataclass(frozen=True)
+class OldStyleBackend(di.AbstractBackend):
+    pass
+
+
+register_backend(OldStyleBackend, OldStyle)
+
+
+def test_the_record_is_made_from_the_methods_and_old_attributes() -> None:
+    record = OldStyle.capabilities
+    assert record.native == frozenset({"pushforward"})
+    assert (record.family, record.cache, record.cache_note) == ("numpy", False, "no buffers here")
+    assert OldStyle.support() == {
+        family: "native" if family == "pushforward" else "fallback" for family in OPERATOR_FAMILIES
+    }
+    with pytest.raises(di.UnsupportedContextError, match="no buffers here"):
+        di.gradient(lambda x: (x * x).sum(), OldStyleBackend(), np.ones(2), di.Cache(np.zeros(2)))
+    np.testing.assert_allclose(di.gradient(lambda x: (x * x).sum(), OldStyleBackend(), np.array([1.0, 2.0])), [2, 4])
+
+
+def test_a_declared_record_sets_the_attributes_other_modules_read() -> None:
+    class Declared(Adapter):
+        capabilities = Capabilities(family="numpy", cache=False, cache_note="read only", float64=True)
+
+    assert (Declared.family, Declared.supports_cache, Declared.cache_note) == ("numpy", False, "read only")
+    assert Declared.evaluates_in_float64 and Declared.capabilities.native == frozenset()
+    adapter = Declared(di.AutoFiniteDiff())
+    adapter.supports_cache = True  # a wrapping strategy sets its own per instance
+    assert adapter.instance_capabilities().cache and not Declared.capabilities.cache
+
+
+def test_the_records_of_the_engines() -> None:
+    pytest.importorskip("jax")
+    pytest.importorskip("torch")
+    pytest.importorskip("autograd")
+    records = {b: get_adapter(b).capabilities for b in (di.AutoJAX(), di.AutoTorch(), di.AutoAutograd())}
+    assert records[di.AutoJAX()].differentiates == "own" and records[di.AutoJAX()].compile_option == "jit"
+    assert records[di.AutoTorch()].compile_option == "compile"
+    assert not records[di.AutoAutograd()].cache
+    assert get_adapter(di.AutoFiniteDiff()).capabilities.differentiates == "any"
+    assert get_adapter(di.AutoTorch()).native_pytrees == {"gradient"}
+    assert get_adapter(di.AutoTorch(compile=True)).native_pytrees == frozenset()
+    assert get_adapter(di.AutoJAX(jit=True)).compiled and not get_adapter(di.AutoJAX()).compiled
+    with pytest.raises(ValueError, match="differentiates"):
+        Capabilities(differentiates="some")
+
+
+# --- traceable_twin and compile_program ----------------------------------------------------------------
+
+
+def test_engines_that_do_not_fuse_have_no_twin() -> None:
+    for backend in di.available_backends():  # each engine's default (eager) selector
+        adapter = get_adapter(backend)
+        assert adapter.traceable_twin() is None, backend
+        if not isinstance(backend, di.AutoJAX):
+            with pytest.raises(di.UnsupportedOperatorError, match="does not compile"):
+                adapter.compile_program(lambda x: x, np.ones(2), None, [])
+
+
+def test_jax_compiles_a_program_built_from_its_twins_programs() -> None:
+    jax = pytest.importorskip("jax")
+    jit = get_adapter(di.AutoJAX(jit=True))
+    twin = jit.traceable_twin()
+    assert twin is get_adapter(di.AutoJAX(jit=False))
+    traces = []
+
+    def f(x: Any, a: Any, n: int) -> Any:
+        traces.append(1)
+        xp = di.array_namespace(x)
+        return xp.sum(a[:n] * x[:n] ** 2)
+
+    x = np.linspace(-1.0, 1.0, 4)  # float64: compiled in an x64 scope
+    contexts = [di.Constant(np.ones(4)), di.Constant(3)]
+    with jax.enable_x64(True):  # the twin's programs are prepared on what the compiled program receives
+        engine_contexts = [di.Constant(jax.numpy.ones(4)), di.Constant(3)]
+        gradient = programs(twin, "gradient", f, jax.numpy.asarray(x), engine_contexts)["gradient"]
+
+    def core(x: Any, a: Any, n: int) -> Any:
+        return gradient(x, a, n) * 2.0  # the strategy's own work, fused with the engine's
+
+    compiled = jit.compile_program(core, x, None, contexts)
+    traced = len(traces)
+    assert traced >= 1  # compiled now
+    for scale in (1.0, 2.0, 3.0):
+        g = compiled(x, np.full(4, scale), 3)
+        np.testing.assert_allclose(np.asarray(g), 4 * scale * np.where(np.arange(4) < 3, x, 0.0))
+        assert np.asarray(g).dtype == np.float64
+    assert len(traces) == traced  # traced contexts: no new trace
+    compiled(x, np.ones(4), 2)  # a new static value compiles again, once
+    compiled(x, np.ones(4), 2)
+    assert len(traces) == traced + 1
+
+    def halved(x: Any, a: Any, n: int) -> Any:
+        return gradient(x, a, n) / 2.0
+
+    before = len(traces)
+    lazy = jit.compile_program(halved, x, None, contexts, on_first_use=True)
+    assert len(traces) == before  # not compiled yet
+    np.testing.assert_allclose(np.asarray(lazy(x, np.ones(4), 3)), np.asarray(compiled(x, np.ones(4), 3)) / 4)
+    assert len(traces) == before + 1  # compiled by its first call

@@ -1,0 +1,375 @@
+"""The one contract every backend keeps, checked on each from one parametrisation.
+
+* A one-element output (shape ``(1,)``, ``(1, 1)``) is a scalar for gradient, hvp
+  and hessian; the combined forms return the value as a 0-d array.
+* An engine that traces ``f`` refuses an output it did not compute from ``x``
+  (``float()``, ``.item()``, a detached scalar, a bare Python float) with
+  :class:`di.InvalidOutputError`, never zeros; a constant computed from ``x`` has
+  zero derivatives; finite differences, which only evaluate ``f``, take floats.
+* Every array leaf of ``aux`` comes back in the caller's family, never a NumPy scalar.
+* Results are arrays the caller owns: writable, and not the prep's own memory.
+* float32 and float64 preps of one ``f`` alternate freely (JAX scopes x64 per call).
+* A compiled program that keeps recompiling warns before it reaches the limit.
+"""
+
+from __future__ import annotations
+
+import importlib
+import warnings
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import numpy as np
+import pytest
+from conftest import backend_id
+
+import di
+from di.backends.registry import get_adapter
+
+BACKENDS = [
+    b
+    for b in (di.AutoJAX(), di.AutoJAX(jit=True), di.AutoTorch(), di.AutoAutograd(), di.AutoFiniteDiff())
+    if b.is_installed
+]
+TRACING = [b for b in BACKENDS if not isinstance(b, di.AutoFiniteDiff)]
+X = np.array([0.5, 1.0, 2.0])
+V = np.array([1.0, -1.0, 0.5])
+
+
+def _params(backends: list[di.AbstractBackend]) -> list[Any]:
+    return [pytest.param(b, id=backend_id(b)) for b in backends]
+
+
+def _family_values(name: str, x: np.ndarray) -> Any:
+    if name == "torch":
+        torch = pytest.importorskip("torch")
+        return torch.from_numpy(x.copy())
+    return x.copy()
+
+
+def _numpy(value: Any) -> np.ndarray:
+    return value.detach().numpy() if hasattr(value, "detach") else np.asarray(value)
+
+
+# --- one-element outputs are scalars ---------------------------------------------------------------
+
+
+def one_element(shape: tuple[int, ...]) -> Callable[[Any], Any]:
+    def f(x: Any) -> Any:
+        xp = di.array_namespace(x)
+        return xp.reshape(xp.sum(x**2), shape)
+
+    return f
+
+
+@pytest.mark.parametrize("shape", [(1,), (1, 1)], ids=["1", "1x1"])
+@pytest.mark.parametrize("backend", _params(BACKENDS))
+def test_a_one_element_output_is_a_scalar(backend: Any, shape: tuple[int, ...]) -> None:
+    f = one_element(shape)
+    np.testing.assert_allclose(di.gradient(f, backend, X), 2 * X, rtol=1e-6)
+    y, g = di.value_and_gradient(f, backend, X)
+    assert np.shape(y) == () and float(y) == pytest.approx(float(np.sum(X**2)))
+    np.testing.assert_allclose(g, 2 * X, rtol=1e-6)
+    (hv,) = di.hvp(f, backend, X, (V,))
+    np.testing.assert_allclose(hv, 2 * V, rtol=1e-5)
+    y, g, h = di.value_gradient_and_hessian(f, backend, X)
+    assert np.shape(y) == ()
+    np.testing.assert_allclose(h, 2 * np.eye(3), atol=1e-5)
+
+
+@pytest.mark.parametrize("family", ["numpy", "torch"])
+@pytest.mark.parametrize("backend", _params(BACKENDS))
+def test_the_value_of_value_and_gradient_is_a_0d_array_of_the_callers_family(backend: Any, family: str) -> None:
+    x = _family_values(family, X)
+    for f in (one_element(()), one_element((1,))):
+        y, _ = di.value_and_gradient(f, backend, x)
+        assert type(y) is type(x) and tuple(y.shape) == ()
+        assert float(y) == pytest.approx(float(np.sum(X**2)))
+
+
+def test_two_elements_are_still_refused() -> None:
+    for backend in BACKENDS:
+        with pytest.raises(di.InvalidOutputError, match=r"real scalar.*\(2,\)"):
+            di.gradient(lambda x: x[:2] * 1.0, backend, X)
+
+
+# --- outputs the engine did not compute from x -------------------------------------------------------
+
+
+def with_float(x: Any) -> Any:
+    return float((x**2).sum())
+
+
+def with_item(x: Any) -> Any:
+    return (x**2).sum().item()
+
+
+def python_constant(x: Any) -> Any:
+    return 1.5
+
+
+def constant_from_x(x: Any) -> Any:
+    xp = di.array_namespace(x)
+    return xp.sum(x) * 0 + 1.5
+
+
+def _detach(backend: Any) -> Callable[[Any], Any]:
+    """The engine's own way of cutting a value off its trace."""
+    if isinstance(backend, di.AutoJAX):
+        return importlib.import_module("jax").lax.stop_gradient
+    if isinstance(backend, di.AutoTorch):
+        return lambda y: y.detach()
+    return importlib.import_module("autograd.tracer").getval
+
+
+UNTRACED = {"float()": with_float, ".item()": with_item, "Python float": python_constant}
+
+
+@pytest.mark.parametrize("kind", sorted(UNTRACED))
+@pytest.mark.parametrize("backend", _params(TRACING))
+def test_a_tracing_engine_refuses_what_it_did_not_compute_from_x(backend: Any, kind: str) -> None:
+    f = UNTRACED[kind]
+    for call in (
+        lambda: di.gradient(f, backend, X),
+        lambda: di.value_and_gradient(f, backend, X),
+        lambda: di.hessian(f, backend, X),
+        lambda: di.hvp(f, backend, X, (V,)),
+    ):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)  # torch warns about float() on a tensor requiring grad
+            with pytest.raises(di.InvalidOutputError) as info:
+                call()
+        message = str(info.value)
+        assert "float()" in message and ".item()" in message, message
+        assert "xp.sum(x) * 0 + c" in message, message
+
+
+@pytest.mark.parametrize("backend", _params(TRACING))
+def test_a_detached_scalar_is_refused(backend: Any) -> None:
+    detach = _detach(backend)
+
+    def f(x: Any) -> Any:
+        xp = di.array_namespace(x)
+        return detach(xp.sum(x**2))
+
+    for operator in (di.gradient, di.hessian):
+        with pytest.raises(di.InvalidOutputError, match="not computed from x"):
+            operator(f, backend, X)
+
+
+# Eager torch lets float() through: an output that also depends on x directly then misses
+# the float's share of the derivative, which no check can see (compiled.md says so).
+@pytest.mark.parametrize("backend", _params([b for b in TRACING if not isinstance(b, di.AutoTorch)]))
+def test_float_inside_a_jacobian_is_refused(backend: Any) -> None:
+    def f(x: Any) -> Any:
+        return x * float((x**2).sum())
+
+    with pytest.raises(di.InvalidOutputError, match=r"float\(\)"):
+        di.jacobian(f, backend, X)
+
+
+@pytest.mark.parametrize("backend", _params(BACKENDS))
+def test_a_constant_computed_from_x_has_zero_derivatives(backend: Any) -> None:
+    np.testing.assert_array_equal(di.gradient(constant_from_x, backend, X), np.zeros(3))
+    np.testing.assert_array_equal(di.hessian(constant_from_x, backend, X), np.zeros((3, 3)))
+    y, g = di.value_and_gradient(constant_from_x, backend, X)
+    assert float(y) == 1.5 and not g.any()
+
+
+def test_finite_differences_take_python_floats() -> None:
+    backend = di.AutoFiniteDiff()
+    np.testing.assert_allclose(di.gradient(with_float, backend, X), 2 * X, rtol=1e-7)
+    np.testing.assert_array_equal(di.gradient(python_constant, backend, X), np.zeros(3))
+    np.testing.assert_array_equal(di.hessian(python_constant, backend, X), np.zeros((3, 3)))
+
+
+# --- aux ------------------------------------------------------------------------------------------------
+
+
+def with_aux(x: Any) -> Any:
+    xp = di.array_namespace(x)
+    y = xp.sum(x**2)
+    return y, {"loss": y, "mean": xp.mean(x), "double": 2 * x, "steps": 3, "note": "ok", "scale": 1.5}
+
+
+@pytest.mark.parametrize("family", ["numpy", "torch"])
+@pytest.mark.parametrize("backend", _params(BACKENDS))
+def test_aux_arrays_come_back_in_the_callers_family(backend: Any, family: str) -> None:
+    x = _family_values(family, X)
+    _, plain_aux = di.gradient(with_aux, backend, x, has_aux=True)
+    (_, combined_aux), _ = di.value_and_gradient(with_aux, backend, x, has_aux=True)
+    for aux in (plain_aux, combined_aux):
+        for key in ("loss", "mean", "double"):
+            assert type(aux[key]) is type(x), (key, type(aux[key]))
+        assert tuple(aux["loss"].shape) == () and float(aux["loss"]) == pytest.approx(float(np.sum(X**2)))
+        np.testing.assert_allclose(_numpy(aux["double"]), 2 * X)
+        assert (aux["steps"], aux["note"], aux["scale"]) == (3, "ok", 1.5)
+
+
+# --- results belong to the caller ------------------------------------------------------------------------
+
+
+def cube_sum(x: Any) -> Any:
+    xp = di.array_namespace(x)
+    return xp.sum(x**3)
+
+
+def sin_times(x: Any) -> Any:
+    xp = di.array_namespace(x)
+    return xp.sin(x) * x
+
+
+def curve(t: Any) -> Any:
+    xp = di.array_namespace(t)
+    return xp.stack([xp.sin(t), t**2])
+
+
+T = np.array(0.7)
+OPERATORS: dict[str, tuple[Any, ...]] = {
+    "gradient": (di.prepare_gradient, di.gradient, di.value_and_gradient, cube_sum, X, ()),
+    "jacobian": (di.prepare_jacobian, di.jacobian, di.value_and_jacobian, sin_times, X, ()),
+    "pushforward": (di.prepare_pushforward, di.pushforward, di.value_and_pushforward, sin_times, X, ((V,),)),
+    "pullback": (di.prepare_pullback, di.pullback, di.value_and_pullback, sin_times, X, ((V,),)),
+    "derivative": (di.prepare_derivative, di.derivative, di.value_and_derivative, curve, T, ()),
+    "hvp": (di.prepare_hvp, di.hvp, di.gradient_and_hvp, cube_sum, X, ((V,),)),
+    "hessian": (di.prepare_hessian, di.hessian, di.value_gradient_and_hessian, cube_sum, X, ()),
+    "second_derivative": (
+        di.prepare_second_derivative,
+        di.second_derivative,
+        di.value_derivative_and_second_derivative,
+        curve,
+        T,
+        (),
+    ),
+    "pullback_same_point": (di.prepare_pullback_same_point, di.pullback, di.value_and_pullback, sin_times, X, ((V,),)),
+    "hvp_same_point": (di.prepare_hvp_same_point, di.hvp, di.gradient_and_hvp, cube_sum, X, ((V,),)),
+}
+
+
+def _arrays(result: Any) -> Iterator[Any]:
+    if isinstance(result, tuple):
+        for item in result:
+            yield from _arrays(item)
+    else:
+        yield result
+
+
+@pytest.mark.parametrize("operator", sorted(OPERATORS))
+@pytest.mark.parametrize("backend", _params(BACKENDS))
+def test_results_are_writable_arrays_the_caller_owns(backend: Any, operator: str) -> None:
+    prepare, plain, combined, f, x, extra = OPERATORS[operator]
+    prep = prepare(f, backend, x, *extra)
+    for call in (plain, combined):
+        first = call(f, prep, backend, x, *extra)
+        expected = [np.array(a, copy=True) for a in _arrays(first)]
+        for array in _arrays(first):
+            assert isinstance(array, np.ndarray), type(array)
+            array *= 0.5  # the caller's own array: writable
+        again = call(f, prep, backend, x, *extra)
+        for array, reference in zip(_arrays(again), expected):
+            np.testing.assert_array_equal(array, reference)  # the prep's memory was not handed out
+
+
+# --- float32 and float64 preps of one f ---------------------------------------------------------------------
+
+INDICES = np.array([0, 2, 4, 1, 3])
+WEIGHTS = np.array([1 / 3, 1 / 7, 1 / 9, 1 / 11, 1 / 13])
+PICKED_WEIGHTS = WEIGHTS[INDICES]
+
+
+def gathered(x: Any) -> Any:
+    """NumPy constants f closes over (int64 indices, float64 weights): JAX cached them
+    in the dtype of whichever x64 scope met them first."""
+    xp = di.array_namespace(x)
+    return xp.sum(x[INDICES] ** 2 * xp.asarray(PICKED_WEIGHTS))
+
+
+def gathered_vector(x: Any) -> Any:
+    xp = di.array_namespace(x)
+    return x[INDICES] ** 2 * xp.asarray(PICKED_WEIGHTS, dtype=x.dtype)  # an output of x's dtype
+
+
+ALTERNATING = {
+    "gradient": (di.prepare_gradient, di.gradient, gathered, lambda x: 2 * x * WEIGHTS),
+    "jacobian": (di.prepare_jacobian, di.jacobian, gathered_vector, lambda x: np.diag(2 * x * WEIGHTS)[INDICES]),
+    "hessian": (di.prepare_hessian, di.hessian, gathered, lambda x: np.diag(2 * WEIGHTS)),
+}
+
+
+@pytest.mark.parametrize("operator", sorted(ALTERNATING))
+@pytest.mark.parametrize("backend", _params(BACKENDS))
+def test_float32_and_float64_preps_alternate(backend: Any, operator: str, capfd: pytest.CaptureFixture[str]) -> None:
+    prepare, call, f, expected = ALTERNATING[operator]
+    x64 = np.linspace(-1.0, 1.0, 5)
+    preps: dict[Any, Any] = {}
+    for dtype in (np.float64, np.float32, np.float64, np.float32):
+        x = x64.astype(dtype)
+        if dtype not in preps:
+            preps[dtype] = prepare(f, backend, x)
+        result = call(f, preps[dtype], backend, x)
+        assert result.dtype == dtype
+        tolerance = 1e-5 if dtype == np.float32 or isinstance(backend, di.AutoFiniteDiff) else 1e-12
+        np.testing.assert_allclose(result, expected(x64), rtol=tolerance, atol=tolerance)
+    assert "ExecutePrepareWithOomRetries" not in capfd.readouterr().err  # XLA's log of a failed run
+
+
+# --- compiled programs that keep recompiling ----------------------------------------------------------------
+
+CALLS = {"n": 0}
+
+
+def counting(x: Any, c: Any) -> Any:
+    """Bumps a module-level counter: dynamo guards on it and recompiles at each call."""
+    CALLS["n"] += 1
+    xp = di.array_namespace(x)
+    return xp.sum(x**2) * c
+
+
+@pytest.mark.parametrize("static", [False, True], ids=["traced", "static"])
+def test_a_recompiling_program_warns_before_the_limit(static: bool) -> None:
+    torch = pytest.importorskip("torch")
+    backend = di.AutoTorch(compile=True, compile_options={"backend": "aot_eager"})
+    limit = torch._dynamo.config.recompile_limit
+    x = torch.ones(3)
+    prep = di.prepare_gradient(counting, backend, x, di.Constant(1.0, static=static))
+    warned_at = None
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with pytest.raises(di.RecompileLimitError):
+            for call in range(1, 2 * limit):
+                c = 1.0 + call
+                torch.testing.assert_close(
+                    di.gradient(counting, prep, backend, x, di.Constant(c, static=static)), 2 * c * x
+                )
+                if warned_at is None and any(w.category is di.RecompileWarning for w in caught):
+                    warned_at = call
+    assert warned_at is not None and warned_at < limit, warned_at
+    assert any(str(limit) in str(w.message) for w in caught if w.category is di.RecompileWarning)
+
+
+# --- what the record declares -----------------------------------------------------------------------------------
+
+
+def _run_inside(transform: str, backend: Any) -> Any:
+    """An unprepared gradient inside one of the engine's transforms or modes."""
+    engine, _, name = transform.partition(".")
+    module = importlib.import_module(engine)
+    f = cube_sum
+    if engine == "jax":
+        jnp = importlib.import_module("jax.numpy")
+        x = jnp.asarray(X)
+        inner = lambda x: di.gradient(f, backend, x)
+        if name == "grad":
+            return getattr(module, name)(lambda x: inner(x).sum())(x), 6 * X
+        if name == "vmap":
+            return module.vmap(inner)(jnp.stack([x, x]))[1], 3 * X**2
+        return getattr(module, name)(inner)(x), 3 * X**2
+    with getattr(module, name)():
+        return di.gradient(f, backend, module.from_numpy(X.copy())), 3 * X**2
+
+
+@pytest.mark.parametrize("backend", _params([b for b in BACKENDS if get_adapter(b).capabilities.transforms]))
+def test_the_declared_transforms_run_a_di_call(backend: Any) -> None:
+    for transform in get_adapter(backend).capabilities.transforms:
+        result, expected = _run_inside(transform, backend)
+        np.testing.assert_allclose(_numpy(result), expected, rtol=1e-6, err_msg=transform)
