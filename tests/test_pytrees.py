@@ -347,3 +347,22 @@ def test_pytree_outputs_on_jax(backend: Any) -> None:
 def test_pytree_outputs_elsewhere_are_refused_clearly(backend: Any) -> None:
     with pytest.raises(di.InvalidOutputError, match="Pytree outputs are supported by AutoJAX"):
         di.jacobian(lambda x: {"double": 2 * x}, backend, np.ones(2))
+
+
+@pytest.mark.parametrize("backend", BACKENDS, ids=IDS)
+def test_a_strict_prep_takes_numpy_scalars_for_0d_leaves(backend: di.AbstractBackend) -> None:
+    """NumPy arithmetic makes NumPy scalars of 0-d arrays (``p[k] - 0.1 * g[k]``): the
+    same argument for a strict prep, as for an unprepared call."""
+
+    def f(p: Any) -> Any:
+        xp = di.array_namespace(p["w"])
+        return xp.sum(p["w"] ** 2) + p["b"] ** 2
+
+    p = {"w": np.ones(3), "b": np.array(0.5)}
+    prep = di.prepare_gradient(f, backend, p)
+    g = di.gradient(f, prep, backend, p)
+    p = {k: p[k] - 0.1 * g[k] for k in p}
+    assert isinstance(p["b"], np.float64)  # what NumPy made of it
+    g = di.gradient(f, prep, backend, p)
+    np.testing.assert_allclose(g["b"], 0.8, rtol=1e-6)
+    np.testing.assert_allclose(g["w"], 1.6 * np.ones(3), rtol=1e-6)
