@@ -90,7 +90,8 @@ class DenseSparsity(SparsitySource):
 
 
 class KnownSparsity(SparsitySource):
-    """A pattern you know: a ``scipy.sparse`` matrix or array, or a boolean array.
+    """A pattern you know: a ``scipy.sparse`` matrix or array, or a boolean array,
+    and optionally its coloring.
 
     Its shape must be ``(f(x).size, x.size)`` for Jacobians and ``(x.size,
     x.size)`` for Hessians (whose pattern is symmetrised). Every stored entry
@@ -99,24 +100,33 @@ class KnownSparsity(SparsitySource):
 
     Args:
         pattern: the pattern.
+        colors: a coloring of its columns (like SciPy's ``(pattern, groups)``),
+            one color ``0 .. k - 1`` per column: for Jacobians, no two columns of
+            one color may share a row (one pushforward per color); for Hessians, a
+            star coloring (or an acyclic one with ``coloring="acyclic"``). Checked
+            at preparation; ``None`` (default): ``AutoSparse`` colors the pattern.
 
     Raises:
-        ValueError: not two-dimensional.
+        ValueError: not two-dimensional; ``colors`` not a 1-D array of
+            non-negative integers.
 
     Examples:
         >>> import numpy as np, di
         >>> known = di.KnownSparsity(np.eye(3, dtype=bool))
         >>> known.shape, known.nnz
         ((3, 3), 3)
+        >>> di.KnownSparsity(np.eye(3, dtype=bool), colors=[0, 0, 0]).colors
+        array([0, 0, 0])
     """
 
-    __slots__ = ("_hash", "cols", "rows", "shape")
+    __slots__ = ("_hash", "colors", "cols", "rows", "shape")
     shape: tuple[int, int]
     rows: np.ndarray
     cols: np.ndarray
+    colors: np.ndarray | None
     _hash: int
 
-    def __init__(self, pattern: Any) -> None:
+    def __init__(self, pattern: Any, colors: Any = None) -> None:
         if hasattr(pattern, "tocoo"):  # scipy.sparse, without importing scipy
             coo = pattern.tocoo()
             rows, cols, shape = np.asarray(coo.row), np.asarray(coo.col), tuple(int(s) for s in coo.shape)
@@ -131,12 +141,15 @@ class KnownSparsity(SparsitySource):
         order = np.lexsort((cols, rows))
         keys = np.unique(rows[order].astype(np.int64) * max(shape[1], 1) + cols[order])
         rows, cols = np.divmod(keys, max(shape[1], 1))
-        for array in (rows, cols):
+        given = None if colors is None else _colors(colors)
+        for array in (rows, cols) if given is None else (rows, cols, given):
             array.setflags(write=False)
         object.__setattr__(self, "shape", shape)
         object.__setattr__(self, "rows", rows)
         object.__setattr__(self, "cols", cols)
-        object.__setattr__(self, "_hash", hash((shape, rows.tobytes(), cols.tobytes())))
+        object.__setattr__(self, "colors", given)
+        color_bytes = b"" if given is None else given.tobytes()
+        object.__setattr__(self, "_hash", hash((shape, rows.tobytes(), cols.tobytes(), color_bytes)))
 
     def __setattr__(self, name: str, value: Any) -> None:
         raise AttributeError("KnownSparsity is immutable")
@@ -153,10 +166,21 @@ class KnownSparsity(SparsitySource):
             and self.shape == other.shape
             and np.array_equal(self.rows, other.rows)
             and np.array_equal(self.cols, other.cols)
+            and (self.colors is None) == (other.colors is None)
+            and (self.colors is None or np.array_equal(self.colors, other.colors))
         )
 
     def __hash__(self) -> int:
         return self._hash
 
     def __repr__(self) -> str:
-        return f"KnownSparsity(shape={self.shape}, nnz={self.nnz})"
+        colored = "" if self.colors is None else f", colors={int(self.colors.max(initial=-1)) + 1}"
+        return f"KnownSparsity(shape={self.shape}, nnz={self.nnz}{colored})"
+
+
+def _colors(colors: Any) -> np.ndarray:
+    """A given coloring as a read-only int64 vector, checked for shape and values."""
+    array = np.asarray(colors)
+    if array.ndim != 1 or (array.size and not np.issubdtype(array.dtype, np.integer)) or np.any(array < 0):
+        raise ValueError("KnownSparsity(colors=...) must be a 1-D array of non-negative integers, one per column")
+    return np.array(array, dtype=np.int64)
