@@ -33,6 +33,7 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
+from di.sparse.jaxpr import loops
 from di.sparse.jaxpr.folds import (
     _FOLD_LIMIT,
     _KRON_LIMIT,
@@ -47,7 +48,6 @@ from di.sparse.jaxpr.folds import (
     ZERO_DERIVATIVE,
     numpy_pad,
 )
-from di.sparse.jaxpr import loops
 from di.sparse.patterns import Detection, canonical, empty_pattern
 
 __all__ = ["interpret"]
