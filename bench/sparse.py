@@ -2,8 +2,10 @@
 same backend and against ``sparsejac`` (JAX), on a tridiagonal function and a 2-D
 Laplacian at n = 1e2, 1e3, 1e4, and Hessians (partially separable, arrowhead).
 
-Run ``python -m bench.sparse [--sizes 100,1000,10000] [--out bench/sparse_results.md]``
-(needs the bench extra for ``sparsejac``: ``pip install 'differentiation-interface[bench]'``).
+Run ``python -m bench.sparse [--sizes 100,1000,10000] [--sections classic,structured,cutest]
+[--out bench/sparse_results.md]`` (needs the bench extra for sparsejac, asdex and sif2jax:
+``pip install 'differentiation-interface[bench]'``). The structured patterns (colors against
+the optimum) and the CUTEst Hessians against asdex are in :mod:`bench.sparse_cutest`.
 
 Each row: the number of colors, the preparation time (detection + coloring +
 compilation, one run) and the median call time (prepared calls, results ready).
@@ -233,12 +235,35 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.sparse", description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", default="100,1000,10000", help="comma-separated n (default: 100,1000,10000)")
     parser.add_argument("--out", default="bench/sparse_results.md", help="the Markdown report to write")
+    parser.add_argument(
+        "--sections",
+        default="classic,structured,cutest",
+        help="which parts to run: classic (timings against dense and sparsejac), structured (colors against the "
+        "optimum), cutest (Hessians against asdex); parts not run keep their text from --out",
+    )
     args = parser.parse_args(argv)
     import torch
 
+    from bench import sparse_cutest
+
     torch.set_num_threads(1)
-    sizes = [int(float(s)) for s in args.sizes.split(",")]
-    report = _markdown(_rows(sizes))
+    sections = set(args.sections.split(","))
+    old = Path(args.out).read_text() if Path(args.out).exists() else ""
+    marker_structured, marker_cutest = "## Structured patterns", "## Hessians of the sif2jax"
+    kept = {
+        "classic": old.split(marker_structured)[0].split(marker_cutest)[0],
+        "structured": (marker_structured + old.split(marker_structured, 1)[1].split(marker_cutest)[0])
+        if marker_structured in old
+        else "",
+        "cutest": (marker_cutest + old.split(marker_cutest, 1)[1]) if marker_cutest in old else "",
+    }
+    if "classic" in sections:
+        kept["classic"] = _markdown(_rows([int(float(s)) for s in args.sizes.split(",")]))
+    if "structured" in sections:
+        kept["structured"] = "\n".join(sparse_cutest.structured_markdown(sparse_cutest.structured_rows()))
+    if "cutest" in sections:
+        kept["cutest"] = "\n".join(sparse_cutest.cutest_markdown(sparse_cutest.cutest_rows()))
+    report = "\n".join(part.rstrip("\n") + "\n" for part in kept.values() if part)
     Path(args.out).write_text(report)
     print(report)
 
