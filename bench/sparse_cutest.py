@@ -68,11 +68,11 @@ def cutest_rows() -> list[dict[str, Any]]:
             try:
                 prep = di.prepare_hessian(f, backend, x)
                 row.update(di_nnz=prep.sparsity.nnz, di_colors=prep.colors, di_order=prep.info.order)
-                row["di_call"] = _median_call(lambda: di.hessian(f, prep, backend, x))
+                row["di_call"] = _median_call(lambda prep=prep, x=x, f=f: di.hessian(f, prep, backend, x))
                 coloring = asdex.hessian_coloring(f, x)
                 native = jax.jit(asdex.hessian_from_coloring(f, coloring))
                 row.update(asdex_nnz=int(coloring.sparsity.nnz), asdex_colors=int(coloring.num_colors))
-                row["asdex_call"] = _median_call(lambda: native(x))
+                row["asdex_call"] = _median_call(lambda native=native, x=x: native(x))
                 reference = np.asarray(native(x).todense())
                 ours = np.asarray(di.hessian(f, prep, backend, x).todense())
                 scale = max(float(np.abs(reference).max(initial=0.0)), 1.0)

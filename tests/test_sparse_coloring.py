@@ -184,7 +184,7 @@ def test_acyclic_hessians_and_chunks_agree_with_dense(dense: di.AbstractBackend)
     reference = di.hessian(arrowhead_energy, di.AutoTorch(), x)
     for backend in (di.AutoSparse(dense, coloring="acyclic"), di.AutoSparse(dense, chunk_size=1)):
         prep = di.prepare_hessian(arrowhead_energy, backend, x)
-        y, g, h = di.value_gradient_and_hessian(arrowhead_energy, prep, backend, x)
+        _, g, h = di.value_gradient_and_hessian(arrowhead_energy, prep, backend, x)
         np.testing.assert_allclose(h.toarray(), reference, rtol=1e-12, atol=1e-12)
         np.testing.assert_allclose(g, di.gradient(arrowhead_energy, di.AutoTorch(), x), rtol=1e-12)
     assert prep.info.chunks == prep.colors
@@ -241,7 +241,7 @@ def test_pytree_x_gives_one_matrix_over_the_flattened_leaves() -> None:
     for dense in (di.AutoJAX(jit=True), di.AutoTorch()):
         backend = di.AutoSparse(dense)
         prep = di.prepare_hessian(energy, backend, tree)
-        y, g, h = di.value_gradient_and_hessian(energy, prep, backend, tree)
+        _, g, h = di.value_gradient_and_hessian(energy, prep, backend, tree)
         np.testing.assert_allclose(g["a"], 2 * tree["a"] * 0.5)
         np.testing.assert_allclose(g["b"], [14 + 3 * 0.25, 12.0])
         expected = np.zeros((5, 5))

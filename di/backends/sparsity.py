@@ -167,7 +167,7 @@ class KnownSparsity(SparsitySource):
             and np.array_equal(self.rows, other.rows)
             and np.array_equal(self.cols, other.cols)
             and (self.colors is None) == (other.colors is None)
-            and (self.colors is None or np.array_equal(self.colors, other.colors))
+            and (self.colors is None or other.colors is None or np.array_equal(self.colors, other.colors))
         )
 
     def __hash__(self) -> int:

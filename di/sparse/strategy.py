@@ -271,16 +271,12 @@ class SparseSource(ProgramSource):
 
         full_program = self._fused(full_engine, x, contexts)
         plain_program = self._fused(plain_engine, x, contexts) if self._fuses() else plain_engine
-        if inside:
-            finish = identity
-        elif substituted:
+        finish: Callable[[Any], Any] = identity if inside else assemble
+        if substituted:
             solve = solver(decompression)
 
             def finish(flat: Any) -> Any:
                 return assemble(solve(flat))
-
-        else:
-            finish = assemble
 
         def full(x: Any, *values: Any) -> Any:
             *others, result = full_program(x, *values)

@@ -368,7 +368,7 @@ class _Interpreter:
     def sort(self, values: list[_Value], axis: int) -> list[Any]:
         """Sorting permutes each line along ``axis`` by the keys: every output element
         may be any element of its line (its derivative is the one it landed on)."""
-        out = []
+        out: list[Any] = []
         for value in values:
             if value.deps is None or not value.floating:
                 out.append(None)
