@@ -341,7 +341,7 @@ def acyclic_decompression(pattern: sp.csr_array, colors: np.ndarray) -> Decompre
 
     Examples:
         >>> import numpy as np, scipy.sparse as sp
-        >>> from di.sparse.decompression import acyclic_decompression
+        >>> from di.sparse.decompression import acyclic_decompression, seeds
         >>> path = sp.csr_array(np.eye(3, dtype=bool) | np.eye(3, k=1, dtype=bool) | np.eye(3, k=-1, dtype=bool))
         >>> d = acyclic_decompression(path, np.array([0, 1, 0]))
         >>> hessian = np.array([[2.0, 1.0, 0.0], [1.0, 3.0, 4.0], [0.0, 4.0, 5.0]])

@@ -39,21 +39,21 @@ def _same(a: Any, b: Any) -> bool:
 
 def _merged(interpreter: Any, a: Any, b: Any) -> Any:
     """The union of two carries: dependencies joined, a known value kept only if equal."""
-    from di.sparse.jaxpr.interpreter import _union, _Value
+    from di.sparse.jaxpr.values import _union, _Value
 
     const = a.const if a.const is not None and b.const is not None and np.array_equal(a.const, b.const) else None
     return _Value(_union(a.deps, b.deps), const, a.shape, a.floating)
 
 
 def _unknown(value: Any) -> Any:
-    from di.sparse.jaxpr.interpreter import _Value
+    from di.sparse.jaxpr.values import _Value
 
     return _Value(value.deps, None, value.shape, value.floating)
 
 
 def _slice(value: Any, t: int) -> Any:
     """Element ``t`` along the leading axis of a scanned input."""
-    from di.sparse.jaxpr.interpreter import _index_array, _take_rows, _Value
+    from di.sparse.jaxpr.values import _index_array, _take_rows, _Value
 
     shape = value.shape[1:]
     deps = None if value.deps is None else _take_rows(value.deps, _index_array(value.shape)[t])
@@ -63,7 +63,7 @@ def _slice(value: Any, t: int) -> Any:
 
 def _union_of_slices(value: Any) -> Any:
     """Every element along the leading axis at once (for the fixed point)."""
-    from di.sparse.jaxpr.interpreter import _gather_rows, _index_array, _Value
+    from di.sparse.jaxpr.values import _gather_rows, _index_array, _Value
 
     shape = value.shape[1:]
     if value.deps is None:
@@ -76,7 +76,7 @@ def _union_of_slices(value: Any) -> Any:
 
 def _stacked(interpreter: Any, pieces: list[Any], shape: tuple[int, ...], floating: bool) -> Any:
     """``ys`` from its per-iteration pieces, leading axis first (known if every piece is)."""
-    from di.sparse.jaxpr.interpreter import _empty, _Value
+    from di.sparse.jaxpr.values import _empty, _Value
 
     const = None
     if pieces and all(p.const is not None and p.deps is None for p in pieces):
@@ -168,9 +168,7 @@ def _while(interpreter: Any, eqn: Any, values: list[Any]) -> list[Any]:
 
 
 def _is_floating(dtype: Any) -> bool:
-    from di.sparse.jaxpr.interpreter import _is_floating as floating
-
-    return floating(dtype)
+    return bool(np.issubdtype(np.dtype(dtype), np.inexact)) if str(dtype) != "bfloat16" else True
 
 
 def loop(interpreter: Any, eqn: Any, values: list[Any], shapes: list[tuple[int, ...]]) -> list[Any]:
