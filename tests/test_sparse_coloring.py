@@ -256,7 +256,7 @@ def test_pytree_x_gives_one_matrix_over_the_flattened_leaves() -> None:
 
 @pytest.mark.parametrize("stacked", [True, False], ids=["stack", "concat"])
 def test_the_brusselator_is_detected_exactly_on_every_engine(stacked: bool) -> None:
-    from bench.sparse_cutest import brusselator
+    from bench.sparse_structured import brusselator
 
     def rhs(v: Any) -> Any:
         return brusselator(v, stacked)
@@ -309,3 +309,41 @@ def test_sparse_finite_differences_get_finite_difference_tolerances() -> None:
         di.AutoFiniteDiff(), np.float64
     )
     assert default_tolerances(di.AutoSparse(di.AutoJAX()), np.float64) == default_tolerances(di.AutoJAX(), np.float64)
+
+
+def test_eager_jax_compiles_the_colored_program_once_at_preparation() -> None:
+    pytest.importorskip("jax")
+    traces = [0]
+
+    def f(x: Any) -> Any:
+        traces[0] += 1  # a Python side effect runs once per trace on JAX
+        xp = di.array_namespace(x)
+        return xp.sum(x[1:] * x[:-1]) + xp.sum(x**4)
+
+    backend = di.AutoSparse(di.AutoJAX(jit=False))
+    x = np.linspace(0.5, 1.5, 30)
+    prep = di.prepare_hessian(f, backend, x)
+    after_preparation = traces[0]
+    for shift in (0.0, 1.0, 2.0):
+        hessian = di.hessian(f, prep, backend, x + shift).toarray()
+        expected = np.diag(12 * (x + shift) ** 2) + np.eye(30, k=1) + np.eye(30, k=-1)
+        np.testing.assert_allclose(hessian, expected, rtol=1e-12)
+    assert traces[0] == after_preparation
+    assert prep.info.notes == ()
+
+
+def test_eager_jax_keeps_python_control_flow_on_values_with_a_note() -> None:
+    pytest.importorskip("jax")
+
+    def f(x: Any) -> Any:
+        xp = di.array_namespace(x)
+        if x[0] > 0:  # runs eagerly only: the compiled twin cannot branch on a traced value
+            return xp.sum(x**3)
+        return xp.sum(x**2)
+
+    backend = di.AutoSparse(di.AutoJAX(jit=False), sparsity=di.DenseSparsity())
+    x = np.ones(5)
+    prep = di.prepare_hessian(f, backend, x)
+    np.testing.assert_allclose(di.hessian(f, prep, backend, x).toarray(), 6 * np.eye(5))
+    np.testing.assert_allclose(di.hessian(f, prep, backend, -x).toarray(), 2 * np.eye(5))
+    assert any("run eagerly" in note for note in prep.info.notes)

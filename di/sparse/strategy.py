@@ -21,6 +21,7 @@ adapter protocol.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -36,6 +37,7 @@ from di.backends.protocol import (
     Programs,
     is_real_floating_array,
     is_real_scalar,
+    is_static_context,
     raise_bad_output,
 )
 from di.backends.registry import get_adapter
@@ -143,6 +145,8 @@ class SparseSource(ProgramSource):
         super().__init__(get_adapter(backend.dense))
         self.backend = backend
         self.selector = backend
+        # The adapter of the products: the dense one, or its compiled twin (an eager
+        # selector then compiles the colored program once, at preparation).
         self.dense = self.adapter
         self.info: SparseInfo | None = None
 
@@ -164,6 +168,23 @@ class SparseSource(ProgramSource):
                 f"{self.backend!r} does not support has_aux for {operator}: sparse matrices need f to return its "
                 f"output alone. Compute aux separately, or use the dense backend {self.selector.dense!r}."
             )
+        compiled = self.adapter.compiled_twin()
+        if compiled is None or any(is_static_context(c) for c in contexts):
+            # Static contexts stay eager: compiled in, each new value would be a new compile.
+            return self._colored(operator, f, x, contexts)
+        self.dense = compiled
+        try:
+            return self._colored(operator, f, x, contexts)
+        except Exception as err:  # an f only the eager engine runs (Python control flow on values)
+            reason = f"{type(err).__name__}: {str(err).splitlines()[0][:120]}" if str(err) else type(err).__name__
+        self.dense = self.adapter
+        programs = self._colored(operator, f, x, contexts)
+        assert self.info is not None
+        note = f"the products run eagerly: {self.backend.dense!r} could not compile f ({reason})"
+        self.info = dataclasses.replace(self.info, notes=(*self.info.notes, note))
+        return programs
+
+    def _colored(self, operator: str, f: Callable[..., Any], x: Any, contexts: Sequence[Context]) -> Programs:
         if is_pytree(x):
             return self._pytree_programs(operator, f, x, contexts)
         if operator == "jacobian":
