@@ -1,268 +1,318 @@
-"""``di.AutoSparse`` against asdex on the CUTEst problems of sif2jax, and the
-structured patterns with their optimal number of colors (part of
+"""``di.AutoSparse`` against asdex on the CUTEst problems of sif2jax (part of
 ``python -m bench.sparse``; needs the bench extra: ``pip install
 'differentiation-interface[bench]'`` for asdex and sif2jax).
 
 For each unconstrained CUTEst problem with 50 <= n <= 3000: the Hessian's
-detected nonzeros and colors for both, and the median prepared call, both on JAX
-float64 input with a ``BCOO`` result: ``di.hessian`` with a prep of
-``AutoSparse(AutoJAX(jit=True))`` against ``jax.jit(asdex.hessian_from_coloring(f,
-coloring))``. Detection, coloring and compilation are not timed.
+detected nonzeros and colors for both, their preparation times, and the prepared
+call, both on JAX float64 input with a ``BCOO`` result: ``di.hessian`` with a prep
+of ``AutoSparse(AutoJAX(jit=True))`` against ``jax.jit(asdex.hessian_from_coloring(f,
+coloring))``.
+
+The problems run in a child process (importing sif2jax builds every problem: about
+a minute) under a time limit per problem (``--problem-timeout``): a problem whose
+setup (detection, coloring, compilation of one hvp per color, by either package)
+does not finish in time is reported as skipped, with the step it was in, and the
+child is replaced. Rows are appended to a JSON-lines file as they finish (a rerun skips the
+problems already there) and the Markdown report is rewritten after each one.
+
+Call times: rounds of ``CALLS`` prepared calls of di then of asdex (the order
+alternating between rounds), the per-call mean of each round, and the median over
+``ROUNDS`` rounds; the machine is shared, so the two are interleaved to see the
+same load.
 """
 
 from __future__ import annotations
 
+import argparse
+import json
 import math
+import queue
 import statistics
+import subprocess
+import sys
+import threading
 import time
 import warnings
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-import di
+ROUNDS = 15
+ROUND_SECONDS = 0.02  # each round's batch of calls lasts about this long
+PROBLEM_TIMEOUT = 300.0
 
-CALL_BUDGET = 0.3  # seconds of repeated calls per timing
+
+def _ready(result: Any) -> Any:
+    getattr(getattr(result, "data", result), "block_until_ready", lambda: None)()
+    return result
 
 
-def _median_call(call: Callable[[], Any]) -> float:
-    call()
-    times: list[float] = []
-    while len(times) < 5 or (sum(times) < CALL_BUDGET and len(times) < 300):
+def interleaved(calls: dict[str, Callable[[], Any]], rounds: int = ROUNDS) -> dict[str, float]:
+    """Median per-call seconds of each of ``calls``, timed in alternating rounds."""
+    names = list(calls)
+    counts = {}
+    for name, call in calls.items():
+        _ready(call())
         start = time.perf_counter()
-        result = call()
-        getattr(getattr(result, "data", result), "block_until_ready", lambda: None)()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
+        _ready(call())
+        once = max(time.perf_counter() - start, 1e-7)
+        counts[name] = max(1, min(1000, int(ROUND_SECONDS / once)))
+    samples: dict[str, list[float]] = {name: [] for name in names}
+    for round_number in range(rounds):
+        order = names if round_number % 2 == 0 else names[::-1]
+        for name in order:
+            call, count = calls[name], counts[name]
+            start = time.perf_counter()
+            for _ in range(count):
+                result = call()
+            _ready(result)
+            samples[name].append((time.perf_counter() - start) / count)
+    return {name: statistics.median(values) for name, values in samples.items()}
 
 
-def cutest_problems(low: int = 50, high: int = 3000) -> list[Any]:
-    """The unconstrained sif2jax problems with ``low <= n <= high``."""
+def cutest_problems(low: int = 50, high: int = 3000) -> list[tuple[str, int]]:
+    """``(name, n)`` of the unconstrained sif2jax problems with ``low <= n <= high``."""
     import sif2jax
 
     chosen = []
     for problem in sif2jax.unconstrained_minimisation_problems:
         n = int(np.size(problem.y0))
         if low <= n <= high:
-            chosen.append(problem)
+            chosen.append((problem.name, n))
     return chosen
 
 
-def cutest_rows() -> list[dict[str, Any]]:
-    """One row per problem: nonzeros, colors and call times of di and asdex."""
+def _step(name: str) -> None:
+    """Tell the parent which step is running (read back when the time limit stops us)."""
+    print(json.dumps({"step": name}), flush=True)
+
+
+def measure(name: str) -> dict[str, Any]:
+    """One problem's row, in this process."""
     import asdex
     import jax
+    import sif2jax
 
-    rows = []
+    import di
+
+    problem = next(p for p in sif2jax.unconstrained_minimisation_problems if p.name == name)
     backend = di.AutoSparse(di.AutoJAX(jit=True))
+
+    def f(y: Any) -> Any:
+        return problem.objective(y, problem.args)
+
     with jax.enable_x64(True), warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        for problem in cutest_problems():
+        x = jax.device_put(np.asarray(problem.y0, dtype=np.float64))
+        row: dict[str, Any] = {"name": name, "n": int(x.size)}
+        _step("di preparation")
+        start = time.perf_counter()
+        prep = di.prepare_hessian(f, backend, x)
+        _ready(di.hessian(f, prep, backend, x))
+        row.update(di_prep=time.perf_counter() - start, di_nnz=prep.sparsity.nnz, di_colors=prep.colors)
+        row.update(di_order=prep.info.order, di_notes=list(prep.info.notes))
+        _step("asdex preparation")
+        start = time.perf_counter()
+        coloring = asdex.hessian_coloring(f, x)
+        native = jax.jit(asdex.hessian_from_coloring(f, coloring))
+        _ready(native(x))
+        row.update(asdex_prep=time.perf_counter() - start)
+        row.update(asdex_nnz=int(coloring.sparsity.nnz), asdex_colors=int(coloring.num_colors))
+        _step("agreement")
+        reference = np.asarray(native(x).todense())
+        ours = np.asarray(di.hessian(f, prep, backend, x).todense())
+        scale = max(float(np.abs(reference).max(initial=0.0)), 1.0)
+        row["agree"] = bool(np.abs(ours - reference).max(initial=0.0) <= 1e-9 * scale)
+        _step("timing")
+        times = interleaved({"di": lambda: di.hessian(f, prep, backend, x), "asdex": lambda: native(x)})
+        row.update(di_call=times["di"], asdex_call=times["asdex"])
+    return row
 
-            def f(y: Any, problem: Any = problem) -> Any:
-                return problem.objective(y, problem.args)
 
-            x = jax.device_put(np.asarray(problem.y0, dtype=np.float64))
-            row: dict[str, Any] = {"name": problem.name, "n": int(x.size)}
+class Worker:
+    """A child process that imports sif2jax once (about a minute: it builds every
+    problem) and measures the problems it is sent, one JSON line per step and one
+    per row. A problem over the time limit kills it; the next problem starts a new one."""
+
+    def __init__(self) -> None:
+        self.process: subprocess.Popen[str] | None = None
+        self.lines: queue.Queue[str | None] = queue.Queue()
+        self.problems: list[tuple[str, int]] = []
+
+    def _start(self, timeout: float) -> None:
+        command = [sys.executable, "-m", "bench.sparse_cutest", "--serve"]
+        self.process = subprocess.Popen(
+            command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True
+        )
+        self.lines = queue.Queue()
+        threading.Thread(target=self._read, args=(self.process, self.lines), daemon=True).start()
+        message = self._next(time.monotonic() + max(timeout, 600.0))
+        if message is None or "problems" not in message:
+            raise RuntimeError("the CUTEst worker did not start")
+        self.problems = [(str(name), int(n)) for name, n in message["problems"]]
+
+    @staticmethod
+    def _read(process: subprocess.Popen[str], lines: queue.Queue[str | None]) -> None:
+        assert process.stdout is not None
+        for line in process.stdout:
+            lines.put(line)
+        lines.put(None)
+
+    def _next(self, deadline: float) -> dict[str, Any] | None:
+        """The next JSON message, or ``None`` when the worker stopped or time ran out."""
+        while True:
             try:
-                prep = di.prepare_hessian(f, backend, x)
-                row.update(di_nnz=prep.sparsity.nnz, di_colors=prep.colors, di_order=prep.info.order)
-                row["di_call"] = _median_call(lambda prep=prep, x=x, f=f: di.hessian(f, prep, backend, x))
-                coloring = asdex.hessian_coloring(f, x)
-                native = jax.jit(asdex.hessian_from_coloring(f, coloring))
-                row.update(asdex_nnz=int(coloring.sparsity.nnz), asdex_colors=int(coloring.num_colors))
-                row["asdex_call"] = _median_call(lambda native=native, x=x: native(x))
-                reference = np.asarray(native(x).todense())
-                ours = np.asarray(di.hessian(f, prep, backend, x).todense())
-                scale = max(float(np.abs(reference).max(initial=0.0)), 1.0)
-                row["agree"] = bool(np.abs(ours - reference).max(initial=0.0) <= 1e-9 * scale)
-            except Exception as err:  # a problem either package cannot do is reported, not fatal
-                row["error"] = f"{type(err).__name__}: {str(err).splitlines()[0][:80]}"
+                line = self.lines.get(timeout=max(deadline - time.monotonic(), 0.0))
+            except queue.Empty:
+                return None
+            if line is None:
+                return None
+            try:
+                return dict(json.loads(line))
+            except ValueError:
+                continue
+
+    def list_problems(self, timeout: float) -> list[tuple[str, int]]:
+        if self.process is None:
+            self._start(timeout)
+        return self.problems
+
+    def run(self, name: str, n: int, timeout: float) -> dict[str, Any]:
+        """One problem's row, or a row saying why there is none."""
+        if self.process is None:
+            self._start(timeout)
+        assert self.process is not None and self.process.stdin is not None
+        self.process.stdin.write(name + "\n")
+        self.process.stdin.flush()
+        deadline, step = time.monotonic() + timeout, "start"
+        while True:
+            message = self._next(deadline)
+            if message is None:
+                why = f"over the {timeout:.0f} s limit" if self.process.poll() is None else "the process failed"
+                self.stop()
+                return {"name": name, "n": n, "skipped": f"{why}, in {step}"}
+            if "row" in message:
+                return dict(message["row"])
+            if "error" in message:
+                return {"name": name, "n": n, "skipped": f"{message['error']}, in {step}"}
+            step = message.get("step", step)
+
+    def stop(self) -> None:
+        if self.process is not None:
+            self.process.kill()
+            self.process.wait()
+            self.process = None
+
+
+def serve() -> None:
+    """The worker's loop: the problem list, then one problem per line of stdin."""
+    print(json.dumps({"problems": cutest_problems()}), flush=True)
+    for line in sys.stdin:
+        name = line.strip()
+        try:
+            print(json.dumps({"row": measure(name)}), flush=True)
+        except Exception as err:  # a problem either package cannot do is reported, not fatal
+            print(json.dumps({"error": f"{type(err).__name__}: {str(err).splitlines()[0][:100]}"}), flush=True)
+
+
+def cutest_rows(
+    jsonl: Path, timeout: float = PROBLEM_TIMEOUT, on_row: Callable[[list[dict[str, Any]]], None] | None = None
+) -> list[dict[str, Any]]:
+    """Every problem's row: those in ``jsonl`` as they are, the others measured and
+    appended; ``on_row(rows so far)`` after each."""
+    rows = [json.loads(line) for line in jsonl.read_text().splitlines() if line.strip()] if jsonl.exists() else []
+    done = {row["name"] for row in rows}
+    worker = Worker()
+    try:
+        for name, n in worker.list_problems(timeout):
+            if name in done:
+                continue
+            start = time.perf_counter()
+            row = worker.run(name, n, timeout)
+            row["wall"] = time.perf_counter() - start
             rows.append(row)
-            print(f"cutest {row['name']} done", flush=True)
-    return rows
+            with jsonl.open("a") as out:
+                out.write(json.dumps(row) + "\n")
+            print(f"cutest {name} (n = {n}): {row.get('skipped', 'done')} in {row['wall']:.0f} s", flush=True)
+            if on_row is not None:
+                on_row(rows)
+    finally:
+        worker.stop()
+    order = {name: k for k, (name, _) in enumerate(worker.problems)}
+    return sorted(rows, key=lambda row: order.get(row["name"], len(order)))
 
 
 def _seconds(value: float) -> str:
-    return f"{value * 1e6:.1f} us" if value < 1e-3 else f"{value * 1e3:.2f} ms"
+    if value < 1e-3:
+        return f"{value * 1e6:.1f} us"
+    if value < 1:
+        return f"{value * 1e3:.2f} ms"
+    return f"{value:.2f} s"
 
 
-def cutest_markdown(rows: list[dict[str, Any]]) -> list[str]:
+def cutest_markdown(rows: list[dict[str, Any]], timeout: float = PROBLEM_TIMEOUT) -> list[str]:
     lines = [
         "## Hessians of the sif2jax CUTEst problems (50 <= n <= 3000): di against asdex",
         "",
-        "`AutoSparse(AutoJAX(jit=True))` (default: star coloring, best of several orders) against "
+        "`AutoSparse(AutoJAX(jit=True))` (default options: star coloring, best of several orders) against "
         "`jax.jit(asdex.hessian_from_coloring(f, asdex.hessian_coloring(f, x)))`; JAX float64 input, `BCOO` "
-        "output, median prepared call. asdex leaves out entries its detection proves zero at every point (a "
-        "zero diagonal), di keeps the diagonal: its nonzeros may exceed asdex's by up to n.",
+        f"output. `prep`: detection, coloring, compilation and a first call, once. `call`: median over {ROUNDS} "
+        "rounds of prepared calls, di's and asdex's rounds interleaved. `agree`: the two Hessians agree to 1e-9 "
+        "(relative to the largest entry). The problems run in a child process; one whose setup does not finish in "
+        f"{timeout:.0f} s (on a shared 2-core machine) is listed as skipped with the step it was in.",
         "",
-        "| problem | n | di nnz | asdex nnz | di colors | asdex colors | di call | asdex call | di / asdex | agree |",
-        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |",
+        "| problem | n | di nnz | asdex nnz | di colors | asdex colors | di prep | asdex prep | di call | asdex call "
+        "| di / asdex | agree |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |",
     ]
-    ratios, worse = [], []
+    ratios, worse, more_nnz, skipped = [], [], [], []
     for row in rows:
-        if "error" in row:
-            lines.append(f"| {row['name']} | {row['n']} | {row['error']} | | | | | | | |")
+        if "skipped" in row:
+            skipped.append(row["name"])
+            lines.append(f"| {row['name']} | {row['n']} | skipped: {row['skipped']} | | | | | | | | | |")
             continue
         ratio = row["di_call"] / row["asdex_call"]
         ratios.append(ratio)
         if row["di_colors"] > row["asdex_colors"]:
             worse.append(row["name"])
+        if row["di_nnz"] > row["asdex_nnz"]:
+            more_nnz.append(row["name"])
         lines.append(
             f"| {row['name']} | {row['n']} | {row['di_nnz']} | {row['asdex_nnz']} | {row['di_colors']} | "
-            f"{row['asdex_colors']} | {_seconds(row['di_call'])} | {_seconds(row['asdex_call'])} | {ratio:.2f} | "
+            f"{row['asdex_colors']} | {_seconds(row['di_prep'])} | {_seconds(row['asdex_prep'])} | "
+            f"{_seconds(row['di_call'])} | {_seconds(row['asdex_call'])} | {ratio:.2f} | "
             f"{'yes' if row['agree'] else 'NO'} |"
         )
     if ratios:
         geomean = math.exp(sum(math.log(r) for r in ratios) / len(ratios))
+        fewer = sum(1 for row in rows if "skipped" not in row and row["di_colors"] < row["asdex_colors"])
         lines += [
             "",
             f"- geometric mean of di / asdex call time over {len(ratios)} problems: {geomean:.2f} (target <= 1.0)",
-            f"- problems where di needs more colors than asdex: {', '.join(worse) if worse else 'none'}",
+            f"- problems where di needs more colors than asdex: {', '.join(worse) if worse else 'none'}; "
+            f"fewer: {fewer} of {len(ratios)}",
+            f"- problems where di's pattern has more nonzeros than asdex's: {', '.join(more_nnz) or 'none'}",
+            f"- skipped: {', '.join(skipped) if skipped else 'none'}",
         ]
     return [*lines, ""]
 
 
-# --- structured patterns: colors against the optimum -----------------------------------------
+def main(argv: list[str] | None = None) -> None:
+    """``--serve``: the worker of :class:`Worker`; ``--problem NAME``: one problem's
+    row as JSON."""
+    parser = argparse.ArgumentParser(prog="python -m bench.sparse_cutest")
+    parser.add_argument("--problem")
+    parser.add_argument("--serve", action="store_true")
+    args = parser.parse_args(argv)
+    if args.serve:
+        serve()
+    elif args.problem:
+        print(json.dumps({"row": measure(args.problem)}), flush=True)
+    else:
+        parser.error("give --serve or --problem NAME")
 
 
-def _banded(k: int) -> Callable[[Any], Any]:
-    def f(x: Any) -> Any:
-        xp = di.array_namespace(x)
-        n = x.shape[0]
-        zeros = x[:k] * 0
-        padded = xp.concat([zeros, x, zeros])
-        return sum(padded[k + s : k + s + n] * (s + 2) for s in range(-k, k + 1)) * x
-
-    return f
-
-
-def _banded_energy(half: int) -> Callable[[Any], Any]:
-    def f(x: Any) -> Any:
-        xp = di.array_namespace(x)
-        return sum(xp.sum(x[s:] * x[:-s]) for s in range(1, half + 1)) + xp.sum(x**4)
-
-    return f
-
-
-def _laplacian(x: Any) -> Any:
-    xp = di.array_namespace(x)
-    k = math.isqrt(x.shape[0])
-    g = xp.reshape(x, (k, k))
-    zr, zc = g[:1, :] * 0, g[:, :1] * 0
-    lap = (
-        xp.concat([zr, g[:-1, :]], axis=0)
-        + xp.concat([g[1:, :], zr], axis=0)
-        + xp.concat([zc, g[:, :-1]], axis=1)
-        + xp.concat([g[:, 1:], zc], axis=1)
-        - 4 * g
-    )
-    return xp.reshape(lap + g**3, (-1,))
-
-
-def _grid_energy(x: Any) -> Any:
-    xp = di.array_namespace(x)
-    k = math.isqrt(x.shape[0])
-    g = xp.reshape(x, (k, k))
-    return xp.sum((g[1:, :] - g[:-1, :]) ** 4) + xp.sum((g[:, 1:] - g[:, :-1]) ** 4) + xp.sum(xp.cos(g))
-
-
-def _arrowhead(x: Any) -> Any:
-    xp = di.array_namespace(x)
-    return xp.concat([xp.reshape(xp.sum(x), (1,)), x[:1] * x[1:] + x[1:] ** 3])
-
-
-def brusselator(u: Any, stacked: bool = True) -> Any:
-    """The 2-D Brusselator right-hand side on a periodic N x N grid, written with
-    ``xp.stack`` or ``xp.concat``."""
-    xp = di.array_namespace(u)
-    n = math.isqrt(u.shape[0] // 2)
-    g = xp.reshape(u, (2, n, n))
-    a, b = g[0], g[1]
-
-    def lap(v: Any) -> Any:
-        return xp.roll(v, 1, axis=0) + xp.roll(v, -1, axis=0) + xp.roll(v, 1, axis=1) + xp.roll(v, -1, axis=1) - 4 * v
-
-    da = 1 + a * a * b - 4.4 * a + 3.4 * lap(a)
-    db = 3.4 * a - a * a * b + 3.4 * lap(b)
-    if stacked:
-        return xp.reshape(xp.stack([da, db]), (-1,))
-    return xp.concat([xp.reshape(da, (-1,)), xp.reshape(db, (-1,))])
-
-
-def structured_rows() -> list[dict[str, Any]]:
-    """Colors of di on patterns whose optimum is known (or, for the Brusselator, bounded)."""
-    jax_jit = di.AutoJAX(jit=True)
-    cases: list[tuple[str, Callable[[Any], Any], str, Any, int, Any]] = []
-    for k in (1, 2, 3):
-        cases.append((f"banded Jacobian, k = {k}", _banded(k), "jacobian", di.AutoSparse(jax_jit), 1000, 2 * k + 1))
-    for rho in (2, 4, 6):
-        half = rho // 2
-        energy = _banded_energy(half)
-        cases.append((f"banded Hessian, rho = {rho} (star)", energy, "hessian", di.AutoSparse(jax_jit), 1000, rho + 1))
-        cases.append(
-            (
-                f"banded Hessian, rho = {rho} (acyclic)",
-                energy,
-                "hessian",
-                di.AutoSparse(jax_jit, coloring="acyclic"),
-                1000,
-                half + 1,
-            )
-        )
-    for m in (20, 30):
-        cases.append((f"2-D Laplacian Jacobian, {m} x {m}", _laplacian, "jacobian", di.AutoSparse(jax_jit), m * m, 5))
-        cases.append((f"grid Hessian, {m} x {m}", _grid_energy, "hessian", di.AutoSparse(jax_jit), m * m, 5))
-    cases.append(
-        (
-            "arrowhead Jacobian (bidirectional)",
-            _arrowhead,
-            "jacobian",
-            di.AutoSparse(jax_jit, mode="bidirectional"),
-            1000,
-            3,
-        )
-    )
-    cases.append(
-        ("arrowhead Jacobian (forward)", _arrowhead, "jacobian", di.AutoSparse(jax_jit, mode="forward"), 1000, None)
-    )
-    for stacked in (True, False):
-        for dense in (jax_jit, di.AutoTorch(), di.AutoAutograd(), di.AutoFiniteDiff()):
-            name = f"Brusselator N = 32 with {'stack' if stacked else 'concat'}, {type(dense).__name__}"
-            cases.append(
-                (name, lambda u, s=stacked: brusselator(u, s), "jacobian", di.AutoSparse(dense), 2 * 32 * 32, None)
-            )
-    rows = []
-    for name, function, operator, backend, n, optimum in cases:
-        x = np.random.default_rng(n).uniform(0.5, 1.5, n)
-        prep = getattr(di, f"prepare_{operator}")(function, backend, x)
-        rows.append(
-            {
-                "name": name,
-                "n": n,
-                "nnz": prep.sparsity.nnz,
-                "colors": prep.colors,
-                "optimum": optimum,
-                "coloring": f"{prep.info.coloring} / {prep.info.order}",
-                "notes": "; ".join(prep.info.notes) or "-",
-            }
-        )
-        print(f"structured {name} done", flush=True)
-    return rows
-
-
-def structured_markdown(rows: list[dict[str, Any]]) -> list[str]:
-    lines = [
-        "## Structured patterns: di's colors beside the optimum",
-        "",
-        "| pattern | n | nonzeros | di colors | optimum | coloring / order | detection notes |",
-        "| --- | ---: | ---: | ---: | ---: | --- | --- |",
-    ]
-    for row in rows:
-        optimum = "-" if row["optimum"] is None else str(row["optimum"])
-        lines.append(
-            f"| {row['name']} | {row['n']} | {row['nnz']} | {row['colors']} | {optimum} | {row['coloring']} | "
-            f"{row['notes']} |"
-        )
-    return [*lines, ""]
+if __name__ == "__main__":
+    main()
