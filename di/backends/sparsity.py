@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["DenseSparsity", "KnownSparsity", "SparsitySource", "TracerSparsity"]
+__all__ = ["DenseSparsity", "KnownSparsity", "LocalTracerSparsity", "SparsitySource", "TracerSparsity"]
 
 
 class SparsitySource:
@@ -26,30 +26,83 @@ class SparsitySource:
     """
 
 
+_TRACER_METHODS = ("auto", "program", "arrays")
+
+
 @dataclass(frozen=True)
 class TracerSparsity(SparsitySource):
-    """The exact, global pattern, read from ``f``'s structure by tracing it with JAX.
+    """The exact, global pattern, read from ``f``'s structure by tracing it.
 
-    ``f`` is traced once with ``jax.make_jaxpr`` (whatever the dense backend: an
-    ``f`` written with the array API, ``xp = di.array_namespace(x)``, traces the
-    same way) and its program is interpreted with index sets: which inputs each
-    output element depends on. Elementwise operations, ``dot_general`` (with the
-    zero pattern of constant matrices), reductions, broadcasting, reshapes,
-    transposes, slicing, ``gather``/``scatter`` with constant indices,
-    concatenation, padding, ``select``, cumulative sums and sub-programs (``jit``,
-    ``custom_jvp``, ``custom_vjp``, ``cond``) are followed exactly; loops
-    (``while``, ``scan``) and any primitive it does not know make their outputs
-    depend on all their inputs, a superset of the true pattern, and the prep's
-    ``sparsity_notes`` say which primitive did so. The pattern is never too sparse.
+    Two tracers, chosen by ``method``:
 
-    The pattern holds for every ``x`` and every context value (contexts are
-    treated as unknown values); values ``f`` closes over are read as constants.
-    Hessian patterns are read from the program of ``f``'s gradient.
+    - ``"program"``: ``f`` is traced once into a JAX program (``jax.make_jaxpr``,
+      whatever the dense backend: an ``f`` written with the array API, ``xp =
+      di.array_namespace(x)``, traces the same way) and the program is interpreted
+      with index sets. Elementwise operations, ``dot_general`` (with the zero
+      pattern of constant matrices), reductions, broadcasting, reshapes,
+      transposes, slicing, ``gather``/``scatter`` with constant indices, ``stack``,
+      ``unstack``, ``tile``, concatenation, padding, ``select``, cumulative sums,
+      ``sort`` (dense in its axis), sub-programs (``jit``, ``custom_jvp``,
+      ``custom_vjp``, ``cond``) and loops (``scan``, ``fori_loop``, ``while``:
+      unrolled on the index sets, or bounded by a fixed point with a note) are
+      followed. Hessian patterns are read from the program of ``f``'s gradient.
+    - ``"arrays"``: ``f`` runs once on traced arrays whose namespace
+      (``di.array_namespace``) has a rule for every function of the array API
+      standard; needs no JAX. Hessians keep second-order sets (a sum couples no
+      inputs, a product couples its factors' inputs). ``f`` may not branch on
+      values of ``x`` (use :class:`LocalTracerSparsity`).
+    - ``"auto"`` (default): ``"program"`` when JAX is installed, else ``"arrays"``.
+
+    An operation a tracer does not know makes its outputs depend on all its
+    inputs, and the prep's ``info.notes`` say which: the pattern may be denser
+    than the truth, never sparser. The pattern holds for every ``x`` and every
+    context value (contexts are treated as unknown values); values ``f`` closes
+    over are read as constants.
+
+    Args:
+        method: ``"auto"``, ``"program"`` or ``"arrays"``.
+
+    Raises:
+        ValueError: an unknown ``method``.
 
     Examples:
         >>> import di
         >>> di.AutoSparse(di.AutoJAX(), sparsity=di.TracerSparsity()).sparsity
-        TracerSparsity()
+        TracerSparsity(method='auto')
+    """
+
+    method: str = "auto"
+
+    def __post_init__(self) -> None:
+        if self.method not in _TRACER_METHODS:
+            raise ValueError(f"TracerSparsity(method={self.method!r}): method must be one of {_TRACER_METHODS}")
+
+
+@dataclass(frozen=True)
+class LocalTracerSparsity(SparsitySource):
+    """The pattern at the preparation point: ``f`` runs once on traced arrays
+    that carry their values, so Python branches on values of ``x`` (``if x[0] >
+    0``, ``xp.where`` with a condition on ``x``) take the branch the point takes,
+    and only that branch's dependencies count.
+
+    The pattern is *local*: it holds at the preparation point and wherever ``f``
+    takes the same branches; at a point where ``f`` branches otherwise the
+    prepared sparse matrix misses the other branch's entries (prepare again
+    there, or use :class:`TracerSparsity` when ``f`` has no such branches).
+    Contexts are read at their preparation values too. Needs no JAX; Hessians
+    keep second-order sets as with ``TracerSparsity(method="arrays")``.
+
+    Examples:
+        >>> import numpy as np, di
+        >>> def f(x):
+        ...     xp = di.array_namespace(x)
+        ...     return xp.where(x > 0, x ** 2, x[::-1])
+        >>> prep = di.prepare_jacobian(f, di.AutoSparse(di.AutoFiniteDiff(), sparsity=di.LocalTracerSparsity()),
+        ...                            np.array([1.0, -1.0, 1.0]))
+        >>> prep.sparsity.toarray().astype(int)
+        array([[1, 0, 0],
+               [0, 1, 0],
+               [0, 0, 1]])
     """
 
 

@@ -43,7 +43,7 @@ from di.backends.protocol import (
 from di.backends.registry import get_adapter
 from di.backends.selectors import AbstractBackend, AutoSparse
 from di.backends.source import ProgramSource
-from di.backends.sparsity import DenseSparsity, KnownSparsity, TracerSparsity
+from di.backends.sparsity import DenseSparsity, KnownSparsity
 from di.contexts import Context
 from di.errors import InvalidInputError, UnsupportedOperatorError
 from di.families import converter, family_of, identity
@@ -53,7 +53,7 @@ from di.pytrees import Raveler, is_pytree
 from di.sparse.assembly import assembler, chunks, empty_data, gatherer, numpy_dtype, solver
 from di.sparse.choice import Choice, hessian_decompression, jacobian_decompression
 from di.sparse.decompression import Decompression, seeds
-from di.sparse.jaxpr import traced_pattern
+from di.sparse.detection import TRACED, traced
 from di.sparse.patterns import Detection, as_pattern, symmetrize
 
 __all__ = ["SparseInfo", "SparseSource", "SparseStrategy"]
@@ -222,16 +222,16 @@ class SparseSource(ProgramSource):
 
     def prepare_jacobian_programs(self, f: Callable[..., Any], x: Any, contexts: Sequence[Context]) -> Programs:
         x_shape = tuple(x.shape)
-        if isinstance(self.selector.sparsity, TracerSparsity):
-            # The traced program says what f returns: no (eager, on a compiled backend) evaluation of f.
-            detection = traced_pattern("jacobian", f, x, contexts)
+        if isinstance(self.selector.sparsity, TRACED):
+            # The tracer says what f returns: no (eager, on a compiled backend) evaluation of f.
+            detection = traced(self.selector.sparsity, "jacobian", f, x, contexts)
             y: Any = detection.output
         else:
             y = self.dense.prepare_value_program(f, x, contexts)(x, *[c.value for c in contexts])
         if not is_real_floating_array(y):
             raise_bad_output(y, self.backend, "jacobian")
         y_shape = tuple(getattr(y, "shape", ()))
-        if not isinstance(self.selector.sparsity, TracerSparsity):
+        if not isinstance(self.selector.sparsity, TRACED):
             detection = self._detect("jacobian", f, x, contexts, (math.prod(y_shape), math.prod(x_shape)))
         choice = self._jacobian_choice(detection.pattern)
         engine = self._jacobian_engine(f, x, contexts, choice.decompression, y_shape, numpy_dtype(y))
@@ -240,7 +240,7 @@ class SparseSource(ProgramSource):
         return self._programs(programs, detection, choice)
 
     def prepare_hessian_programs(self, f: Callable[..., Any], x: Any, contexts: Sequence[Context]) -> Programs:
-        if not isinstance(self.selector.sparsity, TracerSparsity):  # traced, f is checked by the dense programs
+        if not isinstance(self.selector.sparsity, TRACED):  # traced, f is checked by the dense programs
             y = self.dense.prepare_value_program(f, x, contexts)(x, *[c.value for c in contexts])
             if not is_real_scalar(y):
                 raise_bad_output(y, self.backend, "hessian")
@@ -345,8 +345,8 @@ class SparseSource(ProgramSource):
             return Detection(as_pattern(source))
         if isinstance(source, DenseSparsity):
             return Detection(self._sampled_pattern(source, operator, f, x, contexts, shape))
-        if isinstance(source, TracerSparsity):
-            return traced_pattern(operator, f, x, contexts)
+        if isinstance(source, TRACED):
+            return traced(source, operator, f, x, contexts)
         raise InvalidInputError(f"{self.backend!r}: unknown sparsity source {source!r}")  # pragma: no cover
 
     def _sampled_pattern(
