@@ -362,7 +362,8 @@ class AutoSparse(AbstractBackend):
         dense: the backend computing the compressed products (any selector,
             eager or compiled, other than ``AutoSparse``).
         sparsity: where the pattern comes from: :class:`di.TracerSparsity`
-            (default: exact, read from ``f``'s structure through JAX),
+            (default: exact, read from ``f``'s structure: its JAX program, or
+            traced arrays without JAX),
             :class:`di.LocalTracerSparsity` (at the preparation point),
             :class:`di.DenseSparsity` (nonzeros of dense matrices at random
             points) or :class:`di.KnownSparsity` (given, optionally with its coloring).
@@ -429,8 +430,8 @@ class AutoSparse(AbstractBackend):
             object.__setattr__(self, "sparsity", TracerSparsity())
         elif not isinstance(self.sparsity, SparsitySource):
             raise TypeError(
-                f"AutoSparse(sparsity=...) must be di.TracerSparsity(), di.DenseSparsity(...) or "
-                f"di.KnownSparsity(pattern), not {type(self.sparsity).__name__}"
+                f"AutoSparse(sparsity=...) must be di.TracerSparsity(), di.LocalTracerSparsity(), "
+                f"di.DenseSparsity(...) or di.KnownSparsity(pattern), not {type(self.sparsity).__name__}"
             )
         _check_choice("coloring", self.coloring, _SPARSE_COLORINGS)
         _check_choice("order", self.order, _SPARSE_ORDERS)
