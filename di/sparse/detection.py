@@ -3,13 +3,13 @@ array-API tracer (:mod:`di.sparse.arrays`), as the sparsity source says."""
 
 from __future__ import annotations
 
-import importlib.util
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from di.backends.sparsity import LocalTracerSparsity, SparsitySource, TracerSparsity
 from di.contexts import Context
 from di.sparse.arrays import array_pattern
+from di.sparse.jaxpr import installed as program_tracer_installed
 from di.sparse.patterns import Detection
 
 __all__ = ["TRACED", "traced", "tracer_method"]
@@ -30,7 +30,7 @@ def tracer_method(source: SparsitySource) -> str:
         return "local"
     assert isinstance(source, TracerSparsity)
     if source.method == "auto":
-        return "program" if importlib.util.find_spec("jax") is not None else "arrays"
+        return "program" if program_tracer_installed() else "arrays"
     return source.method
 
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import builtins
 import math
+import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -24,6 +25,7 @@ import array_api_compat.numpy
 import numpy as np
 import scipy.sparse as sp
 
+from di.sparse.arrays import tracer as _tracer
 from di.sparse.arrays.tracer import Tape, Traced, cross, select, union
 
 _np_xp: Any = array_api_compat.numpy
@@ -582,6 +584,7 @@ def nonzero(x: Any, /) -> Any:
     return np.nonzero(_value(x))
 
 
+_tracer.NAMESPACE = sys.modules[__name__]
 globals()["bool"] = np.bool_  # the array API's name, set here so annotations above keep the builtin
 
 

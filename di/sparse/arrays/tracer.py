@@ -29,7 +29,11 @@ import scipy.sparse as sp
 
 from di.errors import InvalidInputError
 
-__all__ = ["Tape", "Traced", "cross", "empty_rows"]
+__all__ = ["NAMESPACE", "Tape", "Traced", "cross", "empty_rows"]
+
+NAMESPACE: Any = None
+"""The tracer's namespace module (:mod:`di.sparse.arrays.namespace`), which sets it
+when imported (it imports this module: set there, no import cycle)."""
 
 
 @dataclass
@@ -154,20 +158,14 @@ class Traced:
 
     @property
     def T(self) -> Traced:
-        from di.sparse.arrays import namespace
-
-        return namespace.permute_dims(self, tuple(range(self.ndim))[::-1])
+        return NAMESPACE.permute_dims(self, tuple(range(self.ndim))[::-1])
 
     @property
     def mT(self) -> Traced:
-        from di.sparse.arrays import namespace
-
-        return namespace.matrix_transpose(self)
+        return NAMESPACE.matrix_transpose(self)
 
     def __array_namespace__(self, api_version: str | None = None) -> Any:
-        from di.sparse.arrays import namespace
-
-        return namespace
+        return NAMESPACE
 
     def __len__(self) -> int:
         return int(self.shape[0])
@@ -220,14 +218,12 @@ class Traced:
     # --- operators --------------------------------------------------------------------
 
     def __getitem__(self, key: Any) -> Traced:
-        from di.sparse.arrays import namespace
-
-        return namespace.getitem(self, key)
+        return NAMESPACE.getitem(self, key)
 
     def __setitem__(self, key: Any, value: Any) -> None:
         raise InvalidInputError(
             "the sparsity tracer cannot follow writes into arrays (x[i] = ...): build new arrays (xp.where, "
-            "xp.concat), as JAX requires too."
+            "xp.concat), as compiled engines require too."
         )
 
     def __neg__(self) -> Traced:
@@ -324,7 +320,5 @@ class Traced:
 
 
 def _op(name: str, *arguments: Any) -> Traced:
-    from di.sparse.arrays import namespace
-
-    result: Traced = getattr(namespace, name)(*arguments)
+    result: Traced = getattr(NAMESPACE, name)(*arguments)
     return result
