@@ -63,6 +63,12 @@ STEPS: dict[str, Callable[[Any, Any], Any]] = {
     "max": lambda v, x: v + _xp(v).max(v[3:]),
     "pow": lambda v, x: (v**2 + 1.0) ** x[0] * 0.1 + v,
     "take_along_axis": lambda v, x: _xp(v).take_along_axis(v, PERMUTATION, axis=0),
+    "fft": lambda v, x: _xp(v).reshape(_xp(v).real(_xp(v).fft.fft(_xp(v).reshape(v, (2, 3)), axis=1)), (-1,)),
+    "inv": lambda v, x: _xp(v).concat(
+        [_xp(v).reshape(_xp(v).linalg.inv(_xp(v).reshape(v[:4], (2, 2)) * 0.1 + 3 * _xp(v).eye(2)), (-1,)), v[4:]]
+    ),
+    "vector_norm": lambda v, x: v + _xp(v).tile(_xp(v).linalg.vector_norm(_xp(v).reshape(v, (2, 3)), axis=0), (2,)),
+    "trace": lambda v, x: v * _xp(v).linalg.trace(_xp(v).reshape(v[:4], (2, 2))),
 }
 SAFE_FOR_SECOND_ORDER = [name for name in STEPS if name not in ("abs", "maximum", "clip", "sort", "where", "max")]
 
@@ -218,6 +224,18 @@ def test_unknown_functions_are_dense_with_a_note_and_writes_are_refused() -> Non
 
     with pytest.raises(di.InvalidInputError, match="writes into arrays"):
         array_pattern("jacobian", writes, np.ones(3), [], local=False)
+
+
+def test_value_dependent_functions_are_local_only() -> None:
+    def f(x: Any) -> Any:
+        xp = di.array_namespace(x)
+        return xp.unique_values(x) * 2.0  # each unique value is the first element equal to it
+
+    x = np.array([1.0, 2.0, 1.0, 3.0])
+    local = array_pattern("jacobian", f, x, [], local=True).pattern.toarray()
+    np.testing.assert_array_equal(local, [[1, 0, 0, 0], [0, 1, 0, 0], [0, 0, 0, 1]])
+    with pytest.raises(di.InvalidInputError, match="unique of a value computed from x"):
+        array_pattern("jacobian", f, x, [], local=False)
 
 
 def test_contexts_are_unknown_to_the_global_tracer_and_read_by_the_local_one() -> None:

@@ -19,7 +19,7 @@ from di.backends.protocol import is_static_context
 from di.contexts import Context
 from di.errors import DIError, InvalidInputError
 from di.families import converter, family_of
-from di.sparse.arrays import namespace as _namespace  # noqa: F401 (sets the tracer's namespace)
+from di.sparse.arrays import extensions as _extensions  # noqa: F401 (sets the namespace and its extensions)
 from di.sparse.arrays.tracer import Tape, Traced
 from di.sparse.patterns import Detection, canonical, symmetrize
 

@@ -579,9 +579,45 @@ def searchsorted(x1: Any, x2: Any, /, **options: Any) -> Any:
 
 
 def nonzero(x: Any, /) -> Any:
-    if isinstance(x, Traced) and not x.known:
-        x._concrete("nonzero")
-    return np.nonzero(_value(x))
+    """Indices where the value is nonzero: known locally, refused by the global tracer."""
+    return np.nonzero(x.known_value("nonzero") if isinstance(x, Traced) else x)
+
+
+def _unique(x: Traced) -> tuple[Traced, np.ndarray, np.ndarray, np.ndarray]:
+    """The unique values (each the first element equal to it), their first
+    indices, the inverse indices and the counts."""
+    flat = np.reshape(x.known_value("unique"), -1)
+    values, index, inverse, counts = np.unique(flat, return_index=True, return_inverse=True, return_counts=True)
+    return _rows(reshape(x, (-1,)), index, values), index, inverse.reshape(x.shape), counts
+
+
+def unique_values(x: Any, /) -> Any:
+    return _unique(x)[0] if isinstance(x, Traced) else _np_xp.unique_values(x)
+
+
+def unique_counts(x: Any, /) -> Any:
+    if not isinstance(x, Traced):
+        return _np_xp.unique_counts(x)
+    values, _, _, counts = _unique(x)
+    return _np_xp.UniqueCountsResult(values, counts)
+
+
+def unique_inverse(x: Any, /) -> Any:
+    if not isinstance(x, Traced):
+        return _np_xp.unique_inverse(x)
+    values, _, inverse, _ = _unique(x)
+    return _np_xp.UniqueInverseResult(values, inverse)
+
+
+def unique_all(x: Any, /) -> Any:
+    if not isinstance(x, Traced):
+        return _np_xp.unique_all(x)
+    values, index, inverse, counts = _unique(x)
+    return _np_xp.UniqueAllResult(values, index, inverse, counts)
+
+
+def from_dlpack(x: Any, /, **options: Any) -> Any:
+    return x if isinstance(x, Traced) else np.from_dlpack(x, **options)
 
 
 _tracer.NAMESPACE = sys.modules[__name__]

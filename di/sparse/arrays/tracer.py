@@ -199,6 +199,18 @@ class Traced:
             )
         return self.value
 
+    def known_value(self, what: str) -> np.ndarray:
+        """The value, when known (constants, and everything for the local tracer);
+        the global tracer refuses ``what`` (an operation whose result depends on
+        values of ``x``, such as ``nonzero``)."""
+        if not self.known:
+            raise InvalidInputError(
+                f"the sparsity tracer cannot follow {what} of a value computed from x: its result depends on values "
+                f"of x, unknown to a global pattern. Use di.LocalTracerSparsity() (the pattern at the preparation "
+                f"point), di.DenseSparsity() or di.KnownSparsity(pattern)."
+            )
+        return self.value
+
     def __bool__(self) -> bool:
         return bool(self._concrete("bool"))
 
