@@ -53,10 +53,9 @@ STEPS: dict[str, Callable[[Any, Any], Any]] = {
     "divide": lambda v, x: v / (1.0 + v**2),
     "std": lambda v, x: v + _xp(v).std(v[:3]),
     "unstack": lambda v, x: _xp(v).reshape(_xp(v).stack(_xp(v).unstack(_xp(v).reshape(v, (2, 3)), axis=1)), (-1,)),
-    "mean over axis": lambda v, x: _xp(v).reshape(
-        _xp(v).broadcast_to(_xp(v).mean(_xp(v).reshape(v, (2, 3)), axis=0), (2, 3)), (-1,)
-    )
-    + v,
+    "mean over axis": lambda v, x: (
+        _xp(v).reshape(_xp(v).broadcast_to(_xp(v).mean(_xp(v).reshape(v, (2, 3)), axis=0), (2, 3)), (-1,)) + v
+    ),
     "moveaxis": lambda v, x: _xp(v).reshape(_xp(v).moveaxis(_xp(v).reshape(v, (3, 2)), 0, 1), (-1,)),
     "tril": lambda v, x: _xp(v).reshape(_xp(v).tril(_xp(v).reshape(v, (2, 3)), k=1), (-1,)) + v * 0.1,
     "expand and squeeze": lambda v, x: _xp(v).squeeze(_xp(v).expand_dims(v, axis=0), axis=0),
