@@ -246,3 +246,24 @@ def test_contexts_are_unknown_to_the_global_tracer_and_read_by_the_local_one() -
     np.testing.assert_array_equal(global_pattern, np.eye(3, dtype=bool))
     local_pattern = array_pattern("jacobian", f, np.ones(3), zero_context, local=True).pattern.toarray()
     np.testing.assert_array_equal(local_pattern, np.diag([False, True, False]))  # read at their values
+
+
+def test_tracer_sparsity_uses_the_array_tracer_without_the_program_tracer(monkeypatch: pytest.MonkeyPatch) -> None:
+    from di.sparse import detection
+
+    assert detection.tracer_method(di.TracerSparsity()) == "program"
+    monkeypatch.setattr(detection, "program_tracer_installed", lambda: False)
+    assert detection.tracer_method(di.TracerSparsity()) == "arrays"
+
+    def f(x: Any) -> Any:
+        xp = di.array_namespace(x)
+        return xp.sum(x[1:] * x[:-1])
+
+    backend = di.AutoSparse(di.AutoFiniteDiff())
+    x = np.arange(1.0, 6.0)
+    prep = di.prepare_hessian(f, backend, x)
+    np.testing.assert_array_equal(prep.sparsity.toarray(), np.eye(5, k=1) + np.eye(5, k=-1))
+    hessian = di.hessian(f, prep, backend, x).toarray()  # finite differences: about 1e-6
+    np.testing.assert_allclose(hessian, np.eye(5, k=1) + np.eye(5, k=-1), atol=1e-5)
+    with pytest.raises(ValueError, match="method must be one of"):
+        di.TracerSparsity(method="bogus")
