@@ -48,7 +48,20 @@ def gatherer(family: str, index: np.ndarray | None) -> Callable[[Sequence[Any]],
     where = None if index is None else record.index(index)
 
     def gather(products: Sequence[Any]) -> Any:
-        flat = xp.concat([xp.reshape(p, (-1,)) for p in products]) if products else xp.zeros((0,))
+        if not products:
+            return xp.zeros((0,))
+        # Runs of products of one shape are stacked: the products of one batched
+        # call are slices of one array, and a compiler sees that stacking them
+        # back is that array (concatenating their reshapes costs a copy: about
+        # 100 us for 200 products of 200 entries in a compiled program).
+        runs: list[list[Any]] = [[products[0]]]
+        for product in products[1:]:
+            if tuple(product.shape) == tuple(runs[-1][0].shape):
+                runs[-1].append(product)
+            else:
+                runs.append([product])
+        parts = [xp.reshape(xp.stack(run), (-1,)) for run in runs]
+        flat = parts[0] if len(parts) == 1 else xp.concat(parts)
         return flat if where is None else flat[where]
 
     return gather

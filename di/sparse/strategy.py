@@ -306,7 +306,8 @@ class SparseSource(ProgramSource):
         def plain(x: Any, *values: Any) -> Any:
             return finish(plain_program(x, *values))
 
-        return {names[0]: plain, names[1]: full}
+        # A result built inside the compiled program needs no wrapper (one call less per call).
+        return {names[0]: plain_program if finish is identity else plain, names[1]: full}
 
     def _programs(self, programs: dict[str, Any], detection: Detection, choice: Choice) -> Programs:
         decompression = choice.decompression
