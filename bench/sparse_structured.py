@@ -22,7 +22,7 @@ def _banded(k: int) -> Callable[[Any], Any]:
         n = x.shape[0]
         zeros = x[:k] * 0
         padded = xp.concat([zeros, x, zeros])
-        return sum(padded[k + s : k + s + n] * (s + 2) for s in range(-k, k + 1)) * x
+        return sum(padded[k + s : k + s + n] * (s + k + 2) for s in range(-k, k + 1)) * x  # no band vanishes
 
     return f
 
@@ -123,6 +123,11 @@ def structured_rows(on_row: Callable[[list[dict[str, Any]]], None] | None = None
             cases.append(
                 (name, lambda u, s=stacked: brusselator(u, s), "jacobian", di.AutoSparse(dense), 2 * 32 * 32, None)
             )
+    for stacked in (True, False):
+        for dense in (di.AutoTorch(), di.AutoFiniteDiff()):
+            name = f"Brusselator N = 32 with {'stack' if stacked else 'concat'}, {type(dense).__name__}, array tracer"
+            arrays = di.AutoSparse(dense, sparsity=di.TracerSparsity(method="arrays"))
+            cases.append((name, lambda u, s=stacked: brusselator(u, s), "jacobian", arrays, 2 * 32 * 32, None))
     rows = []
     for name, function, operator, backend, n, optimum in cases:
         x = np.random.default_rng(n).uniform(0.5, 1.5, n)

@@ -40,12 +40,23 @@ class Choice:
     order: str
 
 
+def _complete(pattern: sp.csr_array) -> bool:
+    """Whether every entry is a nonzero: then every column needs its own color,
+    and no order is searched (a greedy search costs ``n**3`` on such a graph:
+    minutes at n = 1000)."""
+    return bool(pattern.nnz == pattern.shape[0] * pattern.shape[1] and pattern.nnz > 0)
+
+
 def _columns(pattern: sp.csr_array, order: str, seed: int) -> Choice:
+    if _complete(pattern):
+        return Choice(column_decompression(pattern, np.arange(pattern.shape[1])), "column", "dense")
     found = coloring.column_coloring_of(pattern, order, seed)
     return Choice(column_decompression(pattern, found.colors), "column", found.order)
 
 
 def _rows(pattern: sp.csr_array, order: str, seed: int) -> Choice:
+    if _complete(pattern):
+        return Choice(row_decompression(pattern, np.arange(pattern.shape[0])), "row", "dense")
     found = coloring.column_coloring_of(sp.csr_array(pattern.T), order, seed)
     return Choice(row_decompression(pattern, found.colors), "row", found.order)
 
@@ -103,6 +114,8 @@ def jacobian_decompression(
         return _rows(pattern, order, seed)
     if mode == "bidirectional":
         return _both(pattern, order, seed)
+    if _complete(pattern):  # one product per column or per row: whichever is fewer
+        return _columns(pattern, order, seed) if pattern.shape[1] <= pattern.shape[0] else _rows(pattern, order, seed)
     candidates = [_columns(pattern, order, seed), _rows(pattern, order, seed), _both(pattern, order, seed)]
     # Fewest products; on a tie, one direction (one program) before both.
     return min(candidates, key=lambda choice: (choice.decompression.n_colors, choice.coloring == "bidirectional"))
@@ -139,6 +152,9 @@ def hessian_decompression(
                 f"{backend!r}: the KnownSparsity colors are not {kind} coloring of the Hessian pattern: some "
                 f"nonzero cannot be recovered from the compressed hvps. Give {kind} coloring, or omit colors."
             ) from None
+    if _complete(pattern):
+        every = np.arange(pattern.shape[0])
+        return Choice(star_decompression(pattern, every), "star", "dense")
     if method == "acyclic":
         found = coloring.acyclic_coloring_of(pattern, order, seed)
         return Choice(acyclic_decompression(pattern, found.colors), "acyclic", found.order)

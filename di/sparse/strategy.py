@@ -76,7 +76,8 @@ class SparseInfo(StrategyInfo):
         sparse_result: whether results are sparse matrices (else dense arrays).
         coloring: ``"column"``, ``"row"``, ``"bidirectional"``, ``"star"``,
             ``"acyclic"`` or ``"given"``.
-        order: the vertex order that gave the coloring (``"given"`` for a given one).
+        order: the vertex order that gave the coloring (``"given"`` for a given one,
+            ``"dense"`` for a pattern without zeros: one color per column, no search).
         n_forward: how many of the products are pushforwards (Jacobians).
         chunks: how many batches the products are computed in.
     """
