@@ -347,3 +347,17 @@ def test_eager_jax_keeps_python_control_flow_on_values_with_a_note() -> None:
     np.testing.assert_allclose(di.hessian(f, prep, backend, x).toarray(), 6 * np.eye(5))
     np.testing.assert_allclose(di.hessian(f, prep, backend, -x).toarray(), 2 * np.eye(5))
     assert any("run eagerly" in note for note in prep.info.notes)
+
+
+def test_a_pattern_without_zeros_takes_one_color_per_column_without_a_search() -> None:
+    def f(x: Any) -> Any:
+        xp = di.array_namespace(x)
+        return xp.sum(x) ** 3
+
+    backend = di.AutoSparse(di.AutoFiniteDiff(), sparsity=di.TracerSparsity(method="arrays"))
+    x = np.array([0.5, 1.0, 1.5, 2.0])
+    prep = di.prepare_hessian(f, backend, x)
+    assert (prep.colors, prep.info.order) == (4, "dense")
+    np.testing.assert_allclose(di.hessian(f, prep, backend, x).toarray(), np.full((4, 4), 6 * x.sum()), rtol=1e-5)
+    jacobian_prep = di.prepare_jacobian(lambda v: v * di.array_namespace(v).sum(v), backend, x)
+    assert (jacobian_prep.colors, jacobian_prep.info.order) == (4, "dense")
