@@ -14,11 +14,12 @@ from typing import Any
 from di.contexts import Context
 from di.errors import InvalidInputError, PreparationMismatchError
 from di.families import families, family_of, get_family, is_floating_dtype, spec_of
-from di.pytrees import foreign_pytree, is_pytree, leaf_paths, tree_flatten
+from di.pytrees import Structure, foreign_pytree, is_pytree, leaf_paths, tree_flatten
 
 __all__ = ["ArgumentCheck", "check_x", "check_contexts_wrapped", "key_function", "mismatch_error"]
 
 KeyFunction = Callable[[Any], Any]
+Matcher = Callable[[Any], bool]
 
 
 def _type_key(value: Any) -> Any:
@@ -38,16 +39,27 @@ def _tuple_key(keys: Sequence[KeyFunction]) -> KeyFunction:
     return key
 
 
-def _tree_key(spec: Any, keys: Sequence[KeyFunction]) -> KeyFunction:
+def _tree_key(structure: Structure, keys: Sequence[KeyFunction]) -> KeyFunction:
     """Key of a pytree: its structure and the key of each leaf."""
 
     def key(value: Any) -> Any:
-        leaves, given = tree_flatten(value)
-        if given != spec:
-            return ("structure", given)
+        leaves = structure.leaves(value)
+        if leaves is None:
+            return ("structure", tree_flatten(value)[1])
         return tuple(k(leaf) for k, leaf in zip(keys, leaves))
 
     return key
+
+
+def _tree_matcher(structure: Structure, matchers: Sequence[Matcher]) -> Matcher:
+    """A predicate recognising pytrees of ``structure`` whose leaves match, in plain
+    Python (a compiler tracing a prepared call follows it)."""
+
+    def matches(given: Any) -> bool:
+        leaves = structure.leaves(given)
+        return leaves is not None and all(match(leaf) for match, leaf in zip(matchers, leaves))
+
+    return matches
 
 
 def key_function(value: Any) -> KeyFunction:
@@ -63,14 +75,11 @@ def key_function(value: Any) -> KeyFunction:
     if is_pytree(value):
         leaves, spec = tree_flatten(value)
         if not spec.is_leaf():  # (a JAX-only node is keyed by its class)
-            return _tree_key(spec, [key_function(leaf) for leaf in leaves])
+            return _tree_key(Structure(value), [key_function(leaf) for leaf in leaves])
     family = family_of(value)
     if family is not None:
         return get_family(family).key
     return _type_key
-
-
-Matcher = Callable[[Any], bool]
 
 
 def matcher_for(value: Any, key: KeyFunction) -> Matcher:
@@ -79,6 +88,11 @@ def matcher_for(value: Any, key: KeyFunction) -> Matcher:
     prepared call); otherwise it compares keys."""
     family = family_of(value)
     if family is None:
+        if is_pytree(value):
+            leaves, spec = tree_flatten(value)
+            if not spec.is_leaf():
+                matchers = [matcher_for(leaf, key_function(leaf)) for leaf in leaves]
+                return _tree_matcher(Structure(value), matchers)
         expected = key(value)
         return lambda given: bool(key(given) == expected)
     return get_family(family).matcher(value)
@@ -86,8 +100,10 @@ def matcher_for(value: Any, key: KeyFunction) -> Matcher:
 
 def describe_value(value: Any) -> str:
     """One-line description of an argument for reports."""
-    if family_of(value) is not None:
-        return spec_of(value).describe()
+    family = family_of(value)
+    if family is not None:
+        annotation = get_family(family).annotation(value)
+        return f"{spec_of(value).describe()} ({annotation})" if annotation else spec_of(value).describe()
     if isinstance(value, Context):
         return f"{type(value).__name__} {describe_value(value.value)}"
     if isinstance(value, tuple) and value.__class__ is tuple and any(family_of(item) is not None for item in value):

@@ -16,7 +16,7 @@ from typing import Any
 
 from di.backends.protocol import Capabilities, Programs
 from di.backends.selectors import AutoTorch
-from di.backends.torch.common import TorchBase
+from di.backends.torch.common import TorchBase, refusing_caches_inside_transforms
 from di.backends.torch.compile import TorchCompiler
 from di.backends.torch.eager import EagerPrograms
 from di.backends.torch.func import FuncPrograms
@@ -66,12 +66,20 @@ class TorchAdapter(TorchBase):
         ``Cache``, ``torch.func`` otherwise."""
         return self._eager if any(isinstance(c, Cache) for c in contexts) else self._func
 
+    def _composing(self, programs: Programs, contexts: Sequence[Context]) -> Programs:
+        """The programs, refusing up front to run inside a ``torch.func`` transform
+        when they write into a ``Cache`` (the ``torch.func`` programs, which
+        compose with transforms, cannot write into buffers)."""
+        if not any(isinstance(c, Cache) for c in contexts):
+            return programs
+        return {name: refusing_caches_inside_transforms(program, self.selector) for name, program in programs.items()}
+
     # --- operators ----------------------------------------------------------------------------
 
     def prepare_gradient_programs(
         self, f: Callable[..., Any], x: Any, contexts: Sequence[Context], *, has_aux: bool = False
     ) -> Programs:
-        return self._programs_for(contexts).gradient(f, x, contexts, has_aux)
+        return self._composing(self._programs_for(contexts).gradient(f, x, contexts, has_aux), contexts)
 
     def prepare_pullback_programs(
         self,
@@ -82,7 +90,7 @@ class TorchAdapter(TorchBase):
         *,
         has_aux: bool = False,
     ) -> Programs:
-        return self._programs_for(contexts).pullback(f, x, ty, contexts, has_aux)
+        return self._composing(self._programs_for(contexts).pullback(f, x, ty, contexts, has_aux), contexts)
 
     def prepare_pushforward_programs(
         self,
@@ -93,27 +101,27 @@ class TorchAdapter(TorchBase):
         *,
         has_aux: bool = False,
     ) -> Programs:
-        return self._programs_for(contexts).pushforward(f, x, tx, contexts, has_aux)
+        return self._composing(self._programs_for(contexts).pushforward(f, x, tx, contexts, has_aux), contexts)
 
     def prepare_jacobian_programs(
         self, f: Callable[..., Any], x: Any, contexts: Sequence[Context], *, has_aux: bool = False
     ) -> Programs:
-        return self._programs_for(contexts).jacobian(f, x, contexts, has_aux)
+        return self._composing(self._programs_for(contexts).jacobian(f, x, contexts, has_aux), contexts)
 
     def prepare_derivative_programs(
         self, f: Callable[..., Any], x: Any, contexts: Sequence[Context], *, has_aux: bool = False
     ) -> Programs:
-        return self._programs_for(contexts).derivative(f, x, contexts, has_aux)
+        return self._composing(self._programs_for(contexts).derivative(f, x, contexts, has_aux), contexts)
 
     def prepare_second_derivative_programs(
         self, f: Callable[..., Any], x: Any, contexts: Sequence[Context]
     ) -> Programs:
-        return self._programs_for(contexts).second_derivative(f, x, contexts)
+        return self._composing(self._programs_for(contexts).second_derivative(f, x, contexts), contexts)
 
     def prepare_hvp_programs(
         self, f: Callable[..., Any], x: Any, tx: Sequence[Any], contexts: Sequence[Context]
     ) -> Programs:
-        return self._programs_for(contexts).hvp(f, x, tx, contexts)
+        return self._composing(self._programs_for(contexts).hvp(f, x, tx, contexts), contexts)
 
     def prepare_hessian_programs(self, f: Callable[..., Any], x: Any, contexts: Sequence[Context]) -> Programs:
-        return self._programs_for(contexts).hessian(f, x, contexts)
+        return self._composing(self._programs_for(contexts).hessian(f, x, contexts), contexts)
