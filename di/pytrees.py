@@ -31,6 +31,7 @@ __all__ = [
     "tree_flatten",
     "tree_leaves",
     "tree_map",
+    "traced_by",
     "tree_unflatten",
 ]
 
@@ -77,6 +78,30 @@ def is_pytree(value: Any) -> bool:
     if spec.is_leaf():
         return foreign_pytree(value) is not None
     return any(family_of(leaf) is not None for leaf in leaves)
+
+
+def traced_by(value: Any) -> str:
+    """The engine transform tracing ``value`` or one of its leaves (``"jax.vmap"``,
+    ``"torch.func.grad"``), as the leaf's array family says; ``""`` when every
+    leaf is a concrete array (or no array).
+
+    Examples:
+        >>> import numpy as np
+        >>> from di.pytrees import traced_by
+        >>> traced_by({"w": np.ones(2)})
+        ''
+    """
+    family = family_of(value)
+    if family is not None:
+        return get_family(family).traced_by(value)
+    if not is_pytree(value):
+        return ""
+    for leaf in tree_leaves(value):
+        family = family_of(leaf)
+        transform = get_family(family).traced_by(leaf) if family is not None else ""
+        if transform:
+            return transform
+    return ""
 
 
 def foreign_pytree(value: Any) -> str | None:

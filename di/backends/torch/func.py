@@ -80,12 +80,16 @@ class FuncPrograms:
         *,
         locked: bool = True,
         fast: Programs | None = None,
+        refuse_breaks: bool = True,
     ) -> Programs:
         """The plain and the ``value_and_*`` programs of an operator family from two
         pure ``torch.func`` functions of ``(x, [tangents,] *values)``, the first
         returning the plain operator's result alone. Compiled, the first compiles
         at preparation and the second on its first call. ``locked``: the functions
         use forward mode, whose state ``torch.func`` keeps per process.
+        ``refuse_breaks``: a graph break in ``f`` raises
+        :class:`di.UnsupportedOperatorError` (else dynamo's own error, for a caller
+        that falls back to compiling ``f`` alone).
 
         Inside a ``torch.func`` transform or a ``torch.compile`` trace of the
         caller's code, the programs run the functions themselves, uncompiled, on
@@ -121,9 +125,14 @@ class FuncPrograms:
         if adapter.compiles_now() and fast is None:
             example = arguments(x, tangents, [c.value for c in contexts])
             argnums = static_argnums(contexts, adapter.backend, lead)
-            plain_function, options = adapter.compiler.compile_now(
-                plain_core, lambda compiled: compiled(*example), argnums, graph_breaks=False
-            )
+            try:
+                plain_function, options = adapter.compiler.compile_now(
+                    plain_core, lambda compiled: compiled(*example), argnums, graph_breaks=False
+                )
+            except UNSUPPORTED as err:
+                if not refuse_breaks:
+                    raise
+                raise adapter.compiler.one_graph_error(names[0], err) from err
             full_function = adapter.compiler.compile_on_first_use(full_core, options, argnums)
         with_tangents = tangents is not None
         programs = {}
@@ -179,7 +188,9 @@ class FuncPrograms:
                 return join((y, rebuilt(g)), tensors)
 
             full = value_and_gradient_with_aux
-            return self._programs(gradient_with_aux, full, x, None, contexts, names, locked=False, fast=fast)
+            return self._programs(
+                gradient_with_aux, full, x, None, contexts, names, locked=False, fast=fast, refuse_breaks=False
+            )
 
         def gradient(x: Any, *values: Any) -> Any:
             return rebuilt(_func.grad(checked)(leaves_of(x), *values))
@@ -188,7 +199,9 @@ class FuncPrograms:
             g, y = _func.grad_and_value(checked)(leaves_of(x), *values)
             return y, rebuilt(g)
 
-        return self._programs(gradient, value_and_gradient, x, None, contexts, names, locked=False, fast=fast)
+        return self._programs(
+            gradient, value_and_gradient, x, None, contexts, names, locked=False, fast=fast, refuse_breaks=False
+        )
 
     def pullback(
         self, f: Callable[..., Any], x: Any, ty: Sequence[Any], contexts: Sequence[Context], has_aux: bool
@@ -230,7 +243,9 @@ class FuncPrograms:
 
         plain = plain_from_full(value_and_pullback, has_aux)
         names = ("pullback", "value_and_pullback")
-        return self._programs(plain, value_and_pullback, x, ty, contexts, names, locked=False, fast=fast)
+        return self._programs(
+            plain, value_and_pullback, x, ty, contexts, names, locked=False, fast=fast, refuse_breaks=False
+        )
 
     # --- forward mode ------------------------------------------------------------------------
 
