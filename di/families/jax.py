@@ -22,19 +22,20 @@ __all__ = ["FAMILY", "JaxFamily", "is_64_bit", "transform_of"]
 
 
 _TRACES = {
-    "DynamicJaxprTracer": "jax.jit",  # also lax.scan, while_loop and cond bodies, shard_map under jit
-    "JaxprTracer": "jax.jit",
+    "DynamicJaxprTracer": "jax.jit (or a jax.lax.scan, jax.lax.while_loop or jax.lax.cond body)",
+    "JaxprTracer": "jax.jit (or a jax.lax.scan, jax.lax.while_loop or jax.lax.cond body)",
     "BatchTracer": "jax.vmap",
-    "JVPTracer": "jax.jvp",  # also jacfwd and hessian
-    "LinearizeTracer": "jax.grad",  # also vjp, jacrev and linearize
+    "JVPTracer": "jax.jvp (or jax.jacfwd)",
+    "LinearizeTracer": "jax.grad (or jax.vjp, jax.jacrev)",
     "ShardMapTracer": "jax.shard_map",
 }
 
 
 def transform_of(value: Any) -> str:
     """The JAX transform tracing ``value`` (``"jax.vmap"``), or ``""`` for a
-    concrete array: a staged trace (``jax.jit``, ``lax.scan`` and other control
-    flow bodies) is named ``"jax.jit"``."""
+    concrete array. A tracer tells its kind, not the function that made it: a
+    staged trace is ``jax.jit``'s or a control-flow body's, a linearizing one
+    ``jax.grad``'s, ``jax.vjp``'s or ``jax.jacrev``'s, and so on."""
     jax_core = sys.modules.get("jax.core")
     if jax_core is None or not isinstance(value, jax_core.Tracer):
         return ""

@@ -13,7 +13,11 @@ from di.families.family import Family, Matcher, numpy_lacks, on_host
 
 __all__ = ["FAMILY", "TorchFamily", "innermost_transform", "transform_of"]
 
-_TRANSFORM_NAMES = {"Vmap": "torch.func.vmap", "Grad": "torch.func.grad", "Jvp": "torch.func.jvp"}
+_TRANSFORM_NAMES = {
+    "Vmap": "torch.func.vmap",
+    "Grad": "torch.func.grad (or torch.func.vjp, torch.func.jacrev)",
+    "Jvp": "torch.func.jvp (or torch.func.jacfwd)",
+}
 
 
 def innermost_transform() -> str:

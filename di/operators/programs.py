@@ -22,7 +22,7 @@ from di.errors import InvalidInputError, UnsupportedOperatorError
 from di.families import converter, family_of, get_family, identity
 from di.operators.table import Operator
 from di.prep.signature import tracing
-from di.pytrees import Raveler, is_pytree, traced_by, tree_flatten, tree_leaves, tree_map, tree_unflatten
+from di.pytrees import Raveler, is_pytree, tree_flatten, tree_leaves, tree_map, tree_unflatten
 
 __all__ = ["caller_family", "caller_programs", "same_point_check"]
 
@@ -326,6 +326,17 @@ def _traced_point_error(transform: str) -> UnsupportedOperatorError:
     )
 
 
+def _graph_point_error(library: str) -> UnsupportedOperatorError:
+    """Same-point preps compute at preparation: their results cannot carry the
+    graph of an input that records one."""
+    return UnsupportedOperatorError(
+        f"a same-point prep (prepare_pullback_same_point, prepare_hvp_same_point) cannot take an x or Constant "
+        f"that requires grad (it records a {library} autograd graph): it computes its result at preparation, "
+        f"which cannot carry the call's graph. Use di.prepare_pullback or di.prepare_hvp, whose results do, or "
+        f"pass detached values."
+    )
+
+
 def same_point_check(x: Any, contexts: Sequence[Any]) -> Callable[[Any, Sequence[Any]], bool]:
     """A by-value check that a call is at the prepared point (``x`` and every
     ``Constant``), for same-point preps. Holds NumPy copies of the point.
@@ -339,12 +350,14 @@ def same_point_check(x: Any, contexts: Sequence[Any]) -> Callable[[Any, Sequence
     """
 
     def snapshot(value: Any) -> Any:
+        transform, _ = tracing(value)
+        if transform:
+            raise _traced_point_error(transform)
         family = family_of(value)
         if family is None:
             return value
-        transform = traced_by(value)
-        if transform:
-            raise _traced_point_error(transform)
+        if get_family(family).records_graph(value):
+            raise _graph_point_error(get_family(family).display)
         return np.array(converter(family, "numpy")(value), copy=True)
 
     x_copy = snapshot(x)
@@ -352,6 +365,9 @@ def same_point_check(x: Any, contexts: Sequence[Any]) -> Callable[[Any, Sequence
 
     def equal(a: Any, b: Any) -> bool:
         if isinstance(b, np.ndarray):
+            transform, _ = tracing(a)
+            if transform:  # (an engine's traced value that is no array: autograd's boxes)
+                raise _traced_point_error(transform)
             return family_of(a) is not None and np.array_equal(snapshot(a), b, equal_nan=True)
         return bool(a == b)
 

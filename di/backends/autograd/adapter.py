@@ -17,6 +17,7 @@ from autograd.tracer import Box, getval
 from di.backends.aux import split_output
 from di.backends.outputs import SCALAR_OPERATORS, OutputRules, checking
 from di.backends.protocol import Adapter, Capabilities, Programs
+from di.backends.transforms import Composition
 from di.contexts import Context
 from di.families import converter, family_of, identity
 from di.prep.signature import TracedType, register_traced_type
@@ -156,6 +157,14 @@ class AutogradAdapter(Adapter):
     """
 
     capabilities = Capabilities(
+        compositions=(
+            Composition(
+                "autograd.grad",
+                frozenset({"same point"}),
+                note="Any autograd transform of a function calling di (grad, jacobian, hessian, make_vjp): "
+                "AutoAutograd's own transforms nest, so second derivatives are autograd's.",
+            ),
+        ),
         cache=False,
         cache_note=(
             "autograd cannot write traced values into arrays. Use AutoTorch, AutoJAX or AutoFiniteDiff, "

@@ -20,9 +20,35 @@ from di.backends.torch.common import TorchBase, refusing_caches_inside_transform
 from di.backends.torch.compile import TorchCompiler
 from di.backends.torch.eager import EagerPrograms
 from di.backends.torch.func import FuncPrograms
+from di.backends.transforms import Composition
 from di.contexts import Cache, Context
 
-__all__ = ["TorchAdapter"]
+__all__ = ["COMPOSITIONS", "TorchAdapter"]
+
+_UNCOMPILED = "AutoTorch(compile=True) runs its torch.func programs uncompiled here: compiled code cannot run inside."
+_FUNC = frozenset({"same point", "Cache"})
+COMPOSITIONS = (
+    Composition("torch.func.vmap", _FUNC, note=f"A strict prep compares the per-example shape. {_UNCOMPILED}"),
+    Composition("torch.func.grad", _FUNC, note=f"Higher order, as torch.func.grad(torch.func.grad(f)). {_UNCOMPILED}"),
+    Composition("torch.func.jacrev", _FUNC, note=_UNCOMPILED),
+    Composition("torch.func.jvp", _FUNC, note=_UNCOMPILED),
+    Composition("torch.func.jacfwd", _FUNC, note=_UNCOMPILED),
+    Composition(
+        "torch.autograd.grad",
+        frozenset({"same point"}),
+        note="x, a Constant or a tangent that requires grad: results carry the caller's graph, as with "
+        "create_graph=True (AutoTorch(create_graph=False) detaches them).",
+    ),
+    Composition("torch.no_grad", note="Derivatives are computed all the same; results carry no graph."),
+    Composition("torch.inference_mode", note="Inference tensors are taken too."),
+    Composition(
+        "torch.compile",
+        breaks=frozenset({"same point", "Cache", "unprepared"}),
+        note="Around the caller's code calling prepared operators: one graph with fullgraph=True, as "
+        "torch.func's own transforms give.",
+    ),
+)
+"""What composes inside each torch transform and mode."""
 
 
 class TorchAdapter(TorchBase):
@@ -46,7 +72,7 @@ class TorchAdapter(TorchBase):
             "f receives the caller's buffer (numpy buffers through torch.from_numpy, sharing memory), detached after "
             "the call; operators torch.func cannot run on buffers are built from reverse mode."
         ),
-        transforms=("torch.no_grad", "torch.inference_mode"),
+        compositions=COMPOSITIONS,
     )
 
     def __init__(self, backend: AutoTorch) -> None:  # type: ignore[override]

@@ -178,6 +178,8 @@ class _ForwardRules(_Rules):
     carries a tangent."""
 
     def is_traced(self, y: Any, x: Any) -> bool:
+        if _is_compiling():  # dynamo's fake tensors cannot unpack duals (and say nothing of f)
+            return True
         try:
             if forward_ad.unpack_dual(x).tangent is None:
                 return True  # x is not being differentiated here

@@ -337,6 +337,7 @@ class FuncPrograms:
         checked = self._checked(f, "second_derivative", self._forward_rules())
 
         def core(x: Any, *values: Any) -> Any:
+            x = _no_view(x)
             one = torch.ones_like(x)
 
             def value_and_derivative(x: Any) -> Any:
@@ -453,6 +454,12 @@ def _rebuilt(structure: Structure | None) -> Callable[[Any], Any]:
 
 def _same(value: Any) -> Any:
     return value
+
+
+def _no_view(x: Any) -> Any:
+    """``x``, copied while dynamo compiles: its fake tensors fail nested forward
+    mode on a view (``x[0]``) once a first such graph was compiled in the process."""
+    return x.clone() if torch.compiler.is_compiling() else x
 
 
 def _never() -> bool:
