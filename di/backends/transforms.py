@@ -32,7 +32,7 @@ naming the transform)."""
 
 BREAKS: dict[str, str] = {
     "same point": "The by-value check of the point reads values the compiler does not trace.",
-    "Cache": "Writing into a buffer runs eager autograd, which the compiler does not trace.",
+    "Cache": "Writing into a buffer runs eager reverse mode, which the compiler does not trace.",
     "unprepared": (
         "Preparing is Python the compiler does not trace: prepare outside the compiled function and call the "
         "prep inside."

@@ -331,9 +331,9 @@ def _graph_point_error(library: str) -> UnsupportedOperatorError:
     graph of an input that records one."""
     return UnsupportedOperatorError(
         f"a same-point prep (prepare_pullback_same_point, prepare_hvp_same_point) cannot take an x or Constant "
-        f"that requires grad (it records a {library} autograd graph): it computes its result at preparation, "
-        f"which cannot carry the call's graph. Use di.prepare_pullback or di.prepare_hvp, whose results do, or "
-        f"pass detached values."
+        f"that requires grad (it records a {library} graph for differentiation): it computes its result at "
+        f"preparation, which cannot carry the call's graph. Use di.prepare_pullback or di.prepare_hvp, whose "
+        f"results do, or pass detached values."
     )
 
 
