@@ -19,8 +19,9 @@ __all__ = ["ASPECTS", "BREAKS", "REFUSALS", "Composition"]
 
 REFUSALS: dict[str, str] = {
     "same point": (
-        "A same-point prep (prepare_pullback_same_point, prepare_hvp_same_point) holds the point's values, which "
-        "a trace does not have: use prepare_pullback or prepare_hvp, whose preps serve every point."
+        "A same-point prep (prepare_pullback_same_point, prepare_hvp_same_point) computes at preparation, from "
+        "the point's values: a traced x has none, and its results could not carry the graph of an x that "
+        "requires grad. Use prepare_pullback or prepare_hvp, whose preps serve every point."
     ),
     "Cache": (
         "f would write values the transform traces into the buffer, which the transform cannot do: pass the "
