@@ -29,6 +29,7 @@ from di.backends.torch.common import (
     REVERSE_RULES,
     TorchBase,
     detached,
+    dynamo_compiling,
     leaf,
     like,
     normal_tensors,
@@ -128,9 +129,18 @@ class Reverse:
             return True
         return cotangents is not None and any(requires_grad(t) for t in cotangents)
 
-    def program(self, backward: Backward, *, with_value: bool, with_tangents: bool) -> Callable[..., Any]:
+    def program(
+        self,
+        backward: Backward,
+        *,
+        with_value: bool,
+        with_tangents: bool,
+        traced: Callable[..., Any] | None = None,
+    ) -> Callable[..., Any]:
         """``(x, [cotangents,] *values)``: ``backward``'s result, ``(y, result)``
-        with the value, and ``(..., aux)`` under ``has_aux``."""
+        with the value, and ``(..., aux)`` under ``has_aux``. ``traced``: the
+        program to run instead inside a ``torch.func`` transform or a
+        ``torch.compile`` trace (a ``torch.func`` one, which composes with both)."""
         f, has_aux, backend, operator = self.f, self.has_aux, self.backend, self.operator
         convert_values, convert_any, caches = self.convert_values, self.convert_any, self.caches
         tree, tree_inputs, to_torch_x, wants_graph = self.tree, self.tree_inputs, self.to_torch_x, self.wants_graph
@@ -139,12 +149,16 @@ class Reverse:
         accept = _ACCEPTS.get(operator)
         scalar = operator in ("gradient", "hvp")
         tensor, is_grad_enabled, lead = torch.Tensor, torch.is_grad_enabled, 1 if with_tangents else 0
+        plain_x = not tree and to_torch_x is identity and not has_aux and not with_value
+        is_compiling, transforms_active = dynamo_compiling, torch._C._are_functorch_transforms_active
 
         def call(x: Any, cotangents: Any, values: Sequence[Any], connect: bool) -> Any:
             if tree:
                 argument, differentiated = tree_inputs(x, connect)
+            elif connect:
+                argument = differentiated = alias(x if to_torch_x is identity else to_torch_x(x), True)
             else:
-                argument = differentiated = alias(x if to_torch_x is identity else to_torch_x(x), connect)
+                argument = differentiated = leaf(x if to_torch_x is identity else to_torch_x(x))
             if convert_any:
                 values = tuple(convert(v) for convert, v in zip(convert_values, values))
             try:
@@ -164,16 +178,33 @@ class Reverse:
             return (result, aux if connect else detached(aux)) if has_aux else result
 
         def run(x: Any, *args: Any) -> Any:
-            # the hot path of a gradient: what a careful torch user writes, and little else
+            if traced is not None and (is_compiling() or transforms_active()):
+                return traced(x, *args)
             cotangents, values = (args[0], args[1:]) if lead else (None, args)
             if not is_grad_enabled():  # no_grad or inference_mode: f must still be recorded
                 with recording():
                     return call(x, cotangents, normal_tensors(values), False)
-            if x.__class__ is tensor and not x.requires_grad and not values and not lead:
-                return call(x, None, values, False)  # nothing can carry the caller's graph
+            if x.__class__ is tensor and not x.requires_grad and not values:  # nothing can carry a graph...
+                if not lead or (len(args[0]) == 1 and not getattr(args[0][0], "requires_grad", False)):
+                    return call(x, cotangents, values, False)  # ... but one cotangent, checked here
             return call(x, cotangents, values, wants_graph(x, cotangents, values))
 
-        return run
+        def run_plain(x: Any, *args: Any) -> Any:
+            # the hot path of a gradient (or a pullback of one cotangent) without
+            # contexts: what a careful torch user writes, and little else
+            if len(args) != lead or x.__class__ is not tensor or x.requires_grad or not is_grad_enabled():
+                return run(x, *args)
+            if lead and (len(args[0]) != 1 or getattr(args[0][0], "requires_grad", False)):
+                return run(x, *args)
+            if traced is not None and (is_compiling() or transforms_active()):
+                return traced(x, *args)
+            argument = leaf(x)
+            y = f(argument)
+            if y.__class__ is not tensor or not y.requires_grad or (accept is not None and not accept(y)):
+                y = check_output(y, argument, backend, operator, REVERSE_RULES)
+            return backward(y, argument, args[0] if lead else None, False)
+
+        return run_plain if plain_x and not caches else run
 
 
 def alias(tensor: Any, connect: bool = False) -> Any:
@@ -277,9 +308,13 @@ class EagerPrograms:
     def _counted(self, programs: Programs, contexts: Sequence[Context], lead: int) -> Programs:
         return {name: self.adapter.counted(program, contexts, lead) for name, program in programs.items()}
 
-    def gradient(self, f: Callable[..., Any], x: Any, contexts: Sequence[Context], has_aux: bool) -> Programs:
+    def gradient(
+        self, f: Callable[..., Any], x: Any, contexts: Sequence[Context], has_aux: bool, traced: Programs | None = None
+    ) -> Programs:
+        """``traced``: the programs to run inside transforms (see :meth:`Reverse.program`)."""
         adapter, values = self.adapter, [c.value for c in contexts]
         backward = gradient_backward(adapter.backend, is_pytree(x))
+        inside = traced or {}
 
         def warm_up(compiled: Any) -> Any:
             program = Reverse(adapter, compiled, x, contexts, "gradient", has_aux).program
@@ -287,15 +322,25 @@ class EagerPrograms:
 
         reverse = Reverse(adapter, self._compiled_f(f, x, contexts, warm_up), x, contexts, "gradient", has_aux)
         programs = {
-            "gradient": reverse.program(backward, with_value=False, with_tangents=False),
-            "value_and_gradient": reverse.program(backward, with_value=True, with_tangents=False),
+            "gradient": reverse.program(backward, with_value=False, with_tangents=False, traced=inside.get("gradient")),
+            "value_and_gradient": reverse.program(
+                backward, with_value=True, with_tangents=False, traced=inside.get("value_and_gradient")
+            ),
         }
         return self._counted(programs, contexts, 1)
 
     def pullback(
-        self, f: Callable[..., Any], x: Any, ty: Sequence[Any], contexts: Sequence[Context], has_aux: bool
+        self,
+        f: Callable[..., Any],
+        x: Any,
+        ty: Sequence[Any],
+        contexts: Sequence[Context],
+        has_aux: bool,
+        traced: Programs | None = None,
     ) -> Programs:
+        """``traced``: the programs to run inside transforms (see :meth:`Reverse.program`)."""
         adapter, values = self.adapter, [c.value for c in contexts]
+        inside = traced or {}
 
         def warm_up(compiled: Any) -> Any:
             cotangent = example_cotangent(adapter, f, x, contexts)
@@ -304,8 +349,12 @@ class EagerPrograms:
 
         reverse = Reverse(adapter, self._compiled_f(f, x, contexts, warm_up), x, contexts, "pullback", has_aux)
         programs = {
-            "pullback": reverse.program(_pullback_backward, with_value=False, with_tangents=True),
-            "value_and_pullback": reverse.program(_pullback_backward, with_value=True, with_tangents=True),
+            "pullback": reverse.program(
+                _pullback_backward, with_value=False, with_tangents=True, traced=inside.get("pullback")
+            ),
+            "value_and_pullback": reverse.program(
+                _pullback_backward, with_value=True, with_tangents=True, traced=inside.get("value_and_pullback")
+            ),
         }
         return self._counted(programs, contexts, 2)
 

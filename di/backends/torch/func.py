@@ -31,6 +31,7 @@ from di.backends.torch.common import (
     RULES,
     TorchBase,
     as_dtype,
+    dynamo_compiling,
     inside_transform,
     like,
     requires_grad,
@@ -79,7 +80,7 @@ class FuncPrograms:
         names: tuple[str, str],
         *,
         locked: bool = True,
-        fast: Programs | None = None,
+        fast: Callable[[Programs], Programs] | None = None,
         refuse_breaks: bool = True,
     ) -> Programs:
         """The plain and the ``value_and_*`` programs of an operator family from two
@@ -94,8 +95,9 @@ class FuncPrograms:
         Inside a ``torch.func`` transform or a ``torch.compile`` trace of the
         caller's code, the programs run the functions themselves, uncompiled, on
         the inputs as given (which the transform differentiates or batches);
-        elsewhere they run ``fast`` when given (eager reverse mode), else the
-        functions, compiled on a compiled backend."""
+        elsewhere they run the functions, compiled on a compiled backend. ``fast``
+        (eager reverse mode) builds, from those inside programs, programs that
+        run them there and its own elsewhere, which are returned instead."""
         adapter = self.adapter
         to_torch_x = adapter.input_converters([x])[0]
         convert_values = adapter.torch_context_converters(x, contexts)
@@ -135,14 +137,16 @@ class FuncPrograms:
                 raise adapter.compiler.one_graph_error(names[0], err) from err
             full_function = adapter.compiler.compile_on_first_use(full_core, options, argnums)
         with_tangents = tangents is not None
+        traced = {
+            name: _run(core, traced_arguments, with_tangents, locked, traced=True)
+            for name, core in zip(names, (plain_core, full_core))
+        }
+        if fast is not None:
+            return fast(traced)
         programs = {}
-        for name, core, function in zip(names, (plain_core, full_core), (plain_function, full_function)):
-            traced = _run(core, traced_arguments, with_tangents, locked, traced=True)
-            if fast is not None:  # (counted by the eager programs already)
-                programs[name] = _dispatching(fast[name], traced)
-            else:
-                program = _run(function, arguments, with_tangents, locked)
-                programs[name] = adapter.counted(_dispatching(program, traced), contexts, lead)
+        for name, function in zip(names, (plain_function, full_function)):
+            program = _run(function, arguments, with_tangents, locked)
+            programs[name] = adapter.counted(_dispatching(program, traced[name]), contexts, lead)
         return programs
 
     # --- reverse mode ------------------------------------------------------------------
@@ -153,10 +157,19 @@ class FuncPrograms:
                 return self._func_gradient(f, x, contexts, has_aux)
             except UNSUPPORTED:
                 pass  # dynamo cannot trace f inside torch.func.grad (graph breaks): compile f alone
-        return self._func_gradient(f, x, contexts, has_aux, fast=self.eager.gradient(f, x, contexts, has_aux))
+
+        def eager(traced: Programs) -> Programs:
+            return self.eager.gradient(f, x, contexts, has_aux, traced)
+
+        return self._func_gradient(f, x, contexts, has_aux, fast=eager)
 
     def _func_gradient(
-        self, f: Callable[..., Any], x: Any, contexts: Sequence[Context], has_aux: bool, fast: Programs | None = None
+        self,
+        f: Callable[..., Any],
+        x: Any,
+        contexts: Sequence[Context],
+        has_aux: bool,
+        fast: Callable[[Programs], Programs] | None = None,
     ) -> Programs:
         """``torch.func.grad(f)``, compiled on a compiled backend unless ``fast``
         (eager reverse mode) serves calls outside transforms: the gradient
@@ -211,8 +224,11 @@ class FuncPrograms:
                 return self._func_pullback(f, x, ty, contexts, has_aux)
             except UNSUPPORTED:
                 pass  # dynamo cannot trace f inside torch.func.vjp (graph breaks): compile f alone
-        fast = self.eager.pullback(f, x, ty, contexts, has_aux)
-        return self._func_pullback(f, x, ty, contexts, has_aux, fast=fast)
+
+        def eager(traced: Programs) -> Programs:
+            return self.eager.pullback(f, x, ty, contexts, has_aux, traced)
+
+        return self._func_pullback(f, x, ty, contexts, has_aux, fast=eager)
 
     def _func_pullback(
         self,
@@ -221,7 +237,7 @@ class FuncPrograms:
         ty: Sequence[Any],
         contexts: Sequence[Context],
         has_aux: bool,
-        fast: Programs | None = None,
+        fast: Callable[[Programs], Programs] | None = None,
     ) -> Programs:
         """``torch.func.vjp``, compiled on a compiled backend unless ``fast`` (eager
         reverse mode) serves calls outside transforms: one graph for the forward
@@ -410,7 +426,7 @@ def _run(
     threads must take turns. ``traced``: the program runs inside a transform,
     where a compiler tracing the call takes no lock (it cannot follow one)."""
     lock = _FORWARD_MODE_LOCK if locked else None
-    compiling = torch.compiler.is_compiling if traced else _never
+    compiling = dynamo_compiling if traced else _never
     if with_tangents:
 
         def run_with_tangents(x: Any, tangents: Sequence[Any], *values: Any) -> Any:
@@ -459,7 +475,7 @@ def _same(value: Any) -> Any:
 def _no_view(x: Any) -> Any:
     """``x``, copied while dynamo compiles: its fake tensors fail nested forward
     mode on a view (``x[0]``) once a first such graph was compiled in the process."""
-    return x.clone() if torch.compiler.is_compiling() else x
+    return x.clone() if dynamo_compiling() else x
 
 
 def _never() -> bool:
