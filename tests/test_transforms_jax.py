@@ -252,6 +252,30 @@ def test_a_jitted_loop_of_prepared_calls_is_one_program() -> None:
     assert values.shape == (50,)
 
 
+@pytest.mark.parametrize("batched", [False, True], ids=["jit", "jit-of-vmap"])
+def test_an_unprepared_compiled_call_inside_a_transform_compiles_only_the_callers_program(batched: bool) -> None:
+    """Preparing on tracers (an unprepared call inside the transform) must not compile
+    AutoJAX(jit=True)'s own program ahead of time: no call would run it, the caller's
+    trace compiles it in. One XLA compile: the caller's."""
+    compiles: list[str] = []
+
+    def count(event: str, duration: float, **kwargs: Any) -> None:
+        if event == "/jax/core/compile/backend_compile_duration":
+            compiles.append(event)
+
+    backend = di.AutoJAX(jit=True)
+    x = jnp.asarray(np.stack([X, 2 * X]) if batched else X, jnp.float32)
+    batch: Callable[[Any], Any] = jax.vmap if batched else (lambda fn: fn)
+    caller = jax.jit(batch(lambda x: di.gradient(scalar, backend, x)))
+    jax.monitoring.register_event_duration_secs_listener(count)
+    try:
+        got = caller(x)
+    finally:
+        jax.monitoring.unregister_event_duration_listener(count)
+    np.testing.assert_allclose(got, batch(jax.grad(scalar))(x), rtol=1e-6)
+    assert len(compiles) == 1, compiles
+
+
 @pytest.mark.parametrize("backend", [di.AutoJAX(), di.AutoJAX(jit=True)], ids=["jax", "jax-jit"])
 def test_x64_scopes_inside_a_float32_trace_change_nothing(backend: Any) -> None:
     """A float64 NumPy Constant makes di enter jax.enable_x64 inside the caller's

@@ -83,6 +83,14 @@ COMPOSITIONS = (
 not; same-point preps are refused (they compare the point by value)."""
 
 
+def _traced(inputs: Sequence[Any], tangents: Sequence[Any] | None) -> bool:
+    """Whether an input is traced by a JAX transform (a preparation inside one: an
+    unprepared call in a jitted or vmapped function), where compiling now would
+    compile a program no call runs."""
+    leaves = jax.tree_util.tree_leaves([list(inputs), list(tangents or ())])
+    return any(isinstance(leaf, jax.core.Tracer) for leaf in leaves)
+
+
 class JAXAdapter(Adapter):
     """Adapter for :class:`di.AutoJAX`.
 
@@ -203,7 +211,7 @@ class JAXAdapter(Adapter):
             return program
         if on_first_use:
             program = compiled_on_first_use(program)
-        else:
+        elif not _traced(inputs, tangents):  # (inside a transform, the caller's trace compiles it)
             with x64_scope() if x64 else contextlib.nullcontext():
                 args = [convert(v) for convert, v in zip(converters, inputs)]
                 if tangents is not None:
