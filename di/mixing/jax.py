@@ -146,7 +146,7 @@ def _transposed(other: Primitive, transpose: bool) -> Any:
         if any(ad.is_undefined_primal(a) for a in point):
             raise _second_order(site, "its point")
         linear = operands[site.nx + site.nc :]
-        avals = site.y_avals if transpose else site.x_avals  # what the cotangents are shaped like
+        avals = site.x_avals if transpose else site.y_avals  # the outputs, which the cotangents are shaped like
         if mode != "none":
             count = (linear[0].aval if ad.is_undefined_primal(linear[0]) else linear[0]).shape[0]
             avals = [jax.core.ShapedArray((count, *a.shape), a.dtype) for a in avals]

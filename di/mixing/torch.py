@@ -38,12 +38,20 @@ class _Site:
     """One call of ``g``: its :class:`Call`, the number of ``x`` leaves and
     operands, and the dtypes and device of the leaves on both sides."""
 
-    __slots__ = ("call", "device", "g", "nc", "nx", "x_dtypes", "y_dtypes")
+    __slots__ = ("_y_dtypes", "call", "device", "g", "nc", "nx", "x_dtypes")
 
     def __init__(self, g: DifferentiateWith, call: Call, x_dtypes: Sequence[Any], device: Any, nc: int) -> None:
         self.g, self.call, self.nx, self.nc = g, call, len(x_dtypes), nc
         self.x_dtypes, self.device = list(x_dtypes), device
-        self.y_dtypes = [getattr(torch, dtype) for _, dtype in call.output().specs]
+        self._y_dtypes: list[Any] | None = None
+
+    @property
+    def y_dtypes(self) -> list[Any]:
+        """The dtypes of ``f``'s output leaves (known once ``f`` ran: the forward
+        pass runs it before anything asks)."""
+        if self._y_dtypes is None:
+            self._y_dtypes = [getattr(torch, dtype) for _, dtype in self.call.output().specs]
+        return self._y_dtypes
 
     def tensors(self, leaves: Sequence[Any], dtypes: Sequence[Any]) -> tuple[Any, ...]:
         """Inner-engine leaves as tensors of these dtypes on ``x``'s device."""
@@ -63,6 +71,19 @@ def _plain(tensors: Sequence[Any]) -> list[Any]:
 def _front(tensors: Sequence[Any], dims: Sequence[int | None], size: int) -> list[Any]:
     """Every tensor with its batch axis first (broadcast where it has none)."""
     return [t.movedim(d, 0) if d is not None else t.expand(size, *t.shape) for t, d in zip(tensors, dims)]
+
+
+def _nonzero(tangent: Any) -> bool:
+    """Whether a context's tangent may be nonzero. ``torch.func.jvp`` hands zeros for
+    inputs it does not differentiate; a tangent that cannot be read (one that
+    ``vmap`` batches, as ``jacfwd`` with respect to the context does) counts as
+    nonzero."""
+    if tangent is None:
+        return False
+    try:
+        return bool(tangent.detach().ne(0).any())
+    except RuntimeError:
+        return True
 
 
 def _refuse_context_gradients(site: _Site, needs: Sequence[bool]) -> None:
@@ -92,7 +113,8 @@ class _Value(torch.autograd.Function):
     @staticmethod
     def forward(site: _Site, *tensors: Any) -> Any:  # type: ignore[override]
         x, contexts, _ = site.split(tensors)
-        return site.tensors(site.call.value(x, contexts), site.y_dtypes)
+        outputs = site.call.value(x, contexts)  # the first call describes the output
+        return site.tensors(outputs, site.y_dtypes)
 
     @staticmethod
     def setup_context(ctx: Any, inputs: tuple[Any, ...], output: Any) -> None:
@@ -111,7 +133,7 @@ class _Value(torch.autograd.Function):
     def jvp(ctx: Any, *tangents: Any) -> Any:
         site = ctx.site
         tensors = ctx.saved_tensors
-        _refuse_context_gradients(site, [t is not None for t in tangents[1 + site.nx :]])
+        _refuse_context_gradients(site, [_nonzero(t) for t in tangents[1 + site.nx :]])
         x_tangents = [torch.zeros_like(x) if t is None else t for x, t in zip(tensors, tangents[1 : 1 + site.nx])]
         return _Linear.apply(site, False, "none", *tensors, *x_tangents)
 
@@ -157,7 +179,7 @@ class _Linear(torch.autograd.Function):
     def jvp(ctx: Any, *tangents: Any) -> Any:
         site = ctx.site
         point = site.nx + site.nc
-        if any(t is not None for t in tangents[3 : 3 + point]):
+        if any(_nonzero(t) for t in tangents[3 : 3 + point]):
             raise _second_order(site)
         tensors = ctx.saved_tensors
         linear = [torch.zeros_like(a) if t is None else t for a, t in zip(tensors[point:], tangents[3 + point :])]
@@ -197,7 +219,6 @@ class TorchHost(Host):
         x_specs = [(tuple(leaf.shape), str(leaf.dtype).removeprefix("torch.")) for leaf in leaves]
         operand_specs = {i: (tuple(values[i].shape), str(values[i].dtype).removeprefix("torch.")) for i in positions}
         call = g.call_for(treedef, x_specs, values, operand_specs)
-        call.output(_plain(leaves), _plain(operands))  # f's first evaluation, at these values
         site = _Site(g, call, [leaf.dtype for leaf in leaves], leaves[0].device, len(operands))
         return call.output().unflatten(list(_Value.apply(site, *leaves, *operands)))
 
