@@ -54,7 +54,8 @@ class Recorder:
         self.__name__ = f.__name__
 
     def __call__(self, x: Any, *values: Any) -> Any:
-        self.libraries.add(type(tree_leaves(x)[0]).__module__.split(".")[0])
+        library = type(tree_leaves(x)[0]).__module__.split(".")[0]
+        self.libraries.add("jax" if library == "jaxlib" else library)
         return self.f(x, *values)
 
 

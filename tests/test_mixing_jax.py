@@ -8,7 +8,20 @@ from typing import Any
 
 import numpy as np
 import pytest
-from mixing_support import BATCH, DATA, INPUTS, PARAMS, X, Recorder, close, counting_preps, layer, layer_mean, loss, wave
+from mixing_support import (
+    BATCH,
+    DATA,
+    INPUTS,
+    PARAMS,
+    X,
+    Recorder,
+    close,
+    counting_preps,
+    layer,
+    layer_mean,
+    loss,
+    wave,
+)
 
 import di
 

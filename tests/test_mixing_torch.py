@@ -11,7 +11,20 @@ from typing import Any
 import numpy as np
 import pytest
 from helpers import CompileCounter
-from mixing_support import BATCH, DATA, INPUTS, PARAMS, X, Recorder, close, counting_preps, layer, layer_mean, loss, wave
+from mixing_support import (
+    BATCH,
+    DATA,
+    INPUTS,
+    PARAMS,
+    X,
+    Recorder,
+    close,
+    counting_preps,
+    layer,
+    layer_mean,
+    loss,
+    wave,
+)
 
 import di
 
@@ -65,7 +78,12 @@ def test_torch_func_transforms(inner: di.AbstractBackend) -> None:
     x, data, batch = t32(X), t32(DATA), t32(BATCH)
     close(func.grad(g)(x, data), func.grad(loss)(x, data), RTOL, ATOL)
     close(func.vmap(g, in_dims=(0, None))(batch, data), func.vmap(loss, in_dims=(0, None))(batch, data), RTOL, ATOL)
-    close(func.vmap(func.grad(g), in_dims=(0, None))(batch, data), func.vmap(func.grad(loss), in_dims=(0, None))(batch, data), RTOL, ATOL)
+    close(
+        func.vmap(func.grad(g), in_dims=(0, None))(batch, data),
+        func.vmap(func.grad(loss), in_dims=(0, None))(batch, data),
+        RTOL,
+        ATOL,
+    )
     close(func.jacrev(w)(x), func.jacrev(wave)(x), RTOL, ATOL)
     close(func.jacfwd(w)(x), func.jacfwd(wave)(x), RTOL, ATOL)
     close(func.jvp(w, (x,), (data,)), func.jvp(wave, (x,), (data,)), RTOL, ATOL)

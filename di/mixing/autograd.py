@@ -26,6 +26,7 @@ from di.errors import InvalidInputError, UnsupportedOperatorError
 from di.families import converter, family_of
 from di.mixing.calls import Call
 from di.mixing.core import DifferentiateWith, Host
+from di.pytrees import tree_flatten
 
 __all__ = ["HOST", "AutogradHost"]
 
@@ -153,6 +154,7 @@ class AutogradHost(Host):
         return isinstance(value, Box)
 
     def call(self, g: DifferentiateWith, x: Any, leaves: list[Any], treedef: Any, values: list[Any]) -> Any:
+        leaves, treedef = tree_flatten(_opened(x))
         positions = g.operand_positions(self, values)
         operands = [values[i] for i in positions]
         plain = [np.asarray(getval(leaf)) for leaf in leaves]
@@ -164,6 +166,17 @@ class AutogradHost(Host):
         site = _Site(g, call, [leaf.dtype for leaf in plain], len(operands))
         result = _value(site, *leaves, *operands)
         return output.unflatten(_unpacked(result, len(output.specs)))
+
+
+def _opened(x: Any) -> Any:
+    """``x`` with autograd's boxed containers (a dict or list of parameters under
+    ``autograd.grad``) opened into containers of boxed arrays."""
+    value = getval(x)
+    if isinstance(value, dict):
+        return {key: _opened(x[key]) for key in value}
+    if isinstance(value, (list, tuple)) and type(value) in (list, tuple):
+        return type(value)(_opened(x[i]) for i in range(len(value)))
+    return x
 
 
 HOST = AutogradHost()
