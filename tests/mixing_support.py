@@ -61,19 +61,20 @@ class Recorder:
 
 @contextlib.contextmanager
 def counting_preps() -> Iterator[dict[str, int]]:
-    """Count the preps ``DifferentiateWith`` makes, by operator."""
-    counts = {"pullback": 0, "pushforward": 0, "jacobian": 0}
-    originals = {name: getattr(di.mixing.calls, f"prepare_{name}") for name in counts}
+    """Count the preps ``DifferentiateWith`` makes, by operator (``"value"``: the
+    pushforward with no tangents whose value is ``f``'s)."""
+    counts = {"value": 0, "pullback": 0, "pushforward": 0, "jacobian": 0}
+    originals = {name: getattr(di.mixing.calls, f"prepare_{name}") for name in ("pullback", "pushforward", "jacobian")}
 
     def counted(name: str) -> Callable[..., Any]:
         def prepare(*args: Any, **kwargs: Any) -> Any:
-            counts[name] += 1
+            counts["value" if name == "pushforward" and not args[3] else name] += 1
             return originals[name](*args, **kwargs)
 
         return prepare
 
     try:
-        for name in counts:
+        for name in originals:
             setattr(di.mixing.calls, f"prepare_{name}", counted(name))
         yield counts
     finally:

@@ -202,8 +202,12 @@ def test_values_of_two_engines_are_refused() -> None:
     torch = pytest.importorskip("torch")
     jnp = pytest.importorskip("jax.numpy")
     g = di.DifferentiateWith(loss, di.AutoFiniteDiff())
-    with pytest.raises(di.DIError, match="two engines"):
-        g(torch.tensor(X), jnp.asarray(DATA))
+    with pytest.raises(di.DIError, match="two engines, PyTorch and JAX"):
+        g({"a": torch.tensor(X), "b": jnp.asarray(X)}, DATA)
+    mixed = di.DifferentiateWith(loss, di.AutoTorch(), di.Constant(torch.tensor(DATA)))  # f's own data: fine
+    import jax
+
+    close(jax.grad(mixed)(jnp.asarray(X)), jax.grad(loss)(jnp.asarray(X), jnp.asarray(DATA)), 1e-4, 1e-5)
 
 
 def test_one_prep_serves_every_call_of_a_signature_inside_autograd() -> None:
@@ -216,4 +220,4 @@ def test_one_prep_serves_every_call_of_a_signature_inside_autograd() -> None:
                 di.gradient(loss, di.AutoFiniteDiff(), X + shift, di.Constant(DATA)),
                 1e-6,
             )
-    assert counts == {"pullback": 1, "pushforward": 0, "jacobian": 0}
+    assert counts == {"value": 1, "pullback": 1, "pushforward": 0, "jacobian": 0}

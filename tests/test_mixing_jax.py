@@ -146,7 +146,7 @@ def test_a_jacobian_shaped_use_asks_autosparse_for_one_sparse_jacobian() -> None
     with counting_preps() as counts:
         close(jax.jacfwd(g)(f32(X)), jax.jacfwd(wave)(f32(X)), RTOL, ATOL)
         close(jax.jacrev(g)(f32(X)), jax.jacrev(wave)(f32(X)), RTOL, ATOL)
-    assert counts == {"pullback": 0, "pushforward": 0, "jacobian": 1}
+    assert counts["pullback"] == counts["pushforward"] == 0 and counts["jacobian"] == 1
 
 
 def test_a_numpy_black_box_with_finite_differences_inside_jax_grad() -> None:

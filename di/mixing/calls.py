@@ -31,11 +31,11 @@ from di.backends.registry import get_adapter, get_strategy
 from di.backends.selectors import AbstractBackend, AutoSparse
 from di.contexts import Constant, Context
 from di.errors import InvalidInputError
-from di.families import converter, family_of, get_family, is_floating_dtype
+from di.families import converter, family_of, get_family, identity, is_floating_dtype
 from di.namespace import array_namespace
 from di.operators.jacobian import jacobian, prepare_jacobian
 from di.operators.pullback import prepare_pullback, pullback
-from di.operators.pushforward import prepare_pushforward, pushforward
+from di.operators.pushforward import prepare_pushforward, pushforward, value_and_pushforward
 from di.prep.base import Prep
 from di.pytrees import is_pytree, tree_flatten, tree_map, tree_unflatten
 
@@ -112,7 +112,8 @@ def engine_family(backend: AbstractBackend) -> str:
 def handover(value: Any, family: str) -> Any:
     """An array of any family as an array of ``family``, for reading only: by
     DLPack between two libraries that speak it (zero-copy where they allow it),
-    as a NumPy view when NumPy is the target, else through the family hub.
+    as a NumPy view when NumPy is the target, else through the family hub. The
+    conversion is chosen once per class of ``value`` (it runs on every call).
 
     Examples:
         >>> import numpy as np
@@ -121,23 +122,43 @@ def handover(value: Any, family: str) -> Any:
         >>> handover(a, "numpy") is a
         True
     """
-    source = family_of(value)
+    key = (value.__class__, family)
+    convert = _HANDOVERS.get(key)
+    if convert is None:
+        convert = _HANDOVERS[key] = _handover(family_of(value), family)
+    return convert(value)
+
+
+_HANDOVERS: dict[tuple[type, str], Callable[[Any], Any]] = {}
+
+
+def _handover(source: str | None, family: str) -> Callable[[Any], Any]:
     if source is None or source == family:
-        return value
+        return identity
+    hub = converter(source, family)
+    if source == "numpy":
+        return hub
+    shared = get_family(source).dlpack_source
     if family == "numpy":
-        return np.asarray(get_family(source).dlpack_source(value))
-    if source != "numpy":
-        target = get_family(family)
-        shared = get_family(source).dlpack_source(value)
+
+        def view(value: Any) -> Any:
+            try:
+                return np.asarray(shared(value))
+            except (TypeError, RuntimeError):  # an array on an accelerator: the hub copies it to the host
+                return hub(value)
+
+        return view
+    target = get_family(family)
+    from_dlpack = target.namespace().from_dlpack
+
+    def by_dlpack(value: Any) -> Any:
         try:
-            result = target.from_dlpack(shared)
-            if result is NotImplemented:
-                with target.scope((value.dtype,)):
-                    result = target.namespace().from_dlpack(shared)
-            return result
+            with target.scope((value.dtype,)):  # JAX keeps 64-bit dtypes only inside its x64 scope
+                return from_dlpack(shared(value))
         except (TypeError, ValueError, RuntimeError, BufferError, AttributeError):
-            pass  # a library or a layout DLPack does not take: the hub copies
-    return converter(source, family)(value)
+            return hub(value)  # a library or a layout DLPack does not take: the hub copies
+
+    return by_dlpack
 
 
 def to_family(value: Any, family: str) -> Any:
@@ -223,9 +244,21 @@ class Signature:
 
     # --- evaluating f -------------------------------------------------------------------------
 
+    def value(self, x_leaves: Sequence[Any], values: Sequence[Any]) -> Leaves:
+        """``f``'s output leaves at these arguments, in the inner engine's family, from
+        the backend's own program (compiled on a compiled backend): the value of a
+        pushforward prepared with no tangents."""
+        output = self.describe_output(x_leaves, values)
+        x, contexts = self.arguments(x_leaves, values)
+        f, _, unpack = self._differentiated(output)
+        prep = self._prep("pushforward", 0, lambda: prepare_pushforward(f, self.backend, x, (), *contexts))
+        y, _ = value_and_pushforward(f, prep, self.backend, x, (), *contexts)
+        return unpack(y)
+
     def evaluate(self, x_leaves: Sequence[Any], values: Sequence[Any]) -> Leaves:
-        """``f``'s output leaves at these arguments, in the inner engine's family (``f``
-        runs in that engine's scope: 64-bit dtypes kept)."""
+        """``f``'s output leaves at these arguments, called directly, in the inner
+        engine's family (``f`` runs in that engine's scope: 64-bit dtypes kept);
+        the first evaluation describes the output."""
         x, contexts = self.arguments(x_leaves, values)
         with get_family(self.family).scope([spec[1] for spec in self.x_specs]):
             y = self.f(x, *[c.value for c in contexts])
@@ -412,7 +445,7 @@ class Call:
 
     def value(self, x_leaves: Sequence[Any], operands: Sequence[Any]) -> Leaves:
         """``f``'s output leaves."""
-        return self.signature.evaluate(x_leaves, self.values(operands))
+        return self.signature.value(x_leaves, self.values(operands))
 
     def pullback(self, x_leaves: Sequence[Any], operands: Sequence[Any], cotangents: Sequence[Leaves]) -> list[Leaves]:
         """One list of ``x`` leaves per cotangent."""

@@ -27,7 +27,7 @@ from di.contexts import Constant, Context
 from di.errors import DIError, InvalidInputError
 from di.families import converter, family_of, get_family, spec_of
 from di.mixing.calls import Call, Signature, Spec, engine_backend, engine_family, to_family
-from di.prep.signature import check_contexts_wrapped
+from di.prep.signature import check_contexts_wrapped, describe_value
 from di.pytrees import tree_flatten, tree_map, tree_unflatten
 
 __all__ = ["DifferentiateWith", "Host", "host_of"]
@@ -180,7 +180,7 @@ class DifferentiateWith:
         self.__doc__ = getattr(f, "__doc__", None)
 
     def __repr__(self) -> str:
-        contexts = "".join(f", {c!r}" for c in self.contexts)
+        contexts = "".join(f", {type(c).__name__}({describe_value(c.value)})" for c in self.contexts)
         return f"DifferentiateWith({self.__name__}, {self.backend!r}{contexts})"
 
     # --- a call -------------------------------------------------------------------------------
@@ -212,26 +212,32 @@ class DifferentiateWith:
         return list(values)
 
     def _host(self, leaves: Sequence[Any], values: Sequence[Any]) -> Host | None:
-        """The host of the engine tracing this call (the first leaf of ``x``, or
-        context value, of an engine), after checking the others."""
+        """The host of the engine tracing this call: the one ``x``'s leaves belong to
+        (all the same); without one, the engine of a context value other than
+        ``f``'s own (an outer engine passing traced data)."""
         host: Host | None = None
-        for value in (*leaves, *values):
-            found = host_of(value)
+        for leaf in leaves:
+            found = host_of(leaf)
             if found is None:
-                family = family_of(value)
+                family = family_of(leaf)
                 if family not in (None, "numpy") and family != self.family:
                     raise DIError(
                         f"{self!r} was called with {get_family(family).display} arrays, an engine di cannot host it in "
-                        f"(it hosts {', '.join(sorted(_HOST_STEMS))}). Call it with NumPy arrays, or differentiate f "
-                        f"with di directly: di.gradient(f, {self.backend!r}, x)."
+                        f"(it hosts {', '.join(_HOST_STEMS)}). Call it with NumPy arrays, or differentiate f with di "
+                        f"directly: di.gradient(f, {self.backend!r}, x)."
                     )
-                continue
-            if host is not None and found is not host:
+            elif host is not None and found is not host:
                 raise DIError(
-                    f"{self!r} was called with values of two engines, {host.display} and {found.display}: give it the "
-                    f"values of the engine that differentiates it, and convert the others."
+                    f"{self!r} was called with an x holding values of two engines, {host.display} and "
+                    f"{found.display}: give it the values of the engine that differentiates it, and convert the others."
                 )
-            host = found
+            else:
+                host = found
+        if host is None:
+            for value in values:
+                found = host_of(value)
+                if found is not None and found.engine != self._engine:
+                    return found
         return host
 
     def _evaluate(self, x: Any, leaves: list[Any], treedef: Any, values: list[Any]) -> Any:
