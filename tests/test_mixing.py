@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 import pytest
 from extension_support import restored_registries
-from mixing_support import DATA, INPUTS, PARAMS, X, Recorder, close, counting_preps, layer, layer_mean, loss, wave
+from mixing_support import DATA, INPUTS, PARAMS, Recorder, X, close, counting_preps, layer, layer_mean, loss, wave
 
 import di
 from di.backends.selectors import available_backends
