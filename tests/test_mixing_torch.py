@@ -178,3 +178,13 @@ def test_a_derivative_with_respect_to_a_constant_is_refused() -> None:
         func.jacfwd(g, argnums=1)(t32(X), t32(DATA))
     with pytest.raises(di.InvalidInputError, match="context 1"):
         func.jvp(lambda d: g(t32(X), d), (t32(DATA),), (t32(DATA),))
+
+
+def test_torch_compile_of_a_vmap_and_the_refusal_inside_a_differentiating_transform() -> None:
+    w = di.DifferentiateWith(wave, di.AutoFiniteDiff())
+    batch = t32(BATCH)
+    close(torch.compile(func.vmap(w), fullgraph=True, backend="eager")(batch), func.vmap(wave)(batch), RTOL, ATOL)
+    g = di.DifferentiateWith(loss, di.AutoFiniteDiff(), di.Constant(t32(DATA)))
+    # dynamo wraps the di error it meets while tracing; its message is the di error's
+    with pytest.raises(Exception, match=r"inside a torch\.func grad transform.*outside torch\.compile"):
+        torch.compile(func.grad(g), fullgraph=True, backend="eager")(t32(X))

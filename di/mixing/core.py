@@ -39,10 +39,14 @@ class Host:
     Attributes:
         engine: the engine's module, as its selectors name it (their ``engine``).
         display: the engine's name as people write it, for messages.
+        classes: classes of the engine's values known when the host is imported
+            (recognised from then on by a dictionary lookup, which a compiler
+            tracing ``g`` follows without a guard on anything else).
     """
 
     engine: ClassVar[str] = ""
     display: ClassVar[str] = ""
+    classes: tuple[type, ...] = ()
 
     def owns(self, value: Any) -> bool:
         """Whether ``value`` is one of this engine's values (traced or not)."""
@@ -106,6 +110,8 @@ def loaded_hosts() -> list[Host]:
             module = sys.modules.get(f"{__package__}.{stem}")
             if module is None:
                 module = importlib.import_module(f"{__package__}.{stem}")
+                for cls in module.HOST.classes:
+                    _HOST_BY_CLASS[cls] = module.HOST
             hosts.append(module.HOST)
     return hosts
 

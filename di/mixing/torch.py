@@ -204,6 +204,7 @@ class TorchHost(Host):
 
     engine = "torch"
     display = "PyTorch"
+    classes = (torch.Tensor, torch.nn.Parameter)
 
     def owns(self, value: Any) -> bool:
         return isinstance(value, torch.Tensor)
@@ -220,7 +221,8 @@ class TorchHost(Host):
         operand_specs = {i: (tuple(values[i].shape), str(values[i].dtype).removeprefix("torch.")) for i in positions}
         call = g.call_for(treedef, x_specs, values, operand_specs)
         site = _Site(g, call, [leaf.dtype for leaf in leaves], leaves[0].device, len(operands))
-        return call.output().unflatten(list(_Value.apply(site, *leaves, *operands)))
+        outputs = _Value.apply(site, *leaves, *operands)  # f's first run describes its output
+        return call.output().unflatten(list(outputs))
 
 
 HOST = TorchHost()
@@ -261,7 +263,27 @@ def _output_spec(key: int) -> Any:
     return torch_pytree.tree_flatten(output.unflatten([0] * len(output.specs)))[1]
 
 
+@torch._dynamo.assume_constant_result
+def _refusal(g: DifferentiateWith) -> str:
+    """Why the traced call cannot be compiled (run at tracing, as a constant), or
+    ``""``: inside a torch.func transform that differentiates (``grad``, ``jvp``...),
+    a custom operator has no derivative torch.func can use."""
+    interpreter = torch._C._functorch.peek_interpreter_stack()
+    kind = "" if interpreter is None else str(interpreter.key()).rsplit(".", 1)[-1]
+    if kind in ("", "Vmap", "Functionalize"):
+        return ""
+    return (
+        f"{g!r} under torch.compile inside a torch.func {kind.lower()} transform: PyTorch keeps g one opaque "
+        f"operator of the compiled graph, and torch.func cannot differentiate such an operator. Apply the transform "
+        f"outside torch.compile, or compile the function and differentiate it with .backward() or "
+        f"torch.autograd.grad."
+    )
+
+
 def _compiled(g: DifferentiateWith, x: Any, values: list[Any]) -> Any:
+    refusal = _refusal(g)
+    if refusal:
+        raise UnsupportedOperatorError(refusal)
     leaves, spec = torch_pytree.tree_flatten(x)
     positions = tuple(g.operand_positions(HOST, values))
     operands = [values[i] for i in positions]
@@ -318,5 +340,19 @@ def _pullback_backward(ctx: Any, cotangents: list[Any]) -> Any:
     raise _second_order(_COMPILED[ctx.key])
 
 
+def _looped(op: Any) -> Any:
+    """The vmap rule of an operator on a list of tensors: one call per element of the batch."""
+
+    def rule(info: Any, in_dims: Any, tensors: list[Any], key: int) -> Any:
+        front = _front(tensors, in_dims[0], info.batch_size)
+        rows = [op([t[i] for t in front], key) for i in range(info.batch_size)]
+        outputs = [torch.stack(column) for column in zip(*rows)]
+        return outputs, [0] * len(outputs)
+
+    return rule
+
+
 _value_op.register_autograd(_value_backward, setup_context=_value_context)
 _pullback_op.register_autograd(_pullback_backward, setup_context=_value_context)
+_value_op.register_vmap(_looped(torch.ops.di_mixing.value))
+_pullback_op.register_vmap(_looped(torch.ops.di_mixing.pullback))
