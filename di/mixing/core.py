@@ -207,8 +207,6 @@ class DifferentiateWith:
         if not values:
             return [c.value for c in self.contexts]
         if not self.contexts:
-            if len(self._kinds) != len(values):
-                self._kinds = tuple((Constant, None) for _ in values)
             return list(values)
         if len(values) != len(self.contexts):
             raise InvalidInputError(
@@ -216,6 +214,11 @@ class DifferentiateWith:
                 f"declared values); it was given {len(values)}."
             )
         return list(values)
+
+    def _kinds_of(self, count: int) -> tuple[tuple[type[Context], bool | None], ...]:
+        """Each context's class and ``static`` option: as declared, or, without
+        declared contexts, ``count`` Constants."""
+        return self._kinds if self.contexts else ((Constant, None),) * count
 
     def _host(self, leaves: Sequence[Any], values: Sequence[Any]) -> Host | None:
         """The host of the engine tracing this call: the one ``x``'s leaves belong to
@@ -289,7 +292,8 @@ class DifferentiateWith:
             with self._lock:
                 signature = self._signatures.get(key)
                 if signature is None:
-                    signature = Signature(self.f, self.backend, self._kinds, treedef, x_specs, operand_specs)
+                    kinds = self._kinds_of(len(values))
+                    signature = Signature(self.f, self.backend, kinds, treedef, x_specs, operand_specs)
                     self._signatures[key] = signature
         captured = [None if i in operand_specs else v for i, v in enumerate(values)]
         return Call(signature, captured, sorted(operand_specs))
@@ -299,7 +303,7 @@ class DifferentiateWith:
         whose value is one of the host engine's arrays."""
         return [
             i
-            for i, ((kind, static), value) in enumerate(zip(self._kinds, values))
+            for i, ((kind, static), value) in enumerate(zip(self._kinds_of(len(values)), values))
             if kind is Constant and static is not True and host.owns(value)
         ]
 

@@ -235,6 +235,15 @@ def _function(site: _Site) -> Any:
     return g
 
 
+def _as_jax_outputs(leaves: Sequence[Any], output: Any) -> list[Any]:
+    """Inner-engine output leaves as NumPy arrays of the dtypes JAX gives them."""
+    canonical = jax.dtypes.canonicalize_dtype
+    return [
+        np.asarray(handover(leaf, "numpy"), dtype=canonical(np.dtype(dtype)))
+        for leaf, (_, dtype) in zip(leaves, output.specs)
+    ]
+
+
 class JaxHost(Host):
     """``g`` inside JAX's transforms (see the module's description)."""
 
@@ -255,7 +264,8 @@ class JaxHost(Host):
         if not any(isinstance(v, tracer) for v in (*leaves, *operands)):  # concrete: g is f
             family = call.family
             results = call.value([handover(v, family) for v in leaves], [handover(v, family) for v in operands])
-            return call.output().unflatten([jnp.asarray(np.asarray(leaf)) for leaf in results])
+            arrays = _as_jax_outputs(results, call.output())
+            return call.output().unflatten([jnp.asarray(a) for a in arrays])
         output = call.output()
         canonical = jax.dtypes.canonicalize_dtype
         y_avals = [jax.core.ShapedArray(shape, canonical(np.dtype(dtype))) for shape, dtype in output.specs]
