@@ -23,7 +23,7 @@ import torch
 from di.backends import fallbacks
 from di.backends.aux import split_output
 from di.backends.compile import static_argnums
-from di.backends.outputs import check_output
+from di.backends.outputs import check_output, translated
 from di.backends.protocol import Programs
 from di.backends.torch.common import REVERSE_RULES, TorchBase, detached, leaf, like, normal_tensors, recording
 from di.contexts import Cache, Context
@@ -98,6 +98,7 @@ class Reverse:
         accept = _ACCEPTS.get(operator)
         scalar = operator in ("gradient", "hvp")
         tensor, is_grad_enabled, lead = torch.Tensor, torch.is_grad_enabled, 1 if with_tangents else 0
+        conversions = REVERSE_RULES.conversion_errors
 
         def run(x: Any, *args: Any) -> Any:
             # the hot path of a gradient: what a careful torch user writes, and little else
@@ -118,6 +119,11 @@ class Reverse:
                 if y.__class__ is not tensor or not y.requires_grad or (accept is not None and not accept(y)):
                     y = check_output(y, differentiated, backend, operator, REVERSE_RULES)
                 result = backward(y, differentiated, cotangents)
+            except conversions as err:  # torch refused NumPy inside f: say why
+                di_error = translated(err, backend, operator, REVERSE_RULES)
+                if di_error is err:
+                    raise
+                raise di_error from err
             finally:
                 if caches:
                     for i in caches:
