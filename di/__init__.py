@@ -10,20 +10,11 @@ Examples:
     array([2., 4., 6.])
 """
 
-from di.backends.registry import register_backend
-from di.backends.selectors import (
-    AbstractBackend,
-    AutoAutograd,
-    AutoFastest,
-    AutoFiniteDiff,
-    AutoJAX,
-    AutoSparse,
-    AutoTorch,
-    SecondOrder,
-    available_backends,
-    backend,
-)
-from di.backends.sparsity import DenseSparsity, KnownSparsity, SparsitySource, TracerSparsity
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from di.contexts import Cache, Constant, Context
 from di.errors import (
     BackendNotInstalledError,
@@ -37,23 +28,137 @@ from di.errors import (
     UnsupportedContextError,
     UnsupportedOperatorError,
 )
-from di.families import Family, register_family
-from di.namespace import array_namespace
-from di.operators.derivative import derivative, prepare_derivative, value_and_derivative
-from di.operators.gradient import gradient, prepare_gradient, value_and_gradient
-from di.operators.hessian import hessian, prepare_hessian, value_gradient_and_hessian
-from di.operators.hvp import gradient_and_hvp, hvp, prepare_hvp, prepare_hvp_same_point
-from di.operators.jacobian import jacobian, prepare_jacobian, value_and_jacobian
-from di.operators.pullback import prepare_pullback, prepare_pullback_same_point, pullback, value_and_pullback
-from di.operators.pushforward import prepare_pushforward, pushforward, value_and_pushforward
-from di.operators.second_derivative import (
-    prepare_second_derivative,
-    second_derivative,
-    value_derivative_and_second_derivative,
-)
-from di.prep.base import Prep
+
+if TYPE_CHECKING:
+    from di.backends.registry import (
+        register_backend,
+    )
+    from di.backends.selectors import (
+        AbstractBackend,
+        AutoAutograd,
+        AutoFastest,
+        AutoFiniteDiff,
+        AutoJAX,
+        AutoSparse,
+        AutoTorch,
+        SecondOrder,
+        available_backends,
+        backend,
+    )
+    from di.backends.sparsity import (
+        DenseSparsity,
+        KnownSparsity,
+        SparsitySource,
+        TracerSparsity,
+    )
+    from di.families import (
+        Family,
+        register_family,
+    )
+    from di.mixing import (
+        DifferentiateWith,
+    )
+    from di.namespace import (
+        array_namespace,
+    )
+    from di.operators.derivative import (
+        derivative,
+        prepare_derivative,
+        value_and_derivative,
+    )
+    from di.operators.gradient import (
+        gradient,
+        prepare_gradient,
+        value_and_gradient,
+    )
+    from di.operators.hessian import (
+        hessian,
+        prepare_hessian,
+        value_gradient_and_hessian,
+    )
+    from di.operators.hvp import (
+        gradient_and_hvp,
+        hvp,
+        prepare_hvp,
+        prepare_hvp_same_point,
+    )
+    from di.operators.jacobian import (
+        jacobian,
+        prepare_jacobian,
+        value_and_jacobian,
+    )
+    from di.operators.pullback import (
+        prepare_pullback,
+        prepare_pullback_same_point,
+        pullback,
+        value_and_pullback,
+    )
+    from di.operators.pushforward import (
+        prepare_pushforward,
+        pushforward,
+        value_and_pushforward,
+    )
+    from di.operators.second_derivative import (
+        prepare_second_derivative,
+        second_derivative,
+        value_derivative_and_second_derivative,
+    )
+    from di.prep.base import (
+        Prep,
+    )
 
 __version__ = "0.1.0"
+
+_LAZY: dict[str, str] = {
+    "register_backend": "di.backends.registry",
+    "AbstractBackend": "di.backends.selectors",
+    "AutoAutograd": "di.backends.selectors",
+    "AutoFastest": "di.backends.selectors",
+    "AutoFiniteDiff": "di.backends.selectors",
+    "AutoJAX": "di.backends.selectors",
+    "AutoSparse": "di.backends.selectors",
+    "AutoTorch": "di.backends.selectors",
+    "SecondOrder": "di.backends.selectors",
+    "available_backends": "di.backends.selectors",
+    "backend": "di.backends.selectors",
+    "DenseSparsity": "di.backends.sparsity",
+    "KnownSparsity": "di.backends.sparsity",
+    "SparsitySource": "di.backends.sparsity",
+    "TracerSparsity": "di.backends.sparsity",
+    "Family": "di.families",
+    "register_family": "di.families",
+    "DifferentiateWith": "di.mixing",
+    "array_namespace": "di.namespace",
+    "derivative": "di.operators.derivative",
+    "prepare_derivative": "di.operators.derivative",
+    "value_and_derivative": "di.operators.derivative",
+    "gradient": "di.operators.gradient",
+    "prepare_gradient": "di.operators.gradient",
+    "value_and_gradient": "di.operators.gradient",
+    "hessian": "di.operators.hessian",
+    "prepare_hessian": "di.operators.hessian",
+    "value_gradient_and_hessian": "di.operators.hessian",
+    "gradient_and_hvp": "di.operators.hvp",
+    "hvp": "di.operators.hvp",
+    "prepare_hvp": "di.operators.hvp",
+    "prepare_hvp_same_point": "di.operators.hvp",
+    "jacobian": "di.operators.jacobian",
+    "prepare_jacobian": "di.operators.jacobian",
+    "value_and_jacobian": "di.operators.jacobian",
+    "prepare_pullback": "di.operators.pullback",
+    "prepare_pullback_same_point": "di.operators.pullback",
+    "pullback": "di.operators.pullback",
+    "value_and_pullback": "di.operators.pullback",
+    "prepare_pushforward": "di.operators.pushforward",
+    "pushforward": "di.operators.pushforward",
+    "value_and_pushforward": "di.operators.pushforward",
+    "prepare_second_derivative": "di.operators.second_derivative",
+    "second_derivative": "di.operators.second_derivative",
+    "value_derivative_and_second_derivative": "di.operators.second_derivative",
+    "Prep": "di.prep.base",
+}
+"""Where each public name is defined: imported on first use, so that ``import di``
+costs next to nothing (and imports no engine)."""
 
 __all__ = [
     "AbstractBackend",
@@ -69,6 +174,7 @@ __all__ = [
     "Context",
     "DIError",
     "DenseSparsity",
+    "DifferentiateWith",
     "Family",
     "InvalidInputError",
     "InvalidOutputError",
@@ -102,10 +208,10 @@ __all__ = [
     "prepare_pullback_same_point",
     "prepare_pushforward",
     "prepare_second_derivative",
-    "register_backend",
-    "register_family",
     "pullback",
     "pushforward",
+    "register_backend",
+    "register_family",
     "second_derivative",
     "value_and_derivative",
     "value_and_gradient",
@@ -115,3 +221,20 @@ __all__ = [
     "value_derivative_and_second_derivative",
     "value_gradient_and_hessian",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    """A public name (or a subpackage) of ``di``, imported on its first use."""
+    module = _LAZY.get(name)
+    if module is None:
+        try:
+            return importlib.import_module(f"{__name__}.{name}")
+        except ModuleNotFoundError:
+            raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # later lookups find it directly
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

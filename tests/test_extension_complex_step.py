@@ -87,32 +87,6 @@ class ComplexStepAdapter(Adapter):
 
         return {"pushforward": pushforward, "value_and_pushforward": value_and_pushforward}
 
-    # The fallbacks would build second order by a complex step through a complex step, whose
-    # inner real part is all they see: zeros. Refuse it, at preparation, and say so in support().
-
-    def prepare_hvp_programs(
-        self, f: Callable[..., Any], x: Any, tx: Sequence[Any], contexts: Sequence[di.Context]
-    ) -> Programs:
-        raise self.first_order_only("hvp")
-
-    def prepare_hessian_programs(self, f: Callable[..., Any], x: Any, contexts: Sequence[di.Context]) -> Programs:
-        raise self.first_order_only("hessian")
-
-    def prepare_second_derivative_programs(
-        self, f: Callable[..., Any], x: Any, contexts: Sequence[di.Context]
-    ) -> Programs:
-        raise self.first_order_only("second_derivative")
-
-    def first_order_only(self, operator: str) -> di.UnsupportedOperatorError:
-        return di.UnsupportedOperatorError(
-            f"{self.backend!r} cannot compute {operator}: a complex step through a complex step loses the "
-            f"second derivative. Use di.SecondOrder(di.AutoFiniteDiff(), {self.backend!r})."
-        )
-
-    @classmethod
-    def support(cls) -> dict[str, str]:
-        return {**super().support(), **dict.fromkeys(SECOND_ORDER, "unsupported")}
-
 
 # docs excerpt end: engine
 
@@ -150,7 +124,7 @@ def test_every_first_order_default_scenario_passes_and_the_rest_is_refused_up_fr
     ran = {result.scenario for result in report.passed}
     for scenario in scenarios:
         if scenario.operator in SECOND_ORDER:
-            reason = "first_order_only"
+            reason = "second order"
         elif scenario.has_aux:
             reason = "has_aux"
         else:

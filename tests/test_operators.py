@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 import di
-from di.backends.protocol import Adapter, Programs
+from di.backends.protocol import Adapter, Capabilities, Programs
 from di.backends.registry import get_adapter, register_backend
 from di.contexts import Context
 
@@ -392,7 +392,8 @@ class OnlyVJP(di.AbstractBackend):
 
 
 class JVPAdapter(Adapter):
-    family = "jax"
+    # JAX traces its own programs: second order may nest them (hvp, hessian, second derivative)
+    capabilities = Capabilities(family="jax", differentiates="own")
 
     def prepare_pushforward_programs(
         self, f: Callable[..., Any], x: Any, tx: Sequence[Any], contexts: Sequence[Context]
@@ -407,7 +408,7 @@ class JVPAdapter(Adapter):
 
 
 class VJPAdapter(Adapter):
-    family = "jax"
+    capabilities = Capabilities(family="jax", differentiates="own")
 
     def prepare_pullback_programs(
         self, f: Callable[..., Any], x: Any, ty: Sequence[Any], contexts: Sequence[Context]

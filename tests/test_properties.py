@@ -464,8 +464,13 @@ def test_hvp_every_backend_agrees_with_finite_differences(case: Case) -> None:
         check_like(hv, case.structure, case, what)
         rtol, atol = tolerance(backend, case, "hvp")
         # Finite differences of finite-difference gradients: rounding of f (a sum of many terms) divided
-        # by two steps; measured worst ~5e-8 |f(x)| (n = 1000, |f| ~ 1500).
-        scale = max(g_scale, 1e-2 * f_scale) if isinstance(backend, di.AutoFiniteDiff) else 0.0
+        # by two steps; measured worst ~5e-8 |f(x)| (n = 1000, |f| ~ 1500). In float32, an hvp is rounded
+        # at the size of the gradient's terms: a saturated tanh's 1 - tanh**2 keeps ~1e-7 of them, which
+        # hypothesis found as a 2% error on an hvp entry of 1.6e-6 (JAX, gradient ~1).
+        if isinstance(backend, di.AutoFiniteDiff):
+            scale = max(g_scale, 1e-2 * f_scale)
+        else:
+            scale = g_scale if any(leaf.dtype == np.float32 for leaf in case.numpy_leaves) else 0.0
         assert_agree(flat(hv, x64).reshape(-1), exact, rtol, atol, what, scale)
 
 

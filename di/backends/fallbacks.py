@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from di.backends.protocol import AUX_FAMILIES, Adapter, Programs
+from di.backends.protocol import AUX_FAMILIES, SECOND_ORDER_FAMILIES, Adapter, Programs
 from di.contexts import Constant, Context
 from di.errors import UnsupportedOperatorError
 from di.families import converter, family_of, get_family
@@ -430,6 +430,17 @@ def hvp_same_point_programs(
     return {"hvp": hvp, "gradient_and_hvp": gradient_and_hvp}
 
 
+def _can_nest(adapter: Adapter, operator: str) -> bool:
+    """Whether the fallback of ``operator`` can be built: second order from first
+    order needs an engine that differentiates its own programs, unless a native
+    second-order program it builds on (hvp for the hessian) is there."""
+    if operator not in SECOND_ORDER_FAMILIES and operator != "hvp_same_point":
+        return True
+    if operator in ("hessian", "hvp_same_point") and (adapter.has_native("hvp") or adapter.has_native("hessian")):
+        return True
+    return adapter.differentiates_programs_of(adapter)
+
+
 FALLBACKS: dict[str, Callable[..., Programs]] = {
     "pushforward": pushforward_programs,
     "pullback": pullback_programs,
@@ -506,5 +517,12 @@ def programs(
     if not adapter.has_primitive():
         raise UnsupportedOperatorError(
             f"{adapter.backend!r} does not implement {operator}, nor a pushforward or pullback to build it from."
+        )
+    if not _can_nest(adapter, operator):
+        raise UnsupportedOperatorError(
+            f"{adapter.backend!r} cannot compute {operator}: its engine cannot differentiate its own first-order "
+            f"programs, from which {operator} would be built (nesting it in itself would give a wrong second "
+            f"derivative). Use di.SecondOrder(di.AutoFiniteDiff(), {adapter.backend!r}), or implement "
+            f"prepare_{operator}_programs on its adapter."
         )
     return FALLBACKS[operator](adapter, *arguments, **options)

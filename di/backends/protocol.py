@@ -60,6 +60,10 @@ __all__ = [
 Program = Callable[..., Any]
 Programs = dict[str, Program]
 
+SECOND_ORDER_FAMILIES = frozenset({"hvp", "hessian", "second_derivative"})
+"""The operator families the fallbacks build by differentiating the engine's own
+first-order programs."""
+
 AUX_FAMILIES = frozenset({"derivative", "gradient", "jacobian", "pushforward", "pullback"})
 """The operator families that take ``has_aux`` (auxiliary outputs of ``f``)."""
 
@@ -150,9 +154,19 @@ class Capabilities:
         return "pushforward" in self.native or "pullback" in self.native
 
     def support(self) -> dict[str, str]:
-        """For each operator family: ``"native"``, ``"fallback"`` or ``"unsupported"``."""
+        """For each operator family: ``"native"``, ``"fallback"`` or ``"unsupported"``.
+        The second-order fallbacks differentiate the engine's own first-order
+        programs, so they need an engine that does (``differentiates`` other
+        than ``"none"``)."""
         fallback = "fallback" if self.has_primitive else "unsupported"
-        return {family: "native" if family in self.native else fallback for family in OPERATOR_FAMILIES}
+        nested = fallback if self.differentiates != "none" else "unsupported"
+        support = {
+            family: "native" if family in self.native else nested if family in SECOND_ORDER_FAMILIES else fallback
+            for family in OPERATOR_FAMILIES
+        }
+        if support["hessian"] == "unsupported" and "hvp" in self.native:
+            support["hessian"] = "fallback"  # the hvps of the unit tangents
+        return support
 
     def pytrees_when(self, compiled: bool) -> frozenset[str]:
         """The operator families taking a pytree ``x`` natively, eager or compiled."""

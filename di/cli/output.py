@@ -10,6 +10,8 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+from di.plan import format_seconds
+
 __all__ = ["Output", "Progress", "count_cell", "number", "seconds", "short", "write_json"]
 
 TEXT_COLUMNS = ("error", "note", "notes")
@@ -137,20 +139,15 @@ class Progress:
 
 
 def seconds(value: float | None) -> str:
-    """A duration for tables: ``"8.1 us"``, ``"2.35 ms"``, ``"1.20 s"``; ``"-"`` when unknown.
+    """A duration for tables: ``"8.1 us"``, ``"2.35 ms"``, ``"1.20 s"``; ``"-"`` when unknown
+    (the plan tables' format, :func:`di.plan.format_seconds`).
 
     Examples:
         >>> from di.cli.output import seconds
         >>> seconds(8.1e-6), seconds(None)
         ('8.1 us', '-')
     """
-    if value is None or math.isnan(value):
-        return "-"
-    if value < 1e-3:
-        return f"{value * 1e6:.1f} us"
-    if value < 1:
-        return f"{value * 1e3:.2f} ms"
-    return f"{value:.2f} s"
+    return format_seconds(value)
 
 
 def number(value: float | None) -> str:

@@ -159,13 +159,26 @@ def scalar_to_tensor(dtype: Any) -> Callable[[Any], Any]:
     return to_tensor
 
 
+_FOREIGN = (
+    ("Concatenation operation is not implemented for NumPy arrays", "closure"),  # data + x
+    ("Can't call numpy() on Tensor that requires grad", "either"),  # np.sin(x), x * data
+    ("Cannot access data pointer of Tensor that doesn't have storage", "either"),  # the same in torch.func
+)
+"""torch's refusals of NumPy inside ``f``, and what each says ``f`` did."""
+
+
 class _Rules(OutputRules):
     """torch outputs: tensors; traced from ``x`` as the transform records it."""
 
     traces = True
+    conversion_errors = (RuntimeError, TypeError)  # torch's refusals of NumPy (_FOREIGN)
 
     def accepts_array(self, y: Any) -> bool:
         return isinstance(y, torch.Tensor) and y.is_floating_point()
+
+    def foreign_cause(self, error: BaseException) -> str:
+        text = str(error)
+        return next((cause for marker, cause in _FOREIGN if marker in text), "")
 
 
 class _ReverseRules(_Rules):

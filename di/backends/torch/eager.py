@@ -23,7 +23,7 @@ import torch
 from di.backends import fallbacks
 from di.backends.aux import split_output
 from di.backends.compile import static_argnums
-from di.backends.outputs import check_output
+from di.backends.outputs import check_output, translated
 from di.backends.protocol import Programs
 from di.backends.torch.common import (
     REVERSE_RULES,
@@ -151,6 +151,7 @@ class Reverse:
         tensor, is_grad_enabled, lead = torch.Tensor, torch.is_grad_enabled, 1 if with_tangents else 0
         plain_x = not tree and to_torch_x is identity and not has_aux and not with_value
         is_compiling, transforms_active = dynamo_compiling, torch._C._are_functorch_transforms_active
+        conversions = REVERSE_RULES.conversion_errors
 
         def call(x: Any, cotangents: Any, values: Sequence[Any], connect: bool) -> Any:
             if tree:
@@ -168,6 +169,11 @@ class Reverse:
                 if y.__class__ is not tensor or not y.requires_grad or (accept is not None and not accept(y)):
                     y = check_output(y, differentiated, backend, operator, REVERSE_RULES)
                 result = backward(y, differentiated, cotangents, connect)
+            except conversions as err:  # torch refused NumPy inside f: say why
+                di_error = translated(err, backend, operator, REVERSE_RULES)
+                if di_error is err:
+                    raise
+                raise di_error from err
             finally:
                 if caches:
                     for i in caches:
@@ -199,10 +205,16 @@ class Reverse:
             if traced is not None and (is_compiling() or transforms_active()):
                 return traced(x, *args)
             argument = leaf(x)
-            y = f(argument)
-            if y.__class__ is not tensor or not y.requires_grad or (accept is not None and not accept(y)):
-                y = check_output(y, argument, backend, operator, REVERSE_RULES)
-            return backward(y, argument, args[0] if lead else None, False)
+            try:
+                y = f(argument)
+                if y.__class__ is not tensor or not y.requires_grad or (accept is not None and not accept(y)):
+                    y = check_output(y, argument, backend, operator, REVERSE_RULES)
+                return backward(y, argument, args[0] if lead else None, False)
+            except conversions as err:  # torch refused NumPy inside f: say why
+                di_error = translated(err, backend, operator, REVERSE_RULES)
+                if di_error is err:
+                    raise
+                raise di_error from err
 
         return run_plain if plain_x and not caches else run
 
