@@ -56,6 +56,9 @@ if TYPE_CHECKING:
         Family,
         register_family,
     )
+    from di.mixing import (
+        DifferentiateWith,
+    )
     from di.namespace import (
         array_namespace,
     )
@@ -126,6 +129,7 @@ _LAZY: dict[str, str] = {
     "TracerSparsity": "di.backends.sparsity",
     "Family": "di.families",
     "register_family": "di.families",
+    "DifferentiateWith": "di.mixing",
     "array_namespace": "di.namespace",
     "derivative": "di.operators.derivative",
     "prepare_derivative": "di.operators.derivative",
@@ -172,6 +176,7 @@ __all__ = [
     "Context",
     "DIError",
     "DenseSparsity",
+    "DifferentiateWith",
     "Family",
     "InvalidInputError",
     "InvalidOutputError",

@@ -121,3 +121,37 @@ def test_script_entry_point_help() -> None:
     )
     assert done.returncode == 0, done.stderr
     assert re.search(r"--quick", done.stdout)
+
+
+def test_the_mixing_bench_runs_and_reports_every_row(tmp_path: Path) -> None:
+    """``python -m bench.mixing`` on one small size, without wrap-torch2jax (whose
+    C++ extension takes a minute to build): every row, positive times."""
+    pytest.importorskip("jax")
+    pytest.importorskip("torch")
+    output = tmp_path / "mixing.md"
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "bench.mixing",
+            "--sizes",
+            "20",
+            "--runs",
+            "1",
+            "--budget",
+            "0.05",
+            "--skip-wrap",
+            "--out",
+            str(output),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = output.read_text()
+    for title in ("A torch loss inside", "A JAX loss inside torch"):
+        rows = [row for row in _section(report, title) if not row[0].startswith("-")]
+        assert len(rows) == 1 and rows[0][0] == "20"
+        assert _ns(rows[0][1]) > 0 and _ns(rows[0][3]) > 0

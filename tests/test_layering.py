@@ -29,7 +29,7 @@ ARCHITECTURE_PAGE = ROOT / "docs" / "architecture.md"
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("command line", ("di/__main__.py", "di/cli/")),
     ("testing", ("di/testing/",)),
-    ("public API", ("di/__init__.py", "di/namespace.py", "di/_autograd_namespace.py")),
+    ("public API", ("di/__init__.py", "di/namespace.py", "di/_autograd_namespace.py", "di/mixing/")),
     ("operators", ("di/operators/",)),
     ("strategies", ("di/sparse/", "di/second_order/", "di/fastest/", "di/plan.py")),
     ("backends", ("di/backends/",)),

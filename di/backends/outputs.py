@@ -40,12 +40,14 @@ __all__ = [
     "check_output",
     "checking",
     "describe_output",
+    "foreign_code_error",
     "is_one_element",
     "is_real_floating_array",
     "is_real_scalar",
     "output_leaf_shapes",
     "raise_bad_output",
     "raise_untraced_output",
+    "translated",
     "untraced_output_error",
 ]
 
@@ -227,6 +229,71 @@ def untraced_output_error(y: Any, backend: AbstractBackend, operator: str, cause
     )
 
 
+_FOREIGN = {
+    "numpy": "f called NumPy on a value {engine} traces (a NumPy function such as np.sin, or np.asarray)",
+    "closure": "f combined a NumPy array it closes over with a value {engine} traces",
+    "either": (
+        "f called NumPy on a value {engine} traces (a NumPy function such as np.sin, or np.asarray), or combined "
+        "it with a NumPy array it closes over"
+    ),
+}
+"""What an engine's refusal of NumPy inside ``f`` means (:meth:`OutputRules.foreign_cause`)."""
+
+
+def foreign_code_error(backend: AbstractBackend, operator: str, cause: str) -> InvalidOutputError:
+    """The :class:`InvalidOutputError` for an ``f`` that hands a traced value to NumPy
+    (``cause`` ``"numpy"``), mixes one with a NumPy array it closes over
+    (``"closure"``), or either (``"either"``, when the engine's error does not
+    say which): what happened and how to write ``f`` instead.
+
+    Examples:
+        >>> import di
+        >>> from di.backends.outputs import foreign_code_error
+        >>> "DifferentiateWith" in str(foreign_code_error(di.AutoJAX(), "gradient", "numpy"))
+        True
+    """
+    engine = getattr(backend, "engine_display", "") or type(backend).__name__
+    what = _FOREIGN[cause].format(engine=engine)
+    fixes = []
+    if cause in ("numpy", "either"):
+        fixes.append(
+            f"write f with the array API (xp = di.array_namespace(x); xp.sin(x), not np.sin(x)), or, for a "
+            f"NumPy-only function (scipy.optimize.rosen, a simulator), let another backend differentiate it inside "
+            f"{engine}: g = di.DifferentiateWith(f, di.AutoFiniteDiff()) is f with finite-difference derivatives"
+        )
+    if cause in ("closure", "either"):
+        fixes.append(
+            f"pass the data as a context, di.{operator}(f, backend, x, di.Constant(data)) with f(x, data), so that f "
+            f"receives it as an array {engine} takes"
+        )
+    return InvalidOutputError(
+        f"{operator} cannot differentiate f with {backend!r}: {what}, which {engine} cannot trace. To fix it, "
+        + "; or ".join(fixes)
+        + "."
+    )
+
+
+def translated(error: BaseException, backend: AbstractBackend, operator: str, rules: OutputRules) -> BaseException:
+    """The ``di`` error for an engine's ``error`` raised inside ``f`` (one of the
+    rules' :attr:`~OutputRules.conversion_errors`): ``f`` turned a traced value into
+    a Python number, or gave one to NumPy; otherwise ``error`` itself.
+
+    Examples:
+        >>> import di
+        >>> from di.backends.outputs import OutputRules, translated
+        >>> error = ValueError("other")
+        >>> translated(error, di.AutoFiniteDiff(), "gradient", OutputRules()) is error
+        True
+    """
+    cause = rules.is_conversion_error(error)
+    if cause:
+        return untraced_output_error(None, backend, operator, cause)
+    foreign = rules.foreign_cause(error)
+    if foreign:
+        return foreign_code_error(backend, operator, foreign)
+    return error
+
+
 class OutputRules:
     """How one engine's outputs are inspected: subclass it in the engine's module.
 
@@ -237,8 +304,9 @@ class OutputRules:
         traces: whether the engine differentiates by tracing ``f`` (its outputs
             must then be computed from ``x``).
         conversion_errors: the exception types the engine raises inside ``f``
-            when ``f`` turns a traced value into a Python number; each is
-            checked by :meth:`is_conversion_error`.
+            when ``f`` turns a traced value into a Python number or hands it to
+            NumPy; each is checked by :meth:`is_conversion_error` and
+            :meth:`foreign_cause`.
 
     Examples:
         >>> from di.backends.outputs import OutputRules
@@ -270,6 +338,13 @@ class OutputRules:
     def is_conversion_error(self, error: BaseException) -> str:
         """What the engine's ``error`` (one of :attr:`conversion_errors`) says
         ``f`` did (``"float()"``), or ``""`` when it is another error."""
+        return ""
+
+    def foreign_cause(self, error: BaseException) -> str:
+        """Whether the engine's ``error`` (one of :attr:`conversion_errors`) says ``f``
+        gave a traced value to NumPy (``"numpy"``), mixed one with a NumPy array
+        it closes over (``"closure"``), or either (``"either"``); ``""`` for
+        another error."""
         return ""
 
 
@@ -343,7 +418,8 @@ def checking(
 
     Raises:
         InvalidOutputError: at a call, as :func:`check_output`; also when the
-            engine stops ``f`` turning a traced value into a Python number.
+            engine stops ``f`` turning a traced value into a Python number or
+            handing it to NumPy (the engine's error is its cause).
 
     Examples:
         >>> import numpy as np, di
@@ -358,10 +434,10 @@ def checking(
         try:
             output = f(x, *values)
         except conversions as err:
-            cause = rules.is_conversion_error(err)
-            if cause:
-                raise untraced_output_error(None, backend, operator, cause) from err
-            raise
+            di_error = translated(err, backend, operator, rules)
+            if di_error is err:
+                raise
+            raise di_error from err
         if not has_aux:
             if accept is not None and accept(output):
                 return output

@@ -51,7 +51,8 @@ class _Rules(OutputRules):
     ``jax.lax.stop_gradient`` give another, or none)."""
 
     traces = True
-    conversion_errors = (jax.errors.ConcretizationTypeError,)  # float(), .item(): a Python number
+    # float(), .item(): a Python number; np.asarray, np.sin: a NumPy array
+    conversion_errors = (jax.errors.ConcretizationTypeError, jax.errors.TracerArrayConversionError)
 
     def is_traced(self, y: Any, x: Any) -> bool:
         leaves = jax.tree_util.tree_leaves(x)
@@ -69,6 +70,9 @@ class _Rules(OutputRules):
     def is_conversion_error(self, error: BaseException) -> str:
         text = str(error)
         return next((name for marker, name in _CONVERSIONS if marker in text), "")
+
+    def foreign_cause(self, error: BaseException) -> str:
+        return "numpy" if isinstance(error, jax.errors.TracerArrayConversionError) else ""
 
 
 RULES = _Rules()

@@ -1,0 +1,314 @@
+"""``DifferentiateWith``: ``f`` written for one engine, differentiable inside another.
+
+The engine-free core. ``g = DifferentiateWith(f, backend, *contexts)`` is a
+callable with ``f``'s signature. When it is called, the values it receives say
+which engine (if any) is tracing it: each *host* (a module of this package named
+for an engine, imported only once that engine is loaded) recognises its engine's
+values. The host makes ``g`` a primitive of its engine whose derivatives come
+from ``backend`` through ``di``'s prepared pullbacks and pushforwards
+(:mod:`di.mixing.calls`). Called with NumPy arrays or Python floats, ``g`` is
+``f`` itself, run on its engine's arrays; called by the engine ``f`` is written
+for, ``g`` is ``f`` and that engine differentiates it natively.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+import threading
+from collections.abc import Callable, Sequence
+from typing import Any, ClassVar
+
+import numpy as np
+
+from di.backends.selectors import AbstractBackend
+from di.contexts import Constant, Context
+from di.errors import DIError, InvalidInputError
+from di.families import converter, family_of, get_family, spec_of
+from di.mixing.calls import Call, Signature, Spec, engine_backend, engine_family, to_family
+from di.prep.signature import check_contexts_wrapped, describe_value
+from di.pytrees import tree_flatten, tree_map, tree_unflatten
+
+__all__ = ["DifferentiateWith", "Host", "host_of"]
+
+
+class Host:
+    """What a host module offers (its ``HOST``): ``g`` as a primitive of one outer engine.
+
+    Attributes:
+        engine: the engine's module, as its selectors name it (their ``engine``).
+        display: the engine's name as people write it, for messages.
+        classes: classes of the engine's values known when the host is imported
+            (recognised from then on by a dictionary lookup, which a compiler
+            tracing ``g`` follows without a guard on anything else).
+    """
+
+    engine: ClassVar[str] = ""
+    display: ClassVar[str] = ""
+    classes: tuple[type, ...] = ()
+
+    def owns(self, value: Any) -> bool:
+        """Whether ``value`` is one of this engine's values (traced or not)."""
+        raise NotImplementedError
+
+    def call(self, g: DifferentiateWith, x: Any, leaves: list[Any], treedef: Any, values: list[Any]) -> Any:
+        """``g(x, *values)`` (``x`` flattened into ``leaves`` and ``treedef``) as this
+        engine's primitive."""
+        raise NotImplementedError
+
+
+def _host_stems() -> tuple[str, ...]:
+    """The host modules of this package: each is named for the engine it hosts in."""
+    folder = os.path.dirname(__file__)
+    return tuple(
+        sorted(
+            name[:-3]
+            for name in os.listdir(folder)
+            if name.endswith(".py") and name[:-3] not in ("__init__", "core", "calls")
+        )
+    )
+
+
+_HOST_STEMS = _host_stems()
+_HOST_BY_CLASS: dict[type, Host | None] = {}
+
+
+def host_of(value: Any) -> Host | None:
+    """The host whose engine ``value`` belongs to, or ``None`` (NumPy arrays, Python
+    numbers, other objects). A host module is imported only once its engine is
+    loaded: a value of an engine cannot exist before.
+
+    Examples:
+        >>> import numpy as np
+        >>> from di.mixing.core import host_of
+        >>> host_of(np.ones(2)) is None
+        True
+    """
+    cls = type(value)
+    try:
+        return _HOST_BY_CLASS[cls]
+    except KeyError:
+        pass
+    found = None
+    for host in loaded_hosts():
+        if host.owns(value):
+            found = host
+            break
+    if len(_HOST_BY_CLASS) < 1024:
+        _HOST_BY_CLASS[cls] = found
+    return found
+
+
+def loaded_hosts() -> list[Host]:
+    """The hosts of the engines loaded so far, importing their modules the first
+    time (a compiler tracing a call finds them already imported, by
+    :class:`DifferentiateWith` or an earlier call)."""
+    hosts = []
+    for stem in _HOST_STEMS:
+        if stem in sys.modules:
+            module = sys.modules.get(f"{__package__}.{stem}")
+            if module is None:
+                module = importlib.import_module(f"{__package__}.{stem}")
+                for cls in module.HOST.classes:
+                    _HOST_BY_CLASS[cls] = module.HOST
+            hosts.append(module.HOST)
+    return hosts
+
+
+class DifferentiateWith:
+    """``f`` made differentiable by any engine, with derivatives from ``backend``.
+
+    ``g = di.DifferentiateWith(f, backend, *contexts)`` is a callable with ``f``'s
+    signature, ``g(x, *context_values)``. On NumPy arrays and Python floats it is
+    ``f`` (run on the arrays of ``backend``'s engine, the result converted back).
+    Called by another engine's transforms, it is a primitive of that engine: JAX
+    (``jax.jit``, ``grad``, ``jacfwd``/``jacrev``, ``vmap``, ``lax.scan``), torch
+    (``.backward()``, ``torch.autograd.grad``, forward-mode AD, ``torch.func``
+    transforms, ``torch.compile`` as one opaque op) and autograd, each asking
+    ``backend`` for pullbacks and pushforwards prepared once per input signature
+    and reused. Called by the engine ``f`` is written for, ``g`` is ``f``, which
+    that engine differentiates natively. See the "Mixing engines" guide.
+
+    Args:
+        f: the function, called as ``f(x, *context_values)``; ``x`` an array or a
+            pytree of arrays of ``backend``'s engine, the output an array or (on
+            backends that take them) a pytree of arrays.
+        backend: the backend computing ``f``'s derivatives: any selector
+            (``di.AutoFiniteDiff()`` makes a NumPy black box differentiable;
+            ``di.AutoSparse`` serves the Jacobian-shaped uses, such as
+            ``jax.jacfwd``, with one sparse Jacobian).
+        *contexts: :class:`di.Constant` (or :class:`di.Cache`) wrappers of the
+            arguments after ``x``. Their values are used when ``g`` is called
+            with ``x`` alone; a call may pass new values instead, one per context
+            (arrays of the outer engine are then handed across, traced). Contexts
+            are not differentiated. Without declared contexts, any arguments after
+            ``x`` count as Constants.
+
+    Returns:
+        ``g``, callable as ``g(x, *context_values)``.
+
+    Raises:
+        InvalidInputError: ``f`` is not callable, ``backend`` is not a selector, a
+            context is not wrapped; at a call, arguments ``g`` cannot take.
+        DIError: at a call, values of an engine ``di`` cannot host ``g`` in, or
+            of two engines at once.
+
+    Examples:
+        >>> import numpy as np, di
+        >>> def black_box(x):  # NumPy only: no engine can trace it
+        ...     return np.sin(x).sum()
+        >>> g = di.DifferentiateWith(black_box, di.AutoFiniteDiff())
+        >>> float(g(np.zeros(3)))
+        0.0
+        >>> di.gradient(g, di.AutoAutograd(), np.zeros(3)).round(6)
+        array([1., 1., 1.])
+    """
+
+    def __init__(self, f: Callable[..., Any], backend: AbstractBackend, *contexts: Context) -> None:
+        if not callable(f):
+            raise InvalidInputError(f"DifferentiateWith needs a callable f, not {type(f).__name__}")
+        if not isinstance(backend, AbstractBackend):
+            raise InvalidInputError(
+                f"DifferentiateWith needs a backend selector such as di.AutoFiniteDiff(), not {type(backend).__name__}"
+            )
+        check_contexts_wrapped(contexts)
+        self.f, self.backend, self.contexts = f, backend, tuple(contexts)
+        self._kinds = tuple((type(c), getattr(c, "static", None)) for c in contexts)
+        self.family = engine_family(backend)  # the array family f computes in (imports its engine)
+        engine = engine_backend(backend)
+        self._engine = "" if engine is None else type(engine).engine
+        loaded_hosts()
+        self._signatures: dict[Any, Signature] = {}
+        self._lock = threading.Lock()
+        self.__wrapped__ = f
+        self.__name__ = getattr(f, "__name__", type(f).__name__)
+        self.__doc__ = getattr(f, "__doc__", None)
+
+    def __repr__(self) -> str:
+        contexts = "".join(f", {type(c).__name__}({describe_value(c.value)})" for c in self.contexts)
+        return f"DifferentiateWith({self.__name__}, {self.backend!r}{contexts})"
+
+    # --- a call -------------------------------------------------------------------------------
+
+    def __call__(self, x: Any, *given: Any) -> Any:
+        values = self._values(given)
+        leaves, treedef = tree_flatten(x)
+        if not leaves:
+            raise InvalidInputError(f"{self!r} was called with an x holding no array: {type(x).__name__}")
+        host = self._host(leaves, values)
+        if host is None:
+            return self._evaluate(x, leaves, treedef, values)
+        if host.engine == self._engine:  # f's own engine differentiates it natively
+            return self.f(x, *values)
+        return host.call(self, x, leaves, treedef, values)
+
+    def _values(self, values: tuple[Any, ...]) -> list[Any]:
+        if not values:
+            return [c.value for c in self.contexts]
+        if not self.contexts:
+            return list(values)
+        if len(values) != len(self.contexts):
+            raise InvalidInputError(
+                f"{self!r} takes x and {len(self.contexts)} context value(s), as f does (or x alone, for the "
+                f"declared values); it was given {len(values)}."
+            )
+        return list(values)
+
+    def _kinds_of(self, count: int) -> tuple[tuple[type[Context], bool | None], ...]:
+        """Each context's class and ``static`` option: as declared, or, without
+        declared contexts, ``count`` Constants."""
+        return self._kinds if self.contexts else ((Constant, None),) * count
+
+    def _host(self, leaves: Sequence[Any], values: Sequence[Any]) -> Host | None:
+        """The host of the engine tracing this call: the one ``x``'s leaves belong to
+        (all the same); without one, the engine of a context value other than
+        ``f``'s own (an outer engine passing traced data)."""
+        host: Host | None = None
+        for leaf in leaves:
+            found = host_of(leaf)
+            if found is None:
+                family = family_of(leaf)
+                if family not in (None, "numpy") and family != self.family:
+                    raise DIError(
+                        f"{self!r} was called with {get_family(family).display} arrays, an engine di cannot host it in "
+                        f"(it hosts {', '.join(_HOST_STEMS)}). Call it with NumPy arrays, or differentiate f with di "
+                        f"directly: di.gradient(f, {self.backend!r}, x)."
+                    )
+            elif host is not None and found is not host:
+                raise DIError(
+                    f"{self!r} was called with an x holding values of two engines, {host.display} and "
+                    f"{found.display}: give it the values of the engine that differentiates it, and convert the others."
+                )
+            else:
+                host = found
+        if host is None:
+            for value in values:
+                found = host_of(value)
+                if found is not None and found.engine != self._engine:
+                    return found
+        return host
+
+    def _evaluate(self, x: Any, leaves: list[Any], treedef: Any, values: list[Any]) -> Any:
+        """``f`` on concrete values no engine traces: on arrays of ``f``'s own family,
+        ``f`` itself; on NumPy arrays or Python numbers, ``f`` on its engine's
+        arrays, the result brought back to NumPy."""
+        family = self.family
+        if all(family_of(leaf) == family for leaf in leaves):
+            return self.f(x, *values)
+        for index, leaf in enumerate(leaves):
+            if family_of(leaf) is None and not isinstance(leaf, (float, int)):
+                raise InvalidInputError(
+                    f"{self!r}: leaf {index} of x is a {type(leaf).__name__}, not an array or a number."
+                )
+        into = converter("numpy", family)
+        inputs = [into(np.asarray(leaf) if isinstance(leaf, (float, int)) else leaf) for leaf in leaves]
+        arguments = [to_family(v, family) for v in values]
+        with get_family(family).scope([getattr(leaf, "dtype", None) for leaf in inputs]):
+            y = self.f(tree_unflatten(treedef, inputs), *arguments)
+        return tree_map(lambda leaf: converter(family_of(leaf), "numpy")(leaf) if family_of(leaf) else leaf, y)
+
+    # --- what hosts ask -----------------------------------------------------------------------
+
+    def call_for(
+        self, treedef: Any, x_specs: Sequence[Spec], values: Sequence[Any], operand_specs: dict[int, Spec]
+    ) -> Call:
+        """The :class:`~di.mixing.calls.Call` of one call: its signature (made the first
+        time these specs are seen) and the captured context values.
+
+        Args:
+            treedef: ``x``'s structure.
+            x_specs: the shape and dtype name of each leaf of ``x``.
+            values: the context values.
+            operand_specs: the specs of the context values the host passes as
+                operands, by position (the others are captured).
+        """
+        contexts = (
+            ("operand", operand_specs[i]) if i in operand_specs else _captured_key(v) for i, v in enumerate(values)
+        )
+        key = (treedef, tuple(x_specs), tuple(contexts))
+        signature = self._signatures.get(key)
+        if signature is None:
+            with self._lock:
+                signature = self._signatures.get(key)
+                if signature is None:
+                    kinds = self._kinds_of(len(values))
+                    signature = Signature(self.f, self.backend, kinds, treedef, x_specs, operand_specs)
+                    self._signatures[key] = signature
+        captured = [None if i in operand_specs else v for i, v in enumerate(values)]
+        return Call(signature, captured, sorted(operand_specs))
+
+    def operand_positions(self, host: Host, values: Sequence[Any]) -> list[int]:
+        """The context positions a host passes as operands: non-static Constants
+        whose value is one of the host engine's arrays."""
+        return [
+            i
+            for i, ((kind, static), value) in enumerate(zip(self._kinds_of(len(values)), values))
+            if kind is Constant and static is not True and host.owns(value)
+        ]
+
+
+def _captured_key(value: Any) -> Any:
+    """How a captured context value counts in a signature: arrays by spec, other
+    values by class (a new float is the same signature; the prep decides)."""
+    return ("captured", spec_of(value) if family_of(value) is not None else type(value))

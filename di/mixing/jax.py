@@ -1,0 +1,277 @@
+"""The JAX host: ``g`` as a JAX function, its derivatives from the inner backend.
+
+``g`` is a ``jax.custom_jvp`` whose primal runs ``f`` through ``jax.pure_callback``
+(``vmap_method="broadcast_all"``: one callback for a whole batch). Its JVP is
+``y`` and the pushforward, a primitive of this module (``di_mixing_pushforward``)
+linear in the tangents, whose transpose is the pullback primitive
+(``di_mixing_pullback``) and the other way round. So reverse mode (``grad``,
+``vjp``, ``jacrev``) transposes into one pullback callback, forward mode
+(``jvp``, ``jacfwd``) runs one pushforward callback, and each works under
+``jit``, ``vmap`` and ``lax.scan``. JAX cannot give one function both a
+``custom_vjp`` and a ``custom_jvp``, hence the transposable primitive.
+
+Batching: a batch of tangents at one point (``jacfwd``, ``jacrev``, ``vmap`` of a
+``vjp``) is one callback asking the inner backend for that many pushforwards or
+pullbacks at once (one Jacobian with :class:`di.AutoSparse`); a batch of points
+loops over them in one callback; a batch of batches is a ``lax.map`` of those.
+
+Inside the callbacks, JAX's buffers are handed to the inner engine by DLPack
+(zero-copy on CPU) or as NumPy views, and results come back through NumPy.
+Second derivatives through ``g`` (a derivative of its pullback or pushforward
+with respect to the point) raise :class:`di.UnsupportedOperatorError`.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Sequence
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.custom_derivatives import SymbolicZero
+from jax.extend.core import Primitive
+from jax.interpreters import ad, batching, mlir
+
+from di.errors import InvalidInputError, UnsupportedOperatorError
+from di.mixing.calls import Call, handover, stack_leaves
+from di.mixing.core import DifferentiateWith, Host
+
+__all__ = ["HOST", "JaxHost"]
+
+
+class _Site:
+    """One traced call of ``g``: its :class:`Call` and abstract values. Primitive
+    parameters compare by identity, so every trace gets its own."""
+
+    __slots__ = ("call", "g", "nc", "nx", "x_avals", "y_avals")
+
+    def __init__(self, g: DifferentiateWith, call: Call, x_avals: list[Any], y_avals: list[Any], nc: int) -> None:
+        self.g, self.call, self.x_avals, self.y_avals = g, call, x_avals, y_avals
+        self.nx, self.nc = len(x_avals), nc
+
+    def cast(self, leaves: Sequence[Any], avals: Sequence[Any]) -> list[Any]:
+        """Results as the NumPy arrays JAX declared (dtype and shape)."""
+        return [np.asarray(leaf, dtype=aval.dtype) for leaf, aval in zip(leaves, avals)]
+
+
+# --- the callbacks (they receive JAX arrays, possibly with leading batch axes) -------------------
+
+
+def _points(site: _Site, arrays: Sequence[Any]) -> tuple[list[Any], int, tuple[int, ...]]:
+    """The arrays in the inner engine's family, their leading batch axes flattened
+    into one: ``(arrays, batch or 0, batch shape)``."""
+    family = site.call.family
+    lead = np.ndim(arrays[0]) - len(site.x_avals[0].shape)
+    if lead == 0:
+        return [handover(a, family) for a in arrays], 0, ()
+    batch_shape = tuple(np.shape(arrays[0])[:lead])
+    size = int(np.prod(batch_shape))
+    flat = [np.asarray(a).reshape((size, *np.shape(a)[lead:])) for a in arrays]
+    return [handover(a, family) for a in flat], size, batch_shape
+
+
+def _value(site: _Site, *arrays: Any) -> list[Any]:
+    call, nx = site.call, site.nx
+    arrays_, size, batch_shape = _points(site, arrays)
+    if not size:
+        return site.cast(call.value(arrays_[:nx], arrays_[nx:]), site.y_avals)
+    rows = [call.value([a[i] for a in arrays_[:nx]], [a[i] for a in arrays_[nx:]]) for i in range(size)]
+    stacked = site.cast(stack_leaves(rows), site.y_avals)
+    return [leaf.reshape((*batch_shape, *aval.shape)) for leaf, aval in zip(stacked, site.y_avals)]
+
+
+def _linear(site: _Site, mode: str, transpose: bool, *arrays: Any) -> list[Any]:
+    """Pushforwards (``transpose=False``) or pullbacks of the linear operands at the
+    point; ``mode``: ``"none"`` (one), ``"tangents"`` (a leading batch of linear
+    operands at one point), ``"all"`` (a leading batch of everything)."""
+    call, nx, nc = site.call, site.nx, site.nc
+    family = call.family
+    arrays_ = [handover(a, family) for a in arrays]
+    x, contexts, linear = arrays_[:nx], arrays_[nx : nx + nc], arrays_[nx + nc :]
+    apply = call.pullback if transpose else call.pushforward
+    avals = site.x_avals if transpose else site.y_avals
+    if mode == "none":
+        return site.cast(apply(x, contexts, [linear])[0], avals)
+    count = int(np.shape(arrays[-1])[0])
+    if mode == "tangents":
+        results = apply(x, contexts, [[leaf[i] for leaf in linear] for i in range(count)])
+    else:
+        results = [
+            apply([a[i] for a in x], [a[i] for a in contexts], [[leaf[i] for leaf in linear]])[0] for i in range(count)
+        ]
+    return site.cast(stack_leaves(results), avals)
+
+
+# --- the primitives ---------------------------------------------------------------------------
+
+
+def _outputs(site: _Site, transpose: bool, mode: str, operands: Sequence[Any]) -> list[Any]:
+    avals = site.x_avals if transpose else site.y_avals
+    if mode == "none":
+        return list(avals)
+    count = operands[-1].shape[0]
+    return [jax.core.ShapedArray((count, *aval.shape), aval.dtype) for aval in avals]
+
+
+def _make(name: str, transpose: bool) -> Primitive:
+    primitive = Primitive(name)
+    primitive.multiple_results = True
+
+    def impl(*operands: Any, site: _Site, mode: str) -> list[Any]:
+        return [jnp.asarray(leaf) for leaf in _linear(site, mode, transpose, *operands)]
+
+    def abstract(*operands: Any, site: _Site, mode: str) -> list[Any]:
+        return _outputs(site, transpose, mode, operands)
+
+    def lowered(*operands: Any, site: _Site, mode: str) -> Any:
+        shapes = [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in _outputs(site, transpose, mode, operands)]
+        callback = functools.partial(_linear, site, mode, transpose)
+        return jax.pure_callback(callback, shapes, *operands, vmap_method="sequential")
+
+    primitive.def_impl(impl)
+    primitive.def_abstract_eval(abstract)
+    mlir.register_lowering(primitive, mlir.lower_fun(lowered, multiple_results=True))
+    return primitive
+
+
+_PUSHFORWARD = _make("di_mixing_pushforward", transpose=False)
+_PULLBACK = _make("di_mixing_pullback", transpose=True)
+
+
+def _transposed(other: Primitive, transpose: bool) -> Any:
+    def rule(cotangents: Sequence[Any], *operands: Any, site: _Site, mode: str) -> list[Any]:
+        point = operands[: site.nx + site.nc]
+        if any(ad.is_undefined_primal(a) for a in point):
+            raise _second_order(site, "its point")
+        linear = operands[site.nx + site.nc :]
+        avals = site.x_avals if transpose else site.y_avals  # the outputs, which the cotangents are shaped like
+        if mode != "none":
+            count = (linear[0].aval if ad.is_undefined_primal(linear[0]) else linear[0]).shape[0]
+            avals = [jax.core.ShapedArray((count, *a.shape), a.dtype) for a in avals]
+        cotangents = [
+            jnp.zeros(aval.shape, aval.dtype) if type(c) is ad.Zero else c for c, aval in zip(cotangents, avals)
+        ]
+        results = other.bind(*point, *cotangents, site=site, mode=mode)
+        return [None] * len(point) + [r if ad.is_undefined_primal(a) else None for r, a in zip(results, linear)]
+
+    return rule
+
+
+def _jvp(primitive: Primitive) -> Any:
+    def rule(primals: Sequence[Any], tangents: Sequence[Any], *, site: _Site, mode: str) -> Any:
+        point = site.nx + site.nc
+        if any(type(t) is not ad.Zero for t in tangents[:point]):
+            raise _second_order(site, "x")
+        linear = [ad.instantiate_zeros(t) for t in tangents[point:]]
+        out = primitive.bind(*primals, site=site, mode=mode)
+        return out, primitive.bind(*primals[:point], *linear, site=site, mode=mode)
+
+    return rule
+
+
+def _batched(primitive: Primitive) -> Any:
+    def rule(operands: Sequence[Any], dims: Sequence[Any], *, site: _Site, mode: str) -> Any:
+        size = next(a.shape[d] for a, d in zip(operands, dims) if d is not None)
+        front = [batching.bdim_at_front(a, d, size) for a, d in zip(operands, dims)]
+        point = site.nx + site.nc
+        if mode != "none":  # a batch of batches: one callback per outer element
+            results = jax.lax.map(lambda ops: primitive.bind(*ops, site=site, mode=mode), front)
+        elif all(d is None for d in dims[:point]):  # several tangents at one point
+            results = primitive.bind(*operands[:point], *front[point:], site=site, mode="tangents")
+        else:
+            results = primitive.bind(*front, site=site, mode="all")
+        return results, [0] * len(results)
+
+    return rule
+
+
+for _primitive, _other, _is_pullback in ((_PUSHFORWARD, _PULLBACK, False), (_PULLBACK, _PUSHFORWARD, True)):
+    ad.primitive_transposes[_primitive] = _transposed(_other, _is_pullback)
+    ad.primitive_jvps[_primitive] = _jvp(_primitive)
+    batching.primitive_batchers[_primitive] = _batched(_primitive)
+
+
+def _second_order(site: _Site, what: str) -> UnsupportedOperatorError:
+    return UnsupportedOperatorError(
+        f"{site.g!r} inside JAX: a second derivative through g (jax.hessian, jax.grad of jax.grad, jax.jacfwd of "
+        f"jax.jacrev) needs the derivative of {site.g.backend!r}'s pullback or pushforward with respect to {what}, "
+        f"which JAX cannot take through a callback. Compute second derivatives of f with di directly "
+        f"(di.hessian(f, {site.g.backend!r}, x), di.hvp), or write f with di.array_namespace so JAX differentiates "
+        f"it natively."
+    )
+
+
+# --- g as a JAX function ---------------------------------------------------------------------
+
+
+def _function(site: _Site) -> Any:
+    """``g`` on flat operands (``x``'s leaves, then the context operands)."""
+    shapes = [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in site.y_avals]
+    value = functools.partial(_value, site)
+
+    @jax.custom_jvp
+    def g(*operands: Any) -> Any:
+        return jax.pure_callback(value, shapes, *operands, vmap_method="broadcast_all")
+
+    def jvp(primals: Sequence[Any], tangents: Sequence[Any]) -> Any:
+        for index, tangent in enumerate(tangents[site.nx :]):
+            if not isinstance(tangent, SymbolicZero):
+                position = site.call.operand_positions[index] + 1
+                raise InvalidInputError(
+                    f"{site.g!r} inside JAX: JAX asked for the derivative with respect to context {position}, a "
+                    f"Constant, which g does not differentiate. Make it part of x (a pytree of the arrays to "
+                    f"differentiate), or stop its gradient (jax.lax.stop_gradient) if it is data."
+                )
+        y = g(*primals)
+        x_tangents = [
+            jnp.zeros(aval.shape, aval.dtype) if isinstance(t, SymbolicZero) else t
+            for t, aval in zip(tangents[: site.nx], site.x_avals)
+        ]
+        return y, _PUSHFORWARD.bind(*primals, *x_tangents, site=site, mode="none")
+
+    g.defjvp(jvp, symbolic_zeros=True)
+    return g
+
+
+def _as_jax_outputs(leaves: Sequence[Any], output: Any) -> list[Any]:
+    """Inner-engine output leaves as NumPy arrays of the dtypes JAX gives them."""
+    canonical = jax.dtypes.canonicalize_dtype
+    return [
+        np.asarray(handover(leaf, "numpy"), dtype=canonical(np.dtype(dtype)))
+        for leaf, (_, dtype) in zip(leaves, output.specs)
+    ]
+
+
+class JaxHost(Host):
+    """``g`` inside JAX's transforms (see the module's description)."""
+
+    engine = "jax"
+    display = "JAX"
+
+    def owns(self, value: Any) -> bool:
+        return isinstance(value, jax.Array)
+
+    def call(self, g: DifferentiateWith, x: Any, leaves: list[Any], treedef: Any, values: list[Any]) -> Any:
+        leaves = [leaf if isinstance(leaf, jax.Array) else jnp.asarray(leaf) for leaf in leaves]
+        positions = g.operand_positions(self, values)
+        operands = [values[i] for i in positions]
+        x_specs = [(tuple(leaf.shape), np.dtype(leaf.dtype).name) for leaf in leaves]
+        operand_specs = {i: (tuple(values[i].shape), np.dtype(values[i].dtype).name) for i in positions}
+        call = g.call_for(treedef, x_specs, values, operand_specs)
+        tracer = jax.core.Tracer
+        if not any(isinstance(v, tracer) for v in (*leaves, *operands)):  # concrete: g is f
+            family = call.family
+            results = call.value([handover(v, family) for v in leaves], [handover(v, family) for v in operands])
+            arrays = _as_jax_outputs(results, call.output())
+            return call.output().unflatten([jnp.asarray(a) for a in arrays])
+        output = call.output()
+        canonical = jax.dtypes.canonicalize_dtype
+        y_avals = [jax.core.ShapedArray(shape, canonical(np.dtype(dtype))) for shape, dtype in output.specs]
+        x_avals = [jax.core.ShapedArray(leaf.shape, leaf.dtype) for leaf in leaves]
+        site = _Site(g, call, x_avals, y_avals, len(operands))
+        return output.unflatten(_function(site)(*leaves, *operands))
+
+
+HOST = JaxHost()

@@ -1,0 +1,173 @@
+"""``DifferentiateWith`` inside JAX: jit, grad, value_and_grad, jacfwd, jacrev, vmap
+and lax.scan, each compared with JAX differentiating the same ``f`` natively."""
+
+from __future__ import annotations
+
+import importlib.util
+from typing import Any
+
+import numpy as np
+import pytest
+from mixing_support import (
+    BATCH,
+    DATA,
+    INPUTS,
+    PARAMS,
+    Recorder,
+    X,
+    close,
+    counting_preps,
+    layer,
+    layer_mean,
+    loss,
+    wave,
+)
+
+import di
+
+jax = pytest.importorskip("jax")
+jnp = jax.numpy
+
+INNERS = [
+    *([di.AutoTorch()] if importlib.util.find_spec("torch") else []),
+    di.AutoFiniteDiff(),
+    *([di.AutoAutograd()] if importlib.util.find_spec("autograd") else []),
+]
+RTOL, ATOL = 1e-4, 1e-5  # float32, JAX's default
+
+
+def f32(value: Any) -> Any:
+    return jax.tree_util.tree_map(lambda leaf: jnp.asarray(leaf, dtype=jnp.float32), value)
+
+
+@pytest.fixture(params=INNERS, ids=lambda b: type(b).__name__)
+def inner(request: pytest.FixtureRequest) -> di.AbstractBackend:
+    return request.param
+
+
+def test_jit_grad_and_value_and_grad_with_a_traced_constant(inner: di.AbstractBackend) -> None:
+    f = Recorder(loss)
+    g = di.DifferentiateWith(f, inner, di.Constant(DATA))
+    x, data = f32(X), f32(DATA)
+    grad = jax.jit(jax.grad(lambda x, d: g(x, d) * 3.0))(x, data)
+    close(grad, jax.grad(lambda x, d: loss(x, d) * 3.0)(x, data), RTOL, ATOL)
+    assert grad.dtype == jnp.float32
+    value, grad = jax.value_and_grad(g)(x, data)
+    close((value, grad), jax.value_and_grad(loss)(x, data), RTOL, ATOL)
+    assert "jax" not in f.libraries  # the inner engine ran f
+
+
+def test_the_declared_constant_serves_a_call_with_x_alone(inner: di.AbstractBackend) -> None:
+    g = di.DifferentiateWith(loss, inner, di.Constant(DATA))
+    close(jax.jit(jax.grad(g))(f32(X)), jax.grad(loss)(f32(X), f32(DATA)), RTOL, ATOL)
+
+
+def test_jacfwd_and_jacrev(inner: di.AbstractBackend) -> None:
+    g = di.DifferentiateWith(wave, inner)
+    x = f32(X)
+    close(jax.jacfwd(g)(x), jax.jacfwd(wave)(x), RTOL, ATOL)
+    close(jax.jit(jax.jacrev(g))(x), jax.jacrev(wave)(x), RTOL, ATOL)
+
+
+def test_vmap_of_g_of_its_gradient_and_the_gradient_of_a_vmap(inner: di.AbstractBackend) -> None:
+    g = di.DifferentiateWith(loss, inner)
+    batch, data = f32(BATCH), f32(DATA)
+    close(jax.vmap(g, in_axes=(0, None))(batch, data), jax.vmap(loss, in_axes=(0, None))(batch, data), RTOL, ATOL)
+    per_row = jax.jit(jax.vmap(jax.grad(g), in_axes=(0, None)))
+    close(per_row(batch, data), jax.vmap(jax.grad(loss), in_axes=(0, None))(batch, data), RTOL, ATOL)
+    w = di.DifferentiateWith(wave, inner)
+    total = jax.grad(lambda b: jnp.sum(jax.vmap(w)(b) ** 2))
+    close(total(batch), jax.grad(lambda b: jnp.sum(jax.vmap(wave)(b) ** 2))(batch), RTOL, ATOL)
+    close(jax.vmap(jax.jacrev(w))(batch), jax.vmap(jax.jacrev(wave))(batch), RTOL, ATOL)
+    close(jax.vmap(jax.jacfwd(w))(batch), jax.vmap(jax.jacfwd(wave))(batch), RTOL, ATOL)
+
+
+def test_lax_scan(inner: di.AbstractBackend) -> None:
+    g = di.DifferentiateWith(wave, inner)
+
+    def rolled(step: Any) -> Any:
+        def run(x: Any) -> Any:
+            final, _ = jax.lax.scan(lambda carry, _: (step(carry) * 0.1, None), x, None, length=3)
+            return jnp.sum(final)
+
+        return run
+
+    x = f32(X)
+    close(jax.jit(jax.grad(rolled(g)))(x), jax.grad(rolled(wave))(x), RTOL, ATOL)
+
+
+def test_pytree_input_and_output(inner: di.AbstractBackend) -> None:
+    g = di.DifferentiateWith(layer, inner, di.Constant(INPUTS.astype(np.float32)))
+    params, inputs = f32(PARAMS), f32(INPUTS)
+    out = jax.jit(g)(params)
+    close(out, layer(params, inputs), RTOL, ATOL)
+    assert set(out) == {"mean", "hidden"}
+    mean = di.DifferentiateWith(layer_mean, inner, di.Constant(INPUTS.astype(np.float32)))
+    close(jax.jit(jax.grad(mean))(params), jax.grad(layer_mean)(params, inputs), RTOL, ATOL)
+    hidden = jax.jacrev(lambda p: g(p)["hidden"])(params)
+    close(hidden, jax.jacrev(lambda p: layer(p, inputs)["hidden"])(params), RTOL, ATOL)
+
+
+def test_float64_is_kept_under_x64(inner: di.AbstractBackend) -> None:
+    g = di.DifferentiateWith(loss, inner, di.Constant(DATA))
+    with jax.enable_x64(True):
+        x = jnp.asarray(X)
+        grad = jax.jit(jax.grad(g))(x)
+        expected = jax.grad(loss)(x, jnp.asarray(DATA))
+    assert grad.dtype == jnp.float64
+    rtol = 1e-6 if isinstance(inner, di.AutoFiniteDiff) else 1e-12
+    close(grad, expected, rtol, 1e-9)
+
+
+def test_concrete_jax_values_give_f_itself() -> None:
+    f = Recorder(wave)
+    g = di.DifferentiateWith(f, di.AutoFiniteDiff())
+    result = g(f32(X))
+    assert isinstance(result, jax.Array) and result.dtype == jnp.float32
+    close(result, wave(f32(X)), RTOL, ATOL)
+    assert f.libraries == {"numpy"}
+
+
+def test_one_prep_per_signature_reused_and_a_new_shape_prepared_again() -> None:
+    g = di.DifferentiateWith(loss, di.AutoFiniteDiff())
+    grad = jax.jit(jax.grad(g))
+    with counting_preps() as counts:
+        for shift in range(3):
+            close(grad(f32(X + shift), f32(DATA)), jax.grad(loss)(f32(X + shift), f32(DATA)), RTOL, ATOL)
+        assert counts["pullback"] == 1
+        longer, longer_data = f32(np.concatenate([X, X])), f32(np.concatenate([DATA, DATA]))
+        close(grad(longer, longer_data), jax.grad(loss)(longer, longer_data), RTOL, ATOL)
+        assert counts["pullback"] == 2
+
+
+def test_a_jacobian_shaped_use_asks_autosparse_for_one_sparse_jacobian() -> None:
+    sparse = di.AutoSparse(di.AutoFiniteDiff(), sparsity=di.KnownSparsity(np.eye(4, dtype=bool)))
+    g = di.DifferentiateWith(wave, sparse)
+    with counting_preps() as counts:
+        close(jax.jacfwd(g)(f32(X)), jax.jacfwd(wave)(f32(X)), RTOL, ATOL)
+        close(jax.jacrev(g)(f32(X)), jax.jacrev(wave)(f32(X)), RTOL, ATOL)
+    assert counts["pullback"] == counts["pushforward"] == 0 and counts["jacobian"] == 1
+
+
+def test_a_numpy_black_box_with_finite_differences_inside_jax_grad() -> None:
+    def black_box(x: Any) -> Any:  # NumPy only: JAX cannot trace it
+        return np.sum(np.sin(np.asarray(x)) * np.arange(1.0, 5.0))
+
+    with pytest.raises(di.InvalidOutputError, match="DifferentiateWith"):
+        di.gradient(black_box, di.AutoJAX(), X)
+    g = di.DifferentiateWith(black_box, di.AutoFiniteDiff())
+    close(jax.jit(jax.grad(g))(f32(X)), np.cos(X) * np.arange(1.0, 5.0), RTOL, ATOL)
+
+
+def test_second_order_through_g_is_refused_naming_both_engines() -> None:
+    g = di.DifferentiateWith(loss, di.AutoFiniteDiff(), di.Constant(DATA))
+    with pytest.raises(di.UnsupportedOperatorError, match=r"inside JAX.*AutoFiniteDiff.*di\.hessian"):
+        jax.hessian(g)(f32(X))
+    with pytest.raises(di.UnsupportedOperatorError):
+        jax.grad(lambda x: jnp.sum(jax.grad(g)(x)))(f32(X))
+
+
+def test_a_derivative_with_respect_to_a_constant_is_refused() -> None:
+    g = di.DifferentiateWith(loss, di.AutoFiniteDiff(), di.Constant(DATA))
+    with pytest.raises(di.InvalidInputError, match="context 1"):
+        jax.grad(g, argnums=1)(f32(X), f32(DATA))

@@ -1,0 +1,190 @@
+"""``DifferentiateWith`` inside torch: ``.backward()``, ``torch.autograd.grad``,
+forward-mode AD, ``torch.func`` (grad, vmap, jacrev, jacfwd, jvp) and
+``torch.compile`` as one opaque operator, each compared with torch differentiating
+the same ``f`` natively."""
+
+from __future__ import annotations
+
+import importlib.util
+from typing import Any
+
+import numpy as np
+import pytest
+from helpers import CompileCounter
+from mixing_support import (
+    BATCH,
+    DATA,
+    INPUTS,
+    PARAMS,
+    Recorder,
+    X,
+    close,
+    counting_preps,
+    layer,
+    layer_mean,
+    loss,
+    wave,
+)
+
+import di
+
+torch = pytest.importorskip("torch")
+func = torch.func
+
+INNERS = [
+    *([di.AutoJAX(), di.AutoJAX(jit=True)] if importlib.util.find_spec("jax") else []),
+    di.AutoFiniteDiff(),
+]
+RTOL, ATOL = 1e-4, 1e-5  # float32, torch's default
+
+
+def t32(value: Any) -> Any:
+    return torch.utils._pytree.tree_map(lambda leaf: torch.tensor(leaf, dtype=torch.float32), value)
+
+
+@pytest.fixture(params=INNERS, ids=lambda b: repr(b).split("(")[0] + ("-jit" if getattr(b, "jit", False) else ""))
+def inner(request: pytest.FixtureRequest) -> di.AbstractBackend:
+    return request.param
+
+
+def test_backward_and_autograd_grad_with_a_constant(inner: di.AbstractBackend) -> None:
+    f = Recorder(loss)
+    g = di.DifferentiateWith(f, inner, di.Constant(t32(DATA)))
+    x = t32(X).requires_grad_()
+    (g(x) * 3.0).backward()
+    reference = t32(X).requires_grad_()
+    (loss(reference, t32(DATA)) * 3.0).backward()
+    close(x.grad, reference.grad, RTOL, ATOL)
+    assert x.grad.dtype == torch.float32
+    (grad,) = torch.autograd.grad(g(x, t32(DATA) * 2.0), x)
+    close(grad, torch.autograd.grad(loss(reference, t32(DATA) * 2.0), reference)[0], RTOL, ATOL)
+    assert "torch" not in f.libraries  # the inner engine ran f
+
+
+def test_forward_mode_ad(inner: di.AbstractBackend) -> None:
+    import torch.autograd.forward_ad as forward_ad
+
+    g = di.DifferentiateWith(wave, inner)
+    tangent = t32(DATA)
+    with forward_ad.dual_level():
+        out = forward_ad.unpack_dual(g(forward_ad.make_dual(t32(X), tangent))).tangent
+        expected = forward_ad.unpack_dual(wave(forward_ad.make_dual(t32(X), tangent))).tangent
+    close(out, expected, RTOL, ATOL)
+
+
+def test_torch_func_transforms(inner: di.AbstractBackend) -> None:
+    g = di.DifferentiateWith(loss, inner)
+    w = di.DifferentiateWith(wave, inner)
+    x, data, batch = t32(X), t32(DATA), t32(BATCH)
+    close(func.grad(g)(x, data), func.grad(loss)(x, data), RTOL, ATOL)
+    close(func.vmap(g, in_dims=(0, None))(batch, data), func.vmap(loss, in_dims=(0, None))(batch, data), RTOL, ATOL)
+    close(
+        func.vmap(func.grad(g), in_dims=(0, None))(batch, data),
+        func.vmap(func.grad(loss), in_dims=(0, None))(batch, data),
+        RTOL,
+        ATOL,
+    )
+    close(func.jacrev(w)(x), func.jacrev(wave)(x), RTOL, ATOL)
+    close(func.jacfwd(w)(x), func.jacfwd(wave)(x), RTOL, ATOL)
+    close(func.jvp(w, (x,), (data,)), func.jvp(wave, (x,), (data,)), RTOL, ATOL)
+    close(func.vmap(func.jacrev(w))(batch), func.vmap(func.jacrev(wave))(batch), RTOL, ATOL)
+    total = func.grad(lambda b: (func.vmap(w)(b) ** 2).sum())
+    close(total(batch), func.grad(lambda b: (func.vmap(wave)(b) ** 2).sum())(batch), RTOL, ATOL)
+
+
+def test_pytree_input_and_output(inner: di.AbstractBackend) -> None:
+    inputs = t32(INPUTS)
+    g = di.DifferentiateWith(layer, inner, di.Constant(inputs))
+    params = t32(PARAMS)
+    out = g(params)
+    close(out, layer(params, inputs), RTOL, ATOL)
+    mean = di.DifferentiateWith(layer_mean, inner, di.Constant(inputs))
+    close(func.grad(mean)(params), func.grad(layer_mean)(params, inputs), RTOL, ATOL)
+    hidden = func.jacrev(lambda p: g(p)["hidden"])(params)
+    close(hidden, func.jacrev(lambda p: layer(p, inputs)["hidden"])(params), RTOL, ATOL)
+
+
+def test_float64_is_kept(inner: di.AbstractBackend) -> None:
+    g = di.DifferentiateWith(loss, inner, di.Constant(torch.tensor(DATA)))
+    x = torch.tensor(X).requires_grad_()
+    g(x).backward()
+    reference = torch.tensor(X).requires_grad_()
+    loss(reference, torch.tensor(DATA)).backward()
+    assert x.grad.dtype == torch.float64
+    close(x.grad, reference.grad, 1e-6 if isinstance(inner, di.AutoFiniteDiff) else 1e-12, 1e-9)
+
+
+def test_torch_compile_one_graph_without_a_break() -> None:
+    pytest.importorskip("jax")
+    counter = CompileCounter()
+    g = di.DifferentiateWith(loss, di.AutoJAX(), di.Constant(t32(DATA)))
+
+    def step(x: Any, data: Any) -> Any:
+        return (g(x, data) * 3.0).sum()
+
+    compiled = torch.compile(step, fullgraph=True, backend=counter)
+    for shift in range(3):
+        x = (t32(X) + shift).requires_grad_()
+        compiled(x, t32(DATA)).backward()
+        reference = (t32(X) + shift).requires_grad_()
+        (loss(reference, t32(DATA)) * 3.0).backward()
+        close(x.grad, reference.grad, RTOL, ATOL)
+    assert counter.count == 1
+    aot = torch.compile(step, fullgraph=True, backend="aot_eager")
+    x = t32(X).requires_grad_()
+    aot(x, t32(DATA)).backward()
+    close(x.grad, func.grad(lambda x: loss(x, t32(DATA)) * 3.0)(t32(X)), RTOL, ATOL)
+
+
+def test_a_numpy_black_box_with_finite_differences_inside_backward() -> None:
+    def black_box(x: Any) -> Any:  # NumPy only: torch cannot trace it
+        return np.sum(np.sin(np.asarray(x)) * np.arange(1.0, 5.0))
+
+    with pytest.raises(di.InvalidOutputError, match="DifferentiateWith"):
+        di.gradient(black_box, di.AutoTorch(), X)
+    g = di.DifferentiateWith(black_box, di.AutoFiniteDiff())
+    x = t32(X).requires_grad_()
+    g(x).backward()
+    close(x.grad, np.cos(X) * np.arange(1.0, 5.0), RTOL, ATOL)
+
+
+def test_one_prep_per_signature_reused_and_a_new_shape_prepared_again() -> None:
+    g = di.DifferentiateWith(loss, di.AutoFiniteDiff())
+    with counting_preps() as counts:
+        for shift in range(3):
+            close(func.grad(g)(t32(X + shift), t32(DATA)), func.grad(loss)(t32(X + shift), t32(DATA)), RTOL, ATOL)
+        assert counts["pullback"] == 1
+        longer, longer_data = t32(np.concatenate([X, X])), t32(np.concatenate([DATA, DATA]))
+        close(func.grad(g)(longer, longer_data), func.grad(loss)(longer, longer_data), RTOL, ATOL)
+        assert counts["pullback"] == 2
+
+
+def test_second_order_through_g_is_refused_naming_both_engines() -> None:
+    g = di.DifferentiateWith(loss, di.AutoFiniteDiff(), di.Constant(t32(DATA)))
+    with pytest.raises(di.UnsupportedOperatorError, match=r"inside torch.*AutoFiniteDiff.*di\.hessian"):
+        func.hessian(g)(t32(X))
+    x = t32(X).requires_grad_()
+    (grad,) = torch.autograd.grad(g(x), x, create_graph=True)
+    with pytest.raises(di.UnsupportedOperatorError):
+        grad.sum().backward()
+
+
+def test_a_derivative_with_respect_to_a_constant_is_refused() -> None:
+    g = di.DifferentiateWith(loss, di.AutoFiniteDiff(), di.Constant(t32(DATA)))
+    data = t32(DATA).requires_grad_()
+    with pytest.raises(di.InvalidInputError, match="context 1"):
+        g(t32(X).requires_grad_(), data).backward()
+    with pytest.raises(di.InvalidInputError, match="context 1"):
+        func.jacfwd(g, argnums=1)(t32(X), t32(DATA))
+    with pytest.raises(di.InvalidInputError, match="context 1"):
+        func.jvp(lambda d: g(t32(X), d), (t32(DATA),), (t32(DATA),))
+
+
+def test_torch_compile_of_a_vmap_and_the_refusal_inside_a_differentiating_transform() -> None:
+    w = di.DifferentiateWith(wave, di.AutoFiniteDiff())
+    batch = t32(BATCH)
+    close(torch.compile(func.vmap(w), fullgraph=True, backend="eager")(batch), func.vmap(wave)(batch), RTOL, ATOL)
+    g = di.DifferentiateWith(loss, di.AutoFiniteDiff(), di.Constant(t32(DATA)))
+    # dynamo wraps the di error it meets while tracing; its message is the di error's
+    with pytest.raises(Exception, match=r"inside a torch\.func grad transform.*outside torch\.compile"):
+        torch.compile(func.grad(g), fullgraph=True, backend="eager")(t32(X))
