@@ -166,9 +166,17 @@ def _greedy(graph: sp.csr_array, order: np.ndarray) -> np.ndarray:
     return np.asarray(run(ptr, idx, order_, colors, mark), dtype=np.int64)
 
 
+def _walk(graph: sp.csr_array) -> int:
+    """The entries a distance-2 kernel walks: the sum of squared degrees (one
+    dense row makes it quadratic, however few the edges: an arrowhead of 1e4
+    vertices walks 1e8 entries, 10 s in Python, 0.1 s compiled)."""
+    degrees = np.diff(graph.indptr).astype(np.int64)
+    return int(np.dot(degrees, degrees))
+
+
 def _star(graph: sp.csr_array, order: np.ndarray) -> np.ndarray:
     n = graph.shape[0]
-    run, compiled = kernels.kernel(kernels.star_kernel, graph.nnz)
+    run, compiled = kernels.kernel(kernels.star_kernel, _walk(graph))
     ptr, idx, order_, colors, mark = kernels.arguments(
         compiled, graph.indptr, graph.indices, order, np.full(n, -1), np.full(n + 1, -1)
     )
@@ -187,7 +195,7 @@ def _twins(graph: sp.csr_array) -> np.ndarray:
 
 def _acyclic(graph: sp.csr_array, order: np.ndarray) -> np.ndarray:
     n, edges = graph.shape[0], graph.nnz
-    run, compiled = kernels.kernel(kernels.acyclic_kernel, edges)
+    run, compiled = kernels.kernel(kernels.acyclic_kernel, _walk(graph))
     ptr, idx, twin, order_, colors, mark, parent, visit_v, visit_w = kernels.arguments(
         compiled,
         graph.indptr,
