@@ -326,7 +326,11 @@ def acyclic_coloring(pattern: sp.csr_array, order: str = "auto", seed: int = 0) 
 def acyclic_coloring_of(pattern: sp.csr_array, order: str = "auto", seed: int = 0) -> Coloring:
     """:func:`acyclic_coloring` with the order that gave it."""
     graph = adjacency(pattern)
-    return _colored(graph, _acyclic, order, seed)
+    acyclic = _colored(graph, _acyclic, order, seed)
+    # Every star coloring is acyclic, and greedy acyclic colorings sometimes take
+    # more colors than the greedy star one (4 against 3 on some 12-vertex graphs).
+    star = _colored(graph, _star, order, seed)
+    return star if int(star.colors.max(initial=-1)) < int(acyclic.colors.max(initial=-1)) else acyclic
 
 
 def bipartite_graph(pattern: sp.csr_array) -> sp.csr_array:
