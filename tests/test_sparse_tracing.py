@@ -118,8 +118,11 @@ def test_compositions_never_miss_a_hessian_nonzero(steps: list[str], seed: int) 
     assert not np.any(dense & ~pattern), f"Hessian pattern misses nonzeros of {steps}"
     from di.sparse.jaxpr import hessian_pattern
 
-    # The program tracer reads the gradient's program; on these compositions both find the same pattern.
-    np.testing.assert_array_equal(pattern, hessian_pattern(f, x, [], []).pattern.toarray())
+    # The program tracer reads the gradient's program, whose cotangents it cannot see are structurally
+    # zero (sin of the part of x a slice drops still meets cos(x) * 0): it may be coarser, never finer.
+    program = hessian_pattern(f, x, [], []).pattern.toarray()
+    assert not np.any(dense & ~program), f"the program tracer misses nonzeros of {steps}"
+    assert not np.any(pattern & ~program), f"the array tracer is coarser than the program tracer on {steps}"
 
 
 def test_partially_separable_hessians_are_exact() -> None:
