@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 
 import di
+from di.plan import format_seconds
 
 TIME_BUDGET = 0.4  # seconds of repeated calls per row
 DENSE_ONCE_FROM = 10_000  # sizes from which dense matrices are timed once (800 MB in float64)
@@ -182,12 +183,7 @@ def _rows(sizes: list[int]) -> list[tuple[str, list[dict[str, Any]]]]:
     return sections
 
 
-def _seconds(value: float) -> str:
-    if value < 1e-3:
-        return f"{value * 1e6:.1f} us"
-    if value < 1:
-        return f"{value * 1e3:.2f} ms"
-    return f"{value:.2f} s"
+_seconds = format_seconds
 
 
 def _markdown(sections: list[tuple[str, list[dict[str, Any]]]]) -> str:

@@ -39,6 +39,8 @@ from typing import Any
 
 import numpy as np
 
+from di.plan import format_seconds
+
 ROUNDS = 15
 ROUND_SECONDS = 0.02  # each round's batch of calls lasts about this long
 PROBLEM_TIMEOUT = 300.0
@@ -244,12 +246,7 @@ def cutest_rows(
     return sorted(rows, key=lambda row: order.get(row["name"], len(order)))
 
 
-def _seconds(value: float) -> str:
-    if value < 1e-3:
-        return f"{value * 1e6:.1f} us"
-    if value < 1:
-        return f"{value * 1e3:.2f} ms"
-    return f"{value:.2f} s"
+_seconds = format_seconds
 
 
 def cutest_markdown(rows: list[dict[str, Any]], timeout: float = PROBLEM_TIMEOUT) -> list[str]:
