@@ -5,6 +5,11 @@ Backends whose engine takes pytrees receive them as they are. For the others
 :class:`Raveler` flattens a pytree into one vector, so every operator works on
 every backend, and unflattens results back into the structure of ``x``, leaf by
 leaf in each leaf's own dtype.
+
+On a prep's hot path, pytrees shaped like the prepared ``x`` are flattened and
+rebuilt by a :class:`Structure`: plain Python made once from ``x`` at
+preparation, which an engine's compiler tracing the call (``torch.compile``)
+follows as it follows ``f``, where ``optree``'s compiled functions would stop it.
 """
 
 from __future__ import annotations
@@ -18,7 +23,17 @@ import numpy as np
 from di.errors import InvalidInputError
 from di.families import families, family_of, get_family, is_floating_dtype
 
-__all__ = ["Raveler", "is_pytree", "leaf_paths", "tree_flatten", "tree_leaves", "tree_map", "tree_unflatten"]
+__all__ = [
+    "Raveler",
+    "Structure",
+    "is_pytree",
+    "leaf_paths",
+    "tree_flatten",
+    "tree_leaves",
+    "tree_map",
+    "traced_by",
+    "tree_unflatten",
+]
 
 
 def _optree() -> Any:
@@ -65,6 +80,30 @@ def is_pytree(value: Any) -> bool:
     return any(family_of(leaf) is not None for leaf in leaves)
 
 
+def traced_by(value: Any) -> str:
+    """The engine transform tracing ``value`` or one of its leaves (``"jax.vmap"``,
+    ``"torch.func.grad"``), as the leaf's array family says; ``""`` when every
+    leaf is a concrete array (or no array).
+
+    Examples:
+        >>> import numpy as np
+        >>> from di.pytrees import traced_by
+        >>> traced_by({"w": np.ones(2)})
+        ''
+    """
+    family = family_of(value)
+    if family is not None:
+        return get_family(family).traced_by(value)
+    if not is_pytree(value):
+        return ""
+    for leaf in tree_leaves(value):
+        family = family_of(leaf)
+        transform = get_family(family).traced_by(leaf) if family is not None else ""
+        if transform:
+            return transform
+    return ""
+
+
 def foreign_pytree(value: Any) -> str | None:
     """The display name of the array family whose library registers ``value`` as a
     container of arrays that ``optree`` does not know (a dataclass registered
@@ -80,6 +119,133 @@ def foreign_pytree(value: Any) -> str | None:
 def leaf_paths(tree: Any, root: str = "x") -> list[str]:
     """Python expressions naming each leaf, such as ``x['weights'][1]``."""
     return [accessor.codify(root) for accessor in _optree().tree_accessors(tree)]
+
+
+class _Node:
+    """One node of a :class:`Structure`: how to take its children out of a tree of
+    this shape (in ``optree``'s order) and how to put them back."""
+
+    __slots__ = ("children", "handler", "keys", "kind", "metadata", "order", "type")
+
+    def __init__(self, tree: Any) -> None:
+        optree = _optree()
+        one_level = optree.tree_flatten_one_level(tree)
+        self.type = type(tree)
+        self.metadata = one_level.metadata
+        self.handler = None
+        self.keys: tuple[Any, ...] = ()
+        self.order: tuple[Any, ...] = ()
+        if tree is None:
+            self.kind = "none"
+        elif self.type in (tuple, list):
+            self.kind = self.type.__name__
+        elif self.type is dict:
+            self.kind = "dict"
+            self.keys = tuple(one_level.metadata)  # optree's order (sorted keys where they sort)
+            self.order = tuple(tree)  # the caller's order, which a rebuilt dict keeps
+        elif optree.is_namedtuple_class(self.type):
+            self.kind = "namedtuple"
+        else:  # dataclasses, OrderedDict, deque, nodes registered with optree: their own functions
+            self.kind = "custom"
+            self.handler = optree.register_pytree_node.get(self.type, namespace="")
+        self.children = [_plan(child) for child in one_level.children]
+
+
+def _plan(tree: Any) -> _Node | None:
+    """The node of ``tree`` (``None`` for a leaf, as ``optree`` decides it)."""
+    if tree is not None and _optree().register_pytree_node.get(type(tree), namespace="") is None:
+        return None
+    return _Node(tree)
+
+
+def _flatten(node: _Node | None, tree: Any, leaves: list[Any]) -> bool:
+    """Append the leaves of ``tree`` (shaped like ``node``) to ``leaves``; ``False``
+    when ``tree`` has another structure."""
+    if node is None:
+        leaves.append(tree)
+        return True
+    if type(tree) is not node.type:
+        return False
+    kind, children = node.kind, node.children
+    if kind == "none":
+        return True
+    if kind == "dict":
+        if len(tree) != len(node.keys):
+            return False
+        for key, child in zip(node.keys, children):
+            if key not in tree or not _flatten(child, tree[key], leaves):
+                return False
+        return True
+    if kind != "custom":
+        if len(tree) != len(children):
+            return False
+        return all(_flatten(child, item, leaves) for child, item in zip(children, tree))
+    items, metadata = node.handler.flatten_func(tree)[:2]  # type: ignore[union-attr]
+    items = list(items)
+    if len(items) != len(children) or metadata != node.metadata:
+        return False
+    return all(_flatten(child, item, leaves) for child, item in zip(children, items))
+
+
+def _unflatten(node: _Node | None, leaves: Any) -> Any:
+    """The tree of ``node``'s shape with the next leaves of the iterator ``leaves``."""
+    if node is None:
+        return next(leaves)
+    kind = node.kind
+    if kind == "none":
+        return None
+    children = [_unflatten(child, leaves) for child in node.children]
+    if kind == "tuple":
+        return tuple(children)
+    if kind == "list":
+        return children
+    if kind == "dict":
+        by_key = dict(zip(node.keys, children))
+        return {key: by_key[key] for key in node.order}
+    if kind == "namedtuple":
+        return node.type(*children)
+    return node.handler.unflatten_func(node.metadata, children)  # type: ignore[union-attr]
+
+
+class Structure:
+    """The structure of a pytree, flattened and rebuilt by plain Python.
+
+    Made once from a pytree (at preparation), it takes the leaves out of trees of
+    the same structure, in ``optree``'s order, and builds such trees from leaves,
+    as ``optree.tree_flatten`` and ``tree_unflatten`` do. Its code is Python an
+    engine's compiler can trace (``torch.compile`` follows it; it stops at
+    ``optree``'s compiled functions), which is what a prep's hot path needs.
+
+    Args:
+        tree: a pytree of the structure.
+
+    Examples:
+        >>> import numpy as np
+        >>> from di.pytrees import Structure
+        >>> structure = Structure({"b": np.zeros(2), "a": (np.ones(1), None)})
+        >>> [leaf.shape for leaf in structure.leaves({"a": (np.ones(1), None), "b": np.zeros(2)})]
+        [(1,), (2,)]
+        >>> structure.unflatten([1, 2])
+        {'b': 2, 'a': (1, None)}
+        >>> structure.leaves([np.zeros(2)]) is None
+        True
+    """
+
+    __slots__ = ("_root", "num_leaves", "spec")
+
+    def __init__(self, tree: Any) -> None:
+        leaves, self.spec = tree_flatten(tree)
+        self.num_leaves = len(leaves)
+        self._root = _plan(tree)
+
+    def leaves(self, tree: Any) -> list[Any] | None:
+        """The leaves of ``tree``, or ``None`` when its structure is another."""
+        leaves: list[Any] = []
+        return leaves if _flatten(self._root, tree, leaves) else None
+
+    def unflatten(self, leaves: Any) -> Any:
+        """The tree of this structure with these leaves (as many as it has)."""
+        return _unflatten(self._root, iter(leaves))
 
 
 def _result_dtype(dtypes: list[Any], family: str) -> Any:
@@ -111,6 +277,7 @@ class Raveler:
 
     def __init__(self, x: Any) -> None:
         leaves, self.spec = tree_flatten(x)
+        self.structure = Structure(x)
         paths = leaf_paths(x)
         families = {family_of(leaf) for leaf in leaves}
         foreign = foreign_pytree(x) if self.spec.is_leaf() else None
@@ -147,8 +314,11 @@ class Raveler:
         shaped like ``x``."""
         record = get_family(self.family)
         xp = record.namespace()
+        leaves = self.structure.leaves(tree)
+        if leaves is None:  # another structure: optree's leaves, which the caller's check refuses
+            leaves = tree_leaves(tree)
         with record.scope([self.dtype]):  # 64-bit leaves stay 64-bit
-            flat = [xp.astype(xp.reshape(leaf, (-1,)), self.dtype) for leaf in tree_leaves(tree)]
+            flat = [xp.astype(xp.reshape(leaf, (-1,)), self.dtype) for leaf in leaves]
             return xp.concat(flat) if flat else xp.zeros(0, dtype=self.dtype)
 
     def unravel(self, vector: Any, cast: bool = True) -> Any:
@@ -161,7 +331,7 @@ class Raveler:
             if self.mixed and cast:
                 leaf = _cast_like(leaf, dtype)
             leaves.append(leaf)
-        return tree_unflatten(self.spec, leaves)
+        return self.structure.unflatten(leaves)
 
     def unravel_leading(self, array: Any, lead: tuple[int, ...]) -> Any:
         """Split the last axis of ``array`` (shape ``lead + (size,)``) into a pytree
@@ -170,7 +340,7 @@ class Raveler:
         for offset, size, shape, dtype in zip(self.offsets, self.sizes, self.shapes, self.dtypes):
             leaf = _reshape(array[..., offset : offset + size], (*lead, *shape))
             leaves.append(_cast_like(leaf, dtype) if self.mixed else leaf)
-        return tree_unflatten(self.spec, leaves)
+        return self.structure.unflatten(leaves)
 
     def unravel_hessian(self, matrix: Any) -> Any:
         """A ``(size, size)`` matrix as a pytree of pytrees: block ``[i][j]`` has
@@ -179,7 +349,7 @@ class Raveler:
         for offset, size, shape in zip(self.offsets, self.sizes, self.shapes):
             block = _reshape(matrix[offset : offset + size], (*shape, self.size))
             rows.append(self.unravel_leading(block, shape))
-        return tree_unflatten(self.spec, rows)
+        return self.structure.unflatten(rows)
 
 
 def _reshape(array: Any, shape: tuple[int, ...]) -> Any:

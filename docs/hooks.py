@@ -8,8 +8,9 @@
    builds from its primitives (``Capabilities.support()``; a strategy that wraps
    other backends describes itself with ``support()``), whether it takes ``Cache``
    contexts and its note on them, the family it computes in, whether it compiles,
-   the operators that take pytrees, the engine transforms a call runs inside, and
-   the selectors' options (their dataclass fields). No table is written by hand,
+   the operators that take pytrees, the engine transforms a call runs inside (and
+   what composes inside each: ``Capabilities.compositions``), and the selectors'
+   options (their dataclass fields). No table is written by hand,
    so the tables cannot drift from the code. ``NAME`` is one of :data:`TABLES`.
 
 2. Cross-references in docstrings. Some docstrings use reStructuredText roles
@@ -213,6 +214,64 @@ def second_order_table() -> str:
     return _table(["outer \\ inner", *(_code(label(inner)) for inner in engines)], rows)
 
 
+def transform_engines() -> list[tuple[Any, list[Any]]]:
+    """Each engine that composes with transforms, as one of its selectors, and the
+    selectors (strategies over it included) whose calls follow its records."""
+    import di
+
+    return [
+        (
+            di.AutoJAX(),
+            [
+                di.AutoJAX(),
+                di.AutoJAX(jit=True),
+                di.AutoSparse(di.AutoJAX()),
+                di.SecondOrder(di.AutoJAX(), di.AutoJAX()),
+            ],
+        ),
+        (di.AutoTorch(), [di.AutoTorch(), di.AutoTorch(compile=True)]),
+        (di.AutoAutograd(), [di.AutoAutograd()]),
+    ]
+
+
+def transforms_table() -> str:
+    """Engine transforms x what runs inside them (``Capabilities.compositions``, the
+    records the tests in ``tests/test_transforms_*.py`` run): the operators,
+    unprepared calls, same-point preps, ``Cache`` contexts, and a note."""
+    from di.backends.protocol import OPERATOR_FAMILIES
+
+    rows = []
+    for engine, selectors_ in transform_engines():
+        capabilities = record(engine)
+        backends = ", ".join(_code(label(s)) for s in selectors_)
+        for index, composition in enumerate(capabilities.compositions):
+            refused_operators = [family for family in OPERATOR_FAMILIES if not composition.composes(family)]
+            operators = "all" if not refused_operators else "all but " + ", ".join(map(_code, refused_operators))
+            cache = composition.status("Cache") if capabilities.cache else "- (never)"
+            rows.append(
+                [
+                    _code(composition.transform),
+                    backends if index == 0 else "(the same)",
+                    operators,
+                    composition.status("unprepared"),
+                    composition.status("same point"),
+                    cache,
+                    html.escape(composition.note) or "-",
+                ]
+            )
+    header = ["inside", "backends", "operators", "unprepared", "same-point preps", "`Cache`", "note"]
+    return _table(header, rows)
+
+
+def transform_refusals_table() -> str:
+    """What a refusal or a graph break in :func:`transforms_table` means, and what to do."""
+    from di.backends.transforms import BREAKS, REFUSALS
+
+    rows = [[aspect, "refused", html.escape(text)] for aspect, text in REFUSALS.items()]
+    rows += [[aspect, "graph break", html.escape(text)] for aspect, text in BREAKS.items()]
+    return _table(["what", "status", "why, and what to do"], rows)
+
+
 TABLES: dict[str, Callable[[], str]] = {
     "operators": operators_table,
     "contexts": contexts_table,
@@ -220,6 +279,8 @@ TABLES: dict[str, Callable[[], str]] = {
     "options": options_table,
     "pytrees": pytrees_table,
     "second-order": second_order_table,
+    "transforms": transforms_table,
+    "transform-refusals": transform_refusals_table,
 }
 
 

@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 import pytest
 from conftest import backend_id
+from transform_cases import applier
 
 import di
 from di.backends.registry import get_adapter
@@ -351,25 +352,19 @@ def test_a_recompiling_program_warns_before_the_limit(static: bool) -> None:
 
 
 def _run_inside(transform: str, backend: Any) -> Any:
-    """An unprepared gradient inside one of the engine's transforms or modes."""
-    engine, _, name = transform.partition(".")
-    module = importlib.import_module(engine)
-    f = cube_sum
-    if engine == "jax":
-        jnp = importlib.import_module("jax.numpy")
-        x = jnp.asarray(X)
-        inner = lambda x: di.gradient(f, backend, x)
-        if name == "grad":
-            return getattr(module, name)(lambda x: inner(x).sum())(x), 6 * X
-        if name == "vmap":
-            return module.vmap(inner)(jnp.stack([x, x]))[1], 3 * X**2
-        return getattr(module, name)(inner)(x), 3 * X**2
-    with getattr(module, name)():
-        return di.gradient(f, backend, module.from_numpy(X.copy())), 3 * X**2
+    """An unprepared gradient inside one of the engine's transforms or modes, and
+    the analytic gradient through the same transform (``tests/transform_cases.py``
+    applies each one; ``tests/test_transforms_*.py`` run every operator there)."""
+    composition = next(c for c in get_adapter(backend).capabilities.compositions if c.transform == transform)
+    apply = applier(transform, fullgraph=composition.status("unprepared") == "yes")
+    engine = transform.split(".")[0]
+    x = {"jax": lambda: importlib.import_module("jax.numpy").asarray(X), "torch": lambda: _family_values("torch", X)}
+    point = x.get(engine, lambda: X.copy())()
+    return apply(lambda x: di.gradient(cube_sum, backend, x), point), apply(lambda x: 3 * x**2, point)
 
 
 @pytest.mark.parametrize("backend", _params([b for b in BACKENDS if get_adapter(b).capabilities.transforms]))
 def test_the_declared_transforms_run_a_di_call(backend: Any) -> None:
     for transform in get_adapter(backend).capabilities.transforms:
         result, expected = _run_inside(transform, backend)
-        np.testing.assert_allclose(_numpy(result), expected, rtol=1e-6, err_msg=transform)
+        np.testing.assert_allclose(_numpy(result), _numpy(expected), rtol=1e-6, err_msg=transform)

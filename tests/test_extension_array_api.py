@@ -88,12 +88,7 @@ def _label(backend: Any) -> str:
     return repr(backend).replace(" ", "")
 
 
-KNOWN_DI_BUGS: dict[str, str] = {
-    "f cannot be compiled as one graph (Observed exception)": (
-        "pytree x under AutoTorch(compile=True): dynamo cannot trace di's optree flattening and breaks "
-        "the graph (issue 20, pytrees under dynamo)"
-    ),
-}
+KNOWN_DI_BUGS: dict[str, str] = {}
 """di bugs this family exposes, by a phrase of their error; delete an entry once it no longer occurs."""
 
 

@@ -31,6 +31,7 @@ from di.backends.outputs import (
     raise_bad_output,
 )
 from di.backends.selectors import AbstractBackend
+from di.backends.transforms import Composition
 from di.contexts import Cache, Context
 from di.errors import UnsupportedContextError, UnsupportedOperatorError
 from di.families import converter, family_of, identity
@@ -114,8 +115,11 @@ class Capabilities:
             backend, the engine differentiates: ``"any"`` (it only evaluates
             them), ``"own"`` (those of adapters of its own class, which it
             traces) or ``"none"``.
-        transforms: the engine's own transforms and modes an (unprepared) ``di``
-            call can run inside, each one tested (``tests/test_contract.py``).
+        transforms: the engine's own transforms and modes a ``di`` call can run
+            inside (the names of :attr:`compositions`; set from them).
+        compositions: for each of those transforms, what composes inside it and
+            what is refused (:class:`di.backends.transforms.Composition`), each
+            combination tested (``tests/test_transforms_*.py``).
 
     Examples:
         >>> import di
@@ -135,10 +139,13 @@ class Capabilities:
     float64: bool = False
     differentiates: str = "none"
     transforms: tuple[str, ...] = field(default=())
+    compositions: tuple[Composition, ...] = field(default=())
 
     def __post_init__(self) -> None:
         if self.differentiates not in _DIFFERENTIATES:
             raise ValueError(f"Capabilities(differentiates={self.differentiates!r}): one of {_DIFFERENTIATES}")
+        if self.compositions:
+            object.__setattr__(self, "transforms", tuple(c.transform for c in self.compositions))
 
     @property
     def has_primitive(self) -> bool:

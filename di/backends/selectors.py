@@ -130,6 +130,12 @@ class AutoTorch(AbstractBackend):
         mode: ``"forward"`` or ``"reverse"`` to force the strategy of
             ``jacobian``; ``None`` picks forward mode when ``x`` has no more
             elements than ``f(x)``. (``derivative`` always uses forward mode.)
+        create_graph: when ``x``, a ``Constant`` or a tangent requires grad and
+            grad mode is on, results carry the caller's autograd graph, as
+            ``torch.autograd.grad(..., create_graph=True)`` and ``torch.func``
+            give them (gradient penalties, meta-learning, implicit
+            differentiation); ``False`` detaches them. When nothing requires
+            grad, results never carry a graph either way.
 
     Examples:
         >>> import di
@@ -140,6 +146,7 @@ class AutoTorch(AbstractBackend):
     compile: bool = False
     compile_options: Any = field(default=None)
     mode: str | None = None
+    create_graph: bool = True
     engine: ClassVar[str] = "torch"
     engine_display: ClassVar[str] = "PyTorch"
     extra: ClassVar[str] = "torch"

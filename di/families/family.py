@@ -149,6 +149,17 @@ class Family:
         cls, shape, dtype = value.__class__, value.shape, value.dtype
         return lambda given: given.__class__ is cls and given.shape == shape and given.dtype == dtype
 
+    def traced_by(self, value: Any) -> str:
+        """The engine transform tracing ``value`` (``"jax.vmap"``, ``"torch.func.grad"``),
+        or ``""`` for a concrete array: a call inside such a transform composes with
+        it, and what cannot is refused naming it. By default arrays are concrete."""
+        return ""
+
+    def annotation(self, value: Any) -> str:
+        """What a prep's report says about ``value`` beyond its family, dtype, shape
+        and device (``"weakly typed, traced by jax.vmap"``); by default nothing."""
+        return ""
+
     def key(self, value: Any) -> Any:
         """A hashable summary of ``value``'s class, shape and dtype (and device),
         compared when :meth:`matcher` says no, to explain why."""

@@ -18,7 +18,35 @@ import numpy as np
 
 from di.families.family import Family, Matcher, numpy_lacks, on_host
 
-__all__ = ["FAMILY", "JaxFamily", "is_64_bit"]
+__all__ = ["FAMILY", "JaxFamily", "is_64_bit", "transform_of"]
+
+
+_TRACES = {
+    "DynamicJaxprTracer": "jax.jit (or a jax.lax.scan, jax.lax.while_loop or jax.lax.cond body)",
+    "JaxprTracer": "jax.jit (or a jax.lax.scan, jax.lax.while_loop or jax.lax.cond body)",
+    "BatchTracer": "jax.vmap",
+    "JVPTracer": "jax.jvp (or jax.jacfwd)",
+    "LinearizeTracer": "jax.grad (or jax.vjp, jax.jacrev)",
+    "ShardMapTracer": "jax.shard_map",
+}
+
+
+def transform_of(value: Any) -> str:
+    """The JAX transform tracing ``value`` (``"jax.vmap"``), or ``""`` for a
+    concrete array. A tracer tells its kind, not the function that made it: a
+    staged trace is ``jax.jit``'s or a control-flow body's, a linearizing one
+    ``jax.grad``'s, ``jax.vjp``'s or ``jax.jacrev``'s, and so on."""
+    jax_core = sys.modules.get("jax.core")
+    if jax_core is None or not isinstance(value, jax_core.Tracer):
+        return ""
+    return _TRACES.get(type(value).__name__, "a JAX transform")
+
+
+def _array_types() -> tuple[type, ...]:
+    """What holds an abstract value: concrete JAX arrays and tracers."""
+    import jax
+
+    return (jax.Array, jax.core.Tracer)
 
 
 def is_64_bit(dtype: Any) -> bool:
@@ -83,15 +111,36 @@ class JaxFamily(Family):
     def matcher(self, value: Any) -> Matcher:
         # JAX shares one abstract value (aval: shape, dtype, weak type) between arrays alike: one
         # attribute where shape and dtype are two properties (about 0.4 us a strict prepared call).
-        cls, aval, shape, dtype = value.__class__, value.aval, value.shape, value.dtype
+        # A tracer (a call inside jax.jit, vmap, grad, scan) is another class with the same
+        # abstract value (under vmap, the per-example one): it matches by that value.
+        cls, aval = value.__class__, value.aval
+        shape, dtype, weak = aval.shape, aval.dtype, aval.weak_type
+        array_types = _array_types()
+
+        def alike(given: Any) -> bool:
+            other = given.aval
+            return other is aval or (other.shape == shape and other.dtype == dtype and other.weak_type == weak)
 
         def matches(given: Any) -> bool:
-            return given.__class__ is cls and (given.aval is aval or (given.shape == shape and given.dtype == dtype))
+            if given.__class__ is cls:
+                return given.aval is aval or alike(given)
+            return isinstance(given, array_types) and alike(given)
 
         return matches
 
     def key(self, value: Any) -> Any:
-        return (value.__class__, tuple(value.shape), str(value.dtype))
+        aval = value.aval
+        return ("jax", tuple(aval.shape), str(aval.dtype), bool(aval.weak_type))
+
+    def traced_by(self, value: Any) -> str:
+        return transform_of(value)
+
+    def annotation(self, value: Any) -> str:
+        notes = ["weakly typed"] if getattr(getattr(value, "aval", None), "weak_type", False) else []
+        transform = transform_of(value)
+        if transform:
+            notes.append(f"traced by {transform}")
+        return ", ".join(notes)
 
     def namespace(self) -> Any:
         import jax.numpy

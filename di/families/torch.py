@@ -11,7 +11,32 @@ import numpy as np
 
 from di.families.family import Family, Matcher, numpy_lacks, on_host
 
-__all__ = ["FAMILY", "TorchFamily"]
+__all__ = ["FAMILY", "TorchFamily", "innermost_transform", "transform_of"]
+
+_TRANSFORM_NAMES = {
+    "Vmap": "torch.func.vmap",
+    "Grad": "torch.func.grad (or torch.func.vjp, torch.func.jacrev)",
+    "Jvp": "torch.func.jvp (or torch.func.jacfwd)",
+}
+
+
+def innermost_transform() -> str:
+    """The innermost active ``torch.func`` transform, as a user writes it
+    (``"torch.func.vmap"``; ``jacrev`` and ``vjp`` are ``grad`` levels, ``jacfwd``
+    ``jvp`` ones), or ``""`` when none is active."""
+    functorch = sys.modules["torch"]._C._functorch
+    interpreter = functorch.peek_interpreter_stack()
+    if interpreter is None:
+        return ""
+    kind = str(interpreter.key()).rsplit(".", 1)[-1]
+    return _TRANSFORM_NAMES.get(kind, f"torch.func ({kind.lower()})")
+
+
+def transform_of(tensor: Any) -> str:
+    """The ``torch.func`` transform a tensor is wrapped by (``""`` for a plain one)."""
+    if not sys.modules["torch"]._C._functorch.is_functorch_wrapped_tensor(tensor):
+        return ""
+    return innermost_transform() or "a torch.func transform"
 
 
 class TorchFamily(Family):
@@ -76,6 +101,13 @@ class TorchFamily(Family):
 
     def key(self, value: Any) -> Any:
         return (value.__class__, tuple(value.shape), value.dtype, value.device)
+
+    def traced_by(self, value: Any) -> str:
+        return transform_of(value)
+
+    def annotation(self, value: Any) -> str:
+        transform = transform_of(value)
+        return f"traced by {transform}" if transform else ""
 
     def namespace(self) -> Any:
         import array_api_compat.torch

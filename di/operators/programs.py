@@ -18,9 +18,10 @@ from di.backends.aux import aux_converter
 from di.backends.fallbacks import with_aux
 from di.backends.source import ProgramSource
 from di.contexts import Constant, Context
-from di.errors import InvalidInputError
+from di.errors import InvalidInputError, UnsupportedOperatorError
 from di.families import converter, family_of, get_family, identity
 from di.operators.table import Operator
+from di.prep.signature import tracing
 from di.pytrees import Raveler, is_pytree, tree_flatten, tree_leaves, tree_map, tree_unflatten
 
 __all__ = ["caller_family", "caller_programs", "same_point_check"]
@@ -61,6 +62,7 @@ def caller_programs(
     """The programs of a prep of ``operator`` (``key`` is the operator family, or
     its same-point form) from ``source``: results in the caller's family, shaped
     like ``x``, ``aux`` in JAX's layout."""
+    _refuse_foreign_traces(source, x, tangents, contexts, operator.tangents or "tx")
     family = caller_family(source, x)
     if is_pytree(x) and not source.takes_pytree(operator.family, x):
         programs = _raveled(operator, source, key, f, x, tangents, contexts, has_aux)
@@ -80,6 +82,31 @@ def caller_programs(
     return programs
 
 
+def _refuse_foreign_traces(
+    source: ProgramSource, x: Any, tangents: tuple[Any, ...] | None, contexts: Sequence[Context], label: str
+) -> None:
+    """Refuse, at preparation, values traced by another engine's transform (a
+    tracer of ``jax.jit`` given to a backend that computes in another family):
+    the engine would need their concrete values, which a trace does not have.
+
+    Raises:
+        InvalidInputError: naming the argument, the transform and what to do.
+    """
+    backend = source.adapter.backend
+    takes = (source.family, backend.engine)
+    arguments = [("x", x), *((f"{label}[{i}]", t) for i, t in enumerate(tangents or ()))]
+    arguments += [(f"context {i}", c.value) for i, c in enumerate(contexts, start=1)]
+    for name, value in arguments:
+        transform, owner = tracing(value)
+        if transform and owner not in takes:
+            raise InvalidInputError(
+                f"{name} is traced by {transform}, and {backend!r} cannot run inside it: it computes with "
+                f"concrete values, which a trace does not have. Inside {transform}, use a backend of the "
+                f"engine that traces (its transforms then differentiate di's own programs), or call di outside "
+                f"the transform."
+            )
+
+
 def _as_array(x: Any) -> Any:
     """A Python float ``x`` is prepared as a 0-d float64 array."""
     return np.asarray(x, dtype=np.float64) if isinstance(x, float) else x
@@ -91,7 +118,9 @@ def _from_float(x: Any, program: Callable[..., Any]) -> Callable[..., Any]:
         return program
 
     def from_float(x: Any, *values: Any) -> Any:
-        return program(np.asarray(x, dtype=np.float64), *values)
+        if isinstance(x, float):  # (an engine's traced scalar passes as it is)
+            x = np.asarray(x, dtype=np.float64)
+        return program(x, *values)
 
     return from_float
 
@@ -286,6 +315,28 @@ def _aux_layout(operator: Operator, programs: Programs, engine_family: str, fami
     return {name: wrap(name, program) for name, program in programs.items()}
 
 
+def _traced_point_error(transform: str) -> UnsupportedOperatorError:
+    """Same-point preps hold the point's values, which a value traced by an engine
+    transform does not have."""
+    return UnsupportedOperatorError(
+        f"a same-point prep (prepare_pullback_same_point, prepare_hvp_same_point) cannot be made or called "
+        f"inside {transform}: it compares the point by value, and the transform traces x without one. Use "
+        f"di.prepare_pullback or di.prepare_hvp, whose preps serve every point, inside transforms (or call the "
+        f"operator unprepared)."
+    )
+
+
+def _graph_point_error(library: str) -> UnsupportedOperatorError:
+    """Same-point preps compute at preparation: their results cannot carry the
+    graph of an input that records one."""
+    return UnsupportedOperatorError(
+        f"a same-point prep (prepare_pullback_same_point, prepare_hvp_same_point) cannot take an x or Constant "
+        f"that requires grad (it records a {library} graph for differentiation): it computes its result at "
+        f"preparation, which cannot carry the call's graph. Use di.prepare_pullback or di.prepare_hvp, whose "
+        f"results do, or pass detached values."
+    )
+
+
 def same_point_check(x: Any, contexts: Sequence[Any]) -> Callable[[Any, Sequence[Any]], bool]:
     """A by-value check that a call is at the prepared point (``x`` and every
     ``Constant``), for same-point preps. Holds NumPy copies of the point.
@@ -299,9 +350,14 @@ def same_point_check(x: Any, contexts: Sequence[Any]) -> Callable[[Any, Sequence
     """
 
     def snapshot(value: Any) -> Any:
+        transform, _ = tracing(value)
+        if transform:
+            raise _traced_point_error(transform)
         family = family_of(value)
         if family is None:
             return value
+        if get_family(family).records_graph(value):
+            raise _graph_point_error(get_family(family).display)
         return np.array(converter(family, "numpy")(value), copy=True)
 
     x_copy = snapshot(x)
@@ -309,6 +365,9 @@ def same_point_check(x: Any, contexts: Sequence[Any]) -> Callable[[Any, Sequence
 
     def equal(a: Any, b: Any) -> bool:
         if isinstance(b, np.ndarray):
+            transform, _ = tracing(a)
+            if transform:  # (an engine's traced value that is no array: autograd's boxes)
+                raise _traced_point_error(transform)
             return family_of(a) is not None and np.array_equal(snapshot(a), b, equal_nan=True)
         return bool(a == b)
 

@@ -10,7 +10,14 @@ from di.contexts import Context
 from di.errors import InvalidInputError, OutBufferError
 from di.families import ArraySpec, family_of, get_family, spec_of
 from di.prep.info import NO_INFO, StrategyInfo
-from di.prep.signature import ArgumentCheck, check_contexts_wrapped, key_function, matcher_for, mismatch_error
+from di.prep.signature import (
+    ArgumentCheck,
+    check_contexts_wrapped,
+    concrete,
+    key_function,
+    matcher_for,
+    mismatch_error,
+)
 
 if TYPE_CHECKING:
     from di.backends.selectors import AbstractBackend
@@ -155,14 +162,17 @@ class Prep:
             InvalidInputError: a raw value where a context is expected.
         """
         try:
+            # An engine's traced value that is no array (autograd's boxes) is compared
+            # by the array inside: a prep made outside its transform serves calls inside.
             if (
                 f is self.f
                 and (backend is self.backend or backend == self.backend)
-                and self._x_matcher(x)
+                and (self._x_matcher(x) or self._x_matcher(concrete(x)))
                 and len(contexts) == self._n_contexts
             ):
                 for context, (wrapper, matches) in zip(contexts, self._context_matchers):
-                    if context.__class__ is not wrapper or not matches(context.value):  # type: ignore[attr-defined]
+                    value = context.value  # type: ignore[attr-defined]
+                    if context.__class__ is not wrapper or not (matches(value) or matches(concrete(value))):
                         break
                 else:
                     return
@@ -293,10 +303,13 @@ class Prep:
             PreparationMismatchError: their number, family, shape or dtype differ.
         """
         check = self.tangent_check
-        if check is not None and not check.matches(tangents):
-            raise mismatch_error(
-                self.operator, (check,), {"f": self.f, "backend": self.backend}, self.f, self.backend, (tangents,)
-            )
+        if check is None or check.matches(tangents):
+            return
+        if isinstance(tangents, tuple) and check.matches(tuple(concrete(t) for t in tangents)):
+            return  # traced tangents (autograd's boxes), compared by the arrays inside
+        raise mismatch_error(
+            self.operator, (check,), {"f": self.f, "backend": self.backend}, self.f, self.backend, (tangents,)
+        )
 
     def check_same_point(self, x: Any, contexts: Sequence[Any]) -> None:
         """For same-point preps: refuse another ``x`` or other ``Constant`` values.

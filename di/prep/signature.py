@@ -14,11 +14,83 @@ from typing import Any
 from di.contexts import Context
 from di.errors import InvalidInputError, PreparationMismatchError
 from di.families import families, family_of, get_family, is_floating_dtype, spec_of
-from di.pytrees import foreign_pytree, is_pytree, leaf_paths, tree_flatten
+from di.pytrees import Structure, foreign_pytree, is_pytree, leaf_paths, traced_by, tree_flatten
 
-__all__ = ["ArgumentCheck", "check_x", "check_contexts_wrapped", "key_function", "mismatch_error"]
+__all__ = [
+    "ArgumentCheck",
+    "TracedType",
+    "check_contexts_wrapped",
+    "check_x",
+    "concrete",
+    "key_function",
+    "mismatch_error",
+    "register_traced_type",
+    "traced_type",
+    "tracing",
+]
 
 KeyFunction = Callable[[Any], Any]
+Matcher = Callable[[Any], bool]
+
+
+# --- values an engine traces that are not arrays of a family ---------------------------------
+
+
+class TracedType:
+    """A class of values an engine traces in place of arrays, which is no array
+    family's (autograd's boxes wrap NumPy arrays): registered by the engine's
+    adapter (:func:`register_traced_type`), so that ``x`` may be one where that
+    engine runs, a strict prep matches it by the array inside, and other engines
+    refuse it up front.
+
+    Args:
+        cls: the class of the traced values.
+        engine: the engine that can take them (a selector's ``engine``).
+        transform: the transform that makes them, as a user writes it.
+        value: the concrete array inside a traced value.
+    """
+
+    __slots__ = ("cls", "engine", "transform", "value")
+
+    def __init__(self, cls: type, engine: str, transform: str, value: Callable[[Any], Any]) -> None:
+        self.cls, self.engine, self.transform, self.value = cls, engine, transform, value
+
+
+_TRACED_TYPES: dict[type, TracedType] = {}
+
+
+def register_traced_type(traced: TracedType) -> None:
+    """Make ``traced.cls`` known as an engine's traced values (an adapter does it
+    when its module is imported)."""
+    _TRACED_TYPES[traced.cls] = traced
+
+
+def traced_type(value: Any) -> TracedType | None:
+    """The registered :class:`TracedType` of ``value``, or ``None``."""
+    return _TRACED_TYPES.get(value.__class__)
+
+
+def concrete(value: Any) -> Any:
+    """``value``, or the array inside a registered traced value."""
+    traced = _TRACED_TYPES.get(value.__class__)
+    return value if traced is None else traced.value(value)
+
+
+def tracing(value: Any) -> tuple[str, str]:
+    """``(transform, owner)`` for a value traced by an engine transform (or a
+    pytree with such a leaf): the transform as a user writes it, and what can
+    take the value, an array family's name (the engine computing in it) or a
+    registered engine's; ``("", "")`` for concrete values."""
+    traced = traced_type(value)
+    if traced is not None:
+        return traced.transform, traced.engine
+    transform = traced_by(value)
+    if not transform:
+        return "", ""
+    family = family_of(value)
+    if family is None:
+        family = next(family_of(leaf) for leaf in tree_flatten(value)[0] if family_of(leaf) is not None)
+    return transform, str(family)
 
 
 def _type_key(value: Any) -> Any:
@@ -38,16 +110,27 @@ def _tuple_key(keys: Sequence[KeyFunction]) -> KeyFunction:
     return key
 
 
-def _tree_key(spec: Any, keys: Sequence[KeyFunction]) -> KeyFunction:
+def _tree_key(structure: Structure, keys: Sequence[KeyFunction]) -> KeyFunction:
     """Key of a pytree: its structure and the key of each leaf."""
 
     def key(value: Any) -> Any:
-        leaves, given = tree_flatten(value)
-        if given != spec:
-            return ("structure", given)
+        leaves = structure.leaves(value)
+        if leaves is None:
+            return ("structure", tree_flatten(value)[1])
         return tuple(k(leaf) for k, leaf in zip(keys, leaves))
 
     return key
+
+
+def _tree_matcher(structure: Structure, matchers: Sequence[Matcher]) -> Matcher:
+    """A predicate recognising pytrees of ``structure`` whose leaves match, in plain
+    Python (a compiler tracing a prepared call follows it)."""
+
+    def matches(given: Any) -> bool:
+        leaves = structure.leaves(given)
+        return leaves is not None and all(match(leaf) for match, leaf in zip(matchers, leaves))
+
+    return matches
 
 
 def key_function(value: Any) -> KeyFunction:
@@ -63,14 +146,11 @@ def key_function(value: Any) -> KeyFunction:
     if is_pytree(value):
         leaves, spec = tree_flatten(value)
         if not spec.is_leaf():  # (a JAX-only node is keyed by its class)
-            return _tree_key(spec, [key_function(leaf) for leaf in leaves])
+            return _tree_key(Structure(value), [key_function(leaf) for leaf in leaves])
     family = family_of(value)
     if family is not None:
         return get_family(family).key
     return _type_key
-
-
-Matcher = Callable[[Any], bool]
 
 
 def matcher_for(value: Any, key: KeyFunction) -> Matcher:
@@ -79,6 +159,11 @@ def matcher_for(value: Any, key: KeyFunction) -> Matcher:
     prepared call); otherwise it compares keys."""
     family = family_of(value)
     if family is None:
+        if is_pytree(value):
+            leaves, spec = tree_flatten(value)
+            if not spec.is_leaf():
+                matchers = [matcher_for(leaf, key_function(leaf)) for leaf in leaves]
+                return _tree_matcher(Structure(value), matchers)
         expected = key(value)
         return lambda given: bool(key(given) == expected)
     return get_family(family).matcher(value)
@@ -86,8 +171,13 @@ def matcher_for(value: Any, key: KeyFunction) -> Matcher:
 
 def describe_value(value: Any) -> str:
     """One-line description of an argument for reports."""
-    if family_of(value) is not None:
-        return spec_of(value).describe()
+    family = family_of(value)
+    if family is not None:
+        annotation = get_family(family).annotation(value)
+        return f"{spec_of(value).describe()} ({annotation})" if annotation else spec_of(value).describe()
+    traced = traced_type(value)
+    if traced is not None:
+        return f"{describe_value(traced.value(value))} (traced by {traced.transform})"
     if isinstance(value, Context):
         return f"{type(value).__name__} {describe_value(value.value)}"
     if isinstance(value, tuple) and value.__class__ is tuple and any(family_of(item) is not None for item in value):
@@ -232,6 +322,9 @@ def check_x(x: Any, operator: str) -> None:
     if isinstance(x, float):
         return
     family = family_of(x)
+    if family is None and traced_type(x) is not None:
+        x = concrete(x)  # which backends take it is the operator layer's to check
+        family = family_of(x)
     if family is None:
         hint = ""
         if isinstance(x, (list, tuple)):

@@ -17,11 +17,17 @@ from autograd.tracer import Box, getval
 from di.backends.aux import split_output
 from di.backends.outputs import SCALAR_OPERATORS, OutputRules, checking
 from di.backends.protocol import Adapter, Capabilities, Programs
+from di.backends.transforms import Composition
 from di.contexts import Context
 from di.families import converter, family_of, identity
+from di.prep.signature import TracedType, register_traced_type
 from di.pytrees import tree_map
 
 __all__ = ["AutogradAdapter"]
+
+# Inside an outer autograd transform (autograd.grad of a function calling di), x is a box:
+# AutoAutograd nests its transforms (second derivatives), and other backends refuse it.
+register_traced_type(TracedType(ArrayBox, "autograd", "autograd.grad", getval))
 
 _CONVERSIONS = (("float()", "float()"), ("'item'", ".item()"), ("'tolist'", ".tolist()"), ("int()", "int()"))
 
@@ -75,14 +81,31 @@ _BFLOAT16 = "bfloat16"
 
 def _differentiable(x: Any) -> Any:
     """``x`` as a numpy array autograd can differentiate: bfloat16 (which autograd
-    lacks) is computed in float32; the operator layer casts results back."""
+    lacks) is computed in float32; the operator layer casts results back. A box
+    (a call inside an outer autograd transform) is differentiated as it is."""
+    if isinstance(x, Box):
+        return x
     x = np.asarray(x)
     return x.astype(np.float32) if x.dtype.name == _BFLOAT16 else x
 
 
 def _numpy(value: Any, dtype: Any) -> Any:
-    """A tangent of any family as a numpy array of ``dtype``."""
+    """A tangent of any family as a numpy array of ``dtype`` (a box as it is)."""
+    if isinstance(value, Box):
+        return value
     return np.asarray(converter(family_of(value), "numpy")(value) if family_of(value) else value, dtype=dtype)
+
+
+def _array(value: Any, dtype: Any = None) -> Any:
+    """A result as a numpy array (of ``dtype``); inside an outer autograd transform
+    the result is a box, which stays one so the outer transform differentiates it."""
+    if isinstance(value, Box):
+        return value
+    return np.asarray(value, dtype=dtype)
+
+
+def _stack(rows: list[Any]) -> Any:
+    return anp.stack(rows) if any(isinstance(row, Box) for row in rows) else np.stack(rows)
 
 
 class _AuxCapture:
@@ -134,6 +157,14 @@ class AutogradAdapter(Adapter):
     """
 
     capabilities = Capabilities(
+        compositions=(
+            Composition(
+                "autograd.grad",
+                frozenset({"same point"}),
+                note="Any autograd transform of a function calling di (grad, jacobian, hessian, make_vjp): "
+                "AutoAutograd's own transforms nest, so second derivatives are autograd's.",
+            ),
+        ),
         cache=False,
         cache_note=(
             "autograd cannot write traced values into arrays. Use AutoTorch, AutoJAX or AutoFiniteDiff, "
@@ -149,7 +180,7 @@ class AutogradAdapter(Adapter):
         convert_contexts = self.input_converters([c.value for c in contexts])
         convert_x = (
             to_numpy_x is not identity
-            or x.__class__ is not np.ndarray
+            or (x.__class__ is not np.ndarray and not isinstance(x, Box))
             or str(getattr(x, "dtype", "")).endswith(_BFLOAT16)
         )
         convert_any = any(convert is not identity for convert in convert_contexts)
@@ -177,6 +208,7 @@ class AutogradAdapter(Adapter):
         convert_any = any(convert is not identity for convert in convert_contexts)
         # decided once: the signature check keeps x's dtype for the prep's lifetime
         convert_x = to_numpy_x is not identity or str(getattr(x, "dtype", "")).endswith(_BFLOAT16)
+        convert_x = convert_x and not isinstance(x, Box)
 
         checked = checking(f, backend, "gradient", _RULES, accept=_boxed_float_scalar)
 
@@ -193,12 +225,12 @@ class AutogradAdapter(Adapter):
         def gradient(x: Any, *values: Any) -> Any:
             x, values = arguments(x, values)
             g = grad(x, *values)
-            return g if g.__class__ is np.ndarray and g.dtype == x.dtype else np.asarray(g, dtype=x.dtype)
+            return g if g.__class__ is np.ndarray and g.dtype == x.dtype else _array(g, dtype=x.dtype)
 
         def value_and_gradient(x: Any, *values: Any) -> Any:
             x, values = arguments(x, values)
             y, g = value_and_grad(x, *values)
-            return np.asarray(y), np.asarray(g, dtype=x.dtype)
+            return _array(y), _array(g, dtype=x.dtype)
 
         if not has_aux:
             return {"gradient": gradient, "value_and_gradient": value_and_gradient}
@@ -223,8 +255,8 @@ class AutogradAdapter(Adapter):
         def pulled_back(x: Any, ty: Sequence[Any], values: Sequence[Any]) -> tuple[Any, tuple[Any, ...]]:
             x, values = inputs(x, values)
             vjp, y = vjp_maker(x, *values)
-            y = np.asarray(y)
-            return y, tuple(np.asarray(vjp(_numpy(t, y.dtype)), dtype=x.dtype) for t in ty)
+            y = _array(y)
+            return y, tuple(_array(vjp(_numpy(t, y.dtype)), dtype=x.dtype) for t in ty)
 
         def value_and_pullback(x: Any, ty: Sequence[Any], *values: Any) -> Any:
             return attach(pulled_back(x, ty, values))
@@ -250,11 +282,11 @@ class AutogradAdapter(Adapter):
         def pushed_forward(x: Any, tx: Sequence[Any], values: Sequence[Any]) -> tuple[Any, tuple[Any, ...]]:
             x, values = inputs(x, values)
             if not tx:
-                return np.asarray(f(x, *values)), ()
+                return _array(f(x, *values)), ()
             jvp = jvp_maker(x, *values)
             # make_jvp evaluates f at x once per tangent (each leaves the same aux)
             pairs = [jvp(_numpy(t, x.dtype)) for t in tx]
-            return np.asarray(pairs[0][0]), tuple(np.asarray(dy) for _, dy in pairs)
+            return _array(pairs[0][0]), tuple(_array(dy) for _, dy in pairs)
 
         def value_and_pushforward(x: Any, tx: Sequence[Any], *values: Any) -> Any:
             return attach(pushed_forward(x, tx, values))
@@ -275,10 +307,10 @@ class AutogradAdapter(Adapter):
             # autograd.jacobian's algorithm (a vjp per output element), keeping the value.
             x, values = inputs(x, values)
             vjp, y = vjp_maker(x, *values)
-            y = np.asarray(y)
+            y = _array(y)
             basis = np.eye(y.size, dtype=y.dtype).reshape((y.size, *y.shape))
-            rows = [np.asarray(vjp(e)) for e in basis]
-            jac = np.stack(rows) if rows else np.zeros((0, *x.shape), dtype=x.dtype)
+            rows = [_array(vjp(e)) for e in basis]
+            jac = _stack(rows) if rows else np.zeros((0, *x.shape), dtype=x.dtype)
             return y, jac.reshape(y.shape + x.shape)
 
         def value_and_jacobian(x: Any, *values: Any) -> Any:
@@ -298,7 +330,7 @@ class AutogradAdapter(Adapter):
         def gradient_and_hvp(x: Any, tx: Sequence[Any], *values: Any) -> Any:
             x, values = inputs(x, values)
             hvp, g = hvp_maker(x, *values)  # the vjp of the gradient: H symmetric, so H v
-            return np.asarray(g, dtype=x.dtype), tuple(np.asarray(hvp(_numpy(t, x.dtype)), dtype=x.dtype) for t in tx)
+            return _array(g, dtype=x.dtype), tuple(_array(hvp(_numpy(t, x.dtype)), dtype=x.dtype) for t in tx)
 
         def hvp(x: Any, tx: Sequence[Any], *values: Any) -> Any:
             return gradient_and_hvp(x, tx, *values)[1]
@@ -319,12 +351,12 @@ class AutogradAdapter(Adapter):
         def value_gradient_and_hessian(x: Any, *values: Any) -> Any:
             x, values = inputs(x, values)
             y, g = value_and_grad(x, *values)
-            hessian = np.asarray(hessian_function(x, *values), dtype=x.dtype)
-            return np.asarray(y), np.asarray(g, dtype=x.dtype), hessian.reshape(x.shape + x.shape)
+            hessian = _array(hessian_function(x, *values), dtype=x.dtype)
+            return _array(y), _array(g, dtype=x.dtype), hessian.reshape(x.shape + x.shape)
 
         def hessian(x: Any, *values: Any) -> Any:
             x, values = inputs(x, values)
-            return np.asarray(hessian_function(x, *values), dtype=x.dtype).reshape(x.shape + x.shape)
+            return _array(hessian_function(x, *values), dtype=x.dtype).reshape(x.shape + x.shape)
 
         return {"hessian": hessian, "value_gradient_and_hessian": value_gradient_and_hessian}
 
@@ -339,12 +371,12 @@ class AutogradAdapter(Adapter):
 
         def value_derivative_and_second_derivative(x: Any, *values: Any) -> Any:
             x, values = inputs(x, values)
-            y = np.asarray(checked(x, *values))
-            return y, np.asarray(derivative_function(x, *values)), np.asarray(second_function(x, *values))
+            y = _array(checked(x, *values))
+            return y, _array(derivative_function(x, *values)), _array(second_function(x, *values))
 
         def second_derivative(x: Any, *values: Any) -> Any:
             x, values = inputs(x, values)
-            return np.asarray(second_function(x, *values))
+            return _array(second_function(x, *values))
 
         return {
             "second_derivative": second_derivative,

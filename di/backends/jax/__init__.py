@@ -47,12 +47,48 @@ from di.backends.outputs import checking, output_leaf_shapes
 from di.backends.protocol import OPERATOR_FAMILIES, Adapter, Capabilities, Program, Programs, plain_from_full
 from di.backends.registry import get_adapter
 from di.backends.selectors import AutoJAX
+from di.backends.transforms import Composition
 from di.contexts import Context
 from di.families import converter, family_of, identity
 
-__all__ = ["JAXAdapter", "needs_x64"]
+__all__ = ["COMPOSITIONS", "JAXAdapter", "needs_x64"]
 
 keep_constants_per_scope()
+
+_SAME_POINT = frozenset({"same point"})
+COMPOSITIONS = (
+    Composition(
+        "jax.jit",
+        _SAME_POINT,
+        note="One compiled program: AutoJAX(jit=True)'s program is a nested jit, traced into the caller's. "
+        "An unprepared call prepares at each trace (once per compile).",
+    ),
+    Composition(
+        "jax.vmap", _SAME_POINT, note="A strict prep compares the per-example shape: prepare with one example."
+    ),
+    Composition(
+        "jax.grad", _SAME_POINT, note="Higher order: jax.grad of a function calling di.gradient gives JAX's own HVPs."
+    ),
+    Composition("jax.jacfwd", _SAME_POINT),
+    Composition("jax.jacrev", _SAME_POINT),
+    Composition("jax.lax.scan", _SAME_POINT, note="Also fori_loop and cond bodies: staged like jax.jit."),
+    Composition("jax.lax.while_loop", _SAME_POINT),
+    Composition(
+        "jax.shard_map",
+        _SAME_POINT,
+        note="x is the per-device block: prepare with its shape. Sharded inputs under jax.jit keep their sharding.",
+    ),
+)
+"""What composes inside each JAX transform: every operator, prepared (strict) or
+not; same-point preps are refused (they compare the point by value)."""
+
+
+def _traced(inputs: Sequence[Any], tangents: Sequence[Any] | None) -> bool:
+    """Whether an input is traced by a JAX transform (a preparation inside one: an
+    unprepared call in a jitted or vmapped function), where compiling now would
+    compile a program no call runs."""
+    leaves = jax.tree_util.tree_leaves([list(inputs), list(tangents or ())])
+    return any(isinstance(leaf, jax.core.Tracer) for leaf in leaves)
 
 
 class JAXAdapter(Adapter):
@@ -74,7 +110,7 @@ class JAXAdapter(Adapter):
         pytrees=frozenset(OPERATOR_FAMILIES),
         cache_note="JAX arrays are immutable: f receives the cache as an array it must not write into.",
         differentiates="own",  # it traces the programs of JAX adapters; others cannot take its tracers
-        transforms=("jax.jit", "jax.vmap", "jax.grad"),
+        compositions=COMPOSITIONS,
     )
 
     def tree_map(self, function: Callable[[Any], Any], tree: Any) -> Any:
@@ -175,7 +211,7 @@ class JAXAdapter(Adapter):
             return program
         if on_first_use:
             program = compiled_on_first_use(program)
-        else:
+        elif not _traced(inputs, tangents):  # (inside a transform, the caller's trace compiles it)
             with x64_scope() if x64 else contextlib.nullcontext():
                 args = [convert(v) for convert, v in zip(converters, inputs)]
                 if tangents is not None:

@@ -16,13 +16,39 @@ from typing import Any
 
 from di.backends.protocol import Capabilities, Programs
 from di.backends.selectors import AutoTorch
-from di.backends.torch.common import TorchBase
+from di.backends.torch.common import TorchBase, refusing_caches_inside_transforms
 from di.backends.torch.compile import TorchCompiler
 from di.backends.torch.eager import EagerPrograms
 from di.backends.torch.func import FuncPrograms
+from di.backends.transforms import Composition
 from di.contexts import Cache, Context
 
-__all__ = ["TorchAdapter"]
+__all__ = ["COMPOSITIONS", "TorchAdapter"]
+
+_UNCOMPILED = "AutoTorch(compile=True) runs its torch.func programs uncompiled here: compiled code cannot run inside."
+_FUNC = frozenset({"same point", "Cache"})
+COMPOSITIONS = (
+    Composition("torch.func.vmap", _FUNC, note=f"A strict prep compares the per-example shape. {_UNCOMPILED}"),
+    Composition("torch.func.grad", _FUNC, note=f"Higher order, as torch.func.grad(torch.func.grad(f)). {_UNCOMPILED}"),
+    Composition("torch.func.jacrev", _FUNC, note=_UNCOMPILED),
+    Composition("torch.func.jvp", _FUNC, note=_UNCOMPILED),
+    Composition("torch.func.jacfwd", _FUNC, note=_UNCOMPILED),
+    Composition(
+        "torch.autograd.grad",
+        frozenset({"same point"}),
+        note="x, a Constant or a tangent that requires grad: results carry the caller's graph, as with "
+        "create_graph=True (AutoTorch(create_graph=False) detaches them).",
+    ),
+    Composition("torch.no_grad", note="Derivatives are computed all the same; results carry no graph."),
+    Composition("torch.inference_mode", note="Inference tensors are taken too."),
+    Composition(
+        "torch.compile",
+        breaks=frozenset({"same point", "Cache", "unprepared"}),
+        note="Around the caller's code calling prepared operators: one graph with fullgraph=True, as "
+        "torch.func's own transforms give.",
+    ),
+)
+"""What composes inside each torch transform and mode."""
 
 
 class TorchAdapter(TorchBase):
@@ -46,7 +72,7 @@ class TorchAdapter(TorchBase):
             "f receives the caller's buffer (numpy buffers through torch.from_numpy, sharing memory), detached after "
             "the call; operators torch.func cannot run on buffers are built from reverse mode."
         ),
-        transforms=("torch.no_grad", "torch.inference_mode"),
+        compositions=COMPOSITIONS,
     )
 
     def __init__(self, backend: AutoTorch) -> None:  # type: ignore[override]
@@ -66,12 +92,20 @@ class TorchAdapter(TorchBase):
         ``Cache``, ``torch.func`` otherwise."""
         return self._eager if any(isinstance(c, Cache) for c in contexts) else self._func
 
+    def _composing(self, programs: Programs, contexts: Sequence[Context]) -> Programs:
+        """The programs, refusing up front to run inside a ``torch.func`` transform
+        when they write into a ``Cache`` (the ``torch.func`` programs, which
+        compose with transforms, cannot write into buffers)."""
+        if not any(isinstance(c, Cache) for c in contexts):
+            return programs
+        return {name: refusing_caches_inside_transforms(program, self.selector) for name, program in programs.items()}
+
     # --- operators ----------------------------------------------------------------------------
 
     def prepare_gradient_programs(
         self, f: Callable[..., Any], x: Any, contexts: Sequence[Context], *, has_aux: bool = False
     ) -> Programs:
-        return self._programs_for(contexts).gradient(f, x, contexts, has_aux)
+        return self._composing(self._programs_for(contexts).gradient(f, x, contexts, has_aux), contexts)
 
     def prepare_pullback_programs(
         self,
@@ -82,7 +116,7 @@ class TorchAdapter(TorchBase):
         *,
         has_aux: bool = False,
     ) -> Programs:
-        return self._programs_for(contexts).pullback(f, x, ty, contexts, has_aux)
+        return self._composing(self._programs_for(contexts).pullback(f, x, ty, contexts, has_aux), contexts)
 
     def prepare_pushforward_programs(
         self,
@@ -93,27 +127,27 @@ class TorchAdapter(TorchBase):
         *,
         has_aux: bool = False,
     ) -> Programs:
-        return self._programs_for(contexts).pushforward(f, x, tx, contexts, has_aux)
+        return self._composing(self._programs_for(contexts).pushforward(f, x, tx, contexts, has_aux), contexts)
 
     def prepare_jacobian_programs(
         self, f: Callable[..., Any], x: Any, contexts: Sequence[Context], *, has_aux: bool = False
     ) -> Programs:
-        return self._programs_for(contexts).jacobian(f, x, contexts, has_aux)
+        return self._composing(self._programs_for(contexts).jacobian(f, x, contexts, has_aux), contexts)
 
     def prepare_derivative_programs(
         self, f: Callable[..., Any], x: Any, contexts: Sequence[Context], *, has_aux: bool = False
     ) -> Programs:
-        return self._programs_for(contexts).derivative(f, x, contexts, has_aux)
+        return self._composing(self._programs_for(contexts).derivative(f, x, contexts, has_aux), contexts)
 
     def prepare_second_derivative_programs(
         self, f: Callable[..., Any], x: Any, contexts: Sequence[Context]
     ) -> Programs:
-        return self._programs_for(contexts).second_derivative(f, x, contexts)
+        return self._composing(self._programs_for(contexts).second_derivative(f, x, contexts), contexts)
 
     def prepare_hvp_programs(
         self, f: Callable[..., Any], x: Any, tx: Sequence[Any], contexts: Sequence[Context]
     ) -> Programs:
-        return self._programs_for(contexts).hvp(f, x, tx, contexts)
+        return self._composing(self._programs_for(contexts).hvp(f, x, tx, contexts), contexts)
 
     def prepare_hessian_programs(self, f: Callable[..., Any], x: Any, contexts: Sequence[Context]) -> Programs:
-        return self._programs_for(contexts).hessian(f, x, contexts)
+        return self._composing(self._programs_for(contexts).hessian(f, x, contexts), contexts)

@@ -14,6 +14,7 @@ unexpected recompile, and before the limit whatever the cause; at dynamo's limit
 from __future__ import annotations
 
 import inspect
+import os
 import re
 import warnings
 from collections.abc import Callable
@@ -23,9 +24,9 @@ import torch
 
 from di.backends.compile import RecompileWatch, caller_stacklevel, compiled_on_first_use
 from di.backends.selectors import AutoTorch
-from di.errors import RecompileLimitError, RecompileWarning
+from di.errors import RecompileLimitError, RecompileWarning, UnsupportedOperatorError
 
-__all__ = ["TorchCompiler"]
+__all__ = ["TorchCompiler", "break_in_di"]
 
 _ISOLATES_RECOMPILES = "isolate_recompiles" in inspect.signature(torch.compile).parameters
 # dynamo records each failed guard under the compiled function's code object: di
@@ -81,10 +82,20 @@ class TorchCompiler:
             if not (fullgraph_default and graph_breaks):
                 raise
             reason = str(err).strip().splitlines()[0]
+            own = break_in_di(err)
+            if own:
+                advice = (
+                    f"The break is in di's own code ({own}), not in f: please report it. Pass "
+                    f"compile_options={{'fullgraph': False}} to accept graph breaks silently."
+                )
+            else:
+                advice = (
+                    "Remove the data-dependent Python control flow, or pass compile_options={'fullgraph': False} "
+                    "to accept graph breaks silently."
+                )
             warnings.warn(
                 f"{self.selector!r}: f cannot be compiled as one graph ({reason}); it runs with graph breaks, "
-                f"partly eagerly. Remove the data-dependent Python control flow, or pass "
-                f"compile_options={{'fullgraph': False}} to accept graph breaks silently.",
+                f"partly eagerly. {advice}",
                 RecompileWarning,
                 stacklevel=caller_stacklevel(_SKIPPED_FRAMES),
             )
@@ -92,6 +103,22 @@ class TorchCompiler:
             compiled = torch.compile(function, **options)
             warm_up(compiled)
         return self.watching(compiled, function, static_argnums, options), options
+
+    def one_graph_error(self, operator: str, error: BaseException) -> UnsupportedOperatorError:
+        """The error for a ``torch.func`` program of ``operator`` that dynamo cannot
+        compile as one graph (``error``, dynamo's): such a program cannot run with
+        graph breaks."""
+        reason = str(error).strip().splitlines()[0]
+        own = break_in_di(error)
+        if own:
+            cause = f"the break is in di's own code ({own}), not in f: please report it"
+        else:
+            cause = "remove the data-dependent Python control flow from f"
+        return UnsupportedOperatorError(
+            f"{self.selector!r} cannot compile {operator} of f as one graph ({reason}): a torch.func transform "
+            f"of f cannot run with graph breaks. To compile it, {cause}; or use AutoTorch() (eager), which runs "
+            f"any f."
+        )
 
     def compile_on_first_use(
         self, function: Callable[..., Any], options: dict[str, Any], static_argnums: tuple[int, ...] = ()
@@ -142,6 +169,23 @@ class TorchCompiler:
             return result
 
         return watched
+
+
+_DI_FOLDER = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def break_in_di(error: BaseException) -> str:
+    """Where dynamo's graph break ``error`` happened (``"di/pytrees.py:120 in
+    unflatten"``) when it happened in ``di``'s own code rather than in ``f`` or a
+    library ``f`` calls; ``""`` otherwise (or when dynamo does not say)."""
+    stack = getattr(error, "real_stack", None) or []
+    if not stack:
+        return ""
+    frame = stack[-1]  # the innermost frame dynamo was tracing
+    filename = os.path.abspath(frame.filename)
+    if not filename.startswith(_DI_FOLDER + os.sep):
+        return ""
+    return f"{os.path.relpath(filename, os.path.dirname(_DI_FOLDER))}:{frame.lineno} in {frame.name}"
 
 
 def guard_reason(failure: str) -> str:

@@ -25,33 +25,52 @@ from di.backends.aux import split_output
 from di.backends.compile import static_argnums
 from di.backends.outputs import check_output, translated
 from di.backends.protocol import Programs
-from di.backends.torch.common import REVERSE_RULES, TorchBase, detached, leaf, like, normal_tensors, recording
+from di.backends.torch.common import (
+    REVERSE_RULES,
+    TorchBase,
+    detached,
+    dynamo_compiling,
+    leaf,
+    like,
+    normal_tensors,
+    recording,
+    requires_grad,
+)
 from di.contexts import Cache, Context
 from di.errors import UnsupportedContextError
 from di.families import converter, family_of, identity
-from di.pytrees import is_pytree, tree_flatten, tree_unflatten
+from di.pytrees import Structure, is_pytree, tree_flatten
 
-__all__ = ["EagerPrograms", "Leaves", "Reverse", "example_cotangent", "gradient_backward"]
+__all__ = ["EagerPrograms", "Leaves", "Reverse", "alias", "example_cotangent", "gradient_backward"]
 
-Backward = Callable[[Any, Any, Any], Any]
-"""``backward(y, inputs, cotangents)``: the result of one reverse pass, from ``f``'s
-checked output ``y``, the differentiated inputs (a leaf tensor, or a list of
-them for a pytree ``x``) and the call's cotangents (``None`` for a scalar ``f``)."""
+Backward = Callable[[Any, Any, Any, bool], Any]
+"""``backward(y, inputs, cotangents, create_graph)``: the result of one reverse pass,
+from ``f``'s checked output ``y``, the differentiated inputs (a tensor, or a list of
+them for a pytree ``x``) and the call's cotangents (``None`` for a scalar ``f``);
+with ``create_graph``, the result is itself differentiable."""
 
 
 class Leaves(list):  # type: ignore[type-arg]
     """The differentiated leaves of a pytree ``x``, with its structure."""
 
-    __slots__ = ("spec",)
+    __slots__ = ("structure",)
 
-    def __init__(self, leaves: list[Any], spec: Any) -> None:
+    def __init__(self, leaves: list[Any], structure: Structure) -> None:
         super().__init__(leaves)
-        self.spec = spec
+        self.structure = structure
 
 
 class Reverse:
     """The reverse-mode programs of one ``f``: one forward pass of ``f`` on
     differentiable aliases of ``x``, then ``backward``.
+
+    When ``x``, a context value or a cotangent requires grad and grad mode is on
+    (and the selector's ``create_graph`` is left on), the call keeps the caller's
+    graph: ``x`` is differentiated through a view of itself rather than a
+    detached alias, the backward pass creates a graph, and the results (the
+    value and ``aux`` too) are differentiable with respect to those inputs, as
+    ``torch.autograd.grad(..., create_graph=True)`` gives them. Otherwise
+    (the hot path) nothing is connected to the caller's graph.
 
     Args:
         adapter: the torch adapter (its converters and selector).
@@ -76,38 +95,69 @@ class Reverse:
         self.convert_values = adapter.torch_context_converters(x, contexts)
         self.convert_any = any(convert is not identity for convert in self.convert_values)
         self.caches = tuple(i for i, c in enumerate(contexts) if isinstance(c, Cache) and family_of(c.value) == "torch")
+        self.constants = tuple(i for i, c in enumerate(contexts) if not isinstance(c, Cache))
         self.tree = is_pytree(x)
+        self.structure = Structure(x) if self.tree else None
         self.to_torch_x = adapter.input_converters([x])[0]
+        self.keeps_graph = adapter.selector.create_graph
 
-    @staticmethod
-    def tree_inputs(x: Any) -> tuple[Any, Leaves]:
+    def tree_inputs(self, x: Any, connect: bool = False) -> tuple[Any, Leaves]:
         """``(argument of f, differentiated leaves)`` for a call at a pytree ``x``
         (a tensor ``x`` is its own single alias, made inline on the hot path)."""
-        leaves, spec = tree_flatten(x)
-        aliases = Leaves([leaf(converter(family_of(item), "torch")(item)) for item in leaves], spec)
-        return tree_unflatten(spec, aliases), aliases
+        structure = self.structure
+        assert structure is not None
+        leaves = structure.leaves(x)
+        if leaves is None:  # a non-strict prep given another structure: optree's own
+            leaves, _ = tree_flatten(x)
+            structure = Structure(x)
+        tensors = [converter(family_of(item), "torch")(item) for item in leaves]
+        aliases = Leaves([alias(t, connect) for t in tensors], structure)
+        return structure.unflatten(aliases), aliases
 
-    def program(self, backward: Backward, *, with_value: bool, with_tangents: bool) -> Callable[..., Any]:
+    def wants_graph(self, x: Any, cotangents: Any, values: Sequence[Any]) -> bool:
+        """Whether this call's results must carry the caller's graph (grad mode is
+        on: the caller checked)."""
+        if not self.keeps_graph:
+            return False
+        if self.tree:
+            leaves = self.structure.leaves(x) if self.structure is not None else None
+            if any(requires_grad(leaf) for leaf in leaves or ()):
+                return True
+        elif requires_grad(x):
+            return True
+        if any(requires_grad(values[i]) for i in self.constants):
+            return True
+        return cotangents is not None and any(requires_grad(t) for t in cotangents)
+
+    def program(
+        self,
+        backward: Backward,
+        *,
+        with_value: bool,
+        with_tangents: bool,
+        traced: Callable[..., Any] | None = None,
+    ) -> Callable[..., Any]:
         """``(x, [cotangents,] *values)``: ``backward``'s result, ``(y, result)``
-        with the value, and ``(..., aux)`` under ``has_aux``."""
+        with the value, and ``(..., aux)`` under ``has_aux``. ``traced``: the
+        program to run instead inside a ``torch.func`` transform or a
+        ``torch.compile`` trace (a ``torch.func`` one, which composes with both)."""
         f, has_aux, backend, operator = self.f, self.has_aux, self.backend, self.operator
         convert_values, convert_any, caches = self.convert_values, self.convert_any, self.caches
-        tree, tree_inputs, to_torch_x = self.tree, self.tree_inputs, self.to_torch_x
+        tree, tree_inputs, to_torch_x, wants_graph = self.tree, self.tree_inputs, self.to_torch_x, self.wants_graph
         # A gradient's output is checked by autograd itself (it refuses non-scalar and
         # complex outputs, and di then says why); the others look at the output first.
         accept = _ACCEPTS.get(operator)
         scalar = operator in ("gradient", "hvp")
         tensor, is_grad_enabled, lead = torch.Tensor, torch.is_grad_enabled, 1 if with_tangents else 0
+        plain_x = not tree and to_torch_x is identity and not has_aux and not with_value
+        is_compiling, transforms_active = dynamo_compiling, torch._C._are_functorch_transforms_active
         conversions = REVERSE_RULES.conversion_errors
 
-        def run(x: Any, *args: Any) -> Any:
-            # the hot path of a gradient: what a careful torch user writes, and little else
-            if not is_grad_enabled():  # no_grad or inference_mode: f must still be recorded
-                with recording():
-                    return run(x, *args[:lead], *normal_tensors(args[lead:]))
-            cotangents, values = (args[0], args[1:]) if lead else (None, args)
+        def call(x: Any, cotangents: Any, values: Sequence[Any], connect: bool) -> Any:
             if tree:
-                argument, differentiated = tree_inputs(x)
+                argument, differentiated = tree_inputs(x, connect)
+            elif connect:
+                argument = differentiated = alias(x if to_torch_x is identity else to_torch_x(x), True)
             else:
                 argument = differentiated = leaf(x if to_torch_x is identity else to_torch_x(x))
             if convert_any:
@@ -118,7 +168,7 @@ class Reverse:
                     y, aux = split_output(y, backend, operator)
                 if y.__class__ is not tensor or not y.requires_grad or (accept is not None and not accept(y)):
                     y = check_output(y, differentiated, backend, operator, REVERSE_RULES)
-                result = backward(y, differentiated, cotangents)
+                result = backward(y, differentiated, cotangents, connect)
             except conversions as err:  # torch refused NumPy inside f: say why
                 di_error = translated(err, backend, operator, REVERSE_RULES)
                 if di_error is err:
@@ -129,11 +179,54 @@ class Reverse:
                     for i in caches:
                         values[i].detach_()
             if with_value:
-                value = y.detach()
+                value = y if connect else y.detach()
                 result = (value.reshape(()) if scalar and value.ndim else value), result
-            return (result, detached(aux)) if has_aux else result
+            return (result, aux if connect else detached(aux)) if has_aux else result
 
-        return run
+        def run(x: Any, *args: Any) -> Any:
+            if traced is not None and (is_compiling() or transforms_active()):
+                return traced(x, *args)
+            cotangents, values = (args[0], args[1:]) if lead else (None, args)
+            if not is_grad_enabled():  # no_grad or inference_mode: f must still be recorded
+                with recording():
+                    return call(x, cotangents, normal_tensors(values), False)
+            if x.__class__ is tensor and not x.requires_grad and not values:  # nothing can carry a graph...
+                if not lead or (len(args[0]) == 1 and not getattr(args[0][0], "requires_grad", False)):
+                    return call(x, cotangents, values, False)  # ... but one cotangent, checked here
+            return call(x, cotangents, values, wants_graph(x, cotangents, values))
+
+        def run_plain(x: Any, *args: Any) -> Any:
+            # the hot path of a gradient (or a pullback of one cotangent) without
+            # contexts: what a careful torch user writes, and little else
+            if len(args) != lead or x.__class__ is not tensor or x.requires_grad or not is_grad_enabled():
+                return run(x, *args)
+            if lead and (len(args[0]) != 1 or getattr(args[0][0], "requires_grad", False)):
+                return run(x, *args)
+            if traced is not None and (is_compiling() or transforms_active()):
+                return traced(x, *args)
+            argument = leaf(x)
+            try:
+                y = f(argument)
+                if y.__class__ is not tensor or not y.requires_grad or (accept is not None and not accept(y)):
+                    y = check_output(y, argument, backend, operator, REVERSE_RULES)
+                return backward(y, argument, args[0] if lead else None, False)
+            except conversions as err:  # torch refused NumPy inside f: say why
+                di_error = translated(err, backend, operator, REVERSE_RULES)
+                if di_error is err:
+                    raise
+                raise di_error from err
+
+        return run_plain if plain_x and not caches else run
+
+
+def alias(tensor: Any, connect: bool = False) -> Any:
+    """The input autograd differentiates with respect to. On the hot path, a
+    detached alias of ``tensor`` that requires grad (:func:`leaf`). ``connect``:
+    a tensor that requires grad is differentiated through a view of itself, so
+    results computed from the view stay connected to the caller's graph."""
+    if connect and tensor.requires_grad:
+        return tensor.view_as(tensor)
+    return leaf(tensor)
 
 
 _ACCEPTS: dict[str, Callable[[Any], bool]] = {
@@ -150,45 +243,54 @@ def gradient_backward(backend: Any, tree: bool = False) -> Backward:
     does not use ``x``), or, with ``tree``, to the leaves of a pytree."""
     grad = torch.autograd.grad
 
-    def backward(y: Any, differentiated: Any, cotangents: Any) -> Any:
+    def backward(y: Any, differentiated: Any, cotangents: Any, create_graph: bool) -> Any:
         try:
-            (g,) = grad(y, differentiated, allow_unused=True)
+            (g,) = grad(y, differentiated, allow_unused=True, create_graph=create_graph)
         except RuntimeError:  # autograd refuses non-scalar and complex outputs: say why
             check_output(y, differentiated, backend, "gradient", REVERSE_RULES)
             raise
         return torch.zeros_like(differentiated) if g is None else g
 
-    def tree_backward(y: Any, leaves: Leaves, cotangents: Any) -> Any:
+    def tree_backward(y: Any, leaves: Leaves, cotangents: Any, create_graph: bool) -> Any:
         if not leaves:
-            return tree_unflatten(leaves.spec, [])
+            return leaves.structure.unflatten([])
         try:
-            grads = grad(y, leaves, allow_unused=True)
+            grads = grad(y, leaves, allow_unused=True, create_graph=create_graph)
         except RuntimeError:
             check_output(y, leaves, backend, "gradient", REVERSE_RULES)
             raise
-        return tree_unflatten(leaves.spec, [torch.zeros_like(a) if d is None else d for a, d in zip(leaves, grads)])
+        return leaves.structure.unflatten([torch.zeros_like(a) if d is None else d for a, d in zip(leaves, grads)])
 
     return tree_backward if tree else backward
 
 
-def _pullback_backward(y: Any, alias: Any, cotangents: Sequence[Any]) -> tuple[Any, ...]:
+def _pullback_backward(y: Any, alias: Any, cotangents: Sequence[Any], create_graph: bool) -> tuple[Any, ...]:
     if len(cotangents) == 1:  # the common case
-        return (_backward(y, alias, like(cotangents[0], y), retain=False),)
+        return (_backward(y, alias, like(cotangents[0], y), retain=create_graph, create_graph=create_graph),)
     last = len(cotangents) - 1
-    return tuple(_backward(y, alias, like(t, y), retain=i < last) for i, t in enumerate(cotangents))
+    return tuple(
+        _backward(y, alias, like(t, y), retain=create_graph or i < last, create_graph=create_graph)
+        for i, t in enumerate(cotangents)
+    )
 
 
-def _backward(y: Any, alias: Any, cotangent: Any, *, retain: bool) -> Any:
+def _backward(y: Any, alias: Any, cotangent: Any, *, retain: bool, create_graph: bool = False) -> Any:
     if not y.requires_grad:
         return torch.zeros_like(alias)
-    (g,) = torch.autograd.grad(y, alias, grad_outputs=cotangent, retain_graph=retain, allow_unused=True)
+    (g,) = torch.autograd.grad(
+        y, alias, grad_outputs=cotangent, retain_graph=retain, allow_unused=True, create_graph=create_graph
+    )
     return torch.zeros_like(alias) if g is None else g
 
 
-def _double_backward(y: Any, alias: Any, tangents: Sequence[Any]) -> tuple[Any, tuple[Any, ...]]:
+def _double_backward(y: Any, alias: Any, tangents: Sequence[Any], create_graph: bool) -> tuple[Any, tuple[Any, ...]]:
     (g,) = torch.autograd.grad(y, alias, create_graph=True)
     last = len(tangents) - 1
-    return g.detach(), tuple(_backward(g, alias, like(t, alias), retain=i < last) for i, t in enumerate(tangents))
+    hvps = tuple(
+        _backward(g, alias, like(t, alias), retain=create_graph or i < last, create_graph=create_graph)
+        for i, t in enumerate(tangents)
+    )
+    return (g if create_graph else g.detach()), hvps
 
 
 def example_cotangent(adapter: TorchBase, f: Callable[..., Any], x: Any, contexts: Sequence[Context]) -> Any:
@@ -210,7 +312,7 @@ class EagerPrograms:
         self.adapter = adapter
 
     def _compiled_f(self, f: Callable[..., Any], x: Any, contexts: Sequence[Context], warm_up: Any) -> Any:
-        if not self.adapter.compiled:
+        if not self.adapter.compiles_now():
             return f
         compiled, _ = self.adapter.compiler.compile_now(f, warm_up, static_argnums(contexts, self.adapter.backend, 1))
         return compiled
@@ -218,9 +320,13 @@ class EagerPrograms:
     def _counted(self, programs: Programs, contexts: Sequence[Context], lead: int) -> Programs:
         return {name: self.adapter.counted(program, contexts, lead) for name, program in programs.items()}
 
-    def gradient(self, f: Callable[..., Any], x: Any, contexts: Sequence[Context], has_aux: bool) -> Programs:
+    def gradient(
+        self, f: Callable[..., Any], x: Any, contexts: Sequence[Context], has_aux: bool, traced: Programs | None = None
+    ) -> Programs:
+        """``traced``: the programs to run inside transforms (see :meth:`Reverse.program`)."""
         adapter, values = self.adapter, [c.value for c in contexts]
         backward = gradient_backward(adapter.backend, is_pytree(x))
+        inside = traced or {}
 
         def warm_up(compiled: Any) -> Any:
             program = Reverse(adapter, compiled, x, contexts, "gradient", has_aux).program
@@ -228,15 +334,25 @@ class EagerPrograms:
 
         reverse = Reverse(adapter, self._compiled_f(f, x, contexts, warm_up), x, contexts, "gradient", has_aux)
         programs = {
-            "gradient": reverse.program(backward, with_value=False, with_tangents=False),
-            "value_and_gradient": reverse.program(backward, with_value=True, with_tangents=False),
+            "gradient": reverse.program(backward, with_value=False, with_tangents=False, traced=inside.get("gradient")),
+            "value_and_gradient": reverse.program(
+                backward, with_value=True, with_tangents=False, traced=inside.get("value_and_gradient")
+            ),
         }
         return self._counted(programs, contexts, 1)
 
     def pullback(
-        self, f: Callable[..., Any], x: Any, ty: Sequence[Any], contexts: Sequence[Context], has_aux: bool
+        self,
+        f: Callable[..., Any],
+        x: Any,
+        ty: Sequence[Any],
+        contexts: Sequence[Context],
+        has_aux: bool,
+        traced: Programs | None = None,
     ) -> Programs:
+        """``traced``: the programs to run inside transforms (see :meth:`Reverse.program`)."""
         adapter, values = self.adapter, [c.value for c in contexts]
+        inside = traced or {}
 
         def warm_up(compiled: Any) -> Any:
             cotangent = example_cotangent(adapter, f, x, contexts)
@@ -245,8 +361,12 @@ class EagerPrograms:
 
         reverse = Reverse(adapter, self._compiled_f(f, x, contexts, warm_up), x, contexts, "pullback", has_aux)
         programs = {
-            "pullback": reverse.program(_pullback_backward, with_value=False, with_tangents=True),
-            "value_and_pullback": reverse.program(_pullback_backward, with_value=True, with_tangents=True),
+            "pullback": reverse.program(
+                _pullback_backward, with_value=False, with_tangents=True, traced=inside.get("pullback")
+            ),
+            "value_and_pullback": reverse.program(
+                _pullback_backward, with_value=True, with_tangents=True, traced=inside.get("value_and_pullback")
+            ),
         }
         return self._counted(programs, contexts, 2)
 

@@ -25,11 +25,23 @@ from di.backends import fallbacks
 from di.backends.compile import static_argnums
 from di.backends.outputs import SCALAR_OPERATORS, OutputRules, checking
 from di.backends.protocol import Programs, plain_from_full
-from di.backends.torch.common import FORWARD_RULES, REVERSE_RULES, RULES, TorchBase, as_dtype, like
+from di.backends.torch.common import (
+    FORWARD_RULES,
+    REVERSE_RULES,
+    RULES,
+    TorchBase,
+    as_dtype,
+    dynamo_compiling,
+    inside_transform,
+    like,
+    requires_grad,
+)
 from di.backends.torch.compile import UNSUPPORTED
 from di.backends.torch.eager import EagerPrograms
 from di.contexts import Context
-from di.families import identity
+from di.errors import InvalidInputError
+from di.families import converter, family_of, identity
+from di.pytrees import Structure, is_pytree, tree_flatten
 
 __all__ = ["FuncPrograms"]
 
@@ -68,22 +80,33 @@ class FuncPrograms:
         names: tuple[str, str],
         *,
         locked: bool = True,
+        fast: Callable[[Programs], Programs] | None = None,
+        refuse_breaks: bool = True,
     ) -> Programs:
         """The plain and the ``value_and_*`` programs of an operator family from two
         pure ``torch.func`` functions of ``(x, [tangents,] *values)``, the first
         returning the plain operator's result alone. Compiled, the first compiles
         at preparation and the second on its first call. ``locked``: the functions
-        use forward mode, whose state ``torch.func`` keeps per process."""
+        use forward mode, whose state ``torch.func`` keeps per process.
+        ``refuse_breaks``: a graph break in ``f`` raises
+        :class:`di.UnsupportedOperatorError` (else dynamo's own error, for a caller
+        that falls back to compiling ``f`` alone).
+
+        Inside a ``torch.func`` transform or a ``torch.compile`` trace of the
+        caller's code, the programs run the functions themselves, uncompiled, on
+        the inputs as given (which the transform differentiates or batches);
+        elsewhere they run the functions, compiled on a compiled backend. ``fast``
+        (eager reverse mode) builds, from those inside programs, programs that
+        run them there and its own elsewhere, which are returned instead."""
         adapter = self.adapter
         to_torch_x = adapter.input_converters([x])[0]
         convert_values = adapter.torch_context_converters(x, contexts)
         convert_any = any(convert is not identity for convert in convert_values)
+        keeps_graph = adapter.selector.create_graph
         lead = 1 if tangents is None else 2
 
-        def arguments(x: Any, tangents: Sequence[Any] | None, values: Sequence[Any]) -> tuple[Any, ...]:
+        def traced_arguments(x: Any, tangents: Sequence[Any] | None, values: Sequence[Any]) -> tuple[Any, ...]:
             xt = x if to_torch_x is identity else to_torch_x(x)
-            if xt.requires_grad:  # results do not carry the caller's graph
-                xt = xt.detach()
             if convert_any:
                 values = [convert(v) for convert, v in zip(convert_values, values)]
             if tangents is None:
@@ -92,76 +115,135 @@ class FuncPrograms:
                 return (xt, (like(tangents[0], xt),), *values)
             return (xt, tuple(like(t, xt) for t in tangents), *values)
 
+        def arguments(x: Any, tangents: Sequence[Any] | None, values: Sequence[Any]) -> tuple[Any, ...]:
+            if not keeps_graph:  # results never carry the caller's graph
+                x = x.detach() if requires_grad(x) else x
+                values = [v.detach() if requires_grad(v) else v for v in values]
+                if tangents is not None:
+                    tangents = [t.detach() if requires_grad(t) else t for t in tangents]
+            return traced_arguments(x, tangents, values)
+
         plain_function, full_function = plain_core, full_core
-        if adapter.compiled:
+        if adapter.compiles_now() and fast is None:
             example = arguments(x, tangents, [c.value for c in contexts])
             argnums = static_argnums(contexts, adapter.backend, lead)
-            plain_function, options = adapter.compiler.compile_now(
-                plain_core, lambda compiled: compiled(*example), argnums, graph_breaks=False
-            )
+            try:
+                plain_function, options = adapter.compiler.compile_now(
+                    plain_core, lambda compiled: compiled(*example), argnums, graph_breaks=False
+                )
+            except UNSUPPORTED as err:
+                if not refuse_breaks:
+                    raise
+                raise adapter.compiler.one_graph_error(names[0], err) from err
             full_function = adapter.compiler.compile_on_first_use(full_core, options, argnums)
-        return {
-            name: adapter.counted(_run(function, arguments, tangents is not None, locked), contexts, lead)
-            for name, function in zip(names, (plain_function, full_function))
+        with_tangents = tangents is not None
+        traced = {
+            name: _run(core, traced_arguments, with_tangents, locked, traced=True)
+            for name, core in zip(names, (plain_core, full_core))
         }
+        if fast is not None:
+            return fast(traced)
+        programs = {}
+        for name, function in zip(names, (plain_function, full_function)):
+            program = _run(function, arguments, with_tangents, locked)
+            programs[name] = adapter.counted(_dispatching(program, traced[name]), contexts, lead)
+        return programs
 
     # --- reverse mode ------------------------------------------------------------------
 
     def gradient(self, f: Callable[..., Any], x: Any, contexts: Sequence[Context], has_aux: bool) -> Programs:
-        if self.adapter.compiled:
+        if self.adapter.compiles_now():
             try:
-                return self._compiled_gradient(f, x, contexts, has_aux)
+                return self._func_gradient(f, x, contexts, has_aux)
             except UNSUPPORTED:
                 pass  # dynamo cannot trace f inside torch.func.grad (graph breaks): compile f alone
-        return self.eager.gradient(f, x, contexts, has_aux)
 
-    def _compiled_gradient(self, f: Callable[..., Any], x: Any, contexts: Sequence[Context], has_aux: bool) -> Programs:
-        """``torch.compile(torch.func.grad(f))``: the gradient program's graph returns
-        the gradient alone (and ``aux``); ``value_and_gradient`` compiles
-        ``grad_and_value`` on its first call."""
+        def eager(traced: Programs) -> Programs:
+            return self.eager.gradient(f, x, contexts, has_aux, traced)
+
+        return self._func_gradient(f, x, contexts, has_aux, fast=eager)
+
+    def _func_gradient(
+        self,
+        f: Callable[..., Any],
+        x: Any,
+        contexts: Sequence[Context],
+        has_aux: bool,
+        fast: Callable[[Programs], Programs] | None = None,
+    ) -> Programs:
+        """``torch.func.grad(f)``, compiled on a compiled backend unless ``fast``
+        (eager reverse mode) serves calls outside transforms: the gradient
+        program's graph returns the gradient alone (and ``aux``);
+        ``value_and_gradient`` compiles ``grad_and_value`` on its first call."""
         checked = self._checked(f, "gradient", REVERSE_RULES, has_aux)
         names = ("gradient", "value_and_gradient")
+        # A pytree x (eager gradients take it whole) is differentiated as the list of
+        # its leaves, flattened and rebuilt by plain Python that dynamo traces too.
+        structure = Structure(x) if is_pytree(x) else None
+        leaves_of = _leaves_of(structure)
+        rebuilt = _rebuilt(structure)
+        if structure is not None:
+            tree_f = checked
+
+            def checked(leaves: Any, *values: Any) -> Any:
+                return tree_f(structure.unflatten(leaves), *values)
+
         if has_aux:
 
             def gradient_with_aux(x: Any, *values: Any) -> Any:
                 fy, join = _tensor_aux(checked, values)
-                g, tensors = _func.grad(fy, has_aux=True)(x)
-                return join(g, tensors)
+                g, tensors = _func.grad(fy, has_aux=True)(leaves_of(x))
+                return join(rebuilt(g), tensors)
 
             def value_and_gradient_with_aux(x: Any, *values: Any) -> Any:
                 fy, join = _tensor_aux(checked, values)
-                g, (y, tensors) = _func.grad_and_value(fy, has_aux=True)(x)
-                return join((y, g), tensors)
+                g, (y, tensors) = _func.grad_and_value(fy, has_aux=True)(leaves_of(x))
+                return join((y, rebuilt(g)), tensors)
 
             full = value_and_gradient_with_aux
-            return self._programs(gradient_with_aux, full, x, None, contexts, names, locked=False)
+            return self._programs(
+                gradient_with_aux, full, x, None, contexts, names, locked=False, fast=fast, refuse_breaks=False
+            )
 
         def gradient(x: Any, *values: Any) -> Any:
-            return _func.grad(checked)(x, *values)
+            return rebuilt(_func.grad(checked)(leaves_of(x), *values))
 
         def value_and_gradient(x: Any, *values: Any) -> Any:
-            g, y = _func.grad_and_value(checked)(x, *values)
-            return y, g
+            g, y = _func.grad_and_value(checked)(leaves_of(x), *values)
+            return y, rebuilt(g)
 
-        return self._programs(gradient, value_and_gradient, x, None, contexts, names, locked=False)
+        return self._programs(
+            gradient, value_and_gradient, x, None, contexts, names, locked=False, fast=fast, refuse_breaks=False
+        )
 
     def pullback(
         self, f: Callable[..., Any], x: Any, ty: Sequence[Any], contexts: Sequence[Context], has_aux: bool
     ) -> Programs:
-        if self.adapter.compiled:
+        if self.adapter.compiles_now():
             try:
-                return self._compiled_pullback(f, x, ty, contexts, has_aux)
+                return self._func_pullback(f, x, ty, contexts, has_aux)
             except UNSUPPORTED:
                 pass  # dynamo cannot trace f inside torch.func.vjp (graph breaks): compile f alone
-        return self.eager.pullback(f, x, ty, contexts, has_aux)
 
-    def _compiled_pullback(
-        self, f: Callable[..., Any], x: Any, ty: Sequence[Any], contexts: Sequence[Context], has_aux: bool
+        def eager(traced: Programs) -> Programs:
+            return self.eager.pullback(f, x, ty, contexts, has_aux, traced)
+
+        return self._func_pullback(f, x, ty, contexts, has_aux, fast=eager)
+
+    def _func_pullback(
+        self,
+        f: Callable[..., Any],
+        x: Any,
+        ty: Sequence[Any],
+        contexts: Sequence[Context],
+        has_aux: bool,
+        fast: Callable[[Programs], Programs] | None = None,
     ) -> Programs:
-        """``torch.compile`` of ``torch.func.vjp``: one graph for the forward and the
-        backward passes (about three times faster than a compiled ``f`` differentiated
-        by ``torch.autograd.grad`` here), returning the cotangents alone for
-        ``pullback``."""
+        """``torch.func.vjp``, compiled on a compiled backend unless ``fast`` (eager
+        reverse mode) serves calls outside transforms: one graph for the forward
+        and the backward passes (about three times faster than a compiled ``f``
+        differentiated by ``torch.autograd.grad`` here), returning the cotangents
+        alone for ``pullback``."""
         checked = self._checked(f, "pullback", REVERSE_RULES, has_aux)
 
         def value_and_pullback(x: Any, ty: tuple[Any, ...], *values: Any) -> Any:
@@ -177,7 +259,9 @@ class FuncPrograms:
 
         plain = plain_from_full(value_and_pullback, has_aux)
         names = ("pullback", "value_and_pullback")
-        return self._programs(plain, value_and_pullback, x, ty, contexts, names, locked=False)
+        return self._programs(
+            plain, value_and_pullback, x, ty, contexts, names, locked=False, fast=fast, refuse_breaks=False
+        )
 
     # --- forward mode ------------------------------------------------------------------------
 
@@ -269,6 +353,7 @@ class FuncPrograms:
         checked = self._checked(f, "second_derivative", self._forward_rules())
 
         def core(x: Any, *values: Any) -> Any:
+            x = _no_view(x)
             one = torch.ones_like(x)
 
             def value_and_derivative(x: Any) -> Any:
@@ -333,16 +418,19 @@ def _run(
     arguments: Callable[[Any, Sequence[Any] | None, Sequence[Any]], tuple[Any, ...]],
     with_tangents: bool,
     locked: bool,
+    traced: bool = False,
 ) -> Callable[..., Any]:
     """A program ``(x, [tangents,] *values)`` running ``function`` on converted
     arguments. ``locked``: ``torch.func`` keeps its forward-mode state (dual
     levels) per process, not per thread, so forward-mode calls from several
-    threads must take turns."""
+    threads must take turns. ``traced``: the program runs inside a transform,
+    where a compiler tracing the call takes no lock (it cannot follow one)."""
     lock = _FORWARD_MODE_LOCK if locked else None
+    compiling = dynamo_compiling if traced else _never
     if with_tangents:
 
         def run_with_tangents(x: Any, tangents: Sequence[Any], *values: Any) -> Any:
-            if lock is None:
+            if lock is None or compiling():
                 return function(*arguments(x, tangents, values))
             with lock:
                 return function(*arguments(x, tangents, values))
@@ -350,12 +438,60 @@ def _run(
         return run_with_tangents
 
     def run(x: Any, *values: Any) -> Any:
-        if lock is None:
+        if lock is None or compiling():
             return function(*arguments(x, None, values))
         with lock:
             return function(*arguments(x, None, values))
 
     return run
+
+
+def _leaves_of(structure: Structure | None) -> Callable[[Any], Any]:
+    """``x`` as ``torch.func`` differentiates it: a pytree as the list of its leaves."""
+    if structure is None:
+        return _same
+
+    def leaves_of(x: Any) -> Any:
+        leaves = structure.leaves(x)
+        if leaves is None:  # a non-strict prep given another structure: refused as optree says
+            raise InvalidInputError(
+                f"x has another structure than the prepared one ({tree_flatten(x)[1]} for {structure.spec}); "
+                f"prepare again for this x."
+            )
+        return [converter(family_of(leaf), "torch")(leaf) for leaf in leaves]
+
+    return leaves_of
+
+
+def _rebuilt(structure: Structure | None) -> Callable[[Any], Any]:
+    """Results for the list of leaves of a pytree ``x``, as a pytree shaped like it."""
+    return _same if structure is None else structure.unflatten
+
+
+def _same(value: Any) -> Any:
+    return value
+
+
+def _no_view(x: Any) -> Any:
+    """``x``, copied while dynamo compiles: its fake tensors fail nested forward
+    mode on a view (``x[0]``) once a first such graph was compiled in the process."""
+    return x.clone() if dynamo_compiling() else x
+
+
+def _never() -> bool:
+    return False
+
+
+def _dispatching(program: Callable[..., Any], traced: Callable[..., Any]) -> Callable[..., Any]:
+    """``program``, or ``traced`` inside a ``torch.func`` transform or a
+    ``torch.compile`` trace of the caller's code (decided at each call)."""
+
+    def dispatching(*args: Any) -> Any:
+        if inside_transform():
+            return traced(*args)
+        return program(*args)
+
+    return dispatching
 
 
 def _traced_scalar(y: Any) -> bool:

@@ -1,0 +1,81 @@
+"""``di`` inside autograd's own transforms: an outer ``autograd.grad`` (or jacobian,
+hessian, ``make_vjp``) of a function that calls ``di`` on ``AutoAutograd``.
+
+The values are then autograd's boxes: every operator, prepared strictly outside
+the transform and unprepared, nests autograd's own transforms and agrees with
+the native composition (second derivatives); same-point preps are refused, and
+other backends refuse boxes up front, naming the transform.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import pytest
+from transform_cases import OPERATORS, T, X, appliers, compositions, curve, di_function, prepare, scalar, vector
+
+import di
+
+autograd = pytest.importorskip("autograd")
+from autograd.differential_operators import make_hvp, make_jvp, make_vjp  # noqa: E402
+
+BACKEND = di.AutoAutograd()
+APPLY = appliers("autograd")
+
+NATIVE: dict[str, Callable[[Any], Any]] = {
+    "gradient": lambda x: autograd.grad(scalar)(x),
+    "derivative": lambda x: autograd.jacobian(curve)(x[0]),
+    "jacobian": lambda x: autograd.jacobian(vector)(x),
+    "pushforward": lambda x: make_jvp(vector)(x)(T)[1],
+    "pullback": lambda x: make_vjp(vector)(x)[0](T),
+    "hvp": lambda x: make_hvp(scalar)(x)[0](T),
+    "hessian": lambda x: autograd.hessian(scalar)(x),
+    "second_derivative": lambda x: autograd.jacobian(autograd.jacobian(curve))(x[0]),
+}
+
+
+def test_every_declared_transform_is_tested() -> None:
+    assert {c.transform for c in compositions(BACKEND)} == set(APPLY)
+    assert set(NATIVE) == set(OPERATORS)
+
+
+@pytest.mark.parametrize("operator", list(OPERATORS))
+@pytest.mark.parametrize("transform", list(APPLY))
+def test_operator_inside_transform_agrees_with_autograd(transform: str, operator: str) -> None:
+    composition = next(c for c in compositions(BACKEND) if c.transform == transform)
+    assert composition.composes(operator) and composition.composes("unprepared")
+    apply = APPLY[transform]
+    x, t = X.copy(), T.copy()
+    expected = apply(NATIVE[operator], x)
+    prep = prepare(operator, BACKEND, x, t)
+    np.testing.assert_allclose(apply(di_function(operator, BACKEND, prep, t), x), expected, rtol=1e-12, atol=1e-14)
+    np.testing.assert_allclose(apply(di_function(operator, BACKEND, None, t), x), expected, rtol=1e-12, atol=1e-14)
+
+
+def test_second_derivatives_through_di_gradient() -> None:
+    hessian = autograd.jacobian(lambda x: di.gradient(scalar, BACKEND, x))(X)
+    np.testing.assert_allclose(hessian, autograd.hessian(scalar)(X), rtol=1e-12)
+
+
+def test_same_point_preps_are_refused_inside() -> None:
+    assert not compositions(BACKEND)[0].composes("same point")
+    prep = di.prepare_pullback_same_point(vector, BACKEND, X, (T,))
+    with pytest.raises(di.UnsupportedOperatorError, match=r"inside autograd\.grad"):
+        APPLY["autograd.grad"](lambda x: di.pullback(vector, prep, BACKEND, x, (T,))[0], X)
+
+
+def test_other_backends_refuse_boxes_up_front() -> None:
+    for backend in (di.AutoFiniteDiff(), di.AutoJAX(), di.AutoTorch()):
+        if not backend.is_installed:
+            continue
+        with pytest.raises(di.InvalidInputError, match=r"x is traced by autograd\.grad"):
+            APPLY["autograd.grad"](lambda x, backend=backend: di.gradient(scalar, backend, x), X)
+
+
+def test_a_prep_reports_a_box_by_the_array_inside() -> None:
+    prep = di.prepare_gradient(scalar, BACKEND, np.zeros(2))
+    with pytest.raises(di.PreparationMismatchError) as caught:
+        APPLY["autograd.grad"](lambda x: di.gradient(scalar, prep, BACKEND, x), X)
+    assert "given numpy float64 (3,) (traced by autograd.grad)" in str(caught.value)
