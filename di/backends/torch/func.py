@@ -22,7 +22,7 @@ import torch
 import torch.utils._pytree as torch_pytree
 
 from di.backends import fallbacks
-from di.backends.compile import static_argnums
+from di.backends.compile import combined_first, static_argnums
 from di.backends.outputs import SCALAR_OPERATORS, OutputRules, checking
 from di.backends.protocol import Programs, plain_from_full
 from di.backends.torch.common import (
@@ -86,7 +86,8 @@ class FuncPrograms:
         """The plain and the ``value_and_*`` programs of an operator family from two
         pure ``torch.func`` functions of ``(x, [tangents,] *values)``, the first
         returning the plain operator's result alone. Compiled, the first compiles
-        at preparation and the second on its first call. ``locked``: the functions
+        at preparation and the second on its first call (the other way round in a
+        preparation for the combined form, ``value=True``). ``locked``: the functions
         use forward mode, whose state ``torch.func`` keeps per process.
         ``refuse_breaks``: a graph break in ``f`` raises
         :class:`di.UnsupportedOperatorError` (else dynamo's own error, for a caller
@@ -127,15 +128,21 @@ class FuncPrograms:
         if adapter.compiles_now() and fast is None:
             example = arguments(x, tangents, [c.value for c in contexts])
             argnums = static_argnums(contexts, adapter.backend, lead)
+            # prepare_*(..., value=True) compiles the value_and_* program now, the plain one when first used
+            combined = combined_first()
+            now, later = (full_core, plain_core) if combined else (plain_core, full_core)
             try:
-                plain_function, options = adapter.compiler.compile_now(
-                    plain_core, lambda compiled: compiled(*example), argnums, graph_breaks=False
+                compiled_now, options = adapter.compiler.compile_now(
+                    now, lambda compiled: compiled(*example), argnums, graph_breaks=False
                 )
             except UNSUPPORTED as err:
                 if not refuse_breaks:
                     raise
-                raise adapter.compiler.one_graph_error(names[0], err) from err
-            full_function = adapter.compiler.compile_on_first_use(full_core, options, argnums)
+                raise adapter.compiler.one_graph_error(names[1 if combined else 0], err) from err
+            compiled_later = adapter.compiler.compile_on_first_use(later, options, argnums)
+            plain_function, full_function = (
+                (compiled_later, compiled_now) if combined else (compiled_now, compiled_later)
+            )
         with_tangents = tangents is not None
         traced = {
             name: _run(core, traced_arguments, with_tangents, locked, traced=True)
