@@ -21,7 +21,7 @@ from di.contexts import Constant, Context
 from di.errors import InvalidInputError, UnsupportedOperatorError
 from di.families import converter, family_of, get_family, identity
 from di.operators.table import Operator
-from di.prep.signature import tracing
+from di.prep.signature import checks_arguments, tracing
 from di.pytrees import Raveler, is_pytree, tree_flatten, tree_leaves, tree_map, tree_unflatten
 
 __all__ = ["caller_family", "caller_programs", "same_point_check"]
@@ -77,6 +77,12 @@ def caller_programs(
         programs = {name: _converted(_from_float(x, engine[name]), to_caller, has_aux) for name in operator.names}
         if is_pytree(x):
             programs = _in_x_order(operator, programs, x, has_aux)
+        if has_aux:
+            programs = _aux_layout(operator, programs, source.family, family)
+        for name in operator.names:  # the runner then leaves x's check to the program
+            if checks_arguments(engine[name]):
+                programs[name].checks_arguments = True  # type: ignore[attr-defined]
+        return programs
     if has_aux:
         programs = _aux_layout(operator, programs, source.family, family)
     return programs
@@ -129,12 +135,18 @@ def _nested(to_caller: Callable[[Any], Any]) -> Callable[[Any], Any]:
     """``to_caller`` applied to every array of a result (tuples and pytrees)."""
     if to_caller is identity:
         return identity
+    arrays: set[type] = set()  # classes met as arrays: the next one is converted at once
 
     def convert(result: Any) -> Any:
+        if result.__class__ in arrays:
+            return to_caller(result)
         if isinstance(result, tuple):
             return tuple(convert(item) for item in result)
-        if family_of(result) is None and not isinstance(result, float):
+        if family_of(result) is None:
+            if isinstance(result, float):
+                return to_caller(result)
             return tree_map(to_caller, result)  # a pytree output
+        arrays.add(result.__class__)
         return to_caller(result)
 
     return convert
@@ -216,13 +228,45 @@ def _in_x_order(operator: Operator, programs: Programs, x: Any, has_aux: bool) -
             return result
 
         finish = with_aux(has_aux, in_order)
+        # An engine that keeps x's structure (or an x whose dicts are in sorted key
+        # order) needs no rebuilding: the first result says so, for every later one
+        # (the program's output structure follows its input's, which the prep fixes).
+        rebuild: list[bool | None] = [None]
 
         def ordered(*args: Any) -> Any:
-            return finish(program(*args))
+            result = program(*args)
+            if rebuild[0] is False:
+                return result
+            fixed = finish(result)
+            if rebuild[0] is None:
+                rebuild[0] = _layout(fixed) != _layout(result)
+            return fixed
 
         return ordered
 
     return {name: wrap(name, program) for name, program in programs.items()}
+
+
+class _Opaque:
+    """The layout of a node :func:`_layout` does not read: unequal to everything."""
+
+    def __eq__(self, other: object) -> bool:
+        return False
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+def _layout(tree: Any) -> Any:
+    """The container types and dict key orders of a result, leaves left out (a
+    node of another kind is opaque: the result is then always rebuilt)."""
+    kind = tree.__class__
+    if kind is dict:
+        return (dict, tuple((key, _layout(value)) for key, value in tree.items()))
+    if kind is list or kind is tuple:
+        return (kind, tuple(_layout(item) for item in tree))
+    if tree is None or family_of(tree) is not None or isinstance(tree, (float, int)):
+        return None
+    return _Opaque()
 
 
 def _raveled(

@@ -12,7 +12,10 @@ from di.families import ArraySpec, family_of, get_family, spec_of
 from di.prep.info import NO_INFO, StrategyInfo
 from di.prep.signature import (
     ArgumentCheck,
+    ArgumentsRejected,
     check_contexts_wrapped,
+    checks_arguments,
+    compiling_again,
     concrete,
     key_function,
     matcher_for,
@@ -193,6 +196,8 @@ class Prep:
         context_matchers, count, strict, fail = self._context_matchers, self._n_contexts, self.strict, self.check
         if self.tangent_check is not None:
             return self._tangent_runner(program)
+        if checks_arguments(program) and self.x_spec is None:
+            return self._checked_by_program(program)
 
         if count == 0:
 
@@ -238,6 +243,33 @@ class Prep:
             return program(x, *[context.value for context in contexts])
 
         return run
+
+    def _checked_by_program(self, program: Callable[..., Any]) -> Callable[..., Any]:
+        """The runner of a program that compares a pytree ``x`` with the prepared one
+        itself (an ahead-of-time compiled executable): the strict check compares the
+        rest, and a refused ``x`` gets the mismatch report (strict) or a new compile."""
+        f0, backend0, strict, fail = self.f, self.backend, self.strict, self.check
+        context_matchers, count = self._context_matchers, self._n_contexts
+
+        def run_checked_by_program(f: Any, backend: Any, x: Any, contexts: Sequence[Any]) -> Any:
+            if strict:
+                try:
+                    ok = f is f0 and (backend is backend0 or backend == backend0) and len(contexts) == count
+                    ok = ok and _contexts_match(contexts, context_matchers)
+                except Exception:
+                    ok = False
+                if not ok:
+                    fail(f, backend, x, contexts)
+            values = [context.value for context in contexts]
+            try:
+                return program(x, *values)
+            except ArgumentsRejected:
+                if strict:
+                    fail(f, backend, x, contexts)  # the report, when x differs as the check sees it
+                with compiling_again():  # (a difference only the compiler sees, such as a weak type)
+                    return program(x, *values)
+
+        return run_checked_by_program
 
     def _tangent_runner(self, program: Callable[..., Any]) -> Callable[..., Any]:
         """``run(f, backend, x, tangents, contexts)`` for operators with tangents:

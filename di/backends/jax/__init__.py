@@ -25,7 +25,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from di.backends.aux import outputs
-from di.backends.compile import compiled_on_first_use, counting_static_values, static_positions
+from di.backends.compile import combined_first, compiled_on_first_use, counting_static_values, static_positions
 from di.backends.jax.programs import (
     RULES,
     AuxTracing,
@@ -50,6 +50,8 @@ from di.backends.selectors import AutoJAX
 from di.backends.transforms import Composition
 from di.contexts import Context
 from di.families import converter, family_of, identity
+from di.prep.signature import checked_by_executable, checks_arguments
+from di.pytrees import is_pytree
 
 __all__ = ["COMPOSITIONS", "JAXAdapter", "needs_x64"]
 
@@ -89,6 +91,12 @@ def _traced(inputs: Sequence[Any], tangents: Sequence[Any] | None) -> bool:
     compile a program no call runs."""
     leaves = jax.tree_util.tree_leaves([list(inputs), list(tangents or ())])
     return any(isinstance(leaf, jax.core.Tracer) for leaf in leaves)
+
+
+def _mark(program: Program) -> Program:
+    """``program``, a wrapper of one that checks its own arguments, marked as such."""
+    program.checks_arguments = True  # type: ignore[attr-defined]
+    return program
 
 
 class JAXAdapter(Adapter):
@@ -204,6 +212,19 @@ class JAXAdapter(Adapter):
             ]
         else:
             statics, function, converters = (), core, self.input_converters(inputs)
+        executable = None
+        if self.compiled and not on_first_use and not _traced(inputs, tangents):
+            # compiled now (inside a transform, the caller's trace compiles it instead)
+            with x64_scope() if x64 else contextlib.nullcontext():
+                args = [convert(v) for convert, v in zip(converters, inputs)]
+                if tangents is not None:
+                    args.insert(1, engine_tangents(tangents))
+                executable = function.lower(*args).compile()  # type: ignore[attr-defined]
+        if executable is not None and not statics and tangents is None and is_pytree(x):
+            # A pytree x is taken as it is by the compiled executable, which flattens it in
+            # C++ and refuses another structure, shape or dtype itself: the strict check of
+            # x costs nothing more (an array x is compared faster by its family's matcher).
+            function = checked_by_executable(executable, function)
         program = wrap(function, converters, tangents is not None, x64, bare)
         if aux is not None:
             program = aux.joining(program, lead, self.compiled)
@@ -211,12 +232,8 @@ class JAXAdapter(Adapter):
             return program
         if on_first_use:
             program = compiled_on_first_use(program)
-        elif not _traced(inputs, tangents):  # (inside a transform, the caller's trace compiles it)
-            with x64_scope() if x64 else contextlib.nullcontext():
-                args = [convert(v) for convert, v in zip(converters, inputs)]
-                if tangents is not None:
-                    args.insert(1, engine_tangents(tangents))
-                function.lower(*args).compile()  # type: ignore[attr-defined]
+        if checks_arguments(function):
+            program = _mark(program)
         return counting_static_values(program, tuple(lead - 1 + i for i in statics), self.backend)
 
     def _plain_and_full(
@@ -235,13 +252,15 @@ class JAXAdapter(Adapter):
         call pay for outputs it drops: each output of a compiled call costs
         microseconds, and a jacobian returned beside the value is copied out of
         the layout XLA computed it in. For one tangent the compiled plain program
-        returns the bare array, put in a tuple in Python."""
+        returns the bare array, put in a tuple in Python. A preparation for the
+        combined form (``value=True``) compiles the two the other way round."""
         bare = tangents is not None and aux is None and self.compiled
         if bare:
             plain_core = bare_single(plain_core)
+        combined = combined_first()  # prepare_*(..., value=True): the value_and_* program now
         return {
-            names[0]: self._program(plain_core, x, tangents, contexts, aux=aux, bare=bare),
-            names[1]: self._program(full_core, x, tangents, contexts, on_first_use=True, aux=aux),
+            names[0]: self._program(plain_core, x, tangents, contexts, on_first_use=combined, aux=aux, bare=bare),
+            names[1]: self._program(full_core, x, tangents, contexts, on_first_use=not combined, aux=aux),
         }
 
     def _aux(self, contexts: Sequence[Context], has_aux: bool) -> AuxTracing | None:
