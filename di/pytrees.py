@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from di.errors import InvalidInputError
+from di.errors import InvalidInputError, PreparationMismatchError
 from di.families import families, family_of, get_family, is_floating_dtype
 
 __all__ = [
@@ -346,6 +346,15 @@ class Raveler:
         leaves = self.structure.leaves(tree)
         if leaves is None:  # another structure: optree's leaves, which the caller's check refuses
             leaves = tree_leaves(tree)
+        if len(leaves) != len(self.shapes) or any(
+            tuple(leaf.shape) != shape for leaf, shape in zip(leaves, self.shapes)
+        ):
+            raise PreparationMismatchError(
+                "this prep was made for a pytree x whose leaves have other shapes "
+                f"({', '.join(str(s) for s in self.shapes)}); this backend computes on x flattened into one "
+                "vector of the prepared layout, so a prep made with strict=False cannot take them either. "
+                "Prepare again for the new x."
+            )
         with record.scope([self.dtype]):  # 64-bit leaves stay 64-bit
             if len(leaves) == 1:  # one copy (the vector is the engine's, never the caller's memory)
                 return xp.astype(xp.reshape(leaves[0], (-1,)), self.dtype, copy=True)
