@@ -294,9 +294,6 @@ def _module_cases(n: int, dtype: str, compiled: bool) -> list[RealCase]:
         return ((functional_call(model, p, (inputs,)) - targets) ** 2).mean()
 
     contexts = (di.Constant(inputs), di.Constant(targets))
-    leaves = tuple(params.values())
-    names = tuple(params)
-    autograd_grad = torch.autograd.grad
     name = "nn.Module via functional_call"
     if compiled:
         torch._dynamo.reset()
@@ -313,53 +310,69 @@ def _module_cases(n: int, dtype: str, compiled: bool) -> list[RealCase]:
             return value, grads
 
     else:
-        backend = di.AutoTorch()
-        label = "AutoTorch()"
-
-        def native_grad() -> Any:
-            return dict(zip(names, autograd_grad(loss(params, inputs, targets), leaves)))
-
-        def native_vag() -> Any:
-            y = loss(params, inputs, targets)
-            return y.detach(), dict(zip(names, autograd_grad(y, leaves)))
+        return _eager_module_cases(loss, params, contexts, name, count, dtype)
 
     prep = di.prepare_gradient(loss, backend, params, *contexts)
 
     def di_grad() -> Any:
         return di.gradient(loss, prep, backend, params, *contexts)
 
-    cases = [
+    def di_vag() -> Any:
+        return di.value_and_gradient(loss, prep, backend, params, *contexts)
+
+    return [
         RealCase(label, GRADIENT, name, count, dtype, native_grad, di_grad),
-        RealCase(
-            label,
-            VALUE_AND_GRADIENT,
-            name,
-            count,
-            dtype,
-            native_vag,
-            lambda: di.value_and_gradient(loss, prep, backend, params, *contexts),
-        ),
+        RealCase(label, VALUE_AND_GRADIENT, name, count, dtype, native_vag, di_vag),
     ]
-    if not compiled:
 
-        def native_backward() -> Any:
-            for leaf in leaves:
-                leaf.grad = None
-            loss(params, inputs, targets).backward()
-            return {key: leaf.grad for key, leaf in params.items()}
 
-        cases.append(
-            RealCase(
-                label,
-                "gradient vs loss.backward()",
-                name,
-                count,
-                dtype,
-                native_backward,
-                lambda: di.gradient(loss, prep, backend, params, *contexts),
-            )
-        )
-    return cases
+def _eager_module_cases(
+    loss: Callable[..., Any], params: dict[str, Any], contexts: tuple[Any, ...], name: str, count: int, dtype: str
+) -> list[RealCase]:
+    """Eager torch on a module's parameters. They require grad, so ``AutoTorch()``
+    keeps the caller's graph (its results are differentiable, as
+    ``torch.autograd.grad(..., create_graph=True)`` gives them) and is timed against
+    that; ``AutoTorch(create_graph=False)`` against ``torch.autograd.grad`` and
+    ``loss.backward()``."""
+    import torch
+
+    leaves, names = tuple(params.values()), tuple(params)
+    values = [c.value for c in contexts]
+    grad = torch.autograd.grad
+
+    def native(create_graph: bool = False) -> Any:
+        return dict(zip(names, grad(loss(params, *values), leaves, create_graph=create_graph)))
+
+    def native_vag() -> Any:
+        y = loss(params, *values)
+        return y.detach(), dict(zip(names, grad(y, leaves)))
+
+    def native_backward() -> Any:
+        for leaf in leaves:
+            leaf.grad = None
+        loss(params, *values).backward()
+        return {key: leaf.grad for key, leaf in params.items()}
+
+    kept, detached = di.AutoTorch(), di.AutoTorch(create_graph=False)
+    kept_prep = di.prepare_gradient(loss, kept, params, *contexts)
+    prep = di.prepare_gradient(loss, detached, params, *contexts)
+
+    def di_grad() -> Any:
+        return di.gradient(loss, prep, detached, params, *contexts)
+
+    def di_vag() -> Any:
+        return di.value_and_gradient(loss, prep, detached, params, *contexts)
+
+    def di_kept() -> Any:
+        return di.gradient(loss, kept_prep, kept, params, *contexts)
+
+    label = "AutoTorch(create_graph=False)"
+    return [
+        RealCase(label, GRADIENT, name, count, dtype, native, di_grad),
+        RealCase(label, VALUE_AND_GRADIENT, name, count, dtype, native_vag, di_vag),
+        RealCase(label, "gradient vs loss.backward()", name, count, dtype, native_backward, di_grad),
+        RealCase("AutoTorch()", "gradient, graph kept", name, count, dtype, lambda: native(create_graph=True), di_kept),
+    ]
 
 
 # --- an optax-style loop step -------------------------------------------------------------------
@@ -389,6 +402,11 @@ def adam(learning_rate: float = 1e-3, b1: float = 0.9, b2: float = 0.999, eps: f
     return init, update
 
 
+def _value_only() -> dict[str, Any]:
+    """``value=True`` where di has it: a loop calling value_and_gradient alone."""
+    return {"value": True} if "value" in inspect.signature(di.prepare_gradient).parameters else {}
+
+
 def _loop_cases(n: int, dtype: str) -> list[RealCase]:
     import jax
     import jax.numpy as jnp
@@ -408,7 +426,7 @@ def _loop_cases(n: int, dtype: str) -> list[RealCase]:
 
     backend = di.AutoJAX(jit=True)
     contexts = (di.Constant(inputs), di.Constant(targets))
-    prep = di.prepare_gradient(mlp_loss, backend, params0, *contexts)
+    prep = di.prepare_gradient(mlp_loss, backend, params0, *contexts, **_value_only())
     # Each side feeds its parameters back, as a training loop does (new arrays every step).
     native_state = {"params": params0, "opt": init(params0)}
     fused_state = {"params": params0, "opt": init(params0)}
@@ -813,9 +831,14 @@ def target_lines(
         )
     lines.append(
         _ratio_line(
-            "torch dict-parameter gradient (nn.Module via functional_call) against torch.autograd.grad",
+            "torch dict-parameter gradient (nn.Module via functional_call, AutoTorch(create_graph=False)) "
+            "against torch.autograd.grad",
             real,
-            lambda r: r.backend == "AutoTorch()" and r.operator == GRADIENT and r.function.startswith("nn.Module"),
+            lambda r: (
+                r.backend == "AutoTorch(create_graph=False)"
+                and r.operator == GRADIENT
+                and r.function.startswith("nn.Module")
+            ),
         )
     )
     lines.append(

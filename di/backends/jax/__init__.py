@@ -93,6 +93,17 @@ def _traced(inputs: Sequence[Any], tangents: Sequence[Any] | None) -> bool:
     return any(isinstance(leaf, jax.core.Tracer) for leaf in leaves)
 
 
+def _taken_by_jit(value: Any) -> bool:
+    """Whether ``jax.jit`` takes ``value`` as it is: a numpy array, or a pytree of
+    numpy and JAX arrays (converting them first would copy each leaf in Python)."""
+    if family_of(value) == "numpy":
+        return True
+    if not is_pytree(value):
+        return False
+    leaves = jax.tree_util.tree_leaves(value)
+    return bool(leaves) and all(family_of(leaf) in ("numpy", "jax") for leaf in leaves)
+
+
 def _mark(program: Program) -> Program:
     """``program``, a wrapper of one that checks its own arguments, marked as such."""
     program.checks_arguments = True  # type: ignore[attr-defined]
@@ -205,10 +216,10 @@ class JAXAdapter(Adapter):
         if self.compiled:
             statics = static_positions(contexts, self.backend)
             function = jax.jit(core, static_argnums=tuple(lead + i for i in statics))
-            # jit takes numpy input itself (one transfer); only torch needs DLPack.
+            # jit takes numpy input itself (one transfer; pytrees of numpy leaves too): only torch
+            # needs DLPack.
             converters = [
-                identity if family_of(v) == "numpy" else convert
-                for v, convert in zip(inputs, self.input_converters(inputs))
+                identity if _taken_by_jit(v) else convert for v, convert in zip(inputs, self.input_converters(inputs))
             ]
         else:
             statics, function, converters = (), core, self.input_converters(inputs)
