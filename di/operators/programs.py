@@ -75,6 +75,11 @@ def caller_programs(
             else:
                 to_caller = _restoring_bfloat16(source, x, _nested(converter(source.family, family)))
         programs = {name: _converted(_from_float(x, engine[name]), to_caller, has_aux) for name in operator.names}
+        if to_caller is not identity and not is_pytree(x) and not has_aux and operator.family in _ARRAY_RESULTS:
+            # the plain operator's result is one array like x (or its square): converted at once
+            plain = operator.names[0]
+            array_to_caller = _restoring_bfloat16(source, x, converter(source.family, family))
+            programs[plain] = _converted(_from_float(x, engine[plain]), array_to_caller, False)
         if is_pytree(x):
             programs = _in_x_order(operator, programs, x, has_aux)
         if has_aux:
@@ -111,6 +116,10 @@ def _refuse_foreign_traces(
                 f"engine that traces (its transforms then differentiate di's own programs), or call di outside "
                 f"the transform."
             )
+
+
+_ARRAY_RESULTS = frozenset({"gradient", "hessian"})
+"""Operator families whose plain result, for an array ``x``, is one array."""
 
 
 def _as_array(x: Any) -> Any:
@@ -219,7 +228,7 @@ def _in_x_order(operator: Operator, programs: Programs, x: Any, has_aux: bool) -
 
     def wrap(name: str, program: Callable[..., Any]) -> Callable[..., Any]:
         places = operator.places_like_x(name)
-        if not places:
+        if not places or getattr(program, "keeps_x_structure", False):
             return program
 
         def in_order(result: Any) -> Any:

@@ -244,6 +244,8 @@ class Reverse:
                     raise
                 raise di_error from err
 
+        if tree:  # results are rebuilt with x's own structure (its dict order kept)
+            run.keeps_x_structure = True  # type: ignore[attr-defined]
         return run_plain if plain_x and not caches else run
 
 
