@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
+import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -91,6 +92,34 @@ def _traced(inputs: Sequence[Any], tangents: Sequence[Any] | None) -> bool:
     compile a program no call runs."""
     leaves = jax.tree_util.tree_leaves([list(inputs), list(tangents or ())])
     return any(isinstance(leaf, jax.core.Tracer) for leaf in leaves)
+
+
+def _abstract(args: Sequence[Any]) -> list[Any]:
+    """The prepared arguments as abstract values (shape, dtype, weak type): what an
+    executable is compiled for, without holding the caller's arrays."""
+
+    def spec(leaf: Any) -> Any:
+        aval = jax.typeof(leaf)
+        return jax.ShapeDtypeStruct(aval.shape, aval.dtype, weak_type=aval.weak_type)
+
+    return [jax.tree_util.tree_map(spec, arg) for arg in args]
+
+
+def _compiled_when_first_used(function: Any, specs: Sequence[Any], x64: bool) -> Callable[..., Any]:
+    """The executable of ``function`` for the prepared arguments ``specs``,
+    compiled by its first call (once, under a lock)."""
+    lock = threading.Lock()
+    compiled: list[Any] = []
+
+    def executable(*args: Any) -> Any:
+        if not compiled:
+            with lock:
+                if not compiled:
+                    with x64_scope() if x64 else contextlib.nullcontext():
+                        compiled.append(function.lower(*specs).compile())
+        return compiled[0](*args)
+
+    return executable
 
 
 def _taken_by_jit(value: Any) -> bool:
@@ -223,14 +252,17 @@ class JAXAdapter(Adapter):
             ]
         else:
             statics, function, converters = (), core, self.input_converters(inputs)
-        executable = None
-        if self.compiled and not on_first_use and not _traced(inputs, tangents):
-            # compiled now (inside a transform, the caller's trace compiles it instead)
+        traced = self.compiled and _traced(inputs, tangents)
+        executable: Callable[..., Any] | None = None
+        if self.compiled and not traced:  # (inside a transform, the caller's trace compiles it instead)
             with x64_scope() if x64 else contextlib.nullcontext():
                 args = [convert(v) for convert, v in zip(converters, inputs)]
                 if tangents is not None:
                     args.insert(1, engine_tangents(tangents))
-                executable = function.lower(*args).compile()  # type: ignore[attr-defined]
+                if not on_first_use:  # compiled now
+                    executable = function.lower(*args).compile()  # type: ignore[attr-defined]
+                elif not statics and tangents is None and is_pytree(x):
+                    executable = _compiled_when_first_used(function, _abstract(args), x64)
         if executable is not None and not statics and tangents is None and is_pytree(x):
             # A pytree x is taken as it is by the compiled executable, which flattens it in
             # C++ and refuses another structure, shape or dtype itself: the strict check of
