@@ -361,14 +361,22 @@ class Raveler:
             flat = [xp.astype(xp.reshape(leaf, (-1,)), self.dtype, copy=False) for leaf in leaves]
             return xp.concat(flat) if flat else xp.zeros(0, dtype=self.dtype)
 
-    def unravel(self, vector: Any, cast: bool = True) -> Any:
+    def unravel(
+        self, vector: Any, cast: bool = True, split: Callable[[Any, list[int]], list[Any] | None] | None = None
+    ) -> Any:
         """The pytree shaped like ``x`` from one vector, in the vector's family (an
         engine's traced vector works too), each leaf in its own dtype unless
-        ``cast`` is false (the vector's dtype then)."""
+        ``cast`` is false (the vector's dtype then). ``split``: the engine's way to
+        take a traced vector apart in one operation (see ``Adapter.split_vector``)."""
         leaves = []
+        pieces = split(vector, self.offsets) if split is not None else None
         whole = len(self.sizes) == 1  # one leaf is the whole vector: no slice (a traced slice costs a pass)
-        for offset, size, shape, dtype in zip(self.offsets, self.sizes, self.shapes, self.dtypes):
-            leaf = _reshape(vector if whole else vector[offset : offset + size], shape)
+        for index, (offset, size, shape, dtype) in enumerate(zip(self.offsets, self.sizes, self.shapes, self.dtypes)):
+            if pieces is not None:
+                piece = pieces[index]
+            else:
+                piece = vector if whole else vector[offset : offset + size]
+            leaf = _reshape(piece, shape)
             if self.mixed and cast:
                 leaf = _cast_like(leaf, dtype)
             leaves.append(leaf)

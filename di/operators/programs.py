@@ -294,8 +294,10 @@ def _raveled(
     raveler = Raveler(x)
     cast_leaves = not source.evaluates_in_float64
 
+    split = source.adapter.split_vector if len(raveler.sizes) > 1 else None
+
     def flat_f(vector: Any, *values: Any) -> Any:
-        return f(raveler.unravel(vector, cast=cast_leaves), *values)
+        return f(raveler.unravel(vector, cast=cast_leaves, split=split), *values)
 
     x_tangents = operator.tangents == "tx"
     flat_tangents = tuple(raveler.ravel(t) for t in tangents) if tangents is not None and x_tangents else tangents
