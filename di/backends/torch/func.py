@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import math
 import threading
+import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -22,7 +23,7 @@ import torch
 import torch.utils._pytree as torch_pytree
 
 from di.backends import fallbacks
-from di.backends.compile import combined_first, static_argnums
+from di.backends.compile import caller_stacklevel, combined_first, static_argnums
 from di.backends.outputs import SCALAR_OPERATORS, OutputRules, checking
 from di.backends.protocol import Programs, plain_from_full
 from di.backends.torch.common import (
@@ -36,10 +37,10 @@ from di.backends.torch.common import (
     like,
     requires_grad,
 )
-from di.backends.torch.compile import UNSUPPORTED
+from di.backends.torch.compile import UNSUPPORTED, break_in_di
 from di.backends.torch.eager import EagerPrograms
 from di.contexts import Context
-from di.errors import InvalidInputError
+from di.errors import InvalidInputError, RecompileWarning
 from di.families import converter, family_of, identity
 from di.pytrees import Structure, is_pytree, tree_flatten
 
@@ -162,8 +163,16 @@ class FuncPrograms:
         if self.adapter.compiles_now():
             try:
                 return self._func_gradient(f, x, contexts, has_aux)
-            except UNSUPPORTED:
-                pass  # dynamo cannot trace f inside torch.func.grad (graph breaks): compile f alone
+            except UNSUPPORTED as err:  # dynamo cannot trace f inside torch.func.grad: compile f alone
+                own = break_in_di(err)
+                if own:  # f may be fine: the break is di's to fix, and said so
+                    warnings.warn(
+                        f"{self.adapter.backend!r}: the gradient of f cannot be compiled as one graph "
+                        f"({str(err).strip().splitlines()[0]}); f is compiled alone and differentiated "
+                        f"eagerly. The break is in di's own code ({own}), not in f: please report it.",
+                        RecompileWarning,
+                        stacklevel=caller_stacklevel(("di", "torch")),
+                    )
 
         def eager(traced: Programs) -> Programs:
             return self.eager.gradient(f, x, contexts, has_aux, traced)
