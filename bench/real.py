@@ -819,7 +819,8 @@ def target_lines(
         _ratio_line(
             "every prepared operator, every backend, array or pytree x, n >= 1e3",
             [*rows, *real],
-            lambda r: r.n >= 1_000 and r.operator in PER_CALL_OPERATORS,
+            # (a pytree of the 1e3 size class holds a little fewer: 960 in 64 leaves, 981 in the MLP)
+            lambda r: r.n >= 900 and r.operator in PER_CALL_OPERATORS,
         )
     ]
     for label, cost in own_costs.items():
