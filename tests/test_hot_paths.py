@@ -146,6 +146,19 @@ def test_torch_parameters_updated_between_calls_give_fresh_gradients(create_grap
     np.testing.assert_allclose(_numpy(g["bias"]), _native(loss, other, data)["bias"], rtol=1e-12)
 
 
+def test_inference_tensors_updated_in_place_give_fresh_gradients() -> None:
+    """An inference tensor cannot require grad: it is copied for each call, never
+    reused, so a write under inference_mode is seen by the next call."""
+    backend, c = di.AutoTorch(), di.Constant(2.0)
+    with torch.inference_mode():
+        p = _tree("torch", [1.0, 2.0], [0.5])
+    prep = di.prepare_gradient(weighted, backend, p, c)
+    np.testing.assert_allclose(di.gradient(weighted, prep, backend, p, c)["w"].numpy(), [4.0, 8.0])
+    with torch.inference_mode():
+        p["w"].mul_(3.0)
+    np.testing.assert_allclose(di.gradient(weighted, prep, backend, p, c)["w"].numpy(), [12.0, 24.0])
+
+
 def test_a_torch_prep_holds_no_tensors_once_they_are_freed() -> None:
     seen: list[Any] = []  # weak references to what f was given: the detached aliases of p's tensors
 

@@ -129,10 +129,13 @@ class Reverse:
             if cached is not None and len(sources) == len(leaves) and _same_tensors(sources, addresses, leaves):
                 return structure.unflatten(cached), cached
             aliases = Leaves([leaf(t) for t in leaves], structure)
-            # The caller's tensors are held weakly, and the aliases (which share their
-            # memory) are dropped as soon as one of them is freed: the prep keeps no data.
-            forget = self._forget
-            self._aliases = ([weakref.ref(t, forget) for t in leaves], aliases, [t.data_ptr() for t in leaves])
+            addresses = [t.data_ptr() for t in leaves]
+            if all(a.data_ptr() == address for a, address in zip(aliases, addresses)):
+                # Kept only when they share the tensors' memory (an inference tensor's is a
+                # copy, which a later write would leave stale). The caller's tensors are held
+                # weakly, and the aliases dropped as soon as one is freed: the prep keeps no data.
+                forget = self._forget
+                self._aliases = ([weakref.ref(t, forget) for t in leaves], aliases, addresses)
             return structure.unflatten(aliases), aliases
         tensors = leaves if self.torch_leaves else [converter(family_of(item), "torch")(item) for item in leaves]
         differentiated = Leaves([alias(t, connect) for t in tensors], structure)
