@@ -2,8 +2,11 @@
 same backend and against ``sparsejac`` (JAX), on a tridiagonal function and a 2-D
 Laplacian at n = 1e2, 1e3, 1e4, and Hessians (partially separable, arrowhead).
 
-Run ``python -m bench.sparse [--sizes 100,1000,10000] [--out bench/sparse_results.md]``
-(needs the bench extra for ``sparsejac``: ``pip install 'differentiation-interface[bench]'``).
+Run ``python -m bench.sparse [--sizes 100,1000,10000] [--sections classic,structured,cutest]
+[--out bench/sparse_results.md]`` (needs the bench extra for sparsejac, asdex and sif2jax:
+``pip install 'differentiation-interface[bench]'``). The structured patterns (colors against
+the optimum) are in :mod:`bench.sparse_structured`, the CUTEst Hessians against asdex in
+:mod:`bench.sparse_cutest` (one process per problem, rows written as they finish).
 
 Each row: the number of colors, the preparation time (detection + coloring +
 compilation, one run) and the median call time (prepared calls, results ready).
@@ -233,14 +236,58 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.sparse", description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", default="100,1000,10000", help="comma-separated n (default: 100,1000,10000)")
     parser.add_argument("--out", default="bench/sparse_results.md", help="the Markdown report to write")
+    parser.add_argument(
+        "--sections",
+        default="classic,structured,cutest",
+        help="which parts to run: classic (timings against dense and sparsejac), structured (colors against the "
+        "optimum), cutest (Hessians against asdex); parts not run keep their text from --out",
+    )
+    parser.add_argument(
+        "--cutest-log",
+        default="bench/sparse_cutest.jsonl",
+        help="the CUTEst rows as JSON lines, appended as they finish; problems already there are not rerun",
+    )
+    parser.add_argument(
+        "--problem-timeout", type=float, default=300.0, help="seconds per CUTEst problem (own process) before skipping"
+    )
     args = parser.parse_args(argv)
     import torch
 
+    from bench import sparse_cutest, sparse_structured
+
     torch.set_num_threads(1)
-    sizes = [int(float(s)) for s in args.sizes.split(",")]
-    report = _markdown(_rows(sizes))
-    Path(args.out).write_text(report)
-    print(report)
+    sections = set(args.sections.split(","))
+    out = Path(args.out)
+    old = out.read_text() if out.exists() else ""
+    marker_structured, marker_cutest = "## Structured patterns", "## Hessians of the sif2jax"
+    kept = {
+        "classic": old.split(marker_structured)[0].split(marker_cutest)[0],
+        "structured": (marker_structured + old.split(marker_structured, 1)[1].split(marker_cutest)[0])
+        if marker_structured in old
+        else "",
+        "cutest": (marker_cutest + old.split(marker_cutest, 1)[1]) if marker_cutest in old else "",
+    }
+
+    def write() -> None:
+        # Rewritten after every row, so a stopped run leaves what it measured.
+        out.write_text("\n".join(part.rstrip("\n") + "\n" for part in kept.values() if part))
+
+    def structured(rows: list[dict[str, Any]]) -> None:
+        kept["structured"] = "\n".join(sparse_structured.structured_markdown(rows))
+        write()
+
+    def cutest(rows: list[dict[str, Any]]) -> None:
+        kept["cutest"] = "\n".join(sparse_cutest.cutest_markdown(rows, args.problem_timeout))
+        write()
+
+    if "classic" in sections:
+        kept["classic"] = _markdown(_rows([int(float(s)) for s in args.sizes.split(",")]))
+        write()
+    if "structured" in sections:
+        sparse_structured.structured_rows(structured)
+    if "cutest" in sections:
+        cutest(sparse_cutest.cutest_rows(Path(args.cutest_log), args.problem_timeout, cutest))
+    print(out.read_text())
 
 
 if __name__ == "__main__":

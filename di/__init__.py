@@ -48,6 +48,7 @@ if TYPE_CHECKING:
     from di.backends.sparsity import (
         DenseSparsity,
         KnownSparsity,
+        LocalTracerSparsity,
         SparsitySource,
         TracerSparsity,
     )
@@ -123,6 +124,7 @@ _LAZY: dict[str, str] = {
     "backend": "di.backends.selectors",
     "DenseSparsity": "di.backends.sparsity",
     "KnownSparsity": "di.backends.sparsity",
+    "LocalTracerSparsity": "di.backends.sparsity",
     "SparsitySource": "di.backends.sparsity",
     "TracerSparsity": "di.backends.sparsity",
     "Family": "di.families",
@@ -179,6 +181,7 @@ __all__ = [
     "InvalidInputError",
     "InvalidOutputError",
     "KnownSparsity",
+    "LocalTracerSparsity",
     "OutBufferError",
     "Prep",
     "PreparationMismatchError",

@@ -349,6 +349,18 @@ class Adapter:
         """
         return None
 
+    def compiled_twin(self) -> Adapter | None:
+        """The adapter of the same engine that compiles its programs (the compiled
+        twin of an eager selector), or ``None`` when there is none (or this one
+        compiles already).
+
+        A strategy that makes many calls of one prepared program
+        (:class:`di.AutoSparse`'s colored products) may prepare them on the twin,
+        so that an eager selector compiles once at preparation instead of
+        re-tracing at every call.
+        """
+        return None
+
     def compile_program(
         self,
         core: Callable[..., Any],

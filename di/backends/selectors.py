@@ -356,14 +356,12 @@ class AutoSparse(AbstractBackend):
 
     ``jacobian`` and ``hessian`` (and their ``value_and_*`` forms) detect the
     sparsity pattern at preparation, color it, and compute one batched
-    pushforward (or pullback) per color with the ``dense`` backend, then read
-    every nonzero out of the compressed result: a banded Jacobian of size
-    ``n`` costs about its bandwidth instead of ``n`` pushforwards. Jacobians use
-    a greedy column coloring (pushforwards) or row coloring (pullbacks), whichever
-    needs fewer colors unless the dense backend's ``mode`` decides; Hessians use a
-    star coloring with one hvp per color. Every other operator is the dense
-    backend's. The prep's ``sparsity`` (a boolean ``scipy.sparse.csr_array``) and
-    ``colors`` (their number) show what was found. A prep serves the pattern it
+    pushforward (or pullback, or hvp) per color with the ``dense`` backend, then
+    read every nonzero out of the compressed result: a banded Jacobian of size
+    ``n`` costs about its bandwidth instead of ``n`` pushforwards. Every other
+    operator is the dense backend's. The prep's ``sparsity`` (a boolean
+    ``scipy.sparse.csr_array``), ``colors`` (their number) and ``info``
+    (coloring, order, mode) show what was found. A prep serves the pattern it
     was made for: an ``x`` or context at which ``f`` has another pattern is the
     caller's responsibility (``python -m di check ... --sparse`` tests it).
 
@@ -371,12 +369,28 @@ class AutoSparse(AbstractBackend):
         dense: the backend computing the compressed products (any selector,
             eager or compiled, other than ``AutoSparse``).
         sparsity: where the pattern comes from: :class:`di.TracerSparsity`
-            (default: exact, read from ``f``'s structure through JAX),
+            (default: exact, read from ``f``'s structure: its JAX program, or
+            traced arrays without JAX),
+            :class:`di.LocalTracerSparsity` (at the preparation point),
             :class:`di.DenseSparsity` (nonzeros of dense matrices at random
-            points) or :class:`di.KnownSparsity` (given).
-        coloring: ``"greedy"`` (the only algorithm so far).
-        order: the vertex order of the greedy coloring: ``"largest_first"``
-            (default; usually fewer colors) or ``"natural"``.
+            points) or :class:`di.KnownSparsity` (given, optionally with its coloring).
+        coloring: ``"greedy"`` (default: structurally orthogonal columns or rows
+            for Jacobians, a star coloring for Hessians, each nonzero read
+            directly) or ``"acyclic"`` (Hessians: an acyclic coloring, fewer colors,
+            nonzeros found by substitution; Jacobians as ``"greedy"``).
+        order: the vertex order of the greedy coloring: ``"auto"`` (default: the
+            fewest colors among ``natural``, ``largest_first``, ``smallest_last``,
+            ``incidence_degree`` and ``dynamic_largest_first``, then recolored by
+            color classes while that helps), one of those, or ``"random"``.
+        seed: the seed of the ``"random"`` order.
+        mode: Jacobians only: ``"auto"`` (default: the dense backend's ``mode``
+            when it has one, else the fewest products among pushforwards by
+            columns, pullbacks by rows, and both, among the primitives the dense
+            backend implements itself), ``"forward"``, ``"reverse"`` or
+            ``"bidirectional"`` (rows and columns colored together: an arrowhead
+            takes three products instead of ``n``).
+        chunk_size: at most this many colors per batched product (bounds the
+            memory of the compressed matrix; ``None``: all at once).
         dense_result: return dense arrays of the caller's family (shaped
             ``f(x).shape + x.shape``) instead of sparse matrices. Sparse results
             are 2-D ``(f(x).size, x.size)``: ``scipy.sparse.csr_array`` for numpy
@@ -386,7 +400,8 @@ class AutoSparse(AbstractBackend):
     Raises:
         TypeError: ``dense`` is not a selector, or is an ``AutoSparse``; a
             ``sparsity`` that is not a sparsity source.
-        ValueError: an unknown ``coloring`` or ``order``.
+        ValueError: an unknown ``coloring``, ``order`` or ``mode``; a
+            ``chunk_size`` below 1.
 
     Examples:
         >>> import numpy as np, di
@@ -405,8 +420,11 @@ class AutoSparse(AbstractBackend):
     strategy: ClassVar[str] = "di.sparse.strategy:SparseStrategy"
     sparsity: Any = field(default=None, kw_only=True)
     coloring: str = field(default="greedy", kw_only=True)
-    order: str = field(default="largest_first", kw_only=True)
+    order: str = field(default="auto", kw_only=True)
     dense_result: bool = field(default=False, kw_only=True)
+    mode: str = field(default="auto", kw_only=True)
+    seed: int = field(default=0, kw_only=True)
+    chunk_size: int | None = field(default=None, kw_only=True)
 
     def __post_init__(self) -> None:
         from di.backends.sparsity import SparsitySource, TracerSparsity
@@ -419,13 +437,14 @@ class AutoSparse(AbstractBackend):
             object.__setattr__(self, "sparsity", TracerSparsity())
         elif not isinstance(self.sparsity, SparsitySource):
             raise TypeError(
-                f"AutoSparse(sparsity=...) must be di.TracerSparsity(), di.DenseSparsity(...) or "
-                f"di.KnownSparsity(pattern), not {type(self.sparsity).__name__}"
+                f"AutoSparse(sparsity=...) must be di.TracerSparsity(), di.LocalTracerSparsity(), "
+                f"di.DenseSparsity(...) or di.KnownSparsity(pattern), not {type(self.sparsity).__name__}"
             )
-        if self.coloring != "greedy":
-            raise ValueError(f"AutoSparse(coloring={self.coloring!r}): the coloring must be 'greedy'")
-        if self.order not in ("largest_first", "natural"):
-            raise ValueError(f"AutoSparse(order={self.order!r}): order must be 'largest_first' or 'natural'")
+        _check_choice("coloring", self.coloring, _SPARSE_COLORINGS)
+        _check_choice("order", self.order, _SPARSE_ORDERS)
+        _check_choice("mode", self.mode, _SPARSE_MODES)
+        if self.chunk_size is not None and (not isinstance(self.chunk_size, int) or self.chunk_size < 1):
+            raise ValueError(f"AutoSparse(chunk_size={self.chunk_size!r}): chunk_size must be a positive int or None")
 
     @property
     def is_installed(self) -> bool:
@@ -443,6 +462,24 @@ class AutoSparse(AbstractBackend):
     def extra(self) -> str:  # type: ignore[override]
         """The pip extra installing what is missing."""
         return self.dense.extra if not self.dense.is_installed else "sparse"
+
+
+_SPARSE_COLORINGS = ("greedy", "acyclic")
+_SPARSE_ORDERS = (
+    "auto",
+    "natural",
+    "largest_first",
+    "smallest_last",
+    "incidence_degree",
+    "dynamic_largest_first",
+    "random",
+)
+_SPARSE_MODES = ("auto", "forward", "reverse", "bidirectional")
+
+
+def _check_choice(argument: str, value: Any, choices: tuple[str, ...]) -> None:
+    if value not in choices:
+        raise ValueError(f"AutoSparse({argument}={value!r}): {argument} must be one of {', '.join(map(repr, choices))}")
 
 
 def selector_classes() -> tuple[type[AbstractBackend], ...]:

@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["DenseSparsity", "KnownSparsity", "SparsitySource", "TracerSparsity"]
+__all__ = ["DenseSparsity", "KnownSparsity", "LocalTracerSparsity", "SparsitySource", "TracerSparsity"]
 
 
 class SparsitySource:
@@ -26,30 +26,83 @@ class SparsitySource:
     """
 
 
+_TRACER_METHODS = ("auto", "program", "arrays")
+
+
 @dataclass(frozen=True)
 class TracerSparsity(SparsitySource):
-    """The exact, global pattern, read from ``f``'s structure by tracing it with JAX.
+    """The exact, global pattern, read from ``f``'s structure by tracing it.
 
-    ``f`` is traced once with ``jax.make_jaxpr`` (whatever the dense backend: an
-    ``f`` written with the array API, ``xp = di.array_namespace(x)``, traces the
-    same way) and its program is interpreted with index sets: which inputs each
-    output element depends on. Elementwise operations, ``dot_general`` (with the
-    zero pattern of constant matrices), reductions, broadcasting, reshapes,
-    transposes, slicing, ``gather``/``scatter`` with constant indices,
-    concatenation, padding, ``select``, cumulative sums and sub-programs (``jit``,
-    ``custom_jvp``, ``custom_vjp``, ``cond``) are followed exactly; loops
-    (``while``, ``scan``) and any primitive it does not know make their outputs
-    depend on all their inputs, a superset of the true pattern, and the prep's
-    ``sparsity_notes`` say which primitive did so. The pattern is never too sparse.
+    Two tracers, chosen by ``method``:
 
-    The pattern holds for every ``x`` and every context value (contexts are
-    treated as unknown values); values ``f`` closes over are read as constants.
-    Hessian patterns are read from the program of ``f``'s gradient.
+    - ``"program"``: ``f`` is traced once into a JAX program (``jax.make_jaxpr``,
+      whatever the dense backend: an ``f`` written with the array API, ``xp =
+      di.array_namespace(x)``, traces the same way) and the program is interpreted
+      with index sets. Elementwise operations, ``dot_general`` (with the zero
+      pattern of constant matrices), reductions, broadcasting, reshapes,
+      transposes, slicing, ``gather``/``scatter`` with constant indices, ``stack``,
+      ``unstack``, ``tile``, concatenation, padding, ``select``, cumulative sums,
+      ``sort`` (dense in its axis), sub-programs (``jit``, ``custom_jvp``,
+      ``custom_vjp``, ``cond``) and loops (``scan``, ``fori_loop``, ``while``:
+      unrolled on the index sets, or bounded by a fixed point with a note) are
+      followed. Hessian patterns are read from the program of ``f``'s gradient.
+    - ``"arrays"``: ``f`` runs once on traced arrays whose namespace
+      (``di.array_namespace``) has a rule for every function of the array API
+      standard; needs no JAX. Hessians keep second-order sets (a sum couples no
+      inputs, a product couples its factors' inputs). ``f`` may not branch on
+      values of ``x`` (use :class:`LocalTracerSparsity`).
+    - ``"auto"`` (default): ``"program"`` when JAX is installed, else ``"arrays"``.
+
+    An operation a tracer does not know makes its outputs depend on all its
+    inputs, and the prep's ``info.notes`` say which: the pattern may be denser
+    than the truth, never sparser. The pattern holds for every ``x`` and every
+    context value (contexts are treated as unknown values); values ``f`` closes
+    over are read as constants.
+
+    Args:
+        method: ``"auto"``, ``"program"`` or ``"arrays"``.
+
+    Raises:
+        ValueError: an unknown ``method``.
 
     Examples:
         >>> import di
         >>> di.AutoSparse(di.AutoJAX(), sparsity=di.TracerSparsity()).sparsity
-        TracerSparsity()
+        TracerSparsity(method='auto')
+    """
+
+    method: str = "auto"
+
+    def __post_init__(self) -> None:
+        if self.method not in _TRACER_METHODS:
+            raise ValueError(f"TracerSparsity(method={self.method!r}): method must be one of {_TRACER_METHODS}")
+
+
+@dataclass(frozen=True)
+class LocalTracerSparsity(SparsitySource):
+    """The pattern at the preparation point: ``f`` runs once on traced arrays
+    that carry their values, so Python branches on values of ``x`` (``if x[0] >
+    0``, ``xp.where`` with a condition on ``x``) take the branch the point takes,
+    and only that branch's dependencies count.
+
+    The pattern is *local*: it holds at the preparation point and wherever ``f``
+    takes the same branches; at a point where ``f`` branches otherwise the
+    prepared sparse matrix misses the other branch's entries (prepare again
+    there, or use :class:`TracerSparsity` when ``f`` has no such branches).
+    Contexts are read at their preparation values too. Needs no JAX; Hessians
+    keep second-order sets as with ``TracerSparsity(method="arrays")``.
+
+    Examples:
+        >>> import numpy as np, di
+        >>> def f(x):
+        ...     xp = di.array_namespace(x)
+        ...     return xp.where(x > 0, x ** 2, x[::-1])
+        >>> prep = di.prepare_jacobian(f, di.AutoSparse(di.AutoFiniteDiff(), sparsity=di.LocalTracerSparsity()),
+        ...                            np.array([1.0, -1.0, 1.0]))
+        >>> prep.sparsity.toarray().astype(int)
+        array([[1, 0, 0],
+               [0, 1, 0],
+               [0, 0, 1]])
     """
 
 
@@ -90,7 +143,8 @@ class DenseSparsity(SparsitySource):
 
 
 class KnownSparsity(SparsitySource):
-    """A pattern you know: a ``scipy.sparse`` matrix or array, or a boolean array.
+    """A pattern you know: a ``scipy.sparse`` matrix or array, or a boolean array,
+    and optionally its coloring.
 
     Its shape must be ``(f(x).size, x.size)`` for Jacobians and ``(x.size,
     x.size)`` for Hessians (whose pattern is symmetrised). Every stored entry
@@ -99,24 +153,33 @@ class KnownSparsity(SparsitySource):
 
     Args:
         pattern: the pattern.
+        colors: a coloring of its columns (like SciPy's ``(pattern, groups)``),
+            one color ``0 .. k - 1`` per column: for Jacobians, no two columns of
+            one color may share a row (one pushforward per color); for Hessians, a
+            star coloring (or an acyclic one with ``coloring="acyclic"``). Checked
+            at preparation; ``None`` (default): ``AutoSparse`` colors the pattern.
 
     Raises:
-        ValueError: not two-dimensional.
+        ValueError: not two-dimensional; ``colors`` not a 1-D array of
+            non-negative integers.
 
     Examples:
         >>> import numpy as np, di
         >>> known = di.KnownSparsity(np.eye(3, dtype=bool))
         >>> known.shape, known.nnz
         ((3, 3), 3)
+        >>> di.KnownSparsity(np.eye(3, dtype=bool), colors=[0, 0, 0]).colors
+        array([0, 0, 0])
     """
 
-    __slots__ = ("_hash", "cols", "rows", "shape")
+    __slots__ = ("_hash", "colors", "cols", "rows", "shape")
     shape: tuple[int, int]
     rows: np.ndarray
     cols: np.ndarray
+    colors: np.ndarray | None
     _hash: int
 
-    def __init__(self, pattern: Any) -> None:
+    def __init__(self, pattern: Any, colors: Any = None) -> None:
         if hasattr(pattern, "tocoo"):  # scipy.sparse, without importing scipy
             coo = pattern.tocoo()
             rows, cols, shape = np.asarray(coo.row), np.asarray(coo.col), tuple(int(s) for s in coo.shape)
@@ -131,12 +194,15 @@ class KnownSparsity(SparsitySource):
         order = np.lexsort((cols, rows))
         keys = np.unique(rows[order].astype(np.int64) * max(shape[1], 1) + cols[order])
         rows, cols = np.divmod(keys, max(shape[1], 1))
-        for array in (rows, cols):
+        given = None if colors is None else _colors(colors)
+        for array in (rows, cols) if given is None else (rows, cols, given):
             array.setflags(write=False)
         object.__setattr__(self, "shape", shape)
         object.__setattr__(self, "rows", rows)
         object.__setattr__(self, "cols", cols)
-        object.__setattr__(self, "_hash", hash((shape, rows.tobytes(), cols.tobytes())))
+        object.__setattr__(self, "colors", given)
+        color_bytes = b"" if given is None else given.tobytes()
+        object.__setattr__(self, "_hash", hash((shape, rows.tobytes(), cols.tobytes(), color_bytes)))
 
     def __setattr__(self, name: str, value: Any) -> None:
         raise AttributeError("KnownSparsity is immutable")
@@ -153,10 +219,21 @@ class KnownSparsity(SparsitySource):
             and self.shape == other.shape
             and np.array_equal(self.rows, other.rows)
             and np.array_equal(self.cols, other.cols)
+            and (self.colors is None) == (other.colors is None)
+            and (self.colors is None or other.colors is None or np.array_equal(self.colors, other.colors))
         )
 
     def __hash__(self) -> int:
         return self._hash
 
     def __repr__(self) -> str:
-        return f"KnownSparsity(shape={self.shape}, nnz={self.nnz})"
+        colored = "" if self.colors is None else f", colors={int(self.colors.max(initial=-1)) + 1}"
+        return f"KnownSparsity(shape={self.shape}, nnz={self.nnz}{colored})"
+
+
+def _colors(colors: Any) -> np.ndarray:
+    """A given coloring as a read-only int64 vector, checked for shape and values."""
+    array = np.asarray(colors)
+    if array.ndim != 1 or (array.size and not np.issubdtype(array.dtype, np.integer)) or np.any(array < 0):
+        raise ValueError("KnownSparsity(colors=...) must be a 1-D array of non-negative integers, one per column")
+    return np.array(array, dtype=np.int64)

@@ -11,6 +11,7 @@ from typing import Any
 from di.cli.check import Problem, add_function_arguments
 from di.cli.common import EXIT_DISAGREE, EXIT_OK, UsageError, parse_backends
 from di.cli.output import Output
+from di.cli.sweep import MATRIX_OPERATORS
 
 __all__ = ["add_arguments", "run"]
 
@@ -32,6 +33,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--atol", type=float, help="absolute agreement tolerance (default: by dtype)")
     parser.add_argument("--cache", metavar="FILE.json", help="remember the plan in this JSON file (and reuse it)")
     parser.add_argument("--json", metavar="FILE", help="write the plan as JSON to FILE")
+    parser.add_argument(
+        "--sparse",
+        action="store_true",
+        help="jacobian/hessian: also time di.AutoSparse(candidate) for each candidate (sparse results)",
+    )
 
 
 def _in_family(context: Any, convert: Any) -> Any:
@@ -58,9 +64,15 @@ def run(args: argparse.Namespace, out: Output) -> int:
     from di.plan import CandidatesDisagreeError, selector_label
 
     problem = Problem(args)
+    if args.sparse and problem.operator not in MATRIX_OPERATORS:
+        raise UsageError(f"--sparse plans jacobian or hessian, not {problem.operator}")
     try:
+        candidates = parse_backends(args.backends) if args.backends else None
+        if args.sparse:
+            dense = list(candidates) if candidates else list(di.AutoFastest().default_candidates())
+            candidates = [*dense, *[di.AutoSparse(c) for c in dense if not isinstance(c, di.AutoSparse)]]
         selector = di.AutoFastest(
-            parse_backends(args.backends) if args.backends else None,
+            candidates,
             budget_s=args.budget,
             rtol=args.rtol,
             atol=args.atol,

@@ -268,6 +268,7 @@ def _float64_leaves(result: Any) -> tuple[list[np.ndarray], list[str]]:
         leaves = _foreign_leaves(result) or leaves
     arrays, dtypes = [], []
     for leaf in leaves:
+        leaf = _densified(leaf)
         family = family_of(leaf)
         if family is not None:
             record = get_family(family)
@@ -279,6 +280,18 @@ def _float64_leaves(result: Any) -> tuple[list[np.ndarray], list[str]]:
         else:
             raise TypeError(f"the result holds a {type(leaf).__name__}, not an array")
     return arrays, dtypes
+
+
+def _densified(leaf: Any) -> Any:
+    """A sparse-matrix result (``di.AutoSparse``'s, in any family) as a dense array of
+    its family, so that it compares with dense candidates' results entry by entry
+    (flattened: a sparse Jacobian is 2-D where a dense one has ``x``'s shape)."""
+    if getattr(leaf, "is_sparse", False) or getattr(leaf, "is_sparse_csr", False):
+        return leaf.to_dense()
+    if family_of(leaf) is None and hasattr(leaf, "todense"):
+        dense = leaf.todense()
+        return np.asarray(dense) if family_of(dense) is None else dense
+    return leaf
 
 
 def _foreign_leaves(result: Any) -> list[Any] | None:
@@ -314,7 +327,9 @@ def _leaf_differences(a: Sequence[np.ndarray], b: Sequence[np.ndarray]) -> list[
     found = []
     for left, right in zip(a, b):
         if left.shape != right.shape:
-            return None
+            if left.size != right.size:
+                return None
+            left, right = left.reshape(-1), right.reshape(-1)  # a sparse 2-D result against a dense one
         finite = np.isfinite(left) & np.isfinite(right)
         same = (left == right) | (np.isnan(left) & np.isnan(right))
         if np.any(~finite & ~same):

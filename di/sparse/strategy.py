@@ -21,8 +21,8 @@ adapter protocol.
 
 from __future__ import annotations
 
+import dataclasses
 import math
-import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -37,27 +37,23 @@ from di.backends.protocol import (
     Programs,
     is_real_floating_array,
     is_real_scalar,
+    is_static_context,
     raise_bad_output,
 )
 from di.backends.registry import get_adapter
 from di.backends.selectors import AbstractBackend, AutoSparse
 from di.backends.source import ProgramSource
-from di.backends.sparsity import DenseSparsity, KnownSparsity, TracerSparsity
+from di.backends.sparsity import DenseSparsity, KnownSparsity
 from di.contexts import Context
 from di.errors import InvalidInputError, UnsupportedOperatorError
-from di.families import converter, family_of, get_family, identity
+from di.families import converter, family_of, identity
 from di.prep.base import Prep
 from di.prep.strategy import Preparer, PrepareRequest, Strategy, StrategyInfo
-from di.pytrees import is_pytree
-from di.sparse import coloring
-from di.sparse.decompression import (
-    Decompression,
-    column_decompression,
-    row_decompression,
-    seeds,
-    star_decompression,
-)
-from di.sparse.jaxpr import traced_pattern
+from di.pytrees import Raveler, is_pytree
+from di.sparse.assembly import assembler, chunks, empty_data, gatherer, numpy_dtype, solver
+from di.sparse.choice import Choice, hessian_decompression, jacobian_decompression
+from di.sparse.decompression import Decompression, seeds
+from di.sparse.detection import TRACED, traced
 from di.sparse.patterns import Detection, as_pattern, symmetrize
 
 __all__ = ["SparseInfo", "SparseSource", "SparseStrategy"]
@@ -71,11 +67,19 @@ class SparseInfo(StrategyInfo):
     and ``prep.colors`` read it).
 
     Attributes:
-        pattern: the boolean ``scipy.sparse.csr_array`` pattern.
-        n_colors: the number of colors: pushforwards, pullbacks or hvps per call.
-        mode: ``"forward"``, ``"reverse"`` or ``"symmetric"``.
+        pattern: the boolean ``scipy.sparse.csr_array`` pattern (over the
+            flattened leaves of a pytree ``x``).
+        n_colors: the number of products per call: pushforwards, pullbacks or hvps.
+        mode: ``"forward"``, ``"reverse"``, ``"bidirectional"``, ``"symmetric"``
+            (star, read directly) or ``"substitution"`` (acyclic).
         notes: what detection bounded conservatively (unknown primitives, loops).
         sparse_result: whether results are sparse matrices (else dense arrays).
+        coloring: ``"column"``, ``"row"``, ``"bidirectional"``, ``"star"``,
+            ``"acyclic"`` or ``"given"``.
+        order: the vertex order that gave the coloring (``"given"`` for a given one,
+            ``"dense"`` for a pattern without zeros: one color per column, no search).
+        n_forward: how many of the products are pushforwards (Jacobians).
+        chunks: how many batches the products are computed in.
     """
 
     pattern: sp.csr_array
@@ -83,6 +87,10 @@ class SparseInfo(StrategyInfo):
     mode: str
     notes: tuple[str, ...] = field(default=())
     sparse_result: bool = True
+    coloring: str = ""
+    order: str = ""
+    n_forward: int = 0
+    chunks: int = 1
 
     @property
     def sparsity(self) -> sp.csr_array:  # type: ignore[override]
@@ -109,7 +117,10 @@ class SparseStrategy(Strategy):
         return backend.dense
 
     def support(self, backend: AbstractBackend) -> dict[str, str]:
-        colored = {"jacobian": "sparse (colored pushforwards or pullbacks)", "hessian": "sparse (star-colored hvps)"}
+        colored = {
+            "jacobian": "sparse (colored pushforwards, pullbacks or both)",
+            "hessian": "sparse (star- or acyclic-colored hvps)",
+        }
         return {family: colored.get(family, "as the dense backend") for family in OPERATOR_FAMILIES}
 
     def prepare(self, backend: AbstractBackend, request: PrepareRequest, preparer: Preparer) -> Prep:
@@ -126,7 +137,8 @@ class SparseSource(ProgramSource):
     """The colored ``jacobian`` and ``hessian`` programs of an :class:`di.AutoSparse`
     selector over its dense backend's adapter. Results come out in the caller's
     family (sparse matrices have no generic conversion); what preparation found
-    is left in :attr:`info`."""
+    is left in :attr:`info`. A pytree ``x`` is flattened into one vector here (its
+    pattern is over the flattened leaves)."""
 
     converts_results = False
 
@@ -134,11 +146,13 @@ class SparseSource(ProgramSource):
         super().__init__(get_adapter(backend.dense))
         self.backend = backend
         self.selector = backend
+        # The adapter of the products: the dense one, or its compiled twin (an eager
+        # selector then compiles the colored program once, at preparation).
         self.dense = self.adapter
         self.info: SparseInfo | None = None
 
     def takes_pytree(self, operator: str, x: Any) -> bool:
-        return True  # pytrees reach jacobian and hessian, which refuse them clearly
+        return True  # flattened here: the result is one matrix over the flattened leaves
 
     def programs(
         self,
@@ -150,43 +164,84 @@ class SparseSource(ProgramSource):
         *,
         has_aux: bool = False,
     ) -> Programs:
+        if has_aux:
+            raise UnsupportedOperatorError(
+                f"{self.backend!r} does not support has_aux for {operator}: sparse matrices need f to return its "
+                f"output alone. Compute aux separately, or use the dense backend {self.selector.dense!r}."
+            )
+        compiled = self.adapter.compiled_twin()
+        if compiled is None or any(is_static_context(c) for c in contexts):
+            # Static contexts stay eager: compiled in, each new value would be a new compile.
+            return self._colored(operator, f, x, contexts)
+        self.dense = compiled
+        try:
+            return self._colored(operator, f, x, contexts)
+        except Exception as err:  # an f only the eager engine runs (Python control flow on values)
+            reason = f"{type(err).__name__}: {str(err).splitlines()[0][:120]}" if str(err) else type(err).__name__
+        self.dense = self.adapter
+        programs = self._colored(operator, f, x, contexts)
+        assert self.info is not None
+        note = f"the products run eagerly: {self.backend.dense!r} could not compile f ({reason})"
+        self.info = dataclasses.replace(self.info, notes=(*self.info.notes, note))
+        return programs
+
+    def _colored(self, operator: str, f: Callable[..., Any], x: Any, contexts: Sequence[Context]) -> Programs:
+        if is_pytree(x):
+            return self._pytree_programs(operator, f, x, contexts)
         if operator == "jacobian":
-            return self.prepare_jacobian_programs(f, x, contexts, has_aux=has_aux)
+            return self.prepare_jacobian_programs(f, x, contexts)
         return self.prepare_hessian_programs(f, x, contexts)
+
+    def _pytree_programs(self, operator: str, f: Callable[..., Any], x: Any, contexts: Sequence[Context]) -> Programs:
+        """Programs on the flattened leaves: ``x`` is raveled at each call, ``f`` sees
+        the pytree, gradients come back shaped like ``x``."""
+        raveler = Raveler(x)
+
+        def flat_f(vector: Any, *values: Any) -> Any:
+            return f(raveler.unravel(vector, cast=not self.evaluates_in_float64), *values)
+
+        flat_x = raveler.ravel(x)
+        if operator == "jacobian":
+            flat = self.prepare_jacobian_programs(flat_f, flat_x, contexts)
+        else:
+            flat = self.prepare_hessian_programs(flat_f, flat_x, contexts)
+
+        def raveled(name: str) -> Callable[..., Any]:
+            program = flat[name]
+            if name != "value_gradient_and_hessian":
+                return lambda x, *values: program(raveler.ravel(x), *values)
+
+            def with_gradient(x: Any, *values: Any) -> Any:
+                y, g, h = program(raveler.ravel(x), *values)
+                return y, raveler.unravel(g), h
+
+            return with_gradient
+
+        return {name: raveled(name) for name in flat}
 
     # --- jacobian and hessian: colored ----------------------------------------------------
 
-    def prepare_jacobian_programs(
-        self, f: Callable[..., Any], x: Any, contexts: Sequence[Context], *, has_aux: bool = False
-    ) -> Programs:
-        if has_aux:
-            raise UnsupportedOperatorError(
-                f"{self.backend!r} does not support has_aux for jacobian: sparse Jacobians need f to return its "
-                f"output alone. Compute aux separately, or use the dense backend {self.selector.dense!r}."
-            )
-        self._refuse_pytree(x, "jacobian")
+    def prepare_jacobian_programs(self, f: Callable[..., Any], x: Any, contexts: Sequence[Context]) -> Programs:
         x_shape = tuple(x.shape)
-        if isinstance(self.selector.sparsity, TracerSparsity):
-            # The traced program says what f returns: no (eager, on a compiled backend) evaluation of f.
-            detection = traced_pattern("jacobian", f, x, contexts)
+        if isinstance(self.selector.sparsity, TRACED):
+            # The tracer says what f returns: no (eager, on a compiled backend) evaluation of f.
+            detection = traced(self.selector.sparsity, "jacobian", f, x, contexts)
             y: Any = detection.output
         else:
             y = self.dense.prepare_value_program(f, x, contexts)(x, *[c.value for c in contexts])
         if not is_real_floating_array(y):
             raise_bad_output(y, self.backend, "jacobian")
         y_shape = tuple(getattr(y, "shape", ()))
-        if not isinstance(self.selector.sparsity, TracerSparsity):
+        if not isinstance(self.selector.sparsity, TRACED):
             detection = self._detect("jacobian", f, x, contexts, (math.prod(y_shape), math.prod(x_shape)))
-        decompression = self._jacobian_coloring(detection.pattern)
-        engine = self._jacobian_engine(f, x, contexts, decompression, y_shape, _numpy_dtype(y))
-        programs = self._finished(
-            engine, x, contexts, decompression, y_shape + x_shape, ("jacobian", "value_and_jacobian")
-        )
-        return self._programs(programs, detection, decompression)
+        choice = self._jacobian_choice(detection.pattern)
+        engine = self._jacobian_engine(f, x, contexts, choice.decompression, y_shape, numpy_dtype(y))
+        names = ("jacobian", "value_and_jacobian")
+        programs = self._finished(engine, x, contexts, choice.decompression, y_shape + x_shape, names)
+        return self._programs(programs, detection, choice)
 
     def prepare_hessian_programs(self, f: Callable[..., Any], x: Any, contexts: Sequence[Context]) -> Programs:
-        self._refuse_pytree(x, "hessian")
-        if not isinstance(self.selector.sparsity, TracerSparsity):  # traced, f is checked by the dense programs
+        if not isinstance(self.selector.sparsity, TRACED):  # traced, f is checked by the dense programs
             y = self.dense.prepare_value_program(f, x, contexts)(x, *[c.value for c in contexts])
             if not is_real_scalar(y):
                 raise_bad_output(y, self.backend, "hessian")
@@ -194,12 +249,18 @@ class SparseSource(ProgramSource):
         n = math.prod(x_shape)
         detection = self._detect("hessian", f, x, contexts, (n, n))
         pattern = symmetrize(detection.pattern)
-        colors = coloring.star_coloring(pattern, self.selector.order)
-        decompression = star_decompression(pattern, colors)
-        engine = self._hessian_engine(f, x, contexts, decompression)
+        selector = self.selector
+        choice = hessian_decompression(
+            pattern, selector.coloring, selector.order, selector.seed, given=self._given(), backend=self.backend
+        )
+        engine = self._hessian_engine(f, x, contexts, choice.decompression)
         names = ("hessian", "value_gradient_and_hessian")
-        programs = self._finished(engine, x, contexts, decompression, x_shape + x_shape, names)
-        return self._programs(programs, Detection(pattern, detection.notes), decompression)
+        programs = self._finished(engine, x, contexts, choice.decompression, x_shape + x_shape, names)
+        return self._programs(programs, Detection(pattern, detection.notes), choice)
+
+    def _given(self) -> np.ndarray | None:
+        source = self.selector.sparsity
+        return source.colors if isinstance(source, KnownSparsity) else None
 
     def _finished(
         self,
@@ -212,12 +273,14 @@ class SparseSource(ProgramSource):
     ) -> dict[str, Any]:
         """The plain and combined programs from ``engine(x, *values) -> (*values_and_gradient, data)``:
         the nonzeros assembled into the result in the caller's family. When the whole
-        program is compiled here and the caller is JAX, the result (a ``BCOO``, or
-        the dense scatter) is built inside the compiled program, and the plain
-        operator has its own program without the value (XLA then drops its work)."""
+        program is compiled here and the caller is the engine's family, the result (a
+        sparse matrix, or the dense scatter) is built inside the compiled program, and
+        the plain operator has its own program without the value (the compiler then
+        drops its work). A substitution (acyclic) runs on the host after the program."""
         caller = family_of(x) or "numpy"
-        assemble = _assembler(decompression, caller, self.selector.dense_result, dense_shape)
-        inside = self._fuses() and caller == self.family
+        assemble = assembler(decompression, caller, self.selector.dense_result, dense_shape)
+        substituted = decompression.substitution is not None
+        inside = self._fuses() and caller == self.family and not substituted
         to_caller = converter(self.family, caller)
 
         def full_engine(x: Any, *values: Any) -> Any:
@@ -230,7 +293,12 @@ class SparseSource(ProgramSource):
 
         full_program = self._fused(full_engine, x, contexts)
         plain_program = self._fused(plain_engine, x, contexts) if self._fuses() else plain_engine
-        finish = identity if inside else assemble
+        finish: Callable[[Any], Any] = identity if inside else assemble
+        if substituted:
+            solve = solver(decompression)
+
+            def finish(flat: Any) -> Any:
+                return assemble(solve(flat))
 
         def full(x: Any, *values: Any) -> Any:
             *others, result = full_program(x, *values)
@@ -239,24 +307,30 @@ class SparseSource(ProgramSource):
         def plain(x: Any, *values: Any) -> Any:
             return finish(plain_program(x, *values))
 
-        return {names[0]: plain, names[1]: full}
+        # A result built inside the compiled program needs no wrapper (one call less per call).
+        return {names[0]: plain_program if finish is identity else plain, names[1]: full}
 
-    def _programs(self, programs: dict[str, Any], detection: Detection, decompression: Decompression) -> Programs:
+    def _programs(self, programs: dict[str, Any], detection: Detection, choice: Choice) -> Programs:
+        decompression = choice.decompression
         self.info = SparseInfo(
             detection.pattern,
             decompression.n_colors,
             decompression.mode,
             tuple(detection.notes),
             not self.selector.dense_result,
+            coloring=choice.coloring,
+            order=choice.order,
+            n_forward=decompression.n_forward if decompression.mode == "bidirectional" else 0,
+            chunks=self._chunk_count(decompression),
         )
         return programs
 
-    def _refuse_pytree(self, x: Any, operator: str) -> None:
-        if is_pytree(x):
-            raise InvalidInputError(
-                f"{self.backend!r}: sparse {operator}s need x to be one array, not a pytree. Concatenate the "
-                f"leaves into one vector (and split it inside f), or use the dense backend {self.selector.dense!r}."
+    def _chunk_count(self, decompression: Decompression) -> int:
+        if decompression.mode == "bidirectional":
+            return len(chunks(decompression.n_forward, self.selector.chunk_size)) + len(
+                chunks(decompression.n_reverse, self.selector.chunk_size)
             )
+        return len(chunks(decompression.n_colors, self.selector.chunk_size))
 
     # --- detection and coloring -------------------------------------------------------
 
@@ -273,8 +347,8 @@ class SparseSource(ProgramSource):
             return Detection(as_pattern(source))
         if isinstance(source, DenseSparsity):
             return Detection(self._sampled_pattern(source, operator, f, x, contexts, shape))
-        if isinstance(source, TracerSparsity):
-            return traced_pattern(operator, f, x, contexts)
+        if isinstance(source, TRACED):
+            return traced(source, operator, f, x, contexts)
         raise InvalidInputError(f"{self.backend!r}: unknown sparsity source {source!r}")  # pragma: no cover
 
     def _sampled_pattern(
@@ -295,28 +369,32 @@ class SparseSource(ProgramSource):
         nonzero = np.zeros(shape, dtype=bool)
         values = [c.value for c in contexts]
         for _ in range(source.points):
-            point = converter("numpy", family)(rng.standard_normal(tuple(x.shape)).astype(_numpy_dtype(x)))
+            point = converter("numpy", family)(rng.standard_normal(tuple(x.shape)).astype(numpy_dtype(x)))
             matrix = np.asarray(to_numpy(dense(point, *values)), dtype=np.float64).reshape(shape)
             nonzero |= np.abs(matrix) > source.atol
         return as_pattern(nonzero)
 
-    def _jacobian_coloring(self, pattern: sp.csr_array) -> Decompression:
-        """Column coloring (pushforwards) or row coloring (pullbacks): the one the
-        dense backend's ``mode`` asks for, else the one with fewer colors, among the
+    def _jacobian_choice(self, pattern: sp.csr_array) -> Choice:
+        """Columns (pushforwards), rows (pullbacks) or both: the selector's ``mode``,
+        else the dense backend's ``mode``, else the fewest products, among the
         primitives the dense adapter implements itself."""
-        order = self.selector.order
+        selector = self.selector
         can_forward = self.dense.has_native("pushforward") or not self.dense.has_native("pullback")
         can_reverse = self.dense.has_native("pullback") or not self.dense.has_native("pushforward")
-        mode = getattr(self.selector.dense, "mode", None)
-        if (mode == "forward" and can_forward) or not can_reverse:
-            return column_decompression(pattern, coloring.column_coloring(pattern, order))
-        if mode == "reverse" or not can_forward:
-            return row_decompression(pattern, coloring.row_coloring(pattern, order))
-        columns = coloring.column_coloring(pattern, order)
-        rows = coloring.row_coloring(pattern, order)
-        if _count(rows) < _count(columns):
-            return row_decompression(pattern, rows)
-        return column_decompression(pattern, columns)
+        mode = selector.mode
+        if mode == "auto":
+            dense_mode = getattr(selector.dense, "mode", None)
+            mode = dense_mode if dense_mode in ("forward", "reverse") else "auto"
+        return jacobian_decompression(
+            pattern,
+            mode,
+            selector.order,
+            selector.seed,
+            can_forward=can_forward,
+            can_reverse=can_reverse,
+            given=self._given(),
+            backend=self.backend,
+        )
 
     # --- the engine-side programs: compressed evaluation and gather -------------------------
 
@@ -341,6 +419,47 @@ class SparseSource(ProgramSource):
             converted = [convert(v) for convert, v in zip(self.dense.input_converters(values), values)]
         return converted[0], [fallbacks.rewrap_context(c, v) for c, v in zip(contexts, converted[1:])]
 
+    def _batched(
+        self,
+        adapter: Adapter,
+        primitive: str,
+        f: Callable[..., Any],
+        x_engine: Any,
+        contexts: Sequence[Context],
+        seed_rows: np.ndarray,
+        shape: tuple[int, ...],
+    ) -> tuple[Callable[..., Any], Callable[..., Any]]:
+        """``(with_value, plain)``: ``with_value(x, *values) -> (value, products)`` and
+        ``plain(x, *values) -> products``, the products of ``primitive`` on the seeds,
+        in batches of ``chunk_size`` (one prepared program per batch size)."""
+        tangent_sets = [
+            tuple(row.reshape(shape) for row in seed_rows[part])
+            for part in chunks(seed_rows.shape[0], self.selector.chunk_size)
+        ]
+        by_size: dict[int, Programs] = {}
+        for tangents in tangent_sets:
+            if len(tangents) not in by_size:
+                by_size[len(tangents)] = fallbacks.programs(adapter, primitive, f, x_engine, contexts, tangents)
+        combined = "gradient_and_hvp" if primitive == "hvp" else f"value_and_{primitive}"
+        first = tangent_sets[0]
+        first_program = by_size[len(first)][combined]
+        later = [(by_size[len(t)][primitive], t) for t in tangent_sets[1:]]
+
+        def with_value(x: Any, *values: Any) -> Any:
+            value, products = first_program(x, first, *values)
+            products = list(products)
+            for program, tangents in later:
+                products.extend(program(x, tangents, *values))
+            return value, products
+
+        def plain(x: Any, *values: Any) -> Any:
+            products: list[Any] = []
+            for program, tangents in [(by_size[len(first)][primitive], first), *later]:
+                products.extend(program(x, tangents, *values))
+            return products
+
+        return with_value, plain
+
     def _jacobian_engine(
         self,
         f: Callable[..., Any],
@@ -353,29 +472,38 @@ class SparseSource(ProgramSource):
         """``engine(x, *values) -> (y, data)`` in the engine's family."""
         adapter = self._engine_adapter()
         x_engine, engine_contexts = self._engine_arguments(x, contexts)
-        n_colors = decompression.n_colors
-        gather = _gatherer(adapter.family, decompression.index)
-        if n_colors == 0:
+        gather = gatherer(adapter.family, None if decompression.substitution else decompression.index)
+        if decompression.n_colors == 0:
             value = adapter.prepare_value_program(f, x_engine, engine_contexts)
-            empty = _empty_data(adapter.family, y_dtype)
+            empty = empty_data(adapter.family, y_dtype)
 
             def without_colors(x: Any, *values: Any) -> Any:
                 return value(x, *values), empty
 
             return without_colors
-        if decompression.mode == "forward":
-            tangent_shape, dtype = tuple(x.shape), _numpy_dtype(x)
-            size, primitive = math.prod(tangent_shape), "pushforward"
-        else:
-            tangent_shape, dtype = y_shape, y_dtype
-            size, primitive = math.prod(y_shape), "pullback"
-        seed_matrix = seeds(decompression.colors, n_colors, size).astype(dtype)
-        tangents = tuple(seed.reshape(tangent_shape) for seed in seed_matrix)
-        compressed = fallbacks.programs(adapter, primitive, f, x_engine, engine_contexts, tangents)
-        value_and_products = compressed[f"value_and_{primitive}"]
+        x_shape, x_dtype = tuple(x.shape), numpy_dtype(x)
+        m, n = math.prod(y_shape), math.prod(x_shape)
+        forward_colors = decompression.colors if decompression.mode != "reverse" else None
+        reverse_colors = decompression.row_colors if decompression.mode == "bidirectional" else None
+        n_forward = decompression.n_forward if decompression.mode == "bidirectional" else decompression.n_colors
+        if decompression.mode == "reverse":
+            forward_colors, reverse_colors, n_forward = None, decompression.colors, 0
+        pushforwards = pullbacks = None
+        if forward_colors is not None and n_forward:
+            seed_rows = seeds(forward_colors, n_forward, n).astype(x_dtype)
+            pushforwards = self._batched(adapter, "pushforward", f, x_engine, engine_contexts, seed_rows, x_shape)
+        if reverse_colors is not None:
+            seed_rows = seeds(reverse_colors, decompression.n_colors - n_forward, m).astype(y_dtype)
+            pullbacks = self._batched(adapter, "pullback", f, x_engine, engine_contexts, seed_rows, y_shape)
 
         def engine(x: Any, *values: Any) -> Any:
-            y, products = value_and_products(x, tangents, *values)
+            if pushforwards is not None:
+                y, products = pushforwards[0](x, *values)
+                if pullbacks is not None:
+                    products = [*products, *pullbacks[1](x, *values)]
+            else:
+                assert pullbacks is not None
+                y, products = pullbacks[0](x, *values)
             return y, gather(products)
 
         return engine
@@ -387,23 +515,20 @@ class SparseSource(ProgramSource):
         adapter = self._engine_adapter()
         x_engine, engine_contexts = self._engine_arguments(x, contexts)
         value = adapter.prepare_value_program(f, x_engine, engine_contexts)
-        gather = _gatherer(adapter.family, decompression.index)
+        gather = gatherer(adapter.family, None if decompression.substitution else decompression.index)
         if decompression.n_colors == 0:
             gradient = fallbacks.programs(adapter, "gradient", f, x_engine, engine_contexts)["gradient"]
-            empty = _empty_data(adapter.family, _numpy_dtype(x))
+            empty = empty_data(adapter.family, numpy_dtype(x))
 
             def without_colors(x: Any, *values: Any) -> Any:
                 return value(x, *values), gradient(x, *values), empty
 
             return without_colors
-        seed_matrix = seeds(decompression.colors, decompression.n_colors, math.prod(x.shape)).astype(_numpy_dtype(x))
-        tangents = tuple(seed.reshape(tuple(x.shape)) for seed in seed_matrix)
-        gradient_and_hvp = fallbacks.programs(adapter, "hvp", f, x_engine, engine_contexts, tangents)[
-            "gradient_and_hvp"
-        ]
+        seed_rows = seeds(decompression.colors, decompression.n_colors, math.prod(x.shape)).astype(numpy_dtype(x))
+        gradient_and_hvps = self._batched(adapter, "hvp", f, x_engine, engine_contexts, seed_rows, tuple(x.shape))[0]
 
         def engine(x: Any, *values: Any) -> Any:
-            g, products = gradient_and_hvp(x, tangents, *values)
+            g, products = gradient_and_hvps(x, *values)
             return value(x, *values), g, gather(products)
 
         return engine
@@ -416,74 +541,3 @@ class SparseSource(ProgramSource):
         if not self._fuses():
             return engine
         return self.dense.compile_program(engine, x, None, contexts)
-
-
-# --- helpers ----------------------------------------------------------------------------------
-
-
-def _count(colors: np.ndarray) -> int:
-    return int(colors.max(initial=-1)) + 1
-
-
-def _numpy_dtype(value: Any) -> Any:
-    """The NumPy dtype of an array of any family (bfloat16 as float32, which NumPy has)."""
-    family = family_of(value)
-    name = get_family(family).describe_dtype(value.dtype) if family else str(getattr(value, "dtype", "float64"))
-    return np.dtype("float32" if name == "bfloat16" else name)
-
-
-def _gatherer(family: str, index: np.ndarray) -> Callable[[Sequence[Any]], Any]:
-    """``gather(products)``: stack the compressed products and read the nonzeros."""
-    record = get_family(family)
-    xp = record.namespace()
-    where = record.index(index)
-
-    def gather(products: Sequence[Any]) -> Any:
-        return xp.reshape(xp.stack(list(products)), (-1,))[where]
-
-    return gather
-
-
-def _empty_data(family: str, dtype: Any) -> Any:
-    return converter("numpy", family)(np.zeros(0, dtype=dtype))
-
-
-def _assembler(
-    decompression: Decompression, family: str, dense_result: bool, dense_shape: tuple[int, ...]
-) -> Callable[[Any], Any]:
-    """``assemble(data)``: the result in the caller's family from the nonzeros (in
-    the engine's family, CSR order): a sparse matrix, or a dense array."""
-    if dense_result:
-        return _dense_assembler(decompression, family, dense_shape)
-    build, to_caller = (
-        get_family(family).sparse_matrix(decompression.indices, decompression.indptr, decompression.shape),
-        _to(family),
-    )
-
-    def sparse(data: Any) -> Any:
-        return build(to_caller(data))
-
-    with warnings.catch_warnings():  # torch warns once per process that sparse CSR is in beta
-        warnings.simplefilter("ignore", UserWarning)
-        sparse(np.zeros(decompression.index.size))
-    return sparse
-
-
-def _to(family: str) -> Callable[[Any], Any]:
-    """Convert arrays of any family to ``family``."""
-
-    def convert(data: Any) -> Any:
-        return converter(family_of(data), family)(data)
-
-    return convert
-
-
-def _dense_assembler(decompression: Decompression, family: str, dense_shape: tuple[int, ...]) -> Callable[[Any], Any]:
-    record, to_caller = get_family(family), _to(family)
-    positions = record.index(decompression.flat_positions)
-    size = math.prod(dense_shape)
-
-    def dense(data: Any) -> Any:
-        return record.scatter(to_caller(data), positions, size).reshape(dense_shape)
-
-    return dense

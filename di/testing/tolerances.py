@@ -15,7 +15,7 @@ def _finite_difference_methods(backend: Any) -> list[str]:
     if isinstance(backend, AutoFiniteDiff):
         return [backend.method]
     methods: list[str] = []
-    for attribute in ("outer", "inner"):
+    for attribute in ("outer", "inner", "dense"):
         inner = getattr(backend, attribute, None)
         if inner is not None and inner is not backend:
             methods += _finite_difference_methods(inner)

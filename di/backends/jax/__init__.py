@@ -198,6 +198,13 @@ class JAXAdapter(Adapter):
         assert isinstance(self.backend, AutoJAX)
         return get_adapter(dataclasses.replace(self.backend, jit=False))
 
+    def compiled_twin(self) -> Adapter | None:
+        """``AutoJAX(jit=True)``'s adapter for ``AutoJAX(jit=False)``; ``None`` compiled."""
+        if self.compiled:
+            return None
+        assert isinstance(self.backend, AutoJAX)
+        return get_adapter(dataclasses.replace(self.backend, jit=True))
+
     def compile_program(
         self,
         core: Callable[..., Any],

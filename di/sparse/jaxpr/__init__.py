@@ -17,7 +17,14 @@ from di.errors import BackendNotInstalledError, InvalidInputError
 from di.sparse.jaxpr.interpreter import interpret
 from di.sparse.patterns import Detection, symmetrize
 
-__all__ = ["hessian_pattern", "interpret", "jacobian_pattern", "traced_pattern"]
+__all__ = ["hessian_pattern", "installed", "interpret", "jacobian_pattern", "traced_pattern"]
+
+
+def installed() -> bool:
+    """Whether JAX, which this tracer reads programs with, is installed (nothing is imported)."""
+    import importlib.util
+
+    return importlib.util.find_spec("jax") is not None
 
 
 def _traced(

@@ -46,6 +46,7 @@ CALLS = frozenset(
     "pjit jit closed_call core_call remat checkpoint custom_jvp_call custom_vjp_call custom_vjp_call_jaxpr".split()
 )
 LOOPS = frozenset("while scan".split())
+"""Loops: unrolled while their trip count is known, else bounded by a fixed point (:mod:`.loops`)."""
 
 
 def numpy_pad(array: np.ndarray, value: Any, config: Any) -> np.ndarray:
@@ -148,6 +149,8 @@ NUMPY_FOLDS: dict[str, Callable[..., Any]] = {
         )
     ],
     "concatenate": lambda params, *arrays: np.concatenate(arrays, axis=int(params["dimension"])),
+    "stack": lambda params, *arrays: np.stack(arrays, axis=int(params["axis"])),
+    "tile": lambda params, a: np.tile(a, tuple(params["reps"])),
     "pad": lambda params, a, value: numpy_pad(np.asarray(a), value, params["padding_config"]),
     "reduce_sum": lambda params, a: np.sum(a, axis=tuple(params["axes"])),
     "reduce_max": lambda params, a: np.max(a, axis=tuple(params["axes"])),

@@ -25,13 +25,14 @@ pattern can be denser than the truth, never sparser.
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
 
+from di.sparse.jaxpr import loops
 from di.sparse.jaxpr.folds import (
     _FOLD_LIMIT,
     _KRON_LIMIT,
@@ -46,87 +47,10 @@ from di.sparse.jaxpr.folds import (
     ZERO_DERIVATIVE,
     numpy_pad,
 )
+from di.sparse.jaxpr.values import _all_of, _broadcast, _empty, _gather_rows, _index_array, _take_rows, _union, _Value
 from di.sparse.patterns import Detection, canonical, empty_pattern
 
 __all__ = ["interpret"]
-
-
-@dataclass
-class _Value:
-    """One value of the program: its dependency matrix (``None``: depends on no
-    input), its known value (``None``: unknown) and its shape."""
-
-    deps: sp.csr_array | None
-    const: np.ndarray | None
-    shape: tuple[int, ...]
-    floating: bool
-
-    @property
-    def size(self) -> int:
-        return math.prod(self.shape)
-
-
-# --- sparse-matrix helpers ---------------------------------------------------------------
-
-
-def _empty(rows: int, n: int) -> sp.csr_array:
-    return sp.csr_array((rows, n), dtype=bool)
-
-
-def _union(a: sp.csr_array | None, b: sp.csr_array | None) -> sp.csr_array | None:
-    if a is None:
-        return b
-    if b is None:
-        return a
-    return sp.csr_array(a + b)
-
-
-def _take_rows(deps: sp.csr_array, source: np.ndarray) -> sp.csr_array:
-    """Row ``k`` of the result is row ``source[k]`` of ``deps`` (empty where ``source < 0``)."""
-    source = np.asarray(source, dtype=np.int64).reshape(-1)
-    valid = source >= 0
-    selector = sp.csr_array(
-        (np.ones(int(valid.sum()), dtype=bool), (np.flatnonzero(valid), source[valid])),
-        shape=(source.size, deps.shape[0]),
-    )
-    return sp.csr_array(selector @ deps)
-
-
-def _gather_rows(deps: sp.csr_array, out_rows: np.ndarray, in_rows: np.ndarray, size: int) -> sp.csr_array:
-    """Row ``r`` of the result is the union of the rows ``in_rows[k]`` of ``deps`` with ``out_rows[k] == r``."""
-    selector = sp.csr_array(
-        (np.ones(out_rows.size, dtype=bool), (np.asarray(out_rows, np.int64), np.asarray(in_rows, np.int64))),
-        shape=(size, deps.shape[0]),
-    )
-    return sp.csr_array(selector @ deps)
-
-
-def _all_of(values: Sequence[_Value], size: int, n: int) -> sp.csr_array | None:
-    """Every one of ``size`` rows depends on every input any of ``values`` depends on."""
-    union = np.zeros(n, dtype=bool)
-    for value in values:
-        if value.deps is not None and value.deps.nnz:
-            union[value.deps.indices] = True
-    if not union.any():
-        return None
-    columns = np.flatnonzero(union)
-    rows = np.repeat(np.arange(size, dtype=np.int64), columns.size)
-    data = np.ones(rows.size, dtype=bool)
-    return sp.csr_array((data, (rows, np.tile(columns, size))), shape=(size, n))
-
-
-def _index_array(shape: tuple[int, ...]) -> np.ndarray:
-    return np.arange(math.prod(shape), dtype=np.int64).reshape(shape)
-
-
-def _broadcast(value: _Value, shape: tuple[int, ...], n: int) -> sp.csr_array | None:
-    """The value's dependencies broadcast to ``shape`` (numpy broadcasting)."""
-    if value.deps is None:
-        return None
-    if value.shape == shape:
-        return value.deps
-    source = np.broadcast_to(_index_array(value.shape), shape)
-    return _take_rows(value.deps, source)
 
 
 # --- the interpreter ------------------------------------------------------------------------
@@ -172,6 +96,16 @@ class _Interpreter:
         avals = [v.aval for v in eqn.outvars]
         shapes = [tuple(a.shape) for a in avals]
         floating = [_is_floating(a.dtype) for a in avals]
+        sub = _sub_jaxpr(eqn) if eqn.primitive.name in CALLS else None
+        if sub is not None and len(sub[0].invars) == len(values):
+            # Sub-programs are interpreted (their constants folded in NumPy), never compiled.
+            return self.run(sub[0], sub[1], values)
+        if eqn.primitive.name in LOOPS and not all(v.deps is None and v.const is not None for v in values):
+            outputs = loops.loop(self, eqn, values, shapes)
+            return [
+                _Value(o.deps if fl and o.deps is not None and o.deps.nnz else None, o.const, s, fl)
+                for o, s, fl in zip(outputs, shapes, floating)
+            ]
         if all(v.deps is None for v in values):
             constants = self.fold(eqn, values)
             return [_Value(None, c, s, fl) for c, s, fl in zip(constants, shapes, floating)]
@@ -228,6 +162,10 @@ class _Interpreter:
             return [self.dot_general(values, params, shapes[0])]
         if name == "split":
             return self.split(values[0], int(params["axis"]), tuple(params["sizes"]))
+        if name == "unstack":
+            return self.unstack(values[0], int(params["axis"]))
+        if name == "sort":
+            return self.sort(values, int(params["dimension"]))
         moved = self.numpy_move(name, params, values, shapes[0])
         if moved is not False:
             return [moved]
@@ -246,10 +184,7 @@ class _Interpreter:
             jaxpr, consts = sub
             if len(jaxpr.invars) == len(values):
                 return [v.deps for v in self.run(jaxpr, consts, values)]
-        if name in LOOPS:
-            self.note(name, "loops are bounded conservatively: every output element depends on every loop input")
-        else:
-            self.note(name, "unknown to TracerSparsity: every output element taken to depend on every input")
+        self.note(name, "unknown to TracerSparsity: every output element taken to depend on every input")
         return [_all_of(values, math.prod(s), n) for s in shapes]
 
     def multiply(self, values: list[_Value], shape: tuple[int, ...]) -> sp.csr_array | None:
@@ -346,6 +281,27 @@ class _Interpreter:
         pieces = np.split(_index_array(value.shape), bounds[1:-1], axis=axis)
         return [_take_rows(value.deps, piece) for piece in pieces]
 
+    def unstack(self, value: _Value, axis: int) -> list[Any]:
+        if value.deps is None:
+            return [None] * value.shape[axis]
+        pieces = np.moveaxis(_index_array(value.shape), axis, 0)
+        return [_take_rows(value.deps, piece) for piece in pieces]
+
+    def sort(self, values: list[_Value], axis: int) -> list[Any]:
+        """Sorting permutes each line along ``axis`` by the keys: every output element
+        may be any element of its line (its derivative is the one it landed on)."""
+        out: list[Any] = []
+        for value in values:
+            if value.deps is None or not value.floating:
+                out.append(None)
+                continue
+            lines = np.moveaxis(_index_array(value.shape), axis, -1).reshape(-1, value.shape[axis])
+            length = value.shape[axis]
+            out_rows = np.repeat(lines, length, axis=1).reshape(-1)
+            in_rows = np.tile(lines, (1, length)).reshape(-1)
+            out.append(_gather_rows(value.deps, out_rows, in_rows, value.size))
+        return out
+
     def kron_blocks(self, blocks: list[tuple[Any, Any]]) -> sp.csr_array | None:
         """``block_diag(kron(a_b, c_b))``, or ``None`` when it would be too large."""
         entries = sum(_nnz(a) * _nnz(c) for a, c in blocks)
@@ -365,6 +321,12 @@ class _Interpreter:
             pieces = [_index_array(v.shape) + offset for v, offset in zip(present, offsets)]
             source = np.concatenate(pieces, axis=int(params["dimension"]))
             stacked = sp.vstack([v.deps if v.deps is not None else _empty(v.size, self.n) for v in present])
+            return _take_rows(sp.csr_array(stacked), source)
+        if name == "stack":
+            offsets = np.cumsum([0] + [v.size for v in values])
+            pieces = [_index_array(v.shape) + offset for v, offset in zip(values, offsets)]
+            source = np.stack(pieces, axis=int(params["axis"]))
+            stacked = sp.vstack([v.deps if v.deps is not None else _empty(v.size, self.n) for v in values])
             return _take_rows(sp.csr_array(stacked), source)
         value = values[0] if values else None
         if value is None:
@@ -388,6 +350,8 @@ class _Interpreter:
             source = index.reshape(shape)
         elif name == "rev":
             source = np.flip(index, axis=tuple(params["dimensions"]))
+        elif name == "tile":
+            source = np.tile(index, tuple(params["reps"]))
         elif name == "slice":
             strides = params.get("strides") or (1,) * len(value.shape)
             source = index[
@@ -440,7 +404,9 @@ class _Interpreter:
                 self.note(eqn.primitive.name, "indices that depend on the inputs: bounded conservatively")
                 return _all_of(values, math.prod(shape), self.n)
         try:
-            moved = np.asarray(eqn.primitive.bind(*operands, **eqn.params)).astype(np.int64).reshape(-1)
+            with warnings.catch_warnings():  # a NaN fill value cast to the integer numbering: never a source
+                warnings.simplefilter("ignore", RuntimeWarning)
+                moved = np.asarray(eqn.primitive.bind(*operands, **eqn.params)).astype(np.int64).reshape(-1)
         except Exception as err:
             self.note(eqn.primitive.name, f"could not follow it exactly ({type(err).__name__}): bounded conservatively")
             return _all_of(values, math.prod(shape), self.n)

@@ -1,0 +1,46 @@
+"""Which tracer reads the pattern: JAX's program (:mod:`di.sparse.jaxpr`) or the
+array-API tracer (:mod:`di.sparse.arrays`), as the sparsity source says."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from di.backends.sparsity import LocalTracerSparsity, SparsitySource, TracerSparsity
+from di.contexts import Context
+from di.sparse.arrays import array_pattern
+from di.sparse.jaxpr import installed as program_tracer_installed
+from di.sparse.patterns import Detection
+
+__all__ = ["TRACED", "traced", "tracer_method"]
+
+TRACED = (TracerSparsity, LocalTracerSparsity)
+
+
+def tracer_method(source: SparsitySource) -> str:
+    """``"program"``, ``"arrays"`` or ``"local"``: what reads the pattern for ``source``.
+
+    Examples:
+        >>> import di
+        >>> from di.sparse.detection import tracer_method
+        >>> tracer_method(di.LocalTracerSparsity()), tracer_method(di.TracerSparsity(method="arrays"))
+        ('local', 'arrays')
+    """
+    if isinstance(source, LocalTracerSparsity):
+        return "local"
+    assert isinstance(source, TracerSparsity)
+    if source.method == "auto":
+        return "program" if program_tracer_installed() else "arrays"
+    return source.method
+
+
+def traced(
+    source: SparsitySource, operator: str, f: Callable[..., Any], x: Any, contexts: Sequence[Context]
+) -> Detection:
+    """The pattern of ``operator`` (``"jacobian"`` or ``"hessian"``) read by the tracer ``source`` names."""
+    method = tracer_method(source)
+    if method == "program":
+        from di.sparse.jaxpr import traced_pattern
+
+        return traced_pattern(operator, f, x, contexts)
+    return array_pattern(operator, f, x, contexts, local=method == "local")

@@ -1,0 +1,88 @@
+"""The values of the jaxpr interpreter and the sparse-matrix helpers its rules share."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import scipy.sparse as sp
+
+
+@dataclass
+class _Value:
+    """One value of the program: its dependency matrix (``None``: depends on no
+    input), its known value (``None``: unknown) and its shape."""
+
+    deps: sp.csr_array | None
+    const: np.ndarray | None
+    shape: tuple[int, ...]
+    floating: bool
+
+    @property
+    def size(self) -> int:
+        return math.prod(self.shape)
+
+
+# --- sparse-matrix helpers ---------------------------------------------------------------
+
+
+def _empty(rows: int, n: int) -> sp.csr_array:
+    return sp.csr_array((rows, n), dtype=bool)
+
+
+def _union(a: sp.csr_array | None, b: sp.csr_array | None) -> sp.csr_array | None:
+    if a is None:
+        return b
+    if b is None:
+        return a
+    return sp.csr_array(a + b)
+
+
+def _take_rows(deps: sp.csr_array, source: np.ndarray) -> sp.csr_array:
+    """Row ``k`` of the result is row ``source[k]`` of ``deps`` (empty where ``source < 0``)."""
+    source = np.asarray(source, dtype=np.int64).reshape(-1)
+    valid = source >= 0
+    selector = sp.csr_array(
+        (np.ones(int(valid.sum()), dtype=bool), (np.flatnonzero(valid), source[valid])),
+        shape=(source.size, deps.shape[0]),
+    )
+    return sp.csr_array(selector @ deps)
+
+
+def _gather_rows(deps: sp.csr_array, out_rows: np.ndarray, in_rows: np.ndarray, size: int) -> sp.csr_array:
+    """Row ``r`` of the result is the union of the rows ``in_rows[k]`` of ``deps`` with ``out_rows[k] == r``."""
+    selector = sp.csr_array(
+        (np.ones(out_rows.size, dtype=bool), (np.asarray(out_rows, np.int64), np.asarray(in_rows, np.int64))),
+        shape=(size, deps.shape[0]),
+    )
+    return sp.csr_array(selector @ deps)
+
+
+def _all_of(values: Sequence[_Value], size: int, n: int) -> sp.csr_array | None:
+    """Every one of ``size`` rows depends on every input any of ``values`` depends on."""
+    union = np.zeros(n, dtype=bool)
+    for value in values:
+        if value.deps is not None and value.deps.nnz:
+            union[value.deps.indices] = True
+    if not union.any():
+        return None
+    columns = np.flatnonzero(union)
+    rows = np.repeat(np.arange(size, dtype=np.int64), columns.size)
+    data = np.ones(rows.size, dtype=bool)
+    return sp.csr_array((data, (rows, np.tile(columns, size))), shape=(size, n))
+
+
+def _index_array(shape: tuple[int, ...]) -> np.ndarray:
+    return np.arange(math.prod(shape), dtype=np.int64).reshape(shape)
+
+
+def _broadcast(value: _Value, shape: tuple[int, ...], n: int) -> sp.csr_array | None:
+    """The value's dependencies broadcast to ``shape`` (numpy broadcasting)."""
+    if value.deps is None:
+        return None
+    if value.shape == shape:
+        return value.deps
+    source = np.broadcast_to(_index_array(value.shape), shape)
+    return _take_rows(value.deps, source)
