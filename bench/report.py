@@ -186,7 +186,7 @@ def render_markdown(
     lines += [f"- {key}: {value}" for key, value in info.items()]
     lines += ["", "## Versions", ""]
     lines += [f"- {key}: {value}" for key, value in found.items()]
-    lines += ["", "## Targets (issue 12)", ""]
+    lines += ["", "## Targets", ""]
     lines += summary
     for table in tables:
         lines += ["", f"## {table.title}", ""]

@@ -25,6 +25,8 @@ Options:
     --threads N        torch intra-op threads (default 1; 0 keeps torch's default)
     --compile / --no-compile   include AutoTorch(compile=True) (default: yes; a first inductor compile
                        takes ~20 s on 2 cores)
+    --real / --no-real the rows of real inputs (bench/real.py: pytrees, an nn.Module, a loop step, numpy
+                       callers, compiles of a value_and_gradient-only loop; default: yes)
 """
 
 from __future__ import annotations
@@ -104,6 +106,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("--compile", dest="compile", action="store_true", default=None, help="time torch.compile")
     parser.add_argument("--no-compile", dest="compile", action="store_false")
+    parser.add_argument("--real", dest="real", action="store_true", default=True, help="time the real-input rows")
+    parser.add_argument("--no-real", dest="real", action="store_false")
     args = parser.parse_args(argv)
     if args.sizes is None:
         args.sizes = list(DEFAULT_SIZES)
@@ -229,10 +233,11 @@ def _timed_row(engine: Engine, case: Case, operator: str, function: str, n: int,
     )
 
 
-def breakdown_table(args: argparse.Namespace, settings: Settings) -> Table:
+def breakdown_table(args: argparse.Namespace, settings: Settings) -> tuple[Table, dict[str, float]]:
     """Where a prepared ``di.gradient``'s extra time goes, per backend, at the
     smallest size: the adapter's program alone, the facade without the strict
-    check, and the full call, each timed against the native call."""
+    check, and the full call, each timed against the native call. Also returns
+    di's own cost per backend (the strict call minus the native call, ns)."""
     n = min(args.sizes)
     name = args.functions[0]
     table = Table(
@@ -259,6 +264,7 @@ def breakdown_table(args: argparse.Namespace, settings: Settings) -> Table:
             "Differences below ~100 ns are within noise."
         ),
     )
+    own_costs: dict[str, float] = {}
     for key in args.backends:
         engine = ENGINES[key]
         if (engine.max_n is not None and n > engine.max_n) or key == "torch-compile":
@@ -282,6 +288,7 @@ def breakdown_table(args: argparse.Namespace, settings: Settings) -> Table:
             continue
         # Each layer's cost over the native call, net of that comparison's native median.
         over = [t.diff_ns for t in timings]
+        own_costs[engine.label] = over[2]
         table.rows.append(
             [
                 engine.label,
@@ -293,7 +300,7 @@ def breakdown_table(args: argparse.Namespace, settings: Settings) -> Table:
                 _signed(over[3]),
             ]
         )
-    return table
+    return table, own_costs
 
 
 def _signed(ns: float) -> str:
@@ -389,6 +396,30 @@ def guarded(title: str, section: Callable[[], tuple[Table, Any]], default: Any) 
         return Table(title, ["error"], [[f"this section failed: {detail}"[:500]]]), default
 
 
+def _real_sections(
+    args: argparse.Namespace, settings: Settings, rows: list[Row]
+) -> tuple[list[Table], Callable[[dict[str, float]], list[str]]]:
+    """The real-input rows (bench/real.py) and the compile table; and the lines of
+    issue 23's targets, given di's own costs from the breakdown."""
+    if not args.real:
+        return [], lambda own_costs: []
+    from bench import real
+
+    print("== Per call: real inputs ==", flush=True)
+    print("  ".join(ROW_HEADERS), flush=True)
+    real_rows = real.real_rows(
+        args.sizes, args.backends, args.compile, settings, lambda row: print("  ".join(row.cells()), flush=True)
+    )
+    per_call = Table("Per call: real inputs", ROW_HEADERS, [row.cells() for row in real_rows], intro=real.REAL_INTRO)
+    torch_backend = "eager" if args.repeats is not None else "inductor"
+    compiles, _ = guarded(
+        "Compiles of a value_and_gradient-only loop",
+        lambda: (real.compile_table(args.backends, args.compile, torch_backend), None),
+        None,
+    )
+    return [per_call, compiles], lambda own_costs: real.target_lines(rows, real_rows, own_costs, compiles)
+
+
 def run(args: argparse.Namespace) -> tuple[list[Row], str]:
     """Run everything; return the per-call rows and the markdown report."""
     from bench import extras
@@ -403,7 +434,7 @@ def run(args: argparse.Namespace) -> tuple[list[Row], str]:
 
     started = time.perf_counter()
     load_start = _load()
-    prepared, _, side = _settings(args)
+    prepared, other, side = _settings(args)
     smoke = args.repeats is not None
     tables: list[Table] = []
 
@@ -450,8 +481,12 @@ def run(args: argparse.Namespace) -> tuple[list[Row], str]:
     )
     summary_ratios = summary_table(rows)
 
-    breakdown, _ = guarded("Where di's time goes", lambda: (breakdown_table(args, prepared), None), None)
+    breakdown, own_costs = guarded("Where di's time goes", lambda: breakdown_table(args, prepared), {})
     show(breakdown)
+
+    real_tables, real_summary = _real_sections(args, other, rows)
+    for table in real_tables[1:]:
+        show(table)
 
     prep_sizes = [n for n in args.sizes if n <= 1000] or args.sizes[:1]
     first_function = args.functions[0]
@@ -483,14 +518,18 @@ def run(args: argparse.Namespace) -> tuple[list[Row], str]:
     tables = [
         summary_ratios,
         main_table,
+        *real_tables[:1],
         breakdown,
         zero_table,
         check_table,
         import_table,
         prep_table,
         conversion_table,
+        *real_tables[1:],
     ]
-    summary = summary_lines(rows, imports, checks)
+    summary = ["Issue 12:", "", *summary_lines(rows, imports, checks)]
+    if args.real:
+        summary += ["", "Issue 23:", "", *real_summary(own_costs)]
     summary.append(f"- suite wall time: {time.perf_counter() - started:.0f} s")
     info = machine()
     info["load average (1 min) at start / end"] = f"{load_start} / {_load()} (other processes share these cores)"

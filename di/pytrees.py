@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from di.errors import InvalidInputError
+from di.errors import InvalidInputError, PreparationMismatchError
 from di.families import families, family_of, get_family, is_floating_dtype
 
 __all__ = [
@@ -187,8 +187,17 @@ def _flatten(node: _Node | None, tree: Any, leaves: list[Any]) -> bool:
     return all(_flatten(child, item, leaves) for child, item in zip(children, items))
 
 
-def _unflatten(node: _Node | None, leaves: Any) -> Any:
-    """The tree of ``node``'s shape with the next leaves of the iterator ``leaves``."""
+def _unflatten(
+    node: _Node | None, leaves: Any, flat: type | None = None, order: tuple[tuple[Any, int], ...] = ()
+) -> Any:
+    """The tree of ``node``'s shape with the next leaves of the iterator ``leaves``
+    (``flat``, ``order``: a flat container's type and, for a dict, each key of the
+    caller's order with its leaf's position, rebuilt in one step)."""
+    if flat is not None:
+        if flat is dict:
+            items = list(leaves)
+            return {key: items[index] for key, index in order}
+        return flat(leaves)
     if node is None:
         return next(leaves)
     kind = node.kind
@@ -231,21 +240,41 @@ class Structure:
         True
     """
 
-    __slots__ = ("_root", "num_leaves", "spec")
+    __slots__ = ("_flat", "_keys", "_order", "_root", "num_leaves", "spec")
 
     def __init__(self, tree: Any) -> None:
         leaves, self.spec = tree_flatten(tree)
         self.num_leaves = len(leaves)
         self._root = _plan(tree)
+        # A flat container of leaves (a dict of parameters, a list of arrays: the
+        # common pytree x) is flattened and rebuilt without the general recursion.
+        root = self._root
+        self._flat: type | None = None
+        self._keys: tuple[Any, ...] = ()
+        self._order: tuple[tuple[Any, int], ...] = ()
+        if root is not None and root.kind in ("dict", "list", "tuple") and all(c is None for c in root.children):
+            self._flat = root.type
+            self._keys = root.keys
+            self._order = tuple((key, root.keys.index(key)) for key in root.order)
 
     def leaves(self, tree: Any) -> list[Any] | None:
         """The leaves of ``tree``, or ``None`` when its structure is another."""
+        flat, items = self._flat, tree
+        if flat is not None:
+            if items.__class__ is not flat or len(tree) != self.num_leaves:
+                return None
+            if flat is dict:
+                try:
+                    return [tree[key] for key in self._keys]
+                except KeyError:
+                    return None
+            return list(tree)  # a list or tuple of this length
         leaves: list[Any] = []
         return leaves if _flatten(self._root, tree, leaves) else None
 
     def unflatten(self, leaves: Any) -> Any:
         """The tree of this structure with these leaves (as many as it has)."""
-        return _unflatten(self._root, iter(leaves))
+        return _unflatten(self._root, iter(leaves), self._flat, self._order)
 
 
 def _result_dtype(dtypes: list[Any], family: str) -> Any:
@@ -317,17 +346,37 @@ class Raveler:
         leaves = self.structure.leaves(tree)
         if leaves is None:  # another structure: optree's leaves, which the caller's check refuses
             leaves = tree_leaves(tree)
+        if len(leaves) != len(self.shapes) or any(
+            tuple(leaf.shape) != shape for leaf, shape in zip(leaves, self.shapes)
+        ):
+            raise PreparationMismatchError(
+                "this prep was made for a pytree x whose leaves have other shapes "
+                f"({', '.join(str(s) for s in self.shapes)}); this backend computes on x flattened into one "
+                "vector of the prepared layout, so a prep made with strict=False cannot take them either. "
+                "Prepare again for the new x."
+            )
         with record.scope([self.dtype]):  # 64-bit leaves stay 64-bit
-            flat = [xp.astype(xp.reshape(leaf, (-1,)), self.dtype) for leaf in leaves]
+            if len(leaves) == 1:  # one copy (the vector is the engine's, never the caller's memory)
+                return xp.astype(xp.reshape(leaves[0], (-1,)), self.dtype, copy=True)
+            flat = [xp.astype(xp.reshape(leaf, (-1,)), self.dtype, copy=False) for leaf in leaves]
             return xp.concat(flat) if flat else xp.zeros(0, dtype=self.dtype)
 
-    def unravel(self, vector: Any, cast: bool = True) -> Any:
+    def unravel(
+        self, vector: Any, cast: bool = True, split: Callable[[Any, list[int]], list[Any] | None] | None = None
+    ) -> Any:
         """The pytree shaped like ``x`` from one vector, in the vector's family (an
         engine's traced vector works too), each leaf in its own dtype unless
-        ``cast`` is false (the vector's dtype then)."""
+        ``cast`` is false (the vector's dtype then). ``split``: the engine's way to
+        take a traced vector apart in one operation (see ``Adapter.split_vector``)."""
         leaves = []
-        for offset, size, shape, dtype in zip(self.offsets, self.sizes, self.shapes, self.dtypes):
-            leaf = _reshape(vector[offset : offset + size], shape)
+        pieces = split(vector, self.offsets) if split is not None else None
+        whole = len(self.sizes) == 1  # one leaf is the whole vector: no slice (a traced slice costs a pass)
+        for index, (offset, size, shape, dtype) in enumerate(zip(self.offsets, self.sizes, self.shapes, self.dtypes)):
+            if pieces is not None:
+                piece = pieces[index]
+            else:
+                piece = vector if whole else vector[offset : offset + size]
+            leaf = _reshape(piece, shape)
             if self.mixed and cast:
                 leaf = _cast_like(leaf, dtype)
             leaves.append(leaf)

@@ -7,6 +7,7 @@ asserts anything about speed: that is what the suite itself reports.
 
 from __future__ import annotations
 
+import importlib.util
 import re
 import subprocess
 import sys
@@ -92,10 +93,42 @@ def test_bench_runs_and_reports_every_row(tmp_path: Path) -> None:
     assert expected <= seen, sorted(expected - seen)
     assert {row[ROW_HEADERS.index("dtype")] for row in rows} == {"float64"}
 
+    _check_real_rows(markdown)
+
     zero = _section(markdown, "Zero backend")
     assert zero and all(_ns(row[4]) > 0 for row in zero)
     checks = _section(markdown, "Strict signature check")
     assert checks and all(_ns(row[1]) > 0 for row in checks)
+
+
+def _check_real_rows(markdown: str) -> None:
+    """The real-input rows (bench/real.py): every group present, positive times, the
+    same results on both sides; the compile table counts compiles."""
+    from bench.report import ROW_HEADERS
+
+    rows = _section(markdown, "Per call: real inputs")
+    note_col, ratio_col = ROW_HEADERS.index("note"), ROW_HEADERS.index("ratio di/native")
+    for row in rows:
+        assert len(row) == len(ROW_HEADERS), row
+        assert "failed" not in row[note_col] and "DIFFER" not in row[note_col], row
+        assert float(row[ratio_col]) > 0, row
+    functions = {(row[0], row[2]) for row in rows}
+    expected = set()
+    if importlib.util.find_spec("jax") is not None:
+        expected |= {("AutoJAX(jit=True)", "dict of 64 leaves"), ("AutoJAX(jit=True)", "nested MLP dict/list")}
+        expected |= {("AutoJAX()", "dict of 8 leaves")}
+    if importlib.util.find_spec("torch") is not None:
+        expected |= {("AutoTorch()", "dict of 1 leaves"), ("AutoTorch()", "nn.Module via functional_call")}
+    if importlib.util.find_spec("autograd") is not None:
+        expected |= {("AutoAutograd()", "nested MLP dict/list")}
+    assert expected <= functions, sorted(expected - functions)
+    callers = {row[0] for row in rows if row[1] == "gradient, numpy caller"}
+    if importlib.util.find_spec("jax") is not None:
+        assert "AutoJAX(jit=True)" in callers
+        compiles = _section(markdown, "Compiles of a value_and_gradient-only loop")
+        counted = [row for row in compiles if row[0] == "AutoJAX(jit=True)"]
+        assert counted and all(int(row[4]) + int(row[6]) >= 1 and row[7] == "0" for row in counted), compiles
+    assert "Issue 23:" in markdown
 
 
 def test_compare_interleaves_and_returns_positive_medians() -> None:

@@ -74,7 +74,8 @@ def test_the_records_of_the_engines() -> None:
     assert not records[di.AutoAutograd()].cache
     assert get_adapter(di.AutoFiniteDiff()).capabilities.differentiates == "any"
     assert get_adapter(di.AutoTorch()).native_pytrees == {"gradient"}
-    assert get_adapter(di.AutoTorch(compile=True)).native_pytrees == frozenset()
+    # compiled gradients take pytrees leaf by leaf too (flattened inside the graph; issue 23)
+    assert get_adapter(di.AutoTorch(compile=True)).native_pytrees == {"gradient"}
     assert get_adapter(di.AutoJAX(jit=True)).compiled and not get_adapter(di.AutoJAX()).compiled
     with pytest.raises(ValueError, match="differentiates"):
         Capabilities(differentiates="some")

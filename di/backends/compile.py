@@ -11,16 +11,20 @@ policy around it is decided here, once.
 
 Compiled backends compile at preparation the program the plain operator runs
 (``gradient``); the ``value_and_*`` program of the same family compiles only if
-it is used, on its first call.
+it is used, on its first call. A preparation asked for the combined form
+(``prepare_gradient(..., value=True)``) swaps the two (:func:`combined_first`):
+a loop that calls one form compiles once.
 """
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import enum
 import sys
 import threading
 import warnings
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Hashable, Iterator, Sequence
 from typing import Any
 
 from di.backends.selectors import AbstractBackend
@@ -32,7 +36,9 @@ __all__ = [
     "RECOMPILE_WARNING_THRESHOLD",
     "RecompileWatch",
     "caller_stacklevel",
+    "combined_first",
     "compiled_on_first_use",
+    "compiling_combined_first",
     "counting_static_values",
     "is_static_context",
     "static_argnums",
@@ -46,6 +52,34 @@ RECOMPILE_WARNING_THRESHOLD = 8
 (each value is a compile of its own)."""
 
 _STATIC_SCALARS = (int, bool, str, bytes, type(None), enum.Enum)
+
+_COMBINED_FIRST: contextvars.ContextVar[bool] = contextvars.ContextVar("di_combined_first", default=False)
+
+
+@contextlib.contextmanager
+def compiling_combined_first(combined: bool) -> Iterator[None]:
+    """Within this block, compiled backends compile the ``value_and_*`` program
+    of an operator family at preparation and the plain one on its first call
+    (``combined=True``), or the reverse (``False``, the default).
+
+    Examples:
+        >>> from di.backends.compile import combined_first, compiling_combined_first
+        >>> with compiling_combined_first(True):
+        ...     inside = combined_first()
+        >>> inside, combined_first()
+        (True, False)
+    """
+    token = _COMBINED_FIRST.set(combined)
+    try:
+        yield
+    finally:
+        _COMBINED_FIRST.reset(token)
+
+
+def combined_first() -> bool:
+    """Whether the preparation under way compiles the ``value_and_*`` program
+    ahead of time (see :func:`compiling_combined_first`)."""
+    return _COMBINED_FIRST.get()
 
 
 def is_static_context(context: Context) -> bool:

@@ -317,6 +317,12 @@ class Adapter:
         by default; an engine with its own registry of containers uses it)."""
         return tree_map(function, tree)
 
+    def split_vector(self, vector: Any, offsets: Sequence[int]) -> list[Any] | None:
+        """The pieces of a traced 1-d ``vector`` starting at ``offsets``, for an
+        engine whose slices cost more to differentiate than one split (``None``:
+        ``di`` slices). A pytree ``x`` flattened into one vector is taken apart so."""
+        return None
+
     def differentiates_programs_of(self, inner: Adapter) -> bool:
         """Whether, as the outer backend of :class:`di.SecondOrder`, this engine can
         differentiate the gradient and derivative programs ``inner`` builds (it

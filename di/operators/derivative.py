@@ -25,6 +25,7 @@ def prepare_derivative(
     *contexts: Context,
     strict: bool = True,
     has_aux: bool = False,
+    value: bool = False,
 ) -> Prep:
     """Prepare ``derivative`` and ``value_and_derivative`` of ``f`` at arguments like ``x``.
 
@@ -38,6 +39,7 @@ def prepare_derivative(
         {contexts}
         {strict}
         {has_aux}
+        {value}
 
     Returns:
         A :class:`di.Prep` serving ``derivative`` and ``value_and_derivative``.
@@ -55,7 +57,7 @@ def prepare_derivative(
         >>> di.derivative(f, prep, backend, np.array(2.0)).round(4)
         np.float64(12.0)
     """
-    return prepare_operator(_OPERATOR, f, backend, x, None, contexts, strict, has_aux=has_aux)
+    return prepare_operator(_OPERATOR, f, backend, x, None, contexts, strict, has_aux=has_aux, value=value)
 
 
 @documented

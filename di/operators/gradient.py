@@ -25,6 +25,7 @@ def prepare_gradient(
     *contexts: Context,
     strict: bool = True,
     has_aux: bool = False,
+    value: bool = False,
 ) -> Prep:
     """Prepare ``gradient`` and ``value_and_gradient`` of ``f`` at arguments like ``x``.
 
@@ -39,6 +40,7 @@ def prepare_gradient(
         {contexts}
         {strict}
         {has_aux}
+        {value}
 
     Returns:
         A :class:`di.Prep` for ``gradient`` and ``value_and_gradient``.
@@ -56,7 +58,7 @@ def prepare_gradient(
         >>> di.gradient(f, prep, di.AutoFiniteDiff(), np.array([1.0, 2.0])).round(6)
         array([2., 4.])
     """
-    return prepare_operator(_OPERATOR, f, backend, x, None, contexts, strict, has_aux=has_aux)
+    return prepare_operator(_OPERATOR, f, backend, x, None, contexts, strict, has_aux=has_aux, value=value)
 
 
 @documented

@@ -19,7 +19,12 @@ _OPERATOR = "hessian"
 
 @documented
 def prepare_hessian(
-    f: Callable[..., Any], backend: AbstractBackend, x: Any, *contexts: Context, strict: bool = True
+    f: Callable[..., Any],
+    backend: AbstractBackend,
+    x: Any,
+    *contexts: Context,
+    strict: bool = True,
+    value: bool = False,
 ) -> Prep:
     """Prepare ``hessian`` and ``value_gradient_and_hessian`` of ``f`` at arguments like ``x``.
 
@@ -32,6 +37,7 @@ def prepare_hessian(
         x: an input like the ones the calls will pass (its values do not matter).
         {contexts}
         {strict}
+        {value}
 
     Returns:
         A :class:`di.Prep` serving ``hessian`` and ``value_gradient_and_hessian``.
@@ -50,7 +56,7 @@ def prepare_hessian(
         array([[ 6.,  0.],
                [ 0., 12.]])
     """
-    return prepare_operator(_OPERATOR, f, backend, x, None, contexts, strict)
+    return prepare_operator(_OPERATOR, f, backend, x, None, contexts, strict, value=value)
 
 
 @documented

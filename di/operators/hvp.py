@@ -25,6 +25,7 @@ def prepare_hvp(
     tx: tuple[Any, ...],
     *contexts: Context,
     strict: bool = True,
+    value: bool = False,
 ) -> Prep:
     """Prepare ``hvp`` and ``gradient_and_hvp`` of ``f`` at arguments like ``x``.
 
@@ -38,6 +39,7 @@ def prepare_hvp(
         tx: tuple of tangents shaped like x (one result per element).
         {contexts}
         {strict}
+        {value}
 
     Returns:
         A :class:`di.Prep` serving ``hvp`` and ``gradient_and_hvp``.
@@ -55,7 +57,7 @@ def prepare_hvp(
         >>> di.hvp(f, prep, backend, np.array([1.0, 2.0]), (np.array([1.0, 1.0]),))[0].round(3)
         array([ 6., 12.])
     """
-    return prepare_operator(_OPERATOR, f, backend, x, tx, contexts, strict)
+    return prepare_operator(_OPERATOR, f, backend, x, tx, contexts, strict, value=value)
 
 
 @documented

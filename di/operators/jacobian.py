@@ -25,6 +25,7 @@ def prepare_jacobian(
     *contexts: Context,
     strict: bool = True,
     has_aux: bool = False,
+    value: bool = False,
 ) -> Prep:
     """Prepare ``jacobian`` and ``value_and_jacobian`` of ``f`` at arguments like ``x``.
 
@@ -38,6 +39,7 @@ def prepare_jacobian(
         {contexts}
         {strict}
         {has_aux}
+        {value}
 
     Returns:
         A :class:`di.Prep` serving ``jacobian`` and ``value_and_jacobian``.
@@ -56,7 +58,7 @@ def prepare_jacobian(
         array([[2., 0.],
                [0., 4.]])
     """
-    return prepare_operator(_OPERATOR, f, backend, x, None, contexts, strict, has_aux=has_aux)
+    return prepare_operator(_OPERATOR, f, backend, x, None, contexts, strict, has_aux=has_aux, value=value)
 
 
 @documented

@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from di.backends.aux import value_only
+from di.backends.compile import compiling_combined_first
 from di.backends.registry import get_adapter, get_strategy
 from di.backends.selectors import AbstractBackend
 from di.backends.source import ProgramSource
@@ -42,6 +43,7 @@ def prepare_operator(
     *,
     same_point: bool = False,
     has_aux: bool = False,
+    value: bool = False,
 ) -> Prep:
     """The body of every ``prepare_<operator>``: check the arguments, then prepare.
 
@@ -62,7 +64,7 @@ def prepare_operator(
         tangents = check_tangents(tangents, operator.tangents, family)
         if operator.tangents == "tx" and family_of(x) is not None:
             _check_tangent_shapes(tangents, x)
-    request = PrepareRequest(family, f, x, tangents, tuple(contexts), strict, same_point, bool(has_aux))
+    request = PrepareRequest(family, f, x, tangents, tuple(contexts), strict, same_point, bool(has_aux), bool(value))
     return prepare_request(backend, request)
 
 
@@ -86,9 +88,10 @@ def prepare_from_source(
         Raveler(x)  # checks every leaf, naming the first bad one
     if operator.tangents == "ty":
         _check_cotangent_shapes(source, request)
-    programs = caller_programs(
-        operator, source, request.operator_key, request.f, x, tangents, contexts, request.has_aux
-    )
+    with compiling_combined_first(request.value):
+        programs = caller_programs(
+            operator, source, request.operator_key, request.f, x, tangents, contexts, request.has_aux
+        )
     return Prep(
         request.operator,
         request.f,

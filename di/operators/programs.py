@@ -21,7 +21,7 @@ from di.contexts import Constant, Context
 from di.errors import InvalidInputError, UnsupportedOperatorError
 from di.families import converter, family_of, get_family, identity
 from di.operators.table import Operator
-from di.prep.signature import tracing
+from di.prep.signature import checks_arguments, tracing
 from di.pytrees import Raveler, is_pytree, tree_flatten, tree_leaves, tree_map, tree_unflatten
 
 __all__ = ["caller_family", "caller_programs", "same_point_check"]
@@ -75,8 +75,19 @@ def caller_programs(
             else:
                 to_caller = _restoring_bfloat16(source, x, _nested(converter(source.family, family)))
         programs = {name: _converted(_from_float(x, engine[name]), to_caller, has_aux) for name in operator.names}
+        if to_caller is not identity and not is_pytree(x) and not has_aux and operator.family in _ARRAY_RESULTS:
+            # the plain operator's result is one array like x (or its square): converted at once
+            plain = operator.names[0]
+            array_to_caller = _restoring_bfloat16(source, x, converter(source.family, family))
+            programs[plain] = _converted(_from_float(x, engine[plain]), array_to_caller, False)
         if is_pytree(x):
             programs = _in_x_order(operator, programs, x, has_aux)
+        if has_aux:
+            programs = _aux_layout(operator, programs, source.family, family)
+        for name in operator.names:  # the runner then leaves x's check to the program
+            if checks_arguments(engine[name]):
+                programs[name].checks_arguments = True  # type: ignore[attr-defined]
+        return programs
     if has_aux:
         programs = _aux_layout(operator, programs, source.family, family)
     return programs
@@ -107,6 +118,10 @@ def _refuse_foreign_traces(
             )
 
 
+_ARRAY_RESULTS = frozenset({"gradient", "hessian"})
+"""Operator families whose plain result, for an array ``x``, is one array."""
+
+
 def _as_array(x: Any) -> Any:
     """A Python float ``x`` is prepared as a 0-d float64 array."""
     return np.asarray(x, dtype=np.float64) if isinstance(x, float) else x
@@ -129,12 +144,18 @@ def _nested(to_caller: Callable[[Any], Any]) -> Callable[[Any], Any]:
     """``to_caller`` applied to every array of a result (tuples and pytrees)."""
     if to_caller is identity:
         return identity
+    arrays: set[type] = set()  # classes met as arrays: the next one is converted at once
 
     def convert(result: Any) -> Any:
+        if result.__class__ in arrays:
+            return to_caller(result)
         if isinstance(result, tuple):
             return tuple(convert(item) for item in result)
-        if family_of(result) is None and not isinstance(result, float):
+        if family_of(result) is None:
+            if isinstance(result, float):
+                return to_caller(result)
             return tree_map(to_caller, result)  # a pytree output
+        arrays.add(result.__class__)
         return to_caller(result)
 
     return convert
@@ -207,7 +228,7 @@ def _in_x_order(operator: Operator, programs: Programs, x: Any, has_aux: bool) -
 
     def wrap(name: str, program: Callable[..., Any]) -> Callable[..., Any]:
         places = operator.places_like_x(name)
-        if not places:
+        if not places or getattr(program, "keeps_x_structure", False):
             return program
 
         def in_order(result: Any) -> Any:
@@ -216,13 +237,45 @@ def _in_x_order(operator: Operator, programs: Programs, x: Any, has_aux: bool) -
             return result
 
         finish = with_aux(has_aux, in_order)
+        # An engine that keeps x's structure (or an x whose dicts are in sorted key
+        # order) needs no rebuilding: the first result says so, for every later one
+        # (the program's output structure follows its input's, which the prep fixes).
+        rebuild: list[bool | None] = [None]
 
         def ordered(*args: Any) -> Any:
-            return finish(program(*args))
+            result = program(*args)
+            if rebuild[0] is False:
+                return result
+            fixed = finish(result)
+            if rebuild[0] is None:
+                rebuild[0] = _layout(fixed) != _layout(result)
+            return fixed
 
         return ordered
 
     return {name: wrap(name, program) for name, program in programs.items()}
+
+
+class _Opaque:
+    """The layout of a node :func:`_layout` does not read: unequal to everything."""
+
+    def __eq__(self, other: object) -> bool:
+        return False
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+def _layout(tree: Any) -> Any:
+    """The container types and dict key orders of a result, leaves left out (a
+    node of another kind is opaque: the result is then always rebuilt)."""
+    kind = tree.__class__
+    if kind is dict:
+        return (dict, tuple((key, _layout(value)) for key, value in tree.items()))
+    if kind is list or kind is tuple:
+        return (kind, tuple(_layout(item) for item in tree))
+    if tree is None or family_of(tree) is not None or isinstance(tree, (float, int)):
+        return None
+    return _Opaque()
 
 
 def _raveled(
@@ -241,8 +294,10 @@ def _raveled(
     raveler = Raveler(x)
     cast_leaves = not source.evaluates_in_float64
 
+    split = source.adapter.split_vector if len(raveler.sizes) > 1 else None
+
     def flat_f(vector: Any, *values: Any) -> Any:
-        return f(raveler.unravel(vector, cast=cast_leaves), *values)
+        return f(raveler.unravel(vector, cast=cast_leaves, split=split), *values)
 
     x_tangents = operator.tangents == "tx"
     flat_tangents = tuple(raveler.ravel(t) for t in tangents) if tangents is not None and x_tangents else tangents

@@ -26,6 +26,7 @@ def prepare_pushforward(
     *contexts: Context,
     strict: bool = True,
     has_aux: bool = False,
+    value: bool = False,
 ) -> Prep:
     """Prepare ``pushforward`` and ``value_and_pushforward`` of ``f`` at arguments like ``x``.
 
@@ -40,6 +41,7 @@ def prepare_pushforward(
         {contexts}
         {strict}
         {has_aux}
+        {value}
 
     Returns:
         A :class:`di.Prep` serving ``pushforward`` and ``value_and_pushforward``.
@@ -57,7 +59,7 @@ def prepare_pushforward(
         >>> di.pushforward(f, prep, backend, np.array([1.0, 2.0]), (np.array([1.0, 1.0]),))[0].round(4)
         array([2., 4.])
     """
-    return prepare_operator(_OPERATOR, f, backend, x, tx, contexts, strict, has_aux=has_aux)
+    return prepare_operator(_OPERATOR, f, backend, x, tx, contexts, strict, has_aux=has_aux, value=value)
 
 
 @documented

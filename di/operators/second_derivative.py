@@ -19,7 +19,12 @@ _OPERATOR = "second_derivative"
 
 @documented
 def prepare_second_derivative(
-    f: Callable[..., Any], backend: AbstractBackend, x: Any, *contexts: Context, strict: bool = True
+    f: Callable[..., Any],
+    backend: AbstractBackend,
+    x: Any,
+    *contexts: Context,
+    strict: bool = True,
+    value: bool = False,
 ) -> Prep:
     """Prepare ``second_derivative`` and ``value_derivative_and_second_derivative`` of ``f`` at arguments like ``x``.
 
@@ -32,6 +37,7 @@ def prepare_second_derivative(
         x: an input like the ones the calls will pass (its values do not matter).
         {contexts}
         {strict}
+        {value}
 
     Returns:
         A :class:`di.Prep` serving ``second_derivative`` and ``value_derivative_and_second_derivative``.
@@ -49,7 +55,7 @@ def prepare_second_derivative(
         >>> di.second_derivative(f, prep, backend, np.array(2.0)).round(3)
         np.float64(12.0)
     """
-    return prepare_operator(_OPERATOR, f, backend, x, None, contexts, strict)
+    return prepare_operator(_OPERATOR, f, backend, x, None, contexts, strict, value=value)
 
 
 @documented

@@ -109,6 +109,12 @@ _FRAGMENTS: dict[str, str] = {
         "    (a few hundred nanoseconds) and raise on a mismatch."
     ),
     "contexts": "*contexts: ``di.Constant`` / ``di.Cache`` wrappers, in ``f``'s order.",
+    "value": (
+        "value: the caller will run the combined form (``value_and_*``): compiled\n"
+        "    backends compile it now and the plain operator on its first call\n"
+        "    (default: the plain one now, the combined one on first use). Either\n"
+        "    form runs from the prep; a loop that uses one compiles once."
+    ),
     "reuse": (
         "The prep may be reused for any ``x`` (and tangents) and context values\n"
         "with the same array family, shape, dtype and device; the values of each\n"

@@ -12,7 +12,10 @@ from di.families import ArraySpec, family_of, get_family, spec_of
 from di.prep.info import NO_INFO, StrategyInfo
 from di.prep.signature import (
     ArgumentCheck,
+    ArgumentsRejected,
     check_contexts_wrapped,
+    checks_arguments,
+    compiling_again,
     concrete,
     key_function,
     matcher_for,
@@ -193,6 +196,8 @@ class Prep:
         context_matchers, count, strict, fail = self._context_matchers, self._n_contexts, self.strict, self.check
         if self.tangent_check is not None:
             return self._tangent_runner(program)
+        if checks_arguments(program) and self.x_spec is None:
+            return self._checked_by_program(program)
 
         if count == 0:
 
@@ -238,6 +243,55 @@ class Prep:
             return program(x, *[context.value for context in contexts])
 
         return run
+
+    def _checked_by_program(self, program: Callable[..., Any]) -> Callable[..., Any]:
+        """The runner of a program that compares a pytree ``x`` with the prepared one
+        itself (an ahead-of-time compiled executable): the strict check compares the
+        rest, and a refused ``x`` gets the mismatch report (strict) or a new compile."""
+        f0, backend0, strict, fail = self.f, self.backend, self.strict, self.check
+        # The program compares the context values too (they are its arguments): the
+        # check here is their wrappers'.
+        wrappers, count = tuple(wrapper for wrapper, _ in self._context_matchers), self._n_contexts
+
+        def rejected(f: Any, backend: Any, x: Any, contexts: Sequence[Any], values: Sequence[Any]) -> Any:
+            if strict:
+                fail(f, backend, x, contexts)  # the report, when an argument differs as the check sees it
+            with compiling_again():  # (a difference only the compiler sees, such as a weak type)
+                return program(x, *values)
+
+        def run_checked_by_program(f: Any, backend: Any, x: Any, contexts: Sequence[Any]) -> Any:
+            if strict and not (
+                f is f0
+                and (backend is backend0 or backend == backend0)
+                and len(contexts) == count
+                and all(context.__class__ is wrapper for context, wrapper in zip(contexts, wrappers))
+            ):
+                fail(f, backend, x, contexts)
+            values = [context.value for context in contexts]
+            try:
+                return program(x, *values)
+            except ArgumentsRejected:
+                return rejected(f, backend, x, contexts, values)
+
+        if count == 1:
+            (wrapper1,) = wrappers
+
+            def run_with_one_context_checked_by_program(f: Any, backend: Any, x: Any, contexts: Sequence[Any]) -> Any:
+                if strict and not (
+                    f is f0
+                    and (backend is backend0 or backend == backend0)
+                    and len(contexts) == 1
+                    and contexts[0].__class__ is wrapper1
+                ):
+                    fail(f, backend, x, contexts)
+                value = contexts[0].value
+                try:
+                    return program(x, value)
+                except ArgumentsRejected:
+                    return rejected(f, backend, x, contexts, (value,))
+
+            return run_with_one_context_checked_by_program
+        return run_checked_by_program
 
     def _tangent_runner(self, program: Callable[..., Any]) -> Callable[..., Any]:
         """``run(f, backend, x, tangents, contexts)`` for operators with tangents:

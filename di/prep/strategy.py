@@ -44,6 +44,8 @@ class PrepareRequest:
         strict: whether the prep checks each call's arguments.
         same_point: whether the prep serves one point only.
         has_aux: whether ``f`` returns ``(y, aux)``.
+        value: whether the caller runs the combined form (``value_and_*``):
+            compiled backends compile it ahead of time, the plain one lazily.
 
     Examples:
         >>> import numpy as np
@@ -60,6 +62,7 @@ class PrepareRequest:
     strict: bool
     same_point: bool = False
     has_aux: bool = False
+    value: bool = False
 
     @property
     def operator_key(self) -> str:

@@ -172,6 +172,11 @@ class AutogradAdapter(Adapter):
         ),
     )
 
+    def split_vector(self, vector: Any, offsets: Sequence[int]) -> list[Any] | None:
+        """``anp.split``: its derivative is one concatenation, where each slice's is a
+        full-size ``np.add.at`` (a pytree of large leaves paid it per leaf)."""
+        return list(anp.split(vector, list(offsets[1:])))
+
     def _inputs(self, x: Any, contexts: Sequence[Context]) -> Callable[..., tuple[Any, tuple[Any, ...]]]:
         """``inputs(x, values) -> (x, values)`` as autograd takes them; what needs no
         conversion is passed as it is (decided at preparation: the signature check

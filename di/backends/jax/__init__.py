@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
+import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -25,7 +26,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from di.backends.aux import outputs
-from di.backends.compile import compiled_on_first_use, counting_static_values, static_positions
+from di.backends.compile import combined_first, compiled_on_first_use, counting_static_values, static_positions
 from di.backends.jax.programs import (
     RULES,
     AuxTracing,
@@ -50,6 +51,8 @@ from di.backends.selectors import AutoJAX
 from di.backends.transforms import Composition
 from di.contexts import Context
 from di.families import converter, family_of, identity
+from di.prep.signature import checked_by_executable, checks_arguments
+from di.pytrees import is_pytree
 
 __all__ = ["COMPOSITIONS", "JAXAdapter", "needs_x64"]
 
@@ -89,6 +92,51 @@ def _traced(inputs: Sequence[Any], tangents: Sequence[Any] | None) -> bool:
     compile a program no call runs."""
     leaves = jax.tree_util.tree_leaves([list(inputs), list(tangents or ())])
     return any(isinstance(leaf, jax.core.Tracer) for leaf in leaves)
+
+
+def _abstract(args: Sequence[Any]) -> list[Any]:
+    """The prepared arguments as abstract values (shape, dtype, weak type): what an
+    executable is compiled for, without holding the caller's arrays."""
+
+    def spec(leaf: Any) -> Any:
+        aval = jax.typeof(leaf)
+        return jax.ShapeDtypeStruct(aval.shape, aval.dtype, weak_type=aval.weak_type)
+
+    return [jax.tree_util.tree_map(spec, arg) for arg in args]
+
+
+def _compiled_when_first_used(function: Any, specs: Sequence[Any], x64: bool) -> Callable[..., Any]:
+    """The executable of ``function`` for the prepared arguments ``specs``,
+    compiled by its first call (once, under a lock)."""
+    lock = threading.Lock()
+    compiled: list[Any] = []
+
+    def executable(*args: Any) -> Any:
+        if not compiled:
+            with lock:
+                if not compiled:
+                    with x64_scope() if x64 else contextlib.nullcontext():
+                        compiled.append(function.lower(*specs).compile())
+        return compiled[0](*args)
+
+    return executable
+
+
+def _taken_by_jit(value: Any) -> bool:
+    """Whether ``jax.jit`` takes ``value`` as it is: a numpy array, or a pytree of
+    numpy and JAX arrays (converting them first would copy each leaf in Python)."""
+    if family_of(value) == "numpy":
+        return True
+    if not is_pytree(value):
+        return False
+    leaves = jax.tree_util.tree_leaves(value)
+    return bool(leaves) and all(family_of(leaf) in ("numpy", "jax") for leaf in leaves)
+
+
+def _mark(program: Program) -> Program:
+    """``program``, a wrapper of one that checks its own arguments, marked as such."""
+    program.checks_arguments = True  # type: ignore[attr-defined]
+    return program
 
 
 class JAXAdapter(Adapter):
@@ -204,13 +252,29 @@ class JAXAdapter(Adapter):
         if self.compiled:
             statics = static_positions(contexts, self.backend)
             function = jax.jit(core, static_argnums=tuple(lead + i for i in statics))
-            # jit takes numpy input itself (one transfer); only torch needs DLPack.
+            # jit takes numpy input itself (one transfer; pytrees of numpy leaves too): only torch
+            # needs DLPack.
             converters = [
-                identity if family_of(v) == "numpy" else convert
-                for v, convert in zip(inputs, self.input_converters(inputs))
+                identity if _taken_by_jit(v) else convert for v, convert in zip(inputs, self.input_converters(inputs))
             ]
         else:
             statics, function, converters = (), core, self.input_converters(inputs)
+        traced = self.compiled and _traced(inputs, tangents)
+        executable: Callable[..., Any] | None = None
+        if self.compiled and not traced:  # (inside a transform, the caller's trace compiles it instead)
+            with x64_scope() if x64 else contextlib.nullcontext():
+                args = [convert(v) for convert, v in zip(converters, inputs)]
+                if tangents is not None:
+                    args.insert(1, engine_tangents(tangents))
+                if not on_first_use:  # compiled now
+                    executable = function.lower(*args).compile()  # type: ignore[attr-defined]
+                elif not statics and tangents is None and is_pytree(x):
+                    executable = _compiled_when_first_used(function, _abstract(args), x64)
+        if executable is not None and not statics and tangents is None and is_pytree(x):
+            # A pytree x is taken as it is by the compiled executable, which flattens it in
+            # C++ and refuses another structure, shape or dtype itself: the strict check of
+            # x costs nothing more (an array x is compared faster by its family's matcher).
+            function = checked_by_executable(executable, function)
         program = wrap(function, converters, tangents is not None, x64, bare)
         if aux is not None:
             program = aux.joining(program, lead, self.compiled)
@@ -218,12 +282,8 @@ class JAXAdapter(Adapter):
             return program
         if on_first_use:
             program = compiled_on_first_use(program)
-        elif not _traced(inputs, tangents):  # (inside a transform, the caller's trace compiles it)
-            with x64_scope() if x64 else contextlib.nullcontext():
-                args = [convert(v) for convert, v in zip(converters, inputs)]
-                if tangents is not None:
-                    args.insert(1, engine_tangents(tangents))
-                function.lower(*args).compile()  # type: ignore[attr-defined]
+        if checks_arguments(function):
+            program = _mark(program)
         return counting_static_values(program, tuple(lead - 1 + i for i in statics), self.backend)
 
     def _plain_and_full(
@@ -242,13 +302,15 @@ class JAXAdapter(Adapter):
         call pay for outputs it drops: each output of a compiled call costs
         microseconds, and a jacobian returned beside the value is copied out of
         the layout XLA computed it in. For one tangent the compiled plain program
-        returns the bare array, put in a tuple in Python."""
+        returns the bare array, put in a tuple in Python. A preparation for the
+        combined form (``value=True``) compiles the two the other way round."""
         bare = tangents is not None and aux is None and self.compiled
         if bare:
             plain_core = bare_single(plain_core)
+        combined = combined_first()  # prepare_*(..., value=True): the value_and_* program now
         return {
-            names[0]: self._program(plain_core, x, tangents, contexts, aux=aux, bare=bare),
-            names[1]: self._program(full_core, x, tangents, contexts, on_first_use=True, aux=aux),
+            names[0]: self._program(plain_core, x, tangents, contexts, on_first_use=combined, aux=aux, bare=bare),
+            names[1]: self._program(full_core, x, tangents, contexts, on_first_use=not combined, aux=aux),
         }
 
     def _aux(self, contexts: Sequence[Context], has_aux: bool) -> AuxTracing | None:

@@ -67,7 +67,7 @@ class TorchAdapter(TorchBase):
         family="torch",
         compile_option="compile",
         pytrees=frozenset({"gradient"}),
-        compiled_pytrees=frozenset(),
+        compiled_pytrees=frozenset({"gradient"}),
         cache_note=(
             "f receives the caller's buffer (numpy buffers through torch.from_numpy, sharing memory), detached after "
             "the call; operators torch.func cannot run on buffers are built from reverse mode."

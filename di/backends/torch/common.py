@@ -20,6 +20,7 @@ from di.contexts import Context
 from di.errors import UnsupportedContextError
 from di.families import converter, family_of
 from di.families.torch import innermost_transform, transform_of
+from di.pytrees import is_pytree, tree_leaves
 
 __all__ = [
     "FORWARD_RULES",
@@ -231,7 +232,10 @@ class TorchBase(Adapter):
         converters = self.input_converters([c.value for c in contexts])
         if self.compiled:
             statics = static_positions(contexts, self.backend)
-            x_dtype = self.input_converters([x])[0](np.asarray(x) if isinstance(x, float) else x).dtype
+            sample = tree_leaves(x)[0] if is_pytree(x) else x  # (a pytree's first leaf gives the dtype)
+            x_dtype = self.input_converters([sample])[0](
+                np.asarray(sample) if isinstance(sample, float) else sample
+            ).dtype
             for i, context in enumerate(contexts):
                 if i not in statics and isinstance(context.value, (int, float)):
                     converters[i] = scalar_to_tensor(x_dtype if isinstance(context.value, float) else None)

@@ -15,6 +15,7 @@ pushforwards from pullbacks, hvp by reverse over reverse.
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -98,30 +99,55 @@ class Reverse:
         self.constants = tuple(i for i, c in enumerate(contexts) if not isinstance(c, Cache))
         self.tree = is_pytree(x)
         self.structure = Structure(x) if self.tree else None
+        # the leaves of a prepared pytree are torch tensors (model parameters): nothing to convert
+        self.torch_leaves = self.tree and all(family_of(leaf) == "torch" for leaf in tree_flatten(x)[0])
         self.to_torch_x = adapter.input_converters([x])[0]
         self.keeps_graph = adapter.selector.create_graph
+        self._aliases: tuple[list[weakref.ref[Any]], Leaves | None, list[int]] = ([], None, [])
 
-    def tree_inputs(self, x: Any, connect: bool = False) -> tuple[Any, Leaves]:
-        """``(argument of f, differentiated leaves)`` for a call at a pytree ``x``
-        (a tensor ``x`` is its own single alias, made inline on the hot path)."""
+    def _forget(self, _: Any) -> None:
+        self._aliases = ([], None, [])
+
+    def tree_leaves(self, x: Any) -> tuple[list[Any], Structure]:
+        """The leaves of a pytree ``x`` (one flatten per call) and its structure."""
         structure = self.structure
         assert structure is not None
         leaves = structure.leaves(x)
         if leaves is None:  # a non-strict prep given another structure: optree's own
             leaves, _ = tree_flatten(x)
             structure = Structure(x)
-        tensors = [converter(family_of(item), "torch")(item) for item in leaves]
-        aliases = Leaves([alias(t, connect) for t in tensors], structure)
-        return structure.unflatten(aliases), aliases
+        return leaves, structure
 
-    def wants_graph(self, x: Any, cotangents: Any, values: Sequence[Any]) -> bool:
+    def tree_inputs(self, leaves: list[Any], structure: Structure, connect: bool = False) -> tuple[Any, Leaves]:
+        """``(argument of f, differentiated leaves)`` for a call at a pytree ``x``
+        whose leaves are ``leaves`` (a tensor ``x`` is its own single alias, made
+        inline on the hot path). The detached aliases of the last call's tensors are
+        used again while the caller passes the same tensors (the same storage): a
+        training loop's parameters are detached once, not at every call."""
+        if not connect and self.torch_leaves:
+            sources, cached, addresses = self._aliases
+            if cached is not None and len(sources) == len(leaves) and _same_tensors(sources, addresses, leaves):
+                return structure.unflatten(cached), cached
+            aliases = Leaves([leaf(t) for t in leaves], structure)
+            addresses = [t.data_ptr() for t in leaves]
+            if all(a.data_ptr() == address for a, address in zip(aliases, addresses)):
+                # Kept only when they share the tensors' memory (an inference tensor's is a
+                # copy, which a later write would leave stale). The caller's tensors are held
+                # weakly, and the aliases dropped as soon as one is freed: the prep keeps no data.
+                forget = self._forget
+                self._aliases = ([weakref.ref(t, forget) for t in leaves], aliases, addresses)
+            return structure.unflatten(aliases), aliases
+        tensors = leaves if self.torch_leaves else [converter(family_of(item), "torch")(item) for item in leaves]
+        differentiated = Leaves([alias(t, connect) for t in tensors], structure)
+        return structure.unflatten(differentiated), differentiated
+
+    def wants_graph(self, x: Any, cotangents: Any, values: Sequence[Any], leaves: Sequence[Any] = ()) -> bool:
         """Whether this call's results must carry the caller's graph (grad mode is
-        on: the caller checked)."""
+        on: the caller checked); ``leaves``: a pytree ``x``'s."""
         if not self.keeps_graph:
             return False
         if self.tree:
-            leaves = self.structure.leaves(x) if self.structure is not None else None
-            if any(requires_grad(leaf) for leaf in leaves or ()):
+            if any(requires_grad(item) for item in leaves):
                 return True
         elif requires_grad(x):
             return True
@@ -144,6 +170,7 @@ class Reverse:
         f, has_aux, backend, operator = self.f, self.has_aux, self.backend, self.operator
         convert_values, convert_any, caches = self.convert_values, self.convert_any, self.caches
         tree, tree_inputs, to_torch_x, wants_graph = self.tree, self.tree_inputs, self.to_torch_x, self.wants_graph
+        tree_leaves = self.tree_leaves
         # A gradient's output is checked by autograd itself (it refuses non-scalar and
         # complex outputs, and di then says why); the others look at the output first.
         accept = _ACCEPTS.get(operator)
@@ -153,9 +180,10 @@ class Reverse:
         is_compiling, transforms_active = dynamo_compiling, torch._C._are_functorch_transforms_active
         conversions = REVERSE_RULES.conversion_errors
 
-        def call(x: Any, cotangents: Any, values: Sequence[Any], connect: bool) -> Any:
+        def call(x: Any, cotangents: Any, values: Sequence[Any], connect: bool, leaves: Any = None) -> Any:
             if tree:
-                argument, differentiated = tree_inputs(x, connect)
+                flat, structure = leaves or tree_leaves(x)
+                argument, differentiated = tree_inputs(flat, structure, connect)
             elif connect:
                 argument = differentiated = alias(x if to_torch_x is identity else to_torch_x(x), True)
             else:
@@ -193,6 +221,9 @@ class Reverse:
             if x.__class__ is tensor and not x.requires_grad and not values:  # nothing can carry a graph...
                 if not lead or (len(args[0]) == 1 and not getattr(args[0][0], "requires_grad", False)):
                     return call(x, cotangents, values, False)  # ... but one cotangent, checked here
+            if tree:  # flattened once, for both questions
+                leaves = tree_leaves(x)
+                return call(x, cotangents, values, wants_graph(x, cotangents, values, leaves[0]), leaves)
             return call(x, cotangents, values, wants_graph(x, cotangents, values))
 
         def run_plain(x: Any, *args: Any) -> Any:
@@ -216,7 +247,18 @@ class Reverse:
                     raise
                 raise di_error from err
 
+        if tree:  # results are rebuilt with x's own structure (its dict order kept)
+            run.keeps_x_structure = True  # type: ignore[attr-defined]
         return run_plain if plain_x and not caches else run
+
+
+def _same_tensors(sources: Sequence[Any], addresses: Sequence[int], tensors: Sequence[Any]) -> bool:
+    """Whether ``tensors`` are the tensors ``sources`` refer to (weakly), on the
+    memory they had (an assignment to ``.data`` gives a tensor other memory)."""
+    for source, address, tensor in zip(sources, addresses, tensors):
+        if source() is not tensor or tensor.data_ptr() != address:
+            return False
+    return True
 
 
 def alias(tensor: Any, connect: bool = False) -> Any:
@@ -259,7 +301,9 @@ def gradient_backward(backend: Any, tree: bool = False) -> Backward:
         except RuntimeError:
             check_output(y, leaves, backend, "gradient", REVERSE_RULES)
             raise
-        return leaves.structure.unflatten([torch.zeros_like(a) if d is None else d for a, d in zip(leaves, grads)])
+        if any(d is None for d in grads):  # f does not use some leaves: zeros, as for an array x
+            return leaves.structure.unflatten([torch.zeros_like(a) if d is None else d for a, d in zip(leaves, grads)])
+        return leaves.structure.unflatten(grads)
 
     return tree_backward if tree else backward
 

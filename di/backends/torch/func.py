@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import math
 import threading
+import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -22,7 +23,7 @@ import torch
 import torch.utils._pytree as torch_pytree
 
 from di.backends import fallbacks
-from di.backends.compile import static_argnums
+from di.backends.compile import caller_stacklevel, combined_first, static_argnums
 from di.backends.outputs import SCALAR_OPERATORS, OutputRules, checking
 from di.backends.protocol import Programs, plain_from_full
 from di.backends.torch.common import (
@@ -36,10 +37,10 @@ from di.backends.torch.common import (
     like,
     requires_grad,
 )
-from di.backends.torch.compile import UNSUPPORTED
+from di.backends.torch.compile import UNSUPPORTED, break_in_di
 from di.backends.torch.eager import EagerPrograms
 from di.contexts import Context
-from di.errors import InvalidInputError
+from di.errors import InvalidInputError, RecompileWarning
 from di.families import converter, family_of, identity
 from di.pytrees import Structure, is_pytree, tree_flatten
 
@@ -86,7 +87,8 @@ class FuncPrograms:
         """The plain and the ``value_and_*`` programs of an operator family from two
         pure ``torch.func`` functions of ``(x, [tangents,] *values)``, the first
         returning the plain operator's result alone. Compiled, the first compiles
-        at preparation and the second on its first call. ``locked``: the functions
+        at preparation and the second on its first call (the other way round in a
+        preparation for the combined form, ``value=True``). ``locked``: the functions
         use forward mode, whose state ``torch.func`` keeps per process.
         ``refuse_breaks``: a graph break in ``f`` raises
         :class:`di.UnsupportedOperatorError` (else dynamo's own error, for a caller
@@ -127,15 +129,21 @@ class FuncPrograms:
         if adapter.compiles_now() and fast is None:
             example = arguments(x, tangents, [c.value for c in contexts])
             argnums = static_argnums(contexts, adapter.backend, lead)
+            # prepare_*(..., value=True) compiles the value_and_* program now, the plain one when first used
+            combined = combined_first()
+            now, later = (full_core, plain_core) if combined else (plain_core, full_core)
             try:
-                plain_function, options = adapter.compiler.compile_now(
-                    plain_core, lambda compiled: compiled(*example), argnums, graph_breaks=False
+                compiled_now, options = adapter.compiler.compile_now(
+                    now, lambda compiled: compiled(*example), argnums, graph_breaks=False
                 )
             except UNSUPPORTED as err:
                 if not refuse_breaks:
                     raise
-                raise adapter.compiler.one_graph_error(names[0], err) from err
-            full_function = adapter.compiler.compile_on_first_use(full_core, options, argnums)
+                raise adapter.compiler.one_graph_error(names[1 if combined else 0], err) from err
+            compiled_later = adapter.compiler.compile_on_first_use(later, options, argnums)
+            plain_function, full_function = (
+                (compiled_later, compiled_now) if combined else (compiled_now, compiled_later)
+            )
         with_tangents = tangents is not None
         traced = {
             name: _run(core, traced_arguments, with_tangents, locked, traced=True)
@@ -155,8 +163,16 @@ class FuncPrograms:
         if self.adapter.compiles_now():
             try:
                 return self._func_gradient(f, x, contexts, has_aux)
-            except UNSUPPORTED:
-                pass  # dynamo cannot trace f inside torch.func.grad (graph breaks): compile f alone
+            except UNSUPPORTED as err:  # dynamo cannot trace f inside torch.func.grad: compile f alone
+                own = break_in_di(err)
+                if own:  # f may be fine: the break is di's to fix, and said so
+                    warnings.warn(
+                        f"{self.adapter.backend!r}: the gradient of f cannot be compiled as one graph "
+                        f"({str(err).strip().splitlines()[0]}); f is compiled alone and differentiated "
+                        f"eagerly. The break is in di's own code ({own}), not in f: please report it.",
+                        RecompileWarning,
+                        stacklevel=caller_stacklevel(("di", "torch")),
+                    )
 
         def eager(traced: Programs) -> Programs:
             return self.eager.gradient(f, x, contexts, has_aux, traced)

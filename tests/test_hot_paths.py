@@ -1,0 +1,194 @@
+"""The prepared hot paths of issue 23 give the same results as the slow ones.
+
+A pytree ``x`` on ``AutoJAX(jit=True)`` is compared by the compiled executable (a
+strict prep still reports the differing leaf; a non-strict one compiles again);
+eager torch reuses the detached aliases of the caller's tensors while they are the
+same tensors on the same memory, and holds them only weakly; flat containers are
+flattened and rebuilt in one step.
+"""
+
+from __future__ import annotations
+
+import gc
+import weakref
+from typing import Any
+
+import numpy as np
+import pytest
+
+import di
+from di.pytrees import Structure
+
+jax = pytest.importorskip("jax")
+torch = pytest.importorskip("torch")
+jnp = jax.numpy
+
+BACKENDS = [di.AutoJAX(), di.AutoJAX(jit=True), di.AutoTorch(), di.AutoAutograd(), di.AutoFiniteDiff()]
+IDS = ["jax", "jax-jit", "torch", "autograd", "finitediff"]
+TO_FAMILY = {"jax": jnp.asarray, "jax-jit": jnp.asarray, "torch": torch.from_numpy}
+
+
+def weighted(p: Any, c: Any) -> Any:
+    """``sum(c * w**2) + sum(b**3)``: gradient ``{"w": 2 c w, "b": 3 b**2}``."""
+    xp = di.array_namespace(p["w"])
+    return xp.sum(c * p["w"] ** 2) + xp.sum(p["b"] ** 3)
+
+
+def _tree(family: str, w: list[float], b: list[float]) -> dict[str, Any]:
+    convert = TO_FAMILY.get(family, np.asarray)
+    return {"w": convert(np.array(w)), "b": convert(np.array(b))}
+
+
+def _numpy(value: Any) -> np.ndarray:
+    return np.asarray(value.detach() if hasattr(value, "detach") else value)
+
+
+@pytest.mark.parametrize("backend", BACKENDS[:3], ids=IDS[:3])
+def test_a_non_strict_prep_takes_another_shape_of_pytree(backend: Any, request: Any) -> None:
+    family = request.node.callspec.id
+    c = di.Constant(2.0)
+    prep = di.prepare_gradient(weighted, backend, _tree(family, [1.0, 2.0], [0.5]), c, strict=False)
+    for w, b in (([1.0, 2.0], [0.5]), ([3.0, -1.0, 0.5], [1.0, 2.0]), ([1.0, 2.0], [0.5])):
+        g = di.gradient(weighted, prep, backend, _tree(family, w, b), c)
+        np.testing.assert_allclose(_numpy(g["w"]), 4 * np.array(w), rtol=1e-6)
+        np.testing.assert_allclose(_numpy(g["b"]), 3 * np.array(b) ** 2, rtol=1e-6)
+
+
+@pytest.mark.parametrize("backend", BACKENDS[3:], ids=IDS[3:])
+def test_a_flattening_backend_refuses_another_shape_of_pytree_even_without_the_check(backend: Any) -> None:
+    """Engines that take one vector flatten x with the prepared layout: leaves of other
+    shapes are refused (before this, their results came back in the prepared shapes)."""
+    c = di.Constant(2.0)
+    prep = di.prepare_gradient(weighted, backend, _tree("numpy", [1.0, 2.0], [0.5]), c, strict=False)
+    g = di.gradient(weighted, prep, backend, _tree("numpy", [3.0, -1.0], [1.0]), c)
+    np.testing.assert_allclose(g["w"], [12.0, -4.0], rtol=1e-6)
+    for w, b in (([3.0, -1.0, 0.5], [1.0, 2.0]), ([3.0], [1.0, 2.0])):  # (the second: the same size)
+        with pytest.raises(di.PreparationMismatchError, match=r"leaves have other shapes \(\(1,\), \(2,\)\)"):
+            di.gradient(weighted, prep, backend, _tree("numpy", w, b), c)
+
+
+def test_a_strict_compiled_jax_prep_reports_each_kind_of_difference() -> None:
+    backend, c = di.AutoJAX(jit=True), di.Constant(2.0)
+    prep = di.prepare_gradient(weighted, backend, _tree("jax", [1.0, 2.0], [0.5]), c)
+    g = di.gradient(weighted, prep, backend, _tree("jax", [3.0, 4.0], [1.0]), c)
+    np.testing.assert_allclose(g["w"], [12.0, 16.0])
+    with pytest.raises(di.PreparationMismatchError, match=r"x\['w'\] differs.*\(2,\).*\(3,\)"):
+        di.gradient(weighted, prep, backend, _tree("jax", [1.0, 2.0, 3.0], [0.5]), c)
+    with pytest.raises(di.PreparationMismatchError, match="structure"):
+        di.gradient(weighted, prep, backend, {"w": jnp.ones(2)}, c)
+    with pytest.raises(di.PreparationMismatchError, match=r"x\['b'\] differs.*int32"):
+        di.gradient(weighted, prep, backend, {"w": jnp.ones(2), "b": jnp.ones(1, dtype=jnp.int32)}, c)
+    with pytest.raises(di.PreparationMismatchError, match="context 1"):
+        di.gradient(weighted, prep, backend, _tree("jax", [1.0, 2.0], [0.5]), di.Constant(jnp.ones(3)))
+    # and the prep still serves the prepared arguments afterwards, without compiling again
+    g = di.gradient(weighted, prep, backend, _tree("jax", [1.0, 1.0], [2.0]), c)
+    np.testing.assert_allclose(g["b"], [12.0])
+
+
+def test_a_compiled_jax_pytree_prep_compiles_once_for_a_loop() -> None:
+    traces = [0]
+
+    def f(p: Any) -> Any:
+        xp = di.array_namespace(p["w"])
+        traces[0] += 1
+        return xp.sum(p["w"] ** 2) + xp.sum(p["b"] ** 3)
+
+    backend = di.AutoJAX(jit=True)
+    p = _tree("jax", [1.0, 2.0], [0.5])
+    prep = di.prepare_gradient(f, backend, p)
+    before = traces[0]
+    for _ in range(4):
+        g = di.gradient(f, prep, backend, p)
+        p = {key: p[key] - 0.1 * g[key] for key in p}
+    assert traces[0] == before
+
+
+def _model_loss() -> tuple[Any, dict[str, Any], tuple[Any, ...]]:
+    torch.manual_seed(0)
+    model = torch.nn.Linear(3, 1, dtype=torch.float64)
+    inputs = torch.randn(5, 3, dtype=torch.float64)
+    targets = torch.randn(5, 1, dtype=torch.float64)
+
+    def loss(p: Any, inputs: Any, targets: Any) -> Any:
+        xp = di.array_namespace(inputs)
+        return xp.mean((torch.func.functional_call(model, p, (inputs,)) - targets) ** 2)
+
+    return loss, dict(model.named_parameters()), (inputs, targets)
+
+
+def _native(loss: Any, params: dict[str, Any], data: tuple[Any, ...]) -> dict[str, np.ndarray]:
+    leaves = {k: v.detach().requires_grad_() for k, v in params.items()}
+    grads = torch.autograd.grad(loss(leaves, *data), list(leaves.values()))
+    return {k: g.numpy() for k, g in zip(leaves, grads)}
+
+
+@pytest.mark.parametrize("create_graph", [False, True])
+def test_torch_parameters_updated_between_calls_give_fresh_gradients(create_graph: bool) -> None:
+    loss, params, data = _model_loss()
+    backend = di.AutoTorch(create_graph=create_graph)
+    contexts = tuple(di.Constant(d) for d in data)
+    prep = di.prepare_gradient(loss, backend, params, *contexts)
+    for _ in range(3):
+        g = di.gradient(loss, prep, backend, params, *contexts)
+        expected = _native(loss, params, data)
+        assert list(g) == list(params)
+        for key in params:
+            np.testing.assert_allclose(_numpy(g[key]), expected[key], rtol=1e-12)
+        with torch.no_grad():  # an optimizer step: in place, the same tensors
+            for key in params:
+                params[key] -= 0.5 * g[key].detach()
+    with torch.no_grad():  # the same tensor objects on new memory
+        params["weight"].data = params["weight"].data * 3.0
+    g = di.gradient(loss, prep, backend, params, *contexts)
+    np.testing.assert_allclose(_numpy(g["weight"]), _native(loss, params, data)["weight"], rtol=1e-12)
+    other = {k: torch.nn.Parameter(v.detach() + 1.0) for k, v in params.items()}  # other tensors
+    g = di.gradient(loss, prep, backend, other, *contexts)
+    np.testing.assert_allclose(_numpy(g["bias"]), _native(loss, other, data)["bias"], rtol=1e-12)
+
+
+def test_inference_tensors_updated_in_place_give_fresh_gradients() -> None:
+    """An inference tensor cannot require grad: it is copied for each call, never
+    reused, so a write under inference_mode is seen by the next call."""
+    backend, c = di.AutoTorch(), di.Constant(2.0)
+    with torch.inference_mode():
+        p = _tree("torch", [1.0, 2.0], [0.5])
+    prep = di.prepare_gradient(weighted, backend, p, c)
+    np.testing.assert_allclose(di.gradient(weighted, prep, backend, p, c)["w"].numpy(), [4.0, 8.0])
+    with torch.inference_mode():
+        p["w"].mul_(3.0)
+    np.testing.assert_allclose(di.gradient(weighted, prep, backend, p, c)["w"].numpy(), [12.0, 24.0])
+
+
+def test_a_torch_prep_holds_no_tensors_once_they_are_freed() -> None:
+    seen: list[Any] = []  # weak references to what f was given: the detached aliases of p's tensors
+
+    def f(p: Any, c: Any) -> Any:
+        seen[:] = [weakref.ref(t) for t in p.values()]
+        return weighted(p, c)
+
+    backend, c = di.AutoTorch(create_graph=False), di.Constant(2.0)
+    p = _tree("torch", [1.0, 2.0], [0.5])
+    prep = di.prepare_gradient(f, backend, p, c)
+    di.gradient(f, prep, backend, p, c)
+    first = list(seen)
+    di.gradient(f, prep, backend, p, c)
+    assert all(now() is before() is not None for now, before in zip(seen, first))  # kept for the next call...
+    alive = [weakref.ref(t) for t in p.values()]
+    del p
+    gc.collect()
+    assert all(ref() is None for ref in alive)
+    assert all(ref() is None for ref in seen)  # ... and dropped with the caller's tensors (they share memory)
+    g = di.gradient(f, prep, backend, _tree("torch", [3.0, 1.0], [2.0]), c)
+    np.testing.assert_allclose(g["w"].numpy(), [12.0, 4.0])
+
+
+def test_structure_flattens_flat_containers_as_optree_does() -> None:
+    tree = {"zeta": 1, "alpha": 2, "mid": 3}
+    structure = Structure(tree)
+    assert structure.leaves({"mid": 6, "zeta": 4, "alpha": 5}) == [5, 6, 4]  # optree's (sorted) order
+    assert list(structure.unflatten([5, 6, 4])) == ["zeta", "alpha", "mid"]  # the caller's order
+    assert structure.leaves({"zeta": 1, "alpha": 2}) is None
+    assert structure.leaves({"zeta": 1, "alpha": 2, "other": 3}) is None
+    assert structure.leaves([1, 2, 3]) is None
+    assert Structure([1, 2]).leaves((1, 2)) is None
+    assert Structure((1, 2)).unflatten([3, 4]) == (3, 4)
