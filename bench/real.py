@@ -48,8 +48,8 @@ if __package__ in (None, ""):  # run as a script: python bench/real.py
 import numpy as np
 
 import di
-from bench.report import ROW_HEADERS, Row, Table, format_ns
-from bench.timing import Settings, compare
+from bench.report import ROW_HEADERS, Row, Table, format_ns, measured_row
+from bench.timing import Settings
 
 __all__ = ["RealCase", "compile_table", "main", "real_cases", "real_rows", "target_lines", "time_case"]
 
@@ -575,26 +575,17 @@ def _check(case: RealCase) -> str:
 
 def time_case(case: RealCase, settings: Settings) -> Row:
     """The row of one case (a failure becomes the row's note)."""
-    try:
-        with case.scope():
-            note = _check(case)
-            timing = compare(case.native, case.through_di, settings)
-    except Exception as err:
-        return Row(case.backend, case.operator, case.function, case.n, case.dtype, note=f"failed: {err!r}"[:200])
-    return Row(
+    return measured_row(
         case.backend,
         case.operator,
         case.function,
         case.n,
         case.dtype,
-        timing.a_ns,
-        timing.b_ns,
-        timing.ratio,
-        timing.ratio_q1,
-        timing.ratio_q3,
-        timing.block,
-        timing.pairs,
-        note,
+        case.native,
+        case.through_di,
+        settings,
+        scope=case.scope,
+        check=lambda: _check(case),
     )
 
 

@@ -7,8 +7,12 @@ import importlib.metadata
 import os
 import platform
 import subprocess
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from bench.timing import Settings, compare
 
 __all__ = ["Row", "Table", "format_ns", "machine", "render_markdown", "render_text", "versions"]
 
@@ -95,6 +99,45 @@ ROW_HEADERS = [
     "block x pairs",
     "note",
 ]
+
+
+def measured_row(
+    backend: str,
+    operator: str,
+    function: str,
+    n: int,
+    dtype: str,
+    native: Callable[[], object],
+    through_di: Callable[[], object],
+    settings: Settings,
+    *,
+    scope: Callable[[], AbstractContextManager[object]],
+    check: Callable[[], str],
+) -> Row:
+    """The row of one comparison: inside ``scope()``, ``check()`` once (its message
+    is the row's note), then ``native`` timed against ``through_di``; a failure
+    becomes the note."""
+    try:
+        with scope():
+            note = check()
+            timing = compare(native, through_di, settings)
+    except Exception as err:
+        return Row(backend, operator, function, n, dtype, note=f"failed: {err!r}"[:200])
+    return Row(
+        backend,
+        operator,
+        function,
+        n,
+        dtype,
+        timing.a_ns,
+        timing.b_ns,
+        timing.ratio,
+        timing.ratio_q1,
+        timing.ratio_q3,
+        timing.block,
+        timing.pairs,
+        note,
+    )
 
 
 @dataclass

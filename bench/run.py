@@ -56,6 +56,7 @@ from bench.report import (
     format_ns,
     format_ratio,
     machine,
+    measured_row,
     render_markdown,
     render_text,
     versions,
@@ -210,26 +211,17 @@ def per_call_rows(args: argparse.Namespace, emit: object) -> list[Row]:
 
 def _timed_row(engine: Engine, case: Case, operator: str, function: str, n: int, dtype: str, settings: Settings) -> Row:
     native, through_di = case.pairs[operator]
-    try:
-        with case.scope():
-            note = _check(native, through_di)
-            timing = compare(native, through_di, settings)
-    except Exception as err:
-        return Row(engine.label, operator, function, n, dtype, note=f"failed: {err!r}"[:200])
-    return Row(
+    return measured_row(
         engine.label,
         operator,
         function,
         n,
         dtype,
-        timing.a_ns,
-        timing.b_ns,
-        timing.ratio,
-        timing.ratio_q1,
-        timing.ratio_q3,
-        timing.block,
-        timing.pairs,
-        note,
+        native,
+        through_di,
+        settings,
+        scope=case.scope,
+        check=lambda: _check(native, through_di),
     )
 
 
