@@ -179,6 +179,45 @@ def _inputs(n: int, dtype: str) -> list[tuple[str, Any, tuple[Any, ...], Callabl
     return found
 
 
+def _gradient_rows(
+    label: str,
+    name: str,
+    count: int,
+    dtype: str,
+    backend: Any,
+    f: Callable[..., Any],
+    x: Any,
+    wrapped: tuple[Any, ...],
+    native_grad: Callable[[], Any],
+    native_vag: Callable[[], Any],
+    block: Callable[[Any], Any] | None = None,
+) -> list[RealCase]:
+    """The gradient and value_and_gradient cases of one input: the native calls
+    given, di's through one prep of ``f`` at ``x`` (their results passed to
+    ``block``, when given, as the native side does)."""
+    prep = di.prepare_gradient(f, backend, x, *wrapped)
+    if block is None:
+
+        def di_grad(f: Any = f, prep: Any = prep, x: Any = x, wrapped: Any = wrapped) -> Any:
+            return di.gradient(f, prep, backend, x, *wrapped)
+
+        def di_vag(f: Any = f, prep: Any = prep, x: Any = x, wrapped: Any = wrapped) -> Any:
+            return di.value_and_gradient(f, prep, backend, x, *wrapped)
+
+    else:
+
+        def di_grad(f: Any = f, prep: Any = prep, x: Any = x, wrapped: Any = wrapped) -> Any:
+            return block(di.gradient(f, prep, backend, x, *wrapped))
+
+        def di_vag(f: Any = f, prep: Any = prep, x: Any = x, wrapped: Any = wrapped) -> Any:
+            return block(di.value_and_gradient(f, prep, backend, x, *wrapped))
+
+    return [
+        RealCase(label, GRADIENT, name, count, dtype, native_grad, di_grad),
+        RealCase(label, VALUE_AND_GRADIENT, name, count, dtype, native_vag, di_vag),
+    ]
+
+
 def _jax_pytree_cases(n: int, dtype: str, jit: bool) -> list[RealCase]:
     import jax
     import jax.numpy as jnp
@@ -193,7 +232,6 @@ def _jax_pytree_cases(n: int, dtype: str, jit: bool) -> list[RealCase]:
         values = tuple(jnp.asarray(c) for c in contexts)
         wrapped = tuple(di.Constant(v) for v in values)
         grad, value_and_grad = wrap(jax.grad(f)), wrap(jax.value_and_grad(f))
-        prep = di.prepare_gradient(f, backend, x, *wrapped)
 
         def native_grad(grad: Any = grad, x: Any = x, values: Any = values) -> Any:
             return block(grad(x, *values))
@@ -201,14 +239,7 @@ def _jax_pytree_cases(n: int, dtype: str, jit: bool) -> list[RealCase]:
         def native_vag(value_and_grad: Any = value_and_grad, x: Any = x, values: Any = values) -> Any:
             return block(value_and_grad(x, *values))
 
-        def di_grad(f: Any = f, prep: Any = prep, x: Any = x, wrapped: Any = wrapped) -> Any:
-            return block(di.gradient(f, prep, backend, x, *wrapped))
-
-        def di_vag(f: Any = f, prep: Any = prep, x: Any = x, wrapped: Any = wrapped) -> Any:
-            return block(di.value_and_gradient(f, prep, backend, x, *wrapped))
-
-        cases.append(RealCase(label, GRADIENT, name, count, dtype, native_grad, di_grad))
-        cases.append(RealCase(label, VALUE_AND_GRADIENT, name, count, dtype, native_vag, di_vag))
+        cases += _gradient_rows(label, name, count, dtype, backend, f, x, wrapped, native_grad, native_vag, block)
     return cases
 
 
@@ -222,7 +253,6 @@ def _torch_pytree_cases(n: int, dtype: str) -> list[RealCase]:
         x = _map(torch.from_numpy, tree)
         values = tuple(torch.from_numpy(np.asarray(c)) for c in contexts)
         wrapped = tuple(di.Constant(v) for v in values)
-        prep = di.prepare_gradient(f, backend, x, *wrapped)
 
         def native_grad(f: Any = f, x: Any = x, values: Any = values) -> Any:
             leaves = [leaf.detach().requires_grad_() for leaf in _leaves(x)]
@@ -235,14 +265,7 @@ def _torch_pytree_cases(n: int, dtype: str) -> list[RealCase]:
             grads = autograd_grad(y, leaves)
             return y.detach(), _rebuild(x, iter(grads))
 
-        def di_grad(f: Any = f, prep: Any = prep, x: Any = x, wrapped: Any = wrapped) -> Any:
-            return di.gradient(f, prep, backend, x, *wrapped)
-
-        def di_vag(f: Any = f, prep: Any = prep, x: Any = x, wrapped: Any = wrapped) -> Any:
-            return di.value_and_gradient(f, prep, backend, x, *wrapped)
-
-        cases.append(RealCase("AutoTorch()", GRADIENT, name, count, dtype, native_grad, di_grad))
-        cases.append(RealCase("AutoTorch()", VALUE_AND_GRADIENT, name, count, dtype, native_vag, di_vag))
+        cases += _gradient_rows("AutoTorch()", name, count, dtype, backend, f, x, wrapped, native_grad, native_vag)
     return cases
 
 
@@ -253,7 +276,6 @@ def _autograd_pytree_cases(n: int, dtype: str) -> list[RealCase]:
     cases = []
     for name, tree, contexts, f, count in _inputs(n, dtype):
         wrapped = tuple(di.Constant(c) for c in contexts)
-        prep = di.prepare_gradient(f, backend, tree, *wrapped)
         grad, value_and_grad = autograd.grad(f), autograd.value_and_grad(f)
 
         def native_grad(grad: Any = grad, x: Any = tree, values: Any = contexts) -> Any:
@@ -262,14 +284,9 @@ def _autograd_pytree_cases(n: int, dtype: str) -> list[RealCase]:
         def native_vag(value_and_grad: Any = value_and_grad, x: Any = tree, values: Any = contexts) -> Any:
             return value_and_grad(x, *values)
 
-        def di_grad(f: Any = f, prep: Any = prep, x: Any = tree, wrapped: Any = wrapped) -> Any:
-            return di.gradient(f, prep, backend, x, *wrapped)
-
-        def di_vag(f: Any = f, prep: Any = prep, x: Any = tree, wrapped: Any = wrapped) -> Any:
-            return di.value_and_gradient(f, prep, backend, x, *wrapped)
-
-        cases.append(RealCase("AutoAutograd()", GRADIENT, name, count, dtype, native_grad, di_grad))
-        cases.append(RealCase("AutoAutograd()", VALUE_AND_GRADIENT, name, count, dtype, native_vag, di_vag))
+        cases += _gradient_rows(
+            "AutoAutograd()", name, count, dtype, backend, f, tree, wrapped, native_grad, native_vag
+        )
     return cases
 
 
