@@ -14,23 +14,13 @@ from typing import Any
 
 import numpy as np
 import pytest
+from transform_cases import T, X
+from transform_cases import scalar as loss
+from transform_cases import vector as elementwise
 
 import di
 
 torch = pytest.importorskip("torch")
-
-X = np.array([0.5, 1.0, 2.0])
-T = np.array([1.0, -1.0, 0.5])
-
-
-def loss(x: Any) -> Any:
-    xp = di.array_namespace(x)
-    return xp.sum(xp.sin(x) * x)
-
-
-def elementwise(x: Any) -> Any:
-    xp = di.array_namespace(x)
-    return xp.sin(x) * x
 
 
 def first(x: Any) -> np.ndarray:
