@@ -3,7 +3,9 @@ as ``functions`` is): walking a prep for arrays, counting torch.compile's work."
 
 from __future__ import annotations
 
+import importlib.util
 import types
+from pathlib import Path
 from typing import Any
 
 from di.families import family_of
@@ -53,3 +55,14 @@ class CompileCounter:
     def __call__(self, gm: Any, example_inputs: Any) -> Any:
         self.count += 1
         return gm.forward
+
+
+def docs_hooks() -> types.ModuleType:
+    """docs/hooks.py loaded as a module (it is not a package): the tables it
+    generates for the documentation, for tests that check them."""
+    path = Path(__file__).resolve().parents[1] / "docs" / "hooks.py"
+    spec = importlib.util.spec_from_file_location("di_docs_hooks", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module

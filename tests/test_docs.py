@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from helpers import docs_hooks
 
 import di
 
@@ -257,20 +258,12 @@ def test_docstring_examples(module_name: str) -> None:
 # --- the support tables are generated from the adapters -------------------------------------------
 
 
-def _hooks() -> types.ModuleType:
-    spec = importlib.util.spec_from_file_location("di_docs_hooks", DOCS / "hooks.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def _table_rows(table: str) -> list[list[str]]:
     return [[cell.strip() for cell in line.strip("|").split("|")] for line in table.splitlines()]
 
 
 def test_every_table_marker_names_a_generated_table() -> None:
-    hooks = _hooks()
+    hooks = docs_hooks()
     used = {m["name"] for page in PAGES for m in hooks.MARKER.finditer(page.read_text(encoding="utf-8"))}
     assert used, "no page uses a generated table"
     assert used <= set(hooks.TABLES), f"unknown tables: {sorted(used - set(hooks.TABLES))}"
@@ -282,7 +275,7 @@ def test_operator_table_is_what_the_adapters_declare() -> None:
     pytest.importorskip("autograd")
     from di.backends.protocol import OPERATOR_FAMILIES
 
-    hooks = _hooks()
+    hooks = docs_hooks()
     rows = _table_rows(hooks.operators_table())
     header = rows[0]
     by_operator = {row[0].split(" / ")[0].strip("`"): row for row in rows[2:]}
@@ -298,7 +291,7 @@ def test_operator_table_is_what_the_adapters_declare() -> None:
 
 def test_context_table_says_autograd_refuses_cache() -> None:
     pytest.importorskip("autograd")
-    hooks = _hooks()
+    hooks = docs_hooks()
     rows = {row[0]: row for row in _table_rows(hooks.contexts_table())[2:]}
     assert rows["`AutoAutograd()`"][2] == "refused at preparation"
     assert rows["`AutoFiniteDiff()`"][1:3] == ["yes", "yes"]
@@ -308,7 +301,7 @@ def test_pytree_table_follows_the_adapters_declarations() -> None:
     pytest.importorskip("jax")
     pytest.importorskip("torch")
     pytest.importorskip("autograd")
-    hooks = _hooks()
+    hooks = docs_hooks()
     rows = _table_rows(hooks.pytrees_table())
     header, by_operator = rows[0], {row[0].strip("`"): row for row in rows[2:]}
     for selector in hooks.selectors():

@@ -7,11 +7,10 @@ the records' vocabulary.
 
 from __future__ import annotations
 
-import importlib.util
-import types
 from pathlib import Path
 
 import pytest
+from helpers import docs_hooks
 
 import di
 from di.backends.protocol import OPERATOR_FAMILIES, Capabilities
@@ -19,14 +18,6 @@ from di.backends.registry import get_adapter
 from di.backends.transforms import ASPECTS, BREAKS, REFUSALS, Composition
 
 DOCS = Path(__file__).resolve().parents[1] / "docs"
-
-
-def _hooks() -> types.ModuleType:
-    spec = importlib.util.spec_from_file_location("di_docs_hooks_transforms", DOCS / "hooks.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def _rows(table: str) -> list[list[str]]:
@@ -54,7 +45,7 @@ def test_the_table_shows_every_declared_composition() -> None:
     pytest.importorskip("jax")
     pytest.importorskip("torch")
     pytest.importorskip("autograd")
-    hooks = _hooks()
+    hooks = docs_hooks()
     rows = _rows(hooks.transforms_table())
     header, body = rows[0], rows[2:]
     shown = {row[0].strip("`"): dict(zip(header, row)) for row in body}
