@@ -197,6 +197,11 @@ def versions() -> dict[str, str]:
     return found
 
 
+def about_line() -> str:
+    """The machine and the versions on one line, for a report's header."""
+    return ", ".join(f"{key}: {value}" for key, value in {**machine(), **versions()}.items())
+
+
 def _markdown_table(headers: list[str], rows: list[list[str]]) -> list[str]:
     lines = ["| " + " | ".join(headers) + " |", "|" + "|".join("---" for _ in headers) + "|"]
     lines += ["| " + " | ".join(cell.replace("|", "\\|") for cell in row) + " |" for row in rows]
