@@ -80,8 +80,9 @@ class JaxFamily(Family):
         leaves = jax.tree_util.tree_leaves(value)
         return None if len(leaves) == 1 and leaves[0] is value else leaves
 
-    def to_numpy(self, value: Any) -> np.ndarray:
-        return np.array(value)  # a copy: the caller's array, writable
+    # A copy (the caller's array, writable), and NumPy's own function rather than a
+    # method calling it: results of every prepared call to a NumPy caller pass here.
+    to_numpy = staticmethod(np.array)  # type: ignore[assignment]
 
     def from_numpy(self, array: np.ndarray) -> Any:
         import jax.numpy as jnp

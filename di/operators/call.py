@@ -1,17 +1,21 @@
-"""The body of every operator function: the prepared fast path, written once.
+"""Every operator function's body: the prepared fast path, written once.
 
 ``di.gradient(f, prep, backend, x, *contexts)`` and its seventeen siblings are
-each one line that calls the function :func:`operator_call` made for them. A
-prepared call of the right operator with no ``out=`` goes straight to the prep's
-runner (its strict check and its program, one closure specialised at
-preparation); everything else (unprepared calls, ``out=``, same-point preps,
-wrong preps) takes :func:`run_operator`, which checks and explains.
+written in their operator modules as documented stubs; :func:`operator_function`
+replaces each by its dispatcher, so a call enters one Python function before the
+prep's runner. A prepared call of the right operator with no ``out=`` goes
+straight to the prep's runner (its strict check and its program, one closure
+specialised at preparation); everything else (unprepared calls, ``out=``,
+same-point preps, wrong preps) takes :func:`run_operator`, which checks and
+explains.
 """
 
 from __future__ import annotations
 
+import functools
+import inspect
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 from di.backends.selectors import AbstractBackend
 from di.errors import InvalidInputError
@@ -19,51 +23,75 @@ from di.operators.prepare import check_tangents, prepare_operator
 from di.operators.table import OPERATORS
 from di.prep.base import Prep, write_out
 
-__all__ = ["operator_call", "run_operator"]
+__all__ = ["operator_function", "run_operator"]
 
-OperatorCall = Callable[[Callable[..., Any], tuple[Any, ...], Any, bool], Any]
+F = TypeVar("F", bound=Callable[..., Any])
 
 
-def operator_call(family: str, name: str) -> OperatorCall:
-    """The body of the public function ``name`` of operator ``family``:
-    ``call(f, args, out, has_aux)``.
+def operator_function(family: str) -> Callable[[F], F]:
+    """Replace a documented stub of operator ``family`` by its dispatcher.
+
+    The stub (``def gradient(f, *args, out=None, has_aux=False): ...``) gives
+    the public function its name, signature (``inspect.signature`` follows
+    ``__wrapped__``) and docstring; its body never runs. Keywords the stub does
+    not declare are refused as Python would refuse them.
 
     Examples:
         >>> import numpy as np, di
-        >>> from di.operators.call import operator_call
-        >>> gradient = operator_call("gradient", "gradient")
-        >>> gradient(lambda x: (x * x).sum(), (di.AutoFiniteDiff(), np.array([1.0, 2.0])), None, False).round(6)
+        >>> from di.operators.call import operator_function
+        >>> @operator_function("gradient")
+        ... def gradient(f, *args, out=None, has_aux=False):
+        ...     "The gradient."
+        >>> gradient(lambda x: (x * x).sum(), di.AutoFiniteDiff(), np.array([1.0, 2.0])).round(6)
         array([2., 4.])
+        >>> gradient.__doc__
+        'The gradient.'
     """
-    if OPERATORS[family].tangents is None:
 
-        def call(f: Callable[..., Any], args: tuple[Any, ...], out: Any, has_aux: bool) -> Any:
-            if out is None and len(args) >= 3:
-                prep = args[0]
-                if (
-                    prep.__class__ is Prep
-                    and prep.operator == family
-                    and prep.has_aux is has_aux
-                    and prep.same_point is None
-                ):
-                    return prep.runners[name](f, args[1], args[2], args[3:])
+    def replace(stub: F) -> F:
+        name = stub.__name__
+        keywords = inspect.signature(stub).parameters
+        takes_out, takes_aux = "out" in keywords, "has_aux" in keywords
+        lead = 3 if OPERATORS[family].tangents is None else 4
+
+        def slow(f: Callable[..., Any], args: tuple[Any, ...], out: Any, has_aux: Any) -> Any:
+            if out is not None and not takes_out:
+                raise TypeError(f"{name}() got an unexpected keyword argument 'out'")
+            if has_aux is not False and not takes_aux:
+                raise TypeError(f"{name}() got an unexpected keyword argument 'has_aux'")
             return run_operator(family, name, f, args, out, has_aux)
 
-        return call
+        if lead == 3:
 
-    def call_with_tangents(f: Callable[..., Any], args: tuple[Any, ...], out: Any, has_aux: bool) -> Any:
-        if len(args) >= 4:
-            prep = args[0]
-            if (
-                prep.__class__ is Prep
-                and prep.operator == family
-                and prep.has_aux is has_aux
-                and prep.same_point is None
-            ):
-                return prep.runners[name](f, args[1], args[2], args[3], args[4:])
-        return run_operator(family, name, f, args, out, has_aux)
+            def dispatch(f: Callable[..., Any], *args: Any, out: Any = None, has_aux: Any = False) -> Any:
+                if out is None and len(args) >= 3:
+                    prep = args[0]
+                    if (
+                        prep.__class__ is Prep
+                        and prep.operator == family
+                        and prep.has_aux is has_aux
+                        and prep.same_point is None
+                    ):
+                        return prep.runners[name](f, args[1], args[2], args[3:])
+                return slow(f, args, out, has_aux)
 
-    return call_with_tangents
+        else:
+
+            def dispatch(f: Callable[..., Any], *args: Any, out: Any = None, has_aux: Any = False) -> Any:
+                if out is None and len(args) >= 4:
+                    prep = args[0]
+                    if (
+                        prep.__class__ is Prep
+                        and prep.operator == family
+                        and prep.has_aux is has_aux
+                        and prep.same_point is None
+                    ):
+                        return prep.runners[name](f, args[1], args[2], args[3], args[4:])
+                return slow(f, args, out, has_aux)
+
+        return functools.update_wrapper(dispatch, stub)  # type: ignore[return-value]
+
+    return replace
 
 
 def _split_call(name: str, args: tuple[Any, ...]) -> tuple[Prep | None, Any, Any, tuple[Any, ...]]:

@@ -7,7 +7,7 @@ from typing import Any
 
 from di.backends.selectors import AbstractBackend
 from di.contexts import Context
-from di.operators.call import operator_call
+from di.operators.call import operator_function
 from di.operators.prepare import prepare_operator
 from di.operators.table import documented
 from di.prep.base import Prep
@@ -61,6 +61,7 @@ def prepare_derivative(
 
 
 @documented
+@operator_function(_OPERATOR)
 def derivative(f: Callable[..., Any], *args: Any, out: Any = None, has_aux: bool = False) -> Any:
     """Derivative of ``f`` at a scalar ``x`` (a 0-d array or a float); ``f`` may return any shape.
 
@@ -87,10 +88,10 @@ def derivative(f: Callable[..., Any], *args: Any, out: Any = None, has_aux: bool
         >>> di.derivative(lambda x: x ** 3, di.AutoFiniteDiff(), np.array(2.0)).round(6)
         np.float64(12.0)
     """
-    return _derivative(f, args, out, has_aux)
 
 
 @documented
+@operator_function(_OPERATOR)
 def value_and_derivative(f: Callable[..., Any], *args: Any, out: Any = None, has_aux: bool = False) -> Any:
     """``derivative`` together with the value, from one prep.
 
@@ -116,8 +117,3 @@ def value_and_derivative(f: Callable[..., Any], *args: Any, out: Any = None, has
         >>> float(y), float(dy.round(4))
         (8.0, 12.0)
     """
-    return _value_and_derivative(f, args, out, has_aux)
-
-
-_derivative = operator_call(_OPERATOR, "derivative")
-_value_and_derivative = operator_call(_OPERATOR, "value_and_derivative")

@@ -7,7 +7,7 @@ from typing import Any
 
 from di.backends.selectors import AbstractBackend
 from di.contexts import Context
-from di.operators.call import operator_call
+from di.operators.call import operator_function
 from di.operators.prepare import prepare_operator
 from di.operators.table import documented
 from di.prep.base import Prep
@@ -62,6 +62,7 @@ def prepare_gradient(
 
 
 @documented
+@operator_function(_OPERATOR)
 def gradient(f: Callable[..., Any], *args: Any, out: Any = None, has_aux: bool = False) -> Any:
     """Gradient of a scalar-valued ``f`` at ``x``.
 
@@ -91,11 +92,11 @@ def gradient(f: Callable[..., Any], *args: Any, out: Any = None, has_aux: bool =
         >>> di.gradient(f, di.AutoFiniteDiff(), np.array([1.0, 2.0]), di.Constant(0.5)).round(6)
         array([1., 2.])
     """
-    return _gradient(f, args, out, has_aux)
 
 
 @documented
-def value_and_gradient(f: Callable[..., Any], *args: Any, out: Any = None, has_aux: bool = False) -> tuple[Any, Any]:
+@operator_function(_OPERATOR)
+def value_and_gradient(f: Callable[..., Any], *args: Any, out: Any = None, has_aux: bool = False) -> Any:
     """Value and gradient of a scalar-valued ``f`` at ``x``, in one pass.
 
     Same calling forms and prep as :func:`di.gradient`.
@@ -121,8 +122,3 @@ def value_and_gradient(f: Callable[..., Any], *args: Any, out: Any = None, has_a
         >>> float(y), g.round(6)
         (9.0, array([6.]))
     """
-    return _value_and_gradient(f, args, out, has_aux)
-
-
-_gradient = operator_call(_OPERATOR, "gradient")
-_value_and_gradient = operator_call(_OPERATOR, "value_and_gradient")

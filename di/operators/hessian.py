@@ -7,7 +7,7 @@ from typing import Any
 
 from di.backends.selectors import AbstractBackend
 from di.contexts import Context
-from di.operators.call import operator_call
+from di.operators.call import operator_function
 from di.operators.prepare import prepare_operator
 from di.operators.table import documented
 from di.prep.base import Prep
@@ -60,6 +60,7 @@ def prepare_hessian(
 
 
 @documented
+@operator_function(_OPERATOR)
 def hessian(f: Callable[..., Any], *args: Any, out: Any = None) -> Any:
     """Hessian of a scalar-valued ``f`` at ``x``, of shape ``x.shape + x.shape``.
 
@@ -86,10 +87,10 @@ def hessian(f: Callable[..., Any], *args: Any, out: Any = None) -> Any:
         array([[ 6.,  0.],
                [ 0., 12.]])
     """
-    return _hessian(f, args, out, False)
 
 
 @documented
+@operator_function(_OPERATOR)
 def value_gradient_and_hessian(f: Callable[..., Any], *args: Any, out: Any = None) -> Any:
     """``hessian`` together with the value and the gradient, from one prep.
 
@@ -115,8 +116,3 @@ def value_gradient_and_hessian(f: Callable[..., Any], *args: Any, out: Any = Non
         (9.0, array([ 3., 12.]), array([[ 6.,  0.],
                [ 0., 12.]]))
     """
-    return _value_gradient_and_hessian(f, args, out, False)
-
-
-_hessian = operator_call(_OPERATOR, "hessian")
-_value_gradient_and_hessian = operator_call(_OPERATOR, "value_gradient_and_hessian")

@@ -7,7 +7,7 @@ from typing import Any
 
 from di.backends.selectors import AbstractBackend
 from di.contexts import Context
-from di.operators.call import operator_call
+from di.operators.call import operator_function
 from di.operators.prepare import prepare_operator
 from di.operators.table import documented
 from di.prep.base import Prep
@@ -103,6 +103,7 @@ def prepare_hvp_same_point(
 
 
 @documented
+@operator_function(_OPERATOR)
 def hvp(f: Callable[..., Any], *args: Any) -> Any:
     """Hessian-vector products of a scalar-valued ``f`` at ``x``, one per tangent in ``tx``.
 
@@ -131,10 +132,10 @@ def hvp(f: Callable[..., Any], *args: Any) -> Any:
         >>> hv[0].round(4)
         array([ 6., 12.])
     """
-    return _hvp(f, args, None, False)
 
 
 @documented
+@operator_function(_OPERATOR)
 def gradient_and_hvp(f: Callable[..., Any], *args: Any) -> Any:
     """``hvp`` together with the gradient, from one prep.
 
@@ -157,8 +158,3 @@ def gradient_and_hvp(f: Callable[..., Any], *args: Any) -> Any:
         >>> g.round(4), hv.round(3)
         (array([ 3., 12.]), array([ 6., 12.]))
     """
-    return _gradient_and_hvp(f, args, None, False)
-
-
-_hvp = operator_call(_OPERATOR, "hvp")
-_gradient_and_hvp = operator_call(_OPERATOR, "gradient_and_hvp")

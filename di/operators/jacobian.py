@@ -7,7 +7,7 @@ from typing import Any
 
 from di.backends.selectors import AbstractBackend
 from di.contexts import Context
-from di.operators.call import operator_call
+from di.operators.call import operator_function
 from di.operators.prepare import prepare_operator
 from di.operators.table import documented
 from di.prep.base import Prep
@@ -62,6 +62,7 @@ def prepare_jacobian(
 
 
 @documented
+@operator_function(_OPERATOR)
 def jacobian(f: Callable[..., Any], *args: Any, out: Any = None, has_aux: bool = False) -> Any:
     """Jacobian of an array-to-array ``f`` at ``x``, of shape ``y.shape + x.shape``.
 
@@ -93,10 +94,10 @@ def jacobian(f: Callable[..., Any], *args: Any, out: Any = None, has_aux: bool =
         array([[2., 0.],
                [0., 4.]])
     """
-    return _jacobian(f, args, out, has_aux)
 
 
 @documented
+@operator_function(_OPERATOR)
 def value_and_jacobian(f: Callable[..., Any], *args: Any, out: Any = None, has_aux: bool = False) -> Any:
     """``jacobian`` together with the value, from one prep.
 
@@ -123,8 +124,3 @@ def value_and_jacobian(f: Callable[..., Any], *args: Any, out: Any = None, has_a
         (array([1., 4.]), array([[2., 0.],
                [0., 4.]]))
     """
-    return _value_and_jacobian(f, args, out, has_aux)
-
-
-_jacobian = operator_call(_OPERATOR, "jacobian")
-_value_and_jacobian = operator_call(_OPERATOR, "value_and_jacobian")

@@ -21,6 +21,7 @@ from di.contexts import Constant, Context
 from di.errors import InvalidInputError, UnsupportedOperatorError
 from di.families import converter, family_of, get_family, identity
 from di.operators.table import Operator
+from di.prep.base import finished
 from di.prep.signature import checks_arguments, tracing
 from di.pytrees import Raveler, is_pytree, tree_flatten, tree_leaves, tree_map, tree_unflatten
 
@@ -198,12 +199,7 @@ def _tree_converter(source: ProgramSource, family: str) -> Callable[[Any], Any]:
 def _converted(program: Callable[..., Any], convert: Callable[[Any], Any], has_aux: bool) -> Callable[..., Any]:
     if convert is identity:
         return program
-    convert = with_aux(has_aux, convert)
-
-    def converted(*args: Any) -> Any:
-        return convert(program(*args))
-
-    return converted
+    return finished(program, with_aux(has_aux, convert))
 
 
 def _in_x_order(operator: Operator, programs: Programs, x: Any, has_aux: bool) -> Programs:

@@ -7,7 +7,7 @@ from typing import Any
 
 from di.backends.selectors import AbstractBackend
 from di.contexts import Context
-from di.operators.call import operator_call
+from di.operators.call import operator_function
 from di.operators.prepare import prepare_operator
 from di.operators.table import documented
 from di.prep.base import Prep
@@ -105,6 +105,7 @@ def prepare_pullback_same_point(
 
 
 @documented
+@operator_function(_OPERATOR)
 def pullback(f: Callable[..., Any], *args: Any, has_aux: bool = False) -> Any:
     """Vector-Jacobian products (VJPs) of ``f`` at ``x``, one per cotangent in the tuple ``ty``.
 
@@ -130,10 +131,10 @@ def pullback(f: Callable[..., Any], *args: Any, has_aux: bool = False) -> Any:
         >>> tx[0].round(6)
         array([0., 4.])
     """
-    return _pullback(f, args, None, has_aux)
 
 
 @documented
+@operator_function(_OPERATOR)
 def value_and_pullback(f: Callable[..., Any], *args: Any, has_aux: bool = False) -> Any:
     """``pullback`` together with the value, from one prep.
 
@@ -157,8 +158,3 @@ def value_and_pullback(f: Callable[..., Any], *args: Any, has_aux: bool = False)
         >>> y, dx.round(4)
         (array([1., 4.]), array([2., 4.]))
     """
-    return _value_and_pullback(f, args, None, has_aux)
-
-
-_pullback = operator_call(_OPERATOR, "pullback")
-_value_and_pullback = operator_call(_OPERATOR, "value_and_pullback")

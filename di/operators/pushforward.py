@@ -7,7 +7,7 @@ from typing import Any
 
 from di.backends.selectors import AbstractBackend
 from di.contexts import Context
-from di.operators.call import operator_call
+from di.operators.call import operator_function
 from di.operators.prepare import prepare_operator
 from di.operators.table import documented
 from di.prep.base import Prep
@@ -63,6 +63,7 @@ def prepare_pushforward(
 
 
 @documented
+@operator_function(_OPERATOR)
 def pushforward(f: Callable[..., Any], *args: Any, has_aux: bool = False) -> Any:
     """Jacobian-vector products (JVPs) of ``f`` at ``x``, one per tangent in the tuple ``tx``.
 
@@ -88,10 +89,10 @@ def pushforward(f: Callable[..., Any], *args: Any, has_aux: bool = False) -> Any
         >>> ty[0].round(6)
         array([2., 0.])
     """
-    return _pushforward(f, args, None, has_aux)
 
 
 @documented
+@operator_function(_OPERATOR)
 def value_and_pushforward(f: Callable[..., Any], *args: Any, has_aux: bool = False) -> Any:
     """``pushforward`` together with the value, from one prep.
 
@@ -115,8 +116,3 @@ def value_and_pushforward(f: Callable[..., Any], *args: Any, has_aux: bool = Fal
         >>> y, dy.round(4)
         (array([1., 4.]), array([2., 4.]))
     """
-    return _value_and_pushforward(f, args, None, has_aux)
-
-
-_pushforward = operator_call(_OPERATOR, "pushforward")
-_value_and_pushforward = operator_call(_OPERATOR, "value_and_pushforward")

@@ -7,7 +7,7 @@ from typing import Any
 
 from di.backends.selectors import AbstractBackend
 from di.contexts import Context
-from di.operators.call import operator_call
+from di.operators.call import operator_function
 from di.operators.prepare import prepare_operator
 from di.operators.table import documented
 from di.prep.base import Prep
@@ -59,6 +59,7 @@ def prepare_second_derivative(
 
 
 @documented
+@operator_function(_OPERATOR)
 def second_derivative(f: Callable[..., Any], *args: Any, out: Any = None) -> Any:
     """Second derivative of ``f`` at a scalar ``x``; ``f`` may return any shape.
 
@@ -84,10 +85,10 @@ def second_derivative(f: Callable[..., Any], *args: Any, out: Any = None) -> Any
         >>> float(di.second_derivative(lambda x: x ** 3, di.AutoFiniteDiff(), np.array(2.0)).round(4))
         12.0
     """
-    return _second_derivative(f, args, out, False)
 
 
 @documented
+@operator_function(_OPERATOR)
 def value_derivative_and_second_derivative(f: Callable[..., Any], *args: Any, out: Any = None) -> Any:
     """``second_derivative`` together with the value and the derivative, from one prep.
 
@@ -112,8 +113,3 @@ def value_derivative_and_second_derivative(f: Callable[..., Any], *args: Any, ou
         >>> float(y), float(dy.round(4)), float(d2y.round(3))
         (8.0, 12.0, 12.0)
     """
-    return _value_derivative_and_second_derivative(f, args, out, False)
-
-
-_second_derivative = operator_call(_OPERATOR, "second_derivative")
-_value_derivative_and_second_derivative = operator_call(_OPERATOR, "value_derivative_and_second_derivative")

@@ -25,7 +25,10 @@ from di.prep.signature import (
 if TYPE_CHECKING:
     from di.backends.selectors import AbstractBackend
 
-__all__ = ["Prep"]
+__all__ = ["Prep", "finished", "split_finish"]
+
+Finish = Callable[[Any], Any]
+"""What turns a program's result into the caller's (its array family, its layout)."""
 
 
 class Prep:
@@ -187,17 +190,20 @@ class Prep:
         )
 
     def _runner(self, program: Callable[..., Any]) -> Callable[..., Any]:
-        """``run(f, backend, x, contexts)``: the strict check and the program in one
+        """``run(f, backend, x, contexts)``: the strict check, the program and the
+        conversion of its result for the caller (see :func:`finished`) in one
         closure, specialised at preparation (the hot path of a prepared call).
         Operators with tangents call the program themselves."""
         if self.same_point is not None:
             return program
+        checked = checks_arguments(program)
+        program, finish = split_finish(program)
         f0, backend0, x_matches = self.f, self.backend, self._x_matcher
         context_matchers, count, strict, fail = self._context_matchers, self._n_contexts, self.strict, self.check
         if self.tangent_check is not None:
-            return self._tangent_runner(program)
-        if checks_arguments(program) and self.x_spec is None:
-            return self._checked_by_program(program)
+            return self._tangent_runner(program, finish)
+        if checked and self.x_spec is None:
+            return self._checked_by_program(program, finish)
 
         if count == 0:
 
@@ -210,7 +216,9 @@ class Prep:
                         ok = False
                     if not ok:
                         fail(f, backend, x, contexts)
-                return program(x)
+                if finish is None:
+                    return program(x)
+                return finish(program(x))
 
             return run_without_contexts
 
@@ -227,7 +235,9 @@ class Prep:
                         ok = False
                     if not ok:
                         fail(f, backend, x, contexts)
-                return program(x, contexts[0].value)
+                if finish is None:
+                    return program(x, contexts[0].value)
+                return finish(program(x, contexts[0].value))
 
             return run_with_one_context
 
@@ -240,11 +250,12 @@ class Prep:
                     ok = False
                 if not ok:
                     fail(f, backend, x, contexts)
-            return program(x, *[context.value for context in contexts])
+            result = program(x, *[context.value for context in contexts])
+            return result if finish is None else finish(result)
 
         return run
 
-    def _checked_by_program(self, program: Callable[..., Any]) -> Callable[..., Any]:
+    def _checked_by_program(self, program: Callable[..., Any], finish: Finish | None) -> Callable[..., Any]:
         """The runner of a program that compares a pytree ``x`` with the prepared one
         itself (an ahead-of-time compiled executable): the strict check compares the
         rest, and a refused ``x`` gets the mismatch report (strict) or a new compile."""
@@ -269,9 +280,10 @@ class Prep:
                 fail(f, backend, x, contexts)
             values = [context.value for context in contexts]
             try:
-                return program(x, *values)
+                result = program(x, *values)
             except ArgumentsRejected:
-                return rejected(f, backend, x, contexts, values)
+                result = rejected(f, backend, x, contexts, values)
+            return result if finish is None else finish(result)
 
         if count == 1:
             (wrapper1,) = wrappers
@@ -286,14 +298,15 @@ class Prep:
                     fail(f, backend, x, contexts)
                 value = contexts[0].value
                 try:
-                    return program(x, value)
+                    result = program(x, value)
                 except ArgumentsRejected:
-                    return rejected(f, backend, x, contexts, (value,))
+                    result = rejected(f, backend, x, contexts, (value,))
+                return result if finish is None else finish(result)
 
             return run_with_one_context_checked_by_program
         return run_checked_by_program
 
-    def _tangent_runner(self, program: Callable[..., Any]) -> Callable[..., Any]:
+    def _tangent_runner(self, program: Callable[..., Any], finish: Finish | None) -> Callable[..., Any]:
         """``run(f, backend, x, tangents, contexts)`` for operators with tangents:
         the same one-closure hot path, the tangents checked element by element."""
         f0, backend0, x_matches = self.f, self.backend, self._x_matcher
@@ -314,7 +327,9 @@ class Prep:
                         ok = False
                     if not ok:
                         self._refuse(f, backend, x, tangents, contexts)
-                return program(x, tangents)
+                if finish is None:
+                    return program(x, tangents)
+                return finish(program(x, tangents))
 
             return run_with_one_tangent
 
@@ -331,7 +346,8 @@ class Prep:
                     ok = False
                 if not ok:
                     self._refuse(f, backend, x, tangents, contexts)
-            return program(x, tangents, *[context.value for context in contexts])
+            result = program(x, tangents, *[context.value for context in contexts])
+            return result if finish is None else finish(result)
 
         return run_with_tangents
 
@@ -449,6 +465,32 @@ def _contexts_match(contexts: Sequence[Any], matchers: Sequence[tuple[type | Non
         if context.__class__ is not wrapper or not matches(context.value):  # type: ignore[attr-defined]
             return False
     return True
+
+
+def finished(program: Callable[..., Any], finish: Finish) -> Callable[..., Any]:
+    """``program`` followed by ``finish`` (the conversion of its result for the
+    caller), as one function that keeps its two parts: a prep's runner calls them
+    itself, one Python call fewer on the hot path.
+
+    Examples:
+        >>> from di.prep.base import finished, split_finish
+        >>> run = finished(lambda x: x + 1, str)
+        >>> run(1), split_finish(run)[1] is str
+        ('2', True)
+    """
+
+    def run(*args: Any) -> Any:
+        return finish(program(*args))
+
+    run.finish_parts = (program, finish)  # type: ignore[attr-defined]
+    return run
+
+
+def split_finish(program: Callable[..., Any]) -> tuple[Callable[..., Any], Finish | None]:
+    """``(program, finish)`` of a program made by :func:`finished`, else
+    ``(program, None)``."""
+    parts = getattr(program, "finish_parts", None)
+    return (program, None) if parts is None else parts
 
 
 def write_out(out: Any, result: Any) -> Any:
