@@ -534,3 +534,40 @@ def test_operator_argument_errors() -> None:
         di.pushforward(sin_times, prep, di.AutoJAX(), X, (np.ones(3), np.ones(3)))
     with pytest.raises(di.InvalidOutputError, match="hvp needs f to return a real scalar"):
         di.hvp(sin_times, di.AutoTorch(), X, (np.ones(3),))
+
+
+_OPERATOR_FUNCTIONS = [
+    "derivative",
+    "value_and_derivative",
+    "gradient",
+    "value_and_gradient",
+    "jacobian",
+    "value_and_jacobian",
+    "hessian",
+    "value_gradient_and_hessian",
+    "second_derivative",
+    "value_derivative_and_second_derivative",
+    "pushforward",
+    "value_and_pushforward",
+    "pullback",
+    "value_and_pullback",
+    "hvp",
+    "gradient_and_hvp",
+]
+
+
+@pytest.mark.parametrize("name", _OPERATOR_FUNCTIONS)
+def test_operator_functions_take_the_keywords_they_declare(name: str) -> None:
+    """Each public operator function shows its own signature and refuses, as Python
+    would, a keyword it does not declare (they share one dispatcher)."""
+    import inspect
+
+    function = getattr(di, name)
+    declared = set(inspect.signature(function).parameters)
+    assert function.__name__ == name and "f" in declared and "args" in declared
+    x = np.array([1.0, 2.0])
+    for keyword, value in (("out", np.zeros(2)), ("has_aux", True)):
+        if keyword in declared:
+            continue
+        with pytest.raises(TypeError, match=f"{name}\\(\\) got an unexpected keyword argument '{keyword}'"):
+            function(lambda x: (x * x).sum(), di.AutoFiniteDiff(), x, **{keyword: value})
