@@ -192,3 +192,20 @@ def test_structure_flattens_flat_containers_as_optree_does() -> None:
     assert structure.leaves([1, 2, 3]) is None
     assert Structure([1, 2]).leaves((1, 2)) is None
     assert Structure((1, 2)).unflatten([3, 4]) == (3, 4)
+
+
+def test_a_strict_compiled_jax_prep_of_numpy_leaves_refuses_64_bit_ones() -> None:
+    """Outside enable_x64 JAX reads a NumPy float64 array as float32, so a float32
+    executable would take it: the strict check still refuses it (before, the call
+    returned float32 gradients for a float64 leaf or context)."""
+    backend = di.AutoJAX(jit=True)
+    p32 = {"w": np.ones(2, np.float32), "b": np.ones(1, np.float32)}
+    c32 = di.Constant(np.float32(2.0) * np.ones(2, np.float32))
+    prep = di.prepare_gradient(weighted, backend, p32, c32)
+    g = di.gradient(weighted, prep, backend, p32, c32)
+    assert g["w"].dtype == np.float32
+    np.testing.assert_allclose(g["w"], [4.0, 4.0])
+    with pytest.raises(di.PreparationMismatchError, match=r"x\['w'\] differs.*float64"):
+        di.gradient(weighted, prep, backend, {"w": np.ones(2), "b": np.ones(1, np.float32)}, c32)
+    with pytest.raises(di.PreparationMismatchError, match=r"context 1.*float64"):
+        di.gradient(weighted, prep, backend, p32, di.Constant(np.ones(2)))

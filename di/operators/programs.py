@@ -224,7 +224,7 @@ def _in_x_order(operator: Operator, programs: Programs, x: Any, has_aux: bool) -
 
     def wrap(name: str, program: Callable[..., Any]) -> Callable[..., Any]:
         places = operator.places_like_x(name)
-        if not places or getattr(program, "keeps_x_structure", False):
+        if not places or getattr(program, "keeps_x_structure", False) or ordered_like_any_engine:
             return program
 
         def in_order(result: Any) -> Any:
@@ -233,13 +233,12 @@ def _in_x_order(operator: Operator, programs: Programs, x: Any, has_aux: bool) -
             return result
 
         finish = with_aux(has_aux, in_order)
-        # An engine that keeps x's structure (or an x whose dicts are in sorted key
-        # order) needs no rebuilding: the first result says so, for every later one
-        # (the program's output structure follows its input's, which the prep fixes).
+        # An engine that keeps x's structure needs no rebuilding: the first result says
+        # so, for every later one (the program's output structure follows its input's,
+        # which the prep fixes).
         rebuild: list[bool | None] = [None]
 
-        def ordered(*args: Any) -> Any:
-            result = program(*args)
+        def ordered(result: Any) -> Any:
             if rebuild[0] is False:
                 return result
             fixed = finish(result)
@@ -247,8 +246,11 @@ def _in_x_order(operator: Operator, programs: Programs, x: Any, has_aux: bool) -
                 rebuild[0] = _layout(fixed) != _layout(result)
             return fixed
 
-        return ordered
+        return finished(program, ordered)
 
+    # Dicts whose keys are in sorted order, in lists and tuples: an engine keeps them
+    # as they are or sorts them, which gives them the same order.
+    ordered_like_any_engine = _sorted_layout(_layout(x))
     return {name: wrap(name, program) for name, program in programs.items()}
 
 
@@ -259,6 +261,25 @@ class _Opaque:
         return False
 
     __hash__ = None  # type: ignore[assignment]
+
+
+def _sorted_layout(layout: Any) -> bool:
+    """Whether a :func:`_layout` has dict, list and tuple nodes only, each dict's keys
+    in sorted order."""
+    if layout is None:
+        return True
+    if layout.__class__ is not tuple:
+        return False
+    kind, items = layout
+    if kind is dict:
+        keys = [key for key, _ in items]
+        try:
+            if keys != sorted(keys):
+                return False
+        except TypeError:  # keys that do not compare
+            return False
+        return all(_sorted_layout(value) for _, value in items)
+    return all(_sorted_layout(item) for item in items)
 
 
 def _layout(tree: Any) -> Any:

@@ -264,6 +264,16 @@ class Prep:
         # check here is their wrappers'.
         wrappers, count = tuple(wrapper for wrapper, _ in self._context_matchers), self._n_contexts
 
+        # The executable itself when the program exposes it (a Python call fewer): it
+        # refuses other arguments with a TypeError, which the program turns into
+        # ArgumentsRejected (or, within compiling_again, into a new compile).
+        executable = getattr(program, "executable", None)
+        refused: tuple[type[Exception], ...]
+        if executable is not None:
+            call, refused = executable, (TypeError, ArgumentsRejected)
+        else:
+            call, refused = program, (ArgumentsRejected,)
+
         def rejected(f: Any, backend: Any, x: Any, contexts: Sequence[Any], values: Sequence[Any]) -> Any:
             if strict:
                 fail(f, backend, x, contexts)  # the report, when an argument differs as the check sees it
@@ -280,8 +290,8 @@ class Prep:
                 fail(f, backend, x, contexts)
             values = [context.value for context in contexts]
             try:
-                result = program(x, *values)
-            except ArgumentsRejected:
+                result = call(x, *values)
+            except refused:
                 result = rejected(f, backend, x, contexts, values)
             return result if finish is None else finish(result)
 
@@ -298,8 +308,8 @@ class Prep:
                     fail(f, backend, x, contexts)
                 value = contexts[0].value
                 try:
-                    result = program(x, value)
-                except ArgumentsRejected:
+                    result = call(x, value)
+                except refused:
                     result = rejected(f, backend, x, contexts, (value,))
                 return result if finish is None else finish(result)
 
@@ -479,11 +489,22 @@ def finished(program: Callable[..., Any], finish: Finish) -> Callable[..., Any]:
         ('2', True)
     """
 
+    inner, first = split_finish(program)
+    if first is not None:  # one finish after the other, around the innermost program
+        program, finish = inner, _then(first, finish)
+
     def run(*args: Any) -> Any:
         return finish(program(*args))
 
     run.finish_parts = (program, finish)  # type: ignore[attr-defined]
     return run
+
+
+def _then(first: Finish, second: Finish) -> Finish:
+    def both(result: Any) -> Any:
+        return second(first(result))
+
+    return both
 
 
 def split_finish(program: Callable[..., Any]) -> tuple[Callable[..., Any], Finish | None]:

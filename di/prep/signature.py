@@ -95,6 +95,7 @@ def checked_by_executable(executable: Callable[..., Any], function: Callable[...
             raise ArgumentsRejected() from None
 
     run.checks_arguments = True  # type: ignore[attr-defined]
+    run.executable = executable  # type: ignore[attr-defined]
     return run
 
 

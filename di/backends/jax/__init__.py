@@ -105,6 +105,19 @@ def _abstract(args: Sequence[Any]) -> list[Any]:
     return [jax.tree_util.tree_map(spec, arg) for arg in args]
 
 
+def _direct_call(compiled: Any) -> Callable[..., Any]:
+    """The C++ dispatch of an ahead-of-time compiled executable, which JAX's
+    ``Compiled.__call__`` (a Python method) builds on its first call and then
+    calls on every one: built now, it saves a Python call per prepared call. It
+    refuses other arguments as ``Compiled`` does (a ``TypeError``). Where this JAX
+    builds it otherwise, or not at all, the ``Compiled`` itself."""
+    try:
+        call = compiled._executable.create_cpp_call(compiled._params)
+    except Exception:  # pragma: no cover - another JAX layout
+        call = None
+    return compiled if call is None else call
+
+
 def _compiled_when_first_used(function: Any, specs: Sequence[Any], x64: bool) -> Callable[..., Any]:
     """The executable of ``function`` for the prepared arguments ``specs``,
     compiled by its first call (once, under a lock)."""
@@ -116,7 +129,7 @@ def _compiled_when_first_used(function: Any, specs: Sequence[Any], x64: bool) ->
             with lock:
                 if not compiled:
                     with x64_scope() if x64 else contextlib.nullcontext():
-                        compiled.append(function.lower(*specs).compile())
+                        compiled.append(_direct_call(function.lower(*specs).compile()))
         return compiled[0](*args)
 
     return executable
@@ -131,6 +144,15 @@ def _taken_by_jit(value: Any) -> bool:
         return False
     leaves = jax.tree_util.tree_leaves(value)
     return bool(leaves) and all(family_of(leaf) in ("numpy", "jax") for leaf in leaves)
+
+
+def _holds_numpy(values: Sequence[Any]) -> bool:
+    """Whether a NumPy array is among ``values``' leaves. Outside ``enable_x64``, JAX
+    reads a NumPy float64 array as float32 before an executable compares it: a
+    float32 executable takes it, where a strict prep must refuse it (and the
+    result would be float32). Such arguments are compared by their family's
+    matcher instead."""
+    return any(family_of(leaf) == "numpy" for leaf in jax.tree_util.tree_leaves(list(values)))
 
 
 def _mark(program: Program) -> Program:
@@ -267,10 +289,10 @@ class JAXAdapter(Adapter):
                 if tangents is not None:
                     args.insert(1, engine_tangents(tangents))
                 if not on_first_use:  # compiled now
-                    executable = function.lower(*args).compile()  # type: ignore[attr-defined]
+                    executable = _direct_call(function.lower(*args).compile())  # type: ignore[attr-defined]
                 elif not statics and tangents is None and is_pytree(x):
                     executable = _compiled_when_first_used(function, _abstract(args), x64)
-        if executable is not None and not statics and tangents is None and is_pytree(x):
+        if executable is not None and not statics and tangents is None and is_pytree(x) and not _holds_numpy(inputs):
             # A pytree x is taken as it is by the compiled executable, which flattens it in
             # C++ and refuses another structure, shape or dtype itself: the strict check of
             # x costs nothing more (an array x is compared faster by its family's matcher).
