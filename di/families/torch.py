@@ -52,6 +52,10 @@ class TorchFamily(Family):
         return (module.Tensor,)
 
     def to_numpy(self, value: Any) -> np.ndarray:
+        try:  # the common case, a CPU tensor with nothing to resolve, in one call
+            return value.numpy()  # type: ignore[no-any-return]
+        except (RuntimeError, TypeError):  # it requires grad, is on a device, has a conj/neg bit, is bfloat16
+            pass
         tensor = value.detach().cpu().resolve_conj().resolve_neg()
         if tensor.dtype is sys.modules["torch"].bfloat16:  # NumPy has no bfloat16
             tensor = tensor.float()
@@ -61,8 +65,11 @@ class TorchFamily(Family):
         import torch
 
         array = np.asarray(array)
-        if array.flags.writeable and all(s >= 0 for s in array.strides):
-            return torch.from_numpy(array)
+        if array.flags.writeable:
+            try:
+                return torch.from_numpy(array)
+            except ValueError:  # negative strides
+                pass
         # torch cannot alias read-only or negatively strided memory: copy.
         return torch.from_numpy(np.array(array, copy=True))
 
