@@ -129,6 +129,11 @@ class JaxFamily(Family):
 
         return matches
 
+    def fields(self, value: Any) -> tuple[type, Any, Any] | None:
+        if value.shape == ():  # (the matcher also takes NumPy scalars for 0-d arrays)
+            return None
+        return value.__class__, value.shape, value.dtype
+
     def key(self, value: Any) -> Any:
         aval = value.aval
         return ("jax", tuple(aval.shape), str(aval.dtype), bool(aval.weak_type))

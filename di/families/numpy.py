@@ -49,6 +49,11 @@ class NumpyFamily(Family):
             )
         return lambda given: given.__class__ is cls and given.shape == shape and given.dtype == dtype
 
+    def fields(self, value: Any) -> tuple[type, Any, Any] | None:
+        if value.shape == ():  # (the matcher also takes NumPy scalars for 0-d arrays)
+            return None
+        return value.__class__, value.shape, value.dtype
+
     def key(self, value: Any) -> Any:
         cls = np.ndarray if isinstance(value, np.generic) else value.__class__
         return (cls, tuple(value.shape), str(value.dtype))
