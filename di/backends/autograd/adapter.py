@@ -232,6 +232,12 @@ class AutogradAdapter(Adapter):
             g = grad(x, *values)
             return g if g.__class__ is np.ndarray and g.dtype == x.dtype else _array(g, dtype=x.dtype)
 
+        if not convert_x and not convert_any:  # the common case: no conversion, one Python call fewer
+
+            def gradient(x: Any, *values: Any) -> Any:
+                g = grad(x, *values)
+                return g if g.__class__ is np.ndarray and g.dtype == x.dtype else _array(g, dtype=x.dtype)
+
         def value_and_gradient(x: Any, *values: Any) -> Any:
             x, values = arguments(x, values)
             y, g = value_and_grad(x, *values)
