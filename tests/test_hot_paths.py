@@ -209,3 +209,21 @@ def test_a_strict_compiled_jax_prep_of_numpy_leaves_refuses_64_bit_ones() -> Non
         di.gradient(weighted, prep, backend, {"w": np.ones(2), "b": np.ones(1, np.float32)}, c32)
     with pytest.raises(di.PreparationMismatchError, match=r"context 1.*float64"):
         di.gradient(weighted, prep, backend, p32, di.Constant(np.ones(2)))
+
+
+def test_a_strict_compiled_jax_prep_refuses_a_weakly_typed_x() -> None:
+    """JAX compiles a weakly typed array apart (another program): a strict prep made
+    for a strongly typed x says so rather than compiling again in silence."""
+    backend = di.AutoJAX(jit=True)
+
+    def f(x: Any) -> Any:
+        xp = di.array_namespace(x)
+        return xp.sum(x**2)
+
+    strong = jnp.ones(3, dtype=jnp.float32)
+    weak = jax.lax.broadcast_in_dim(1.0, (3,), ())  # a weakly typed float32 array
+    assert weak.aval.weak_type and weak.dtype == strong.dtype and weak.shape == strong.shape
+    prep = di.prepare_gradient(f, backend, strong)
+    np.testing.assert_allclose(di.gradient(f, prep, backend, 2 * strong), [4.0, 4.0, 4.0])
+    with pytest.raises(di.PreparationMismatchError, match="weak"):
+        di.gradient(f, prep, backend, weak)
