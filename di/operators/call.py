@@ -61,33 +61,21 @@ def operator_function(family: str) -> Callable[[F], F]:
                 raise TypeError(f"{name}() got an unexpected keyword argument 'has_aux'")
             return run_operator(family, name, f, args, out, has_aux)
 
-        if lead == 3:
+        with_tangents = lead == 4
 
-            def dispatch(f: Callable[..., Any], *args: Any, out: Any = None, has_aux: Any = False) -> Any:
-                if out is None and len(args) >= 3:
-                    prep = args[0]
-                    if (
-                        prep.__class__ is Prep
-                        and prep.operator == family
-                        and prep.has_aux is has_aux
-                        and prep.same_point is None
-                    ):
-                        return prep.runners[name](f, args[1], args[2], args[3:])
-                return slow(f, args, out, has_aux)
-
-        else:
-
-            def dispatch(f: Callable[..., Any], *args: Any, out: Any = None, has_aux: Any = False) -> Any:
-                if out is None and len(args) >= 4:
-                    prep = args[0]
-                    if (
-                        prep.__class__ is Prep
-                        and prep.operator == family
-                        and prep.has_aux is has_aux
-                        and prep.same_point is None
-                    ):
+        def dispatch(f: Callable[..., Any], *args: Any, out: Any = None, has_aux: Any = False) -> Any:
+            if out is None and len(args) >= lead:
+                prep = args[0]
+                if (
+                    prep.__class__ is Prep
+                    and prep.operator == family
+                    and prep.has_aux is has_aux
+                    and prep.same_point is None
+                ):
+                    if with_tangents:
                         return prep.runners[name](f, args[1], args[2], args[3], args[4:])
-                return slow(f, args, out, has_aux)
+                    return prep.runners[name](f, args[1], args[2], args[3:])
+            return slow(f, args, out, has_aux)
 
         return functools.update_wrapper(dispatch, stub)  # type: ignore[return-value]
 

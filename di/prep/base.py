@@ -208,31 +208,20 @@ class Prep:
         if checked and self.x_spec is None:
             return self._checked_by_program(program, finish)
 
-        if count == 0 and self._x_fields is not None:
-            cls, shape, dtype = self._x_fields  # x's matcher, compared inline
-
-            def run_array_without_contexts(f: Any, backend: Any, x: Any, contexts: Sequence[Any]) -> Any:
-                if strict:
-                    try:
-                        ok = f is f0 and (backend is backend0 or backend == backend0) and not contexts
-                        ok = ok and x.__class__ is cls and x.shape == shape and x.dtype == dtype
-                    except Exception:
-                        ok = False
-                    if not ok:
-                        fail(f, backend, x, contexts)
-                if finish is None:
-                    return program(x)
-                return finish(program(x))
-
-            return run_array_without_contexts
-
         if count == 0:
+            # x compared inline when its family's matcher is class, shape and dtype (a
+            # Python call fewer), else by the matcher
+            inline = self._x_fields is not None
+            cls, shape, dtype = self._x_fields or (None, None, None)
 
             def run_without_contexts(f: Any, backend: Any, x: Any, contexts: Sequence[Any]) -> Any:
                 if strict:
                     try:
                         ok = f is f0 and (backend is backend0 or backend == backend0) and not contexts
-                        ok = ok and x_matches(x)
+                        if inline:
+                            ok = ok and x.__class__ is cls and x.shape == shape and x.dtype == dtype
+                        else:
+                            ok = ok and x_matches(x)
                     except Exception:
                         ok = False
                     if not ok:
