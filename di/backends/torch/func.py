@@ -194,8 +194,10 @@ class FuncPrograms:
         checked = self._checked(f, "gradient", REVERSE_RULES, has_aux)
         names = ("gradient", "value_and_gradient")
         # A pytree x (eager gradients take it whole) is differentiated as the list of
-        # its leaves, flattened and rebuilt by plain Python that dynamo traces too.
-        structure = Structure(x) if is_pytree(x) else None
+        # its leaves, flattened and rebuilt by plain Python that dynamo traces too;
+        # dicts, lists and tuples of tensors go to torch.func as they are (torch's own
+        # pytree): a compiled graph then guards on x alone, not on di's flattening.
+        structure = Structure(x) if is_pytree(x) and not _plain_tensor_tree(x) else None
         leaves_of = _leaves_of(structure)
         rebuilt = _rebuilt(structure)
         if structure is not None:
@@ -477,6 +479,16 @@ def _leaves_of(structure: Structure | None) -> Callable[[Any], Any]:
         return [converter(family_of(leaf), "torch")(leaf) for leaf in leaves]
 
     return leaves_of
+
+
+def _plain_tensor_tree(x: Any) -> bool:
+    """Whether ``x`` is dicts, lists and tuples (exactly those classes) of tensors,
+    which ``torch.func`` differentiates as they are and returns in their structure."""
+    if x.__class__ is dict:
+        return bool(x) and all(_plain_tensor_tree(value) for value in x.values())
+    if x.__class__ is list or x.__class__ is tuple:
+        return bool(x) and all(_plain_tensor_tree(item) for item in x)
+    return isinstance(x, torch.Tensor)
 
 
 def _rebuilt(structure: Structure | None) -> Callable[[Any], Any]:
