@@ -227,3 +227,15 @@ def test_a_strict_compiled_jax_prep_refuses_a_weakly_typed_x() -> None:
     np.testing.assert_allclose(di.gradient(f, prep, backend, 2 * strong), [4.0, 4.0, 4.0])
     with pytest.raises(di.PreparationMismatchError, match="weak"):
         di.gradient(f, prep, backend, weak)
+
+
+def test_a_non_strict_compiled_torch_prep_takes_another_dict() -> None:
+    """Dicts of tensors go to torch.func as they are: a non-strict prep given another
+    dict computes its gradient (a new graph) rather than refusing it."""
+    backend = di.AutoTorch(compile=True, compile_options={"backend": "eager"})
+    prep = di.prepare_gradient(weighted, backend, _tree("torch", [1.0, 2.0], [0.5]), di.Constant(2.0), strict=False)
+    p = {"b": torch.tensor([1.0, 2.0], dtype=torch.float64), "w": torch.tensor([3.0], dtype=torch.float64)}
+    g = di.gradient(weighted, prep, backend, p, di.Constant(2.0))
+    assert list(g) == ["b", "w"]
+    np.testing.assert_allclose(_numpy(g["w"]), [12.0])
+    np.testing.assert_allclose(_numpy(g["b"]), [3.0, 12.0])
