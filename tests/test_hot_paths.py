@@ -229,13 +229,24 @@ def test_a_strict_compiled_jax_prep_refuses_a_weakly_typed_x() -> None:
         di.gradient(f, prep, backend, weak)
 
 
-def test_a_non_strict_compiled_torch_prep_takes_another_dict() -> None:
-    """Dicts of tensors go to torch.func as they are: a non-strict prep given another
-    dict computes its gradient (a new graph) rather than refusing it."""
-    backend = di.AutoTorch(compile=True, compile_options={"backend": "eager"})
-    prep = di.prepare_gradient(weighted, backend, _tree("torch", [1.0, 2.0], [0.5]), di.Constant(2.0), strict=False)
-    p = {"b": torch.tensor([1.0, 2.0], dtype=torch.float64), "w": torch.tensor([3.0], dtype=torch.float64)}
-    g = di.gradient(weighted, prep, backend, p, di.Constant(2.0))
-    assert list(g) == ["b", "w"]
-    np.testing.assert_allclose(_numpy(g["w"]), [12.0])
-    np.testing.assert_allclose(_numpy(g["b"]), [3.0, 12.0])
+@pytest.mark.parametrize(
+    "backend",
+    [*BACKENDS[:3], di.AutoTorch(compile=True, compile_options={"backend": "eager"})],
+    ids=[*IDS[:3], "torch-compile"],
+)
+def test_a_non_strict_prep_given_other_keys_keeps_them(backend: Any) -> None:
+    """A non-strict prep of ``{"w", "b"}`` called with ``{"c", "w"}``: the result has
+    the call's keys (before, the prepared key order was imposed on it, which renamed
+    ``c`` to ``b`` on JAX; compiled torch refused the dict)."""
+    family = "torch" if isinstance(backend, di.AutoTorch) else "jax"
+    convert = TO_FAMILY[family]
+
+    def f(p: Any) -> Any:
+        xp = di.array_namespace(p["w"])
+        return xp.sum(p["w"] ** 2) + xp.sum(p["c"] ** 3) if "c" in p else xp.sum(p["w"] ** 2)
+
+    prep = di.prepare_gradient(f, backend, _tree(family, [1.0, 2.0], [0.5]), strict=False)
+    g = di.gradient(f, prep, backend, {"c": convert(np.array([1.0, 2.0])), "w": convert(np.array([3.0]))})
+    assert set(g) == {"c", "w"}
+    np.testing.assert_allclose(_numpy(g["c"]), [3.0, 12.0])
+    np.testing.assert_allclose(_numpy(g["w"]), [6.0])

@@ -23,7 +23,7 @@ from di.families import converter, family_of, get_family, identity
 from di.operators.table import Operator
 from di.prep.base import finished
 from di.prep.signature import checks_arguments, tracing
-from di.pytrees import Raveler, is_pytree, tree_flatten, tree_leaves, tree_map, tree_unflatten
+from di.pytrees import Raveler, is_pytree, tree_flatten, tree_map, tree_unflatten
 
 __all__ = ["caller_family", "caller_programs", "same_point_check"]
 
@@ -210,7 +210,10 @@ def _in_x_order(operator: Operator, programs: Programs, x: Any, has_aux: bool) -
         return programs
 
     def restructure(tree: Any) -> Any:
-        return tree_unflatten(spec, tree_leaves(tree))
+        leaves, tree_spec = tree_flatten(tree)
+        if tree_spec != spec:  # (equal specs may differ in dict key order, which is what is fixed)
+            raise _OtherStructure
+        return tree_unflatten(spec, leaves)
 
     def fix(result: Any, where: Any) -> Any:
         if where is None:
@@ -241,7 +244,10 @@ def _in_x_order(operator: Operator, programs: Programs, x: Any, has_aux: bool) -
         def ordered(result: Any) -> Any:
             if rebuild[0] is False:
                 return result
-            fixed = finish(result)
+            try:
+                fixed = finish(result)
+            except _OtherStructure:  # a non-strict prep called with another x: as the engine returns it
+                return result
             if rebuild[0] is None:
                 rebuild[0] = _layout(fixed) != _layout(result)
             return fixed
@@ -261,6 +267,11 @@ class _Opaque:
         return False
 
     __hash__ = None  # type: ignore[assignment]
+
+
+class _OtherStructure(Exception):
+    """A result whose structure is not the prepared ``x``'s (other keys, other
+    leaves): it is not given the prepared key order, which would rename its keys."""
 
 
 def _sorted_layout(layout: Any) -> bool:
