@@ -183,6 +183,28 @@ def test_parameters_are_differentiated_as_torch_autograd_grad_does(mode: str) ->
     assert all(p.grad is None for p in params.values())
 
 
+def test_parameters_unused_by_f_get_zeros_and_bad_outputs_are_refused() -> None:
+    _, params, data = _model_loss()
+    backend, contexts = di.AutoTorch(create_graph=False), tuple(di.Constant(d) for d in data)
+
+    def weight_only(p: Any, inputs: Any, targets: Any) -> Any:
+        xp = di.array_namespace(inputs)
+        return xp.sum(p["weight"] ** 2)
+
+    prep = di.prepare_gradient(weight_only, backend, params, *contexts)
+    y, g = di.value_and_gradient(weight_only, prep, backend, params, *contexts)
+    np.testing.assert_allclose(_numpy(g["weight"]), 2 * _numpy(params["weight"]), rtol=1e-12)
+    np.testing.assert_array_equal(_numpy(g["bias"]), np.zeros(1))
+    assert y.shape == () and not y.requires_grad and not g["bias"].requires_grad
+    np.testing.assert_allclose(float(y), float((params["weight"].detach() ** 2).sum()), rtol=1e-12)
+
+    def rows(p: Any, inputs: Any, targets: Any) -> Any:
+        return torch.func.functional_call(torch.nn.Linear(3, 1, dtype=torch.float64), p, (inputs,))
+
+    with pytest.raises(di.InvalidOutputError, match="gradient"):
+        di.gradient(rows, di.prepare_gradient(rows, backend, params, *contexts), backend, params, *contexts)
+
+
 def test_f_takes_the_caller_s_parameters_when_every_leaf_is_one() -> None:
     loss, params, data = _model_loss()
     seen: list[Any] = []
@@ -254,6 +276,36 @@ def test_inference_parameters_that_require_grad_are_differentiated() -> None:
     g = di.gradient(loss, di.prepare_gradient(loss, backend, params, *contexts), backend, params, *contexts)
     for key in params:
         np.testing.assert_allclose(_numpy(g[key]), expected[key], rtol=1e-12)
+
+
+@pytest.mark.parametrize("change", ["key", "shape", "dtype", "device", "data", "in place", "class"])
+def test_a_strict_torch_prep_refuses_a_changed_pytree(change: str) -> None:
+    """The strict check of a pytree of tensors reads every leaf at every call: the
+    same tensor objects changed since (``.data`` replaced, reshaped in place) are
+    refused too, naming the leaf."""
+    backend = di.AutoTorch(create_graph=False)
+    p = _tree("torch", [1.0, 2.0], [0.5])
+    c = di.Constant(2.0)
+    prep = di.prepare_gradient(weighted, backend, p, c)
+    np.testing.assert_allclose(di.gradient(weighted, prep, backend, p, c)["w"].numpy(), [4.0, 8.0])
+    leaf = "x\\['b'\\] differs"
+    if change == "key":
+        p = {"w": p["w"], "c": p["b"]}
+        leaf = "structure"
+    elif change == "shape":
+        p["b"] = torch.ones(2, dtype=torch.float64)
+    elif change == "dtype":
+        p["b"] = torch.ones(1, dtype=torch.float32)
+    elif change == "device":
+        p["b"] = torch.ones(1, dtype=torch.float64, device="meta")
+    elif change == "data":
+        p["b"].data = torch.ones(3, dtype=torch.float64)
+    elif change == "in place":
+        p["b"].unsqueeze_(0)
+    else:
+        p["b"] = torch.nn.Parameter(p["b"])
+    with pytest.raises(di.PreparationMismatchError, match=leaf):
+        di.gradient(weighted, prep, backend, p, c)
 
 
 def test_inference_tensors_updated_in_place_give_fresh_gradients() -> None:

@@ -130,15 +130,9 @@ class Reverse:
         tensors are detached once, not at every call."""
         if not connect and self.torch_leaves:
             if self.own_leaves:
-                # A leaf that requires grad, as it is: not a non-leaf (its gradient would be
-                # taken into the graph that made it), not an inference tensor (autograd cannot
-                # save those), not one with hooks of the caller's (they would run, and could
-                # change the result). Inline: this runs at every call.
-                owned = [
-                    t.requires_grad and t.is_leaf and t._backward_hooks is None and not t.is_inference() for t in leaves
-                ]
-                if all(owned):
+                if _differentiable_as_is(leaves):
                     return x, tuple(leaves)
+                owned = [_differentiable_as_is((t,)) for t in leaves]
             else:
                 owned = [False] * len(leaves)
             differentiated = self._aliased(leaves, owned)
@@ -276,8 +270,69 @@ class Reverse:
                 raise di_error from err
 
         if tree:  # results are rebuilt with x's own structure (its dict order kept)
-            run.keeps_x_structure = True  # type: ignore[attr-defined]
+            parameters = self._parameters_program(backward, run, with_value, traced)
+            program = run if parameters is None else parameters
+            program.keeps_x_structure = True  # type: ignore[attr-defined]
+            return program
         return run_plain if plain_x and not caches else run
+
+    def _parameters_program(
+        self,
+        backward: Backward,
+        run: Callable[..., Any],
+        with_value: bool,
+        traced: Callable[..., Any] | None,
+    ) -> Callable[..., Any] | None:
+        """The hot path of a gradient at a model's parameters (a pytree ``x`` of leaf
+        tensors that require grad, unconnected to the caller's graph): what
+        ``torch.autograd.grad`` on them is, and little else; ``run`` serves every
+        other call. ``None`` where the prep cannot take it (a compiled ``f``,
+        ``create_graph`` left on, contexts to convert or write, ``aux``, tangents)."""
+        if self.keeps_graph or not self.own_leaves or not self.torch_leaves or self.convert_any:
+            return None
+        if self.caches or self.has_aux or self.operator != "gradient" or self.structure is None:
+            return None
+        f, backend, operator, structure = self.f, self.backend, self.operator, self.structure
+        leaves_of, unflatten = structure.leaves, structure.unflatten
+        tensor, is_grad_enabled, conversions = torch.Tensor, torch.is_grad_enabled, REVERSE_RULES.conversion_errors
+        is_compiling, transforms_active = dynamo_compiling, torch._C._are_functorch_transforms_active
+
+        def run_parameters(x: Any, *values: Any) -> Any:
+            if not is_grad_enabled() or (traced is not None and (is_compiling() or transforms_active())):
+                return run(x, *values)
+            leaves = leaves_of(x)
+            if leaves is None or not _differentiable_as_is(leaves):
+                return run(x, *values)
+            differentiated = tuple(leaves)
+            try:
+                y = f(x, *values)
+                if y.__class__ is not tensor or not y.requires_grad:
+                    y = check_output(y, differentiated, backend, operator, REVERSE_RULES)
+                result = unflatten(backward(y, differentiated, None, False))
+            except conversions as err:  # torch refused NumPy inside f: say why
+                di_error = translated(err, backend, operator, REVERSE_RULES)
+                if di_error is err:
+                    raise
+                raise di_error from err
+            if with_value:
+                value = y.detach()
+                return (value.reshape(()) if value.ndim else value), result
+            return result
+
+        return run_parameters
+
+
+def _differentiable_as_is(tensors: Sequence[Any]) -> bool:
+    """Whether ``torch.autograd.grad`` may differentiate with respect to each of
+    ``tensors`` itself, unconnected to the caller's graph: a leaf that requires
+    grad, as a model's parameter is; not a non-leaf (its gradient would be taken
+    into the graph that made it), not an inference tensor (autograd cannot save
+    those), not one with hooks of the caller's (they would run, and could change
+    the result). One loop: it runs at every call."""
+    for t in tensors:
+        if not (t.requires_grad and t.is_leaf and t._backward_hooks is None and not t.is_inference()):
+            return False
+    return True
 
 
 def _same_tensors(sources: Sequence[Any], addresses: Sequence[int], tensors: Sequence[Any]) -> bool:
