@@ -132,7 +132,7 @@ class Reverse:
             if self.own_leaves:
                 if _differentiable_as_is(leaves):
                     return x, tuple(leaves)
-                owned = [_differentiable_as_is((t,)) for t in leaves]
+                owned = [t.requires_grad and _differentiable_as_is((t,)) for t in leaves]
             else:
                 owned = [False] * len(leaves)
             differentiated = self._aliased(leaves, owned)
