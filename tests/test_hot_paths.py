@@ -2,9 +2,10 @@
 
 A pytree ``x`` on ``AutoJAX(jit=True)`` is compared by the compiled executable (a
 strict prep still reports the differing leaf; a non-strict one compiles again);
-eager torch reuses the detached aliases of the caller's tensors while they are the
-same tensors on the same memory, and holds them only weakly; flat containers are
-flattened and rebuilt in one step.
+eager torch differentiates the caller's parameters (leaf tensors that require grad)
+as they are, as ``torch.autograd.grad`` does, and reuses the detached aliases of its
+other tensors while they are the same tensors on the same memory, holding them only
+weakly; flat containers are flattened and rebuilt in one step.
 """
 
 from __future__ import annotations
@@ -144,6 +145,167 @@ def test_torch_parameters_updated_between_calls_give_fresh_gradients(create_grap
     other = {k: torch.nn.Parameter(v.detach() + 1.0) for k, v in params.items()}  # other tensors
     g = di.gradient(loss, prep, backend, other, *contexts)
     np.testing.assert_allclose(_numpy(g["bias"]), _native(loss, other, data)["bias"], rtol=1e-12)
+
+
+def _calls(backend: Any, loss: Any, params: dict[str, Any], contexts: tuple[Any, ...]) -> dict[str, Any]:
+    """The gradient from each operator taking a pytree ``x`` (prepared, twice, and
+    unprepared): ``gradient``, ``value_and_gradient`` and the pullback of 1."""
+    one = (torch.ones((), dtype=torch.float64),)
+    prep = di.prepare_gradient(loss, backend, params, *contexts)
+    pullback_prep = di.prepare_pullback(loss, backend, params, one, *contexts)
+    return {
+        "gradient": di.gradient(loss, prep, backend, params, *contexts),
+        "gradient again": di.gradient(loss, prep, backend, params, *contexts),
+        "value_and_gradient": di.value_and_gradient(loss, prep, backend, params, *contexts)[1],
+        "unprepared": di.gradient(loss, backend, params, *contexts),
+        "pullback": di.pullback(loss, pullback_prep, backend, params, one, *contexts)[0],
+    }
+
+
+@pytest.mark.parametrize("mode", ["create_graph=False", "no_grad"])
+def test_parameters_are_differentiated_as_torch_autograd_grad_does(mode: str) -> None:
+    """Leaf tensors that require grad (a model's parameters) are differentiated as
+    they are, unconnected to the caller's graph: the results are
+    torch.autograd.grad's, carry no graph, and the parameters' .grad stays None."""
+    loss, params, data = _model_loss()
+    contexts = tuple(di.Constant(d) for d in data)
+    expected = _native(loss, params, data)
+    if mode == "no_grad":
+        with torch.no_grad():
+            results = _calls(di.AutoTorch(), loss, params, contexts)
+    else:
+        results = _calls(di.AutoTorch(create_graph=False), loss, params, contexts)
+    for name, g in results.items():
+        assert list(g) == list(params), name
+        for key in params:
+            assert not g[key].requires_grad and g[key].grad_fn is None, name
+            np.testing.assert_allclose(_numpy(g[key]), expected[key], rtol=1e-12, err_msg=name)
+    assert all(p.grad is None for p in params.values())
+
+
+def test_parameters_unused_by_f_get_zeros_and_bad_outputs_are_refused() -> None:
+    _, params, data = _model_loss()
+    backend, contexts = di.AutoTorch(create_graph=False), tuple(di.Constant(d) for d in data)
+
+    def weight_only(p: Any, inputs: Any, targets: Any) -> Any:
+        xp = di.array_namespace(inputs)
+        return xp.sum(p["weight"] ** 2)
+
+    prep = di.prepare_gradient(weight_only, backend, params, *contexts)
+    y, g = di.value_and_gradient(weight_only, prep, backend, params, *contexts)
+    np.testing.assert_allclose(_numpy(g["weight"]), 2 * _numpy(params["weight"]), rtol=1e-12)
+    np.testing.assert_array_equal(_numpy(g["bias"]), np.zeros(1))
+    assert y.shape == () and not y.requires_grad and not g["bias"].requires_grad
+    np.testing.assert_allclose(float(y), float((params["weight"].detach() ** 2).sum()), rtol=1e-12)
+
+    def rows(p: Any, inputs: Any, targets: Any) -> Any:
+        return torch.func.functional_call(torch.nn.Linear(3, 1, dtype=torch.float64), p, (inputs,))
+
+    with pytest.raises(di.InvalidOutputError, match="gradient"):
+        di.gradient(rows, di.prepare_gradient(rows, backend, params, *contexts), backend, params, *contexts)
+
+
+def test_f_takes_the_caller_s_parameters_when_every_leaf_is_one() -> None:
+    loss, params, data = _model_loss()
+    seen: list[Any] = []
+
+    def f(p: Any, inputs: Any, targets: Any) -> Any:
+        seen.append(p)
+        return loss(p, inputs, targets)
+
+    backend, contexts = di.AutoTorch(create_graph=False), tuple(di.Constant(d) for d in data)
+    prep = di.prepare_gradient(f, backend, params, *contexts)
+    di.gradient(f, prep, backend, params, *contexts)
+    assert seen[-1] is params
+    params["bias"].requires_grad_(False)  # a frozen leaf is differentiated through an alias...
+    g = di.gradient(f, prep, backend, params, *contexts)
+    assert seen[-1] is not params and seen[-1]["weight"] is params["weight"]
+    assert seen[-1]["bias"] is not params["bias"] and seen[-1]["bias"].data_ptr() == params["bias"].data_ptr()
+    expected = _native(loss, params, data)
+    for key in params:  # ... and still gets its gradient
+        np.testing.assert_allclose(_numpy(g[key]), expected[key], rtol=1e-12)
+
+
+def test_a_non_leaf_that_requires_grad_keeps_its_alias() -> None:
+    """A gradient with respect to a non-leaf is taken at the non-leaf: the caller's
+    graph that made it is neither walked nor freed (it can still be backpropagated)."""
+    loss, params, data = _model_loss()
+    source = torch.ones(1, 3, dtype=torch.float64, requires_grad=True)
+    made = {"weight": source * params["weight"].detach(), "bias": params["bias"]}
+    seen: list[Any] = []
+
+    def f(p: Any, inputs: Any, targets: Any) -> Any:
+        seen.append(p)
+        return loss(p, inputs, targets)
+
+    backend, contexts = di.AutoTorch(create_graph=False), tuple(di.Constant(d) for d in data)
+    g = di.gradient(f, di.prepare_gradient(f, backend, made, *contexts), backend, made, *contexts)
+    assert seen[-1]["bias"] is made["bias"]
+    assert seen[-1]["weight"] is not made["weight"] and seen[-1]["weight"].grad_fn is None  # a detached alias
+    expected = _native(loss, made, data)
+    for key in made:
+        np.testing.assert_allclose(_numpy(g[key]), expected[key], rtol=1e-12)
+        assert not g[key].requires_grad
+    assert source.grad is None
+    made["weight"].sum().backward()  # the caller's graph is intact
+    np.testing.assert_allclose(_numpy(source.grad), _numpy(params["weight"]), rtol=1e-12)
+
+
+def test_hooks_of_the_caller_on_a_parameter_do_not_run() -> None:
+    """di computes the derivative of f: a hook the caller registered on a parameter
+    (say, gradient clipping for its own backward passes) neither runs nor changes it."""
+    loss, params, data = _model_loss()
+    calls: list[Any] = []
+    params["weight"].register_hook(lambda grad: calls.append(grad) or grad * 100.0)
+    backend, contexts = di.AutoTorch(create_graph=False), tuple(di.Constant(d) for d in data)
+    expected = _native(loss, params, data)
+    for name, g in _calls(backend, loss, params, contexts).items():
+        np.testing.assert_allclose(_numpy(g["weight"]), expected["weight"], rtol=1e-12, err_msg=name)
+    assert calls == []
+
+
+def test_inference_parameters_that_require_grad_are_differentiated() -> None:
+    """Parameters made under inference_mode may require grad, but autograd cannot
+    save them: they are copied into normal tensors, as before."""
+    loss, params, data = _model_loss()
+    with torch.inference_mode():
+        params = {k: torch.nn.Parameter(v.detach() * 1.0) for k, v in params.items()}
+    assert all(p.requires_grad and p.is_leaf and p.is_inference() for p in params.values())
+    backend, contexts = di.AutoTorch(create_graph=False), tuple(di.Constant(d) for d in data)
+    expected = _native(loss, {k: v.clone() for k, v in params.items()}, data)
+    g = di.gradient(loss, di.prepare_gradient(loss, backend, params, *contexts), backend, params, *contexts)
+    for key in params:
+        np.testing.assert_allclose(_numpy(g[key]), expected[key], rtol=1e-12)
+
+
+@pytest.mark.parametrize("change", ["key", "shape", "dtype", "device", "data", "in place", "class"])
+def test_a_strict_torch_prep_refuses_a_changed_pytree(change: str) -> None:
+    """The strict check of a pytree of tensors reads every leaf at every call: the
+    same tensor objects changed since (``.data`` replaced, reshaped in place) are
+    refused too, naming the leaf."""
+    backend = di.AutoTorch(create_graph=False)
+    p = _tree("torch", [1.0, 2.0], [0.5])
+    c = di.Constant(2.0)
+    prep = di.prepare_gradient(weighted, backend, p, c)
+    np.testing.assert_allclose(di.gradient(weighted, prep, backend, p, c)["w"].numpy(), [4.0, 8.0])
+    leaf = "x\\['b'\\] differs"
+    if change == "key":
+        p = {"w": p["w"], "c": p["b"]}
+        leaf = "structure"
+    elif change == "shape":
+        p["b"] = torch.ones(2, dtype=torch.float64)
+    elif change == "dtype":
+        p["b"] = torch.ones(1, dtype=torch.float32)
+    elif change == "device":
+        p["b"] = torch.ones(1, dtype=torch.float64, device="meta")
+    elif change == "data":
+        p["b"].data = torch.ones(3, dtype=torch.float64)
+    elif change == "in place":
+        p["b"].unsqueeze_(0)
+    else:
+        p["b"] = torch.nn.Parameter(p["b"])
+    with pytest.raises(di.PreparationMismatchError, match=leaf):
+        di.gradient(weighted, prep, backend, p, c)
 
 
 def test_inference_tensors_updated_in_place_give_fresh_gradients() -> None:

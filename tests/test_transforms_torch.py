@@ -16,7 +16,9 @@ is its own.
 from __future__ import annotations
 
 import dataclasses
+import gc
 import warnings
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -253,6 +255,52 @@ def test_the_gradient_penalty_of_the_issue() -> None:
     (g**2).sum().backward()
     expected = 2 * (torch.sin(x) + x * torch.cos(x)) * (2 * torch.cos(x) - x * torch.sin(x))
     np.testing.assert_allclose(_numpy(x.grad), _numpy(expected), rtol=1e-12)
+
+
+def test_eager_preps_build_their_torch_func_programs_on_first_use_inside_a_transform(monkeypatch: Any) -> None:
+    """An eager prep runs torch.func programs only inside transforms: they are built
+    there, once, from stand-ins of the prepared arguments, and the prep holds none
+    of the caller's tensors meanwhile."""
+    from di.backends.torch.func import FuncPrograms
+
+    builds: list[str] = []
+    for name in ("_func_gradient", "_func_pullback"):
+        original = getattr(FuncPrograms, name)
+
+        def counting(self: Any, *args: Any, _original: Any = original, _name: str = name, **kwargs: Any) -> Any:
+            builds.append(_name)
+            return _original(self, *args, **kwargs)
+
+        monkeypatch.setattr(FuncPrograms, name, counting)
+    x, t, c = _tensor(X), _tensor(T), torch.tensor(2.0, dtype=torch.float64)
+
+    def weighted(x: Any, c: Any) -> Any:
+        return scalar(x) * c
+
+    def weighted_vector(x: Any, c: Any) -> Any:
+        return vector(x) * c
+
+    grad_prep = di.prepare_gradient(weighted, EAGER, x, di.Constant(c))
+    pullback_prep = di.prepare_pullback(weighted_vector, EAGER, x, (t,), di.Constant(c))
+    alive = [weakref.ref(value) for value in (x, t, c)]
+    del x, t, c
+    gc.collect()
+    assert builds == [] and all(ref() is None for ref in alive)
+    x, t, c = _tensor(X), _tensor(T), torch.tensor(3.0, dtype=torch.float64)
+    np.testing.assert_allclose(  # outside transforms: eager reverse mode, nothing built
+        _numpy(di.gradient(weighted, grad_prep, EAGER, x, di.Constant(c))), _numpy(3 * func.grad(scalar)(x))
+    )
+    assert builds == []
+    for _ in range(2):
+        batch = torch.stack([x, 2 * x])
+        got = func.vmap(lambda x: di.gradient(weighted, grad_prep, EAGER, x, di.Constant(c)))(batch)
+        np.testing.assert_allclose(
+            _numpy(got), _numpy(func.vmap(func.grad(weighted), in_dims=(0, None))(batch, c)), rtol=1e-12
+        )
+        (got,) = func.vmap(lambda x: di.pullback(weighted_vector, pullback_prep, EAGER, x, (t,), di.Constant(c)))(batch)
+        expected = func.vmap(lambda x: func.vjp(lambda x: weighted_vector(x, c), x)[1](t)[0])(batch)
+        np.testing.assert_allclose(_numpy(got), _numpy(expected), rtol=1e-12)
+    assert builds == ["_func_gradient", "_func_pullback"]
 
 
 @pytest.mark.parametrize("compiled", [False, True], ids=["torch", "torch-compile"])

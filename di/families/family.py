@@ -159,6 +159,21 @@ class Family:
             return None
         return value.__class__, value.shape, value.dtype
 
+    def leaves_matcher(self, values: Sequence[Any]) -> Callable[[Sequence[Any]], bool]:
+        """A predicate recognising sequences of arrays like ``values``, each as
+        :meth:`matcher` recognises it, in one loop: the hot path of a strict
+        prepared call with a pytree ``x`` (the caller gives as many arrays as
+        ``values``). By default the arrays' own matchers, one after the other."""
+        matchers = tuple(self.matcher(value) for value in values)
+
+        def matches(given: Sequence[Any]) -> bool:
+            for match, array in zip(matchers, given):
+                if not match(array):
+                    return False
+            return True
+
+        return matches
+
     def traced_by(self, value: Any) -> str:
         """The engine transform tracing ``value`` (``"jax.vmap"``, ``"torch.func.grad"``),
         or ``""`` for a concrete array: a call inside such a transform composes with

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from types import ModuleType
 from typing import Any
 
@@ -105,6 +105,34 @@ class TorchFamily(Family):
         return lambda given: (
             given.__class__ is cls and given.shape == shape and given.dtype == dtype and given.device == device
         )
+
+    def leaves_matcher(self, values: Sequence[Any]) -> Callable[[Sequence[Any]], bool]:
+        # One loop reading each tensor's fields inline (a model's parameters, checked at
+        # every call): a call of a matcher per tensor costs about as much as its reads.
+        # torch's dtypes are singletons, compared by identity.
+        specs = tuple((value.__class__, value.shape, value.dtype) for value in values)
+        devices = tuple(value.device for value in values)
+        if all(device.type == "cpu" for device in devices):
+
+            def on_cpu(given: Sequence[Any]) -> bool:
+                for tensor, (cls, shape, dtype) in zip(given, specs):
+                    if tensor.__class__ is not cls or tensor.dtype is not dtype or not tensor.is_cpu:
+                        return False
+                    if tensor.shape != shape:
+                        return False
+                return True
+
+            return on_cpu
+
+        def on_devices(given: Sequence[Any]) -> bool:
+            for tensor, (cls, shape, dtype), device in zip(given, specs, devices):
+                if tensor.__class__ is not cls or tensor.dtype is not dtype or tensor.device != device:
+                    return False
+                if tensor.shape != shape:
+                    return False
+            return True
+
+        return on_devices
 
     def key(self, value: Any) -> Any:
         return (value.__class__, tuple(value.shape), value.dtype, value.device)

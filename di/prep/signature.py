@@ -193,13 +193,28 @@ def _tree_key(structure: Structure, keys: Sequence[KeyFunction]) -> KeyFunction:
     return key
 
 
-def _tree_matcher(structure: Structure, matchers: Sequence[Matcher]) -> Matcher:
+def _tree_matcher(structure: Structure, leaves_match: Callable[[Sequence[Any]], bool]) -> Matcher:
     """A predicate recognising pytrees of ``structure`` whose leaves match, in plain
     Python (a compiler tracing a prepared call follows it)."""
 
     def matches(given: Any) -> bool:
         leaves = structure.leaves(given)
-        return leaves is not None and all(match(leaf) for match, leaf in zip(matchers, leaves))
+        return leaves is not None and leaves_match(leaves)
+
+    return matches
+
+
+def _leaves_matcher(leaves: Sequence[Any]) -> Callable[[Sequence[Any]], bool]:
+    """A predicate recognising sequences of leaves like ``leaves``: their family's
+    one loop when they are arrays of one family (the common pytree ``x``), else
+    each leaf's matcher."""
+    names = {family_of(leaf) for leaf in leaves}
+    if len(names) == 1 and None not in names:
+        return get_family(names.pop()).leaves_matcher(leaves)  # type: ignore[arg-type]
+    matchers = [matcher_for(leaf, key_function(leaf)) for leaf in leaves]
+
+    def matches(given: Sequence[Any]) -> bool:
+        return all(match(leaf) for match, leaf in zip(matchers, given))
 
     return matches
 
@@ -233,8 +248,7 @@ def matcher_for(value: Any, key: KeyFunction) -> Matcher:
         if is_pytree(value):
             leaves, spec = tree_flatten(value)
             if not spec.is_leaf():
-                matchers = [matcher_for(leaf, key_function(leaf)) for leaf in leaves]
-                return _tree_matcher(Structure(value), matchers)
+                return _tree_matcher(Structure(value), _leaves_matcher(leaves))
         expected = key(value)
         return lambda given: bool(key(given) == expected)
     return get_family(family).matcher(value)

@@ -187,7 +187,7 @@ class _ReverseRules(_Rules):
     output computed from ``x`` requires grad."""
 
     def is_traced(self, y: Any, x: Any) -> bool:
-        first = x[0] if isinstance(x, list) and x else x  # the leaves of a pytree x
+        first = x[0] if isinstance(x, (list, tuple)) and x else x  # the leaves of a pytree x
         return not (isinstance(first, torch.Tensor) and first.requires_grad) or bool(getattr(y, "requires_grad", False))
 
 

@@ -42,7 +42,7 @@ from di.errors import UnsupportedContextError
 from di.families import converter, family_of, identity
 from di.pytrees import Structure, is_pytree, tree_flatten
 
-__all__ = ["EagerPrograms", "Leaves", "Reverse", "alias", "example_cotangent", "gradient_backward"]
+__all__ = ["EagerPrograms", "Reverse", "alias", "example_cotangent", "gradient_backward"]
 
 Backward = Callable[[Any, Any, Any, bool], Any]
 """``backward(y, inputs, cotangents, create_graph)``: the result of one reverse pass,
@@ -51,14 +51,9 @@ them for a pytree ``x``) and the call's cotangents (``None`` for a scalar ``f``)
 with ``create_graph``, the result is itself differentiable."""
 
 
-class Leaves(list):  # type: ignore[type-arg]
-    """The differentiated leaves of a pytree ``x``, with its structure."""
-
-    __slots__ = ("structure",)
-
-    def __init__(self, leaves: list[Any], structure: Structure) -> None:
-        super().__init__(leaves)
-        self.structure = structure
+_AliasCache = tuple[list["weakref.ref[Any]"], "tuple[Any, ...] | None", list[int], list[bool]]
+"""The last call's tensors (weakly), the leaves differentiated for them (``None`` for
+those used as they are), their data pointers, and which were used as they are."""
 
 
 class Reverse:
@@ -103,10 +98,12 @@ class Reverse:
         self.torch_leaves = self.tree and all(family_of(leaf) == "torch" for leaf in tree_flatten(x)[0])
         self.to_torch_x = adapter.input_converters([x])[0]
         self.keeps_graph = adapter.selector.create_graph
-        self._aliases: tuple[list[weakref.ref[Any]], Leaves | None, list[int]] = ([], None, [])
+        # A compiled f guards on its inputs' classes: it keeps taking aliases (plain tensors).
+        self.own_leaves = not adapter.compiled
+        self._aliases: _AliasCache = ([], None, [], [])
 
     def _forget(self, _: Any) -> None:
-        self._aliases = ([], None, [])
+        self._aliases = ([], None, [], [])
 
     def tree_leaves(self, x: Any) -> tuple[list[Any], Structure]:
         """The leaves of a pytree ``x`` (one flatten per call) and its structure."""
@@ -118,28 +115,51 @@ class Reverse:
             structure = Structure(x)
         return leaves, structure
 
-    def tree_inputs(self, leaves: list[Any], structure: Structure, connect: bool = False) -> tuple[Any, Leaves]:
+    def tree_inputs(
+        self, x: Any, leaves: list[Any], structure: Structure, connect: bool = False
+    ) -> tuple[Any, tuple[Any, ...]]:
         """``(argument of f, differentiated leaves)`` for a call at a pytree ``x``
         whose leaves are ``leaves`` (a tensor ``x`` is its own single alias, made
-        inline on the hot path). The detached aliases of the last call's tensors are
-        used again while the caller passes the same tensors (the same storage): a
-        training loop's parameters are detached once, not at every call."""
+        inline on the hot path).
+
+        Unconnected to the caller's graph, a leaf tensor that requires grad (a
+        model's parameter) is differentiated as it is, as ``torch.autograd.grad``
+        does (its ``.grad`` is left alone); when every leaf is, ``f`` takes the
+        caller's own ``x``. The others get detached aliases, used again while the
+        caller passes the same tensors (the same storage): a training loop's
+        tensors are detached once, not at every call."""
         if not connect and self.torch_leaves:
-            sources, cached, addresses = self._aliases
-            if cached is not None and len(sources) == len(leaves) and _same_tensors(sources, addresses, leaves):
-                return structure.unflatten(cached), cached
-            aliases = Leaves([leaf(t) for t in leaves], structure)
-            addresses = [t.data_ptr() for t in leaves]
-            if all(a.data_ptr() == address for a, address in zip(aliases, addresses)):
-                # Kept only when they share the tensors' memory (an inference tensor's is a
-                # copy, which a later write would leave stale). The caller's tensors are held
-                # weakly, and the aliases dropped as soon as one is freed: the prep keeps no data.
-                forget = self._forget
-                self._aliases = ([weakref.ref(t, forget) for t in leaves], aliases, addresses)
-            return structure.unflatten(aliases), aliases
+            if self.own_leaves:
+                if _differentiable_as_is(leaves):
+                    return x, tuple(leaves)
+                owned = [t.requires_grad and _differentiable_as_is((t,)) for t in leaves]
+            else:
+                owned = [False] * len(leaves)
+            differentiated = self._aliased(leaves, owned)
+            return structure.unflatten(differentiated), differentiated
         tensors = leaves if self.torch_leaves else [converter(family_of(item), "torch")(item) for item in leaves]
-        differentiated = Leaves([alias(t, connect) for t in tensors], structure)
+        differentiated = tuple(alias(t, connect) for t in tensors)
         return structure.unflatten(differentiated), differentiated
+
+    def _aliased(self, leaves: list[Any], owned: list[bool]) -> tuple[Any, ...]:
+        """The leaves to differentiate: those ``owned`` as they are, the others as
+        detached aliases (those of the last call while its tensors come again)."""
+        sources, cached, addresses, cached_owned = self._aliases
+        if cached is not None and cached_owned == owned and _same_tensors(sources, addresses, leaves):
+            if not any(owned):
+                return cached
+            return tuple(t if own else a for t, a, own in zip(leaves, cached, owned))
+        differentiated = tuple(t if own else leaf(t) for t, own in zip(leaves, owned))
+        addresses = [t.data_ptr() for t in leaves]
+        if all(own or a.data_ptr() == address for a, own, address in zip(differentiated, owned, addresses)):
+            # Kept only when the aliases share the tensors' memory (an inference tensor's is a
+            # copy, which a later write would leave stale). The caller's tensors are held weakly
+            # (those used as they are, not at all), and the aliases dropped as soon as one is
+            # freed: the prep keeps no data.
+            forget = self._forget
+            kept = tuple(None if own else a for a, own in zip(differentiated, owned))
+            self._aliases = ([weakref.ref(t, forget) for t in leaves], kept, addresses, owned)
+        return differentiated
 
     def wants_graph(self, x: Any, cotangents: Any, values: Sequence[Any], leaves: Sequence[Any] = ()) -> bool:
         """Whether this call's results must carry the caller's graph (grad mode is
@@ -183,7 +203,7 @@ class Reverse:
         def call(x: Any, cotangents: Any, values: Sequence[Any], connect: bool, leaves: Any = None) -> Any:
             if tree:
                 flat, structure = leaves or tree_leaves(x)
-                argument, differentiated = tree_inputs(flat, structure, connect)
+                argument, differentiated = tree_inputs(x, flat, structure, connect)
             elif connect:
                 argument = differentiated = alias(x if to_torch_x is identity else to_torch_x(x), True)
             else:
@@ -206,6 +226,8 @@ class Reverse:
                 if caches:
                     for i in caches:
                         values[i].detach_()
+            if tree:
+                result = structure.unflatten(result)
             if with_value:
                 value = y if connect else y.detach()
                 result = (value.reshape(()) if scalar and value.ndim else value), result
@@ -248,8 +270,69 @@ class Reverse:
                 raise di_error from err
 
         if tree:  # results are rebuilt with x's own structure (its dict order kept)
-            run.keeps_x_structure = True  # type: ignore[attr-defined]
+            parameters = self._parameters_program(backward, run, with_value, traced)
+            program = run if parameters is None else parameters
+            program.keeps_x_structure = True  # type: ignore[attr-defined]
+            return program
         return run_plain if plain_x and not caches else run
+
+    def _parameters_program(
+        self,
+        backward: Backward,
+        run: Callable[..., Any],
+        with_value: bool,
+        traced: Callable[..., Any] | None,
+    ) -> Callable[..., Any] | None:
+        """The hot path of a gradient at a model's parameters (a pytree ``x`` of leaf
+        tensors that require grad, unconnected to the caller's graph): what
+        ``torch.autograd.grad`` on them is, and little else; ``run`` serves every
+        other call. ``None`` where the prep cannot take it (a compiled ``f``,
+        ``create_graph`` left on, contexts to convert or write, ``aux``, tangents)."""
+        if self.keeps_graph or not self.own_leaves or not self.torch_leaves or self.convert_any:
+            return None
+        if self.caches or self.has_aux or self.operator != "gradient" or self.structure is None:
+            return None
+        f, backend, operator, structure = self.f, self.backend, self.operator, self.structure
+        leaves_of, unflatten = structure.leaves, structure.unflatten
+        tensor, is_grad_enabled, conversions = torch.Tensor, torch.is_grad_enabled, REVERSE_RULES.conversion_errors
+        is_compiling, transforms_active = dynamo_compiling, torch._C._are_functorch_transforms_active
+
+        def run_parameters(x: Any, *values: Any) -> Any:
+            if not is_grad_enabled() or (traced is not None and (is_compiling() or transforms_active())):
+                return run(x, *values)
+            leaves = leaves_of(x)
+            if leaves is None or not _differentiable_as_is(leaves):
+                return run(x, *values)
+            differentiated = tuple(leaves)
+            try:
+                y = f(x, *values)
+                if y.__class__ is not tensor or not y.requires_grad:
+                    y = check_output(y, differentiated, backend, operator, REVERSE_RULES)
+                result = unflatten(backward(y, differentiated, None, False))
+            except conversions as err:  # torch refused NumPy inside f: say why
+                di_error = translated(err, backend, operator, REVERSE_RULES)
+                if di_error is err:
+                    raise
+                raise di_error from err
+            if with_value:
+                value = y.detach()
+                return (value.reshape(()) if value.ndim else value), result
+            return result
+
+        return run_parameters
+
+
+def _differentiable_as_is(tensors: Sequence[Any]) -> bool:
+    """Whether ``torch.autograd.grad`` may differentiate with respect to each of
+    ``tensors`` itself, unconnected to the caller's graph: a leaf that requires
+    grad, as a model's parameter is; not a non-leaf (its gradient would be taken
+    into the graph that made it), not an inference tensor (autograd cannot save
+    those), not one with hooks of the caller's (they would run, and could change
+    the result). One loop: it runs at every call."""
+    for t in tensors:
+        if not (t.requires_grad and t.is_leaf and t._backward_hooks is None and not t.is_inference()):
+            return False
+    return True
 
 
 def _same_tensors(sources: Sequence[Any], addresses: Sequence[int], tensors: Sequence[Any]) -> bool:
@@ -293,17 +376,18 @@ def gradient_backward(backend: Any, tree: bool = False) -> Backward:
             raise
         return torch.zeros_like(differentiated) if g is None else g
 
-    def tree_backward(y: Any, leaves: Leaves, cotangents: Any, create_graph: bool) -> Any:
+    def tree_backward(y: Any, leaves: tuple[Any, ...], cotangents: Any, create_graph: bool) -> Any:
         if not leaves:
-            return leaves.structure.unflatten([])
+            return ()
         try:
             grads = grad(y, leaves, allow_unused=True, create_graph=create_graph)
         except RuntimeError:
             check_output(y, leaves, backend, "gradient", REVERSE_RULES)
             raise
-        if any(d is None for d in grads):  # f does not use some leaves: zeros, as for an array x
-            return leaves.structure.unflatten([torch.zeros_like(a) if d is None else d for a, d in zip(leaves, grads)])
-        return leaves.structure.unflatten(grads)
+        for d in grads:
+            if d is None:  # f does not use some leaves: zeros, as for an array x
+                return tuple(torch.zeros_like(a) if d is None else d for a, d in zip(leaves, grads))
+        return grads
 
     return tree_backward if tree else backward
 
