@@ -412,3 +412,18 @@ def test_a_non_strict_prep_given_other_keys_keeps_them(backend: Any) -> None:
     assert set(g) == {"c", "w"}
     np.testing.assert_allclose(_numpy(g["c"]), [3.0, 12.0])
     np.testing.assert_allclose(_numpy(g["w"]), [6.0])
+
+
+def test_compiled_torch_results_keep_the_dict_order_of_x() -> None:
+    """torch.func takes a dict of tensors as it is and returns it in x's key order
+    (which is not sorted here), for both forms of the gradient."""
+    backend = di.AutoTorch(compile=True, compile_options={"backend": "eager"})
+    p = _tree("torch", [1.0, 2.0], [0.5])
+    assert list(p) == ["w", "b"]
+    prep = di.prepare_gradient(weighted, backend, p, di.Constant(2.0))
+    g = di.gradient(weighted, prep, backend, p, di.Constant(2.0))
+    y, g2 = di.value_and_gradient(weighted, prep, backend, p, di.Constant(2.0))
+    assert list(g) == list(g2) == ["w", "b"]
+    np.testing.assert_allclose(_numpy(g["w"]), [4.0, 8.0])
+    np.testing.assert_allclose(_numpy(g2["b"]), [0.75])
+    np.testing.assert_allclose(_numpy(y), 2.0 * 5.0 + 0.125)

@@ -152,9 +152,12 @@ class FuncPrograms:
         }
         if fast is not None:
             return fast(traced)
+        # Inputs taken as they are (nothing to convert or detach, no tangents, no lock):
+        # the function itself, two Python calls fewer per prepared call.
+        as_given = keeps_graph and to_torch_x is identity and not convert_any and not with_tangents and not locked
         programs = {}
         for name, function in zip(names, (plain_function, full_function)):
-            program = _run(function, arguments, with_tangents, locked)
+            program = function if as_given else _run(function, arguments, with_tangents, locked)
             programs[name] = adapter.counted(_dispatching(program, traced[name]), contexts, lead)
         return programs
 
@@ -238,9 +241,13 @@ class FuncPrograms:
             g, y = _func.grad_and_value(checked)(leaves_of(x), *values)
             return y, rebuilt(g)
 
-        return self._programs(
+        programs = self._programs(
             gradient, value_and_gradient, x, None, contexts, names, locked=False, fast=fast, refuse_breaks=False
         )
+        if fast is None and structure is None and is_pytree(x):  # torch.func returns x's own structure
+            for program in programs.values():
+                program.keeps_x_structure = True  # type: ignore[attr-defined]
+        return programs
 
     def pullback(
         self, f: Callable[..., Any], x: Any, ty: Sequence[Any], contexts: Sequence[Context], has_aux: bool
