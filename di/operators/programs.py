@@ -21,7 +21,7 @@ from di.contexts import Constant, Context
 from di.errors import InvalidInputError, UnsupportedOperatorError
 from di.families import converter, family_of, get_family, identity
 from di.operators.table import Operator
-from di.prep.base import finished
+from di.prep.base import finished, split_finish
 from di.prep.signature import checks_arguments, tracing
 from di.pytrees import Raveler, is_pytree, tree_flatten, tree_map, tree_unflatten
 
@@ -193,6 +193,7 @@ def _tree_converter(source: ProgramSource, family: str) -> Callable[[Any], Any]:
     def convert(result: Any) -> Any:
         return source.tree_map(leaf_converter, result)
 
+    convert.convert_leaf = leaf_converter  # type: ignore[attr-defined]
     return convert
 
 
@@ -229,6 +230,18 @@ def _in_x_order(operator: Operator, programs: Programs, x: Any, has_aux: bool) -
         places = operator.places_like_x(name)
         if not places or getattr(program, "keeps_x_structure", False) or ordered_like_any_engine:
             return program
+        inner, convert = split_finish(program)
+        convert_leaf = getattr(convert, "convert_leaf", None)
+        if places == (None,) and convert_leaf is not None and not has_aux:
+            # results converted leaf by leaf: converted and put in x's order in one pass
+
+            def converted_in_order(result: Any) -> Any:
+                leaves, result_spec = tree_flatten(result)
+                if result_spec != spec:  # another structure (a non-strict prep): converted as it is
+                    return convert(result)  # type: ignore[misc]
+                return tree_unflatten(spec, [convert_leaf(leaf) for leaf in leaves])
+
+            return finished(inner, converted_in_order)
 
         def in_order(result: Any) -> Any:
             for where in places:
