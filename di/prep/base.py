@@ -112,7 +112,7 @@ class Prep:
         self._x_fields: tuple[Any, Any, Any] | None = None if family is None else get_family(family).fields(x)
         self._n_contexts = len(contexts)
         self._context_matchers = tuple((check.wrapper, check.matcher) for check in context_checks)
-        self._values_matcher = _values_matcher([c.value for c in contexts], self._context_matchers)
+        self._values_matcher = _values_matcher([c.value for c in contexts])
         self.tangent_check = None if tangents is None else ArgumentCheck.of(tangent_label, tangents)
         self.tangent_matchers = () if tangents is None else tuple(matcher_for(t, key_function(t)) for t in tangents)
         self.same_point = same_point
@@ -253,21 +253,25 @@ class Prep:
 
             return run_with_one_context
 
-        # The wrappers compared as one list, the values in one loop of their family
-        # when they share one (torch reads each tensor's fields inline).
+        # Values that are arrays of one family: the wrappers compared as one list, the
+        # values in one loop of their family (torch reads each tensor's fields inline);
+        # otherwise one loop over both.
         wrappers, values_match = [wrapper for wrapper, _ in context_matchers], self._values_matcher
 
         def run(f: Any, backend: Any, x: Any, contexts: Sequence[Any]) -> Any:
             if strict:
                 try:
-                    values = [context.value for context in contexts]
                     ok = f is f0 and (backend is backend0 or backend == backend0) and len(contexts) == count
-                    ok = ok and list(map(type, contexts)) == wrappers and x_matches(x) and values_match(values)
+                    if values_match is None:
+                        ok = ok and x_matches(x) and _contexts_match(contexts, context_matchers)
+                    else:
+                        values = [context.value for context in contexts]
+                        ok = ok and list(map(type, contexts)) == wrappers and x_matches(x) and values_match(values)
                 except Exception:
                     ok = False
                 if not ok:
                     fail(f, backend, x, contexts)
-            else:
+            if values_match is None or not strict:
                 values = [context.value for context in contexts]
             result = program(x, *values)
             return result if finish is None else finish(result)
@@ -488,16 +492,13 @@ class Prep:
             )
 
 
-def _values_matcher(
-    values: Sequence[Any], matchers: Sequence[tuple[type | None, Any]]
-) -> Callable[[Sequence[Any]], bool]:
-    """A predicate recognising context values like ``values`` (as many), in one loop
-    of their family when they are arrays of one family, else matcher by matcher."""
+def _values_matcher(values: Sequence[Any]) -> Callable[[Sequence[Any]], bool] | None:
+    """A predicate recognising context values like ``values`` (as many) in one loop of
+    their family, when they are two or more arrays of one family; else ``None``."""
     families = {family_of(value) for value in values}
     if len(values) > 1 and len(families) == 1 and None not in families:
         return get_family(families.pop()).leaves_matcher(values)  # type: ignore[arg-type]
-    each = tuple(matches for _, matches in matchers)
-    return lambda given: all(matches(value) for matches, value in zip(each, given))
+    return None
 
 
 def _contexts_match(contexts: Sequence[Any], matchers: Sequence[tuple[type | None, Any]]) -> bool:
