@@ -427,3 +427,65 @@ def test_compiled_torch_results_keep_the_dict_order_of_x() -> None:
     np.testing.assert_allclose(_numpy(g["w"]), [4.0, 8.0])
     np.testing.assert_allclose(_numpy(g2["b"]), [0.75])
     np.testing.assert_allclose(_numpy(y), 2.0 * 5.0 + 0.125)
+
+
+def _di_functions_entered(call: Any) -> list[str]:
+    """The functions of di's own modules that ``call`` enters (``di.namespace``, which
+    ``f`` calls, aside), in order."""
+    import os
+    import sys
+
+    root = os.path.dirname(di.__file__) + os.sep
+    entered: list[str] = []
+
+    def profile(frame: Any, event: str, arg: Any) -> None:
+        filename = frame.f_code.co_filename
+        if event == "call" and filename.startswith(root) and not filename.endswith("namespace.py"):
+            entered.append(frame.f_code.co_name)
+
+    sys.setprofile(profile)
+    try:
+        call()
+    finally:
+        sys.setprofile(None)
+    return entered
+
+
+def _square_sum(x: Any) -> Any:
+    xp = di.array_namespace(x)
+    return xp.sum(x * x)
+
+
+def _tree_square_sum(p: Any) -> Any:
+    xp = di.array_namespace(p["a"])
+    return xp.sum(p["a"] ** 2) + xp.sum(p["b"] ** 2)
+
+
+@pytest.mark.parametrize(
+    ("case", "most"),
+    [("numpy x on AutoJAX(jit=True)", 2), ("jax x", 3), ("jax dict, sorted keys", 2), ("torch x", 6)],
+)
+def test_a_prepared_call_enters_few_functions_of_di(case: str, most: int) -> None:
+    """The prepared hot path in Python calls (what a call costs on top of the engine's,
+    0.1-0.5 us each on a slow core), counted rather than timed: the operator
+    function, the prep's runner, and what the engine's program needs."""
+    f: Any = _square_sum
+    if case.startswith("numpy x"):
+        backend, x = di.AutoJAX(jit=True), np.array([1.0, 2.0], dtype=np.float32)
+    elif case == "jax x":
+        backend, x = di.AutoJAX(jit=True), jnp.array([1.0, 2.0])
+    elif case.startswith("jax dict"):
+        backend, x, f = di.AutoJAX(jit=True), {"a": jnp.array([1.0, 2.0]), "b": jnp.array([3.0])}, _tree_square_sum
+    else:
+        backend, x = di.AutoTorch(), torch.tensor([1.0, 2.0])
+    prep = di.prepare_gradient(f, backend, x)
+    di.gradient(f, prep, backend, x)  # (a first call may compile)
+    results: list[Any] = []
+    entered = _di_functions_entered(lambda: results.append(di.gradient(f, prep, backend, x)))
+    assert entered[0] == "dispatch" and len(entered) <= most, entered
+    g = results[0]
+    np.testing.assert_allclose(_numpy(g["a"]) if isinstance(g, dict) else _numpy(g), [2.0, 4.0])
+    if isinstance(g, dict):
+        np.testing.assert_allclose(_numpy(g["b"]), [6.0])
+    if case.startswith("numpy x"):
+        assert isinstance(g, np.ndarray) and g.flags.writeable

@@ -318,6 +318,21 @@ class Prep:
                 result = rejected(f, backend, x, contexts, values)
             return result if finish is None else finish(result)
 
+        if count == 0:  # the common case, unrolled: no generator, no list of values
+
+            def run_without_contexts_checked_by_program(f: Any, backend: Any, x: Any, contexts: Sequence[Any]) -> Any:
+                if contexts:  # contexts the prep was not made with: the general runner's answer
+                    return run_checked_by_program(f, backend, x, contexts)
+                if strict and not (f is f0 and (backend is backend0 or backend == backend0)):
+                    fail(f, backend, x, contexts)
+                try:
+                    result = call(x)
+                except refused:
+                    result = rejected(f, backend, x, contexts, ())
+                return result if finish is None else finish(result)
+
+            return run_without_contexts_checked_by_program
+
         if count == 1:
             (wrapper1,) = wrappers
 
