@@ -257,7 +257,10 @@ class Reverse:
                 return run(x, *args)
             if traced is not None and (is_compiling() or transforms_active()):
                 return traced(x, *args)
-            argument = leaf(x)
+            try:  # leaf(x), inline: the common case is one detach
+                argument = x.detach().requires_grad_()
+            except RuntimeError:  # an inference tensor: leaf clones it
+                argument = leaf(x)
             try:
                 y = f(argument)
                 if y.__class__ is not tensor or not y.requires_grad or (accept is not None and not accept(y)):
