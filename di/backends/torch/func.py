@@ -118,13 +118,15 @@ class FuncPrograms:
                 return (xt, (like(tangents[0], xt),), *values)
             return (xt, tuple(like(t, xt) for t in tangents), *values)
 
-        def arguments(x: Any, tangents: Sequence[Any] | None, values: Sequence[Any]) -> tuple[Any, ...]:
-            if not keeps_graph:  # results never carry the caller's graph
-                x = x.detach() if requires_grad(x) else x
-                values = [v.detach() if requires_grad(v) else v for v in values]
-                if tangents is not None:
-                    tangents = [t.detach() if requires_grad(t) else t for t in tangents]
+        def detached_arguments(x: Any, tangents: Sequence[Any] | None, values: Sequence[Any]) -> tuple[Any, ...]:
+            # results never carry the caller's graph
+            x = x.detach() if requires_grad(x) else x
+            values = [v.detach() if requires_grad(v) else v for v in values]
+            if tangents is not None:
+                tangents = [t.detach() if requires_grad(t) else t for t in tangents]
             return traced_arguments(x, tangents, values)
+
+        arguments = traced_arguments if keeps_graph else detached_arguments
 
         plain_function, full_function = plain_core, full_core
         if adapter.compiles_now() and fast is None:
@@ -466,11 +468,11 @@ def _run(
     threads must take turns. ``traced``: the program runs inside a transform,
     where a compiler tracing the call takes no lock (it cannot follow one)."""
     lock = _FORWARD_MODE_LOCK if locked else None
-    compiling = dynamo_compiling if traced else _never
+    compiling = dynamo_compiling
     if with_tangents:
 
         def run_with_tangents(x: Any, tangents: Sequence[Any], *values: Any) -> Any:
-            if lock is None or compiling():
+            if lock is None or (traced and compiling()):
                 return function(*arguments(x, tangents, values))
             with lock:
                 return function(*arguments(x, tangents, values))
@@ -478,7 +480,7 @@ def _run(
         return run_with_tangents
 
     def run(x: Any, *values: Any) -> Any:
-        if lock is None or compiling():
+        if lock is None or (traced and compiling()):
             return function(*arguments(x, None, values))
         with lock:
             return function(*arguments(x, None, values))
@@ -585,10 +587,6 @@ def _no_view(x: Any) -> Any:
     """``x``, copied while dynamo compiles: its fake tensors fail nested forward
     mode on a view (``x[0]``) once a first such graph was compiled in the process."""
     return x.clone() if dynamo_compiling() else x
-
-
-def _never() -> bool:
-    return False
 
 
 def _dispatching(program: Callable[..., Any], traced: Callable[..., Any]) -> Callable[..., Any]:
