@@ -163,7 +163,19 @@ class Family:
         """A predicate recognising sequences of arrays like ``values``, each as
         :meth:`matcher` recognises it, in one loop: the hot path of a strict
         prepared call with a pytree ``x`` (the caller gives as many arrays as
-        ``values``). By default the arrays' own matchers, one after the other."""
+        ``values``). By default each array's :meth:`fields` read inline where it
+        has them, else the arrays' own matchers, one after the other."""
+        found = [self.fields(value) for value in values]
+        specs: list[tuple[Any, Any, Any]] = [spec for spec in found if spec is not None]
+        if len(specs) == len(found):
+
+            def fields_match(given: Sequence[Any]) -> bool:
+                for array, (cls, shape, dtype) in zip(given, specs):
+                    if array.__class__ is not cls or array.shape != shape or array.dtype != dtype:
+                        return False
+                return True
+
+            return fields_match
         matchers = tuple(self.matcher(value) for value in values)
 
         def matches(given: Sequence[Any]) -> bool:

@@ -129,9 +129,6 @@ class JaxFamily(Family):
 
         return matches
 
-    def fields(self, value: Any) -> tuple[type, Any, Any] | None:
-        return None  # the matcher compares the weak type too, and takes tracers alike
-
     def key(self, value: Any) -> Any:
         aval = value.aval
         return ("jax", tuple(aval.shape), str(aval.dtype), bool(aval.weak_type))

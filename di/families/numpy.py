@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from types import ModuleType
 from typing import Any
 
@@ -48,19 +48,6 @@ class NumpyFamily(Family):
                 and (given.shape == () and given.dtype == dtype)
             )
         return lambda given: given.__class__ is cls and given.shape == shape and given.dtype == dtype
-
-    def leaves_matcher(self, values: Sequence[Any]) -> Callable[[Sequence[Any]], bool]:
-        if any(value.shape == () for value in values):  # (0-d arrays also match NumPy scalars)
-            return super().leaves_matcher(values)
-        specs = tuple((value.__class__, value.shape, value.dtype) for value in values)
-
-        def matches(given: Sequence[Any]) -> bool:  # one loop, the fields read inline
-            for array, (cls, shape, dtype) in zip(given, specs):
-                if array.__class__ is not cls or array.shape != shape or array.dtype != dtype:
-                    return False
-            return True
-
-        return matches
 
     def fields(self, value: Any) -> tuple[type, Any, Any] | None:
         if value.shape == ():  # (the matcher also takes NumPy scalars for 0-d arrays)

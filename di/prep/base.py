@@ -20,6 +20,7 @@ from di.prep.signature import (
     key_function,
     matcher_for,
     mismatch_error,
+    one_family_matcher,
 )
 
 if TYPE_CHECKING:
@@ -103,16 +104,17 @@ class Prep:
         self.backend = backend
         self.strict = strict
         self.programs = programs
-        self.x_spec: ArraySpec | None = spec_of(x) if family_of(x) is not None else None
+        family = family_of(x)
+        self.x_spec: ArraySpec | None = spec_of(x) if family is not None else None
         x_check = ArgumentCheck.of("x", x)
         context_checks = [ArgumentCheck.of(f"context {i}", c.value, type(c)) for i, c in enumerate(contexts, start=1)]
         self.checks = (x_check, *context_checks)
         self._x_matcher = x_check.matcher
-        family = family_of(x)
         self._x_fields: tuple[Any, Any, Any] | None = None if family is None else get_family(family).fields(x)
         self._n_contexts = len(contexts)
         self._context_matchers = tuple((check.wrapper, check.matcher) for check in context_checks)
-        self._values_matcher = _values_matcher([c.value for c in contexts])
+        # two or more context values of one family: compared in one loop of their family
+        self._values_matcher = one_family_matcher([c.value for c in contexts]) if len(contexts) > 1 else None
         self.tangent_check = None if tangents is None else ArgumentCheck.of(tangent_label, tangents)
         self.tangent_matchers = () if tangents is None else tuple(matcher_for(t, key_function(t)) for t in tangents)
         self.same_point = same_point
@@ -505,15 +507,6 @@ class Prep:
             raise OutBufferError(
                 f"out does not fit the {what}: it must be {spec.describe()} {like}, not {out_spec.describe()}."
             )
-
-
-def _values_matcher(values: Sequence[Any]) -> Callable[[Sequence[Any]], bool] | None:
-    """A predicate recognising context values like ``values`` (as many) in one loop of
-    their family, when they are two or more arrays of one family; else ``None``."""
-    families = {family_of(value) for value in values}
-    if len(values) > 1 and len(families) == 1 and None not in families:
-        return get_family(families.pop()).leaves_matcher(values)  # type: ignore[arg-type]
-    return None
 
 
 def _contexts_match(contexts: Sequence[Any], matchers: Sequence[tuple[type | None, Any]]) -> bool:

@@ -30,6 +30,7 @@ __all__ = [
     "concrete",
     "key_function",
     "mismatch_error",
+    "one_family_matcher",
     "register_traced_type",
     "traced_type",
     "tracing",
@@ -204,13 +205,23 @@ def _tree_matcher(structure: Structure, leaves_match: Callable[[Sequence[Any]], 
     return matches
 
 
+def one_family_matcher(values: Sequence[Any]) -> Callable[[Sequence[Any]], bool] | None:
+    """A predicate recognising sequences of arrays like ``values`` in one loop of
+    their family (:meth:`di.Family.leaves_matcher`), when they are arrays of one
+    family; else ``None``."""
+    names = {family_of(value) for value in values}
+    if len(names) == 1 and None not in names:
+        return get_family(names.pop()).leaves_matcher(values)  # type: ignore[arg-type]
+    return None
+
+
 def _leaves_matcher(leaves: Sequence[Any]) -> Callable[[Sequence[Any]], bool]:
     """A predicate recognising sequences of leaves like ``leaves``: their family's
     one loop when they are arrays of one family (the common pytree ``x``), else
     each leaf's matcher."""
-    names = {family_of(leaf) for leaf in leaves}
-    if len(names) == 1 and None not in names:
-        return get_family(names.pop()).leaves_matcher(leaves)  # type: ignore[arg-type]
+    same_family = one_family_matcher(leaves)
+    if same_family is not None:
+        return same_family
     matchers = [matcher_for(leaf, key_function(leaf)) for leaf in leaves]
 
     def matches(given: Sequence[Any]) -> bool:
