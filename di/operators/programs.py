@@ -210,10 +210,12 @@ def _in_x_order(operator: Operator, programs: Programs, x: Any, has_aux: bool) -
     if spec.is_leaf():  # a node only the engine knows: keep the engine's structure
         return programs
 
-    def restructure(tree: Any) -> Any:
+    def restructure(tree: Any, convert_leaf: Callable[[Any], Any] | None = None) -> Any:
         leaves, tree_spec = tree_flatten(tree)
         if tree_spec != spec:  # (equal specs may differ in dict key order, which is what is fixed)
             raise _OtherStructure
+        if convert_leaf is not None:
+            leaves = [convert_leaf(leaf) for leaf in leaves]
         return tree_unflatten(spec, leaves)
 
     def fix(result: Any, where: Any) -> Any:
@@ -236,10 +238,10 @@ def _in_x_order(operator: Operator, programs: Programs, x: Any, has_aux: bool) -
             # results converted leaf by leaf: converted and put in x's order in one pass
 
             def converted_in_order(result: Any) -> Any:
-                leaves, result_spec = tree_flatten(result)
-                if result_spec != spec:  # another structure (a non-strict prep): converted as it is
+                try:
+                    return restructure(result, convert_leaf)
+                except _OtherStructure:  # a non-strict prep called with another x: converted as it is
                     return convert(result)  # type: ignore[misc]
-                return tree_unflatten(spec, [convert_leaf(leaf) for leaf in leaves])
 
             return finished(inner, converted_in_order)
 

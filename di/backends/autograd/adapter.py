@@ -227,16 +227,13 @@ class AutogradAdapter(Adapter):
                 values = tuple(convert(v) for convert, v in zip(convert_contexts, values))
             return x, values
 
+        converts = convert_x or convert_any  # (the common case converts nothing: no call to arguments)
+
         def gradient(x: Any, *values: Any) -> Any:
-            x, values = arguments(x, values)
+            if converts:
+                x, values = arguments(x, values)
             g = grad(x, *values)
             return g if g.__class__ is np.ndarray and g.dtype == x.dtype else _array(g, dtype=x.dtype)
-
-        if not convert_x and not convert_any:  # the common case: no conversion, one Python call fewer
-
-            def gradient(x: Any, *values: Any) -> Any:
-                g = grad(x, *values)
-                return g if g.__class__ is np.ndarray and g.dtype == x.dtype else _array(g, dtype=x.dtype)
 
         def value_and_gradient(x: Any, *values: Any) -> Any:
             x, values = arguments(x, values)
