@@ -46,6 +46,7 @@ __all__ = [
     "is_real_scalar",
     "output_leaf_shapes",
     "raise_bad_output",
+    "raise_translated",
     "raise_untraced_output",
     "translated",
     "untraced_output_error",
@@ -294,6 +295,15 @@ def translated(error: BaseException, backend: AbstractBackend, operator: str, ru
     return error
 
 
+def raise_translated(error: BaseException, backend: AbstractBackend, operator: str, rules: OutputRules) -> NoReturn:
+    """Raise the :func:`translated` ``di`` error of ``error``, chained to it, or
+    ``error`` itself (its type and message kept) when there is none."""
+    di_error = translated(error, backend, operator, rules)
+    if di_error is error:
+        raise error
+    raise di_error from error
+
+
 class OutputRules:
     """How one engine's outputs are inspected: subclass it in the engine's module.
 
@@ -434,10 +444,7 @@ def checking(
         try:
             output = f(x, *values)
         except conversions as err:
-            di_error = translated(err, backend, operator, rules)
-            if di_error is err:
-                raise
-            raise di_error from err
+            raise_translated(err, backend, operator, rules)
         if not has_aux:
             if accept is not None and accept(output):
                 return output

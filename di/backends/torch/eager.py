@@ -24,7 +24,7 @@ import torch
 from di.backends import fallbacks
 from di.backends.aux import split_output
 from di.backends.compile import static_argnums
-from di.backends.outputs import check_output, translated
+from di.backends.outputs import check_output, raise_translated
 from di.backends.protocol import Programs
 from di.backends.torch.common import (
     REVERSE_RULES,
@@ -218,10 +218,7 @@ class Reverse:
                     y = check_output(y, differentiated, backend, operator, REVERSE_RULES)
                 result = backward(y, differentiated, cotangents, connect)
             except conversions as err:  # torch refused NumPy inside f: say why
-                di_error = translated(err, backend, operator, REVERSE_RULES)
-                if di_error is err:
-                    raise
-                raise di_error from err
+                raise_translated(err, backend, operator, REVERSE_RULES)
             finally:
                 if caches:
                     for i in caches:
@@ -267,10 +264,7 @@ class Reverse:
                     y = check_output(y, argument, backend, operator, REVERSE_RULES)
                 return backward(y, argument, args[0] if lead else None, False)
             except conversions as err:  # torch refused NumPy inside f: say why
-                di_error = translated(err, backend, operator, REVERSE_RULES)
-                if di_error is err:
-                    raise
-                raise di_error from err
+                raise_translated(err, backend, operator, REVERSE_RULES)
 
         if tree:  # results are rebuilt with x's own structure (its dict order kept)
             parameters = self._parameters_program(backward, run, with_value, traced)
@@ -313,10 +307,7 @@ class Reverse:
                     y = check_output(y, differentiated, backend, operator, REVERSE_RULES)
                 result = unflatten(backward(y, differentiated, None, False))
             except conversions as err:  # torch refused NumPy inside f: say why
-                di_error = translated(err, backend, operator, REVERSE_RULES)
-                if di_error is err:
-                    raise
-                raise di_error from err
+                raise_translated(err, backend, operator, REVERSE_RULES)
             if with_value:
                 value = y.detach()
                 return (value.reshape(()) if value.ndim else value), result
