@@ -3,9 +3,9 @@
 A pytree ``x`` on ``AutoJAX(jit=True)`` is compared by the compiled executable (a
 strict prep still reports the differing leaf; a non-strict one compiles again);
 eager torch differentiates the caller's parameters (leaf tensors that require grad)
-as they are, as ``torch.autograd.grad`` does, and reuses the detached aliases of its
-other tensors while they are the same tensors on the same memory, holding them only
-weakly; flat containers are flattened and rebuilt in one step.
+as they are, as ``torch.autograd.grad`` does, and its other tensors through detached
+aliases made at each call (the prep holds none); flat containers are flattened and
+rebuilt in one step.
 """
 
 from __future__ import annotations
@@ -322,10 +322,14 @@ def test_inference_tensors_updated_in_place_give_fresh_gradients() -> None:
 
 
 def test_a_torch_prep_holds_no_tensors_once_they_are_freed() -> None:
+    """Plain tensors are differentiated through detached aliases made at each call
+    (a write into a tensor between calls is seen), and nothing of a call outlives it."""
     seen: list[Any] = []  # weak references to what f was given: the detached aliases of p's tensors
+    pointers: list[int] = []
 
     def f(p: Any, c: Any) -> Any:
         seen[:] = [weakref.ref(t) for t in p.values()]
+        pointers[:] = [t.data_ptr() for t in p.values()]
         return weighted(p, c)
 
     backend, c = di.AutoTorch(create_graph=False), di.Constant(2.0)
@@ -333,13 +337,17 @@ def test_a_torch_prep_holds_no_tensors_once_they_are_freed() -> None:
     prep = di.prepare_gradient(f, backend, p, c)
     di.gradient(f, prep, backend, p, c)
     first = list(seen)
-    di.gradient(f, prep, backend, p, c)
-    assert all(now() is before() is not None for now, before in zip(seen, first))  # kept for the next call...
-    alive = [weakref.ref(t) for t in p.values()]
-    del p
     gc.collect()
-    assert all(ref() is None for ref in alive)
-    assert all(ref() is None for ref in seen)  # ... and dropped with the caller's tensors (they share memory)
+    assert all(ref() is None for ref in first)  # the first call's aliases died with it
+    p["w"].mul_(2.0)  # a write the next call sees: its aliases share p's memory
+    g = di.gradient(f, prep, backend, p, c)
+    assert pointers == [t.data_ptr() for t in p.values()] and seen[0]() is not p["w"]
+    np.testing.assert_allclose(g["w"].numpy(), [8.0, 16.0])
+    alive = [weakref.ref(t) for t in p.values()]
+    del p, g
+    gc.collect()
+    assert all(ref() is None for ref in alive)  # the prep holds none of the caller's tensors
+    assert all(ref() is None for ref in seen)
     g = di.gradient(f, prep, backend, _tree("torch", [3.0, 1.0], [2.0]), c)
     np.testing.assert_allclose(g["w"].numpy(), [12.0, 4.0])
 

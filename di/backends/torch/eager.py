@@ -15,7 +15,6 @@ pushforwards from pullbacks, hvp by reverse over reverse.
 
 from __future__ import annotations
 
-import weakref
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -49,11 +48,6 @@ Backward = Callable[[Any, Any, Any, bool], Any]
 from ``f``'s checked output ``y``, the differentiated inputs (a tensor, or a list of
 them for a pytree ``x``) and the call's cotangents (``None`` for a scalar ``f``);
 with ``create_graph``, the result is itself differentiable."""
-
-
-_AliasCache = tuple[list["weakref.ref[Any]"], "tuple[Any, ...] | None", list[int], list[bool]]
-"""The last call's tensors (weakly), the leaves differentiated for them (``None`` for
-those used as they are), their data pointers, and which were used as they are."""
 
 
 class Reverse:
@@ -100,10 +94,6 @@ class Reverse:
         self.keeps_graph = adapter.selector.create_graph
         # A compiled f guards on its inputs' classes: it keeps taking aliases (plain tensors).
         self.own_leaves = not adapter.compiled
-        self._aliases: _AliasCache = ([], None, [], [])
-
-    def _forget(self, _: Any) -> None:
-        self._aliases = ([], None, [], [])
 
     def tree_leaves(self, x: Any) -> tuple[list[Any], Structure]:
         """The leaves of a pytree ``x`` (one flatten per call) and its structure."""
@@ -125,41 +115,19 @@ class Reverse:
         Unconnected to the caller's graph, a leaf tensor that requires grad (a
         model's parameter) is differentiated as it is, as ``torch.autograd.grad``
         does (its ``.grad`` is left alone); when every leaf is, ``f`` takes the
-        caller's own ``x``. The others get detached aliases, used again while the
-        caller passes the same tensors (the same storage): a training loop's
-        tensors are detached once, not at every call."""
+        caller's own ``x``. The others get detached aliases (no copy), made at each
+        call as a torch user's loop makes them: the prep holds no tensor."""
         if not connect and self.torch_leaves:
-            if self.own_leaves:
-                if _differentiable_as_is(leaves):
-                    return x, tuple(leaves)
-                owned = [t.requires_grad and _differentiable_as_is((t,)) for t in leaves]
+            if not self.own_leaves:
+                differentiated = tuple([leaf(t) for t in leaves])
+            elif _differentiable_as_is(leaves):
+                return x, tuple(leaves)
             else:
-                owned = [False] * len(leaves)
-            differentiated = self._aliased(leaves, owned)
+                differentiated = tuple([t if _differentiable_as_is((t,)) else leaf(t) for t in leaves])
             return structure.unflatten(differentiated), differentiated
         tensors = leaves if self.torch_leaves else [converter(family_of(item), "torch")(item) for item in leaves]
         differentiated = tuple(alias(t, connect) for t in tensors)
         return structure.unflatten(differentiated), differentiated
-
-    def _aliased(self, leaves: list[Any], owned: list[bool]) -> tuple[Any, ...]:
-        """The leaves to differentiate: those ``owned`` as they are, the others as
-        detached aliases (those of the last call while its tensors come again)."""
-        sources, cached, addresses, cached_owned = self._aliases
-        if cached is not None and cached_owned == owned and _same_tensors(sources, addresses, leaves):
-            if not any(owned):
-                return cached
-            return tuple(t if own else a for t, a, own in zip(leaves, cached, owned))
-        differentiated = tuple(t if own else leaf(t) for t, own in zip(leaves, owned))
-        addresses = [t.data_ptr() for t in leaves]
-        if all(own or a.data_ptr() == address for a, own, address in zip(differentiated, owned, addresses)):
-            # Kept only when the aliases share the tensors' memory (an inference tensor's is a
-            # copy, which a later write would leave stale). The caller's tensors are held weakly
-            # (those used as they are, not at all), and the aliases dropped as soon as one is
-            # freed: the prep keeps no data.
-            forget = self._forget
-            kept = tuple(None if own else a for a, own in zip(differentiated, owned))
-            self._aliases = ([weakref.ref(t, forget) for t in leaves], kept, addresses, owned)
-        return differentiated
 
     def wants_graph(self, x: Any, cotangents: Any, values: Sequence[Any], leaves: Sequence[Any] = ()) -> bool:
         """Whether this call's results must carry the caller's graph (grad mode is
@@ -267,42 +235,59 @@ class Reverse:
                 raise_translated(err, backend, operator, REVERSE_RULES)
 
         if tree:  # results are rebuilt with x's own structure (its dict order kept)
-            parameters = self._parameters_program(backward, run, with_value, traced)
-            program = run if parameters is None else parameters
+            gradient = self._tree_gradient_program(backward, run, with_value, traced)
+            program = run if gradient is None else gradient
             program.keeps_x_structure = True  # type: ignore[attr-defined]
             return program
         return run_plain if plain_x and not caches else run
 
-    def _parameters_program(
+    def _tree_gradient_program(
         self,
         backward: Backward,
         run: Callable[..., Any],
         with_value: bool,
         traced: Callable[..., Any] | None,
     ) -> Callable[..., Any] | None:
-        """The hot path of a gradient at a model's parameters (a pytree ``x`` of leaf
-        tensors that require grad, unconnected to the caller's graph): what
-        ``torch.autograd.grad`` on them is, and little else; ``run`` serves every
-        other call. ``None`` where the prep cannot take it (a compiled ``f``,
-        ``create_graph`` left on, contexts to convert or write, ``aux``, tangents)."""
-        if self.keeps_graph or not self.own_leaves or not self.torch_leaves or self.convert_any:
+        """The hot path of a gradient at a pytree ``x`` of tensors, unconnected to
+        the caller's graph: what a torch user writes, and little else; ``run``
+        serves every other call. Two kinds of ``x`` take it: a model's parameters
+        (leaf tensors that require grad, differentiated as they are, as
+        ``torch.autograd.grad`` does, where ``create_graph`` is off and ``f`` is not
+        compiled), and plain tensors that do not require grad (nor do the context
+        values), differentiated through detached aliases. ``None`` where the prep
+        cannot take it (contexts to convert or write, ``aux``, another operator)."""
+        if not self.torch_leaves or self.convert_any or self.caches or self.has_aux:
             return None
-        if self.caches or self.has_aux or self.operator != "gradient" or self.structure is None:
+        if self.operator != "gradient" or self.structure is None:
             return None
         f, backend, operator, structure = self.f, self.backend, self.operator, self.structure
-        leaves_of, unflatten = structure.leaves, structure.unflatten
+        leaves_of, unflatten, constants = structure.leaves, structure.unflatten, self.constants
+        as_is = not self.keeps_graph and self.own_leaves
         tensor, is_grad_enabled, conversions = torch.Tensor, torch.is_grad_enabled, REVERSE_RULES.conversion_errors
         is_compiling, transforms_active = dynamo_compiling, torch._C._are_functorch_transforms_active
 
-        def run_parameters(x: Any, *values: Any) -> Any:
+        def run_tree_gradient(x: Any, *values: Any) -> Any:
             if not is_grad_enabled() or (traced is not None and (is_compiling() or transforms_active())):
                 return run(x, *values)
             leaves = leaves_of(x)
-            if leaves is None or not _differentiable_as_is(leaves):
+            if leaves is None:
                 return run(x, *values)
-            differentiated = tuple(leaves)
+            if as_is and _differentiable_as_is(leaves):
+                argument, differentiated = x, tuple(leaves)
+            else:
+                for t in leaves:  # a tensor that requires grad may ask for the caller's graph
+                    if t.__class__ is not tensor or t.requires_grad:
+                        return run(x, *values)
+                for i in constants:
+                    if getattr(values[i], "requires_grad", False):
+                        return run(x, *values)
+                try:
+                    differentiated = tuple([t.detach().requires_grad_() for t in leaves])
+                except RuntimeError:  # inference tensors: run clones them
+                    return run(x, *values)
+                argument = unflatten(differentiated)
             try:
-                y = f(x, *values)
+                y = f(argument, *values)
                 if y.__class__ is not tensor or not y.requires_grad:
                     y = check_output(y, differentiated, backend, operator, REVERSE_RULES)
                 result = unflatten(backward(y, differentiated, None, False))
@@ -313,7 +298,7 @@ class Reverse:
                 return (value.reshape(()) if value.ndim else value), result
             return result
 
-        return run_parameters
+        return run_tree_gradient
 
 
 def _differentiable_as_is(tensors: Sequence[Any]) -> bool:
@@ -325,15 +310,6 @@ def _differentiable_as_is(tensors: Sequence[Any]) -> bool:
     the result). One loop: it runs at every call."""
     for t in tensors:
         if not (t.requires_grad and t.is_leaf and t._backward_hooks is None and not t.is_inference()):
-            return False
-    return True
-
-
-def _same_tensors(sources: Sequence[Any], addresses: Sequence[int], tensors: Sequence[Any]) -> bool:
-    """Whether ``tensors`` are the tensors ``sources`` refer to (weakly), on the
-    memory they had (an assignment to ``.data`` gives a tensor other memory)."""
-    for source, address, tensor in zip(sources, addresses, tensors):
-        if source() is not tensor or tensor.data_ptr() != address:
             return False
     return True
 
