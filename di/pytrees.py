@@ -225,6 +225,21 @@ class Structure:
     engine's compiler can trace (``torch.compile`` follows it; it stops at
     ``optree``'s compiled functions), which is what a prep's hot path needs.
 
+    Trees of dicts, lists, tuples, namedtuples and ``None`` (parameters, nested
+    or not) get two functions written for their shape at preparation, one Python
+    frame each, with no walk over the structure at the call (the generic walk
+    costs a call per node and per leaf); trees holding other registered nodes
+    (dataclasses, ``OrderedDict``) are walked node by node.
+
+    Attributes:
+        leaves: ``leaves(tree)``, the leaves of ``tree`` in ``optree``'s order, or
+            ``None`` when its structure is another.
+        unflatten: ``unflatten(leaves)``, the tree of this structure with these
+            leaves (a list or tuple of as many as it has); a dict keeps the
+            prepared tree's key order.
+        num_leaves: how many leaves the structure has.
+        spec: ``optree``'s tree spec of it.
+
     Args:
         tree: a pytree of the structure.
 
@@ -240,41 +255,118 @@ class Structure:
         True
     """
 
-    __slots__ = ("_flat", "_keys", "_order", "_root", "num_leaves", "spec")
+    __slots__ = ("leaves", "num_leaves", "spec", "unflatten")
+
+    leaves: Callable[[Any], list[Any] | None]
+    unflatten: Callable[[Any], Any]
 
     def __init__(self, tree: Any) -> None:
-        leaves, self.spec = tree_flatten(tree)
-        self.num_leaves = len(leaves)
-        self._root = _plan(tree)
-        # A flat container of leaves (a dict of parameters, a list of arrays: the
-        # common pytree x) is flattened and rebuilt without the general recursion.
-        root = self._root
-        self._flat: type | None = None
-        self._keys: tuple[Any, ...] = ()
-        self._order: tuple[tuple[Any, int], ...] = ()
-        if root is not None and root.kind in ("dict", "list", "tuple") and all(c is None for c in root.children):
-            self._flat = root.type
-            self._keys = root.keys
-            self._order = tuple((key, root.keys.index(key)) for key in root.order)
+        flat, self.spec = tree_flatten(tree)
+        self.num_leaves = len(flat)
+        root = _plan(tree)
+        written = _written(root)
+        if written is not None:
+            self.leaves, self.unflatten = written
+            return
 
-    def leaves(self, tree: Any) -> list[Any] | None:
-        """The leaves of ``tree``, or ``None`` when its structure is another."""
-        flat, items = self._flat, tree
-        if flat is not None:
-            if items.__class__ is not flat or len(tree) != self.num_leaves:
+        def leaves(given: Any) -> list[Any] | None:
+            found: list[Any] = []
+            return found if _flatten(root, given, found) else None
+
+        def unflatten(given: Any) -> Any:
+            return _unflatten(root, iter(given))
+
+        self.leaves, self.unflatten = leaves, unflatten
+
+
+def _written(root: _Node | None) -> tuple[Callable[[Any], list[Any] | None], Callable[[Any], Any]] | None:
+    """``(leaves, unflatten)`` written as Python source for the shape of ``root``
+    and compiled, when its nodes are dicts, lists, tuples, namedtuples and
+    ``None``; else ``None``. Keys and types reach the code as constants ``K[i]``
+    (a key may be any hashable), never as text."""
+    constants: list[Any] = []
+    checks: list[str] = []
+    names = iter(range(1 << 30))
+
+    def constant(value: Any) -> str:
+        constants.append(value)
+        return f"K[{len(constants) - 1}]"
+
+    def items(node: _Node) -> list[str]:
+        # the accessor of each child of a node bound to a name, in optree's order
+        if node.kind == "dict":
+            return [f"[{constant(key)}]" for key in node.keys]
+        return [f"[{i}]" for i in range(len(node.children))]
+
+    def take(node: _Node | None, name: str) -> list[str] | None:
+        # checks of the node named `name` appended to `checks`; its leaves' expressions
+        if node is None:
+            return [name]
+        if node.kind == "none":
+            checks.append(f"if {name} is not None: return None")
+            return []
+        if node.kind not in ("dict", "list", "tuple", "namedtuple"):
+            return None
+        checks.append(
+            f"if {name}.__class__ is not {constant(node.type)} or len({name}) != {len(node.children)}: return None"
+        )
+        found: list[str] = []
+        for child, accessor in zip(node.children, items(node)):
+            if child is None:
+                found.append(name + accessor)
+                continue
+            inner = f"t{next(names)}"
+            checks.append(f"{inner} = {name}{accessor}")
+            leaves = take(child, inner)
+            if leaves is None:
                 return None
-            if flat is dict:
-                try:
-                    return [tree[key] for key in self._keys]
-                except KeyError:
-                    return None
-            return list(tree)  # a list or tuple of this length
-        leaves: list[Any] = []
-        return leaves if _flatten(self._root, tree, leaves) else None
+            found += leaves
+        return found
 
-    def unflatten(self, leaves: Any) -> Any:
-        """The tree of this structure with these leaves (as many as it has)."""
-        return _unflatten(self._root, iter(leaves), self._flat, self._order)
+    counter = iter(range(1 << 30))
+
+    def build(node: _Node | None) -> str:
+        # the expression of the node rebuilt from the list L of leaves
+        if node is None:
+            return f"L[{next(counter)}]"
+        if node.kind == "none":
+            return "None"
+        parts = [build(child) for child in node.children]
+        if node.kind == "dict":  # the caller's key order, each key with its leaf
+            by_key = dict(zip(node.keys, parts))
+            return "{" + ", ".join(f"{constant(key)}: {by_key[key]}" for key in node.order) + "}"
+        if node.kind == "list":
+            return "[" + ", ".join(parts) + "]"
+        if node.kind == "tuple":
+            return "(" + "".join(part + ", " for part in parts) + ")"
+        return f"{constant(node.type)}(" + ", ".join(parts) + ")"  # a namedtuple
+
+    if root is None:
+        return None
+    leaves = take(root, "t")
+    if leaves is None:
+        return None
+    body = "\n".join("            " + line for line in checks)
+    source = (
+        "def written(K):\n"  # the constants reach the code as a closure, which a compiler follows
+        "    def leaves(t):\n"
+        "        try:\n"
+        f"{body}\n"
+        f"            return [{', '.join(leaves)}]\n"
+        "        except KeyError:\n"
+        "            return None\n"
+        "    def unflatten(L):\n"
+        "        if L.__class__ is not list and L.__class__ is not tuple:\n"
+        "            L = list(L)\n"
+        f"        return {build(root)}\n"
+        "    return leaves, unflatten\n"
+    )
+    namespace: dict[str, Any] = {}
+    exec(compile(source, "<di.pytrees.Structure>", "exec"), namespace)  # our own source; keys are constants
+    functions: tuple[Callable[[Any], Any], Callable[[Any], Any]] = namespace["written"](tuple(constants))
+    for function in functions:
+        function.__module__ = __name__
+    return functions  # type: ignore[return-value]
 
 
 def _result_dtype(dtypes: list[Any], family: str) -> Any:

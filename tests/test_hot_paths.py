@@ -10,12 +10,16 @@ rebuilt in one step.
 
 from __future__ import annotations
 
+import collections
 import gc
 import weakref
 from typing import Any
 
 import numpy as np
+import optree
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import di
 from di.pytrees import Structure
@@ -362,6 +366,67 @@ def test_structure_flattens_flat_containers_as_optree_does() -> None:
     assert structure.leaves([1, 2, 3]) is None
     assert Structure([1, 2]).leaves((1, 2)) is None
     assert Structure((1, 2)).unflatten([3, 4]) == (3, 4)
+
+
+Pair = collections.namedtuple("Pair", "first second")
+KEYS = st.one_of(st.text(max_size=3), st.integers(-3, 3))
+TREES = st.recursive(
+    st.integers(0, 9),
+    lambda children: st.one_of(
+        st.just(None),
+        st.lists(children, max_size=4),
+        st.lists(children, max_size=4).map(tuple),
+        st.tuples(children, children).map(lambda pair: Pair(*pair)),
+        st.dictionaries(st.text(max_size=3), children, max_size=4),
+        st.dictionaries(KEYS, children, max_size=3),  # keys that do not sort: insertion order
+        st.dictionaries(st.text(max_size=3), children, max_size=2).map(collections.OrderedDict),  # walked
+    ),
+    max_leaves=12,
+)
+
+
+def _other_structures(tree: Any) -> list[Any]:
+    """Trees that differ from ``tree`` in one place: a container of another type,
+    length or keys, somewhere inside."""
+    if isinstance(tree, dict):
+        changed = [{**tree, "extra key": 1}, list(tree.values())]
+        changed += [dict(list(tree.items())[1:])] if tree else []
+        for key, value in tree.items():
+            changed += [{**tree, key: other} for other in _other_structures(value)[:2]]
+        return changed
+    if isinstance(tree, (list, tuple)):
+        changed = [
+            [*tree, 1] if isinstance(tree, list) else (*tree, 1),
+            tuple(tree) if isinstance(tree, list) else list(tree),
+        ]
+        for i, value in enumerate(tree):
+            for other in _other_structures(value)[:2]:
+                items = list(tree)
+                items[i] = other
+                changed.append(type(tree)(*items) if hasattr(tree, "_fields") else type(tree)(items))
+        return changed
+    return [0] if tree is None else []  # a leaf may be anything: the leaves' own check sees it
+
+
+@given(TREES)
+@settings(max_examples=300, deadline=None)
+def test_structure_takes_apart_and_rebuilds_trees_as_optree_does(tree: Any) -> None:
+    """Nested dicts, lists, tuples, namedtuples and None (the written functions) and
+    trees holding an OrderedDict (the walk): optree's leaves, the caller's key
+    order back, ``None`` for a tree of another structure."""
+    if not isinstance(tree, (dict, list, tuple)):
+        tree = [tree]
+    structure = Structure(tree)
+    leaves, _ = optree.tree_flatten(tree, none_is_leaf=False)
+    assert structure.leaves(tree) == leaves
+    assert structure.num_leaves == len(leaves)
+    rebuilt = structure.unflatten(leaves)
+    assert rebuilt == tree and type(rebuilt) is type(tree)
+    assert repr(rebuilt) == repr(tree)  # every dict in its own key order
+    assert structure.unflatten(iter(leaves)) == tree
+    for other in _other_structures(tree):
+        if optree.tree_structure(other, none_is_leaf=False) != optree.tree_structure(tree, none_is_leaf=False):
+            assert structure.leaves(other) is None, other
 
 
 def test_a_strict_compiled_jax_prep_of_numpy_leaves_refuses_64_bit_ones() -> None:

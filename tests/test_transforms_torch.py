@@ -352,6 +352,10 @@ def test_a_pytree_x_that_requires_grad() -> None:
     expected = torch.autograd.grad(sum((n**2).sum() for n in native), [a2, b2])
     for got_leaf, expected_leaf in zip(got, expected):
         np.testing.assert_allclose(_numpy(got_leaf), _numpy(expected_leaf), rtol=1e-12)
+    prep = di.prepare_gradient(tree_loss, EAGER, {"a": a, "b": b}, value=True)
+    y, _ = di.value_and_gradient(tree_loss, prep, EAGER, {"a": a, "b": b})
+    (dy_db,) = torch.autograd.grad(y, b)  # the value keeps its graph too
+    np.testing.assert_allclose(_numpy(dy_db), [_numpy(scalar(a.detach()))], rtol=1e-12)
 
 
 # --- torch.compile around the caller's code ------------------------------------------------------------
@@ -385,14 +389,17 @@ class Params:
 
 def _tree(kind: str) -> Any:
     weights, bias = _tensor(X), _tensor(np.array([0.5]))
-    return {"dict": {"weights": weights, "bias": bias}, "list": [weights, bias], "dataclass": Params(weights, bias)}[
-        kind
-    ]
+    return {
+        "dict": {"weights": weights, "bias": bias},
+        "list": [weights, bias],
+        "dataclass": Params(weights, bias),
+        "nested": {"weights": weights, "more": (bias, None)},  # not a plain tensor tree: di's own flattening
+    }[kind]
 
 
 def _parts(p: Any) -> tuple[Any, Any]:
     if isinstance(p, dict):
-        return p["weights"], p["bias"]
+        return p["weights"], p["bias"] if "bias" in p else p["more"][0]
     if isinstance(p, list):
         return p[0], p[1]
     return p.weights, p.bias
@@ -410,7 +417,7 @@ def tree_vector(p: Any) -> Any:
     return xp.sin(weights) * xp.sum(bias)
 
 
-@pytest.mark.parametrize("kind", ["dict", "list", "dataclass"])
+@pytest.mark.parametrize("kind", ["dict", "list", "dataclass", "nested"])
 @pytest.mark.parametrize("operator", ["gradient", "pullback", "pushforward", "hvp"])
 def test_compiled_pytree_x_is_one_graph(operator: str, kind: str) -> None:
     torch._dynamo.reset()
@@ -461,10 +468,11 @@ def test_a_graph_break_in_di_is_named_as_di_s_own(monkeypatch: Any) -> None:
     """A function dynamo does not trace, called by di's pytree code, breaks the
     graph in di: the warning (and the error, where a break is fatal) says so. (The
     gradient of a dataclass goes through di's pytree code; a dict's goes to
-    torch.func as it is.)"""
+    torch.func as it is. Every tree is walked here, none gets written functions.)"""
     import di.pytrees
 
     monkeypatch.setattr(di.pytrees, "_unflatten", torch._dynamo.disable(di.pytrees._unflatten))
+    monkeypatch.setattr(di.pytrees, "_written", lambda root: None)
     backend = di.AutoTorch(compile=True, compile_options={"backend": "eager"})
     own = r"[Tt]he break is in di's own code \(di/pytrees.py:\d+ in unflatten\)"
     with pytest.warns(di.RecompileWarning, match=own):

@@ -248,21 +248,22 @@ class Reverse:
         with_value: bool,
         traced: Callable[..., Any] | None,
     ) -> Callable[..., Any] | None:
-        """The hot path of a gradient at a pytree ``x`` of tensors, unconnected to
-        the caller's graph: what a torch user writes, and little else; ``run``
-        serves every other call. Two kinds of ``x`` take it: a model's parameters
-        (leaf tensors that require grad, differentiated as they are, as
-        ``torch.autograd.grad`` does, where ``create_graph`` is off and ``f`` is not
-        compiled), and plain tensors that do not require grad (nor do the context
-        values), differentiated through detached aliases. ``None`` where the prep
-        cannot take it (contexts to convert or write, ``aux``, another operator)."""
+        """The hot path of a gradient at a pytree ``x`` of tensors: what a torch
+        user writes, and little else; ``run`` serves every other call. Two kinds
+        of ``x`` take it: a model's parameters (leaf tensors that require grad,
+        differentiated as they are, as ``torch.autograd.grad`` does, where ``f`` is
+        not compiled; with ``create_graph`` left on, the results keep their graph,
+        as ``torch.autograd.grad(..., create_graph=True)`` gives them), and plain
+        tensors that do not require grad (nor do the context values),
+        differentiated through detached aliases. ``None`` where the prep cannot
+        take it (contexts to convert or write, ``aux``, another operator)."""
         if not self.torch_leaves or self.convert_any or self.caches or self.has_aux:
             return None
         if self.operator != "gradient" or self.structure is None:
             return None
         f, backend, operator, structure = self.f, self.backend, self.operator, self.structure
         leaves_of, unflatten, constants = structure.leaves, structure.unflatten, self.constants
-        as_is = not self.keeps_graph and self.own_leaves
+        as_is, keeps_graph = self.own_leaves, self.keeps_graph
         tensor, is_grad_enabled, conversions = torch.Tensor, torch.is_grad_enabled, REVERSE_RULES.conversion_errors
         is_compiling, transforms_active = dynamo_compiling, torch._C._are_functorch_transforms_active
 
@@ -272,9 +273,10 @@ class Reverse:
             leaves = leaves_of(x)
             if leaves is None:
                 return run(x, *values)
-            if as_is and _differentiable_as_is(leaves):
-                argument, differentiated = x, tuple(leaves)
+            if as_is and _differentiable_as_is(leaves):  # they ask for the caller's graph where it is kept
+                argument, differentiated, connect = x, tuple(leaves), keeps_graph
             else:
+                connect = False
                 for t in leaves:  # a tensor that requires grad may ask for the caller's graph
                     if t.__class__ is not tensor or t.requires_grad:
                         return run(x, *values)
@@ -290,11 +292,11 @@ class Reverse:
                 y = f(argument, *values)
                 if y.__class__ is not tensor or not y.requires_grad:
                     y = check_output(y, differentiated, backend, operator, REVERSE_RULES)
-                result = unflatten(backward(y, differentiated, None, False))
+                result = unflatten(backward(y, differentiated, None, connect))
             except conversions as err:  # torch refused NumPy inside f: say why
                 raise_translated(err, backend, operator, REVERSE_RULES)
             if with_value:
-                value = y.detach()
+                value = y if connect else y.detach()
                 return (value.reshape(()) if value.ndim else value), result
             return result
 
