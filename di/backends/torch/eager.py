@@ -57,10 +57,12 @@ class Reverse:
     When ``x``, a context value or a cotangent requires grad and grad mode is on
     (and the selector's ``create_graph`` is left on), the call keeps the caller's
     graph: ``x`` is differentiated through a view of itself rather than a
-    detached alias, the backward pass creates a graph, and the results (the
-    value and ``aux`` too) are differentiable with respect to those inputs, as
-    ``torch.autograd.grad(..., create_graph=True)`` gives them. Otherwise
-    (the hot path) nothing is connected to the caller's graph.
+    detached alias (a gradient at a pytree of leaf tensors that require grad, a
+    model's parameters, differentiates them as they are), the backward pass
+    creates a graph, and the results (the value and ``aux`` too) are
+    differentiable with respect to those inputs, as
+    ``torch.autograd.grad(..., create_graph=True)`` gives them. Otherwise (the
+    hot path) nothing is connected to the caller's graph.
 
     Args:
         adapter: the torch adapter (its converters and selector).
