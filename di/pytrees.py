@@ -279,6 +279,11 @@ class Structure:
         self.leaves, self.unflatten = leaves, unflatten
 
 
+_WRITTEN_MOST = 2048
+"""The most nodes and leaves a tree may have for :func:`_written` to write its
+functions (larger ones are walked: their source would take long to compile)."""
+
+
 def _written(root: _Node | None) -> tuple[Callable[[Any], list[Any] | None], Callable[[Any], Any]] | None:
     """``(leaves, unflatten)`` written as Python source for the shape of ``root``
     and compiled, when its nodes are dicts, lists, tuples, namedtuples and
@@ -344,7 +349,7 @@ def _written(root: _Node | None) -> tuple[Callable[[Any], list[Any] | None], Cal
     if root is None:
         return None
     leaves = take(root, "t")
-    if leaves is None:
+    if leaves is None or len(checks) + len(leaves) > _WRITTEN_MOST:
         return None
     body = "\n".join("            " + line for line in checks)
     source = (
@@ -362,7 +367,11 @@ def _written(root: _Node | None) -> tuple[Callable[[Any], list[Any] | None], Cal
         "    return leaves, unflatten\n"
     )
     namespace: dict[str, Any] = {}
-    exec(compile(source, "<di.pytrees.Structure>", "exec"), namespace)  # our own source; keys are constants
+    try:
+        code = compile(source, "<di.pytrees.Structure>", "exec")
+    except (RecursionError, MemoryError, SyntaxError):  # nested deeper than Python's parser goes
+        return None
+    exec(code, namespace)  # our own source; keys and types are constants
     functions: tuple[Callable[[Any], Any], Callable[[Any], Any]] = namespace["written"](tuple(constants))
     for function in functions:
         function.__module__ = __name__

@@ -429,6 +429,21 @@ def test_structure_takes_apart_and_rebuilds_trees_as_optree_does(tree: Any) -> N
             assert structure.leaves(other) is None, other
 
 
+@pytest.mark.parametrize("shape", ["wide", "deep"])
+def test_structure_of_a_wide_or_deep_tree(shape: str) -> None:
+    """A tree too large to write functions for is walked; a deep one is written
+    (or walked, where Python's parser stops): the same leaves and tree either way."""
+    tree: Any = {f"k{i}": i for i in range(3000)} if shape == "wide" else 0
+    if shape == "deep":
+        for depth in range(150):
+            tree = [tree] if depth % 2 else {"a": tree, "b": None}
+    structure = Structure(tree)
+    leaves = optree.tree_leaves(tree, none_is_leaf=False)
+    assert structure.leaves(tree) == leaves
+    assert structure.unflatten(leaves) == tree
+    assert structure.leaves([tree]) is None
+
+
 def test_a_strict_compiled_jax_prep_of_numpy_leaves_refuses_64_bit_ones() -> None:
     """Outside enable_x64 JAX reads a NumPy float64 array as float32, so a float32
     executable would take it: the strict check still refuses it (before, the call
