@@ -358,6 +358,23 @@ def test_a_pytree_x_that_requires_grad() -> None:
     np.testing.assert_allclose(_numpy(dy_db), [_numpy(scalar(a.detach()))], rtol=1e-12)
 
 
+def test_a_pytree_x_with_a_constant_that_requires_grad_keeps_its_graph() -> None:
+    """Plain leaves and a ``Constant`` that requires grad (a meta-parameter): the
+    gradient is differentiable with respect to the constant."""
+
+    def tree_loss(p: Any, c: Any) -> Any:
+        return (c * p["a"] ** 2).sum() + p["b"].sum() * c.sum()
+
+    p = {"a": _tensor(X), "b": _tensor(np.array([2.0]))}
+    c = _tensor(np.array([1.5])).requires_grad_()
+    prep = di.prepare_gradient(tree_loss, EAGER, p, di.Constant(c))
+    g = di.gradient(tree_loss, prep, EAGER, p, di.Constant(c))
+    np.testing.assert_allclose(_numpy(g["a"]), 3.0 * X, rtol=1e-12)
+    (dc,) = torch.autograd.grad(g["a"].sum(), c)  # g["a"] = 2 c a
+    np.testing.assert_allclose(_numpy(dc), [2.0 * X.sum()], rtol=1e-12)
+    assert not any(t.requires_grad for t in p.values())
+
+
 # --- torch.compile around the caller's code ------------------------------------------------------------
 
 
