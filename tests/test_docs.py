@@ -119,6 +119,8 @@ def test_page_examples_run_and_print_what_the_page_says(page: Path, tmp_path: Pa
     for module_name in sorted({m for block, _ in examples for m in IMPORT.findall(block.body)} - {"di"}):
         pytest.importorskip(module_name)
     monkeypatch.chdir(tmp_path)
+    if "torch" in sys.modules:  # a reader runs a page in a fresh process: dynamo's memory of earlier
+        sys.modules["torch"]._dynamo.reset()  # compiles (ints it saw change, per code object) must not leak in
     name = "docs_example_" + re.sub(r"\W", "_", _page_id(page))
     module = types.ModuleType(name)
     module.__file__ = str(page)
