@@ -366,10 +366,12 @@ def assert_agree(
     actual: np.ndarray, expected: np.ndarray, rtol: float, atol: float, what: str, scale: float = 0.0
 ) -> None:
     """``|actual - expected| <= atol * scale + rtol * |expected|``, ``scale`` at least the largest
-    entry of ``expected``."""
+    entry of ``expected`` and at least 0.01: a derivative that is tiny because terms of order one
+    cancelled (``1 - tanh(u)**2`` at a large ``u``) carries the rounding of those terms, which two
+    exact engines round differently (seen: 3.9e-6 against 3.9e-6 + 5e-15)."""
     assert actual.shape == expected.shape, f"{what}: shape {actual.shape} != {expected.shape}"
-    scale = max(scale, float(np.max(np.abs(expected), initial=0.0)))
-    np.testing.assert_allclose(actual, expected, rtol=rtol, atol=atol * max(scale, 1e-12), err_msg=what)
+    scale = max(scale, float(np.max(np.abs(expected), initial=0.0)), 1e-2)
+    np.testing.assert_allclose(actual, expected, rtol=rtol, atol=atol * scale, err_msg=what)
 
 
 # The float64 finite differences are judged against the exact reference with a tolerance
