@@ -44,8 +44,13 @@ import di
 # --- profiles --------------------------------------------------------------------------------------------------------
 
 _HEALTH = [HealthCheck.too_slow, HealthCheck.data_too_large]
-settings.register_profile("ci", max_examples=15, deadline=None, suppress_health_check=_HEALTH, print_blob=True)
-settings.register_profile("dev", max_examples=200, deadline=None, suppress_health_check=_HEALTH, print_blob=True)
+_SEEDED = not os.environ.get("DI_HYPOTHESIS_RANDOM")  # see conftest.py
+settings.register_profile(
+    "ci", max_examples=15, deadline=None, suppress_health_check=_HEALTH, print_blob=True, derandomize=_SEEDED
+)
+settings.register_profile(
+    "dev", max_examples=200, deadline=None, suppress_health_check=_HEALTH, print_blob=True, derandomize=_SEEDED
+)
 PROFILE = os.environ.get("DI_HYPOTHESIS_PROFILE", "ci")
 PROPERTY_SETTINGS = settings.get_profile(PROFILE)
 
