@@ -14,6 +14,7 @@ follows as it follows ``f``, where ``optree``'s compiled functions would stop it
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Callable
 from typing import Any
@@ -291,7 +292,7 @@ def _written(root: _Node | None) -> tuple[Callable[[Any], list[Any] | None], Cal
     (a key may be any hashable), never as text."""
     constants: list[Any] = []
     checks: list[str] = []
-    names = iter(range(1 << 30))
+    names = itertools.count()
 
     def constant(value: Any) -> str:
         constants.append(value)
@@ -328,7 +329,7 @@ def _written(root: _Node | None) -> tuple[Callable[[Any], list[Any] | None], Cal
             found += leaves
         return found
 
-    counter = iter(range(1 << 30))
+    counter = itertools.count()
 
     def build(node: _Node | None) -> str:
         # the expression of the node rebuilt from the list L of leaves
