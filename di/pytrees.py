@@ -188,17 +188,8 @@ def _flatten(node: _Node | None, tree: Any, leaves: list[Any]) -> bool:
     return all(_flatten(child, item, leaves) for child, item in zip(children, items))
 
 
-def _unflatten(
-    node: _Node | None, leaves: Any, flat: type | None = None, order: tuple[tuple[Any, int], ...] = ()
-) -> Any:
-    """The tree of ``node``'s shape with the next leaves of the iterator ``leaves``
-    (``flat``, ``order``: a flat container's type and, for a dict, each key of the
-    caller's order with its leaf's position, rebuilt in one step)."""
-    if flat is not None:
-        if flat is dict:
-            items = list(leaves)
-            return {key: items[index] for key, index in order}
-        return flat(leaves)
+def _unflatten(node: _Node | None, leaves: Any) -> Any:
+    """The tree of ``node``'s shape with the next leaves of the iterator ``leaves``."""
     if node is None:
         return next(leaves)
     kind = node.kind

@@ -283,7 +283,7 @@ class Reverse:
                     if t.__class__ is not tensor or t.requires_grad:
                         return run(x, *values)
                 for i in constants:
-                    if getattr(values[i], "requires_grad", False):
+                    if requires_grad(values[i]):
                         return run(x, *values)
                 try:
                     differentiated = tuple([t.detach().requires_grad_() for t in leaves])
