@@ -87,8 +87,19 @@ def size(tree: Any) -> int:
 
 
 def cast_like(tangent: Any, like: Any) -> Any:
-    """A tangent (pytree) as JAX arrays with the dtypes of ``like``'s leaves."""
-    return jax.tree_util.tree_map(lambda t, ref: jnp.asarray(t, dtype=ref.dtype), tangent, like)
+    """A tangent (pytree) as JAX arrays with the dtypes of ``like``'s leaves.
+
+    A JAX array of the right dtype is passed on as it is: eagerly, a
+    conversion costs about 10 us per call even when it changes nothing."""
+    if isinstance(tangent, jax.Array) and isinstance(like, jax.Array):
+        return _cast_leaf(tangent, like)
+    return jax.tree_util.tree_map(_cast_leaf, tangent, like)
+
+
+def _cast_leaf(tangent: Any, like: Any) -> Any:
+    if isinstance(tangent, jax.Array) and tangent.dtype == like.dtype and not getattr(tangent, "weak_type", True):
+        return tangent
+    return jnp.asarray(tangent, dtype=like.dtype)
 
 
 def stack(trees: Sequence[Any]) -> Any:
