@@ -10,6 +10,7 @@ with no assumption that ``f`` broadcasts over a batch.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -103,15 +104,16 @@ class _Evaluator:
         if not self.has_aux:
             return self.array(point, values, operator), None
         y, aux = split_output(self.f_with_aux(point, *values), self.backend, operator)
-        return self._checked_array(y, operator), _copied(aux)
+        return self.checked_array(y, operator), _copied(aux)
 
     def array(self, point: Any, values: Sequence[Any], operator: str, copy: bool = True) -> Any:
         """``f``'s output in float64: a copy, since ``point`` is perturbed in place
         afterwards and the output may be a view of it, unless ``copy=False`` (a
         point that is not reused)."""
-        return self._checked_array(self.f(point, *values), operator, copy)
+        return self.checked_array(self.f(point, *values), operator, copy)
 
-    def _checked_array(self, y: Any, operator: str, copy: bool = True) -> Any:
+    def checked_array(self, y: Any, operator: str, copy: bool = True) -> Any:
+        """``f``'s output ``y`` checked and in float64 (a copy unless ``copy=False``)."""
         if y.__class__ is np.ndarray and y.dtype.kind == "f":  # the common case
             return np.array(y, dtype=np.float64) if copy else np.asarray(y, dtype=np.float64)
         family = family_of(y)
@@ -301,26 +303,27 @@ class FiniteDiffAdapter(Adapter):
             at_point = with_value or not central or has_aux or flat.size == 0
             y0, aux = evaluator.array_at_point(point, values, operator) if at_point else (None, None)
             steps = _steps(flat, relative_step(self.selector)).tolist()
-            # One row per coordinate (contiguous writes), transposed once at the end.
-            rows = None if y0 is None else np.empty((flat.size, y0.size))
-            array = evaluator.array
+            # One row (an output of f's shape) per coordinate: contiguous writes, transposed
+            # once at the end.
+            rows = None if y0 is None else np.empty((flat.size, *y0.shape))
+            f, checked = evaluator.f, evaluator.checked_array  # (evaluator.array, a call fewer)
             # Python floats for the coordinates and steps, as in the gradient; the
             # second evaluation is used before f runs again: no copy.
             for i, (xi, hi) in enumerate(zip(flat.tolist(), steps)):
                 flat[i] = xi + hi
-                up = array(point, values, operator, copy=central)
+                up = checked(f(point, *values), operator, central)
                 if rows is None:  # the first evaluation tells f's output shape
-                    rows, y_shape = np.empty((flat.size, up.size)), up.shape
+                    rows = np.empty((flat.size, *up.shape))
                 if central:
                     flat[i] = xi - hi
-                    rows[i] = (up.reshape(-1) - array(point, values, operator, copy=False).reshape(-1)) / (2 * hi)
+                    rows[i] = (up - checked(f(point, *values), operator, False)) / (2 * hi)
                 else:
-                    rows[i] = (up.reshape(-1) - y0.reshape(-1)) / hi  # type: ignore[union-attr]
+                    rows[i] = (up - y0) / hi
                 flat[i] = xi
-            if y0 is not None:
-                y_shape = y0.shape
             assert rows is not None
-            jac = rows.T.astype(caller.dtype, order="C").reshape(y_shape + point.shape)
+            y_shape = rows.shape[1:]
+            jac = rows.reshape(flat.size, math.prod(y_shape)).T.astype(caller.dtype, order="C")
+            jac = jac.reshape(y_shape + point.shape)
             return (None if y0 is None else np.asarray(y0, dtype=caller.dtype), jac), aux
 
         def value_and_jacobian(x: Any, *values: Any) -> Any:
