@@ -442,7 +442,8 @@ class FuncPrograms:
             def fx(x: Any) -> Any:
                 return checked(x, *values)
 
-            return _func.jacfwd(_func.grad(fx))(x)
+            _, hessian = _forward_jacobian(_func.grad(fx), x, False)
+            return hessian
 
         def value_gradient_and_hessian(x: Any, *values: Any) -> Any:
             def gradient_with_aux(x: Any) -> Any:
