@@ -348,7 +348,8 @@ class FiniteDiffAdapter(Adapter):
         """Cotangents contracted with the finite-difference jacobian (errors about
         ``f``'s output name pullback)."""
         jacobians = self.prepare_jacobian_programs(f, x, contexts, "pullback", has_aux=has_aux)
-        x_ndim = np.ndim(x)
+        x_shape = np.shape(x)
+        x_size = math.prod(x_shape)
 
         def make(with_value: bool) -> Program:
             # the plain pullback contracts the plain jacobian: no f(x) with central differences
@@ -359,7 +360,10 @@ class FiniteDiffAdapter(Adapter):
                 output, aux = output if has_aux else (output, None)
                 y, jac = output if with_value else (None, output)
                 cotangents = [np.asarray(converter(family_of(t), "numpy")(t), dtype=jac.dtype) for t in ty]
-                products = tuple(np.tensordot(t, jac, axes=jac.ndim - x_ndim) for t in cotangents)
+                # the contraction over y's axes as one matrix product (np.tensordot does the
+                # same reshapes, with 4 us of Python around them)
+                rows = jac.reshape(math.prod(jac.shape[: jac.ndim - len(x_shape)]), x_size)
+                products = tuple((t.reshape(-1) @ rows).reshape(x_shape) for t in cotangents)
                 result = (y, products) if with_value else products
                 return (result, aux) if has_aux else result
 
