@@ -169,12 +169,22 @@ def test_float_inside_a_jacobian_is_refused(backend: Any) -> None:
         di.jacobian(f, backend, X)
 
 
+def constant_vector_from_x(x: Any) -> Any:
+    # its tangents do not depend on x's: a batched jacobian gets an unbatched zero output
+    xp = di.array_namespace(x)
+    return xp.ones_like(x) * 1.5
+
+
 @pytest.mark.parametrize("backend", _params(BACKENDS))
 def test_a_constant_computed_from_x_has_zero_derivatives(backend: Any) -> None:
     np.testing.assert_array_equal(di.gradient(constant_from_x, backend, X), np.zeros(3))
     np.testing.assert_array_equal(di.hessian(constant_from_x, backend, X), np.zeros((3, 3)))
     y, g = di.value_and_gradient(constant_from_x, backend, X)
     assert float(y) == 1.5 and not g.any()
+    np.testing.assert_array_equal(di.jacobian(constant_vector_from_x, backend, X), np.zeros((3, 3)))
+    y, jac = di.value_and_jacobian(constant_vector_from_x, backend, X)
+    np.testing.assert_array_equal(y, np.full(3, 1.5))
+    np.testing.assert_array_equal(jac, np.zeros((3, 3)))
 
 
 def test_finite_differences_take_python_floats() -> None:

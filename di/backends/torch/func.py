@@ -503,15 +503,17 @@ def _forward_jacobian(fy: Callable[..., Any], x: Any, has_aux: bool) -> tuple[An
     ``vmap`` they are batched at its level, which ``out_dims=None`` refuses) and
     the first is kept, as ``jacfwd`` does with its aux."""
     basis = _standard_basis(x)
+    # (out_dims=0 and a move: vmap broadcasts an output that does not depend on the
+    # tangent, the zero jacobian of a constant, wrongly along a negative out_dim)
     if has_aux:
-        batched: Any = _func.vmap(lambda t: _func.jvp(fy, (x,), (t,), has_aux=True), out_dims=(0, -1, 0))(basis)
+        batched: Any = _func.vmap(lambda t: _func.jvp(fy, (x,), (t,), has_aux=True))(basis)
         ys, jac, auxes = batched
         y = ys[0]
-        return y, jac.reshape(y.shape + x.shape), tuple(batch[0] for batch in auxes)
-    batched = _func.vmap(lambda t: _func.jvp(fy, (x,), (t,)), out_dims=(0, -1))(basis)
+        return y, jac.movedim(0, -1).reshape(y.shape + x.shape), tuple(batch[0] for batch in auxes)
+    batched = _func.vmap(lambda t: _func.jvp(fy, (x,), (t,)))(basis)
     ys, jac = batched
     y = ys[0]
-    return y, jac.reshape(y.shape + x.shape)
+    return y, jac.movedim(0, -1).reshape(y.shape + x.shape)
 
 
 def _standard_basis(like: Any) -> Any:
