@@ -40,6 +40,7 @@ from di.backends.torch.common import (
 )
 from di.backends.torch.compile import UNSUPPORTED, break_in_di
 from di.backends.torch.eager import EagerPrograms
+from di.backends.torch.jacobians import forward_jacobian, reverse_jacobian
 from di.contexts import Context
 from di.errors import InvalidInputError, RecompileWarning
 from di.families import converter, family_of, identity
@@ -356,7 +357,7 @@ class FuncPrograms:
         if mode is None:
             mode = "forward" if math.prod(getattr(x, "shape", ())) <= y.numel() else "reverse"
         transform = _func.jacfwd if mode == "forward" else _func.jacrev
-        batched = _forward_jacobian if mode == "forward" else _reverse_jacobian
+        batched = forward_jacobian if mode == "forward" else reverse_jacobian
         rules = REVERSE_RULES if mode == "reverse" else RULES  # jacfwd's vmap hides the tangents
         checked = self._checked(f, "jacobian", rules, has_aux)
         empty = y.numel() == 0 or math.prod(getattr(x, "shape", ())) == 0
@@ -442,7 +443,7 @@ class FuncPrograms:
             def fx(x: Any) -> Any:
                 return checked(x, *values)
 
-            _, hessian = _forward_jacobian(_func.grad(fx), x, False)
+            _, hessian = forward_jacobian(_func.grad(fx), x, False)
             return hessian
 
         def value_gradient_and_hessian(x: Any, *values: Any) -> Any:
@@ -453,7 +454,7 @@ class FuncPrograms:
             if x.numel() == 0:  # jacfwd cannot take an empty input
                 g, y = _func.grad_and_value(lambda x: checked(x, *values))(x)
                 return y, g, x.new_zeros(x.shape + x.shape)
-            g, hessian, (y,) = _forward_jacobian(gradient_with_aux, x, True)  # (aux is (y,))
+            g, hessian, (y,) = forward_jacobian(gradient_with_aux, x, True)  # (aux is (y,))
             return y, g, hessian
 
         names = ("hessian", "value_gradient_and_hessian")
@@ -491,52 +492,6 @@ def _run(
             return function(*arguments(x, None, values))
 
     return run
-
-
-def _forward_jacobian(fy: Callable[..., Any], x: Any, has_aux: bool) -> tuple[Any, ...]:
-    """``(y, jacobian)`` of ``fy`` at the tensor ``x``, and ``fy``'s aux under
-    ``has_aux`` (``fy`` then returns ``(y, aux)``, aux a tuple of tensors): a
-    batch of ``jvp`` over the standard basis, as ``torch.func.jacfwd`` computes
-    it, without its pytree handling (about 10 % of an eager call at n = 10).
-    ``y`` and ``aux``, which do not depend on the tangent, come out of the batch
-    once: the batch returns them broadcast (an expanded view; inside an outer
-    ``vmap`` they are batched at its level, which ``out_dims=None`` refuses) and
-    the first is kept, as ``jacfwd`` does with its aux."""
-    basis = _standard_basis(x)
-    # (out_dims=0 and a move: vmap broadcasts an output that does not depend on the
-    # tangent, the zero jacobian of a constant, wrongly along a negative out_dim)
-    if has_aux:
-        batched: Any = _func.vmap(lambda t: _func.jvp(fy, (x,), (t,), has_aux=True))(basis)
-        ys, jac, auxes = batched
-        y = ys[0]
-        return y, jac.movedim(0, -1).reshape(y.shape + x.shape), tuple(batch[0] for batch in auxes)
-    batched = _func.vmap(lambda t: _func.jvp(fy, (x,), (t,)))(basis)
-    ys, jac = batched
-    y = ys[0]
-    return y, jac.movedim(0, -1).reshape(y.shape + x.shape)
-
-
-def _standard_basis(like: Any) -> Any:
-    """The standard basis of ``like``'s space, one element per row (``n`` tensors
-    shaped like ``like``, its dtype and device). Eagerly ``torch.eye`` (one op);
-    traced by dynamo, zeros with a diagonal of ones, which inductor compiles into
-    a fill, where its ``eye`` kernel took three times the whole jacobian at
-    n = 1e3."""
-    n = like.numel()
-    if not dynamo_compiling():
-        return torch.eye(n, dtype=like.dtype, device=like.device).view(n, *like.shape)
-    basis = like.new_zeros(n, n)
-    basis.diagonal().fill_(1)
-    return basis.view(n, *like.shape)
-
-
-def _reverse_jacobian(fy: Callable[..., Any], x: Any, has_aux: bool) -> tuple[Any, ...]:
-    """``(y, jacobian)`` of ``fy`` at the tensor ``x``, and ``fy``'s aux under
-    ``has_aux``: one ``vjp``, its pullback batched over the standard basis of
-    ``y``, as ``torch.func.jacrev`` computes it, without its pytree handling."""
-    y, pull, *aux = _func.vjp(fy, x, has_aux=has_aux)
-    (jac,) = _func.vmap(pull)(_standard_basis(y))
-    return (y, jac.reshape(y.shape + x.shape), *aux)
 
 
 def _built_on_first_use(

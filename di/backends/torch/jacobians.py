@@ -1,0 +1,95 @@
+"""Jacobians of a tensor ``x`` by ``torch.func``, batched over the standard basis.
+
+``torch.func.jacfwd`` and ``jacrev`` take pytrees and, with ``has_aux``, return
+an output of the same evaluation of ``f``; their pytree handling costs 40-70 us
+per eager call at n = 10 (10 % of the call). For a tensor ``x`` the batch is
+written here: a ``jvp`` (or the ``vjp``'s pullback) ``vmap``-ed over the basis,
+as those functions compute it, with ``y`` and ``aux`` taken out of the batch once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from di.backends.torch.common import dynamo_compiling
+
+__all__ = ["forward_jacobian", "reverse_jacobian", "standard_basis"]
+
+_func = torch.func
+
+
+def forward_jacobian(fy: Callable[..., Any], x: Any, has_aux: bool) -> tuple[Any, ...]:
+    """``(y, jacobian)`` of ``fy`` at the tensor ``x``, and ``fy``'s aux under
+    ``has_aux`` (``fy`` then returns ``(y, aux)``, aux a tuple of tensors): a
+    batch of ``jvp`` over the standard basis, as ``torch.func.jacfwd`` computes
+    it, without its pytree handling (about 10 % of an eager call at n = 10).
+    ``y`` and ``aux``, which do not depend on the tangent, come out of the batch
+    once: the batch returns them broadcast (an expanded view; inside an outer
+    ``vmap`` they are batched at its level, which ``out_dims=None`` refuses) and
+    the first is kept, as ``jacfwd`` does with its aux.
+
+    Examples:
+        >>> import torch
+        >>> from di.backends.torch.jacobians import forward_jacobian
+        >>> y, jac = forward_jacobian(lambda x: x**2, torch.tensor([1.0, 3.0]), False)
+        >>> y, jac
+        (tensor([1., 9.]), tensor([[2., 0.],
+                [0., 6.]]))
+    """
+    basis = standard_basis(x)
+    # (out_dims=0 and a move: vmap broadcasts an output that does not depend on the
+    # tangent, the zero jacobian of a constant, wrongly along a negative out_dim)
+    if has_aux:
+        batched: Any = _func.vmap(lambda t: _func.jvp(fy, (x,), (t,), has_aux=True))(basis)
+        ys, jac, auxes = batched
+        y = ys[0]
+        return y, jac.movedim(0, -1).reshape(y.shape + x.shape), tuple(batch[0] for batch in auxes)
+    batched = _func.vmap(lambda t: _func.jvp(fy, (x,), (t,)))(basis)
+    ys, jac = batched
+    y = ys[0]
+    return y, jac.movedim(0, -1).reshape(y.shape + x.shape)
+
+
+def standard_basis(like: Any) -> Any:
+    """The standard basis of ``like``'s space, one element per row (``n`` tensors
+    shaped like ``like``, its dtype and device). Eagerly ``torch.eye`` (one op);
+    traced by dynamo, zeros with a diagonal of ones, which inductor compiles into
+    a fill, where its ``eye`` kernel took three times the whole jacobian at
+    n = 1e3.
+
+    Examples:
+        >>> import torch
+        >>> from di.backends.torch.jacobians import standard_basis
+        >>> standard_basis(torch.zeros(2, 1, dtype=torch.float64))
+        tensor([[[1.],
+                 [0.]],
+        <BLANKLINE>
+                [[0.],
+                 [1.]]], dtype=torch.float64)
+    """
+    n = like.numel()
+    if not dynamo_compiling():
+        return torch.eye(n, dtype=like.dtype, device=like.device).view(n, *like.shape)
+    basis = like.new_zeros(n, n)
+    basis.diagonal().fill_(1)
+    return basis.view(n, *like.shape)
+
+
+def reverse_jacobian(fy: Callable[..., Any], x: Any, has_aux: bool) -> tuple[Any, ...]:
+    """``(y, jacobian)`` of ``fy`` at the tensor ``x``, and ``fy``'s aux under
+    ``has_aux``: one ``vjp``, its pullback batched over the standard basis of
+    ``y``, as ``torch.func.jacrev`` computes it, without its pytree handling.
+
+    Examples:
+        >>> import torch
+        >>> from di.backends.torch.jacobians import reverse_jacobian
+        >>> y, jac = reverse_jacobian(lambda x: x.sum(0), torch.ones(2, 2), False)
+        >>> jac.shape
+        torch.Size([2, 2, 2])
+    """
+    y, pull, *aux = _func.vjp(fy, x, has_aux=has_aux)
+    (jac,) = _func.vmap(pull)(standard_basis(y))
+    return (y, jac.reshape(y.shape + x.shape), *aux)
