@@ -317,6 +317,25 @@ def _check_output_message(message: str, op: Op, words: tuple[str, ...]) -> None:
     suggests(message, "Reduce", "Return", "Differentiate", "use jacobian", "stack")
 
 
+@pytest.mark.parametrize("operator", ["jacobian", "value_and_jacobian", "pushforward", "pullback"])
+def test_finite_differences_refuse_an_output_whose_shape_moves_with_x(operator: str) -> None:
+    """f keeps the positive elements of x: perturbing x[0] = 0 changes how many.
+    Finite differences compare outputs at nearby points, and numpy would broadcast
+    a one-element output into a row of two without a word (a wrong jacobian, before
+    the check): the error names both shapes and the way out."""
+
+    def positives(x: Any) -> Any:
+        xp = di.array_namespace(x)
+        return xp.sin(x[x > 0])
+
+    x = np.array([0.0, 5.0])
+    tangents = {"pushforward": (np.ones(2),), "pullback": (np.ones(1),)}
+    call = getattr(di, operator)
+    with pytest.raises(di.InvalidOutputError, match=r"f returned shape \((1|2),\) at one evaluation and \((1|2),\)"):
+        call(positives, di.AutoFiniteDiff(), x, *([tangents[operator]] if operator in tangents else []))
+    np.testing.assert_array_equal(x, [0.0, 5.0])
+
+
 # --- f raising its own exception -------------------------------------------------------------------------------------
 
 

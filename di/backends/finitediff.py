@@ -21,6 +21,7 @@ from di.backends.outputs import OutputRules, check_output, raise_bad_output
 from di.backends.protocol import Adapter, Capabilities, Program, Programs
 from di.backends.selectors import AutoFiniteDiff
 from di.contexts import Cache, Context
+from di.errors import InvalidOutputError
 from di.families import converter, family_of, get_family, identity, is_floating_dtype
 from di.pytrees import tree_map
 
@@ -48,6 +49,16 @@ def _largest_magnitude(a: Any) -> float:
     method, not ``np.max``: a microsecond less per call, which is most of it at
     n = 1e3."""
     return float(np.abs(a).max()) if a.size else 0.0
+
+
+def _shape_changed(backend: Any, operator: str, first: tuple[int, ...], later: tuple[int, ...]) -> InvalidOutputError:
+    """The error for an ``f`` whose output changed shape between two evaluations
+    near ``x`` (its shape depends on ``x``'s values)."""
+    return InvalidOutputError(
+        f"{backend!r}: {operator} needs f's output to keep one shape near x, and f returned shape {first} at "
+        f"one evaluation and {later} at another. Finite differences compare f's outputs at nearby points: make "
+        f"the output's shape independent of x's values (mask with where() rather than selecting elements)."
+    )
 
 
 class _Evaluator:
@@ -247,9 +258,10 @@ class FiniteDiffAdapter(Adapter):
             # evaluation's output needs no copy (nothing runs f after it: a buffer f
             # returns keeps its value); the first one's does when another follows.
             up = array(np.asarray(point + h * t), values, operator, copy=central)
-            if central:
-                return (up - array(np.asarray(point - h * t), values, operator, copy=False)) / (2 * h)
-            return (up - y0) / h
+            other = array(np.asarray(point - h * t), values, operator, copy=False) if central else y0
+            if up.shape != other.shape:
+                raise _shape_changed(self.backend, operator, other.shape, up.shape)
+            return (up - other) / (2 * h) if central else (up - other) / h
 
         return directional
 
@@ -304,24 +316,30 @@ class FiniteDiffAdapter(Adapter):
             y0, aux = evaluator.array_at_point(point, values, operator) if at_point else (None, None)
             steps = _steps(flat, relative_step(self.selector)).tolist()
             # One row (an output of f's shape) per coordinate: contiguous writes, transposed
-            # once at the end.
-            rows = None if y0 is None else np.empty((flat.size, *y0.shape))
+            # once at the end. Every output must have the first one's shape: numpy would
+            # broadcast a one-element output into the row without a word.
+            y_shape: Any = None if y0 is None else y0.shape
+            rows: Any = None if y_shape is None else np.empty((flat.size, *y_shape))
             f, checked = evaluator.f, evaluator.checked_array  # (evaluator.array, a call fewer)
             # Python floats for the coordinates and steps, as in the gradient; the
             # second evaluation is used before f runs again: no copy.
             for i, (xi, hi) in enumerate(zip(flat.tolist(), steps)):
                 flat[i] = xi + hi
                 up = checked(f(point, *values), operator, central)
-                if rows is None:  # the first evaluation tells f's output shape
-                    rows = np.empty((flat.size, *up.shape))
+                if up.shape != y_shape:
+                    if rows is not None:
+                        raise _shape_changed(self.backend, operator, y_shape, up.shape)
+                    y_shape = up.shape  # the first evaluation tells f's output shape
+                    rows = np.empty((flat.size, *y_shape))
                 if central:
                     flat[i] = xi - hi
-                    rows[i] = (up - checked(f(point, *values), operator, False)) / (2 * hi)
+                    down = checked(f(point, *values), operator, False)
+                    if down.shape != y_shape:
+                        raise _shape_changed(self.backend, operator, y_shape, down.shape)
+                    rows[i] = (up - down) / (2 * hi)
                 else:
                     rows[i] = (up - y0) / hi
                 flat[i] = xi
-            assert rows is not None
-            y_shape = rows.shape[1:]
             jac = rows.reshape(flat.size, math.prod(y_shape)).T.astype(caller.dtype, order="C")
             jac = jac.reshape(y_shape + point.shape)
             return (None if y0 is None else np.asarray(y0, dtype=caller.dtype), jac), aux
