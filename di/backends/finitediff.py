@@ -198,8 +198,6 @@ class FiniteDiffAdapter(Adapter):
         if not central and y0 is None:
             y0 = evaluator.scalar(point, values, operator)
         flat = point.reshape(-1)
-        if flat.size == 0:
-            return np.empty_like(point)
         # Python floats: indexing lists is cheaper than numpy scalars, and the
         # arithmetic is the same IEEE double arithmetic, so results are identical.
         coordinates, steps = flat.tolist(), _steps(flat, relative_step(self.selector)).tolist()
@@ -261,7 +259,7 @@ class FiniteDiffAdapter(Adapter):
             other = array(np.asarray(point - h * t), values, operator, copy=False) if central else y0
             if up.shape != other.shape:
                 raise _shape_changed(self.backend, operator, other.shape, up.shape)
-            return (up - other) / (2 * h) if central else (up - other) / h
+            return (up - other) / (2 * h if central else h)
 
         return directional
 
@@ -327,7 +325,7 @@ class FiniteDiffAdapter(Adapter):
                 flat[i] = xi + hi
                 up = checked(f(point, *values), operator, central)
                 if up.shape != y_shape:
-                    if rows is not None:
+                    if y_shape is not None:
                         raise _shape_changed(self.backend, operator, y_shape, up.shape)
                     y_shape = up.shape  # the first evaluation tells f's output shape
                     rows = np.empty((flat.size, *y_shape))

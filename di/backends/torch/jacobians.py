@@ -42,15 +42,14 @@ def forward_jacobian(fy: Callable[..., Any], x: Any, has_aux: bool) -> tuple[Any
     basis = standard_basis(x)
     # (out_dims=0 and a move: vmap broadcasts an output that does not depend on the
     # tangent, the zero jacobian of a constant, wrongly along a negative out_dim)
-    if has_aux:
-        batched: Any = _func.vmap(lambda t: _func.jvp(fy, (x,), (t,), has_aux=True))(basis)
-        ys, jac, auxes = batched
-        y = ys[0]
-        return y, jac.movedim(0, -1).reshape(y.shape + x.shape), tuple(batch[0] for batch in auxes)
-    batched = _func.vmap(lambda t: _func.jvp(fy, (x,), (t,)))(basis)
-    ys, jac = batched
+    batched: Any = _func.vmap(lambda t: _func.jvp(fy, (x,), (t,), has_aux=has_aux))(basis)
+    ys, jac, *batched_aux = batched  # (the aux under has_aux, batched)
     y = ys[0]
-    return y, jac.movedim(0, -1).reshape(y.shape + x.shape)
+    jac = jac.movedim(0, -1).reshape(y.shape + x.shape)
+    if not has_aux:
+        return y, jac
+    (aux,) = batched_aux
+    return y, jac, tuple(batch[0] for batch in aux)
 
 
 def standard_basis(like: Any) -> Any:
