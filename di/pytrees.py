@@ -29,6 +29,7 @@ __all__ = [
     "Structure",
     "is_pytree",
     "leaf_paths",
+    "nesting_depth",
     "tree_flatten",
     "tree_leaves",
     "tree_map",
@@ -124,78 +125,147 @@ def leaf_paths(tree: Any, root: str = "x") -> list[str]:
 
 class _Node:
     """One node of a :class:`Structure`: how to take its children out of a tree of
-    this shape (in ``optree``'s order) and how to put them back."""
+    this shape (in ``optree``'s order) and how to put them back. ``children``
+    holds a node per child (``None`` for a leaf), filled in by :func:`_plan`."""
 
     __slots__ = ("children", "handler", "keys", "kind", "metadata", "order", "type")
 
-    def __init__(self, tree: Any) -> None:
+    def __init__(self, tree: Any, metadata: Any) -> None:
         optree = _optree()
-        one_level = optree.tree_flatten_one_level(tree)
         self.type = type(tree)
-        self.metadata = one_level.metadata
+        self.metadata = metadata
         self.handler = None
         self.keys: tuple[Any, ...] = ()
         self.order: tuple[Any, ...] = ()
+        self.children: list[_Node | None] = []
         if tree is None:
             self.kind = "none"
         elif self.type in (tuple, list):
             self.kind = self.type.__name__
         elif self.type is dict:
             self.kind = "dict"
-            self.keys = tuple(one_level.metadata)  # optree's order (sorted keys where they sort)
+            self.keys = tuple(metadata)  # optree's order (sorted keys where they sort)
             self.order = tuple(tree)  # the caller's order, which a rebuilt dict keeps
         elif optree.is_namedtuple_class(self.type):
             self.kind = "namedtuple"
         else:  # dataclasses, OrderedDict, deque, nodes registered with optree: their own functions
             self.kind = "custom"
             self.handler = optree.register_pytree_node.get(self.type, namespace="")
-        self.children = [_plan(child) for child in one_level.children]
+
+
+def _is_leaf(tree: Any) -> bool:
+    """Whether ``optree`` takes ``tree`` as a leaf (``None`` is an empty node)."""
+    return tree is not None and _optree().register_pytree_node.get(type(tree), namespace="") is None
 
 
 def _plan(tree: Any) -> _Node | None:
-    """The node of ``tree`` (``None`` for a leaf, as ``optree`` decides it)."""
-    if tree is not None and _optree().register_pytree_node.get(type(tree), namespace="") is None:
+    """The node of ``tree`` (``None`` for a leaf, as ``optree`` decides it), built
+    without recursion: a tree may nest as deep as ``optree`` flattens it."""
+    if _is_leaf(tree):
         return None
-    return _Node(tree)
+    flatten_one_level = _optree().tree_flatten_one_level
+    level = flatten_one_level(tree)
+    root = _Node(tree, level.metadata)
+    pending = [(root, level.children)]
+    while pending:
+        node, children = pending.pop()
+        for child in children:
+            if _is_leaf(child):
+                node.children.append(None)
+                continue
+            level = flatten_one_level(child)
+            inner = _Node(child, level.metadata)
+            node.children.append(inner)
+            pending.append((inner, level.children))
+    return root
 
 
-def _flatten(node: _Node | None, tree: Any, leaves: list[Any]) -> bool:
-    """Append the leaves of ``tree`` (shaped like ``node``) to ``leaves``; ``False``
-    when ``tree`` has another structure."""
-    if node is None:
-        leaves.append(tree)
-        return True
-    if type(tree) is not node.type:
-        return False
-    kind, children = node.kind, node.children
-    if kind == "none":
-        return True
-    if kind == "dict":
-        if len(tree) != len(node.keys):
+def _depth(root: _Node | None) -> int:
+    """How many nodes deep ``root`` nests (0 for a leaf)."""
+    deepest, pending = 0, [(root, 1)] if root is not None else []
+    while pending:
+        node, depth = pending.pop()
+        deepest = max(deepest, depth)
+        pending.extend((child, depth + 1) for child in node.children if child is not None)
+    return deepest
+
+
+def nesting_depth(tree: Any) -> int:
+    """How many containers deep ``tree`` nests, as ``optree`` reads it (0 for a leaf).
+
+    Examples:
+        >>> import numpy as np
+        >>> from di.pytrees import nesting_depth
+        >>> nesting_depth(np.ones(2)), nesting_depth({"a": [np.ones(2)], "b": np.ones(1)})
+        (0, 2)
+    """
+    return _depth(_plan(tree))
+
+
+def _flatten(root: _Node | None, tree: Any, leaves: list[Any]) -> bool:
+    """Append the leaves of ``tree`` (shaped like ``root``) to ``leaves``; ``False``
+    when ``tree`` has another structure. A walk without recursion, depth first."""
+    pending = [(root, tree)]
+    take, put, leaf = pending.pop, pending.append, leaves.append
+    while pending:
+        node, tree = take()
+        if node is None:
+            leaf(tree)
+            continue
+        if type(tree) is not node.type:
             return False
-        for key, child in zip(node.keys, children):
-            if key not in tree or not _flatten(child, tree[key], leaves):
+        kind, children = node.kind, node.children
+        if kind == "none":
+            continue
+        if kind == "dict":
+            if len(tree) != len(children):
                 return False
-        return True
-    if kind != "custom":
-        if len(tree) != len(children):
-            return False
-        return all(_flatten(child, item, leaves) for child, item in zip(children, tree))
-    items, metadata = node.handler.flatten_func(tree)[:2]  # type: ignore[union-attr]
-    items = list(items)
-    if len(items) != len(children) or metadata != node.metadata:
-        return False
-    return all(_flatten(child, item, leaves) for child, item in zip(children, items))
+            try:
+                items = [tree[key] for key in node.keys]
+            except KeyError:
+                return False
+        elif kind != "custom":
+            if len(tree) != len(children):
+                return False
+            items = tree
+        else:
+            found, metadata = node.handler.flatten_func(tree)[:2]  # type: ignore[union-attr]
+            items = list(found)
+            if len(items) != len(children) or metadata != node.metadata:
+                return False
+        for i in range(len(children) - 1, -1, -1):  # the first child is taken next
+            put((children[i], items[i]))
+    return True
 
 
-def _unflatten(node: _Node | None, leaves: Any) -> Any:
-    """The tree of ``node``'s shape with the next leaves of the iterator ``leaves``."""
-    if node is None:
+def _unflatten(root: _Node | None, leaves: Any) -> Any:
+    """The tree of ``root``'s shape with the next leaves of the iterator ``leaves``,
+    built without recursion: each node once its children are."""
+    if root is None:
         return next(leaves)
+    pending: list[tuple[_Node, list[Any]]] = [(root, [])]
+    while True:
+        node, built = pending[-1]
+        children = node.children
+        index, count = len(built), len(children)
+        while index < count and children[index] is None:  # leaves, taken in a row
+            built.append(next(leaves))
+            index += 1
+        if index < count:
+            pending.append((children[index], []))  # type: ignore[arg-type]
+            continue
+        pending.pop()
+        tree = _rebuilt(node, built)
+        if not pending:
+            return tree
+        pending[-1][1].append(tree)
+
+
+def _rebuilt(node: _Node, children: list[Any]) -> Any:
+    """The tree of ``node``'s kind around its rebuilt ``children``."""
     kind = node.kind
     if kind == "none":
         return None
-    children = [_unflatten(child, leaves) for child in node.children]
     if kind == "tuple":
         return tuple(children)
     if kind == "list":
@@ -275,6 +345,10 @@ _WRITTEN_MOST = 2048
 """The most nodes and leaves a tree may have for :func:`_written` to write its
 functions (larger ones are walked: their source would take long to compile)."""
 
+_WRITTEN_DEEPEST = 64
+"""The deepest a tree may nest for :func:`_written` to write its functions (deeper
+ones are walked: Python's parser refuses expressions nested about 200 deep)."""
+
 
 def _written(root: _Node | None) -> tuple[Callable[[Any], list[Any] | None], Callable[[Any], Any]] | None:
     """``(leaves, unflatten)`` written as Python source for the shape of ``root``
@@ -338,7 +412,7 @@ def _written(root: _Node | None) -> tuple[Callable[[Any], list[Any] | None], Cal
             return "(" + "".join(part + ", " for part in parts) + ")"
         return f"{constant(node.type)}(" + ", ".join(parts) + ")"  # a namedtuple
 
-    if root is None:
+    if root is None or _depth(root) > _WRITTEN_DEEPEST:
         return None
     leaves = take(root, "t")
     if leaves is None or len(checks) + len(leaves) > _WRITTEN_MOST:

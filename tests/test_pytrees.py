@@ -259,6 +259,56 @@ def test_odd_layouts(backend: Any, layout: str) -> None:
         np.testing.assert_allclose(di.hessian(squares, backend, x), 2 * np.eye(x.size), atol=1e-4)
 
 
+DEPTH = 400  # optree and JAX take far deeper trees; di's own walks used to stop near 250
+
+
+def nested(leaf: Any, depth: int = DEPTH) -> Any:
+    for _ in range(depth):
+        leaf = [leaf]
+    return leaf
+
+
+def innermost(tree: Any) -> Any:
+    while isinstance(tree, list):
+        tree = tree[0]
+    return tree
+
+
+def deep_energy(p: Any) -> Any:
+    xp = di.array_namespace(p["b"])
+    return xp.sum(innermost(p["a"]) ** 2) + xp.sum(xp.sin(p["b"]))
+
+
+@pytest.mark.parametrize("backend", BACKENDS, ids=IDS)
+def test_deeply_nested_x(backend: Any) -> None:
+    inner, b = np.array([1.0, -2.0, 0.5]), np.array([0.3, 0.7])
+    x = {"b": b, "a": nested(inner)}
+    expected = {"b": np.cos(b), "a": nested(2 * inner)}
+    prep = di.prepare_gradient(deep_energy, backend, x)
+    for g in (di.gradient(deep_energy, prep, backend, x), di.gradient(deep_energy, backend, x)):
+        assert list(g) == ["b", "a"] and len(optree.tree_leaves(g["a"])) == 1
+        assert optree.tree_structure(g) == optree.tree_structure(x)
+        np.testing.assert_allclose(innermost(g["a"]), 2 * inner, rtol=1e-6)
+        np.testing.assert_allclose(g["b"], np.cos(b), rtol=1e-6)
+    y, g = di.value_and_gradient(deep_energy, prep, backend, x)
+    np.testing.assert_allclose(y, np.sum(inner**2) + np.sum(np.sin(b)), rtol=1e-12)
+    assert_tree_close(g, expected, 1e-6)
+    tangent = {"b": np.ones(2), "a": nested(np.array([1.0, 0.0, 2.0]))}
+    (dy,) = di.pushforward(deep_energy, backend, x, (tangent,))
+    np.testing.assert_allclose(dy, 2 * (1.0 + 2 * 0.5) + np.sum(np.cos(b)), rtol=1e-6)
+
+
+def test_compiled_torch_names_an_x_nested_deeper_than_dynamo_traces() -> None:
+    # dynamo follows containers recursively: torch.compile(torch.func.grad(f)) fails near 50 levels too
+    x = {"b": torch.tensor([0.3, 0.7]), "a": nested(torch.tensor([1.0, -2.0, 0.5]), 60)}
+    compiled = di.AutoTorch(compile=True, compile_options={"backend": "eager"})
+    with pytest.raises(di.InvalidInputError, match=r"x nests 61 containers deep.*Use AutoTorch\(\) \(eager\)") as info:
+        di.prepare_gradient(deep_energy, compiled, x)
+    assert isinstance(info.value.__cause__, torch._dynamo.exc.TorchDynamoException)
+    g = di.gradient(deep_energy, di.AutoTorch(), x)
+    np.testing.assert_allclose(innermost(g["a"]), [2.0, -4.0, 1.0])
+
+
 # --- devices ------------------------------------------------------------------------------------------
 
 

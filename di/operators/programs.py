@@ -289,36 +289,45 @@ class _OtherStructure(Exception):
     leaves): it is not given the prepared key order, which would rename its keys."""
 
 
-def _sorted_layout(layout: Any) -> bool:
+def _sorted_layout(layout: tuple[Any, ...]) -> bool:
     """Whether a :func:`_layout` has dict, list and tuple nodes only, each dict's keys
     in sorted order."""
-    if layout is None:
-        return True
-    if layout.__class__ is not tuple:
-        return False
-    kind, items = layout
-    if kind is dict:
-        keys = [key for key, _ in items]
-        try:
-            if keys != sorted(keys):
-                return False
-        except TypeError:  # keys that do not compare
+    for node in layout:
+        if node is None:
+            continue
+        if node.__class__ is not tuple:  # opaque
             return False
-        return all(_sorted_layout(value) for _, value in items)
-    return all(_sorted_layout(item) for item in items)
+        kind, keys = node
+        if kind is dict:
+            try:
+                if list(keys) != sorted(keys):
+                    return False
+            except TypeError:  # keys that do not compare
+                return False
+    return True
 
 
-def _layout(tree: Any) -> Any:
-    """The container types and dict key orders of a result, leaves left out (a
-    node of another kind is opaque: the result is then always rebuilt)."""
-    kind = tree.__class__
-    if kind is dict:
-        return (dict, tuple((key, _layout(value)) for key, value in tree.items()))
-    if kind is list or kind is tuple:
-        return (kind, tuple(_layout(item) for item in tree))
-    if tree is None or family_of(tree) is not None or isinstance(tree, (float, int)):
-        return None
-    return _Opaque()
+def _layout(tree: Any) -> tuple[Any, ...]:
+    """The container types and dict key orders of a result, leaves left out, node by
+    node in depth-first order (a walk without recursion, so that trees nest as deep
+    as the engines take them; a node of another kind is opaque: the result is then
+    always rebuilt)."""
+    layout: list[Any] = []
+    pending = [tree]
+    while pending:
+        node = pending.pop()
+        kind = node.__class__
+        if kind is dict:
+            layout.append((dict, tuple(node)))
+            pending.extend(reversed(node.values()))
+        elif kind is list or kind is tuple:
+            layout.append((kind, len(node)))
+            pending.extend(reversed(node))
+        elif node is None or family_of(node) is not None or isinstance(node, (float, int)):
+            layout.append(None)
+        else:
+            layout.append(_Opaque())
+    return tuple(layout)
 
 
 def _raveled(

@@ -24,7 +24,8 @@ import torch
 
 from di.backends.compile import RecompileWatch, caller_stacklevel, compiled_on_first_use
 from di.backends.selectors import AutoTorch
-from di.errors import RecompileLimitError, RecompileWarning, UnsupportedOperatorError
+from di.errors import InvalidInputError, RecompileLimitError, RecompileWarning, UnsupportedOperatorError
+from di.pytrees import nesting_depth
 
 __all__ = ["TorchCompiler", "break_in_di"]
 
@@ -36,6 +37,16 @@ _RECOMPILE_LIMIT_HIT: type[BaseException] = getattr(torch._dynamo.exc, "FailOnRe
 _SKIPPED_FRAMES = ("di", "torch")  # warnings point past di's frames and torch's compiled wrappers
 UNSUPPORTED: type[BaseException] = torch._dynamo.exc.Unsupported
 """What dynamo raises when it cannot trace a function as one graph."""
+RECURSION_LIMITS: tuple[type[BaseException], ...] = (RecursionError, torch._dynamo.exc.TorchDynamoException)
+"""What dynamo raises when tracing exhausts Python's recursion (its own error
+around a ``RecursionError``, or that error itself)."""
+
+
+_DEEP = 20  # an x nested this deep is named as the likely cause (dynamo stops near 50)
+
+
+def _ran_out_of_recursion(error: BaseException) -> bool:
+    return any(isinstance(e, RecursionError) for e in (error, error.__cause__, error.__context__))
 
 
 class TorchCompiler:
@@ -63,6 +74,7 @@ class TorchCompiler:
         warm_up: Callable[[Callable[..., Any]], Any],
         static_argnums: tuple[int, ...] = (),
         graph_breaks: bool = True,
+        x: Any = None,
     ) -> tuple[Callable[..., Any], dict[str, Any]]:
         """``torch.compile(function)``, compiled now by ``warm_up(compiled)``, watched
         for recompiles; and the options it was compiled with. A graph break under
@@ -72,7 +84,14 @@ class TorchCompiler:
         ``static_argnums``: the arguments of ``function`` that are compiled in, so
         that compiling for a new value of one is not taken for a recompile.
         ``graph_breaks=False``: ``function`` cannot run with graph breaks (a
-        ``torch.func`` transform of ``f``), so dynamo's refusal is raised as is."""
+        ``torch.func`` transform of ``f``), so dynamo's refusal is raised as is.
+        ``x``: the prepared ``x``, named in the error for one nested deeper than
+        dynamo traces.
+
+        Raises:
+            InvalidInputError: dynamo ran out of Python recursion tracing the call
+                (it follows nested containers recursively: an ``x`` nested about
+                50 levels deep), with dynamo's error as its cause."""
         options = self.options()
         fullgraph_default = "fullgraph" not in self.selector.compile_kwargs
         compiled = torch.compile(function, **options)
@@ -102,7 +121,21 @@ class TorchCompiler:
             options["fullgraph"] = False
             compiled = torch.compile(function, **options)
             warm_up(compiled)
+        except RECURSION_LIMITS as err:
+            if not _ran_out_of_recursion(err):
+                raise
+            raise self.too_deep_error(x) from err
         return self.watching(compiled, function, static_argnums, options), options
+
+    def too_deep_error(self, x: Any) -> InvalidInputError:
+        """The error for a call dynamo could not trace for want of Python recursion."""
+        depth = nesting_depth(x)
+        nested = f"x nests {depth} containers deep" if depth >= _DEEP else "f, or what it calls, recurses deeply"
+        return InvalidInputError(
+            f"{self.selector!r}: torch.compile ran out of Python recursion tracing f at the prepared arguments "
+            f"({nested}; dynamo follows containers and calls recursively, as torch.compile does on its own). "
+            f"Use AutoTorch() (eager), which takes far deeper ones, or pass x as a flatter pytree (a dict of tensors)."
+        )
 
     def one_graph_error(self, operator: str, error: BaseException) -> UnsupportedOperatorError:
         """The error for a ``torch.func`` program of ``operator`` that dynamo cannot

@@ -416,7 +416,8 @@ class EagerPrograms:
     def _compiled_f(self, f: Callable[..., Any], x: Any, contexts: Sequence[Context], warm_up: Any) -> Any:
         if not self.adapter.compiles_now():
             return f
-        compiled, _ = self.adapter.compiler.compile_now(f, warm_up, static_argnums(contexts, self.adapter.backend, 1))
+        argnums = static_argnums(contexts, self.adapter.backend, 1)
+        compiled, _ = self.adapter.compiler.compile_now(f, warm_up, argnums, x=x)
         return compiled
 
     def _counted(self, programs: Programs, contexts: Sequence[Context], lead: int) -> Programs:

@@ -138,7 +138,7 @@ class FuncPrograms:
             now, later = (full_core, plain_core) if combined else (plain_core, full_core)
             try:
                 compiled_now, options = adapter.compiler.compile_now(
-                    now, lambda compiled: compiled(*example), argnums, graph_breaks=False
+                    now, lambda compiled: compiled(*example), argnums, graph_breaks=False, x=x
                 )
             except UNSUPPORTED as err:
                 if not refuse_breaks:
@@ -572,12 +572,22 @@ def _leaves_of(structure: Structure | None) -> Callable[[Any], Any]:
 
 def _plain_tensor_tree(x: Any) -> bool:
     """Whether ``x`` is dicts, lists and tuples (exactly those classes) of tensors,
-    which ``torch.func`` differentiates as they are and returns in their structure."""
-    if x.__class__ is dict:
-        return bool(x) and all(_plain_tensor_tree(value) for value in x.values())
-    if x.__class__ is list or x.__class__ is tuple:
-        return bool(x) and all(_plain_tensor_tree(item) for item in x)
-    return isinstance(x, torch.Tensor)
+    which ``torch.func`` differentiates as they are and returns in their structure.
+    A walk without recursion: trees may nest as deep as the engines take them."""
+    pending = [x]
+    while pending:
+        node = pending.pop()
+        if node.__class__ is dict:
+            if not node:
+                return False
+            pending.extend(node.values())
+        elif node.__class__ is list or node.__class__ is tuple:
+            if not node:
+                return False
+            pending.extend(node)
+        elif not isinstance(node, torch.Tensor):
+            return False
+    return True
 
 
 def _rebuilt(structure: Structure | None) -> Callable[[Any], Any]:
