@@ -429,13 +429,14 @@ def test_structure_takes_apart_and_rebuilds_trees_as_optree_does(tree: Any) -> N
             assert structure.leaves(other) is None, other
 
 
-@pytest.mark.parametrize("shape", ["wide", "deep"])
+@pytest.mark.parametrize("shape", ["wide", "deep", "deeper"])
 def test_structure_of_a_wide_or_deep_tree(shape: str) -> None:
-    """A tree too large to write functions for is walked; a deep one is written
-    (or walked, where Python's parser stops): the same leaves and tree either way."""
+    """A tree too large or too deep to write functions for is walked (without
+    recursion: 600 levels went past Python's recursion limit): the same leaves and
+    tree either way."""
     tree: Any = {f"k{i}": i for i in range(3000)} if shape == "wide" else 0
-    if shape == "deep":
-        for depth in range(150):
+    if shape != "wide":
+        for depth in range(150 if shape == "deep" else 600):
             tree = [tree] if depth % 2 else {"a": tree, "b": None}
     structure = Structure(tree)
     leaves = optree.tree_leaves(tree, none_is_leaf=False)
