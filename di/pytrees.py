@@ -27,6 +27,7 @@ from di.families import families, family_of, get_family, is_floating_dtype
 __all__ = [
     "Raveler",
     "Structure",
+    "check_flattens",
     "is_pytree",
     "leaf_paths",
     "nesting_depth",
@@ -63,6 +64,38 @@ def tree_leaves(tree: Any) -> list[Any]:
 def tree_map(function: Callable[..., Any], tree: Any, *rest: Any) -> Any:
     """Apply ``function`` to every leaf (and the matching leaves of ``rest``)."""
     return _optree().tree_map(function, tree, *rest)
+
+
+def check_flattens(value: Any, name: str) -> None:
+    """Refuse an argument ``optree`` cannot flatten: a container that holds itself
+    (directly or deeper), or one nested deeper than ``optree`` goes.
+
+    Args:
+        value: the argument (``x``, a context's value, a tangent).
+        name: how the error names it (``"x"``, ``"context 1"``, ``"tx[0]"``).
+
+    Raises:
+        InvalidInputError: naming ``name``, with ``optree``'s ``RecursionError``
+            as its cause.
+
+    Examples:
+        >>> import numpy as np
+        >>> from di.pytrees import check_flattens
+        >>> check_flattens({"w": np.ones(2)}, "x")
+        >>> cycle = [np.ones(2)]
+        >>> cycle.append(cycle)
+        >>> check_flattens(cycle, "x")
+        Traceback (most recent call last):
+        ...
+        di.errors.InvalidInputError: x cannot be flattened as a pytree: ...
+    """
+    try:
+        tree_leaves(value)
+    except RecursionError as err:
+        raise InvalidInputError(
+            f"{name} cannot be flattened as a pytree: it holds itself (a list, tuple or dict inside itself, "
+            f"directly or deeper), or nests deeper than optree goes. Pass it without the cycle."
+        ) from err
 
 
 def is_pytree(value: Any) -> bool:

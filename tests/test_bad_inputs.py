@@ -833,3 +833,42 @@ def test_every_operator_of_a_backend_whose_engine_is_missing(engine, selectors, 
         assert error["type"] == "BackendNotInstalledError" and error["di"] and error["import_error"], (call, error)
         names(error["message"], display)
         suggests(error["message"], f"pip install 'differentiation-interface[{extra}]'")
+
+
+# --- arguments that hold themselves ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("backend", BACKENDS, ids=backend_id)
+@pytest.mark.parametrize("argument", ["x", "context 1", "tx[0]"])
+def test_an_argument_that_holds_itself_is_refused_naming_it(backend: Any, argument: str) -> None:
+    """optree cannot flatten a list inside itself: a di error names the argument,
+    with optree's RecursionError as its cause, before f or the engine runs."""
+    cycle: list[Any] = [np.array([1.0, 2.0])]
+    cycle.append(cycle)
+    x, c = np.array([1.0, 2.0]), np.array([3.0, 4.0])
+
+    def f(x: Any, c: Any) -> Any:
+        xp = di.array_namespace(c)
+        return xp.sum(c * x**2)
+
+    gradient_prep = di.prepare_gradient(f, backend, x, di.Constant(c))
+    pushforward_prep = di.prepare_pushforward(f, backend, x, (x,), di.Constant(c))
+    calls = {
+        "x": [
+            lambda: di.gradient(f, backend, cycle, di.Constant(c)),
+            lambda: di.gradient(f, gradient_prep, backend, cycle, di.Constant(c)),
+        ],
+        "context 1": [
+            lambda: di.gradient(f, backend, x, di.Constant(cycle)),
+            lambda: di.gradient(f, gradient_prep, backend, x, di.Constant(cycle)),
+        ],
+        "tx[0]": [
+            lambda: di.pushforward(f, backend, x, (cycle,), di.Constant(c)),
+            lambda: di.pushforward(f, pushforward_prep, backend, x, (cycle,), di.Constant(c)),
+        ],
+    }
+    refusal = rf"^{re.escape(argument)} cannot be flattened.*holds itself"
+    for call in calls[argument]:  # unprepared, then a strict prep's refusal
+        with pytest.raises(di.InvalidInputError, match=refusal) as info:
+            call()
+        assert isinstance(info.value.__cause__, RecursionError)

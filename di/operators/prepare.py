@@ -27,7 +27,7 @@ from di.operators.table import OPERATORS, Operator
 from di.prep.base import Prep
 from di.prep.signature import check_contexts_wrapped, check_x
 from di.prep.strategy import NO_INFO, PrepareRequest, StrategyInfo
-from di.pytrees import Raveler, is_pytree
+from di.pytrees import Raveler, check_flattens, is_pytree
 
 __all__ = ["check_tangents", "prepare_operator", "prepare_request"]
 
@@ -48,9 +48,9 @@ def prepare_operator(
     """The body of every ``prepare_<operator>``: check the arguments, then prepare.
 
     Raises:
-        InvalidInputError: ``f`` not callable, ``x`` not differentiable, a raw
-            value where a context is expected, bad tangents, ``backend`` not a
-            selector.
+        InvalidInputError: ``f`` not callable, ``x`` not differentiable (or
+            holding itself), a raw value where a context is expected, bad
+            tangents, ``backend`` not a selector.
         BackendNotInstalledError: the engine is missing.
         UnsupportedContextError: the engine cannot use one of the contexts.
     """
@@ -58,6 +58,7 @@ def prepare_operator(
     if not callable(f):
         raise InvalidInputError(f"f must be callable, not {type(f).__name__}")
     _resolve(backend)  # a selector, and installed: said before anything about x
+    check_flattens(x, "x")
     _check_x(operator, x)
     check_contexts_wrapped(contexts)
     if operator.tangents is not None:
@@ -160,7 +161,7 @@ def check_tangents(tangents: Any, label: str, operator: str) -> tuple[Any, ...]:
     """Validate a tuple of tangents (``tx``) or cotangents (``ty``).
 
     Raises:
-        InvalidInputError: not a tuple or list of arrays.
+        InvalidInputError: not a tuple or list of arrays, or one that holds itself.
     """
     if not isinstance(tangents, (tuple, list)):
         raise InvalidInputError(
@@ -168,6 +169,7 @@ def check_tangents(tangents: Any, label: str, operator: str) -> tuple[Any, ...]:
             f"{type(tangents).__name__}; wrap a single one as ({label[1]},)."
         )
     for index, tangent in enumerate(tangents):
+        check_flattens(tangent, f"{label}[{index}]")
         if family_of(tangent) is None and not isinstance(tangent, float) and not is_pytree(tangent):
             raise InvalidInputError(f"{label}[{index}] must be an array or pytree, not {type(tangent).__name__}")
     return tuple(tangents)

@@ -22,6 +22,7 @@ from di.prep.signature import (
     mismatch_error,
     one_family_matcher,
 )
+from di.pytrees import check_flattens
 
 if TYPE_CHECKING:
     from di.backends.selectors import AbstractBackend
@@ -191,6 +192,7 @@ class Prep:
                     return
         except Exception:  # a key function failing means the argument differs
             pass
+        check_flattens(x, "x")  # (the report flattens what it describes)
         check_contexts_wrapped(contexts)
         raise mismatch_error(
             self.operator, self.checks, {"f": self.f, "backend": self.backend}, f, backend, (x, *contexts)
@@ -427,6 +429,8 @@ class Prep:
             return
         if isinstance(tangents, tuple) and check.matches(tuple(concrete(t) for t in tangents)):
             return  # traced tangents (autograd's boxes), compared by the arrays inside
+        for index, tangent in enumerate(tangents):
+            check_flattens(tangent, f"{check.label}[{index}]")
         raise mismatch_error(
             self.operator, (check,), {"f": self.f, "backend": self.backend}, self.f, self.backend, (tangents,)
         )

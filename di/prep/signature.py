@@ -16,7 +16,7 @@ from typing import Any
 from di.contexts import Context
 from di.errors import InvalidInputError, PreparationMismatchError
 from di.families import families, family_of, get_family, is_floating_dtype, spec_of
-from di.pytrees import Structure, foreign_pytree, is_pytree, leaf_paths, traced_by, tree_flatten
+from di.pytrees import Structure, check_flattens, foreign_pytree, is_pytree, leaf_paths, traced_by, tree_flatten
 
 __all__ = [
     "ArgumentCheck",
@@ -452,7 +452,8 @@ def check_contexts_wrapped(contexts: Sequence[Any]) -> None:
     """Refuse positional arguments after ``x`` that are not contexts.
 
     Raises:
-        InvalidInputError: a raw value where a ``Constant`` or ``Cache`` is expected.
+        InvalidInputError: a raw value where a ``Constant`` or ``Cache`` is expected,
+            or a value that holds itself.
     """
     for index, context in enumerate(contexts, start=1):
         if not isinstance(context, Context):
@@ -460,3 +461,4 @@ def check_contexts_wrapped(contexts: Sequence[Any]) -> None:
                 f"context {index} is {describe_value(context)}, not a context: wrap every argument after x "
                 f"as di.Constant(value) (read-only) or di.Cache(value) (scratch)."
             )
+        check_flattens(context.value, f"context {index}")
