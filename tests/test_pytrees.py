@@ -259,6 +259,35 @@ def test_odd_layouts(backend: Any, layout: str) -> None:
         np.testing.assert_allclose(di.hessian(squares, backend, x), 2 * np.eye(x.size), atol=1e-4)
 
 
+def keyed_energy(p: Any, c: Any) -> Any:
+    xp = di.array_namespace(p[1])
+    return xp.sum(p[1] ** 2) + xp.sum(c["a"] * p["a"] ** 2) + xp.sum(c[0])
+
+
+@pytest.mark.parametrize(("backend", "sorts_keys"), list(zip(BACKENDS, [True, True, False, False, False])), ids=IDS)
+def test_dict_keys_that_do_not_sort(backend: Any, sorts_keys: bool) -> None:
+    """Keys 1 and "a" do not sort. An engine that flattens dicts by sorted keys
+    (JAX's registry) cannot take them: a di error up front names the argument;
+    every other backend computes, keeping the caller's key order."""
+    x = {1: np.array([1.0, -2.0]), "a": np.array([3.0])}
+    c = {"a": np.array([2.0]), 0: np.array([1.0])}
+    if sorts_keys:
+        refusal = r"cannot flatten {} as a pytree.*keys of one type"
+        with pytest.raises(di.InvalidInputError, match=refusal.format("x")):
+            di.gradient(keyed_energy, backend, x, di.Constant({"a": np.array([2.0]), 0: np.array([1.0])}))
+        with pytest.raises(di.InvalidInputError, match=refusal.format("context 1")):
+            di.gradient(lambda p, c: keyed_energy({1: p, "a": p}, c), backend, np.ones(2), di.Constant(c))
+        return
+    prep = di.prepare_gradient(keyed_energy, backend, x, di.Constant(c))
+    for g in (
+        di.gradient(keyed_energy, prep, backend, x, di.Constant(c)),
+        di.gradient(keyed_energy, backend, x, di.Constant(c)),
+    ):
+        assert list(g) == [1, "a"]
+        np.testing.assert_allclose(g[1], [2.0, -4.0], rtol=1e-6)
+        np.testing.assert_allclose(g["a"], [12.0], rtol=1e-6)
+
+
 DEPTH = 400  # optree and JAX take far deeper trees; di's own walks used to stop near 250
 
 

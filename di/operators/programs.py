@@ -63,7 +63,9 @@ def caller_programs(
     """The programs of a prep of ``operator`` (``key`` is the operator family, or
     its same-point form) from ``source``: results in the caller's family, shaped
     like ``x``, ``aux`` in JAX's layout."""
-    _refuse_foreign_traces(source, x, tangents, contexts, operator.tangents or "tx")
+    arguments = _named_arguments(x, tangents, contexts, operator.tangents or "tx")
+    _refuse_foreign_traces(source, arguments)
+    _refuse_trees_the_engine_cannot_flatten(source, arguments)
     family = caller_family(source, x)
     if is_pytree(x) and not source.takes_pytree(operator.family, x):
         programs = _raveled(operator, source, key, f, x, tangents, contexts, has_aux)
@@ -94,9 +96,15 @@ def caller_programs(
     return programs
 
 
-def _refuse_foreign_traces(
-    source: ProgramSource, x: Any, tangents: tuple[Any, ...] | None, contexts: Sequence[Context], label: str
-) -> None:
+def _named_arguments(
+    x: Any, tangents: tuple[Any, ...] | None, contexts: Sequence[Context], label: str
+) -> list[tuple[str, Any]]:
+    """``x``, the tangents and the context values, each with the name errors give it."""
+    arguments = [("x", x), *((f"{label}[{i}]", t) for i, t in enumerate(tangents or ()))]
+    return arguments + [(f"context {i}", c.value) for i, c in enumerate(contexts, start=1)]
+
+
+def _refuse_foreign_traces(source: ProgramSource, arguments: list[tuple[str, Any]]) -> None:
     """Refuse, at preparation, values traced by another engine's transform (a
     tracer of ``jax.jit`` given to a backend that computes in another family):
     the engine would need their concrete values, which a trace does not have.
@@ -106,8 +114,6 @@ def _refuse_foreign_traces(
     """
     backend = source.adapter.backend
     takes = (source.family, backend.engine)
-    arguments = [("x", x), *((f"{label}[{i}]", t) for i, t in enumerate(tangents or ()))]
-    arguments += [(f"context {i}", c.value) for i, c in enumerate(contexts, start=1)]
     for name, value in arguments:
         transform, owner = tracing(value)
         if transform and owner not in takes:
@@ -117,6 +123,31 @@ def _refuse_foreign_traces(
                 f"engine that traces (its transforms then differentiate di's own programs), or call di outside "
                 f"the transform."
             )
+
+
+def _refuse_trees_the_engine_cannot_flatten(source: ProgramSource, arguments: list[tuple[str, Any]]) -> None:
+    """Refuse, at preparation, a pytree argument that an engine flattening pytrees
+    with a registry of its own cannot flatten (one that sorts a dict's keys, given
+    keys that do not sort, such as ``1`` and ``"a"``); other engines take any
+    pytree ``di`` flattens.
+
+    Raises:
+        InvalidInputError: naming the backend and the argument, the engine's error
+            as its cause.
+    """
+    if not source.checks_own_pytrees:
+        return
+    for name, value in arguments:
+        if not is_pytree(value):
+            continue
+        try:
+            source.tree_map(identity, value)
+        except (ValueError, TypeError) as err:
+            raise InvalidInputError(
+                f"{source.adapter.backend!r} cannot flatten {name} as a pytree ({err}). Its engine sorts a "
+                f"dict's keys, and keys that do not sort (1 and 'a') are the usual cause: use keys of one type "
+                f"(all strings, say), or a backend whose engine takes pytrees as di flattens them."
+            ) from err
 
 
 _ARRAY_RESULTS = frozenset({"gradient", "hessian"})
