@@ -14,6 +14,7 @@ import array_api_compat
 import numpy as np
 import optree
 import pytest
+from conftest import to_numpy
 
 import di
 from di.families import family_of
@@ -336,6 +337,33 @@ def test_compiled_torch_names_an_x_nested_deeper_than_dynamo_traces() -> None:
     assert isinstance(info.value.__cause__, torch._dynamo.exc.TorchDynamoException)
     g = di.gradient(deep_energy, di.AutoTorch(), x)
     np.testing.assert_allclose(innermost(g["a"]), [2.0, -4.0, 1.0])
+
+
+def cubic_coupled(x: Any) -> Any:
+    xp = di.array_namespace(x)
+    return x**2 * xp.sum(x)
+
+
+@pytest.mark.parametrize(
+    "backend",
+    [*BACKENDS, di.AutoTorch(compile=True, compile_options={"backend": "aot_eager"})],
+    ids=[*IDS, "torch-compile"],
+)
+def test_an_expanded_torch_x(backend: Any) -> None:
+    """A tensor whose elements share memory (``expand``: a stride of 0), which
+    torch's forward mode refuses natively: every backend gives the same
+    derivatives, and ``x`` is left as it was."""
+    x = torch.tensor([1.5], dtype=torch.float64).expand(3)
+    xn, ones = np.full(3, 1.5), np.ones(3)
+    np.testing.assert_allclose(to_numpy(di.gradient(squares, backend, x)), 2 * xn)
+    (dy,) = di.pushforward(cubic_coupled, backend, x, (torch.ones(3, dtype=torch.float64),))
+    np.testing.assert_allclose(to_numpy(dy), 2 * xn * xn.sum() + xn**2 * ones.sum(), rtol=1e-6)
+    expected_jacobian = np.diag(2 * xn * xn.sum()) + np.outer(xn**2, ones)
+    np.testing.assert_allclose(to_numpy(di.jacobian(cubic_coupled, backend, x)), expected_jacobian, rtol=1e-6)
+    np.testing.assert_allclose(to_numpy(di.hessian(squares, backend, x)), 2 * np.eye(3), atol=1e-6)
+    (hv,) = di.hvp(squares, backend, x, (torch.ones(3, dtype=torch.float64),))
+    np.testing.assert_allclose(to_numpy(hv), 2 * ones, atol=1e-6)
+    assert x.stride() == (0,) and torch.equal(x, torch.full((3,), 1.5, dtype=torch.float64))
 
 
 # --- devices ------------------------------------------------------------------------------------------

@@ -40,6 +40,7 @@ __all__ = [
     "requires_grad",
     "scalar_to_tensor",
     "transform_of",
+    "without_overlap",
 ]
 
 _functorch_active = torch._C._are_functorch_transforms_active
@@ -141,6 +142,23 @@ def like(tangent: Any, reference: Any) -> Any:
     tensor = converter(family_of(tangent), "torch")(tangent) if family_of(tangent) else torch.tensor(tangent)
     if tensor.dtype != reference.dtype or tensor.device != reference.device:
         tensor = tensor.to(dtype=reference.dtype, device=reference.device)
+    return tensor
+
+
+def without_overlap(tensor: Any) -> Any:
+    """``tensor``, or a contiguous copy of it where its elements share memory (an
+    expanded tensor: a stride of 0 along a dimension longer than 1). Forward mode
+    (``torch.func.jvp``'s ``make_dual``) refuses such an input; every other engine
+    copies it on conversion, and the copy is differentiable like the original.
+
+    Examples:
+        >>> import torch
+        >>> from di.backends.torch.common import without_overlap
+        >>> without_overlap(torch.ones(1).expand(3)).stride(), without_overlap(torch.ones(2, 3).t()).stride()
+        ((1,), (1, 3))
+    """
+    if any(stride == 0 and size > 1 for stride, size in zip(tensor.stride(), tensor.shape)):
+        return tensor.contiguous()
     return tensor
 
 

@@ -13,6 +13,7 @@ differentiated by ``torch.autograd.grad`` here.
 
 from __future__ import annotations
 
+import functools
 import math
 import threading
 import warnings
@@ -37,6 +38,7 @@ from di.backends.torch.common import (
     like,
     requires_grad,
     transform_of,
+    without_overlap,
 )
 from di.backends.torch.compile import UNSUPPORTED, break_in_di
 from di.backends.torch.eager import EagerPrograms
@@ -109,8 +111,12 @@ class FuncPrograms:
         keeps_graph = adapter.selector.create_graph
         lead = 1 if tangents is None else 2
 
-        def traced_arguments(x: Any, tangents: Sequence[Any] | None, values: Sequence[Any]) -> tuple[Any, ...]:
+        def converted_arguments(
+            x: Any, tangents: Sequence[Any] | None, values: Sequence[Any], dense: bool = True
+        ) -> tuple[Any, ...]:
             xt = x if to_torch_x is identity else to_torch_x(x)
+            if dense and xt.__class__ is torch.Tensor and not xt.is_contiguous():
+                xt = without_overlap(xt)
             if convert_any:
                 values = [convert(v) for convert, v in zip(convert_values, values)]
             if tangents is None:
@@ -125,9 +131,12 @@ class FuncPrograms:
             values = [v.detach() if requires_grad(v) else v for v in values]
             if tangents is not None:
                 tangents = [t.detach() if requires_grad(t) else t for t in tangents]
-            return traced_arguments(x, tangents, values)
+            return converted_arguments(x, tangents, values)
 
-        arguments = traced_arguments if keeps_graph else detached_arguments
+        arguments = converted_arguments if keeps_graph else detached_arguments
+        # an x whose elements share memory is made dense outside transforms; inside, the
+        # transform's own tensors are taken as they are
+        traced_arguments = functools.partial(converted_arguments, dense=False)
 
         plain_function, full_function = plain_core, full_core
         if adapter.compiles_now() and fast is None:
