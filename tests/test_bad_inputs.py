@@ -872,3 +872,22 @@ def test_an_argument_that_holds_itself_is_refused_naming_it(backend: Any, argume
         with pytest.raises(di.InvalidInputError, match=refusal) as info:
             call()
         assert isinstance(info.value.__cause__, RecursionError)
+
+
+@pytest.mark.parametrize("backend", BACKENDS, ids=backend_id)
+def test_a_tangent_that_is_not_an_array_shaped_like_x_is_named(backend: Any) -> None:
+    """A list of NumPy scalars is a pytree, not an array shaped like x: the error
+    says what it is and how to convert it (it said 'not ()' before)."""
+    x = np.array([1.0, -2.0, 0.5])
+
+    def f(x: Any) -> Any:
+        xp = di.array_namespace(x)
+        return x**2 * xp.sum(x)
+
+    as_list = list(np.array([1.0, 0.0, 2.0]))
+    with pytest.raises(
+        di.InvalidInputError, match=r"tx\[0\] must be an array shaped like x, \(3,\), not list.*np\.asarray"
+    ):
+        di.pushforward(f, backend, x, (as_list,))
+    with pytest.raises(di.InvalidInputError, match=r"tx\[0\] must have the shape of x, \(3,\), not \(2,\)"):
+        di.pushforward(f, backend, x, (np.ones(2),))

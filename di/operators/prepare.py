@@ -25,7 +25,7 @@ from di.families import family_of
 from di.operators.programs import caller_programs, same_point_check
 from di.operators.table import OPERATORS, Operator
 from di.prep.base import Prep
-from di.prep.signature import check_contexts_wrapped, check_x
+from di.prep.signature import check_contexts_wrapped, check_x, describe_value
 from di.prep.strategy import NO_INFO, PrepareRequest, StrategyInfo
 from di.pytrees import Raveler, check_flattens, is_pytree
 
@@ -177,11 +177,17 @@ def check_tangents(tangents: Any, label: str, operator: str) -> tuple[Any, ...]:
 
 def _check_tangent_shapes(tangents: Sequence[Any], x: Any) -> None:
     for index, tangent in enumerate(tangents):
-        if tuple(getattr(tangent, "shape", ())) != tuple(x.shape):
+        if tuple(getattr(tangent, "shape", ())) == tuple(x.shape):
+            continue
+        if family_of(tangent) is None and not isinstance(tangent, float):  # a list, a tuple, ...
             raise InvalidInputError(
-                f"tx[{index}] must have the shape of x, {tuple(x.shape)}, not "
-                f"{tuple(getattr(tangent, 'shape', ()))}: tangents live in x's space."
+                f"tx[{index}] must be an array shaped like x, {tuple(x.shape)}, not {describe_value(tangent)}: "
+                f"tangents live in x's space; convert it (np.asarray(...)) or pass an array of x's family."
             )
+        raise InvalidInputError(
+            f"tx[{index}] must have the shape of x, {tuple(x.shape)}, not "
+            f"{tuple(getattr(tangent, 'shape', ()))}: tangents live in x's space."
+        )
 
 
 def _check_cotangent_shapes(source: ProgramSource, request: PrepareRequest) -> None:
