@@ -354,3 +354,30 @@ def test_prep_holds_no_caller_arrays() -> None:
         gc.collect()
         assert alive() is None
         assert di.jacobian(tridiagonal, prep, backend, np.ones(9)).nnz == 25
+
+
+def _sum_of_sines_and_cubes(x: Any) -> Any:
+    xp = di.array_namespace(x)
+    return xp.sum(xp.sin(x) + x**3)
+
+
+def _tripled_square(x: Any) -> Any:
+    xp = di.array_namespace(x)
+    return xp.multiply(x**2, 3.0)
+
+
+@pytest.mark.parametrize(
+    "inner",
+    [di.AutoJAX(jit=True), di.AutoTorch(), di.AutoAutograd(), di.AutoFiniteDiff()],
+    ids=["jax-jit", "torch", "autograd", "finitediff"],
+)
+def test_a_0d_x(inner: di.AbstractBackend) -> None:
+    """A 0-d x: the sparsity tracer's reduction of a 0-d value (the sum in f) made
+    it raise 'could not trace f' for the hessian; now 1x1 results, the dense ones."""
+    x = np.array(0.7)
+    backend = di.AutoSparse(inner)
+    hessian = di.hessian(_sum_of_sines_and_cubes, backend, x)
+    assert hessian.shape == (1, 1)
+    np.testing.assert_allclose(hessian.toarray(), [[-np.sin(0.7) + 6 * 0.7]], rtol=1e-5)
+    jacobian = di.jacobian(_tripled_square, backend, x)
+    np.testing.assert_allclose(jacobian.toarray(), [[6 * 0.7]], rtol=1e-5)

@@ -47,7 +47,17 @@ from di.sparse.jaxpr.folds import (
     ZERO_DERIVATIVE,
     numpy_pad,
 )
-from di.sparse.jaxpr.values import _all_of, _broadcast, _empty, _gather_rows, _index_array, _take_rows, _union, _Value
+from di.sparse.jaxpr.values import (
+    _all_of,
+    _broadcast,
+    _empty,
+    _gather_rows,
+    _index_array,
+    _lines,
+    _take_rows,
+    _union,
+    _Value,
+)
 from di.sparse.patterns import Detection, canonical, empty_pattern
 
 __all__ = ["interpret"]
@@ -216,7 +226,7 @@ class _Interpreter:
         if value.deps is None:
             return None
         kept = [d for d in range(len(value.shape)) if d not in axes]
-        coordinates = np.indices(value.shape).reshape(len(value.shape), -1)
+        coordinates = np.indices(value.shape).reshape(len(value.shape), value.size)  # (0, 1) for a 0-d value
         if kept:
             out_index = np.ravel_multi_index(tuple(coordinates[d] for d in kept), tuple(value.shape[d] for d in kept))
         else:
@@ -227,7 +237,7 @@ class _Interpreter:
         if value.deps is None:
             return None
         length = value.shape[axis]
-        lines = np.moveaxis(_index_array(value.shape), axis, -1).reshape(-1, length)
+        lines = _lines(value.shape, axis)
         later, earlier = np.tril_indices(length)  # output `later` depends on input `earlier`
         if reverse:
             later, earlier = earlier, later
@@ -295,7 +305,7 @@ class _Interpreter:
             if value.deps is None or not value.floating:
                 out.append(None)
                 continue
-            lines = np.moveaxis(_index_array(value.shape), axis, -1).reshape(-1, value.shape[axis])
+            lines = _lines(value.shape, axis)
             length = value.shape[axis]
             out_rows = np.repeat(lines, length, axis=1).reshape(-1)
             in_rows = np.tile(lines, (1, length)).reshape(-1)

@@ -78,6 +78,13 @@ def _index_array(shape: tuple[int, ...]) -> np.ndarray:
     return np.arange(math.prod(shape), dtype=np.int64).reshape(shape)
 
 
+def _lines(shape: tuple[int, ...], axis: int) -> np.ndarray:
+    """The flat indices of an array of ``shape``, one row per line along ``axis``
+    (no rows where an axis is empty)."""
+    indices = np.moveaxis(_index_array(shape), axis, -1)
+    return indices.reshape(math.prod(indices.shape[:-1]), shape[axis])
+
+
 def _broadcast(value: _Value, shape: tuple[int, ...], n: int) -> sp.csr_array | None:
     """The value's dependencies broadcast to ``shape`` (numpy broadcasting)."""
     if value.deps is None:
