@@ -891,3 +891,31 @@ def test_a_tangent_that_is_not_an_array_shaped_like_x_is_named(backend: Any) -> 
         di.pushforward(f, backend, x, (as_list,))
     with pytest.raises(di.InvalidInputError, match=r"tx\[0\] must have the shape of x, \(3,\), not \(2,\)"):
         di.pushforward(f, backend, x, (np.ones(2),))
+
+
+@pytest.mark.parametrize("backend", BACKENDS, ids=backend_id)
+def test_a_read_only_out_is_refused_before_f_runs(backend: Any) -> None:
+    """A NumPy buffer whose writeable flag is off: OutBufferError up front (it was
+    NumPy's ValueError from the copy, after the work), prepared or not; a prepared
+    gradient does not run f (an unprepared call prepares first, which traces f
+    on a compiled backend)."""
+    x = np.array([0.5, 1.0, -1.5])
+    calls: list[int] = []
+
+    def f(x: Any) -> Any:
+        calls.append(1)
+        xp = di.array_namespace(x)
+        return xp.sum(x**2)
+
+    prep = di.prepare_gradient(f, backend, x)
+    out = np.full(3, 7.0)
+    out.flags.writeable = False
+    calls.clear()
+    with pytest.raises(di.OutBufferError, match=r"read-only.*writable buffer"):
+        di.gradient(f, prep, backend, x, out=out)
+    assert calls == []
+    with pytest.raises(di.OutBufferError, match=r"read-only.*writable buffer"):
+        di.gradient(f, backend, x, out=out)
+    with pytest.raises(di.OutBufferError, match=r"read-only.*writable buffer"):
+        di.jacobian(f, backend, x, out=out)  # checked against the result, before the copy
+    assert np.array_equal(out, np.full(3, 7.0))

@@ -226,6 +226,11 @@ class Family:
         buffer ``out`` and return ``out``."""
         raise NotImplementedError(f"{self.name} arrays are immutable: they cannot receive out=")
 
+    def read_only(self, array: Any) -> bool:
+        """Whether ``array``, of a mutable family, refuses writes (a NumPy array
+        whose ``writeable`` flag is off): it cannot receive ``out=``."""
+        return False
+
     def own(self, array: Any) -> Any:
         """A result the caller receives, as an array the caller owns: a view of
         memory the engine or the prep may still hold is copied. By default the

@@ -70,6 +70,9 @@ class NumpyFamily(Family):
         np.copyto(out, result)
         return out
 
+    def read_only(self, array: Any) -> bool:
+        return not array.flags.writeable
+
     def scatter(self, data: Any, positions: Any, size: int) -> Any:
         result = np.zeros(size, dtype=np.asarray(data).dtype)
         result[positions] = data

@@ -483,7 +483,8 @@ class Prep:
         when given, else an array like ``x`` (the gradient).
 
         Raises:
-            OutBufferError: family, shape or dtype differ, or ``x`` is a JAX array.
+            OutBufferError: family, shape or dtype differ, ``out`` is read-only,
+                or ``x`` is a JAX array.
         """
         if self.info.sparse_result:
             raise OutBufferError(
@@ -502,6 +503,11 @@ class Prep:
             raise OutBufferError(
                 f"out does not fit the {what}: it must be a {spec.family} array like x, not "
                 f"{family or type(out).__name__}."
+            )
+        if get_family(family).read_only(out):
+            raise OutBufferError(
+                f"out cannot receive the {what}: it is read-only (a {family} array that refuses writes); pass a "
+                f"writable buffer, or call without out= and use the returned array."
             )
         out_spec = spec_of(out)
         like = "like x"
