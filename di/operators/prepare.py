@@ -176,17 +176,18 @@ def check_tangents(tangents: Any, label: str, operator: str) -> tuple[Any, ...]:
 
 
 def _check_tangent_shapes(tangents: Sequence[Any], x: Any) -> None:
+    x_shape = tuple(x.shape)
     for index, tangent in enumerate(tangents):
-        if tuple(getattr(tangent, "shape", ())) == tuple(x.shape):
+        shape = tuple(getattr(tangent, "shape", ()))  # a Python float is 0-d
+        if shape == x_shape:
             continue
         if family_of(tangent) is None and not isinstance(tangent, float):  # a list, a tuple, ...
             raise InvalidInputError(
-                f"tx[{index}] must be an array shaped like x, {tuple(x.shape)}, not {describe_value(tangent)}: "
+                f"tx[{index}] must be an array shaped like x, {x_shape}, not {describe_value(tangent)}: "
                 f"tangents live in x's space; convert it (np.asarray(...)) or pass an array of x's family."
             )
         raise InvalidInputError(
-            f"tx[{index}] must have the shape of x, {tuple(x.shape)}, not "
-            f"{tuple(getattr(tangent, 'shape', ()))}: tangents live in x's space."
+            f"tx[{index}] must have the shape of x, {x_shape}, not {shape}: tangents live in x's space."
         )
 
 
