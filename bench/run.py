@@ -225,11 +225,12 @@ def _timed_row(engine: Engine, case: Case, operator: str, function: str, n: int,
     )
 
 
-def breakdown_table(args: argparse.Namespace, settings: Settings) -> tuple[Table, dict[str, float]]:
+def breakdown_table(args: argparse.Namespace, settings: Settings) -> tuple[Table, dict[str, tuple[float, float]]]:
     """Where a prepared ``di.gradient``'s extra time goes, per backend, at the
     smallest size: the adapter's program alone, the facade without the strict
     check, and the full call, each timed against the native call. Also returns
-    di's own cost per backend (the strict call minus the native call, ns)."""
+    di's own cost per backend (the strict call minus the native call, ns) with
+    its uncertainty (:attr:`Timing.diff_uncertainty_ns`)."""
     n = min(args.sizes)
     name = args.functions[0]
     table = Table(
@@ -256,7 +257,7 @@ def breakdown_table(args: argparse.Namespace, settings: Settings) -> tuple[Table
             "Differences below ~100 ns are within noise."
         ),
     )
-    own_costs: dict[str, float] = {}
+    own_costs: dict[str, tuple[float, float]] = {}
     for key in args.backends:
         engine = ENGINES[key]
         if (engine.max_n is not None and n > engine.max_n) or key == "torch-compile":
@@ -280,7 +281,7 @@ def breakdown_table(args: argparse.Namespace, settings: Settings) -> tuple[Table
             continue
         # Each layer's cost over the native call, net of that comparison's native median.
         over = [t.diff_ns for t in timings]
-        own_costs[engine.label] = over[2]
+        own_costs[engine.label] = (over[2], timings[2].diff_uncertainty_ns)
         table.rows.append(
             [
                 engine.label,

@@ -69,6 +69,13 @@ class Timing:
     block: int
     pairs: int
 
+    @property
+    def diff_uncertainty_ns(self) -> float:
+        """About one standard error of :attr:`diff_ns`: the per-pair spread (the
+        ratios' interquartile range, in nanoseconds of the native call) over the
+        square root of the pairs. A difference within two of these is not resolved."""
+        return (self.ratio_q3 - self.ratio_q1) * self.a_ns / max(self.pairs, 1) ** 0.5
+
 
 def _block(fn: Callable[[], object], k: int) -> float:
     """Per-call nanoseconds of ``k`` back-to-back calls."""
