@@ -266,6 +266,28 @@ def test_non_array_contexts_pass_through_unchanged(backend):
         assert type(power) is int
 
 
+def test_bool_and_int_constants_that_f_branches_or_slices_on(backend):
+    """A bool Constant f branches on and an int one it slices with stay Python values
+    for every operator, the jacobian's choice of mode included (AutoJAX traced them
+    there: TracerBoolConversionError, and slice entries that must be static)."""
+
+    def branch(x, flag):
+        xp = di.array_namespace(x)
+        return x**2 if flag else xp.sin(x)
+
+    def head(x, n):
+        return x[:n] * 2.0
+
+    x = np.array([1.0, 2.0, 3.0])
+    for flag, expected in ((True, np.diag(2.0 * x)), (False, np.diag(np.cos(x)))):
+        assert_close(di.jacobian(branch, backend, x, di.Constant(flag)), expected, backend, x.dtype)
+        prep = di.prepare_jacobian(branch, backend, x, di.Constant(flag))
+        assert_close(di.jacobian(branch, prep, backend, x, di.Constant(flag)), expected, backend, x.dtype)
+    y, jac = di.value_and_jacobian(head, backend, x, di.Constant(2))
+    assert_close(y, [2.0, 4.0], backend, x.dtype)
+    assert_close(jac, 2.0 * np.eye(3)[:2], backend, x.dtype)
+
+
 def test_python_float_constant_reaches_f_as_a_number(backend):
     seen = []
 

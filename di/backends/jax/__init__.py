@@ -464,7 +464,9 @@ class JAXAdapter(Adapter):
         values = [c.value for c in contexts]
         with self.scope([x, *values])():
             inputs = [convert(v) for convert, v in zip(self.input_converters([x, *values]), [x, *values])]
-            y = jax.eval_shape(checked, *inputs)
+            # the context values closed over, as the programs take them: a bool or int
+            # Constant that f branches or slices on stays a Python value
+            y = jax.eval_shape(functools.partial(first_argument, checked, inputs[1:]), inputs[0])
         return size(inputs[0]) <= size(y)
 
     def prepare_derivative_programs(
