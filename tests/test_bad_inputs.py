@@ -387,6 +387,44 @@ def test_an_exception_raised_by_f_comes_through_unchanged(backend, op, error):
     watch.check()
 
 
+def _every_operator_call(f: Callable[..., Any], backend: Any) -> list[tuple[str, Callable[[], Any]]]:
+    """``(label, call)`` for each public operator function on ``backend``, unprepared
+    and prepared, at a point and tangents of the kind its family takes."""
+    from di.operators.table import OPERATORS
+
+    calls: list[tuple[str, Callable[[], Any]]] = []
+    for family, operator in OPERATORS.items():
+        x = np.array(0.5) if operator.scalar_x else np.array([1.0, 2.0, 3.0])
+        t = ((np.ones(3),),) if operator.tangents else ()
+        for name in operator.names:
+            function = getattr(di, name)
+            calls.append((name, lambda function=function, x=x, t=t: function(f, backend, x, *t)))
+        prepare, plain = getattr(di, f"prepare_{family}"), getattr(di, operator.names[0])
+
+        def prepared(prepare: Any = prepare, plain: Any = plain, x: Any = x, t: Any = t) -> Any:
+            prep = prepare(f, backend, x, *t)  # (where preparation evaluates f, it raises here)
+            return plain(f, prep, backend, x, *t)
+
+        calls.append((f"prepare_{family} + call", prepared))
+    return calls
+
+
+@pytest.mark.parametrize(
+    "error",
+    [StopIteration("f's own stop", 3), ModelError("the model diverged", 42)],
+    ids=["stopiteration", "custom"],
+)
+def test_an_exception_raised_by_f_comes_through_every_operator(backend, error):
+    """Every operator function, prepared and not: f's exception keeps its type and
+    arguments (finite differences evaluated f in generator expressions, where Python
+    turns a StopIteration into RuntimeError)."""
+    for label, call in _every_operator_call(_raising(error), backend):
+        with pytest.raises(type(error)) as info:
+            call()
+        assert type(info.value) is type(error), f"{label}: {type(info.value).__name__}: {info.value}"
+        assert info.value.args == error.args, f"{label}: {info.value.args}"
+
+
 def test_an_exception_raised_by_f_only_at_execution_comes_through(backend):
     """Engines that call f at every execution (not compiled ones, which traced it at preparation)."""
     calls_left = {"n": 10**9}

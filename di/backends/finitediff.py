@@ -285,7 +285,8 @@ class FiniteDiffAdapter(Adapter):
                 caller, point, values = evaluator.inputs(x, values)
                 y0, aux = evaluator.array_at_point(point, values, "pushforward") if at_point else (None, None)
                 dtype = caller.dtype
-                products = tuple(np.asarray(directional(point, values, t, y0), dtype=dtype) for t in tx)
+                # (a list: a StopIteration f raises inside a generator would become RuntimeError)
+                products = tuple([np.asarray(directional(point, values, t, y0), dtype=dtype) for t in tx])
                 result = (np.asarray(y0, dtype=dtype), products) if with_value else products
                 return (result, aux) if has_aux else result
 
