@@ -393,19 +393,19 @@ def _every_operator_call(f: Callable[..., Any], backend: Any) -> list[tuple[str,
     from di.operators.table import OPERATORS
 
     calls: list[tuple[str, Callable[[], Any]]] = []
-    for family, operator in OPERATORS.items():
+    for operator_family, operator in OPERATORS.items():
         x = np.array(0.5) if operator.scalar_x else np.array([1.0, 2.0, 3.0])
         t = ((np.ones(3),),) if operator.tangents else ()
         for name in operator.names:
             function = getattr(di, name)
             calls.append((name, lambda function=function, x=x, t=t: function(f, backend, x, *t)))
-        prepare, plain = getattr(di, f"prepare_{family}"), getattr(di, operator.names[0])
+        prepare, plain = getattr(di, f"prepare_{operator_family}"), getattr(di, operator.names[0])
 
         def prepared(prepare: Any = prepare, plain: Any = plain, x: Any = x, t: Any = t) -> Any:
             prep = prepare(f, backend, x, *t)  # (where preparation evaluates f, it raises here)
             return plain(f, prep, backend, x, *t)
 
-        calls.append((f"prepare_{family} + call", prepared))
+        calls.append((f"prepare_{operator_family} + call", prepared))
     return calls
 
 
@@ -957,3 +957,35 @@ def test_a_read_only_out_is_refused_before_f_runs(backend: Any) -> None:
     with pytest.raises(di.OutBufferError, match=r"read-only.*writable buffer"):
         di.jacobian(f, backend, x, out=out)  # checked against the result, before the copy
     assert np.array_equal(out, np.full(3, 7.0))
+
+
+@pytest.mark.parametrize("backend", BACKENDS, ids=backend_id)
+def test_out_for_a_python_float_x_receives_the_result(backend: Any) -> None:
+    """A Python float x gives writable 0-d NumPy float64 results (operators.md), so
+    out= takes a NumPy buffer of the result's shape; it was refused saying the
+    results are immutable. A buffer that does not fit is still refused."""
+
+    def curve(t: Any) -> Any:
+        xp = di.array_namespace(t)
+        return xp.stack([t**2, t**3])
+
+    def cube(t: Any) -> Any:
+        return t**3
+
+    out = np.full((), 7.0)
+    assert di.derivative(cube, backend, 0.5, out=out) is out
+    np.testing.assert_allclose(out, 0.75, rtol=1e-6)
+    prep = di.prepare_second_derivative(cube, backend, 0.5)
+    returned = di.value_derivative_and_second_derivative(cube, prep, backend, 0.5, out=out)
+    assert returned[-1] is out
+    np.testing.assert_allclose(out, 3.0, rtol=1e-4)
+    out = np.full((), 7.0)
+    assert di.gradient(cube, backend, 2.0, out=out) is out
+    np.testing.assert_allclose(out, 12.0, rtol=1e-6)
+    vector = np.full(2, 7.0)
+    assert di.derivative(curve, backend, 2.0, out=vector) is vector
+    np.testing.assert_allclose(vector, [4.0, 12.0], rtol=1e-6)
+    wrong = np.full(3, 7.0)
+    with pytest.raises(di.OutBufferError, match=r"out does not fit the derivative: it must be numpy float64 \(2,\)"):
+        di.derivative(curve, backend, 2.0, out=wrong)
+    assert np.array_equal(wrong, np.full(3, 7.0))

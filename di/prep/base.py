@@ -6,6 +6,8 @@ import copy
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
 from di.contexts import Context
 from di.errors import InvalidInputError, OutBufferError
 from di.families import ArraySpec, family_of, get_family, spec_of
@@ -68,6 +70,7 @@ class Prep:
         "_n_contexts",
         "_values_matcher",
         "_x_fields",
+        "_x_is_float",
         "_x_matcher",
         "backend",
         "checks",
@@ -107,6 +110,7 @@ class Prep:
         self.programs = programs
         family = family_of(x)
         self.x_spec: ArraySpec | None = spec_of(x) if family is not None else None
+        self._x_is_float = isinstance(x, float)  # its results are 0-d NumPy float64 arrays, writable
         x_check = ArgumentCheck.of("x", x)
         context_checks = [ArgumentCheck.of(f"context {i}", c.value, type(c)) for i, c in enumerate(contexts, start=1)]
         self.checks = (x_check, *context_checks)
@@ -492,9 +496,11 @@ class Prep:
                 f"into a dense buffer. Call without out=, or use AutoSparse(..., dense_result=True)."
             )
         spec = self.x_spec
+        if spec is None and self._x_is_float:  # results come back as NumPy float64 arrays
+            spec = ArraySpec("numpy", (), np.dtype(np.float64), None)
         family = family_of(out)
         if spec is None or not get_family(spec.family).mutable:
-            given = "a Python float or a pytree" if spec is None else f"a {get_family(spec.family).display} array"
+            given = "a pytree" if spec is None else f"a {get_family(spec.family).display} array"
             raise OutBufferError(
                 f"out does not fit the {what}: x is {given}, whose results are immutable; "
                 f"call without out= and use the returned array."
