@@ -528,6 +528,31 @@ def test_torch_compile_new_static_values_are_not_unexpected_recompiles() -> None
             )
 
 
+def broadcast_curve(t: Any, c: Any) -> Any:
+    xp = di.array_namespace(t)
+    return xp.sin(t) * t * c  # the scalar t broadcast against the array c
+
+
+def test_torch_compile_second_derivative_of_a_scalar_broadcast_against_an_array() -> None:
+    """A jvp of a jvp whose f broadcasts the 0-d x failed in dynamo's fake tensors
+    ("more than one element of the written-to tensor refers to a single memory
+    location"); eager torch computed it."""
+    backend = di.AutoTorch(compile=True, compile_options={"backend": "aot_eager"})
+    t, c = np.array(0.7), np.array([1.0, 2.0, 3.0])
+    y, dy, d2y = (np.sin(t) * t * c, (np.cos(t) * t + np.sin(t)) * c, (2 * np.cos(t) - np.sin(t) * t) * c)
+    for value in (False, True):  # the plain program compiled at preparation, then the combined one
+        prep = di.prepare_second_derivative(broadcast_curve, backend, t, di.Constant(c), value=value)
+        np.testing.assert_allclose(di.second_derivative(broadcast_curve, prep, backend, t, di.Constant(c)), d2y)
+        results = di.value_derivative_and_second_derivative(broadcast_curve, prep, backend, t, di.Constant(c))
+        for result, expected in zip(results, (y, dy, d2y)):
+            np.testing.assert_allclose(result, expected)
+    out = np.empty(3)
+    di.second_derivative(broadcast_curve, backend, t, di.Constant(c), out=out)
+    np.testing.assert_allclose(out, d2y)
+    eager = di.second_derivative(broadcast_curve, di.AutoTorch(), t, di.Constant(c))
+    np.testing.assert_allclose(eager, d2y)
+
+
 def test_torch_compile_prep_holds_no_array() -> None:
     backend = di.AutoTorch(compile=True, compile_options={"backend": "eager"})
     prep = di.prepare_gradient(scaled, backend, torch.zeros(3), di.Constant(torch.ones(3)), di.Constant(2.0))

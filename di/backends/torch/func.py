@@ -415,6 +415,17 @@ class FuncPrograms:
             def value_and_derivative(x: Any) -> Any:
                 return _func.jvp(lambda x: checked(x, *values), (x,), (one,))
 
+            if dynamo_compiling():
+                # dynamo's fake tensors fail a jvp of a jvp whose f broadcasts the scalar x
+                # against an array (t * c: "more than one element of the written-to tensor
+                # refers to a single memory location"); the outer jvp batched over its one
+                # tangent, as jacfwd computes it, traces.
+                def derivative_and_value(x: Any) -> Any:
+                    y, dy = value_and_derivative(x)
+                    return dy, (y,)
+
+                dy, d2y, (y,) = forward_jacobian(derivative_and_value, x, True)
+                return y, dy, d2y
             (y, dy), (_, d2y) = _func.jvp(value_and_derivative, (x,), (one,))  # type: ignore[misc]
             return y, dy, d2y
 
