@@ -989,3 +989,89 @@ def test_out_for_a_python_float_x_receives_the_result(backend: Any) -> None:
     with pytest.raises(di.OutBufferError, match=r"out does not fit the derivative: it must be numpy float64 \(2,\)"):
         di.derivative(curve, backend, 2.0, out=wrong)
     assert np.array_equal(wrong, np.full(3, 7.0))
+
+
+# --- tangents of complex numbers, or of no numbers -------------------------------------------------------------------
+
+
+def _cube(x: Any) -> Any:
+    return x**3
+
+
+def _cube_sum(x: Any) -> Any:
+    xp = di.array_namespace(x)
+    return xp.sum(x**3)
+
+
+_TANGENT_OPS = {  # name: (prepare, plain, combined, f, label); f(x) is shaped like x, its Jacobian diag(3 x**2)
+    "pushforward": (di.prepare_pushforward, di.pushforward, di.value_and_pushforward, _cube, "tx"),
+    "pullback": (di.prepare_pullback, di.pullback, di.value_and_pullback, _cube, "ty"),
+    "hvp": (di.prepare_hvp, di.hvp, di.gradient_and_hvp, _cube_sum, "tx"),  # Hessian diag(6 x)
+}
+
+
+def _odd_tangents() -> list[tuple[str, Callable[[], Any], tuple[str, ...]]]:
+    """``(id, tangent factory, words the fix must use)`` for x = [1, 2]."""
+    cases: list[tuple[str, Callable[[], Any], tuple[str, ...]]] = [
+        ("complex", lambda: np.array([1 + 2j, 1.0]), ("complex", "real and imaginary parts", "t.real, t.imag")),
+        ("object", lambda: np.array([1.0, 1.0], dtype=object), ("object", "np.asarray(t, dtype=float)")),
+        ("string", lambda: np.array(["1", "1"]), ("<U1", "np.asarray(t, dtype=float)")),
+    ]
+    if "torch" in FAMILIES:
+        import torch
+
+        cases.append(("torch-complex", lambda: torch.tensor([1 + 2j, 1.0]), ("complex64", "real and imaginary parts")))
+    if "jax" in FAMILIES:
+        cases.append(("jax-complex", lambda: as_family(np.array([1 + 2j, 1.0]), "jax"), ("complex", "t.real")))
+    return cases
+
+
+@pytest.mark.parametrize("backend", BACKENDS, ids=backend_id)
+@pytest.mark.parametrize("operator", list(_TANGENT_OPS))
+@pytest.mark.parametrize(("kind", "make", "words"), [pytest.param(*c, id=c[0]) for c in _odd_tangents()])
+def test_a_complex_or_non_numeric_tangent_is_refused_naming_it(backend, operator, kind, make, words):
+    """Every engine dropped a complex tangent's imaginary part without a word
+    (pushforward of x**3 along [1+2j, 1] gave [3, 12]); object arrays raised the
+    engine's own TypeError or were taken. Refused now, unprepared, at preparation
+    and by a strict prep made with real tangents, naming the tangent."""
+    prepare, plain, combined, f, label = _TANGENT_OPS[operator]
+    x = np.array([1.0, 2.0])
+    tangent = make()
+    prep = prepare(f, backend, x, (np.ones(2),))
+    watch = Unchanged(x=x)
+    for name, call in {
+        "unprepared": lambda: plain(f, backend, x, (np.ones(2), tangent)),
+        "unprepared combined": lambda: combined(f, backend, x, (tangent,)),
+        "preparation": lambda: prepare(f, backend, x, (tangent,)),
+        "strict prep": lambda: plain(f, prep, backend, x, (tangent,)),
+    }.items():
+        message = str(raises(di.InvalidInputError, call, f"{kind} {name}"))
+        index = "1" if name == "unprepared" else "0"
+        names(message, f"{label}[{index}]", *words)
+    watch.check()
+
+
+@pytest.mark.parametrize("backend", BACKENDS, ids=backend_id)
+def test_a_complex_leaf_of_a_pytree_tangent_is_named_by_its_path(backend):
+    x = {"a": np.array([1.0, 2.0]), "b": np.array(0.5)}
+
+    def f(x: Any) -> Any:
+        return x["a"] * x["b"]
+
+    tangent = {"a": np.ones(2), "b": np.array(1j)}
+    message = str(raises(di.InvalidInputError, lambda: di.pushforward(f, backend, x, (tangent,)), "pytree"))
+    names(message, "tx[0]['b']", "real and imaginary parts")
+
+
+@pytest.mark.parametrize("backend", BACKENDS, ids=backend_id)
+@pytest.mark.parametrize("operator", list(_TANGENT_OPS))
+def test_int_and_bool_tangents_are_real_numbers(backend, operator):
+    prepare, plain, _, f, _ = _TANGENT_OPS[operator]
+    x = np.array([1.0, 2.0])
+    scale = np.array([6.0, 12.0]) if operator == "hvp" else np.array([3.0, 12.0])
+    tangents = (np.array([2, -1]), np.array([True, False]))
+    expected = [scale * np.array([2.0, -1.0]), scale * np.array([1.0, 0.0])]
+    prep = prepare(f, backend, x, tangents)
+    for results in (plain(f, backend, x, tangents), plain(f, prep, backend, x, tangents)):
+        for result, wanted in zip(results, expected):
+            np.testing.assert_allclose(to_numpy(result), wanted, rtol=1e-5, atol=1e-6, err_msg=operator)

@@ -14,6 +14,7 @@ from di.families.family import Family, Matcher
 from di.families.registry import (
     ArraySpec,
     converter,
+    dtype_kind,
     families,
     family_of,
     get_family,
@@ -28,6 +29,7 @@ __all__ = [
     "Family",
     "Matcher",
     "converter",
+    "dtype_kind",
     "families",
     "family_of",
     "get_family",

@@ -19,6 +19,7 @@ from di.families.family import Family
 __all__ = [
     "ArraySpec",
     "converter",
+    "dtype_kind",
     "families",
     "family_of",
     "get_family",
@@ -209,6 +210,37 @@ def is_floating_dtype(dtype: Any) -> bool:
     if np_dtype.kind == "f":
         return True
     return np_dtype.kind == "V" and "bfloat16" in np_dtype.name  # ml_dtypes.bfloat16
+
+
+def dtype_kind(dtype: Any) -> str:
+    """What kind of number a dtype of any family holds.
+
+    Args:
+        dtype: a dtype of any registered family.
+
+    Returns:
+        ``"float"`` (real floating point, bfloat16 included), ``"int"`` (signed
+        or unsigned), ``"bool"``, ``"complex"``, or ``"other"`` (object, strings,
+        dates, records: no numbers at all).
+
+    Examples:
+        >>> import numpy as np
+        >>> from di.families import dtype_kind
+        >>> [dtype_kind(np.dtype(t)) for t in (np.float32, np.uint8, bool, np.complex64, object)]
+        ['float', 'int', 'bool', 'complex', 'other']
+    """
+    if is_floating_dtype(dtype):
+        return "float"
+    try:
+        kind = np.dtype(dtype).kind
+    except TypeError:  # another library's dtype: by its name
+        name = str(getattr(dtype, "name", dtype)).rsplit(".", 1)[-1]
+        if name == "bool":
+            return "bool"
+        if name.startswith(("int", "uint")):
+            return "int"
+        return "complex" if name.startswith(("complex", "cfloat", "cdouble")) else "other"
+    return {"b": "bool", "i": "int", "u": "int", "c": "complex"}.get(kind, "other")
 
 
 def spec_of(value: Any) -> ArraySpec:

@@ -25,7 +25,7 @@ from di.families import family_of
 from di.operators.programs import caller_programs, same_point_check
 from di.operators.table import OPERATORS, Operator
 from di.prep.base import Prep
-from di.prep.signature import check_contexts_wrapped, check_x, describe_value
+from di.prep.signature import check_contexts_wrapped, check_tangent_dtypes, check_x, describe_value
 from di.prep.strategy import NO_INFO, PrepareRequest, StrategyInfo
 from di.pytrees import Raveler, check_flattens, is_pytree
 
@@ -161,7 +161,8 @@ def check_tangents(tangents: Any, label: str, operator: str) -> tuple[Any, ...]:
     """Validate a tuple of tangents (``tx``) or cotangents (``ty``).
 
     Raises:
-        InvalidInputError: not a tuple or list of arrays, or one that holds itself.
+        InvalidInputError: not a tuple or list of arrays, one that holds itself,
+            or an array of complex numbers or of no numbers (object, strings).
     """
     if not isinstance(tangents, (tuple, list)):
         raise InvalidInputError(
@@ -172,6 +173,7 @@ def check_tangents(tangents: Any, label: str, operator: str) -> tuple[Any, ...]:
         check_flattens(tangent, f"{label}[{index}]")
         if family_of(tangent) is None and not isinstance(tangent, float) and not is_pytree(tangent):
             raise InvalidInputError(f"{label}[{index}] must be an array or pytree, not {type(tangent).__name__}")
+    check_tangent_dtypes(tangents, label)
     return tuple(tangents)
 
 

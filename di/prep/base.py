@@ -16,6 +16,7 @@ from di.prep.signature import (
     ArgumentCheck,
     ArgumentsRejected,
     check_contexts_wrapped,
+    check_tangent_dtypes,
     checks_arguments,
     compiling_again,
     concrete,
@@ -426,6 +427,7 @@ class Prep:
         """Check the tangents (or cotangents) of a call against the prepared ones.
 
         Raises:
+            InvalidInputError: one holds complex numbers or no numbers.
             PreparationMismatchError: their number, family, shape or dtype differ.
         """
         check = self.tangent_check
@@ -435,6 +437,7 @@ class Prep:
             return  # traced tangents (autograd's boxes), compared by the arrays inside
         for index, tangent in enumerate(tangents):
             check_flattens(tangent, f"{check.label}[{index}]")
+        check_tangent_dtypes(tangents, check.label)  # a complex one: say so, not just "differs"
         raise mismatch_error(
             self.operator, (check,), {"f": self.f, "backend": self.backend}, self.f, self.backend, (tangents,)
         )

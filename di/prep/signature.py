@@ -15,7 +15,7 @@ from typing import Any
 
 from di.contexts import Context
 from di.errors import InvalidInputError, PreparationMismatchError
-from di.families import families, family_of, get_family, is_floating_dtype, spec_of
+from di.families import dtype_kind, families, family_of, get_family, is_floating_dtype, spec_of
 from di.pytrees import Structure, check_flattens, foreign_pytree, is_pytree, leaf_paths, traced_by, tree_flatten
 
 __all__ = [
@@ -26,6 +26,7 @@ __all__ = [
     "compiling_again",
     "TracedType",
     "check_contexts_wrapped",
+    "check_tangent_dtypes",
     "check_x",
     "concrete",
     "key_function",
@@ -440,6 +441,49 @@ def check_x(x: Any, operator: str) -> None:
         raise InvalidInputError(
             f"x must be a real floating-point array for {operator}: got a {family} array of dtype {name}; {fix}."
         )
+
+
+def check_tangent_dtypes(tangents: Sequence[Any], label: str) -> None:
+    """Refuse tangents (``tx``) or cotangents (``ty``) whose arrays hold no real
+    numbers: every engine drops a complex tangent's imaginary part without a
+    word, and object or string arrays reach the engines as their own errors (or
+    as results). Integer and boolean tangents are real numbers: they pass.
+
+    Args:
+        tangents: the tuple of tangents, each an array or a pytree of arrays.
+        label: ``"tx"`` or ``"ty"``, for the message.
+
+    Raises:
+        InvalidInputError: naming the tangent (and the leaf of a pytree), its
+            dtype and what to pass instead.
+    """
+    word = "cotangents" if label == "ty" else "tangents"
+    for index, tangent in enumerate(tangents):
+        name = f"{label}[{index}]"
+        if family_of(tangent) is not None:
+            pairs = [(name, tangent)]
+        elif is_pytree(tangent):
+            pairs = list(zip(leaf_paths(tangent, name), tree_flatten(tangent)[0]))
+        else:
+            continue
+        for path, leaf in pairs:
+            family = family_of(leaf)
+            if family is None:
+                continue
+            kind = dtype_kind(leaf.dtype)
+            if kind in ("float", "int", "bool"):
+                continue
+            dtype = get_family(family).describe_dtype(leaf.dtype)
+            if kind == "complex":
+                raise InvalidInputError(
+                    f"{path} is a complex {family} array ({dtype}): tangents and cotangents must be real, and "
+                    f"an engine would drop the imaginary part. Pass the real and imaginary parts as two "
+                    f"{word}, e.g. (t.real, t.imag), and combine the two results as r0 + 1j * r1."
+                )
+            raise InvalidInputError(
+                f"{path} is a {family} array of dtype {dtype}, which holds no real numbers: tangents and "
+                f"cotangents must be arrays of real numbers; convert it, e.g. np.asarray(t, dtype=float)."
+            )
 
 
 def _family_names() -> str:
