@@ -194,6 +194,41 @@ def test_finite_differences_take_python_floats() -> None:
     np.testing.assert_array_equal(di.hessian(python_constant, backend, X), np.zeros((3, 3)))
 
 
+def _computing_in(dtype_name: str, power: int) -> Callable[[Any], Any]:
+    """``sum(x**power)`` (``x**power`` when ``power`` is negative: ``-power``)
+    computed and returned in a coarser float than x's."""
+
+    def f(x: Any) -> Any:
+        xp = di.array_namespace(x)
+        y = xp.astype(x, getattr(xp, dtype_name)) ** abs(power)
+        return xp.sum(y) if power > 0 else y
+
+    return f
+
+
+@pytest.mark.parametrize(("dtype_name", "rtol"), [("float32", 2e-3), ("float16", 3e-2)])
+@pytest.mark.parametrize("method", ["central", "forward"])
+def test_finite_difference_steps_follow_the_precision_of_f(dtype_name: str, rtol: float, method: str) -> None:
+    """An f computing in float32 or float16 gets steps for its precision: float64's
+    steps differenced away float32's digits (gradient of sum(x**2) at [1, 2, 3]:
+    [2.05, 4.02, 5.99]; in float16, zeros), prepared calls and unprepared alike."""
+    backend = di.AutoFiniteDiff(method=method)
+    rtol *= 1 if method == "central" else 3  # forward differences: first-order accurate
+    x = np.array([1.0, 2.0, 3.0])
+    square_sum, squares = _computing_in(dtype_name, 2), _computing_in(dtype_name, -2)
+    cube = _computing_in(dtype_name, 3)
+    prep = di.prepare_gradient(square_sum, backend, x)
+    for g in (di.gradient(square_sum, backend, x), di.gradient(square_sum, prep, backend, x)):
+        np.testing.assert_allclose(g, 2 * x, rtol=rtol)
+    np.testing.assert_allclose(di.jacobian(squares, backend, x), np.diag(2 * x), rtol=rtol, atol=rtol)
+    np.testing.assert_allclose(di.pushforward(squares, backend, x, (np.ones(3),))[0], 2 * x, rtol=rtol)
+    np.testing.assert_allclose(di.derivative(cube, backend, np.array(1.5)), 3 * 1.5**2, rtol=rtol)
+    if method == "central" and dtype_name == "float32":  # second order from first-order differences: float32 only
+        np.testing.assert_allclose(di.hessian(square_sum, backend, x), 2 * np.eye(3), atol=1e-2)
+        np.testing.assert_allclose(di.hvp(square_sum, backend, x, (np.ones(3),))[0], 2 * np.ones(3), rtol=1e-2)
+        np.testing.assert_allclose(di.second_derivative(cube, backend, np.array(1.5)), 6 * 1.5, rtol=1e-2)
+
+
 # --- aux ------------------------------------------------------------------------------------------------
 
 

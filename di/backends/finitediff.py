@@ -6,6 +6,11 @@ that ``x_i + h_i`` is exact; a pushforward along ``t`` moves by
 these gradients (never forward over forward, which loses accuracy), with the
 larger step ``eps**(1/4)``. Any ``f`` works: one evaluation per perturbed point,
 with no assumption that ``f`` broadcasts over a batch.
+
+``eps`` is float64's unless ``f`` returns a coarser float (an ``f`` that computes
+in float32 or float16): the steps then follow its output's precision, since a
+float64 step would difference away all of float32's digits. A prep learns that
+precision from ``f``'s first output and computes that call again with its steps.
 """
 
 from __future__ import annotations
@@ -28,15 +33,28 @@ from di.pytrees import tree_map
 __all__ = ["FiniteDiffAdapter", "relative_step"]
 
 _EPS = float(np.finfo(np.float64).eps)
-_SECOND_ORDER_STEP = _EPS**0.25
+_COARSER_EPS = {"float32": 2.0**-23, "float16": 2.0**-10, "bfloat16": 2.0**-7}
+"""Machine epsilon of the float dtypes coarser than float64, by name (the same in
+every family: ``float32``, ``torch.float32``)."""
+_FLOAT64 = np.dtype(np.float64)
 
 
-def relative_step(selector: AutoFiniteDiff) -> float:
+def relative_step(selector: AutoFiniteDiff, eps: float = _EPS) -> float:
     """The relative step: the selector's, or eps**(1/3) (central) / eps**(1/2)
-    (forward), which balance truncation and rounding error in float64."""
+    (forward), which balance truncation and rounding error for outputs of
+    precision ``eps`` (float64's by default)."""
     if selector.step is not None:
         return float(selector.step)
-    return _EPS ** (1 / 3) if selector.method == "central" else _EPS**0.5
+    return eps ** (1 / 3) if selector.method == "central" else eps**0.5
+
+
+def output_eps(y: Any) -> float:
+    """The machine epsilon of ``f``'s output ``y``: its float dtype's when coarser
+    than float64 (float32, float16, bfloat16 of any family), else float64's."""
+    dtype = getattr(y, "dtype", None)
+    if dtype is None or dtype is _FLOAT64:
+        return _EPS
+    return _COARSER_EPS.get(str(dtype).rsplit(".", 1)[-1], _EPS)
 
 
 def _steps(flat: Any, step: float) -> Any:
@@ -75,6 +93,10 @@ class _Evaluator:
         operator: str = "gradient",
     ):
         self.backend = adapter.backend
+        self.selector = adapter.selector
+        # The precision of f's outputs as far as seen, and the steps it calls for.
+        self.eps = _EPS
+        self.first_step, self.second_step = relative_step(self.selector), _EPS**0.25
         self.has_aux = has_aux
         self.f_with_aux = f
         self.f = value_only(f, self.backend, operator) if has_aux else f
@@ -82,6 +104,28 @@ class _Evaluator:
         self.convert_contexts = adapter.context_converters(contexts)
         self.convert_any = any(convert is not identity for convert in self.convert_contexts)
         self.number: Callable[[Any], float] = float
+
+    def learn(self, y: Any) -> None:
+        """Take the precision of ``f``'s output ``y`` into the steps when it is
+        coarser than any seen (an ``f`` that computes in float32 or float16)."""
+        eps = output_eps(y)
+        if eps > self.eps:
+            self.eps = eps
+            self.first_step, self.second_step = relative_step(self.selector, eps), eps**0.25
+
+    def settled(self, programs: Programs) -> Programs:
+        """``programs``, each computed again when ``f``'s output turned out coarser
+        than the steps it used assumed (once in a prep's life)."""
+
+        def settling(program: Program) -> Program:
+            def run(*args: Any) -> Any:
+                eps = self.eps
+                result = program(*args)
+                return result if self.eps == eps else program(*args)
+
+            return run
+
+        return {name: settling(program) for name, program in programs.items()}
 
     def inputs(self, x: Any, values: Sequence[Any]) -> tuple[Any, Any, tuple[Any, ...]]:
         """(caller's x as numpy, a float64 C-contiguous copy of it, converted values)."""
@@ -95,6 +139,8 @@ class _Evaluator:
         """``f``'s value, checked to be a real scalar (once per operator call);
         :attr:`number` then reads the following outputs as floats."""
         y = self.f(point, *values)
+        if y.__class__ is not float and y.__class__ is not np.float64:
+            self.learn(y)
         if _is_float_scalar(y):
             self.number = float  # the common case, told without the full check
             return float(y)
@@ -107,6 +153,7 @@ class _Evaluator:
         if not self.has_aux:
             return self.scalar(point, values, operator), None
         y, aux = split_output(self.f_with_aux(point, *values), self.backend, operator)
+        self.learn(y)
         return float(check_output(y, point, self.backend, operator, _RULES)), _copied(aux)
 
     def array_at_point(self, point: Any, values: Sequence[Any], operator: str) -> tuple[Any, Any]:
@@ -125,8 +172,11 @@ class _Evaluator:
 
     def checked_array(self, y: Any, operator: str, copy: bool = True) -> Any:
         """``f``'s output ``y`` checked and in float64 (a copy unless ``copy=False``)."""
-        if y.__class__ is np.ndarray and y.dtype.kind == "f":  # the common case
-            return np.array(y, dtype=np.float64) if copy else np.asarray(y, dtype=np.float64)
+        if y.__class__ is np.ndarray and y.dtype is _FLOAT64:  # the common case
+            return np.array(y) if copy else y
+        self.learn(y)
+        if y.__class__ is np.ndarray and y.dtype.kind == "f":
+            return np.array(y, dtype=np.float64)
         family = family_of(y)
         if not (isinstance(y, float) or (family is not None and is_floating_dtype(y.dtype))):
             raise_bad_output(y, self.backend, operator)
@@ -197,16 +247,19 @@ class FiniteDiffAdapter(Adapter):
         central = self.selector.method == "central"
         if not central and y0 is None:
             y0 = evaluator.scalar(point, values, operator)
-        flat = point.reshape(-1)
+        flat, eps = point.reshape(-1), evaluator.eps
         # Python floats: indexing lists is cheaper than numpy scalars, and the
         # arithmetic is the same IEEE double arithmetic, so results are identical.
-        coordinates, steps = flat.tolist(), _steps(flat, relative_step(self.selector)).tolist()
+        coordinates, steps = flat.tolist(), _steps(flat, evaluator.first_step).tolist()
         g = [0.0] * flat.size
         f, values = evaluator.f, tuple(values)
         for i, (xi, hi) in enumerate(zip(coordinates, steps)):
             flat[i] = xi + hi
             if i == 0:  # the first evaluation checks f's output; the rest are read as it was
                 up, number = evaluator.scalar(point, values, operator), evaluator.number
+                if evaluator.eps != eps:  # a coarser output than the steps assumed: again, with its steps
+                    flat[i] = xi
+                    return self._gradient(evaluator, point, values, y0, operator)
             else:
                 up = number(f(point, *values))
             if central:
@@ -244,14 +297,14 @@ class FiniteDiffAdapter(Adapter):
         at ``point`` along ``t`` (float64), with the step and method decided here.
         ``y0``, ``f(point)``, is ``None`` when the caller did not need it (central
         differences do not use it)."""
-        step, central, array = relative_step(self.selector), self.selector.method == "central", evaluator.array
+        central, array = self.selector.method == "central", evaluator.array
 
         def directional(point: Any, values: Sequence[Any], t: Any, y0: Any) -> Any:
             t = np.asarray(t if t.__class__ is np.ndarray else converter(family_of(t), "numpy")(t), dtype=np.float64)
             scale = _largest_magnitude(t)
             if scale == 0.0:
                 return np.zeros_like(array(point, values, operator) if y0 is None else y0)
-            h = step * max(1.0, _largest_magnitude(point)) / scale
+            h = evaluator.first_step * max(1.0, _largest_magnitude(point)) / scale
             # np.asarray: a 0-d point +- h*t would otherwise be a numpy scalar. The last
             # evaluation's output needs no copy (nothing runs f after it: a buffer f
             # returns keeps its value); the first one's does when another follows.
@@ -292,7 +345,7 @@ class FiniteDiffAdapter(Adapter):
 
             return run
 
-        return {"pushforward": make(False), "value_and_pushforward": make(True)}
+        return evaluator.settled({"pushforward": make(False), "value_and_pushforward": make(True)})
 
     def prepare_jacobian_programs(
         self,
@@ -313,7 +366,7 @@ class FiniteDiffAdapter(Adapter):
             flat = point.reshape(-1)
             at_point = with_value or not central or has_aux or flat.size == 0
             y0, aux = evaluator.array_at_point(point, values, operator) if at_point else (None, None)
-            steps = _steps(flat, relative_step(self.selector)).tolist()
+            steps = _steps(flat, evaluator.first_step).tolist()
             # One row (an output of f's shape) per coordinate: contiguous writes, transposed
             # once at the end. Every output must have the first one's shape: numpy would
             # broadcast a one-element output into the row without a word.
@@ -351,7 +404,7 @@ class FiniteDiffAdapter(Adapter):
             (_, jac), aux = jacobian_with_value(x, values, False)
             return (jac, aux) if has_aux else jac
 
-        return {"jacobian": jacobian, "value_and_jacobian": value_and_jacobian}
+        return evaluator.settled({"jacobian": jacobian, "value_and_jacobian": value_and_jacobian})
 
     def prepare_pullback_programs(
         self,
@@ -405,7 +458,7 @@ class FiniteDiffAdapter(Adapter):
                 if scale == 0.0:
                     results.append(np.zeros(point.shape, dtype=caller.dtype))
                     continue
-                h = _SECOND_ORDER_STEP * max(1.0, _largest_magnitude(point)) / scale
+                h = evaluator.second_step * max(1.0, _largest_magnitude(point)) / scale
                 # np.array: a 0-d point +- h*t would otherwise be a numpy scalar, not a view-able array
                 up = self._gradient(evaluator, np.array(point + h * t), values, None, "hvp")
                 down = self._gradient(evaluator, np.array(point - h * t), values, None, "hvp")
@@ -425,7 +478,7 @@ class FiniteDiffAdapter(Adapter):
             caller, point, values = evaluator.inputs(x, values)
             return products(caller, point, values, tx)
 
-        return {"hvp": hvp, "gradient_and_hvp": gradient_and_hvp}
+        return evaluator.settled({"hvp": hvp, "gradient_and_hvp": gradient_and_hvp})
 
     def prepare_hessian_programs(self, f: Callable[..., Any], x: Any, contexts: Sequence[Context]) -> Programs:
         evaluator = _Evaluator(self, f, x, contexts)
@@ -433,7 +486,7 @@ class FiniteDiffAdapter(Adapter):
         def hessian_at(point: Any, values: Sequence[Any]) -> Any:
             """Central differences of gradients along each coordinate, symmetrised (float64)."""
             flat = point.reshape(-1)
-            h = _steps(flat, _SECOND_ORDER_STEP)
+            h = _steps(flat, evaluator.second_step)
             hessian = np.empty((flat.size, flat.size))
             for i in range(flat.size):
                 xi = flat[i]
@@ -459,7 +512,7 @@ class FiniteDiffAdapter(Adapter):
                 evaluator.scalar(point, values, "hessian")  # no gradient evaluates f: check its output once
             return hessian_at(point, values).astype(caller.dtype)  # neither f(x) nor the gradient at x
 
-        return {"hessian": hessian, "value_gradient_and_hessian": value_gradient_and_hessian}
+        return evaluator.settled({"hessian": hessian, "value_gradient_and_hessian": value_gradient_and_hessian})
 
     def prepare_second_derivative_programs(
         self, f: Callable[..., Any], x: Any, contexts: Sequence[Context]
@@ -470,8 +523,8 @@ class FiniteDiffAdapter(Adapter):
             caller, point, values = evaluator.inputs(x, values)
             x0 = float(point)
             y0 = evaluator.array(point, values, "second_derivative")
-            h1 = float(_steps(np.array([x0]), relative_step(self.selector))[0])
-            h2 = float(_steps(np.array([x0]), _SECOND_ORDER_STEP)[0])
+            h1 = float(_steps(np.array([x0]), evaluator.first_step)[0])
+            h2 = float(_steps(np.array([x0]), evaluator.second_step)[0])
             up1 = evaluator.array(np.asarray(x0 + h1), values, "second_derivative")
             down1 = evaluator.array(np.asarray(x0 - h1), values, "second_derivative")
             up2 = evaluator.array(np.asarray(x0 + h2), values, "second_derivative")
@@ -487,15 +540,17 @@ class FiniteDiffAdapter(Adapter):
             caller, point, values = evaluator.inputs(x, values)
             x0 = float(point)
             y0 = evaluator.array(point, values, "second_derivative")
-            h2 = float(_steps(np.array([x0]), _SECOND_ORDER_STEP)[0])
+            h2 = float(_steps(np.array([x0]), evaluator.second_step)[0])
             up2 = evaluator.array(np.asarray(x0 + h2), values, "second_derivative")
             down2 = evaluator.array(np.asarray(x0 - h2), values, "second_derivative")
             return np.asarray((up2 - 2 * y0 + down2) / (h2 * h2), dtype=caller.dtype)  # no first derivative
 
-        return {
-            "second_derivative": second_derivative,
-            "value_derivative_and_second_derivative": value_derivative_and_second_derivative,
-        }
+        return evaluator.settled(
+            {
+                "second_derivative": second_derivative,
+                "value_derivative_and_second_derivative": value_derivative_and_second_derivative,
+            }
+        )
 
 
 def _mutable(value: Any) -> bool:
