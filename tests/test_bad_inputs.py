@@ -1075,3 +1075,46 @@ def test_int_and_bool_tangents_are_real_numbers(backend, operator):
     for results in (plain(f, backend, x, tangents), plain(f, prep, backend, x, tangents)):
         for result, wanted in zip(results, expected):
             np.testing.assert_allclose(to_numpy(result), wanted, rtol=1e-5, atol=1e-6, err_msg=operator)
+
+
+# --- NumPy masked arrays and matrices --------------------------------------------------------------
+
+
+def _sum_of_squares(x: Any, *values: Any) -> Any:
+    xp = di.array_namespace(x)
+    return xp.sum(x**2)
+
+
+_SUBCLASSES = [
+    pytest.param(
+        lambda: np.ma.array([1.0, 2.0, 3.0], mask=[0, 1, 0]),
+        ("masked array", ".filled(fill_value)", "np.asarray("),
+        id="masked",
+    ),
+    pytest.param(lambda: np.matrix([[1.0, 2.0, 3.0]]), ("np.matrix", "np.asarray("), id="matrix"),
+]
+
+
+@pytest.mark.parametrize("backend", BACKENDS, ids=backend_id)
+@pytest.mark.parametrize(("make", "words"), _SUBCLASSES)
+def test_a_masked_array_or_matrix_is_refused_wherever_it_is_passed(backend, make, words):
+    """A masked x lost its mask on AutoTorch, AutoJAX() and finite differences
+    (the gradient of sum(x**2) came back [2, 4, 6] while f ignores the masked
+    element) and raised the engine's own error on autograd and AutoJAX(jit=True);
+    an np.matrix x raised a raw TypeError on autograd only, and changes what * means.
+    Refused as x, as a pytree leaf of x, as a Constant's value and as a tangent,
+    unprepared, at preparation and by a strict prep."""
+    value = make()
+    plain = np.asarray(value).reshape(3)
+    prep = di.prepare_gradient(_sum_of_squares, backend, np.asarray(value))
+    for name, call in {
+        "x": lambda: di.gradient(_sum_of_squares, backend, value),
+        "prepare x": lambda: di.prepare_gradient(_sum_of_squares, backend, value),
+        "prepared x": lambda: di.gradient(_sum_of_squares, prep, backend, value),
+        "x['w']": lambda: di.gradient(lambda x: _sum_of_squares(x["w"]), backend, {"w": value}),
+        "context 1": lambda: di.gradient(_sum_of_squares, backend, plain, di.Constant(value)),
+        "tx[0]": lambda: di.pushforward(lambda x: x * 2.0, backend, np.asarray(value), (value,)),
+    }.items():
+        message = str(raises(di.InvalidInputError, call, name))
+        argument = name.removeprefix("prepare ").removeprefix("prepared ")
+        names(message, argument, *words)

@@ -186,6 +186,13 @@ class Family:
 
         return matches
 
+    def refusal(self, value: Any, name: str) -> str:
+        """Why ``value``, an array of this family passed as ``name`` (``"x"``,
+        ``"tx[0]"``, ``"context 1"``), cannot be given to ``di``, with what to pass
+        instead: a kind of array the engines would not read as ``f`` does (NumPy's
+        masked arrays and matrices). ``""`` (the default) takes it."""
+        return ""
+
     def traced_by(self, value: Any) -> str:
         """The engine transform tracing ``value`` (``"jax.vmap"``, ``"torch.func.grad"``),
         or ``""`` for a concrete array: a call inside such a transform composes with

@@ -28,6 +28,24 @@ class NumpyFamily(Family):
     def is_array(self, value: Any) -> bool:
         return isinstance(value, (np.ndarray, np.generic))
 
+    def refusal(self, value: Any, name: str) -> str:
+        if value.__class__ is np.ndarray or isinstance(value, np.generic):
+            return ""
+        array = name if " " not in name else "value"  # x, x['w'], tx[0]: expressions the caller can write
+        if isinstance(value, np.ma.MaskedArray):
+            return (
+                f"{name} is a NumPy masked array (np.ma.MaskedArray): the engines convert it to its data and drop "
+                f"the mask, which f itself would honour. Pass {array}.filled(fill_value) or "
+                f"np.asarray({array}) explicitly (and apply the mask in f, e.g. with the mask as a di.Constant)."
+            )
+        if isinstance(value, np.matrix):
+            return (
+                f"{name} is an np.matrix, whose * is a matrix product where f receives it as it is and an "
+                f"elementwise product where an engine converts it. Pass np.asarray({array}) (and write @ for "
+                f"matrix products)."
+            )
+        return ""
+
     def to_numpy(self, value: Any) -> np.ndarray:
         return np.asarray(value)
 
@@ -44,7 +62,7 @@ class NumpyFamily(Family):
         cls, shape, dtype = value.__class__, value.shape, value.dtype
         if shape == ():  # a 0-d array or a NumPy scalar: either is the same argument
             return lambda given: (
-                (given.__class__ is cls or isinstance(given, (np.ndarray, np.generic)))
+                (given.__class__ is cls or given.__class__ is np.ndarray or isinstance(given, np.generic))
                 and (given.shape == () and given.dtype == dtype)
             )
         return lambda given: given.__class__ is cls and given.shape == shape and given.dtype == dtype

@@ -25,7 +25,13 @@ from di.families import family_of
 from di.operators.programs import caller_programs, same_point_check
 from di.operators.table import OPERATORS, Operator
 from di.prep.base import Prep
-from di.prep.signature import check_contexts_wrapped, check_tangent_dtypes, check_x, describe_value
+from di.prep.signature import (
+    check_array_kinds,
+    check_contexts_wrapped,
+    check_tangent_dtypes,
+    check_x,
+    describe_value,
+)
 from di.prep.strategy import NO_INFO, PrepareRequest, StrategyInfo
 from di.pytrees import Raveler, check_flattens, is_pytree
 
@@ -145,6 +151,7 @@ def _resolve(backend: Any) -> None:
 
 
 def _check_x(operator: Operator, x: Any) -> None:
+    check_array_kinds(x, "x")  # (a pytree's leaves too)
     if is_pytree(x):
         if operator.scalar_x:
             raise InvalidInputError(f"{operator.family} needs a scalar x (a 0-d array or a float), not a pytree")

@@ -15,6 +15,7 @@ from di.prep.info import NO_INFO, StrategyInfo
 from di.prep.signature import (
     ArgumentCheck,
     ArgumentsRejected,
+    check_array_kinds,
     check_contexts_wrapped,
     check_tangent_dtypes,
     checks_arguments,
@@ -198,6 +199,7 @@ class Prep:
         except Exception:  # a key function failing means the argument differs
             pass
         check_flattens(x, "x")  # (the report flattens what it describes)
+        check_array_kinds(x, "x")  # a masked array or matrix: why, not just "differs"
         check_contexts_wrapped(contexts)
         raise mismatch_error(
             self.operator, self.checks, {"f": self.f, "backend": self.backend}, f, backend, (x, *contexts)

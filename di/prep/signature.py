@@ -25,6 +25,7 @@ __all__ = [
     "checks_arguments",
     "compiling_again",
     "TracedType",
+    "check_array_kinds",
     "check_contexts_wrapped",
     "check_tangent_dtypes",
     "check_x",
@@ -443,6 +444,33 @@ def check_x(x: Any, operator: str) -> None:
         )
 
 
+def check_array_kinds(value: Any, name: str) -> None:
+    """Refuse an argument that is, or holds, an array its family refuses
+    (:meth:`di.Family.refusal`: NumPy's masked arrays and matrices), which the
+    engines would read otherwise than ``f`` does.
+
+    Args:
+        value: ``x``, a context's value or a tangent (an array, a pytree, anything).
+        name: how the error names it (``"x"``, ``"context 1"``, ``"tx[0]"``).
+
+    Raises:
+        InvalidInputError: naming the argument (or the pytree leaf's path), what
+            it is and what to pass instead.
+    """
+    family = family_of(value)
+    if family is not None:
+        pairs = [(name, value)]
+    elif is_pytree(value):
+        pairs = list(zip(leaf_paths(value, name), tree_flatten(value)[0]))
+    else:
+        return
+    for path, leaf in pairs:
+        family = family_of(leaf)
+        reason = get_family(family).refusal(leaf, path) if family is not None else ""
+        if reason:
+            raise InvalidInputError(reason)
+
+
 def check_tangent_dtypes(tangents: Sequence[Any], label: str) -> None:
     """Refuse tangents (``tx``) or cotangents (``ty``) whose arrays hold no real
     numbers: every engine drops a complex tangent's imaginary part without a
@@ -460,6 +488,7 @@ def check_tangent_dtypes(tangents: Sequence[Any], label: str) -> None:
     word = "cotangents" if label == "ty" else "tangents"
     for index, tangent in enumerate(tangents):
         name = f"{label}[{index}]"
+        check_array_kinds(tangent, name)
         if family_of(tangent) is not None:
             pairs = [(name, tangent)]
         elif is_pytree(tangent):
@@ -506,3 +535,4 @@ def check_contexts_wrapped(contexts: Sequence[Any]) -> None:
                 f"as di.Constant(value) (read-only) or di.Cache(value) (scratch)."
             )
         check_flattens(context.value, f"context {index}")
+        check_array_kinds(context.value, f"context {index}")
