@@ -283,3 +283,52 @@ def test_auto_sparse_passes_aux_to_the_dense_backend_and_refuses_it_for_sparse_j
     np.testing.assert_allclose(aux["norm2"], np.sum(X * X))
     with pytest.raises(di.UnsupportedOperatorError, match="has_aux"):
         di.prepare_jacobian(Counting(False, True), backend, X, has_aux=True)
+
+
+def _aux_of_x(x: Any) -> Any:
+    xp = di.array_namespace(x)
+    return xp.sum(x * x), {"double": 2.0 * x, "x": x, "note": "n"}
+
+
+@pytest.mark.parametrize(
+    "backend",
+    [di.AutoTorch(), di.AutoTorch(create_graph=False), di.AutoTorch(compile=True)],
+    ids=["eager", "create_graph=False", "compile"],
+)
+def test_torch_aux_carries_the_callers_graph_exactly_when_the_call_keeps_it(backend: Any) -> None:
+    """A call that keeps the caller's graph (x requires grad, create_graph left on,
+    grad mode on) returns a differentiable aux, like its value; any other call
+    returns it detached. An aux leaf that is x comes back as a copy either way."""
+    x = torch.tensor([0.5, -1.0, 2.0], dtype=torch.float64, requires_grad=True)
+    prep = di.prepare_gradient(_aux_of_x, backend, x.detach(), has_aux=True)
+    g, aux = di.gradient(_aux_of_x, prep, backend, x, has_aux=True)
+    torch.testing.assert_close(g.detach(), 2.0 * x.detach())
+    assert aux["note"] == "n"
+    assert aux["x"] is not x and aux["x"].data_ptr() != x.data_ptr()
+    torch.testing.assert_close(aux["x"].detach(), x.detach())
+    if backend.create_graph:
+        assert aux["double"].requires_grad and aux["x"].requires_grad
+        (aux["double"].sum() + aux["x"].sum()).backward()
+        torch.testing.assert_close(x.grad, torch.full((3,), 3.0, dtype=torch.float64))
+    else:
+        assert not aux["double"].requires_grad and not aux["x"].requires_grad
+    if not backend.compile:  # (a compiled f guards on the grad mode: no_grad compiles again)
+        with torch.no_grad():
+            _, aux = di.gradient(_aux_of_x, prep, backend, x, has_aux=True)
+        assert not aux["double"].requires_grad and not aux["x"].requires_grad
+    _, aux = di.gradient(_aux_of_x, prep, backend, x.detach(), has_aux=True)
+    assert not aux["double"].requires_grad and not aux["x"].requires_grad
+
+
+@pytest.mark.parametrize("backend", [di.AutoJAX(), di.AutoTorch(), di.AutoAutograd()], ids=["jax", "torch", "autograd"])
+@pytest.mark.parametrize("has_aux", [False, True])
+def test_numpy_called_on_a_traced_value_is_named(backend: Any, has_aux: bool) -> None:
+    """np.asarray (or a NumPy function) on the traced x: every engine says f called
+    NumPy on a value it traces, with or without aux."""
+
+    def f(x: Any) -> Any:
+        y = np.sin(np.asarray(x)) if has_aux else np.asarray(x) * 2.0
+        return (y, {"n": 1}) if has_aux else y
+
+    with pytest.raises(di.InvalidOutputError, match="f called NumPy on a value"):
+        di.jacobian(f, backend, X, has_aux=has_aux)

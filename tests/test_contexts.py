@@ -316,3 +316,135 @@ def test_torch_constant_that_requires_grad_is_not_differentiated(backend):
     assert_close(g, 2.0 * a.detach().numpy() * x, backend, x.dtype)
     assert a.grad is None, "di accumulated a gradient into a Constant"
     assert family(g) == "numpy"
+
+
+# --- results are the caller's: they share no memory with x, a Constant or a Cache -----------
+
+
+def _buffer_calls(xp_sum):
+    """``(label, f, call)`` for each combined operator, ``f`` returning the Cache
+    buffer (or a view of it) as its value, or in its aux; ``call(f, backend, x,
+    buf)`` returns the value (or aux leaf) the test reads."""
+
+    def squares(x, buf):
+        buf[...] = x * x
+        return buf
+
+    def first_square(x, buf):
+        buf[...] = x * x
+        return buf[0]
+
+    def with_aux(x, buf):
+        buf[...] = x * x
+        return xp_sum(buf), {"squares": buf}
+
+    t = np.array([1.0, 0.0])
+
+    def prepared(prepare, operator, *tangents, **kwargs):
+        def call(f, backend, x, buf):
+            prep = prepare(f, backend, np.zeros(2), *tangents, di.Cache(buf), **kwargs)
+            return lambda x: operator(f, prep, backend, x, *tangents, di.Cache(buf), **kwargs)
+
+        return call
+
+    return [
+        ("value_and_jacobian", squares, prepared(di.prepare_jacobian, di.value_and_jacobian), 0),
+        ("value_and_pushforward", squares, prepared(di.prepare_pushforward, di.value_and_pushforward, (t,)), 0),
+        ("value_and_pullback", squares, prepared(di.prepare_pullback, di.value_and_pullback, (t,)), 0),
+        ("value_and_gradient", first_square, prepared(di.prepare_gradient, di.value_and_gradient), 0),
+        ("value_gradient_and_hessian", first_square, prepared(di.prepare_hessian, di.value_gradient_and_hessian), 0),
+        ("aux", with_aux, prepared(di.prepare_gradient, di.gradient, has_aux=True), ("aux",)),
+    ]
+
+
+@pytest.mark.parametrize("cache_family", [name for name in FAMILIES if name in ("numpy", "torch")])
+@pytest.mark.parametrize("backend", backend_params(_CACHE_WRITERS))
+def test_results_share_no_memory_with_the_cache(backend, cache_family):
+    """A value (or aux) that is the buffer f filled comes back as a copy: the next
+    call, which fills the buffer again, leaves the first results as they were."""
+    for label, f, make, where in _buffer_calls(lambda a: array_api_compat.array_namespace(a).sum(a)):
+        buf = as_family(np.zeros(2), cache_family)
+        call = make(f, backend, np.zeros(2), buf)
+        first = call(np.array([1.0, 2.0]))
+        call(np.array([3.0, 4.0]))
+        read = first[1]["squares"] if where == ("aux",) else first[0]
+        expected = [1.0, 4.0] if read.shape != () else 1.0
+        assert_close(read, expected, backend, np.float64, f"{label} after the next call")
+
+
+@pytest.mark.parametrize("given_family", FAMILIES)
+def test_results_share_no_memory_with_x_or_a_constant(backend, given_family):
+    """Values and aux leaves that are x, a Constant or a view of one are the
+    caller's to write: writing into them leaves x and the Constant as they were."""
+    base = np.array([1.0, 2.0, 3.0])
+    x, c = as_family(base, given_family), as_family(base + 10.0, given_family)
+    t = (as_family(np.ones(3), given_family),)
+
+    def vector(x, c):
+        return x
+
+    def view(x, c):
+        return x[1:]
+
+    def scalar(x, c):
+        return x[0]
+
+    def with_aux(x, c):
+        xp = array_api_compat.array_namespace(x)
+        return xp.sum(x * c), {"x": x, "c": c, "view": x[1:]}
+
+    calls = [
+        ("value_and_jacobian", lambda: [di.value_and_jacobian(vector, backend, x, di.Constant(c))[0]]),
+        ("value_and_jacobian of a view", lambda: [di.value_and_jacobian(view, backend, x, di.Constant(c))[0]]),
+        ("value_and_pushforward", lambda: [di.value_and_pushforward(vector, backend, x, t, di.Constant(c))[0]]),
+        ("value_and_pullback", lambda: [di.value_and_pullback(vector, backend, x, t, di.Constant(c))[0]]),
+        ("value_and_gradient", lambda: [di.value_and_gradient(scalar, backend, x, di.Constant(c))[0]]),
+        ("value_gradient_and_hessian", lambda: [di.value_gradient_and_hessian(scalar, backend, x, di.Constant(c))[0]]),
+        ("aux", lambda: list(di.gradient(with_aux, backend, x, di.Constant(c), has_aux=True)[1].values())),
+        (
+            "aux, combined",
+            lambda: list(di.value_and_gradient(with_aux, backend, x, di.Constant(c), has_aux=True)[0][1].values()),
+        ),
+    ]
+    if given_family == "numpy":  # a 0-d x
+        x0 = np.array(2.0)
+        calls.append(("value_and_derivative", lambda: [di.value_and_derivative(lambda s: s, backend, x0)[0]]))
+    for label, call in calls:
+        for result in call():
+            if family(result) == "jax":
+                continue  # immutable
+            if family(result) == "torch":
+                result = result.detach()
+            result[...] = 99.0
+        np.testing.assert_array_equal(to_numpy(x), base, err_msg=f"{label}: x was written through a result")
+        np.testing.assert_array_equal(to_numpy(c), base + 10.0, err_msg=f"{label}: a Constant was written")
+        if given_family == "numpy" and "derivative" in label:
+            assert float(x0) == 2.0, f"{label}: x was written through a result"
+
+
+@pytest.mark.parametrize("backend", backend_params([b for b in BACKENDS if isinstance(b, di.AutoTorch)]))
+def test_torch_cache_with_an_x_that_requires_grad_gives_a_differentiable_result(backend):
+    """The gradient carries the caller's graph (x requires grad): backward through
+    it gives the second derivative, even after later calls fill the buffer again;
+    such a call fills a buffer of its own, so the caller's keeps no graph."""
+    torch = pytest.importorskip("torch")
+
+    def f(x, buf):
+        xp = array_api_compat.array_namespace(x)
+        buf[...] = x * x
+        return xp.sum(xp.sin(buf))
+
+    def exact(x):  # d/dx of the gradient 2 x cos(x^2), summed
+        return 2.0 * torch.cos(x**2) - 4.0 * x**2 * torch.sin(x**2)
+
+    buf = torch.zeros(2, dtype=torch.float64)
+    x = torch.tensor([0.5, 1.0], dtype=torch.float64, requires_grad=True)
+    prep = di.prepare_gradient(f, backend, x.detach(), di.Cache(buf))
+    g = di.gradient(f, prep, backend, x, di.Cache(buf))
+    torch.testing.assert_close(g.detach(), 2.0 * x.detach() * torch.cos(x.detach() ** 2))
+    assert buf.grad_fn is None and not buf.requires_grad
+    other = torch.tensor([2.0, 3.0], dtype=torch.float64, requires_grad=True)
+    di.value_and_gradient(f, prep, backend, other, di.Cache(buf))
+    di.gradient(f, prep, backend, other.detach(), di.Cache(buf))  # writes into buf
+    g.sum().backward()
+    torch.testing.assert_close(x.grad, exact(x.detach()))

@@ -357,6 +357,13 @@ class OutputRules:
         another error."""
         return ""
 
+    def foreign_output(self, y: Any) -> str:
+        """Whether an output ``y`` that no operator can use says ``f`` gave a traced
+        value to NumPy (``"numpy"``: an engine whose traced values NumPy wraps in
+        an array of objects), as :meth:`foreign_cause` reads an error; ``""``
+        otherwise. Asked only of a refused output."""
+        return ""
+
 
 def check_output(y: Any, x: Any, backend: AbstractBackend, operator: str, rules: OutputRules) -> Any:
     """``y`` as ``operator`` uses it (a one-element output of a scalar operator
@@ -389,14 +396,24 @@ def check_output(y: Any, x: Any, backend: AbstractBackend, operator: str, rules:
     if operator in SCALAR_OPERATORS:
         shape = getattr(value, "shape", None)
         if shape is None or not is_one_element(shape) or not is_floating_dtype(value.dtype):
-            raise_bad_output(value, backend, operator)
+            _refuse_output(value, backend, operator, rules)
         if len(shape):
             y = rules.scalar(y)
     elif not rules.accepts_array(value):
-        raise_bad_output(value, backend, operator)
+        _refuse_output(value, backend, operator, rules)
     if rules.traces and getattr(value, "ndim", -1) == 0 and not rules.is_traced(y, x):
         raise_untraced_output(y, backend, operator)
     return y
+
+
+def _refuse_output(value: Any, backend: AbstractBackend, operator: str, rules: OutputRules) -> NoReturn:
+    """Raise :class:`InvalidOutputError` for an output ``operator`` cannot use:
+    :func:`foreign_code_error` where the engine reads it as NumPy called on a
+    traced value, :func:`raise_bad_output` otherwise."""
+    cause = rules.foreign_output(value)
+    if cause:
+        raise foreign_code_error(backend, operator, cause)
+    raise_bad_output(value, backend, operator)
 
 
 def checking(

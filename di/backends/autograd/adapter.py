@@ -54,6 +54,17 @@ class _Rules(OutputRules):
             return ""
         return next((name for marker, name in _CONVERSIONS if marker in text), "")
 
+    def foreign_cause(self, error: BaseException) -> str:
+        # np.sin(box): NumPy makes an array of objects and calls each one's sin method
+        text = str(error)
+        return "numpy" if "Box" in text and "loop of ufunc does not support" in text else ""
+
+    def foreign_output(self, y: Any) -> str:
+        # np.asarray(box) is an array of objects holding the boxes
+        if getattr(getattr(y, "dtype", None), "kind", "") != "O":
+            return ""
+        return "numpy" if any(isinstance(item, Box) for item in np.ravel(y)) else ""
+
 
 _RULES = _Rules()
 
@@ -104,6 +115,22 @@ def _array(value: Any, dtype: Any = None) -> Any:
     return np.asarray(value, dtype=dtype)
 
 
+def _owned(value: Any, x: Any, values: Sequence[Any]) -> Any:
+    """``value`` (``f``'s output, or a leaf of its ``aux``), or a copy of it where it
+    shares memory with ``x`` or a context value (it is one of them, or a view of
+    one): results are the caller's to write, and ``x`` and the contexts are
+    never written. An array ``f`` computed has no base and is none of them: a
+    look at its class and base, nothing more."""
+    if value.__class__ is not np.ndarray:
+        return value
+    if value.base is None and value is not x and not any(value is v for v in values):
+        return value
+    for item in (x, *values):
+        if isinstance(item, np.ndarray) and np.may_share_memory(value, item):
+            return value.copy()
+    return value
+
+
 def _stack(rows: list[Any]) -> Any:
     return anp.stack(rows) if any(isinstance(row, Box) for row in rows) else np.stack(rows)
 
@@ -120,7 +147,8 @@ class _AuxCapture:
     def value(self, x: Any, *values: Any) -> Any:
         """``y``; ``aux`` is kept for :meth:`take`."""
         y, aux = split_output(self._f(x, *values), self._backend, self._operator)
-        self._local.aux = tree_map(getval, aux)
+        x_value = getval(x)
+        self._local.aux = tree_map(lambda leaf: _owned(getval(leaf), x_value, values), aux)
         return y
 
     def take(self) -> Any:
@@ -171,6 +199,19 @@ class AutogradAdapter(Adapter):
             "or pass the buffer as a Constant and build new arrays inside f."
         ),
     )
+
+    def prepare_value_program(self, f: Callable[..., Any], x: Any, contexts: Sequence[Context]) -> Any:
+        """``f``'s value, copied where it is ``x``, a context value or a view of one."""
+        value = super().prepare_value_program(f, x, contexts)
+        inputs = self._inputs(x, contexts)
+
+        def owned_value(x: Any, *values: Any) -> Any:
+            y = value(x, *values)
+            if y.__class__ is np.ndarray and (y.base is not None or y is x or any(y is v for v in values)):
+                y = _owned(y, *inputs(x, values))
+            return y
+
+        return owned_value
 
     def split_vector(self, vector: Any, offsets: Sequence[int]) -> list[Any] | None:
         """``anp.split``: its derivative is one concatenation, where each slice's is a
@@ -238,7 +279,7 @@ class AutogradAdapter(Adapter):
         def value_and_gradient(x: Any, *values: Any) -> Any:
             x, values = arguments(x, values)
             y, g = value_and_grad(x, *values)
-            return _array(y), _array(g, dtype=x.dtype)
+            return _owned(_array(y), x, values), _array(g, dtype=x.dtype)
 
         if not has_aux:
             return {"gradient": gradient, "value_and_gradient": value_and_gradient}
@@ -263,7 +304,7 @@ class AutogradAdapter(Adapter):
         def pulled_back(x: Any, ty: Sequence[Any], values: Sequence[Any]) -> tuple[Any, tuple[Any, ...]]:
             x, values = inputs(x, values)
             vjp, y = vjp_maker(x, *values)
-            y = _array(y)
+            y = _owned(_array(y), x, values)
             return y, tuple(_array(vjp(_numpy(t, y.dtype)), dtype=x.dtype) for t in ty)
 
         def value_and_pullback(x: Any, ty: Sequence[Any], *values: Any) -> Any:
@@ -290,11 +331,11 @@ class AutogradAdapter(Adapter):
         def pushed_forward(x: Any, tx: Sequence[Any], values: Sequence[Any]) -> tuple[Any, tuple[Any, ...]]:
             x, values = inputs(x, values)
             if not tx:
-                return _array(f(x, *values)), ()
+                return _owned(_array(f(x, *values)), x, values), ()
             jvp = jvp_maker(x, *values)
             # make_jvp evaluates f at x once per tangent (each leaves the same aux)
             pairs = [jvp(_numpy(t, x.dtype)) for t in tx]
-            return _array(pairs[0][0]), tuple(_array(dy) for _, dy in pairs)
+            return _owned(_array(pairs[0][0]), x, values), tuple(_array(dy) for _, dy in pairs)
 
         def value_and_pushforward(x: Any, tx: Sequence[Any], *values: Any) -> Any:
             return attach(pushed_forward(x, tx, values))
@@ -315,7 +356,7 @@ class AutogradAdapter(Adapter):
             # autograd.jacobian's algorithm (a vjp per output element), keeping the value.
             x, values = inputs(x, values)
             vjp, y = vjp_maker(x, *values)
-            y = _array(y)
+            y = _owned(_array(y), x, values)
             basis = np.eye(y.size, dtype=y.dtype).reshape((y.size, *y.shape))
             rows = [_array(vjp(e)) for e in basis]
             jac = _stack(rows) if rows else np.zeros((0, *x.shape), dtype=x.dtype)
@@ -360,7 +401,7 @@ class AutogradAdapter(Adapter):
             x, values = inputs(x, values)
             y, g = value_and_grad(x, *values)
             hessian = _array(hessian_function(x, *values), dtype=x.dtype)
-            return _array(y), _array(g, dtype=x.dtype), hessian.reshape(x.shape + x.shape)
+            return _owned(_array(y), x, values), _array(g, dtype=x.dtype), hessian.reshape(x.shape + x.shape)
 
         def hessian(x: Any, *values: Any) -> Any:
             x, values = inputs(x, values)
@@ -379,7 +420,7 @@ class AutogradAdapter(Adapter):
 
         def value_derivative_and_second_derivative(x: Any, *values: Any) -> Any:
             x, values = inputs(x, values)
-            y = _array(checked(x, *values))
+            y = _owned(_array(checked(x, *values)), x, values)
             return y, _array(derivative_function(x, *values)), _array(second_function(x, *values))
 
         def second_derivative(x: Any, *values: Any) -> Any:

@@ -14,9 +14,11 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import torch
+
 from di.backends.protocol import Capabilities, Programs
 from di.backends.selectors import AutoTorch
-from di.backends.torch.common import TorchBase, refusing_caches_inside_transforms
+from di.backends.torch.common import TorchBase, addresses, owning, refusing_caches_inside_transforms, unshared
 from di.backends.torch.compile import TorchCompiler
 from di.backends.torch.eager import EagerPrograms
 from di.backends.torch.func import FuncPrograms
@@ -92,20 +94,48 @@ class TorchAdapter(TorchBase):
         ``Cache``, ``torch.func`` otherwise."""
         return self._eager if any(isinstance(c, Cache) for c in contexts) else self._func
 
-    def _composing(self, programs: Programs, contexts: Sequence[Context]) -> Programs:
+    def _composing(
+        self, programs: Programs, contexts: Sequence[Context], has_aux: bool = False, lead: int = 1
+    ) -> Programs:
         """The programs, refusing up front to run inside a ``torch.func`` transform
         when they write into a ``Cache`` (the ``torch.func`` programs, which
-        compose with transforms, cannot write into buffers)."""
-        if not any(isinstance(c, Cache) for c in contexts):
+        compose with transforms, cannot write into buffers). The ``torch.func``
+        programs' values and ``aux`` are copied where they share an input's memory
+        (:func:`~di.backends.torch.common.owning`); the eager reverse-mode ones
+        (every program with a ``Cache``, the eager gradient and pullback) see to
+        it themselves."""
+        if any(isinstance(c, Cache) for c in contexts):
+            return {
+                name: refusing_caches_inside_transforms(program, self.selector) for name, program in programs.items()
+            }
+        eager = not self.compiled and ("gradient" in programs or "pullback" in programs)
+        if eager:
             return programs
-        return {name: refusing_caches_inside_transforms(program, self.selector) for name, program in programs.items()}
+        return {
+            name: owning(program, lead, name.startswith("value_"), has_aux)
+            if has_aux or name.startswith("value_")
+            else program
+            for name, program in programs.items()
+        }
+
+    def prepare_value_program(self, f: Callable[..., Any], x: Any, contexts: Sequence[Context]) -> Any:
+        """``f``'s value, copied where it is an input or a view of one."""
+        value = super().prepare_value_program(f, x, contexts)
+
+        def owned_value(x: Any, *values: Any) -> Any:
+            y = value(x, *values)
+            if isinstance(y, torch.Tensor):
+                y = unshared(y, addresses(x, values))
+            return y
+
+        return owned_value
 
     # --- operators ----------------------------------------------------------------------------
 
     def prepare_gradient_programs(
         self, f: Callable[..., Any], x: Any, contexts: Sequence[Context], *, has_aux: bool = False
     ) -> Programs:
-        return self._composing(self._programs_for(contexts).gradient(f, x, contexts, has_aux), contexts)
+        return self._composing(self._programs_for(contexts).gradient(f, x, contexts, has_aux), contexts, has_aux)
 
     def prepare_pullback_programs(
         self,
@@ -116,7 +146,7 @@ class TorchAdapter(TorchBase):
         *,
         has_aux: bool = False,
     ) -> Programs:
-        return self._composing(self._programs_for(contexts).pullback(f, x, ty, contexts, has_aux), contexts)
+        return self._composing(self._programs_for(contexts).pullback(f, x, ty, contexts, has_aux), contexts, has_aux, 2)
 
     def prepare_pushforward_programs(
         self,
@@ -127,17 +157,19 @@ class TorchAdapter(TorchBase):
         *,
         has_aux: bool = False,
     ) -> Programs:
-        return self._composing(self._programs_for(contexts).pushforward(f, x, tx, contexts, has_aux), contexts)
+        return self._composing(
+            self._programs_for(contexts).pushforward(f, x, tx, contexts, has_aux), contexts, has_aux, 2
+        )
 
     def prepare_jacobian_programs(
         self, f: Callable[..., Any], x: Any, contexts: Sequence[Context], *, has_aux: bool = False
     ) -> Programs:
-        return self._composing(self._programs_for(contexts).jacobian(f, x, contexts, has_aux), contexts)
+        return self._composing(self._programs_for(contexts).jacobian(f, x, contexts, has_aux), contexts, has_aux)
 
     def prepare_derivative_programs(
         self, f: Callable[..., Any], x: Any, contexts: Sequence[Context], *, has_aux: bool = False
     ) -> Programs:
-        return self._composing(self._programs_for(contexts).derivative(f, x, contexts, has_aux), contexts)
+        return self._composing(self._programs_for(contexts).derivative(f, x, contexts, has_aux), contexts, has_aux)
 
     def prepare_second_derivative_programs(
         self, f: Callable[..., Any], x: Any, contexts: Sequence[Context]
@@ -147,7 +179,7 @@ class TorchAdapter(TorchBase):
     def prepare_hvp_programs(
         self, f: Callable[..., Any], x: Any, tx: Sequence[Any], contexts: Sequence[Context]
     ) -> Programs:
-        return self._composing(self._programs_for(contexts).hvp(f, x, tx, contexts), contexts)
+        return self._composing(self._programs_for(contexts).hvp(f, x, tx, contexts), contexts, lead=2)
 
     def prepare_hessian_programs(self, f: Callable[..., Any], x: Any, contexts: Sequence[Context]) -> Programs:
         return self._composing(self._programs_for(contexts).hessian(f, x, contexts), contexts)

@@ -29,17 +29,21 @@ __all__ = [
     "CACHE_INSIDE_TRANSFORMS",
     "TorchBase",
     "active_transform",
+    "addresses",
     "as_dtype",
-    "detached",
     "inside_transform",
     "leaf",
     "like",
     "normal_tensors",
+    "owned_aux",
+    "owning",
     "recording",
     "refusing_caches_inside_transforms",
     "requires_grad",
     "scalar_to_tensor",
+    "storage_address",
     "transform_of",
+    "unshared",
     "without_overlap",
 ]
 
@@ -162,9 +166,102 @@ def without_overlap(tensor: Any) -> Any:
     return tensor
 
 
-def detached(aux: Any) -> Any:
-    """``aux`` with its tensors detached from the autograd graph of the call."""
-    return torch_pytree.tree_map(lambda item: item.detach() if isinstance(item, torch.Tensor) else item, aux)
+def storage_address(value: Any) -> int:
+    """Where the memory of an array ``value`` starts: a tensor's storage (which its
+    views share), a NumPy array's data (``torch.from_numpy`` of it starts there);
+    0 for anything else, and for memory that cannot be read (a tensor of a
+    ``torch.func`` transform, a sparse one).
+
+    Examples:
+        >>> import numpy as np, torch
+        >>> from di.backends.torch.common import storage_address
+        >>> a = np.zeros(3)
+        >>> storage_address(torch.from_numpy(a)[1:]) == storage_address(a), storage_address("a")
+        (True, 0)
+    """
+    if isinstance(value, torch.Tensor):
+        try:
+            return value.untyped_storage().data_ptr()  # type: ignore[no-any-return]
+        except (RuntimeError, NotImplementedError):
+            return 0
+    if isinstance(value, np.ndarray):
+        return value.__array_interface__["data"][0]  # type: ignore[no-any-return]
+    return 0
+
+
+def addresses(*groups: Any) -> set[int]:
+    """The :func:`storage_address` of every array in ``groups`` (each an array, or
+    a sequence of them: a pytree ``x``'s leaves, the context values), 0 left out."""
+    found = set()
+    for group in groups:
+        for value in group if isinstance(group, (list, tuple)) else (group,):
+            address = storage_address(value)
+            if address:
+                found.add(address)
+    return found
+
+
+def unshared(tensor: Any, taken: set[int]) -> Any:
+    """``tensor``, or a copy of it where its memory is one of ``taken`` (the
+    memory of ``x``, a ``Constant`` or a ``Cache``): a result never shares memory
+    with an input, so the caller may write into it, and the next call cannot
+    overwrite it. The copy is differentiable like ``tensor`` (``clone``)."""
+    address = storage_address(tensor)
+    return tensor.clone() if address and address in taken else tensor
+
+
+def owned_aux(aux: Any, taken: Callable[[], set[int]], detach: bool) -> Any:
+    """``aux`` as a call returns it: each tensor detached from the call's graph
+    (``detach``; a call that keeps the caller's graph returns differentiable
+    ones) and copied where it shares memory with an input (:func:`unshared`;
+    ``taken()`` gives the inputs' memory, read once and only for a tensor)."""
+    found: list[set[int]] = []
+
+    def own(item: Any) -> Any:
+        if not isinstance(item, torch.Tensor):
+            return item
+        if detach:
+            item = item.detach()
+        if not found:
+            found.append(taken())
+        return unshared(item, found[0])
+
+    return torch_pytree.tree_map(own, aux)
+
+
+def owning(program: Program, lead: int, with_value: bool, has_aux: bool) -> Program:
+    """``program`` (arguments ``x``, ``lead - 1`` tangent arguments, the context
+    values) whose value (``with_value``: the first of its results) and ``aux``
+    tensors are copied where they share an input's memory (:func:`unshared`):
+    ``torch.func`` returns an output that is ``f``'s input, or a view of it, as it
+    is. A result ``f`` computed costs a look at its base and its graph; ``aux``
+    (already a walk through a pytree) costs a look at its memory. Inside a
+    ``torch.func`` transform or a ``torch.compile`` trace the results are the
+    transform's values, returned as they are."""
+    tensor = torch.Tensor
+
+    def taken(args: tuple[Any, ...]) -> set[int]:
+        x = args[0]
+        return addresses(tree_leaves(x) if is_pytree(x) else x, args[lead:])
+
+    def run(*args: Any) -> Any:
+        output = program(*args)
+        if _is_compiling() or _functorch_active():
+            return output
+        result, aux = output if has_aux else (output, None)
+        if with_value:
+            y, values = result[0], args[lead:]
+            if y.__class__ is tensor and (
+                y._base is not None or y.grad_fn is None or (values and any(y is v for v in values))
+            ):
+                result = (unshared(y, taken(args)), *result[1:])
+        if has_aux:
+            return result, owned_aux(aux, lambda: taken(args), False)
+        return result
+
+    if getattr(program, "keeps_x_structure", False):
+        run.keeps_x_structure = True  # type: ignore[attr-defined]
+    return run
 
 
 def scalar_to_tensor(dtype: Any) -> Callable[[Any], Any]:
@@ -198,6 +295,10 @@ class _Rules(OutputRules):
     def foreign_cause(self, error: BaseException) -> str:
         text = str(error)
         return next((cause for marker, cause in _FOREIGN if marker in text), "")
+
+    def foreign_output(self, y: Any) -> str:
+        # np.asarray(x) on a tensor torch.func traces gives NumPy's array, not a tensor
+        return "numpy" if isinstance(y, np.ndarray) else ""
 
 
 class _ReverseRules(_Rules):

@@ -28,13 +28,15 @@ from di.backends.protocol import Programs
 from di.backends.torch.common import (
     REVERSE_RULES,
     TorchBase,
-    detached,
+    addresses,
     dynamo_compiling,
     leaf,
     like,
     normal_tensors,
+    owned_aux,
     recording,
     requires_grad,
+    unshared,
 )
 from di.contexts import Cache, Context
 from di.errors import UnsupportedContextError
@@ -180,6 +182,8 @@ class Reverse:
                 argument = differentiated = leaf(x if to_torch_x is identity else to_torch_x(x))
             if convert_any:
                 values = tuple(convert(v) for convert, v in zip(convert_values, values))
+            if caches and connect:  # the results' graph saves what f writes: f fills buffers of its own
+                values = _own_buffers(values, caches)
             try:
                 y = f(argument, *values)
                 if has_aux:
@@ -190,15 +194,26 @@ class Reverse:
             except conversions as err:  # torch refused NumPy inside f: say why
                 raise_translated(err, backend, operator, REVERSE_RULES)
             finally:
-                if caches:
+                if caches and not connect:
                     for i in caches:
                         values[i].detach_()
             if tree:
                 result = structure.unflatten(result)
             if with_value:
                 value = y if connect else y.detach()
+                # y may be x, a context value or a view of one (a tensor f computed is
+                # none of those): a result never shares an input's memory
+                if (
+                    y._base is not None
+                    or not y.requires_grad
+                    or (y.grad_fn is None if tree else y is differentiated)
+                    or (values and any(y is v for v in values))
+                ):
+                    value = unshared(value, addresses(differentiated, values))
                 result = (value.reshape(()) if scalar and value.ndim else value), result
-            return (result, aux if connect else detached(aux)) if has_aux else result
+            if has_aux:
+                return result, owned_aux(aux, lambda: addresses(differentiated, values), not connect)
+            return result
 
         def run(x: Any, *args: Any) -> Any:
             if traced is not None and (is_compiling() or transforms_active()):
@@ -299,6 +314,8 @@ class Reverse:
                 raise_translated(err, backend, operator, REVERSE_RULES)
             if with_value:
                 value = y if connect else y.detach()
+                if y._base is not None or y.grad_fn is None:  # a leaf of x (or a view of one): copied
+                    value = unshared(value, addresses(differentiated, values))
                 return (value.reshape(()) if value.ndim else value), result
             return result
 
@@ -316,6 +333,17 @@ def _differentiable_as_is(tensors: Sequence[Any]) -> bool:
         if not (t.requires_grad and t.is_leaf and t._backward_hooks is None and not t.is_inference()):
             return False
     return True
+
+
+def _own_buffers(values: Sequence[Any], caches: Sequence[int]) -> tuple[Any, ...]:
+    """The context values with each ``Cache`` buffer replaced by a copy, for a call
+    that keeps the caller's graph: that graph saves what ``f`` writes into the
+    buffer, which must then outlive the call, untouched by the next one (which
+    writes into the caller's buffer, or into a copy of its own)."""
+    owned = list(values)
+    for i in caches:
+        owned[i] = owned[i].clone()
+    return tuple(owned)
 
 
 def alias(tensor: Any, connect: bool = False) -> Any:
