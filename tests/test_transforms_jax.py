@@ -321,6 +321,96 @@ def test_results_inside_a_transform_stay_jax_values_for_numpy_constants() -> Non
     np.testing.assert_allclose(result, 2 * a @ X, rtol=1e-6)
 
 
+# --- has_aux under jit: the non-array part of aux belongs to the program that ran ---------------------
+
+
+def _per_element(x: Any) -> Any:
+    """A scalar with an aux whose structure depends on x's shape: one array per element."""
+    xp = di.array_namespace(x)
+    return xp.sum(x * x), {"n": x.shape[0], "parts": [x[i] * 1 for i in range(x.shape[0])]}
+
+
+def _per_element_vector(x: Any) -> Any:
+    xp = di.array_namespace(x)
+    return xp.multiply(x, x), {"n": x.shape[0], "parts": [x[i] * 1 for i in range(x.shape[0])]}
+
+
+_AUX_OPERATORS = {
+    "gradient": (_per_element, di.prepare_gradient, di.gradient, lambda out: out[1]),
+    "value_and_gradient": (_per_element, di.prepare_gradient, di.value_and_gradient, lambda out: out[0][1]),
+    "jacobian": (_per_element_vector, di.prepare_jacobian, di.jacobian, lambda out: out[1]),
+    "value_and_jacobian": (_per_element_vector, di.prepare_jacobian, di.value_and_jacobian, lambda out: out[0][1]),
+}
+
+
+@pytest.mark.parametrize("operator", list(_AUX_OPERATORS))
+def test_aux_of_a_non_strict_compiled_prep_follows_the_shape_of_each_call(operator: str) -> None:
+    f, prepare_op, op, aux_of = _AUX_OPERATORS[operator]
+    backend = di.AutoJAX(jit=True)
+    prep = prepare_op(f, backend, np.zeros(3), has_aux=True, strict=False)
+    for n in (3, 4, 3, 5, 4, 3):
+        x = np.arange(1.0, n + 1.0)
+        aux = aux_of(op(f, prep, backend, x, has_aux=True))
+        assert aux["n"] == n
+        assert len(aux["parts"]) == n
+        np.testing.assert_array_equal(np.stack(aux["parts"]), x)
+
+
+def test_aux_with_a_static_context_follows_each_value_and_shape() -> None:
+    def f(x: Any, k: int) -> Any:
+        xp = di.array_namespace(x)
+        return xp.sum(x * x) * k, {"k": k, "n": x.shape[0]}
+
+    backend = di.AutoJAX(jit=True)
+    prep = di.prepare_gradient(f, backend, np.zeros(3), di.Constant(2), has_aux=True, strict=False)
+    for n, k in [(3, 2), (4, 2), (3, 5), (3, 2), (4, 5), (4, 2)]:
+        g, aux = di.gradient(f, prep, backend, np.ones(n), di.Constant(k), has_aux=True)
+        assert aux == {"k": k, "n": n}
+        np.testing.assert_allclose(g, 2.0 * k * np.ones(n))
+
+
+@pytest.mark.parametrize("backend", [di.AutoJAX(), di.AutoJAX(jit=True)], ids=["jax", "jax-jit"])
+def test_an_array_of_another_family_in_aux_comes_back_as_on_every_backend(backend: Any) -> None:
+    torch = pytest.importorskip("torch")
+
+    def f(x: Any) -> Any:
+        xp = di.array_namespace(x)
+        return xp.sum(x * x), {"w": torch.arange(x.shape[0], dtype=torch.float64), "y": x * 2}
+
+    x = np.array([0.5, 1.0], dtype=np.float32)
+    g, aux = di.gradient(f, backend, x, has_aux=True)
+    _, want = di.gradient(f, di.AutoFiniteDiff(), x, has_aux=True)
+    assert type(aux["w"]) is type(want["w"]) is np.ndarray
+    assert aux["w"].dtype == want["w"].dtype == np.float64
+    np.testing.assert_array_equal(aux["w"], want["w"])
+    assert type(aux["y"]) is np.ndarray and aux["y"].dtype == np.float32
+    np.testing.assert_allclose(aux["y"], 2 * x, rtol=1e-6)
+    np.testing.assert_allclose(g, 2 * x, rtol=1e-6)
+
+
+def test_constant_arrays_in_aux_keep_their_dtype_and_are_fresh_on_every_compiled_call() -> None:
+    torch = pytest.importorskip("torch")
+
+    def f(x: Any) -> Any:
+        xp = di.array_namespace(x)
+        n = x.shape[0]
+        return xp.sum(x * x), {"np": np.arange(float(n)), "torch": torch.arange(n), "note": "ok"}
+
+    backend = di.AutoJAX(jit=True)
+    prep = di.prepare_gradient(f, backend, np.zeros(2, np.float32), has_aux=True, strict=False)
+    for n in (2, 3, 2):
+        first = di.gradient(f, prep, backend, np.ones(n, np.float32), has_aux=True)[1]
+        assert first["np"].dtype == np.float64 and first["torch"].dtype == np.int64
+        np.testing.assert_array_equal(first["np"], np.arange(float(n)))
+        np.testing.assert_array_equal(first["torch"], np.arange(n))
+        first["np"][:] = -1.0
+        first["torch"][:] = -1
+        second = di.gradient(f, prep, backend, np.ones(n, np.float32), has_aux=True)[1]
+        np.testing.assert_array_equal(second["np"], np.arange(float(n)))
+        np.testing.assert_array_equal(second["torch"], np.arange(n))
+        assert second["note"] == "ok"
+
+
 # --- sharding: 4 virtual CPU devices, in a fresh process ----------------------------------------------
 
 _SHARDING = textwrap.dedent(

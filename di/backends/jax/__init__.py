@@ -273,6 +273,8 @@ class JAXAdapter(Adapter):
         function: Callable[..., Any]
         if self.compiled:
             statics = static_positions(contexts, self.backend)
+            if aux is not None:
+                core = aux.carrying(core)
             function = jax.jit(core, static_argnums=tuple(lead + i for i in statics))
             # jit takes numpy input itself (one transfer; pytrees of numpy leaves too): only torch
             # needs DLPack.
@@ -299,7 +301,7 @@ class JAXAdapter(Adapter):
             function = checked_by_executable(executable, function)
         program = wrap(function, converters, tangents is not None, x64, bare)
         if aux is not None:
-            program = aux.joining(program, lead, self.compiled)
+            program = aux.joining(program, self.compiled)
         if not self.compiled:
             return program
         if on_first_use:
@@ -338,7 +340,7 @@ class JAXAdapter(Adapter):
     def _aux(self, contexts: Sequence[Context], has_aux: bool) -> AuxTracing | None:
         if not has_aux:
             return None
-        return AuxTracing(static_positions(contexts, self.backend) if self.compiled else ())
+        return AuxTracing(self.compiled)
 
     # --- operators --------------------------------------------------------------------
 

@@ -6,6 +6,7 @@ one prep to the next.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -13,7 +14,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from di.backends.aux import AuxSplits, split_aux
+from di.backends.aux import AuxSplit, split_aux
 from di.backends.jax.x64 import in_x64
 from di.backends.outputs import OutputRules, is_real_floating_array
 from di.backends.protocol import Program, Programs
@@ -206,48 +207,119 @@ def result(has_aux: bool, output: Any, *arrays: Any) -> Any:
     return (output, arrays[0]) if has_aux else output
 
 
-def _is_traced_array(leaf: Any) -> bool:
-    """Whether an ``aux`` leaf must travel through the engine (JAX arrays and
-    tracers, numpy arrays); other leaves stay in Python."""
+def _is_array(leaf: Any) -> bool:
+    """Whether an ``aux`` leaf is an array (of JAX, a tracer, or of any family);
+    other leaves (strings, Python numbers, ``None``) stay in Python."""
     return isinstance(leaf, jax.Array) or family_of(leaf) is not None
+
+
+class _TraceAux:
+    """The part of one trace's (or one eager call's) ``aux`` that does not travel
+    through JAX: the :class:`AuxSplit` (structure and non-array leaves) and, under
+    jit, the arrays that are constants of the trace.
+
+    Under jit only JAX arrays travel as outputs. A NumPy array or another
+    family's array in ``aux`` cannot depend on the traced ``x``: it is a constant
+    of the trace, kept here as a NumPy copy (so its dtype is ``f``'s, where a
+    JAX output would be cast to 32 bits outside ``enable_x64``, and another
+    family's array is one jit could not return at all) and returned as a fresh
+    copy by every call, so that no call's ``aux`` aliases another's.
+    """
+
+    __slots__ = ("_constants", "_split", "_travels")
+
+    def __init__(self, split: AuxSplit, travels: tuple[bool, ...], constants: tuple[np.ndarray, ...]) -> None:
+        self._split = split
+        self._travels = travels
+        self._constants = constants
+
+    def join(self, arrays: Sequence[Any]) -> Any:
+        """The ``aux`` pytree with the arrays that travelled (and copies of the constants)."""
+        if not self._constants:
+            return self._split.join(arrays)
+        travelled, constants = iter(arrays), iter(self._constants)
+        return self._split.join([next(travelled) if t else np.array(next(constants)) for t in self._travels])
+
+
+# Under jit a trace's _TraceAux rides in the compiled function's output tree, as the
+# static data of a node without leaves: JAX keeps each output tree with the program
+# traced for it, so a call is always joined with the structure of the trace whose
+# program ran, whichever shape or static value it was compiled for. The node
+# unflattens to itself (no allocation per call), and must: jit's C++ dispatch
+# re-flattens the outputs, and any other object there would be a leaf that is not
+# an array, which sends every call down jit's Python path (about 100 us).
+class _Carried:
+    __slots__ = ("aux",)
+
+    def __init__(self, aux: _TraceAux) -> None:
+        self.aux = aux
+
+
+jax.tree_util.register_pytree_node(_Carried, lambda carried: ((), carried), lambda carried, _: carried)
+
+
+def _constant(leaf: Any) -> np.ndarray:
+    """A NumPy copy of an ``aux`` leaf that does not travel through jit."""
+    family = family_of(leaf)
+    return np.array(leaf if family == "numpy" else converter(family, "numpy")(leaf), copy=True)
 
 
 class AuxTracing:
     """``has_aux`` on JAX: ``aux``'s arrays travel as outputs of the traced (and
     compiled) function, and the rest of ``aux`` (strings, numbers, ``None``, its
-    structure) is recorded at trace time and joined back after each call.
+    structure) is recorded when ``f`` runs and joined back after each call.
 
-    Under jit the non-array part can depend only on the static contexts (all else
-    is a tracer), so it is kept per value of those; eager, it is per thread."""
+    Eager, ``f`` runs on every call and the rest is this thread's latest. Under
+    jit the rest is returned by the compiled function itself (:meth:`carrying`),
+    so it always belongs to the trace whose program ran; it can depend only on
+    what jit compiles in (static contexts, shapes and dtypes).
+    """
 
-    def __init__(self, statics: tuple[int, ...]) -> None:
-        self._splits = AuxSplits()
-        self._statics = statics
-
-    def _key(self, values: Sequence[Any]) -> tuple[Any, ...]:
-        return tuple(values[i] for i in self._statics)
+    def __init__(self, compiled: bool) -> None:
+        self._compiled = compiled
+        self._local = threading.local()
 
     def split(self, tree: Any, values: Sequence[Any]) -> tuple[Any, ...]:
-        """``aux``'s arrays; the rest is recorded for :meth:`joining`."""
-        arrays, parts = split_aux(tree, _is_traced_array)
-        self._splits.record(parts, self._key(values))
-        return arrays
+        """``aux``'s arrays that travel through JAX; the rest is recorded for :meth:`joining`."""
+        del values
+        arrays, parts = split_aux(tree, _is_array)
+        if not self._compiled or all(isinstance(a, jax.Array) for a in arrays):
+            self._local.aux = _TraceAux(parts, (), ())
+            return arrays
+        travels = tuple(isinstance(a, jax.Array) for a in arrays)
+        constants = tuple(_constant(a) for a, t in zip(arrays, travels) if not t)
+        self._local.aux = _TraceAux(parts, travels, constants)
+        return tuple(a for a, t in zip(arrays, travels) if t)
 
-    def joining(self, program: Program, lead: int, compiled: bool) -> Program:
-        """``program`` returning ``(result, aux)`` where it returned ``(result, aux's arrays)``."""
-        splits, key = self._splits, self._key
-        if not compiled or not self._statics:
-            latest = splits.last if not compiled else splits.for_static
+    def carrying(self, core: Callable[..., Any]) -> Callable[..., Any]:
+        """``core`` (returning ``(result, aux's arrays)``, to be jitted) returning
+        ``(result, aux's arrays, the rest of aux)``, the rest in its output tree."""
+        local = self._local
 
-            def joined_without_statics(*args: Any) -> Any:
-                output, arrays = program(*args)
-                return output, latest().join(arrays)
+        def carried(*args: Any) -> Any:
+            local.aux = None
+            output, arrays = core(*args)
+            if local.aux is None:  # pragma: no cover - f always runs when core is traced
+                raise RuntimeError("has_aux: f was not called while its program was traced")
+            return output, arrays, _Carried(local.aux)
 
-            return joined_without_statics
+        return carried
+
+    def joining(self, program: Program, compiled: bool) -> Program:
+        """``program`` returning ``(result, aux)`` where it returned ``(result, aux's
+        arrays)`` (eager) or ``(result, aux's arrays, the rest)`` (:meth:`carrying`)."""
+        if compiled:
+
+            def joined_carried(*args: Any) -> Any:
+                output, arrays, carried = program(*args)
+                return output, carried.aux.join(arrays)
+
+            return joined_carried
+        local = self._local
 
         def joined(*args: Any) -> Any:
             output, arrays = program(*args)
-            return output, splits.for_static(key(args[lead:])).join(arrays)
+            return output, local.aux.join(arrays)
 
         return joined
 
