@@ -1118,3 +1118,45 @@ def test_a_masked_array_or_matrix_is_refused_wherever_it_is_passed(backend, make
         message = str(raises(di.InvalidInputError, call, name))
         argument = name.removeprefix("prepare ").removeprefix("prepared ")
         names(message, argument, *words)
+
+
+# --- a cotangent that no longer fits f's output ------------------------------------------------------------------
+
+
+def _head(x: Any, n: Any) -> Any:
+    return x[:n] * 2.0
+
+
+@pytest.mark.parametrize("backend", BACKENDS, ids=backend_id)
+def test_a_prepared_cotangent_that_no_longer_fits_fs_output_is_named(backend):
+    """f's output shape depends on an int Constant: a prepared pullback called
+    with another one and the prepared cotangents raised each engine's own error
+    (torch's 'Mismatch in shape', numpy's matmul ValueError, ...). Now the engine's
+    error, when it comes, is explained: InvalidInputError naming ty[0]'s shape and
+    f's output shape at this call, chained to the engine's error."""
+    x = np.ones(4)
+    prep = di.prepare_pullback(_head, backend, x, (np.ones(2),), di.Constant(2))
+    for function in (di.pullback, di.value_and_pullback):
+        with pytest.raises(di.InvalidInputError) as info:
+            function(_head, prep, backend, x, (np.ones(2),), di.Constant(3))
+        names(str(info.value), "ty[0]", "(3,)", "(2,)", "at this call")
+        assert info.value.__cause__ is not None and not isinstance(info.value.__cause__, di.DIError)
+    (result,) = di.pullback(_head, prep, backend, x, (np.array([1.0, 3.0]),), di.Constant(2))  # the prep still works
+    np.testing.assert_allclose(to_numpy(result), [2.0, 6.0, 0.0, 0.0], rtol=1e-6)
+
+
+@pytest.mark.parametrize("backend", BACKENDS, ids=backend_id)
+def test_an_error_of_f_in_a_prepared_pullback_is_not_taken_for_a_cotangent_error(backend):
+    """The failure path asks f's output shape again: f raising there, or the
+    cotangents fitting, leave the engine's (or f's) error as it is."""
+
+    def g(x: Any, n: Any) -> Any:
+        if n > 2:
+            raise ModelError("n too large", n)
+        return x[:n] * 2.0
+
+    x = np.ones(4)
+    prep = di.prepare_pullback(g, backend, x, (np.ones(2),), di.Constant(2))
+    with pytest.raises(ModelError) as info:
+        di.pullback(g, prep, backend, x, (np.ones(2),), di.Constant(3))
+    assert info.value.args == ("n too large", 3)

@@ -93,8 +93,10 @@ def prepare_from_source(
     source.check_contexts(contexts)
     if is_pytree(x) and not source.checks_own_pytrees:
         Raveler(x)  # checks every leaf, naming the first bad one
+    explain = None
     if operator.tangents == "ty":
         _check_cotangent_shapes(source, request)
+        explain = _cotangent_explainer(source, request)
     with compiling_combined_first(request.value):
         programs = caller_programs(
             operator, source, request.operator_key, request.f, x, tangents, contexts, request.has_aux
@@ -112,6 +114,7 @@ def prepare_from_source(
         same_point_check(x, contexts) if request.same_point else None,
         info=info or NO_INFO,
         has_aux=request.has_aux,
+        explain_failure=explain,
     )
 
 
@@ -208,18 +211,50 @@ def _check_cotangent_shapes(source: ProgramSource, request: PrepareRequest) -> N
     Raises:
         InvalidInputError: naming the cotangent, its shape and the output's.
     """
+    explain = _cotangent_explainer(source, request)
+    message = explain(request.x, [c.value for c in request.contexts], request.tangents, False)
+    if message:
+        raise InvalidInputError(message)
+
+
+def _cotangent_explainer(source: ProgramSource, request: PrepareRequest) -> Callable[..., str]:
+    """``explain(x, values, ty, quiet=True)``: why cotangents ``ty`` do not fit
+    ``f``'s output at ``x`` and these context values (``""`` when they fit, or
+    when ``f``'s output is no array, or when ``f`` raises and ``quiet``: the error
+    being explained is then the caller's). Made at preparation; a prep asks it
+    only when its program failed (an int Constant that ``f`` slices with changes
+    the output's shape from one call to the next). It holds ``f``, the source and
+    the contexts' classes, none of the caller's arrays."""
     f = value_only(request.f, source.adapter.backend, "pullback") if request.has_aux else request.f
-    x = np.asarray(request.x, dtype=np.float64) if isinstance(request.x, float) else request.x
-    expected = source.output_shapes(f, x, request.contexts)
-    if expected is None:
-        return
-    for index, cotangent in enumerate(request.tangents or ()):
-        leaves: list[Any] = []
-        source.tree_map(leaves.append, cotangent)
-        given = [tuple(getattr(leaf, "shape", ())) for leaf in leaves]  # a Python float is 0-d
-        if given != expected:
-            shown, wanted = (given[0], expected[0]) if len(given) == len(expected) == 1 else (given, expected)
-            raise InvalidInputError(
-                f"ty[{index}] must have the shape of f(x), {wanted}, not {shown}: cotangents live in f's output "
-                f"space (one cotangent per output element)."
-            )
+    wrappers = [type(c) for c in request.contexts]
+
+    def explain(x: Any, values: Any, cotangents: Any, quiet: bool = True) -> str:
+        x = np.asarray(x, dtype=np.float64) if isinstance(x, float) else x
+        contexts = [wrap(v) for wrap, v in zip(wrappers, values)]
+        try:
+            expected = source.output_shapes(f, x, contexts)
+        except Exception:
+            if not quiet:
+                raise
+            return ""  # f's own error: the failed call's error is raised
+        if expected is None:
+            return ""
+        for index, cotangent in enumerate(cotangents or ()):
+            leaves: list[Any] = []
+            source.tree_map(leaves.append, cotangent)
+            given = [tuple(getattr(leaf, "shape", ())) for leaf in leaves]  # a Python float is 0-d
+            if given != expected:
+                shown, wanted = (given[0], expected[0]) if len(given) == len(expected) == 1 else (given, expected)
+                if not quiet:
+                    return (
+                        f"ty[{index}] must have the shape of f(x), {wanted}, not {shown}: cotangents live in f's "
+                        f"output space (one cotangent per output element)."
+                    )
+                return (
+                    f"ty[{index}] must have the shape of f(x) at this call's arguments, {wanted}, not {shown}: "
+                    f"cotangents live in f's output space, whose shape changed since preparation (the context "
+                    f"values change it). Pass cotangents of shape {wanted}, or prepare again for these arguments."
+                )
+        return ""
+
+    return explain

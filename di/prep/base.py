@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from di.contexts import Context
-from di.errors import InvalidInputError, OutBufferError
+from di.errors import DIError, InvalidInputError, OutBufferError
 from di.families import ArraySpec, family_of, get_family, spec_of
 from di.prep.info import NO_INFO, StrategyInfo
 from di.prep.signature import (
@@ -69,6 +69,7 @@ class Prep:
 
     __slots__ = (
         "_context_matchers",
+        "_explain_failure",
         "_n_contexts",
         "_values_matcher",
         "_x_fields",
@@ -103,8 +104,12 @@ class Prep:
         same_point: Callable[[Any, Sequence[Any]], bool] | None = None,
         info: StrategyInfo = NO_INFO,
         has_aux: bool = False,
+        explain_failure: Callable[..., str] | None = None,
     ) -> None:
         self.operator = operator
+        # explain_failure(x, values, tangents) -> why these arguments failed the program
+        # ("" when it cannot tell): asked only when a program raises
+        self._explain_failure = explain_failure
         self.has_aux = has_aux
         self.f = f
         self.backend = backend
@@ -372,6 +377,7 @@ class Prep:
         context_matchers, count, strict = self._context_matchers, self._n_contexts, self.strict
         tangent_matchers = self.tangent_matchers
         n_tangents = len(tangent_matchers)
+        explain = self._explain
         if n_tangents == 1 and count == 0:  # the common case, unrolled: no generator, no context list
             ((tangent_matches),) = tangent_matchers
 
@@ -386,9 +392,12 @@ class Prep:
                         ok = False
                     if not ok:
                         self._refuse(f, backend, x, tangents, contexts)
-                if finish is None:
-                    return program(x, tangents)
-                return finish(program(x, tangents))
+                try:
+                    result = program(x, tangents)
+                except Exception as error:
+                    explain(error, x, tangents, contexts)
+                    raise
+                return result if finish is None else finish(result)
 
             return run_with_one_tangent
 
@@ -405,10 +414,26 @@ class Prep:
                     ok = False
                 if not ok:
                     self._refuse(f, backend, x, tangents, contexts)
-            result = program(x, tangents, *[context.value for context in contexts])
+            try:
+                result = program(x, tangents, *[context.value for context in contexts])
+            except Exception as error:
+                explain(error, x, tangents, contexts)
+                raise
             return result if finish is None else finish(result)
 
         return run_with_tangents
+
+    def _explain(self, error: Exception, x: Any, tangents: Any, contexts: Sequence[Any]) -> None:
+        """On the failure path of a call with tangents: raise
+        :class:`InvalidInputError` (chained to the engine's ``error``) when the
+        arguments explain it (cotangents no longer shaped like ``f``'s output,
+        whose shape an int ``Constant`` can change); else return, and the
+        engine's error comes through. ``di``'s own errors are left as they are."""
+        if self._explain_failure is None or isinstance(error, DIError):
+            return
+        message = self._explain_failure(x, [context.value for context in contexts], tangents)
+        if message:
+            raise InvalidInputError(message) from error
 
     def _refuse(self, f: Any, backend: Any, x: Any, tangents: Any, contexts: Sequence[Any]) -> None:
         """Raise the error that explains why a call with tangents does not fit."""
