@@ -553,6 +553,69 @@ def test_torch_compile_second_derivative_of_a_scalar_broadcast_against_an_array(
     np.testing.assert_allclose(eager, d2y)
 
 
+class FlaggedError(Exception):
+    """An exception of the caller's own."""
+
+
+RAISED = {"FlaggedError": FlaggedError, "ValueError": ValueError, "StopIteration": StopIteration}
+
+
+def raising(x: Any, error: str) -> Any:
+    """Raises the exception ``RAISED[error]`` when ``error`` (a static context) names one."""
+    if error:
+        raise RAISED[error]("raised by f 42")
+    xp = di.array_namespace(x)
+    return xp.sum(xp.sin(x) ** 2)
+
+
+def raising_vector(x: Any, error: str) -> Any:
+    if error:
+        raise RAISED[error]("raised by f 42")
+    xp = di.array_namespace(x)
+    return xp.sin(x) * x
+
+
+# operator: (f, x, the arguments between x and the contexts)
+RAISING = {
+    "gradient": (raising, np.ones(2), ()),
+    "jacobian": (raising_vector, np.ones(2), ()),
+    "pushforward": (raising_vector, np.ones(2), ((np.ones(2),),)),
+    "pullback": (raising_vector, np.ones(2), ((np.ones(2),),)),
+    "derivative": (raising_vector, np.array(0.5), ()),
+    "hvp": (raising, np.ones(2), ((np.ones(2),),)),
+    "hessian": (raising, np.ones(2), ()),
+    "second_derivative": (raising_vector, np.array(0.5), ()),
+}
+
+
+@pytest.mark.parametrize("operator", list(RAISING))
+def test_torch_compile_passes_fs_own_errors_through(operator: str) -> None:
+    """dynamo reports an exception f raises while traced as its own ("Observed
+    exception"), which di wrapped in UnsupportedOperatorError or passed on; f's
+    own exception comes out now, unchanged, at preparation and at a recompile (a
+    new static value), and the prep keeps computing afterwards."""
+    backend = di.AutoTorch(compile=True, compile_options={"backend": "aot_eager"})
+    f, x, between = RAISING[operator]
+    prepare, call = getattr(di, f"prepare_{operator}"), getattr(di, operator)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", di.RecompileWarning)  # f breaks no graph: it raises
+        for name, error in RAISED.items():
+            with pytest.raises(error, match=r"^raised by f 42$") as raised:
+                prepare(f, backend, x, *between, di.Constant(name))
+            assert raised.value.__cause__ is None and raised.value.__context__ is None
+        prep = prepare(f, backend, x, *between, di.Constant(""))
+        for name, error in RAISED.items():
+            with pytest.raises(error, match=r"^raised by f 42$") as raised:
+                call(f, prep, backend, x, *between, di.Constant(name))
+            assert raised.value.__cause__ is None and raised.value.__context__ is None
+        result = call(f, prep, backend, x, *between, di.Constant(""))
+    expected = call(f, di.AutoTorch(), x, *between, di.Constant(""))
+    for got, want in zip(
+        result if isinstance(result, tuple) else (result,), expected if isinstance(expected, tuple) else (expected,)
+    ):
+        np.testing.assert_allclose(got, want)
+
+
 def test_torch_compile_prep_holds_no_array() -> None:
     backend = di.AutoTorch(compile=True, compile_options={"backend": "eager"})
     prep = di.prepare_gradient(scaled, backend, torch.zeros(3), di.Constant(torch.ones(3)), di.Constant(2.0))

@@ -8,7 +8,11 @@ it): ``di`` compiles closures whose code object every prep shares, and dynamo
 counts per code object. Recompiles are watched with the shared policy
 (:class:`di.backends.compile.RecompileWatch`): warnings from the second
 unexpected recompile, and before the limit whatever the cause; at dynamo's limit
-:class:`di.RecompileLimitError` says what to change.
+:class:`di.RecompileLimitError` says what to change. When dynamo fails to trace
+(at preparation or at a recompile), the same program runs once uncompiled on the
+same arguments: an error ``f`` raises there reaches the caller as ``f`` raised
+it (dynamo reports it as its own "Observed exception"); only a program that runs
+eagerly gets dynamo's refusal.
 """
 
 from __future__ import annotations
@@ -37,7 +41,10 @@ _RECOMPILE_LIMIT_HIT: type[BaseException] = getattr(torch._dynamo.exc, "FailOnRe
 _SKIPPED_FRAMES = ("di", "torch")  # warnings point past di's frames and torch's compiled wrappers
 UNSUPPORTED: type[BaseException] = torch._dynamo.exc.Unsupported
 """What dynamo raises when it cannot trace a function as one graph."""
-RECURSION_LIMITS: tuple[type[BaseException], ...] = (RecursionError, torch._dynamo.exc.TorchDynamoException)
+DYNAMO_ERROR: type[BaseException] = torch._dynamo.exc.TorchDynamoException
+"""The base of what dynamo raises when it cannot trace a call (an exception ``f``
+raised while traced comes out as one of these)."""
+RECURSION_LIMITS: tuple[type[BaseException], ...] = (RecursionError, DYNAMO_ERROR)
 """What dynamo raises when tracing exhausts Python's recursion (its own error
 around a ``RecursionError``, or that error itself)."""
 
@@ -88,6 +95,10 @@ class TorchCompiler:
         ``x``: the prepared ``x``, named in the error for one nested deeper than
         dynamo traces.
 
+        When dynamo fails, ``warm_up(function)`` runs the uncompiled function on
+        the same arguments first: what ``f`` raises there reaches the caller
+        unchanged (its type, message and traceback, nothing chained).
+
         Raises:
             InvalidInputError: dynamo ran out of Python recursion tracing the call
                 (it follows nested containers recursively: an ``x`` nested about
@@ -97,11 +108,17 @@ class TorchCompiler:
         compiled = torch.compile(function, **options)
         try:
             warm_up(compiled)
-        except UNSUPPORTED as err:
-            if not (fullgraph_default and graph_breaks):
-                raise
-            reason = str(err).strip().splitlines()[0]
-            own = break_in_di(err)
+        except RECURSION_LIMITS as err:
+            failure: BaseException | None = err
+        else:
+            failure = None
+        if failure is not None:
+            # handled outside the except clause: an error f raises below has nothing chained onto it
+            self.raise_own_error(failure, lambda: warm_up(function), x)
+            if not (isinstance(failure, UNSUPPORTED) and fullgraph_default and graph_breaks):
+                raise failure
+            reason = str(failure).strip().splitlines()[0]
+            own = break_in_di(failure)
             if own:
                 advice = (
                     f"The break is in di's own code ({own}), not in f: please report it. Pass "
@@ -120,12 +137,23 @@ class TorchCompiler:
             )
             options["fullgraph"] = False
             compiled = torch.compile(function, **options)
-            warm_up(compiled)
-        except RECURSION_LIMITS as err:
-            if not _ran_out_of_recursion(err):
-                raise
-            raise self.too_deep_error(x) from err
+            try:
+                warm_up(compiled)
+            except RECURSION_LIMITS as err:
+                if not _ran_out_of_recursion(err):
+                    raise
+                raise self.too_deep_error(x) from err
         return self.watching(compiled, function, static_argnums, options), options
+
+    def raise_own_error(self, failure: BaseException, run_eagerly: Callable[[], Any], x: Any) -> None:
+        """After dynamo's ``failure`` to trace a call: raise the error ``f`` raises
+        when the call runs uncompiled (``run_eagerly()``), unchanged, if it raises
+        one; :class:`di.InvalidInputError` if dynamo ran out of Python recursion;
+        else return, for the caller to report dynamo's refusal. Call it outside an
+        ``except`` clause, so that nothing is chained onto ``f``'s error."""
+        if _ran_out_of_recursion(failure):
+            raise self.too_deep_error(x) from failure
+        run_eagerly()
 
     def too_deep_error(self, x: Any) -> InvalidInputError:
         """The error for a call dynamo could not trace for want of Python recursion."""
@@ -188,6 +216,8 @@ class TorchCompiler:
             before = len(failures)
             try:
                 result = compiled(*args)
+            except DYNAMO_ERROR as err:  # a recompile failed: f may have raised while traced
+                failure = err
             except _RECOMPILE_LIMIT_HIT as err:
                 reason = guard_reason(failures[before]) if len(failures) > before else "unknown"
                 raise RecompileLimitError(
@@ -197,9 +227,12 @@ class TorchCompiler:
                     f"values that change as contexts (di.Constant(value) is traced), or use AutoTorch() (eager); "
                     f"compile_options={{'recompile_limit': n}} raises the limit."
                 ) from err
-            if len(failures) != before:
-                watch.recompiled(args, guard_reason(failures[before]))
-            return result
+            else:
+                if len(failures) != before:
+                    watch.recompiled(args, guard_reason(failures[before]))
+                return result
+            self.raise_own_error(failure, lambda: function(*args), args[0] if args else None)
+            raise failure
 
         return watched
 

@@ -145,10 +145,15 @@ class FuncPrograms:
             # prepare_*(..., value=True) compiles the value_and_* program now, the plain one when first used
             combined = combined_first()
             now, later = (full_core, plain_core) if combined else (plain_core, full_core)
+
+            def warm_up(program: Callable[..., Any]) -> Any:
+                if program is not now or not locked:
+                    return program(*example)
+                with _FORWARD_MODE_LOCK:  # the uncompiled program, run to find f's own error: forward mode
+                    return program(*example)
+
             try:
-                compiled_now, options = adapter.compiler.compile_now(
-                    now, lambda compiled: compiled(*example), argnums, graph_breaks=False, x=x
-                )
+                compiled_now, options = adapter.compiler.compile_now(now, warm_up, argnums, graph_breaks=False, x=x)
             except UNSUPPORTED as err:
                 if not refuse_breaks:
                     raise
