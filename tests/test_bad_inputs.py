@@ -25,7 +25,7 @@ from typing import Any
 import array_api_compat
 import numpy as np
 import pytest
-from conftest import BACKENDS, FAMILIES, as_family, backend_id, family, to_numpy
+from conftest import AD_BACKENDS, BACKENDS, FAMILIES, as_family, backend_id, family, to_numpy
 
 import di
 
@@ -1160,3 +1160,74 @@ def test_an_error_of_f_in_a_prepared_pullback_is_not_taken_for_a_cotangent_error
     with pytest.raises(ModelError) as info:
         di.pullback(g, prep, backend, x, (np.ones(2),), di.Constant(3))
     assert info.value.args == ("n too large", 3)
+
+
+# --- dtypes an engine cannot take --------------------------------------------------------------------------------
+
+
+def _dtype_backends() -> list[Any]:
+    """Every backend, and strategies over each engine that computes in another family."""
+    extra = [di.SecondOrder(di.AutoFiniteDiff(), b) for b in AD_BACKENDS if not isinstance(b, di.AutoAutograd)]
+    extra += [di.AutoSparse(b) for b in AD_BACKENDS if isinstance(b, di.AutoJAX) and not b.jit]
+    return [pytest.param(b, id=backend_id(b)[:40]) for b in [*BACKENDS, *extra]]
+
+
+@pytest.mark.parametrize("backend", _dtype_backends())
+def test_an_extended_precision_x_computes_or_is_refused_naming_the_backend(backend):
+    """np.longdouble x reached torch and JAX as their own TypeErrors ("can't
+    convert np.ndarray of type numpy.longdouble", "Error interpreting argument to
+    stage as a JAX value"), also through AutoSparse and SecondOrder. Engines
+    computing in NumPy take it; the others refuse it at preparation, saying what
+    to do."""
+    x = np.array([1.0, 2.0, 3.0], dtype=np.longdouble)
+    takes = getattr(backend, "inner", None) or getattr(backend, "dense", backend)
+    if isinstance(backend, di.SecondOrder):  # finite differences outside evaluate the inner gradient in float64
+        h = di.hessian(_sum_of_squares, backend, x)
+        np.testing.assert_allclose(np.asarray(h, dtype=np.float64), 2 * np.eye(3), rtol=1e-5, atol=1e-5)
+    if isinstance(takes, (di.AutoAutograd, di.AutoFiniteDiff)):
+        g = di.gradient(_sum_of_squares, backend, x)
+        assert g.dtype == np.longdouble
+        np.testing.assert_allclose(g.astype(np.float64), [2.0, 4.0, 6.0], rtol=1e-6)
+        return
+    for call in (
+        lambda: di.gradient(_sum_of_squares, backend, x),
+        lambda: di.prepare_jacobian(_cube, backend, x),
+        lambda: di.gradient(_sum_of_squares, backend, np.ones(3), di.Constant(x)),
+    ):
+        message = str(raises(di.InvalidInputError, call, "longdouble"))
+        names(message, type(takes).__name__, str(np.dtype(np.longdouble)), "float64")
+
+
+@pytest.mark.parametrize("backend", BACKENDS, ids=backend_id)
+@pytest.mark.parametrize("x_family", [name for name in FAMILIES if name != "numpy"])
+def test_a_float8_x_is_refused_on_every_backend(backend, x_family):
+    """A torch float8 x raised torch's own 'Got unsupported ScalarType
+    Float8_e4m3fn' (or 'pow not implemented') on every backend, where a JAX one
+    was refused: both are refused now, saying to cast to float32."""
+    if x_family == "torch":
+        import torch
+
+        x = torch.ones(3).to(torch.float8_e4m3fn)
+    else:
+        import jax.numpy as jnp
+
+        x = jnp.ones(3, dtype=jnp.float8_e4m3fn)
+    for call in (lambda: di.gradient(_sum_of_squares, backend, x), lambda: di.prepare_jacobian(_cube, backend, x)):
+        message = str(raises(di.InvalidInputError, call, "float8"))
+        names(message, "x", "float8_e4m3fn", "float32")
+
+
+def test_a_torch_bfloat16_x_through_finite_differences_over_jax() -> None:
+    """value_gradient_and_hessian of a torch bfloat16 x on SecondOrder(finite
+    differences, JAX) raised torch's "can't convert np.ndarray of type
+    ml_dtypes.bfloat16" (a NumPy bfloat16 array reaching torch)."""
+    if not {"torch", "jax"} <= set(FAMILIES):
+        pytest.skip("needs torch and jax")
+    import torch
+
+    x = torch.tensor([1.0, 2.0, 0.5], dtype=torch.bfloat16)
+    backend = di.SecondOrder(di.AutoFiniteDiff(), di.AutoJAX())
+    y, g, h = di.value_gradient_and_hessian(_sum_of_squares, backend, x)
+    assert y.dtype == g.dtype == h.dtype == torch.bfloat16
+    np.testing.assert_allclose(to_numpy(g.float()), [2.0, 4.0, 1.0], rtol=2e-2)
+    np.testing.assert_allclose(to_numpy(h.float()), 2 * np.eye(3), rtol=2e-2, atol=0.1)

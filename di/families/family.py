@@ -21,7 +21,7 @@ import numpy as np
 
 from di.errors import UnsupportedOperatorError
 
-__all__ = ["Family", "Matcher", "numpy_lacks", "on_host"]
+__all__ = ["Family", "Matcher", "extended_precision", "numpy_lacks", "on_host"]
 
 Matcher = Callable[[Any], bool]
 _DLPACK_CPU = 1
@@ -36,6 +36,16 @@ def numpy_lacks(dtype: Any) -> bool:
     """Whether NumPy has no dtype like ``dtype`` (bfloat16): such arrays cannot
     pass through the NumPy hub without a cast, so they go by DLPack."""
     return "bfloat16" in str(dtype)
+
+
+def extended_precision(dtype: Any) -> bool:
+    """Whether ``dtype`` is NumPy's extended precision (``np.longdouble``, its
+    complex twin): what only NumPy holds."""
+    try:
+        np_dtype = np.dtype(dtype)
+    except TypeError:
+        return False
+    return (np_dtype.kind == "f" and np_dtype.itemsize > 8) or (np_dtype.kind == "c" and np_dtype.itemsize > 16)
 
 
 class Family:
@@ -185,6 +195,12 @@ class Family:
             return True
 
         return matches
+
+    def takes_dtype(self, dtype: Any) -> bool:
+        """Whether arrays of another family with this ``dtype`` can be converted
+        into this family keeping it (an engine computing in this family can take
+        them); by default every dtype."""
+        return True
 
     def refusal(self, value: Any, name: str) -> str:
         """Why ``value``, an array of this family passed as ``name`` (``"x"``,

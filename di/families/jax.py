@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from di.families.family import Family, Matcher, numpy_lacks, on_host
+from di.families.family import Family, Matcher, extended_precision, numpy_lacks, on_host
 
 __all__ = ["FAMILY", "JaxFamily", "is_64_bit", "transform_of"]
 
@@ -98,6 +98,9 @@ class JaxFamily(Family):
 
         with self.scope((value.dtype,)):
             return jax.dlpack.from_dlpack(value)
+
+    def takes_dtype(self, dtype: Any) -> bool:
+        return not extended_precision(dtype)  # JAX has no extended precision (np.longdouble)
 
     def device(self, value: Any) -> Any:
         return getattr(value, "sharding", None)

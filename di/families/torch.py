@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from di.families.family import Family, Matcher, numpy_lacks, on_host
+from di.families.family import Family, Matcher, extended_precision, numpy_lacks, on_host
 
 __all__ = ["FAMILY", "TorchFamily", "innermost_transform", "transform_of"]
 
@@ -65,6 +65,8 @@ class TorchFamily(Family):
         import torch
 
         array = np.asarray(array)
+        if numpy_lacks(array.dtype):  # ml_dtypes' bfloat16 (from JAX): torch takes its bits
+            return torch.from_numpy(np.array(array, copy=True).view(np.uint16)).view(torch.bfloat16)
         if array.flags.writeable:
             try:
                 return torch.from_numpy(array)
@@ -83,6 +85,9 @@ class TorchFamily(Family):
     def dlpack_source(self, value: Any) -> Any:
         tensor = value.detach()
         return tensor if tensor.is_contiguous() else tensor.contiguous()
+
+    def takes_dtype(self, dtype: Any) -> bool:
+        return not extended_precision(dtype)  # torch has no extended precision (np.longdouble)
 
     def device(self, value: Any) -> Any:
         return value.device

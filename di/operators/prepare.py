@@ -21,7 +21,7 @@ from di.backends.registry import get_adapter, get_strategy
 from di.backends.selectors import AbstractBackend
 from di.backends.source import ProgramSource
 from di.errors import InvalidInputError
-from di.families import family_of
+from di.families import family_of, get_family
 from di.operators.programs import caller_programs, same_point_check
 from di.operators.table import OPERATORS, Operator
 from di.prep.base import Prep
@@ -33,7 +33,7 @@ from di.prep.signature import (
     describe_value,
 )
 from di.prep.strategy import NO_INFO, PrepareRequest, StrategyInfo
-from di.pytrees import Raveler, check_flattens, is_pytree
+from di.pytrees import Raveler, check_flattens, is_pytree, tree_flatten
 
 __all__ = ["check_tangents", "prepare_operator", "prepare_request"]
 
@@ -91,6 +91,7 @@ def prepare_from_source(
     operator = OPERATORS[request.operator]
     x, contexts, tangents = request.x, request.contexts, request.tangents
     source.check_contexts(contexts)
+    _check_engine_dtypes(source, backend, x, contexts)
     if is_pytree(x) and not source.checks_own_pytrees:
         Raveler(x)  # checks every leaf, naming the first bad one
     explain = None
@@ -201,6 +202,31 @@ def _check_tangent_shapes(tangents: Sequence[Any], x: Any) -> None:
         raise InvalidInputError(
             f"tx[{index}] must have the shape of x, {x_shape}, not {shape}: tangents live in x's space."
         )
+
+
+def _check_engine_dtypes(source: ProgramSource, backend: AbstractBackend, x: Any, contexts: Sequence[Any]) -> None:
+    """Refuse, at preparation, arrays (``x``, context values) of a dtype the
+    engine's family cannot hold (NumPy's extended precision on an engine that
+    computes in another family), which would reach the engine as its own error.
+
+    Raises:
+        InvalidInputError: naming the backend, the argument, the dtype and the fix.
+    """
+    engine = get_family(source.adapter.family)
+    named = [("x", x), *((f"context {i}", c.value) for i, c in enumerate(contexts, start=1))]
+    for name, value in named:
+        leaves = [value] if family_of(value) is not None else tree_flatten(value)[0] if is_pytree(value) else []
+        for leaf in leaves:
+            family = family_of(leaf)
+            if family is None or family == engine.name or engine.takes_dtype(leaf.dtype):
+                continue
+            dtype, display = get_family(family).describe_dtype(leaf.dtype), engine.display or engine.name
+            array = name if " " not in name else "value"
+            raise InvalidInputError(
+                f"{backend!r} cannot take {name} of dtype {dtype}: its engine computes in {display} arrays, which "
+                f"have no {dtype}. Cast it to float64 ({array}.astype(np.float64)), or use a backend whose engine "
+                f"computes in {get_family(family).display} arrays."
+            )
 
 
 def _check_cotangent_shapes(source: ProgramSource, request: PrepareRequest) -> None:

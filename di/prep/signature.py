@@ -433,8 +433,14 @@ def check_x(x: Any, operator: str) -> None:
             f"x must be a real floating-point array ({_family_names()}) for {operator}, not {type(x).__name__}.{hint}"
         )
     dtype = x.dtype
+    name = get_family(family).describe_dtype(dtype)
+    if name.startswith(("float8_", "float6_", "float4_")):  # storage formats: no engine computes in them
+        raise InvalidInputError(
+            f"x must be an array of a computing floating-point dtype for {operator}: got a {family} array of "
+            f"dtype {name}, a storage format no backend differentiates in. Cast it to float32 (or float16, "
+            f"bfloat16) first, e.g. x.astype(np.float32), or x.to(float32) for a tensor, and cast the result back."
+        )
     if not is_floating_dtype(dtype):
-        name = get_family(family).describe_dtype(dtype)
         if "complex" in name:
             fix = "differentiate the real and imaginary parts as separate real arrays"
         else:
