@@ -381,3 +381,68 @@ def test_a_0d_x(inner: di.AbstractBackend) -> None:
     np.testing.assert_allclose(hessian.toarray(), [[-np.sin(0.7) + 6 * 0.7]], rtol=1e-5)
     jacobian = di.jacobian(_tripled_square, backend, x)
     np.testing.assert_allclose(jacobian.toarray(), [[6 * 0.7]], rtol=1e-5)
+
+
+# --- f's own errors ------------------------------------------------------------------------------
+
+
+class _OwnError(Exception):
+    """An exception only f raises."""
+
+
+_RAISED = {
+    "custom": lambda: _OwnError("own", 7),
+    "ValueError": lambda: ValueError("bad value 42"),
+    "StopIteration": lambda: StopIteration("done"),
+}
+
+_SPARSE_OPERATORS = {
+    "jacobian": (di.prepare_jacobian, di.jacobian),
+    "value_and_jacobian": (di.prepare_jacobian, di.value_and_jacobian),
+    "hessian": (di.prepare_hessian, di.hessian),
+    "value_gradient_and_hessian": (di.prepare_hessian, di.value_gradient_and_hessian),
+}
+
+_DENSE = [di.AutoJAX(), di.AutoJAX(jit=True), di.AutoTorch(), di.AutoAutograd(), di.AutoFiniteDiff()]
+_DENSE_IDS = ["jax", "jax-jit", "torch", "autograd", "finitediff"]
+
+
+@pytest.mark.parametrize("prepared", [False, True], ids=["unprepared", "prepared"])
+@pytest.mark.parametrize("operator", list(_SPARSE_OPERATORS))
+@pytest.mark.parametrize("raised", list(_RAISED))
+@pytest.mark.parametrize("dense", _DENSE, ids=_DENSE_IDS)
+def test_an_error_f_raises_reaches_the_caller_with_its_own_type(
+    dense: di.AbstractBackend, raised: str, operator: str, prepared: bool
+) -> None:
+    """The sparsity tracer fails on an f that raises; f's own exception, not the
+    tracer's InvalidInputError, reaches the caller."""
+
+    def raising(x: Any) -> Any:
+        xp = di.array_namespace(x)
+        xp.sin(x)
+        raise _RAISED[raised]()
+
+    prepare_op, op = _SPARSE_OPERATORS[operator]
+    backend = di.AutoSparse(dense)
+    expected = _RAISED[raised]()
+    with pytest.raises(type(expected)) as caught:
+        if prepared:
+            prep = prepare_op(raising, backend, np.ones(3))
+            op(raising, prep, backend, np.ones(3))
+        else:
+            op(raising, backend, np.ones(3))
+    assert type(caught.value) is type(expected)
+    assert caught.value.args == expected.args
+
+
+@pytest.mark.parametrize("method", ["program", "arrays"])
+def test_an_f_the_tracer_cannot_follow_still_gets_the_tracers_advice(method: str) -> None:
+    def writes(x: Any) -> Any:
+        xp = di.array_namespace(x)
+        y = xp.sin(x)
+        y[0] = 0.0
+        return y
+
+    backend = di.AutoSparse(di.AutoFiniteDiff(), sparsity=di.TracerSparsity(method=method))
+    with pytest.raises(di.InvalidInputError, match=r"(?i)tracer"):
+        di.jacobian(writes, backend, np.zeros(3))

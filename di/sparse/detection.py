@@ -8,6 +8,7 @@ from typing import Any
 
 from di.backends.sparsity import LocalTracerSparsity, SparsitySource, TracerSparsity
 from di.contexts import Context
+from di.errors import InvalidInputError
 from di.sparse.arrays import array_pattern
 from di.sparse.jaxpr import installed as program_tracer_installed
 from di.sparse.patterns import Detection
@@ -37,10 +38,28 @@ def tracer_method(source: SparsitySource) -> str:
 def traced(
     source: SparsitySource, operator: str, f: Callable[..., Any], x: Any, contexts: Sequence[Context]
 ) -> Detection:
-    """The pattern of ``operator`` (``"jacobian"`` or ``"hessian"``) read by the tracer ``source`` names."""
-    method = tracer_method(source)
-    if method == "program":
-        from di.sparse.jaxpr import traced_pattern
+    """The pattern of ``operator`` (``"jacobian"`` or ``"hessian"``) read by the tracer ``source`` names.
 
-        return traced_pattern(operator, f, x, contexts)
-    return array_pattern(operator, f, x, contexts, local=method == "local")
+    Raises:
+        InvalidInputError: the tracer cannot follow ``f``, which computes on the
+            concrete arguments (the error suggests the other sparsity sources).
+        Exception: whatever ``f`` raises on the concrete arguments, unchanged,
+            when the tracer failed on it: ``f``'s own error, not the tracer's.
+    """
+    method = tracer_method(source)
+    try:
+        if method == "program":
+            from di.sparse.jaxpr import traced_pattern
+
+            return traced_pattern(operator, f, x, contexts)
+        return array_pattern(operator, f, x, contexts, local=method == "local")
+    except InvalidInputError:
+        _raise_own_error(f, x, contexts)
+        raise
+
+
+def _raise_own_error(f: Callable[..., Any], x: Any, contexts: Sequence[Context]) -> None:
+    """Evaluate ``f`` on the concrete arguments, so that an exception ``f`` raises
+    itself reaches the caller with its own type (as it does from every backend),
+    rather than as the tracer's refusal. Returns when ``f`` computes."""
+    f(x, *[c.value for c in contexts])
