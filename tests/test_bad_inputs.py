@@ -1143,6 +1143,11 @@ def test_a_prepared_cotangent_that_no_longer_fits_fs_output_is_named(backend):
         assert info.value.__cause__ is not None and not isinstance(info.value.__cause__, di.DIError)
     (result,) = di.pullback(_head, prep, backend, x, (np.array([1.0, 3.0]),), di.Constant(2))  # the prep still works
     np.testing.assert_allclose(to_numpy(result), [2.0, 6.0, 0.0, 0.0], rtol=1e-6)
+    # a one-element cotangent for a longer output: autograd's vjp broadcast it ([2, 2, 2, 0])
+    prep = di.prepare_pullback(_head, backend, x, (np.ones(1),), di.Constant(1))
+    with pytest.raises(di.InvalidInputError) as info:
+        di.pullback(_head, prep, backend, x, (np.ones(1),), di.Constant(3))
+    names(str(info.value), "ty[0]", "(3,)", "(1,)")
 
 
 @pytest.mark.parametrize("backend", BACKENDS, ids=backend_id)

@@ -305,7 +305,11 @@ class AutogradAdapter(Adapter):
             x, values = inputs(x, values)
             vjp, y = vjp_maker(x, *values)
             y = _owned(_array(y), x, values)
-            return y, tuple(_array(vjp(_numpy(t, y.dtype)), dtype=x.dtype) for t in ty)
+            cotangents = [_numpy(t, y.dtype) for t in ty]
+            for t in cotangents:
+                if t.shape != y.shape:  # autograd's vjp would broadcast it, silently
+                    raise ValueError(f"a cotangent of shape {t.shape} for an output of shape {y.shape}")
+            return y, tuple([_array(vjp(t), dtype=x.dtype) for t in cotangents])
 
         def value_and_pullback(x: Any, ty: Sequence[Any], *values: Any) -> Any:
             return attach(pulled_back(x, ty, values))
