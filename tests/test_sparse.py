@@ -446,3 +446,45 @@ def test_an_f_the_tracer_cannot_follow_still_gets_the_tracers_advice(method: str
     backend = di.AutoSparse(di.AutoFiniteDiff(), sparsity=di.TracerSparsity(method=method))
     with pytest.raises(di.InvalidInputError, match=r"(?i)tracer"):
         di.jacobian(writes, backend, np.zeros(3))
+
+
+# --- the value of the combined forms ---------------------------------------------------------------
+
+
+def _banded_sum(x: Any) -> Any:
+    xp = di.array_namespace(x)
+    return xp.sum(x[1:] * x[:-1]) + xp.sum(x**3)
+
+
+def _banded_products(x: Any) -> Any:
+    xp = di.array_namespace(x)
+    return xp.multiply(x[1:], x[:-1])
+
+
+@pytest.mark.parametrize("sparsity", [di.TracerSparsity(), di.DenseSparsity()], ids=["tracer", "dense"])
+@pytest.mark.parametrize("dense", _DENSE, ids=_DENSE_IDS)
+def test_the_value_of_the_combined_forms_is_an_array_of_xs_family_and_dtype(
+    dense: di.AbstractBackend, sparsity: Any
+) -> None:
+    """value_gradient_and_hessian over a NumPy engine returned a NumPy scalar
+    (numpy.float64) where every backend returns a 0-d array."""
+    backend = di.AutoSparse(dense, sparsity=sparsity)
+    points = [np.linspace(0.5, 2.0, 4), np.linspace(0.5, 2.0, 4).astype(np.float32)]
+    points += [torch.linspace(0.5, 2.0, 4, dtype=torch.float64), jnp.linspace(0.5, 2.0, 4)]
+    for x in points:
+        xs = np.asarray(x, dtype=np.float64)
+        for prepared in (False, True):
+            if prepared:
+                prep = di.prepare_hessian(_banded_sum, backend, x)
+                y, g, _ = di.value_gradient_and_hessian(_banded_sum, prep, backend, x)
+                prep = di.prepare_jacobian(_banded_products, backend, x)
+                v, _ = di.value_and_jacobian(_banded_products, prep, backend, x)
+            else:
+                y, g, _ = di.value_gradient_and_hessian(_banded_sum, backend, x)
+                v, _ = di.value_and_jacobian(_banded_products, backend, x)
+            for value in (y, g, v):
+                assert type(value) is type(x), (type(value), type(x))
+                assert value.dtype == x.dtype
+            assert tuple(y.shape) == ()
+            np.testing.assert_allclose(float(y), np.sum(xs[1:] * xs[:-1]) + np.sum(xs**3), rtol=1e-5)
+            np.testing.assert_allclose(np.asarray(v), xs[1:] * xs[:-1], rtol=1e-5)

@@ -302,7 +302,7 @@ class SparseSource(ProgramSource):
 
         def full(x: Any, *values: Any) -> Any:
             *others, result = full_program(x, *values)
-            return (*[to_caller(value) for value in others], finish(result))
+            return (*[_as_array(to_caller(value)) for value in others], finish(result))
 
         def plain(x: Any, *values: Any) -> Any:
             return finish(plain_program(x, *values))
@@ -541,3 +541,9 @@ class SparseSource(ProgramSource):
         if not self._fuses():
             return engine
         return self.dense.compile_program(engine, x, None, contexts)
+
+
+def _as_array(value: Any) -> Any:
+    """A NumPy scalar (what an engine computing in NumPy returns for a scalar value)
+    as the 0-d array every backend returns; anything else as it is."""
+    return np.asarray(value) if isinstance(value, np.generic) else value
