@@ -18,6 +18,7 @@ eagerly gets dynamo's refusal.
 from __future__ import annotations
 
 import inspect
+import operator
 import os
 import re
 import warnings
@@ -31,7 +32,7 @@ from di.backends.selectors import AutoTorch
 from di.errors import InvalidInputError, RecompileLimitError, RecompileWarning, UnsupportedOperatorError
 from di.pytrees import nesting_depth
 
-__all__ = ["TorchCompiler", "break_in_di"]
+__all__ = ["TorchCompiler", "break_in_di", "specializing"]
 
 _ISOLATES_RECOMPILES = "isolate_recompiles" in inspect.signature(torch.compile).parameters
 # dynamo records each failed guard under the compiled function's code object: di
@@ -105,7 +106,8 @@ class TorchCompiler:
                 50 levels deep), with dynamo's error as its cause."""
         options = self.options()
         fullgraph_default = "fullgraph" not in self.selector.compile_kwargs
-        compiled = torch.compile(function, **options)
+        traced = specializing(function, static_argnums)
+        compiled = torch.compile(traced, **options)
         try:
             warm_up(compiled)
         except RECURSION_LIMITS as err:
@@ -136,14 +138,14 @@ class TorchCompiler:
                 stacklevel=caller_stacklevel(_SKIPPED_FRAMES),
             )
             options["fullgraph"] = False
-            compiled = torch.compile(function, **options)
+            compiled = torch.compile(traced, **options)
             try:
                 warm_up(compiled)
             except RECURSION_LIMITS as err:
                 if not _ran_out_of_recursion(err):
                     raise
                 raise self.too_deep_error(x) from err
-        return self.watching(compiled, function, static_argnums, options), options
+        return self.watching(compiled, traced, static_argnums, options), options
 
     def raise_own_error(self, failure: BaseException, run_eagerly: Callable[[], Any], x: Any) -> None:
         """After dynamo's ``failure`` to trace a call: raise the error ``f`` raises
@@ -186,8 +188,9 @@ class TorchCompiler:
     ) -> Callable[..., Any]:
         """``torch.compile(function)`` with the options another program of the prep
         was compiled with, compiling on its first call (once, under a lock)."""
-        compiled = torch.compile(function, **options)
-        return compiled_on_first_use(self.watching(compiled, function, static_argnums, options))
+        traced = specializing(function, static_argnums)
+        compiled = torch.compile(traced, **options)
+        return compiled_on_first_use(self.watching(compiled, traced, static_argnums, options))
 
     def watching(
         self,
@@ -235,6 +238,40 @@ class TorchCompiler:
             raise failure
 
         return watched
+
+
+def specializing(function: Callable[..., Any], static_argnums: tuple[int, ...]) -> Callable[..., Any]:
+    """``function``, its static arguments' ints (alone or in tuples) compiled in as
+    constants whatever dynamo's automatic dynamic shapes decided: from an int's
+    second value on, dynamo passes it as a ``SymInt``, on which plain Python
+    (``"%d" % n``, ``range(n)`` in a list, a dict key) fails or guards oddly.
+    ``operator.index`` makes dynamo specialize it (a guard on its value), so each
+    value is one compile, as for any static context. Traced only: the compiled
+    program runs none of this Python; ``function`` itself when nothing is static.
+
+    Examples:
+        >>> from di.backends.torch.compile import specializing
+        >>> specializing(lambda x, n: x * n, (1,))(2.0, 3)
+        6.0
+    """
+    if not static_argnums:
+        return function
+    positions = frozenset(static_argnums)
+
+    def specialized(*args: Any) -> Any:
+        return function(*[_constant(a) if i in positions else a for i, a in enumerate(args)])
+
+    return specialized
+
+
+def _constant(value: Any) -> Any:
+    """``value``, an int in it made a constant of the trace (see :func:`specializing`)."""
+    kind = type(value)
+    if kind is int or kind is torch.SymInt:
+        return operator.index(value)
+    if kind is tuple:
+        return tuple(_constant(item) for item in value)
+    return value
 
 
 _DI_FOLDER = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
