@@ -422,6 +422,36 @@ def test_results_share_no_memory_with_x_or_a_constant(backend, given_family):
             assert float(x0) == 2.0, f"{label}: x was written through a result"
 
 
+@pytest.mark.parametrize("given_family", FAMILIES)
+def test_products_share_no_memory_with_the_tangents(backend, given_family):
+    """A linear f (the identity, a reshape) has products that are its tangents: the
+    pushforward or pullback of the identity was the caller's tangent itself on torch
+    and autograd, so writing into the result wrote into the tangent."""
+    x = as_family(np.zeros(4), given_family)
+
+    def identity(x):
+        return x
+
+    def square(x):
+        return x.reshape((2, 2))
+
+    for label, f, operator, tangent in (
+        ("pushforward of the identity", identity, di.pushforward, np.arange(4.0)),
+        ("pullback of the identity", identity, di.pullback, np.arange(4.0)),
+        ("pushforward of a reshape", square, di.pushforward, np.arange(4.0)),
+        ("pullback of a reshape", square, di.pullback, np.arange(4.0).reshape(2, 2)),
+    ):
+        for combined in (False, True):
+            t = as_family(tangent, given_family)
+            function = getattr(di, f"value_and_{operator.__name__}") if combined else operator
+            result = function(f, backend, x, (t,))
+            (product,) = result[1] if combined else result
+            assert_close(product, np.arange(4.0).reshape(np.shape(product)), backend, np.float64, label)
+            if family(product) != "jax":  # (immutable)
+                (product.detach() if family(product) == "torch" else product)[...] = 99.0
+            np.testing.assert_array_equal(to_numpy(t), tangent, err_msg=f"{label}: the tangent was written")
+
+
 @pytest.mark.parametrize("backend", backend_params([b for b in BACKENDS if isinstance(b, di.AutoTorch)]))
 def test_torch_cache_with_an_x_that_requires_grad_gives_a_differentiable_result(backend):
     """The gradient carries the caller's graph (x requires grad): backward through

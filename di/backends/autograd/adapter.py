@@ -116,10 +116,10 @@ def _array(value: Any, dtype: Any = None) -> Any:
 
 
 def _owned(value: Any, x: Any, values: Sequence[Any]) -> Any:
-    """``value`` (``f``'s output, or a leaf of its ``aux``), or a copy of it where it
-    shares memory with ``x`` or a context value (it is one of them, or a view of
-    one): results are the caller's to write, and ``x`` and the contexts are
-    never written. An array ``f`` computed has no base and is none of them: a
+    """``value`` (``f``'s output, a leaf of its ``aux``, or a product), or a copy of
+    it where it shares memory with ``x`` or a context value (or the tangent it
+    was computed from: it is one of them, or a view of one): results are the
+    caller's to write, and the arguments are never written. An array ``f`` computed has no base and is none of them: a
     look at its class and base, nothing more."""
     if value.__class__ is not np.ndarray:
         return value
@@ -309,7 +309,7 @@ class AutogradAdapter(Adapter):
             for t in cotangents:
                 if t.shape != y.shape:  # autograd's vjp would broadcast it, silently
                     raise ValueError(f"a cotangent of shape {t.shape} for an output of shape {y.shape}")
-            return y, tuple([_array(vjp(t), dtype=x.dtype) for t in cotangents])
+            return y, tuple([_owned(_array(vjp(t), dtype=x.dtype), t, ()) for t in cotangents])
 
         def value_and_pullback(x: Any, ty: Sequence[Any], *values: Any) -> Any:
             return attach(pulled_back(x, ty, values))
@@ -338,8 +338,11 @@ class AutogradAdapter(Adapter):
                 return _owned(_array(f(x, *values)), x, values), ()
             jvp = jvp_maker(x, *values)
             # make_jvp evaluates f at x once per tangent (each leaves the same aux)
-            pairs = [jvp(_numpy(t, x.dtype)) for t in tx]
-            return _owned(_array(pairs[0][0]), x, values), tuple(_array(dy) for _, dy in pairs)
+            tangents = [_numpy(t, x.dtype) for t in tx]
+            pairs = [jvp(t) for t in tangents]
+            # a product that is its tangent (f is linear: the identity, a reshape) is copied
+            products = tuple([_owned(_array(dy), t, ()) for (_, dy), t in zip(pairs, tangents)])
+            return _owned(_array(pairs[0][0]), x, values), products
 
         def value_and_pushforward(x: Any, tx: Sequence[Any], *values: Any) -> Any:
             return attach(pushed_forward(x, tx, values))

@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 
-from di.backends.protocol import Capabilities, Programs
+from di.backends.protocol import OPERATOR_FAMILIES, Capabilities, Programs
 from di.backends.selectors import AutoTorch
 from di.backends.torch.common import TorchBase, addresses, owning, refusing_caches_inside_transforms, unshared
 from di.backends.torch.compile import TorchCompiler
@@ -29,6 +29,8 @@ __all__ = ["COMPOSITIONS", "TorchAdapter"]
 
 _UNCOMPILED = "AutoTorch(compile=True) runs its torch.func programs uncompiled here: compiled code cannot run inside."
 _FUNC = frozenset({"same point", "Cache"})
+_PLAIN = frozenset(plain for plain, _ in OPERATOR_FAMILIES.values())
+"""The plain operators' names: a program of one with tangents returns its products."""
 COMPOSITIONS = (
     Composition("torch.func.vmap", _FUNC, note=f"A strict prep compares the per-example shape. {_UNCOMPILED}"),
     Composition("torch.func.grad", _FUNC, note=f"Higher order, as torch.func.grad(torch.func.grad(f)). {_UNCOMPILED}"),
@@ -111,9 +113,10 @@ class TorchAdapter(TorchBase):
         eager = not self.compiled and ("gradient" in programs or "pullback" in programs)
         if eager:
             return programs
+        # with tangents, every program: its products may be the tangents themselves
         return {
-            name: owning(program, lead, name.startswith("value_"), has_aux)
-            if has_aux or name.startswith("value_")
+            name: owning(program, lead, name.startswith("value_"), has_aux, None if name in _PLAIN else 1)
+            if has_aux or lead == 2 or name.startswith("value_")
             else program
             for name, program in programs.items()
         }

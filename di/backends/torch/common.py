@@ -229,26 +229,45 @@ def owned_aux(aux: Any, taken: Callable[[], set[int]], detach: bool) -> Any:
     return torch_pytree.tree_map(own, aux)
 
 
-def owning(program: Program, lead: int, with_value: bool, has_aux: bool) -> Program:
+def owning(
+    program: Program, lead: int, with_value: bool, has_aux: bool, products_at: int | None = None
+) -> Program:
     """``program`` (arguments ``x``, ``lead - 1`` tangent arguments, the context
     values) whose value (``with_value``: the first of its results) and ``aux``
     tensors are copied where they share an input's memory (:func:`unshared`):
     ``torch.func`` returns an output that is ``f``'s input, or a view of it, as it
     is. A result ``f`` computed costs a look at its base and its graph; ``aux``
-    (already a walk through a pytree) costs a look at its memory. Inside a
-    ``torch.func`` transform or a ``torch.compile`` trace the results are the
-    transform's values, returned as they are."""
+    (already a walk through a pytree) costs a look at its memory. With tangents,
+    the products (the result itself, or its element ``products_at``) are copied
+    where they share a tangent's memory: the product of a linear ``f`` (the
+    identity, a reshape) is its tangent, or a view of it, as ``torch.func`` gives
+    it. Inside a ``torch.func`` transform or a ``torch.compile`` trace the
+    results are the transform's values, returned as they are."""
     tensor = torch.Tensor
 
     def taken(args: tuple[Any, ...]) -> set[int]:
         x = args[0]
         return addresses(tree_leaves(x) if is_pytree(x) else x, args[lead:])
 
+    def owned_products(products: tuple[Any, ...], tangents: Sequence[Any]) -> tuple[Any, ...]:
+        for p, t in zip(products, tangents):
+            if p.__class__ is tensor and (p is t or p._base is not None or t.__class__ is not tensor):
+                break  # a product that may be its tangent: compared by memory
+        else:
+            return products
+        memory = addresses(list(tangents))
+        return tuple([unshared(p, memory) if p.__class__ is tensor else p for p in products])
+
     def run(*args: Any) -> Any:
         output = program(*args)
         if _is_compiling() or _functorch_active():
             return output
         result, aux = output if has_aux else (output, None)
+        if lead == 2 and args[1]:
+            if products_at is None:
+                result = owned_products(result, args[1])
+            else:
+                result = (*result[:products_at], owned_products(result[products_at], args[1]))
         if with_value:
             y, values = result[0], args[lead:]
             if y.__class__ is tensor and (

@@ -396,12 +396,26 @@ def gradient_backward(backend: Any, tree: bool = False) -> Backward:
 
 def _pullback_backward(y: Any, alias: Any, cotangents: Sequence[Any], create_graph: bool) -> tuple[Any, ...]:
     if len(cotangents) == 1:  # the common case
-        return (_backward(y, alias, like(cotangents[0], y), retain=create_graph, create_graph=create_graph),)
+        cotangent = like(cotangents[0], y)
+        g = _backward(y, alias, cotangent, retain=create_graph, create_graph=create_graph)
+        return (_not_sharing(g, cotangent),)
     last = len(cotangents) - 1
-    return tuple(
-        _backward(y, alias, like(t, y), retain=create_graph or i < last, create_graph=create_graph)
-        for i, t in enumerate(cotangents)
-    )
+    products = []
+    for i, t in enumerate(cotangents):
+        cotangent = like(t, y)
+        g = _backward(y, alias, cotangent, retain=create_graph or i < last, create_graph=create_graph)
+        products.append(_not_sharing(g, cotangent))
+    return tuple(products)
+
+
+def _not_sharing(product: Any, cotangent: Any) -> Any:
+    """``product``, or a copy where autograd handed back the cotangent itself or a
+    view of it (a linear ``f``: the identity, a reshape), which is the caller's."""
+    if product is not cotangent and product._base is None:
+        return product
+    if product.untyped_storage().data_ptr() == cotangent.untyped_storage().data_ptr():
+        return product.clone()
+    return product
 
 
 def _backward(y: Any, alias: Any, cotangent: Any, *, retain: bool, create_graph: bool = False) -> Any:
