@@ -423,14 +423,16 @@ class FuncPrograms:
             if dynamo_compiling():
                 # dynamo's fake tensors fail a jvp of a jvp whose f broadcasts the scalar x
                 # against an array (t * c: "more than one element of the written-to tensor
-                # refers to a single memory location"); the outer jvp batched over its one
-                # tangent, as jacfwd computes it, traces.
+                # refers to a single memory location"), and inductor's code for a jvp batched
+                # over the tangent (jacfwd's, or jacfwd of jacfwd) writes into a zero tensor
+                # without storage there (a segmentation fault): the second derivative is
+                # taken in reverse mode over the derivative, which both compile.
                 def derivative_and_value(x: Any) -> Any:
                     y, dy = value_and_derivative(x)
                     return dy, (y,)
 
-                dy, d2y, (y,) = forward_jacobian(derivative_and_value, x, True)
-                return y, dy, d2y
+                dy, d2y, (y,) = reverse_jacobian(derivative_and_value, x, True)
+                return y, dy, as_dtype(d2y, dy)
             (y, dy), (_, d2y) = _func.jvp(value_and_derivative, (x,), (one,))  # type: ignore[misc]
             return y, dy, d2y
 
