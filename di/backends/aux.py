@@ -17,8 +17,7 @@ the caller's family (:func:`aux_converter`), NumPy scalars into 0-d arrays.
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -28,7 +27,7 @@ from di.errors import InvalidOutputError
 from di.families import converter, family_of
 from di.pytrees import tree_flatten, tree_map
 
-__all__ = ["AuxSplit", "AuxSplits", "aux_converter", "outputs", "split_aux", "split_output", "value_only"]
+__all__ = ["AuxSplit", "aux_converter", "outputs", "split_aux", "split_output", "value_only"]
 
 
 def split_output(output: Any, backend: AbstractBackend, operator: str) -> tuple[Any, Any]:
@@ -110,34 +109,6 @@ def split_aux(aux: Any, is_array: Callable[[Any], bool]) -> tuple[tuple[Any, ...
     arrays = tuple(leaves[i] for i in positions)
     kept = [None if i in positions else leaf for i, leaf in enumerate(leaves)]
     return arrays, AuxSplit(spec, kept, positions)
-
-
-class AuxSplits:
-    """Where a traced program leaves the :class:`AuxSplit` of each trace, for the
-    calls that reuse it without tracing again.
-
-    A compiled program traces once per value of its static contexts, and the
-    non-array part of ``aux`` can only depend on those (everything else is a
-    tracer), so the splits are kept by the static values. Eager engines that
-    trace on every call keep theirs per thread.
-    """
-
-    def __init__(self) -> None:
-        self._by_static: dict[Hashable, AuxSplit] = {}
-        self._local = threading.local()
-
-    def record(self, split: AuxSplit, key: Hashable = ()) -> None:
-        """Remember the split of the trace (or call) under way."""
-        self._by_static[key] = split
-        self._local.split = split
-
-    def last(self) -> AuxSplit:
-        """The split of this thread's latest call (eager engines)."""
-        return self._local.split  # type: ignore[no-any-return]
-
-    def for_static(self, key: Hashable = ()) -> AuxSplit:
-        """The split recorded when the program was traced for these static values."""
-        return self._by_static[key]
 
 
 def aux_converter(from_family: str, to_family: str) -> Callable[[Any], Any]:
