@@ -79,3 +79,30 @@ def test_a_prep_reports_a_box_by_the_array_inside() -> None:
     with pytest.raises(di.PreparationMismatchError) as caught:
         APPLY["autograd.grad"](lambda x: di.gradient(scalar, prep, BACKEND, x), X)
     assert "given numpy float64 (3,) (traced by autograd.grad)" in str(caught.value)
+
+
+@pytest.mark.parametrize("operator", ["pushforward", "pullback", "hvp"])
+@pytest.mark.parametrize("prepared", [True, False], ids=["prepared", "unprepared"])
+def test_derivatives_with_respect_to_the_tangents(operator: str, prepared: bool) -> None:
+    """autograd.grad of a function of the tangents: they are boxes then, which an
+    unprepared call refused ("ty[0] must be an array or pytree, not ArrayBox")
+    while a prepared one took them. The products are linear in the tangent, so
+    the derivative of |product|^2 is 2 M^T M t."""
+    x, t = X.copy(), T.copy()
+    f, call, combined = {
+        "pushforward": (vector, di.pushforward, di.value_and_pushforward),
+        "pullback": (vector, di.pullback, di.value_and_pullback),
+        "hvp": (scalar, di.hvp, di.gradient_and_hvp),
+    }[operator]
+    matrix = autograd.hessian(scalar)(x) if operator == "hvp" else autograd.jacobian(vector)(x)
+    if operator == "pullback":
+        matrix = matrix.T
+    prep = prepare(operator, BACKEND, x, t) if prepared else None
+    head = (prep, BACKEND) if prepared else (BACKEND,)
+    expected = 2 * matrix.T @ matrix @ t
+    for label, product in (
+        ("plain", lambda t: call(f, *head, x, (t,))[0]),
+        ("combined", lambda t: combined(f, *head, x, (t,))[1][0]),
+    ):
+        got = autograd.grad(lambda t, product=product: autograd.numpy.sum(product(t) ** 2))(t)
+        np.testing.assert_allclose(got, expected, rtol=1e-12, err_msg=label)

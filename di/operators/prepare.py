@@ -30,6 +30,7 @@ from di.prep.signature import (
     check_contexts_wrapped,
     check_tangent_dtypes,
     check_x,
+    concrete,
     describe_value,
 )
 from di.prep.strategy import NO_INFO, PrepareRequest, StrategyInfo
@@ -180,11 +181,14 @@ def check_tangents(tangents: Any, label: str, operator: str) -> tuple[Any, ...]:
             f"{label} must be a tuple of arrays for {operator} (one {operator} per element), not "
             f"{type(tangents).__name__}; wrap a single one as ({label[1]},)."
         )
-    for index, tangent in enumerate(tangents):
+    # an engine's traced value (autograd's box, inside its grad of the caller) is
+    # judged by the array inside it, as a prep's check judges it
+    values = [concrete(tangent) for tangent in tangents]
+    for index, tangent in enumerate(values):
         check_flattens(tangent, f"{label}[{index}]")
         if family_of(tangent) is None and not isinstance(tangent, float) and not is_pytree(tangent):
             raise InvalidInputError(f"{label}[{index}] must be an array or pytree, not {type(tangent).__name__}")
-    check_tangent_dtypes(tangents, label)
+    check_tangent_dtypes(values, label)
     return tuple(tangents)
 
 
