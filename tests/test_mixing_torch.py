@@ -169,6 +169,53 @@ def test_second_order_through_g_is_refused_naming_both_engines() -> None:
         grad.sum().backward()
 
 
+def scaled_wave(x: Any, c: Any) -> Any:
+    """``x`` and a context ``c`` to a vector: ``sin(x) * c * sum(x * c)``."""
+    xp = di.array_namespace(x)
+    return xp.sin(x) * c * xp.sum(x * c)
+
+
+def scaled_wave_torch(x: Any, c: Any) -> Any:
+    """:func:`scaled_wave` in torch's own operations: the reference."""
+    return torch.sin(x) * c * torch.sum(x * c)
+
+
+def test_forward_mode_in_x_under_a_vmap_over_the_context(inner: di.AbstractBackend) -> None:
+    # torch.func.jvp materialises the context's tangent as zeros; under vmap they are batched
+    # and cannot be read as one bool, and were taken for a derivative asked of the context
+    g = di.DifferentiateWith(scaled_wave, inner)
+    x = torch.tensor([0.5, 1.0, 2.0], dtype=torch.float64)
+    tangent = torch.ones(3, dtype=torch.float64)
+    points = torch.stack([x, x * 2.0 - 0.3])
+    contexts = torch.tensor([[1.5, -0.7, 0.3], [4.5, -2.1, 0.9]], dtype=torch.float64)
+    rtol, atol = (1e-6, 1e-8) if isinstance(inner, di.AutoFiniteDiff) else (1e-12, 1e-12)
+
+    def pushforward(f: Any) -> Any:
+        return func.vmap(lambda c: func.jvp(lambda x: f(x, c), (x,), (tangent,)))
+
+    close(pushforward(g)(contexts), pushforward(scaled_wave_torch)(contexts), rtol, atol)
+    close(
+        func.vmap(func.jacfwd(g))(points, contexts),
+        func.vmap(func.jacfwd(scaled_wave_torch))(points, contexts),
+        rtol,
+        atol,
+    )
+    close(
+        func.vmap(func.jacfwd(g), in_dims=(None, 0))(x, contexts),
+        func.vmap(func.jacfwd(scaled_wave_torch), in_dims=(None, 0))(x, contexts),
+        rtol,
+        atol,
+    )
+
+    def forward_over_reverse(f: Any) -> Any:  # linear in the cotangent: the point's tangents are zeros
+        def pullback(c: Any, u: Any) -> Any:
+            return func.vjp(lambda x: f(x, c), x)[1](u)[0]
+
+        return func.vmap(lambda c: func.jvp(lambda u: pullback(c, u), (tangent,), (x,)))
+
+    close(forward_over_reverse(g)(contexts), forward_over_reverse(scaled_wave_torch)(contexts), rtol, atol)
+
+
 def test_a_derivative_with_respect_to_a_constant_is_refused() -> None:
     g = di.DifferentiateWith(loss, di.AutoFiniteDiff(), di.Constant(t32(DATA)))
     data = t32(DATA).requires_grad_()
@@ -178,6 +225,15 @@ def test_a_derivative_with_respect_to_a_constant_is_refused() -> None:
         func.jacfwd(g, argnums=1)(t32(X), t32(DATA))
     with pytest.raises(di.InvalidInputError, match="context 1"):
         func.jvp(lambda d: g(t32(X), d), (t32(DATA),), (t32(DATA),))
+    # under vmap too, where the context's tangent is batched: refused, not taken for zeros
+    w = di.DifferentiateWith(scaled_wave, di.AutoFiniteDiff())
+    points, contexts = t32(BATCH), t32(BATCH) * 0.5 + 1.0
+    with pytest.raises(di.InvalidInputError, match="context 1"):
+        func.vmap(func.jacfwd(w, argnums=1))(points, contexts)
+    with pytest.raises(di.InvalidInputError, match="context 1"):
+        func.vmap(lambda x, c: func.jvp(lambda d: w(x, d), (c,), (c,)))(points, contexts)
+    with pytest.raises(di.InvalidInputError, match="context 1"):  # one nonzero tangent in the batch
+        func.vmap(lambda c, t: func.jvp(lambda d: w(t32(X), d), (c,), (t,)))(contexts, torch.eye(*contexts.shape))
 
 
 def test_torch_compile_of_a_vmap_and_the_refusal_inside_a_differentiating_transform() -> None:

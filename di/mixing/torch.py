@@ -74,12 +74,18 @@ def _front(tensors: Sequence[Any], dims: Sequence[int | None], size: int) -> lis
 
 
 def _nonzero(tangent: Any) -> bool:
-    """Whether a context's tangent may be nonzero. ``torch.func.jvp`` hands zeros for
-    inputs it does not differentiate; a tangent that cannot be read (one that
-    ``vmap`` batches, as ``jacfwd`` with respect to the context does) counts as
-    nonzero."""
+    """Whether a tangent of ``g``'s point may be nonzero: whether torch asked for a
+    derivative with respect to it. ``torch.func.jvp`` (and ``jacfwd``) materialises
+    zeros for the inputs it does not differentiate; under ``vmap`` those zeros are
+    batched, and a batched tensor cannot be read as one ``bool``. The tensor under
+    ``torch.func``'s wrappers (each level's batch, or a transform's wrapper, unwrapped
+    in turn) holds every value of the tangent in every batch, so the tangent is zero
+    when all of those are; a tangent that still cannot be read counts as nonzero."""
     if tangent is None:
         return False
+    functorch = torch._C._functorch
+    while functorch.is_functorch_wrapped_tensor(tangent):
+        tangent = functorch.get_unwrapped(tangent)
     try:
         return bool(tangent.detach().ne(0).any())
     except RuntimeError:
