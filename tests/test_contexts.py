@@ -478,3 +478,54 @@ def test_torch_cache_with_an_x_that_requires_grad_gives_a_differentiable_result(
     di.gradient(f, prep, backend, other.detach(), di.Cache(buf))  # writes into buf
     g.sum().backward()
     torch.testing.assert_close(x.grad, exact(x.detach()))
+
+
+@pytest.mark.parametrize("operator", ["gradient", "value_and_gradient", "pullback", "jacobian"])
+def test_a_dict_constant_whose_tensors_require_grad_keeps_their_graph(operator):
+    """Model parameters passed as a dict Constant: the result carries their graph
+    (docs/transforms.md), as for a tensor Constant. Eager AutoTorch looked only at
+    whether the dict itself requires grad, and returned results cut off from it."""
+    torch = pytest.importorskip("torch")
+
+    def f(x, c):
+        xp = array_api_compat.array_namespace(x)
+        return xp.sum(xp.tanh(x * c["w"]) * c["b"])
+
+    def g(x, c):
+        return f(x, c) * x
+
+    def result_of(call, x, c):
+        if operator == "gradient":
+            return call(f, x, c)
+        if operator == "value_and_gradient":
+            y, grad = call(f, x, c)
+            return y + (grad**2).sum()
+        if operator == "pullback":
+            return call(g, x, c)
+        return call(g, x, c)
+
+    backend = di.AutoTorch()
+    native = {
+        "gradient": lambda f, x, c: torch.autograd.grad(f(x, c), x, create_graph=True)[0],
+        "value_and_gradient": lambda f, x, c: (f(x, c), torch.autograd.grad(f(x, c), x, create_graph=True)[0]),
+        "pullback": lambda g, x, c: torch.autograd.grad(g(x, c), x, torch.ones(3, dtype=x.dtype), create_graph=True)[0],
+        "jacobian": lambda g, x, c: torch.autograd.functional.jacobian(lambda x: g(x, c), x, create_graph=True),
+    }[operator]
+    ours = {
+        "gradient": lambda f, x, c: di.gradient(f, backend, x, di.Constant(c)),
+        "value_and_gradient": lambda f, x, c: di.value_and_gradient(f, backend, x, di.Constant(c)),
+        "pullback": lambda g, x, c: di.pullback(g, backend, x, (torch.ones(3, dtype=x.dtype),), di.Constant(c))[0],
+        "jacobian": lambda g, x, c: di.jacobian(g, backend, x, di.Constant(c)),
+    }[operator]
+    grads = []
+    for call, differentiable_x in ((native, True), (ours, False)):
+        x = torch.tensor([0.5, 1.0, 2.0], dtype=torch.float64, requires_grad=differentiable_x)
+        c = {
+            "w": torch.tensor([1.5, -0.7, 0.3], dtype=torch.float64, requires_grad=True),
+            "b": torch.tensor(2.0, dtype=torch.float64, requires_grad=True),
+        }
+        result = result_of(call, x, c)
+        assert result.requires_grad, operator
+        grads.append(torch.autograd.grad((result**2).sum(), [c["w"], c["b"]]))
+    for expected, got in zip(*grads):
+        np.testing.assert_allclose(got.numpy(), expected.numpy(), rtol=1e-10)

@@ -118,3 +118,27 @@ def test_grad_mode_compiled(mode: str) -> None:
         (p,) = di.pullback(elementwise, prep_p, backend, x, (torch.from_numpy(T.copy()),))
     np.testing.assert_allclose(as_numpy(g), first(X), rtol=1e-12)
     np.testing.assert_allclose(as_numpy(p), first(X) * T, rtol=1e-12)
+
+
+# --- a torch.autograd.forward_ad level ---------------------------------------------------------------------------
+
+REVERSE = {"gradient", "value_and_gradient", "pullback"}
+
+
+@pytest.mark.parametrize("operator", sorted(REVERSE))
+@pytest.mark.parametrize("create_graph", [True, False])
+def test_an_x_that_carries_a_forward_mode_tangent_keeps_it(operator: str, create_graph: bool) -> None:
+    """Inside ``torch.autograd.forward_ad.dual_level()`` with a dual ``x``, the
+    result's tangent is the directional derivative of the operator's result, as
+    ``torch.func.jvp`` gives it. Eager AutoTorch differentiated a detached alias of
+    ``x`` and returned results without a tangent, silently."""
+    import torch.autograd.forward_ad as forward_ad
+
+    call, _ = OPERATORS[operator]
+    x, t = torch.from_numpy(X.copy()), torch.tensor([1.0, -1.0, 0.5], dtype=torch.float64)
+    expected = torch.func.jvp(lambda x: call(di.AutoTorch(), x), (x,), (t,))[1]
+    with forward_ad.dual_level():
+        result = call(di.AutoTorch(create_graph=create_graph), forward_ad.make_dual(x, t))
+        tangent = forward_ad.unpack_dual(result).tangent
+    assert tangent is not None, operator
+    np.testing.assert_allclose(as_numpy(tangent), as_numpy(expected), rtol=1e-12)

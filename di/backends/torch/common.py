@@ -59,9 +59,17 @@ def inside_transform() -> bool:
     """Whether the call runs inside a ``torch.func`` transform (``vmap``, ``grad``,
     ``jvp``, ``jacrev``, ...) or is being traced by ``torch.compile``: eager
     autograd (``requires_grad_()``, ``torch.autograd.grad``) cannot run there, and
-    the ``torch.func`` programs, which compose with both, run instead. Costs
-    about 0.1 us on the eager hot path."""
-    return _is_compiling() or _functorch_active()
+    the ``torch.func`` programs, which compose with both, run instead. A level of
+    ``torch.autograd.forward_ad`` (``dual_level()``) counts too: ``x`` may carry a
+    tangent there, which a detached alias would drop. Costs about 0.1 us on the
+    eager hot path."""
+    return _is_compiling() or _functorch_active() or forward_level() >= 0
+
+
+def forward_level() -> int:
+    """The active ``torch.autograd.forward_ad`` level, -1 outside ``dual_level()``
+    (a module attribute read: about 20 ns)."""
+    return int(forward_ad._current_level)
 
 
 def active_transform() -> str:
@@ -95,9 +103,18 @@ def refusing_caches_inside_transforms(program: Program, backend: AutoTorch) -> P
     return refusing
 
 
+_PLAIN_VALUES = frozenset({float, int, bool, str, type(None)})
+
+
 def requires_grad(value: Any) -> bool:
-    """Whether ``value`` (a tensor, or anything else) requires grad."""
-    return getattr(value, "requires_grad", False) is True  # (isinstance of torch.Tensor costs more)
+    """Whether ``value`` (a tensor, a pytree of them such as a dict ``Constant``
+    of parameters, or anything else) requires grad."""
+    found = getattr(value, "requires_grad", None)  # (isinstance of torch.Tensor costs more)
+    if found is not None:
+        return found is True
+    if value.__class__ in _PLAIN_VALUES or not is_pytree(value):
+        return False
+    return any(getattr(leaf, "requires_grad", False) is True for leaf in tree_leaves(value))
 
 
 @contextlib.contextmanager
@@ -229,9 +246,7 @@ def owned_aux(aux: Any, taken: Callable[[], set[int]], detach: bool) -> Any:
     return torch_pytree.tree_map(own, aux)
 
 
-def owning(
-    program: Program, lead: int, with_value: bool, has_aux: bool, products_at: int | None = None
-) -> Program:
+def owning(program: Program, lead: int, with_value: bool, has_aux: bool, products_at: int | None = None) -> Program:
     """``program`` (arguments ``x``, ``lead - 1`` tangent arguments, the context
     values) whose value (``with_value``: the first of its results) and ``aux``
     tensors are copied where they share an input's memory (:func:`unshared`):

@@ -19,6 +19,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
+from torch.autograd import forward_ad as dual
 
 from di.backends import fallbacks
 from di.backends.aux import split_output
@@ -169,6 +170,8 @@ class Reverse:
         scalar = operator in ("gradient", "hvp")
         tensor, is_grad_enabled, lead = torch.Tensor, torch.is_grad_enabled, 1 if with_tangents else 0
         plain_x = not tree and to_torch_x is identity and not has_aux and not with_value
+        # (inside a torch.autograd.forward_ad level, an x that carries a tangent is
+        # differentiated by the torch.func programs, which keep it: an alias would not)
         is_compiling, transforms_active = dynamo_compiling, torch._C._are_functorch_transforms_active
         conversions = REVERSE_RULES.conversion_errors
 
@@ -216,7 +219,7 @@ class Reverse:
             return result
 
         def run(x: Any, *args: Any) -> Any:
-            if traced is not None and (is_compiling() or transforms_active()):
+            if traced is not None and (is_compiling() or transforms_active() or dual._current_level >= 0):
                 return traced(x, *args)
             cotangents, values = (args[0], args[1:]) if lead else (None, args)
             if not is_grad_enabled():  # no_grad or inference_mode: f must still be recorded
@@ -237,7 +240,7 @@ class Reverse:
                 return run(x, *args)
             if lead and (len(args[0]) != 1 or getattr(args[0][0], "requires_grad", False)):
                 return run(x, *args)
-            if traced is not None and (is_compiling() or transforms_active()):
+            if traced is not None and (is_compiling() or transforms_active() or dual._current_level >= 0):
                 return traced(x, *args)
             try:  # leaf(x), inline: the common case is one detach
                 argument = x.detach().requires_grad_()
@@ -285,7 +288,9 @@ class Reverse:
         is_compiling, transforms_active = dynamo_compiling, torch._C._are_functorch_transforms_active
 
         def run_tree_gradient(x: Any, *values: Any) -> Any:
-            if not is_grad_enabled() or (traced is not None and (is_compiling() or transforms_active())):
+            if not is_grad_enabled() or (
+                traced is not None and (is_compiling() or transforms_active() or dual._current_level >= 0)
+            ):
                 return run(x, *values)
             leaves = leaves_of(x)
             if leaves is None:
