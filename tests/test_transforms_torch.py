@@ -519,3 +519,158 @@ def test_a_graph_break_in_f_is_not_blamed_on_di() -> None:
 
 def test_dataclass_helpers_are_plain_dataclasses() -> None:
     assert dataclasses.is_dataclass(Params)
+
+
+# --- torch.compile(torch.func.vmap(...)) around prepared operators ------------------------------------
+
+
+def _decay(p: Any, t: Any) -> Any:
+    xp = di.array_namespace(p)
+    return p[0] * xp.exp(-p[1] * t) - 1.0
+
+
+def _decay_with_aux(p: Any, t: Any) -> Any:
+    xp = di.array_namespace(p)
+    y = p[0] * xp.exp(-p[1] * t) - 1.0
+    return y, {"total": xp.sum(y), "label": "decay"}
+
+
+def _energy(p: Any, c: Any) -> Any:
+    xp = di.array_namespace(p)
+    return xp.sum(xp.sin(p) * p) * c + p[0] ** 2 * p[1]
+
+
+def _wave(s: Any, t: Any) -> Any:
+    xp = di.array_namespace(s)
+    return xp.sin(s * t) * s
+
+
+_TIMES = np.linspace(0.0, 1.0, 4)
+_C = 1.5
+_TANGENTS = (np.array([1.0, -0.5]), np.array([0.3, 2.0]))
+_BATCH = np.array([[1.0, 0.5], [2.0, 1.0], [0.5, 2.0]])
+
+
+def _vmapped_case(case: str) -> tuple[Callable[[Any], Any], Callable[[Any], Any], Any]:
+    """``(step, native, batch)``: ``step(p)`` calls a prep made outside, per example;
+    ``native(p)`` is the same derivative written with ``torch.func`` alone."""
+    b, times, c = EAGER, _tensor(_TIMES), torch.tensor(_C, dtype=torch.float64)
+    zero, scalar_zero = torch.zeros(2, dtype=torch.float64), torch.tensor(0.0, dtype=torch.float64)
+    k = 2 if case.endswith("-2") else 1
+    tx = tuple(_tensor(t) for t in _TANGENTS[:k])
+    energy = lambda p: _energy(p, c)
+    decay = lambda p: _decay(p, times)
+    wave = lambda s: _wave(s, times)
+    jvps = lambda g, p: torch.stack([func.jvp(g, (p,), (t,))[1] for t in tx])
+    batch, scalar_batch = _tensor(_BATCH), _tensor(_BATCH[:, 0])
+    if case == "jacobian":
+        prep = di.prepare_jacobian(_decay, b, zero, di.Constant(times))
+        return lambda p: di.jacobian(_decay, prep, b, p, di.Constant(times)), func.jacrev(decay), batch
+    if case == "value_and_jacobian-aux":
+        prep = di.prepare_jacobian(_decay_with_aux, b, zero, di.Constant(times), has_aux=True)
+
+        def step(p: Any) -> Any:
+            (y, aux), jac = di.value_and_jacobian(_decay_with_aux, prep, b, p, di.Constant(times), has_aux=True)
+            assert aux["label"] == "decay"
+            return torch.cat([y, aux["total"][None], jac.reshape(-1)])
+
+        return step, lambda p: torch.cat([decay(p), decay(p).sum()[None], func.jacrev(decay)(p).reshape(-1)]), batch
+    if case.startswith("pushforward"):
+        prep = di.prepare_pushforward(_decay, b, zero, tx, di.Constant(times))
+        return (
+            lambda p: torch.stack(di.pushforward(_decay, prep, b, p, tx, di.Constant(times))),
+            lambda p: jvps(decay, p),
+            batch,
+        )
+    if case == "value_and_pushforward-aux-2":
+        prep = di.prepare_pushforward(_decay_with_aux, b, zero, tx, di.Constant(times), has_aux=True)
+
+        def step(p: Any) -> Any:
+            (y, aux), dys = di.value_and_pushforward(_decay_with_aux, prep, b, p, tx, di.Constant(times), has_aux=True)
+            return torch.cat([y, aux["total"][None], *dys])
+
+        return step, lambda p: torch.cat([decay(p), decay(p).sum()[None], *jvps(decay, p)]), batch
+    if case.startswith("hvp"):
+        prep = di.prepare_hvp(_energy, b, zero, tx, di.Constant(c))
+        return (
+            lambda p: torch.stack(di.hvp(_energy, prep, b, p, tx, di.Constant(c))),
+            lambda p: jvps(func.grad(energy), p),
+            batch,
+        )
+    if case == "gradient_and_hvp-2":
+        prep = di.prepare_hvp(_energy, b, zero, tx, di.Constant(c))
+
+        def step(p: Any) -> Any:
+            g, hvs = di.gradient_and_hvp(_energy, prep, b, p, tx, di.Constant(c))
+            return torch.stack([g, *hvs])
+
+        return step, lambda p: torch.cat([func.grad(energy)(p)[None], jvps(func.grad(energy), p)]), batch
+    if case == "hessian":
+        prep = di.prepare_hessian(_energy, b, zero, di.Constant(c))
+        return lambda p: di.hessian(_energy, prep, b, p, di.Constant(c)), func.hessian(energy), batch
+    if case == "value_gradient_and_hessian":
+        prep = di.prepare_hessian(_energy, b, zero, di.Constant(c))
+
+        def step(p: Any) -> Any:
+            y, g, h = di.value_gradient_and_hessian(_energy, prep, b, p, di.Constant(c))
+            return torch.cat([y[None], g, h.reshape(-1)])
+
+        return (
+            step,
+            lambda p: torch.cat([energy(p)[None], func.grad(energy)(p), func.hessian(energy)(p).reshape(-1)]),
+            batch,
+        )
+    if case == "derivative":
+        prep = di.prepare_derivative(_wave, b, scalar_zero, di.Constant(times))
+        return lambda s: di.derivative(_wave, prep, b, s, di.Constant(times)), func.jacrev(wave), scalar_batch
+    assert case == "second_derivative"
+    prep = di.prepare_second_derivative(_wave, b, scalar_zero, di.Constant(times))
+    native = func.jacrev(func.jacrev(wave))
+    return lambda s: di.second_derivative(_wave, prep, b, s, di.Constant(times)), native, scalar_batch
+
+
+_VMAPPED_CASES = [
+    "jacobian",
+    "value_and_jacobian-aux",
+    "pushforward-1",
+    "pushforward-2",
+    "value_and_pushforward-aux-2",
+    "hvp-1",
+    "hvp-2",
+    "gradient_and_hvp-2",
+    "derivative",
+    "hessian",
+    "value_gradient_and_hessian",
+    "second_derivative",
+]
+
+
+class _AotEagerCounter:
+    """A ``torch.compile`` backend that compiles graphs with ``aot_eager`` and counts
+    those compiled (a restart of dynamo's analysis from inside the backend is not one)."""
+
+    def __init__(self) -> None:
+        self.count = 0
+
+    def __call__(self, gm: Any, example_inputs: Any) -> Any:
+        compiled = torch._dynamo.lookup_backend("aot_eager")(gm, example_inputs)
+        self.count += 1
+        return compiled
+
+
+@pytest.mark.parametrize("case", _VMAPPED_CASES)
+def test_compiled_vmap_of_prepared_operators(case: str) -> None:
+    """``torch.compile(torch.func.vmap(step))``, as the documentation recommends for a
+    batched computation: dynamo fails to trace a ``jvp`` batched by ``vmap`` inside
+    another ``vmap`` (an INTERNAL ASSERT in ``_fw_primal``, for native ``jacfwd`` too),
+    so the prepared operators there take derivatives that compose (reverse mode, a
+    loop over the tangents). One graph, with the uncompiled ``vmap``'s values."""
+    torch._dynamo.reset()
+    step, native, batch = _vmapped_case(case)
+    uncompiled = _numpy(func.vmap(step)(batch))
+    np.testing.assert_allclose(uncompiled, _numpy(func.vmap(native)(batch)), rtol=1e-12, atol=1e-14)
+    counter = _AotEagerCounter()
+    compiled = torch.compile(func.vmap(step), fullgraph=True, backend=counter)
+    np.testing.assert_allclose(_numpy(compiled(batch)), uncompiled, rtol=1e-12, atol=1e-14)
+    np.testing.assert_allclose(_numpy(compiled(2.0 * batch)), _numpy(func.vmap(native)(2.0 * batch)), rtol=1e-12)
+    assert counter.count == 1

@@ -42,7 +42,7 @@ from di.backends.torch.common import (
 )
 from di.backends.torch.compile import UNSUPPORTED, break_in_di
 from di.backends.torch.eager import EagerPrograms
-from di.backends.torch.jacobians import forward_jacobian, reverse_jacobian
+from di.backends.torch.jacobians import batched_jvp_fails, forward_jacobian, per_tangent, reverse_jacobian
 from di.contexts import Context
 from di.errors import InvalidInputError, RecompileWarning
 from di.families import converter, family_of, identity
@@ -337,8 +337,8 @@ class FuncPrograms:
                 y, tensors = fy(x)
                 if not tx:
                     return join((y, ()), tensors)
-                dys = _func.vmap(lambda t: _func.jvp(fy, (x,), (t,), has_aux=True)[1])(torch.stack(tx))
-                return join((y, tuple(dys.unbind(0))), tensors)
+                dys = per_tangent(lambda t: _func.jvp(fy, (x,), (t,), has_aux=True)[1], tx)
+                return join((y, dys), tensors)
 
             plain = plain_from_full(value_and_pushforward_with_aux, has_aux=True)
             return self._programs(plain, value_and_pushforward_with_aux, x, tx, contexts, names)
@@ -351,7 +351,7 @@ class FuncPrograms:
                 return (_func.jvp(fx, (x,), (tx[0],))[1],)  # type: ignore[misc]
             if not tx:
                 return ()
-            return tuple(_func.vmap(lambda t: _func.jvp(fx, (x,), (t,))[1])(torch.stack(tx)).unbind(0))
+            return per_tangent(lambda t: _func.jvp(fx, (x,), (t,))[1], tx)
 
         def value_and_pushforward(x: Any, tx: tuple[Any, ...], *values: Any) -> Any:
             def fx(x: Any) -> Any:
@@ -389,7 +389,8 @@ class FuncPrograms:
                 y, *tensors = _outputs(fy(x), has_aux)
                 return y, (y, *tensors)
 
-            jac, (y, *tensors) = transform(fx, has_aux=True)(x)  # y comes with the jacobian's own evaluation of f
+            jacobian_of = _func.jacrev if batched_jvp_fails() else transform  # (see jacobians.py)
+            jac, (y, *tensors) = jacobian_of(fx, has_aux=True)(x)  # y comes with the jacobian's own evaluation of f
             return join((y, as_dtype(jac, y)), *tensors)
 
         names = ("jacobian", "value_and_jacobian")
@@ -448,8 +449,7 @@ class FuncPrograms:
                 return (as_dtype(_func.jvp(grad, (x,), (tx[0],))[1], x),)  # type: ignore[misc]
             if not tx:
                 return ()
-            hvs = _func.vmap(lambda t: _func.jvp(grad, (x,), (t,))[1])(torch.stack(tx))
-            return tuple(as_dtype(hv, x) for hv in hvs.unbind(0))
+            return tuple(as_dtype(hv, x) for hv in per_tangent(lambda t: _func.jvp(grad, (x,), (t,))[1], tx))
 
         def gradient_and_hvp(x: Any, tx: tuple[Any, ...], *values: Any) -> Any:
             grad = _func.grad(lambda x: checked(x, *values))

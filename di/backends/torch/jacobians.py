@@ -5,20 +5,59 @@ an output of the same evaluation of ``f``; their pytree handling costs 40-70 us
 per eager call at n = 10 (10 % of the call). For a tensor ``x`` the batch is
 written here: a ``jvp`` (or the ``vjp``'s pullback) ``vmap``-ed over the basis,
 as those functions compute it, with ``y`` and ``aux`` taken out of the batch once.
+
+While ``torch.compile`` traces a call that runs inside a ``torch.func`` transform
+(``torch.compile(torch.func.vmap(step))``), dynamo's fake tensors cannot trace a
+``jvp`` batched by ``vmap`` (an INTERNAL ASSERT in ``_fw_primal``; native
+``jacfwd`` fails there too): the jacobian is then taken in reverse mode and
+several tangents' products one after the other (:func:`batched_jvp_fails`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
 
 from di.backends.torch.common import dynamo_compiling
 
-__all__ = ["forward_jacobian", "reverse_jacobian", "standard_basis"]
+__all__ = ["batched_jvp_fails", "forward_jacobian", "per_tangent", "reverse_jacobian", "standard_basis"]
 
 _func = torch.func
+_functorch_active: Callable[[], bool] = torch._C._are_functorch_transforms_active
+
+
+def batched_jvp_fails() -> bool:
+    """Whether a ``jvp`` batched by ``vmap`` cannot be traced here: while dynamo
+    traces a call that runs inside a ``torch.func`` transform (dynamo answers
+    both checks itself, as constants of the trace). Unbatched ``jvp``s
+    (forward-over-reverse too) and reverse mode batched by ``vmap`` trace there;
+    eagerly, and under ``torch.compile`` alone, everything does.
+
+    Examples:
+        >>> from di.backends.torch.jacobians import batched_jvp_fails
+        >>> batched_jvp_fails()
+        False
+    """
+    return dynamo_compiling() and _functorch_active()
+
+
+def per_tangent(product: Callable[[Any], Any], tangents: Sequence[Any]) -> tuple[Any, ...]:
+    """``product(t)`` for each of ``tangents`` (two or more tensors of one shape):
+    one ``vmap`` over the stacked tangents, or, where :func:`batched_jvp_fails`,
+    one call per tangent (the same values).
+
+    Examples:
+        >>> import torch
+        >>> from di.backends.torch.jacobians import per_tangent
+        >>> x = torch.tensor([1.0, 2.0])
+        >>> per_tangent(lambda t: torch.func.jvp(torch.sin, (x,), (t,))[1], (torch.ones(2), x))
+        (tensor([ 0.5403, -0.4161]), tensor([ 0.5403, -0.8323]))
+    """
+    if batched_jvp_fails():
+        return tuple(product(t) for t in tangents)
+    return tuple(_func.vmap(product)(torch.stack(tuple(tangents))).unbind(0))
 
 
 def forward_jacobian(fy: Callable[..., Any], x: Any, has_aux: bool) -> tuple[Any, ...]:
@@ -29,7 +68,8 @@ def forward_jacobian(fy: Callable[..., Any], x: Any, has_aux: bool) -> tuple[Any
     ``y`` and ``aux``, which do not depend on the tangent, come out of the batch
     once: the batch returns them broadcast (an expanded view; inside an outer
     ``vmap`` they are batched at its level, which ``out_dims=None`` refuses) and
-    the first is kept, as ``jacfwd`` does with its aux.
+    the first is kept, as ``jacfwd`` does with its aux. Where
+    :func:`batched_jvp_fails`, the same values from :func:`reverse_jacobian`.
 
     Examples:
         >>> import torch
@@ -39,6 +79,8 @@ def forward_jacobian(fy: Callable[..., Any], x: Any, has_aux: bool) -> tuple[Any
         (tensor([1., 9.]), tensor([[2., 0.],
                 [0., 6.]]))
     """
+    if batched_jvp_fails():
+        return reverse_jacobian(fy, x, has_aux)
     basis = standard_basis(x)
     # (out_dims=0 and a move: vmap broadcasts an output that does not depend on the
     # tangent, the zero jacobian of a constant, wrongly along a negative out_dim)
