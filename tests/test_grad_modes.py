@@ -142,3 +142,17 @@ def test_an_x_that_carries_a_forward_mode_tangent_keeps_it(operator: str, create
         tangent = forward_ad.unpack_dual(result).tangent
     assert tangent is not None, operator
     np.testing.assert_allclose(as_numpy(tangent), as_numpy(expected), rtol=1e-12)
+
+
+@pytest.mark.parametrize("operator", sorted(set(OPERATORS) - REVERSE - SCALAR_INPUT))
+def test_forward_mode_operators_inside_a_forward_ad_level_say_so(operator: str) -> None:
+    """torch cannot nest forward mode in a forward_ad level: a di error naming the
+    operator, dual_level() and what works, not torch's RuntimeError."""
+    import torch.autograd.forward_ad as forward_ad
+
+    call, _ = OPERATORS[operator]
+    x, t = torch.from_numpy(X.copy()), torch.tensor([1.0, -1.0, 0.5], dtype=torch.float64)
+    with forward_ad.dual_level(), pytest.raises(di.UnsupportedOperatorError) as info:
+        call(di.AutoTorch(), forward_ad.make_dual(x, t))
+    message = str(info.value)
+    assert operator.split("_and_")[-1] in message and "dual_level()" in message and "torch.func.jvp" in message

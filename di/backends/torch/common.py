@@ -17,7 +17,7 @@ from di.backends.protocol import Adapter, Program
 from di.backends.selectors import AutoTorch
 from di.backends.torch.compile import TorchCompiler
 from di.contexts import Context
-from di.errors import UnsupportedContextError
+from di.errors import UnsupportedContextError, UnsupportedOperatorError
 from di.families import converter, family_of
 from di.families.torch import innermost_transform, transform_of
 from di.pytrees import is_pytree, tree_leaves
@@ -31,6 +31,8 @@ __all__ = [
     "active_transform",
     "addresses",
     "as_dtype",
+    "forward_level",
+    "dispatching",
     "inside_transform",
     "leaf",
     "like",
@@ -70,6 +72,33 @@ def forward_level() -> int:
     """The active ``torch.autograd.forward_ad`` level, -1 outside ``dual_level()``
     (a module attribute read: about 20 ns)."""
     return int(forward_ad._current_level)
+
+
+def dispatching(program: Program, traced: Program, name: str, backend: Any) -> Program:
+    """``program``, or ``traced`` inside a ``torch.func`` transform, a
+    ``torch.compile`` trace of the caller's code or a ``forward_ad`` level (decided
+    at each call). In a ``forward_ad`` level torch cannot nest the forward mode of
+    ``name``'s program: that is said, naming what works there.
+
+    Raises:
+        UnsupportedOperatorError: a forward-mode program inside ``dual_level()``."""
+
+    def run(*args: Any) -> Any:
+        if inside_transform():
+            try:
+                return traced(*args)
+            except RuntimeError as err:
+                if forward_level() < 0 or "forward mode" not in str(err):
+                    raise
+                raise UnsupportedOperatorError(
+                    f"{backend!r}: {name} runs torch's forward mode, which torch cannot nest inside "
+                    f"torch.autograd.forward_ad.dual_level(). Call it outside the dual level, take the outer "
+                    f"derivative with torch.func.jvp around the di call instead of forward_ad, or use a "
+                    f"reverse-mode operator there (gradient, pullback), which keep x's tangent."
+                ) from err
+        return program(*args)
+
+    return run
 
 
 def active_transform() -> str:

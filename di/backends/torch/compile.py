@@ -223,12 +223,19 @@ class TorchCompiler:
                 failure = err
             except _RECOMPILE_LIMIT_HIT as err:
                 reason = guard_reason(failures[before]) if len(failures) > before else "unknown"
+                statics = (
+                    "A static context (an int, bool or string Constant) is compiled in, one program per value: "
+                    "pass di.Constant(value, static=False) for one that takes many values and is only used in "
+                    "arithmetic. "
+                    if static_argnums
+                    else ""
+                )
                 raise RecompileLimitError(
                     f"{backend!r}: torch.compile reached its recompile limit ({limit()}) for f, and with "
                     f"fullgraph=True it cannot fall back to eager. The guard that failed at each call: {reason}. "
-                    f"Keep Python side effects out of f (a global call counter, attributes it modifies) and pass "
-                    f"values that change as contexts (di.Constant(value) is traced), or use AutoTorch() (eager); "
-                    f"compile_options={{'recompile_limit': n}} raises the limit."
+                    f"{statics}Keep Python side effects out of f (a global call counter, attributes it modifies) "
+                    f"and pass values that change as contexts (di.Constant(value) is traced), or use AutoTorch() "
+                    f"(eager); compile_options={{'recompile_limit': n}} raises the limit."
                 ) from err
             else:
                 if len(failures) != before:

@@ -33,6 +33,7 @@ from di.backends.torch.common import (
     RULES,
     TorchBase,
     as_dtype,
+    dispatching,
     dynamo_compiling,
     inside_transform,
     like,
@@ -175,7 +176,7 @@ class FuncPrograms:
         programs = {}
         for name, function in zip(names, (plain_function, full_function)):
             program = function if as_given else _run(function, arguments, with_tangents, locked)
-            programs[name] = adapter.counted(_dispatching(program, traced[name]), contexts, lead)
+            programs[name] = adapter.counted(dispatching(program, traced[name], name, adapter.backend), contexts, lead)
         return programs
 
     # --- reverse mode ------------------------------------------------------------------
@@ -630,18 +631,6 @@ def _no_view(x: Any) -> Any:
     """``x``, copied while dynamo compiles: its fake tensors fail nested forward
     mode on a view (``x[0]``) once a first such graph was compiled in the process."""
     return x.clone() if dynamo_compiling() else x
-
-
-def _dispatching(program: Callable[..., Any], traced: Callable[..., Any]) -> Callable[..., Any]:
-    """``program``, or ``traced`` inside a ``torch.func`` transform or a
-    ``torch.compile`` trace of the caller's code (decided at each call)."""
-
-    def dispatching(*args: Any) -> Any:
-        if inside_transform():
-            return traced(*args)
-        return program(*args)
-
-    return dispatching
 
 
 def _traced_scalar(y: Any) -> bool:
