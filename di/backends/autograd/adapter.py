@@ -123,8 +123,12 @@ def _owned(value: Any, x: Any, values: Sequence[Any]) -> Any:
     look at its class and base, nothing more."""
     if value.__class__ is not np.ndarray:
         return value
-    if value.base is None and value is not x and not any(value is v for v in values):
-        return value
+    if value.base is None and value is not x:
+        for v in values:  # (a loop: no generator on the hot path)
+            if value is v:
+                break
+        else:
+            return value
     for item in (x, *values):
         if isinstance(item, np.ndarray) and np.may_share_memory(value, item):
             return value.copy()
@@ -305,11 +309,16 @@ class AutogradAdapter(Adapter):
             x, values = inputs(x, values)
             vjp, y = vjp_maker(x, *values)
             y = _owned(_array(y), x, values)
-            cotangents = [_numpy(t, y.dtype) for t in ty]
-            for t in cotangents:
-                if t.shape != y.shape:  # autograd's vjp would broadcast it, silently
-                    raise ValueError(f"a cotangent of shape {t.shape} for an output of shape {y.shape}")
-            return y, tuple([_owned(_array(vjp(t), dtype=x.dtype), t, ()) for t in cotangents])
+            products = []
+            for t in ty:
+                cotangent = _numpy(t, y.dtype)
+                if cotangent.shape != y.shape:  # autograd's vjp would broadcast it, silently
+                    raise ValueError(f"a cotangent of shape {cotangent.shape} for an output of shape {y.shape}")
+                g = _array(vjp(cotangent), dtype=x.dtype)
+                # a product that is its cotangent (f is linear) is copied
+                shared = g is cotangent or getattr(g, "base", None) is not None
+                products.append(_owned(g, cotangent, ()) if shared else g)
+            return y, tuple(products)
 
         def value_and_pullback(x: Any, ty: Sequence[Any], *values: Any) -> Any:
             return attach(pulled_back(x, ty, values))
@@ -338,11 +347,15 @@ class AutogradAdapter(Adapter):
                 return _owned(_array(f(x, *values)), x, values), ()
             jvp = jvp_maker(x, *values)
             # make_jvp evaluates f at x once per tangent (each leaves the same aux)
-            tangents = [_numpy(t, x.dtype) for t in tx]
-            pairs = [jvp(t) for t in tangents]
-            # a product that is its tangent (f is linear: the identity, a reshape) is copied
-            products = tuple([_owned(_array(dy), t, ()) for (_, dy), t in zip(pairs, tangents)])
-            return _owned(_array(pairs[0][0]), x, values), products
+            products, y = [], None
+            for t in tx:
+                tangent = _numpy(t, x.dtype)
+                y, dy = jvp(tangent)
+                dy = _array(dy)
+                # a product that is its tangent (f is linear: the identity, a reshape) is copied
+                shared = dy is tangent or getattr(dy, "base", None) is not None
+                products.append(_owned(dy, tangent, ()) if shared else dy)
+            return _owned(_array(y), x, values), tuple(products)
 
         def value_and_pushforward(x: Any, tx: Sequence[Any], *values: Any) -> Any:
             return attach(pushed_forward(x, tx, values))

@@ -308,10 +308,15 @@ def owning(program: Program, lead: int, with_value: bool, has_aux: bool, product
             return output
         result, aux = output if has_aux else (output, None)
         if lead == 2 and args[1]:
-            if products_at is None:
-                result = owned_products(result, args[1])
-            else:
-                result = (*result[:products_at], owned_products(result[products_at], args[1]))
+            tangents = args[1]
+            products = result if products_at is None else result[products_at]
+            if len(tangents) == 1:  # the common case, unrolled
+                p, t = products[0], tangents[0]
+                if p.__class__ is not tensor or (p is not t and p._base is None and t.__class__ is tensor):
+                    products = None
+            if products is not None:
+                owned = owned_products(products, tangents)
+                result = owned if products_at is None else (*result[:products_at], owned)
         if with_value:
             y, values = result[0], args[lead:]
             if y.__class__ is tensor and (
