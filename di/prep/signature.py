@@ -463,18 +463,21 @@ def check_array_kinds(value: Any, name: str) -> None:
         InvalidInputError: naming the argument (or the pytree leaf's path), what
             it is and what to pass instead.
     """
-    family = family_of(value)
-    if family is not None:
-        pairs = [(name, value)]
-    elif is_pytree(value):
-        pairs = list(zip(leaf_paths(value, name), tree_flatten(value)[0]))
-    else:
-        return
-    for path, leaf in pairs:
+    for path, leaf in _named_leaves(value, name):
         family = family_of(leaf)
         reason = get_family(family).refusal(leaf, path) if family is not None else ""
         if reason:
             raise InvalidInputError(reason)
+
+
+def _named_leaves(value: Any, name: str) -> list[tuple[str, Any]]:
+    """``(path, array)`` for an array ``value`` (its ``name``) or each leaf of a
+    pytree (``name`` and the leaf's path); nothing for other values."""
+    if family_of(value) is not None:
+        return [(name, value)]
+    if is_pytree(value):
+        return list(zip(leaf_paths(value, name), tree_flatten(value)[0]))
+    return []
 
 
 def check_tangent_dtypes(tangents: Sequence[Any], label: str) -> None:
@@ -495,13 +498,7 @@ def check_tangent_dtypes(tangents: Sequence[Any], label: str) -> None:
     for index, tangent in enumerate(tangents):
         name = f"{label}[{index}]"
         check_array_kinds(tangent, name)
-        if family_of(tangent) is not None:
-            pairs = [(name, tangent)]
-        elif is_pytree(tangent):
-            pairs = list(zip(leaf_paths(tangent, name), tree_flatten(tangent)[0]))
-        else:
-            continue
-        for path, leaf in pairs:
+        for path, leaf in _named_leaves(tangent, name):
             family = family_of(leaf)
             if family is None:
                 continue
