@@ -1236,3 +1236,26 @@ def test_a_torch_bfloat16_x_through_finite_differences_over_jax() -> None:
     assert y.dtype == g.dtype == h.dtype == torch.bfloat16
     np.testing.assert_allclose(to_numpy(g.float()), [2.0, 4.0, 1.0], rtol=2e-2)
     np.testing.assert_allclose(to_numpy(h.float()), 2 * np.eye(3), rtol=2e-2, atol=0.1)
+
+
+@pytest.mark.parametrize("backend", [b for b in BACKENDS if isinstance(b, di.AutoJAX)], ids=backend_id)
+def test_a_cotangent_of_another_structure_than_fs_output_is_named(backend):
+    """Pytree outputs (AutoJAX): a cotangent is compared with f's output by
+    structure and shapes. A one-leaf dict output and an array cotangent of its
+    leaf's shape had the same list of shapes, and JAX's vjp raised AttributeError
+    ('dict' object has no attribute 'dtype')."""
+
+    def as_dict(x):
+        return {"a": x * 2.0}
+
+    def as_array(x):
+        return x * 2.0
+
+    x = np.ones(3)
+    for f, ty, wanted in ((as_dict, np.ones(3), "{'a': (3,)}"), (as_array, {"a": np.ones(3)}, "(3,)")):
+        for function in (di.pullback, di.prepare_pullback):
+            with pytest.raises(di.InvalidInputError) as info:
+                function(f, backend, x, (ty,))
+            names(str(info.value), "ty[0]", wanted)
+    (result,) = di.pullback(as_dict, backend, x, ({"a": np.array([1.0, 2.0, 3.0])},))
+    np.testing.assert_allclose(to_numpy(result), [2.0, 4.0, 6.0])

@@ -117,23 +117,29 @@ def is_one_element(shape: Any) -> bool:
     return all(size == 1 for size in shape)
 
 
-def output_leaf_shapes(y: Any, tree_map: Callable[[Callable[[Any], Any], Any], Any]) -> list[tuple[int, ...]] | None:
-    """The shapes of the leaves of an output (mapped with the engine's ``tree_map``),
-    or ``None`` when a leaf is not a real floating array (the programs refuse such
-    an output with their own error).
+def output_leaf_shapes(y: Any, tree_map: Callable[[Callable[[Any], Any], Any], Any]) -> Any:
+    """An output's structure with each leaf's shape in its place (mapped with the
+    engine's ``tree_map``: an array's shape, a dict of shapes, ...), to compare
+    cotangents with (``==``: a one-leaf dict differs from an array of its shape);
+    ``None`` when a leaf is not a real floating array (the programs refuse such an
+    output with their own error).
 
     Examples:
         >>> import numpy as np
         >>> from di.backends.outputs import output_leaf_shapes
         >>> from di.pytrees import tree_map
         >>> output_leaf_shapes({"a": np.ones(2), "b": np.ones((1, 3))}, tree_map)
-        [(2,), (1, 3)]
+        {'a': (2,), 'b': (1, 3)}
     """
-    shapes: list[tuple[int, ...] | None] = []
-    tree_map(lambda leaf: shapes.append(tuple(leaf.shape) if is_real_floating_array(leaf) else None), y)
-    if not shapes or any(shape is None for shape in shapes):
-        return None
-    return shapes  # type: ignore[return-value]
+    refused: list[Any] = []
+
+    def shape(leaf: Any) -> Any:
+        if not is_real_floating_array(leaf):
+            refused.append(leaf)
+        return tuple(getattr(leaf, "shape", ()))
+
+    skeleton = tree_map(shape, y)
+    return None if refused or skeleton == [] or skeleton == () else skeleton
 
 
 def raise_bad_output(y: Any, backend: AbstractBackend, operator: str = "gradient") -> NoReturn:

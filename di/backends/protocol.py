@@ -427,12 +427,15 @@ class Adapter:
 
         return value
 
-    def output_shapes(self, f: Callable[..., Any], x: Any, contexts: Sequence[Context]) -> list[tuple[int, ...]] | None:
-        """The shapes of the array leaves of ``f``'s output at arguments like these,
-        to check cotangents against at preparation; ``None`` when the output is not
+    def output_shapes(self, f: Callable[..., Any], x: Any, contexts: Sequence[Context]) -> Any:
+        """``f``'s output structure at arguments like these with each array leaf's
+        shape in its place (:func:`~di.backends.outputs.output_leaf_shapes`), to
+        check cotangents against at preparation; ``None`` when the output is not
         an array (the programs then refuse it with their own error). By default
         ``f`` is evaluated once."""
         y = self.prepare_value_program(f, x, contexts)(x, *[c.value for c in contexts])
+        if is_pytree(y):  # an engine without pytree outputs: its programs refuse it, saying why
+            return None
         return output_leaf_shapes(y, self.tree_map)
 
     # --- operators ----------------------------------------------------------------

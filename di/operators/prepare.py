@@ -270,11 +270,10 @@ def _cotangent_explainer(source: ProgramSource, request: PrepareRequest) -> Call
         if expected is None:
             return ""
         for index, cotangent in enumerate(cotangents or ()):
-            leaves: list[Any] = []
-            source.tree_map(leaves.append, cotangent)
-            given = [tuple(getattr(leaf, "shape", ())) for leaf in leaves]  # a Python float is 0-d
-            if given != expected:
-                shown, wanted = (given[0], expected[0]) if len(given) == len(expected) == 1 else (given, expected)
+            # the cotangent's structure with its leaves' shapes (a Python float is 0-d)
+            shown = source.tree_map(lambda leaf: tuple(getattr(leaf, "shape", ())), cotangent)
+            if shown != expected:
+                wanted = expected
                 if not quiet:
                     return (
                         f"ty[{index}] must have the shape of f(x), {wanted}, not {shown}: cotangents live in f's "

@@ -446,7 +446,7 @@ class JAXAdapter(Adapter):
         names = ("jacobian", "value_and_jacobian")
         return self._plain_and_full(jacobian, value_and_jacobian, x, None, contexts, names, aux)
 
-    def output_shapes(self, f: Callable[..., Any], x: Any, contexts: Sequence[Context]) -> list[tuple[int, ...]] | None:
+    def output_shapes(self, f: Callable[..., Any], x: Any, contexts: Sequence[Context]) -> Any:
         """Shapes from tracing ``f`` abstractly (``jax.eval_shape``): nothing is computed."""
         values = [c.value for c in contexts]
         with self.scope([x, *values])():
