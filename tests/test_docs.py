@@ -119,6 +119,13 @@ def test_page_examples_run_and_print_what_the_page_says(page: Path, tmp_path: Pa
     for module_name in sorted({m for block, _ in examples for m in IMPORT.findall(block.body)} - {"di"}):
         pytest.importorskip(module_name)
     monkeypatch.chdir(tmp_path)
+    # a family a page registers (backends.md's array-api-strict one) is the page's: another test
+    # registering a family for the same arrays would otherwise find this one first
+    from di.families import registry
+
+    monkeypatch.setattr(registry, "_FAMILIES", dict(registry._FAMILIES))
+    monkeypatch.setattr(registry, "_FAMILY_BY_TYPE", {})
+    monkeypatch.setattr(registry, "_CONVERTERS", {})
     if "torch" in sys.modules:  # a reader runs a page in a fresh process: dynamo's memory of earlier
         sys.modules["torch"]._dynamo.reset()  # compiles (ints it saw change, per code object) must not leak in
     name = "docs_example_" + re.sub(r"\W", "_", _page_id(page))
