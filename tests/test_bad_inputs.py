@@ -1220,6 +1220,11 @@ def test_a_float8_x_is_refused_on_every_backend(backend, x_family):
     for call in (lambda: di.gradient(_sum_of_squares, backend, x), lambda: di.prepare_jacobian(_cube, backend, x)):
         message = str(raises(di.InvalidInputError, call, "float8"))
         names(message, "x", "float8_e4m3fn", "float32")
+    # as a pytree x's leaf, or as a tangent (each engine raised its own error there)
+    leaf_of_x = lambda: di.gradient(lambda p: _sum_of_squares(p["a"]), backend, {"a": x})
+    tangent = lambda: di.pushforward(_cube, backend, np.ones(3), (x,))
+    for call, name in ((leaf_of_x, "x['a']"), (tangent, "tx[0]")):
+        names(str(raises(di.InvalidInputError, call, "float8")), name, "float8_e4m3fn", "float32")
 
 
 def test_a_torch_bfloat16_x_through_finite_differences_over_jax() -> None:

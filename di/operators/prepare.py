@@ -30,6 +30,7 @@ from di.prep.signature import (
     check_contexts_wrapped,
     check_tangent_dtypes,
     check_x,
+    check_x_leaves,
     concrete,
     describe_value,
 )
@@ -160,6 +161,7 @@ def _check_x(operator: Operator, x: Any) -> None:
     if is_pytree(x):
         if operator.scalar_x:
             raise InvalidInputError(f"{operator.family} needs a scalar x (a 0-d array or a float), not a pytree")
+        check_x_leaves(x, operator.family)
         return
     check_x(x, operator.family)
     if operator.scalar_x and tuple(getattr(x, "shape", ())) != ():

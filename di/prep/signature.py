@@ -434,12 +434,7 @@ def check_x(x: Any, operator: str) -> None:
         )
     dtype = x.dtype
     name = get_family(family).describe_dtype(dtype)
-    if name.startswith(("float8_", "float6_", "float4_")):  # storage formats: no engine computes in them
-        raise InvalidInputError(
-            f"x must be an array of a computing floating-point dtype for {operator}: got a {family} array of "
-            f"dtype {name}, a storage format no backend differentiates in. Cast it to float32 (or float16, "
-            f"bfloat16) first, e.g. x.astype(np.float32), or x.to(float32) for a tensor, and cast the result back."
-        )
+    _refuse_storage_format(family, name, "x", operator)
     if not is_floating_dtype(dtype):
         if "complex" in name:
             fix = "differentiate the real and imaginary parts as separate real arrays"
@@ -480,6 +475,34 @@ def _named_leaves(value: Any, name: str) -> list[tuple[str, Any]]:
     return []
 
 
+def _refuse_storage_format(family: str, name: str, path: str, operator: str) -> None:
+    """Refuse an array of a storage-only float dtype (float8, float6, float4), in
+    which no engine computes: each engine would raise its own error.
+
+    Raises:
+        InvalidInputError: naming ``path``, the dtype and the cast to make.
+    """
+    if name.startswith(("float8_", "float6_", "float4_")):
+        raise InvalidInputError(
+            f"{path} must be an array of a computing floating-point dtype for {operator}: got a {family} array of "
+            f"dtype {name}, a storage format no backend differentiates in. Cast it to float32 (or float16, "
+            f"bfloat16) first, e.g. x.astype(np.float32), or x.to(float32) for a tensor, and cast the result back."
+        )
+
+
+def check_x_leaves(x: Any, operator: str) -> None:
+    """Refuse a pytree ``x`` with a leaf of a storage-only float dtype (float8, ...),
+    naming the leaf's path, as :func:`check_x` refuses such an array ``x``.
+
+    Raises:
+        InvalidInputError: naming the leaf, its dtype and the cast to make.
+    """
+    for path, leaf in _named_leaves(x, "x"):
+        family = family_of(leaf)
+        if family is not None:
+            _refuse_storage_format(family, get_family(family).describe_dtype(leaf.dtype), path, operator)
+
+
 def check_tangent_dtypes(tangents: Sequence[Any], label: str) -> None:
     """Refuse tangents (``tx``) or cotangents (``ty``) whose arrays hold no real
     numbers: every engine drops a complex tangent's imaginary part without a
@@ -503,9 +526,10 @@ def check_tangent_dtypes(tangents: Sequence[Any], label: str) -> None:
             if family is None:
                 continue
             kind = dtype_kind(leaf.dtype)
+            dtype = get_family(family).describe_dtype(leaf.dtype)
+            _refuse_storage_format(family, dtype, path, f"the {word}")
             if kind in ("float", "int", "bool"):
                 continue
-            dtype = get_family(family).describe_dtype(leaf.dtype)
             if kind == "complex":
                 raise InvalidInputError(
                     f"{path} is a complex {family} array ({dtype}): tangents and cotangents must be real, and "
