@@ -33,9 +33,10 @@ from di.prep.signature import (
     check_x_leaves,
     concrete,
     describe_value,
+    named_leaves,
 )
 from di.prep.strategy import NO_INFO, PrepareRequest, StrategyInfo
-from di.pytrees import Raveler, check_flattens, is_pytree, tree_flatten
+from di.pytrees import Raveler, check_flattens, is_pytree
 
 __all__ = ["check_tangents", "prepare_operator", "prepare_request"]
 
@@ -221,8 +222,7 @@ def _check_engine_dtypes(source: ProgramSource, backend: AbstractBackend, x: Any
     engine = get_family(source.adapter.family)
     named = [("x", x), *((f"context {i}", c.value) for i, c in enumerate(contexts, start=1))]
     for name, value in named:
-        leaves = [value] if family_of(value) is not None else tree_flatten(value)[0] if is_pytree(value) else []
-        for leaf in leaves:
+        for _, leaf in named_leaves(value, name):
             family = family_of(leaf)
             if family is None or family == engine.name or engine.takes_dtype(leaf.dtype):
                 continue

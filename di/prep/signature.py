@@ -29,9 +29,11 @@ __all__ = [
     "check_contexts_wrapped",
     "check_tangent_dtypes",
     "check_x",
+    "check_x_leaves",
     "concrete",
     "key_function",
     "mismatch_error",
+    "named_leaves",
     "one_family_matcher",
     "register_traced_type",
     "traced_type",
@@ -458,16 +460,25 @@ def check_array_kinds(value: Any, name: str) -> None:
         InvalidInputError: naming the argument (or the pytree leaf's path), what
             it is and what to pass instead.
     """
-    for path, leaf in _named_leaves(value, name):
+    for path, leaf in named_leaves(value, name):
         family = family_of(leaf)
         reason = get_family(family).refusal(leaf, path) if family is not None else ""
         if reason:
             raise InvalidInputError(reason)
 
 
-def _named_leaves(value: Any, name: str) -> list[tuple[str, Any]]:
+def named_leaves(value: Any, name: str) -> list[tuple[str, Any]]:
     """``(path, array)`` for an array ``value`` (its ``name``) or each leaf of a
-    pytree (``name`` and the leaf's path); nothing for other values."""
+    pytree (``name`` and the leaf's path); nothing for other values.
+
+    Examples:
+        >>> import numpy as np
+        >>> from di.prep.signature import named_leaves
+        >>> [path for path, _ in named_leaves({"w": np.ones(2), "b": [np.ones(1)]}, "x")]
+        ["x['b'][0]", "x['w']"]
+        >>> named_leaves(2.0, "context 1")
+        []
+    """
     if family_of(value) is not None:
         return [(name, value)]
     if is_pytree(value):
@@ -497,7 +508,7 @@ def check_x_leaves(x: Any, operator: str) -> None:
     Raises:
         InvalidInputError: naming the leaf, its dtype and the cast to make.
     """
-    for path, leaf in _named_leaves(x, "x"):
+    for path, leaf in named_leaves(x, "x"):
         family = family_of(leaf)
         if family is not None:
             _refuse_storage_format(family, get_family(family).describe_dtype(leaf.dtype), path, operator)
@@ -521,7 +532,7 @@ def check_tangent_dtypes(tangents: Sequence[Any], label: str) -> None:
     for index, tangent in enumerate(tangents):
         name = f"{label}[{index}]"
         check_array_kinds(tangent, name)
-        for path, leaf in _named_leaves(tangent, name):
+        for path, leaf in named_leaves(tangent, name):
             family = family_of(leaf)
             if family is None:
                 continue

@@ -119,8 +119,9 @@ def _owned(value: Any, x: Any, values: Sequence[Any]) -> Any:
     """``value`` (``f``'s output, a leaf of its ``aux``, or a product), or a copy of
     it where it shares memory with ``x`` or a context value (or the tangent it
     was computed from: it is one of them, or a view of one): results are the
-    caller's to write, and the arguments are never written. An array ``f`` computed has no base and is none of them: a
-    look at its class and base, nothing more."""
+    caller's to write, and the arguments are never written. An array ``f``
+    computed has no base and is none of them: a look at its class and base,
+    nothing more."""
     if value.__class__ is not np.ndarray:
         return value
     if value.base is None and value is not x:
@@ -314,10 +315,8 @@ class AutogradAdapter(Adapter):
                 cotangent = _numpy(t, y.dtype)
                 if cotangent.shape != y.shape:  # autograd's vjp would broadcast it, silently
                     raise ValueError(f"a cotangent of shape {cotangent.shape} for an output of shape {y.shape}")
-                g = _array(vjp(cotangent), dtype=x.dtype)
                 # a product that is its cotangent (f is linear) is copied
-                shared = g is cotangent or getattr(g, "base", None) is not None
-                products.append(_owned(g, cotangent, ()) if shared else g)
+                products.append(_owned(_array(vjp(cotangent), dtype=x.dtype), cotangent, ()))
             return y, tuple(products)
 
         def value_and_pullback(x: Any, ty: Sequence[Any], *values: Any) -> Any:
@@ -351,10 +350,8 @@ class AutogradAdapter(Adapter):
             for t in tx:
                 tangent = _numpy(t, x.dtype)
                 y, dy = jvp(tangent)
-                dy = _array(dy)
                 # a product that is its tangent (f is linear: the identity, a reshape) is copied
-                shared = dy is tangent or getattr(dy, "base", None) is not None
-                products.append(_owned(dy, tangent, ()) if shared else dy)
+                products.append(_owned(_array(dy), tangent, ()))
             return _owned(_array(y), x, values), tuple(products)
 
         def value_and_pushforward(x: Any, tx: Sequence[Any], *values: Any) -> Any:

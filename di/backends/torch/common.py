@@ -31,8 +31,8 @@ __all__ = [
     "active_transform",
     "addresses",
     "as_dtype",
-    "forward_level",
     "dispatching",
+    "forward_level",
     "inside_transform",
     "leaf",
     "like",
@@ -308,14 +308,9 @@ def owning(program: Program, lead: int, with_value: bool, has_aux: bool, product
             return output
         result, aux = output if has_aux else (output, None)
         if lead == 2 and args[1]:
-            tangents = args[1]
             products = result if products_at is None else result[products_at]
-            if len(tangents) == 1:  # the common case, unrolled
-                p, t = products[0], tangents[0]
-                if p.__class__ is not tensor or (p is not t and p._base is None and t.__class__ is tensor):
-                    products = None
-            if products is not None:
-                owned = owned_products(products, tangents)
+            owned = owned_products(products, args[1])
+            if owned is not products:
                 result = owned if products_at is None else (*result[:products_at], owned)
         if with_value:
             y, values = result[0], args[lead:]

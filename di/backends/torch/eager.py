@@ -418,9 +418,7 @@ def _not_sharing(product: Any, cotangent: Any) -> Any:
     view of it (a linear ``f``: the identity, a reshape), which is the caller's."""
     if product is not cotangent and product._base is None:
         return product
-    if product.untyped_storage().data_ptr() == cotangent.untyped_storage().data_ptr():
-        return product.clone()
-    return product
+    return unshared(product, addresses(cotangent))
 
 
 def _backward(y: Any, alias: Any, cotangent: Any, *, retain: bool, create_graph: bool = False) -> Any:
