@@ -15,6 +15,7 @@
 from __future__ import annotations
 
 import importlib
+import threading
 import warnings
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -227,6 +228,80 @@ def test_finite_difference_steps_follow_the_precision_of_f(dtype_name: str, rtol
         np.testing.assert_allclose(di.hessian(square_sum, backend, x), 2 * np.eye(3), atol=1e-2)
         np.testing.assert_allclose(di.hvp(square_sum, backend, x, (np.ones(3),))[0], 2 * np.ones(3), rtol=1e-2)
         np.testing.assert_allclose(di.second_derivative(cube, backend, np.array(1.5)), 6 * 1.5, rtol=1e-2)
+
+
+def _exp_in(x: Any, precision: str) -> Any:
+    xp = di.array_namespace(x)
+    y = xp.sum(xp.exp(x))
+    return xp.astype(y, xp.float32) if precision == "single" else y
+
+
+def test_finite_difference_steps_follow_each_calls_precision() -> None:
+    """A call's steps follow its own f's output, whatever the calls before it: one
+    float32 call left a prep's steps at float32's for good (the hessian of a float64
+    f went from 1.3e-7 to 1.8e-4 off), and the steps a prep learned in one thread
+    were another thread's."""
+    backend, x = di.AutoFiniteDiff(), np.array([0.5, 1.0])
+    double, single = di.Constant("double"), di.Constant("single")
+    cases = [
+        (di.prepare_hessian, di.hessian, lambda r: np.diag(r), ()),
+        (di.prepare_hvp, di.hvp, lambda r: r[0], ((np.array([1.0, 1.0]),),)),
+        (di.prepare_gradient, di.gradient, lambda r: r, ()),
+    ]
+    for prepare, operator, read, tangents in cases:
+        prep = prepare(_exp_in, backend, x, *tangents, double)
+        fresh = read(operator(_exp_in, backend, x, *tangents, double))
+        operator(_exp_in, prep, backend, x, *tangents, single)
+        after = read(operator(_exp_in, prep, backend, x, *tangents, double))
+        np.testing.assert_array_equal(after, fresh)
+        np.testing.assert_allclose(after, np.exp(x), rtol=1e-6)
+        np.testing.assert_allclose(read(operator(_exp_in, prep, backend, x, *tangents, single)), np.exp(x), rtol=1e-2)
+
+    prep = di.prepare_gradient(_exp_in, backend, x, double)
+    results: dict[str, Any] = {}
+
+    def run(precision: str) -> None:
+        for _ in range(200):
+            results[precision] = di.gradient(_exp_in, prep, backend, x, di.Constant(precision))
+            if precision == "double":
+                np.testing.assert_allclose(results[precision], np.exp(x), rtol=1e-9)
+
+    threads = [threading.Thread(target=run, args=(p,)) for p in ("double", "single")]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    np.testing.assert_allclose(results["double"], np.exp(x), rtol=1e-9)
+
+
+def test_finite_difference_steps_along_a_tangent_follow_the_coordinates_it_moves() -> None:
+    """A pushforward or hvp along one coordinate takes that coordinate's step, as the
+    jacobian and hessian do: the step followed the largest |x_i| of all, so at x =
+    [1e4, 1] the hvp of sum(sin) along e_2 read -0.6475 (exact -0.8415) and at [1e6, 1]
+    -0.0030, the pushforward -0.0201 (exact 0.5403)."""
+
+    def sines(x: Any) -> Any:
+        xp = di.array_namespace(x)
+        return xp.sum(xp.sin(x))
+
+    def each_sine(x: Any) -> Any:
+        return di.array_namespace(x).sin(x)
+
+    second = di.SecondOrder(di.AutoFiniteDiff(), di.AutoFiniteDiff())
+    for x in (np.array([1e4, 1.0]), np.array([1e6, 1.0])):
+        along = (np.array([0.0, 1.0]),)
+        exact_hvp, exact_tangent = np.array([0.0, -np.sin(1.0)]), np.array([0.0, np.cos(1.0)])
+        for backend, rtol in ((di.AutoFiniteDiff(), 1e-6), (second, 1e-4)):
+            np.testing.assert_allclose(di.hvp(sines, backend, x, along)[0], exact_hvp, rtol=rtol, atol=1e-6)
+        np.testing.assert_allclose(di.pushforward(sines, di.AutoFiniteDiff(), x, along)[0], np.cos(1.0), rtol=1e-8)
+        np.testing.assert_allclose(
+            di.pushforward(each_sine, di.AutoFiniteDiff(), x, along)[0], exact_tangent, rtol=1e-8, atol=1e-8
+        )
+    # a tangent moving both coordinates gets both derivatives, with the large one's
+    # step (the step the jacobian takes for it; one step serves both, a compromise)
+    x, both = np.array([1e4, 1.0]), (np.array([1.0, 1.0]),)
+    expected = np.cos(x[0]) + np.cos(x[1])
+    np.testing.assert_allclose(di.pushforward(sines, di.AutoFiniteDiff(), x, both)[0], expected, rtol=5e-3)
 
 
 # --- aux ------------------------------------------------------------------------------------------------

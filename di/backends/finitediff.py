@@ -1,21 +1,24 @@
 """NumPy finite differences: central (default) or forward, evaluated in float64.
 
 First order: coordinate ``i`` moves by ``h_i = step * max(1, |x_i|)``, rounded so
-that ``x_i + h_i`` is exact; a pushforward along ``t`` moves by
-``step * max(1, max|x|) / max|t|``. Second order takes central differences of
+that ``x_i + h_i`` is exact; a pushforward along ``t`` moves by ``h * t``, with ``h``
+such that the coordinate ``t`` weighs most in (``|t_i| max(1, |x_i|)`` largest)
+moves as it would alone (:func:`_directional_step`). Second order takes central differences of
 these gradients (never forward over forward, which loses accuracy), with the
 larger step ``eps**(1/4)``. Any ``f`` works: one evaluation per perturbed point,
 with no assumption that ``f`` broadcasts over a batch.
 
 ``eps`` is float64's unless ``f`` returns a coarser float (an ``f`` that computes
 in float32 or float16): the steps then follow its output's precision, since a
-float64 step would difference away all of float32's digits. A prep learns that
-precision from ``f``'s first output and computes that call again with its steps.
+float64 step would difference away all of float32's digits. Each call's steps
+follow the precision of its own ``f``'s output: a call starts from the precision
+last seen in its thread and computes again when its first output has another.
 """
 
 from __future__ import annotations
 
 import math
+import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -62,6 +65,17 @@ def _steps(flat: Any, step: float) -> Any:
     return (flat + h) - flat  # exactly representable
 
 
+def _directional_step(step: float, point: Any, t: Any, t_scale: float) -> float:
+    """The step ``h`` of a difference along ``t`` (``point`` moves by ``h * t``):
+    the coordinate ``t`` weighs most in, by ``|t_i| max(1, |x_i|)``, moves by
+    ``step * max(1, |x_i|)`` (by ``t_scale = max|t|`` when ``t`` weighs all
+    coordinates alike), as it would along its own axis; so a tangent along one
+    coordinate takes that coordinate's step, whatever the scale of the others."""
+    weighted = np.maximum(np.abs(point), 1.0)
+    weighted *= np.abs(t)
+    return step * float(weighted.max()) / (t_scale * t_scale)
+
+
 def _largest_magnitude(a: Any) -> float:
     """``max(|a|)`` as a float, 0 for an empty array (NaN propagates). The
     method, not ``np.max``: a microsecond less per call, which is most of it at
@@ -79,6 +93,19 @@ def _shape_changed(backend: Any, operator: str, first: tuple[int, ...], later: t
     )
 
 
+class _Precision(threading.local):
+    """The precision of ``f``'s output as last seen in this thread (``eps``) and the
+    steps it calls for. Per thread: one call's steps never come from another's."""
+
+    def __init__(self, selector: AutoFiniteDiff) -> None:
+        self.selector = selector
+        self.set(_EPS)
+
+    def set(self, eps: float) -> None:
+        self.eps = eps
+        self.first_step, self.second_step = relative_step(self.selector, eps), eps**0.25
+
+
 class _Evaluator:
     """Evaluates ``f`` in float64 on numpy inputs and checks what it returns."""
 
@@ -94,9 +121,7 @@ class _Evaluator:
     ):
         self.backend = adapter.backend
         self.selector = adapter.selector
-        # The precision of f's outputs as far as seen, and the steps it calls for.
-        self.eps = _EPS
-        self.first_step, self.second_step = relative_step(self.selector), _EPS**0.25
+        self.precision = _Precision(self.selector)
         self.has_aux = has_aux
         self.f_with_aux = f
         self.f = value_only(f, self.backend, operator) if has_aux else f
@@ -106,22 +131,23 @@ class _Evaluator:
         self.number: Callable[[Any], float] = float
 
     def learn(self, y: Any) -> None:
-        """Take the precision of ``f``'s output ``y`` into the steps when it is
-        coarser than any seen (an ``f`` that computes in float32 or float16)."""
-        eps = output_eps(y)
-        if eps > self.eps:
-            self.eps = eps
-            self.first_step, self.second_step = relative_step(self.selector, eps), eps**0.25
+        """Take the precision of ``f``'s output ``y`` into the steps when it differs
+        from the one they follow (an ``f`` that computes in float32 or float16, or
+        in float64 after one that did)."""
+        eps, precision = output_eps(y), self.precision
+        if eps != precision.eps:
+            precision.set(eps)
 
     def settled(self, programs: Programs) -> Programs:
-        """``programs``, each computed again when ``f``'s output turned out coarser
-        than the steps it used assumed (once in a prep's life)."""
+        """``programs``, each computed again when ``f``'s output turned out to have
+        another precision than the steps it used assumed."""
 
         def settling(program: Program) -> Program:
             def run(*args: Any) -> Any:
-                eps = self.eps
+                precision = self.precision
+                eps = precision.eps
                 result = program(*args)
-                return result if self.eps == eps else program(*args)
+                return result if precision.eps == eps else program(*args)
 
             return run
 
@@ -141,6 +167,8 @@ class _Evaluator:
         y = self.f(point, *values)
         if y.__class__ is not float and y.__class__ is not np.float64:
             self.learn(y)
+        elif self.precision.eps != _EPS:  # float64 after a coarser output
+            self.precision.set(_EPS)
         if _is_float_scalar(y):
             self.number = float  # the common case, told without the full check
             return float(y)
@@ -173,6 +201,8 @@ class _Evaluator:
     def checked_array(self, y: Any, operator: str, copy: bool = True) -> Any:
         """``f``'s output ``y`` checked and in float64 (a copy unless ``copy=False``)."""
         if y.__class__ is np.ndarray and y.dtype is _FLOAT64:  # the common case
+            if self.precision.eps != _EPS:  # float64 after a coarser output
+                self.precision.set(_EPS)
             return np.array(y) if copy else y
         self.learn(y)
         if y.__class__ is np.ndarray and y.dtype.kind == "f":
@@ -247,17 +277,18 @@ class FiniteDiffAdapter(Adapter):
         central = self.selector.method == "central"
         if not central and y0 is None:
             y0 = evaluator.scalar(point, values, operator)
-        flat, eps = point.reshape(-1), evaluator.eps
+        precision = evaluator.precision
+        flat, eps = point.reshape(-1), precision.eps
         # Python floats: indexing lists is cheaper than numpy scalars, and the
         # arithmetic is the same IEEE double arithmetic, so results are identical.
-        coordinates, steps = flat.tolist(), _steps(flat, evaluator.first_step).tolist()
+        coordinates, steps = flat.tolist(), _steps(flat, precision.first_step).tolist()
         g = [0.0] * flat.size
         f, values = evaluator.f, tuple(values)
         for i, (xi, hi) in enumerate(zip(coordinates, steps)):
             flat[i] = xi + hi
             if i == 0:  # the first evaluation checks f's output; the rest are read as it was
                 up, number = evaluator.scalar(point, values, operator), evaluator.number
-                if evaluator.eps != eps:  # a coarser output than the steps assumed: again, with its steps
+                if precision.eps != eps:  # another precision than the steps assumed: again, with its steps
                     flat[i] = xi
                     return self._gradient(evaluator, point, values, y0, operator)
             else:
@@ -304,7 +335,7 @@ class FiniteDiffAdapter(Adapter):
             scale = _largest_magnitude(t)
             if scale == 0.0:
                 return np.zeros_like(array(point, values, operator) if y0 is None else y0)
-            h = evaluator.first_step * max(1.0, _largest_magnitude(point)) / scale
+            h = _directional_step(evaluator.precision.first_step, point, t, scale)
             # np.asarray: a 0-d point +- h*t would otherwise be a numpy scalar. The last
             # evaluation's output needs no copy (nothing runs f after it: a buffer f
             # returns keeps its value); the first one's does when another follows.
@@ -366,7 +397,7 @@ class FiniteDiffAdapter(Adapter):
             flat = point.reshape(-1)
             at_point = with_value or not central or has_aux or flat.size == 0
             y0, aux = evaluator.array_at_point(point, values, operator) if at_point else (None, None)
-            steps = _steps(flat, evaluator.first_step).tolist()
+            steps = _steps(flat, evaluator.precision.first_step).tolist()
             # One row (an output of f's shape) per coordinate: contiguous writes, transposed
             # once at the end. Every output must have the first one's shape: numpy would
             # broadcast a one-element output into the row without a word.
@@ -458,7 +489,7 @@ class FiniteDiffAdapter(Adapter):
                 if scale == 0.0:
                     results.append(np.zeros(point.shape, dtype=caller.dtype))
                     continue
-                h = evaluator.second_step * max(1.0, _largest_magnitude(point)) / scale
+                h = _directional_step(evaluator.precision.second_step, point, t, scale)
                 # np.array: a 0-d point +- h*t would otherwise be a numpy scalar, not a view-able array
                 up = self._gradient(evaluator, np.array(point + h * t), values, None, "hvp")
                 down = self._gradient(evaluator, np.array(point - h * t), values, None, "hvp")
@@ -486,7 +517,7 @@ class FiniteDiffAdapter(Adapter):
         def hessian_at(point: Any, values: Sequence[Any]) -> Any:
             """Central differences of gradients along each coordinate, symmetrised (float64)."""
             flat = point.reshape(-1)
-            h = _steps(flat, evaluator.second_step)
+            h = _steps(flat, evaluator.precision.second_step)
             hessian = np.empty((flat.size, flat.size))
             for i in range(flat.size):
                 xi = flat[i]
@@ -523,8 +554,9 @@ class FiniteDiffAdapter(Adapter):
             caller, point, values = evaluator.inputs(x, values)
             x0 = float(point)
             y0 = evaluator.array(point, values, "second_derivative")
-            h1 = float(_steps(np.array([x0]), evaluator.first_step)[0])
-            h2 = float(_steps(np.array([x0]), evaluator.second_step)[0])
+            precision = evaluator.precision
+            h1 = float(_steps(np.array([x0]), precision.first_step)[0])
+            h2 = float(_steps(np.array([x0]), precision.second_step)[0])
             up1 = evaluator.array(np.asarray(x0 + h1), values, "second_derivative")
             down1 = evaluator.array(np.asarray(x0 - h1), values, "second_derivative")
             up2 = evaluator.array(np.asarray(x0 + h2), values, "second_derivative")
@@ -540,7 +572,7 @@ class FiniteDiffAdapter(Adapter):
             caller, point, values = evaluator.inputs(x, values)
             x0 = float(point)
             y0 = evaluator.array(point, values, "second_derivative")
-            h2 = float(_steps(np.array([x0]), evaluator.second_step)[0])
+            h2 = float(_steps(np.array([x0]), evaluator.precision.second_step)[0])
             up2 = evaluator.array(np.asarray(x0 + h2), values, "second_derivative")
             down2 = evaluator.array(np.asarray(x0 - h2), values, "second_derivative")
             return np.asarray((up2 - 2 * y0 + down2) / (h2 * h2), dtype=caller.dtype)  # no first derivative
