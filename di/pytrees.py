@@ -31,6 +31,7 @@ __all__ = [
     "is_pytree",
     "leaf_paths",
     "nesting_depth",
+    "register_traced_cast",
     "tree_flatten",
     "tree_leaves",
     "tree_map",
@@ -618,9 +619,22 @@ def _cast_like(leaf: Any, dtype: Any) -> Any:
     if _dtype_name(leaf.dtype) == name:
         return leaf
     family = family_of(leaf)
-    if family is None:  # a traced value: its own astype
-        return leaf.astype(name)
+    if family is None:  # a traced value: its engine's cast, else its own astype
+        cast = _TRACED_CASTS.get(leaf.__class__)
+        return leaf.astype(name) if cast is None else cast(leaf, name)
     return get_family(family).astype(leaf, name)
+
+
+_TRACED_CASTS: dict[type, Callable[[Any, str], Any]] = {}
+
+
+def register_traced_cast(cls: type, cast: Callable[[Any, str], Any]) -> None:
+    """Make ``cast(value, dtype_name)`` the cast of ``cls``'s values when a pytree's
+    leaves are rebuilt in their own dtypes: an engine's traced values that belong
+    to no array family (boxes around NumPy arrays), whose own ``astype`` the engine may not
+    differentiate in every mode. The engine's adapter registers it when its module
+    is imported."""
+    _TRACED_CASTS[cls] = cast
 
 
 def _dtype_name(dtype: Any) -> str:

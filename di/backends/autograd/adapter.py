@@ -21,13 +21,25 @@ from di.backends.transforms import Composition
 from di.contexts import Context
 from di.families import converter, family_of, identity
 from di.prep.signature import TracedType, register_traced_type
-from di.pytrees import tree_map
+from di.pytrees import register_traced_cast, tree_map
 
 __all__ = ["AutogradAdapter"]
 
 # Inside an outer autograd transform (autograd.grad of a function calling di), x is a box:
 # AutoAutograd nests its transforms (second derivatives), and other backends refuse it.
 register_traced_type(TracedType(ArrayBox, "autograd", "autograd.grad", getval))
+
+
+def _cast(value: Any, dtype_name: str) -> Any:
+    """A box cast by the array namespace's ``astype``, which autograd differentiates
+    in both modes (its own ``astype`` has no forward rule): a pytree's leaves of
+    other dtypes are rebuilt so inside forward mode."""
+    from di.backends.autograd.namespace import astype  # built on first use, as di.array_namespace does
+
+    return astype(value, dtype_name)
+
+
+register_traced_cast(ArrayBox, _cast)
 
 _CONVERSIONS = (("float()", "float()"), ("'item'", ".item()"), ("'tolist'", ".tolist()"), ("int()", "int()"))
 
