@@ -488,3 +488,47 @@ def test_the_value_of_the_combined_forms_is_an_array_of_xs_family_and_dtype(
             assert tuple(y.shape) == ()
             np.testing.assert_allclose(float(y), np.sum(xs[1:] * xs[:-1]) + np.sum(xs**3), rtol=1e-5)
             np.testing.assert_allclose(np.asarray(v), xs[1:] * xs[:-1], rtol=1e-5)
+
+
+_TRACERS = [di.TracerSparsity(), di.TracerSparsity(method="arrays"), di.LocalTracerSparsity()]
+
+
+def _pick(x: Any, k: Any) -> Any:
+    return x * x[k]
+
+
+def _picked_energy(x: Any, k: Any) -> Any:
+    xp = di.array_namespace(x)
+    return xp.sum(x * x[k])
+
+
+@pytest.mark.parametrize("sparsity", _TRACERS, ids=repr)
+@pytest.mark.parametrize(
+    "dense", [di.AutoJAX(), di.AutoJAX(jit=True), di.AutoFiniteDiff()], ids=["jax", "jax-jit", "finitediff"]
+)
+def test_a_new_static_context_value_is_detected_again(dense: di.AbstractBackend, sparsity: Any) -> None:
+    # x * x[k] depends on column k: a pattern detected for k = 0 misses column 2 at k = 2.
+    backend = di.AutoSparse(dense, sparsity=sparsity)
+    x = np.array([1.0, 2.0, 3.0])
+    prep = di.prepare_jacobian(_pick, backend, np.ones(3), di.Constant(0))
+    hessian_prep = di.prepare_hessian(_picked_energy, backend, np.ones(3), di.Constant(0))
+    for k in (2, 0, 2):
+        expected = np.asarray(di.jacobian(_pick, di.AutoJAX(), x, di.Constant(k)))
+        got = di.jacobian(_pick, prep, backend, x, di.Constant(k)).toarray()
+        np.testing.assert_allclose(got, expected, atol=1e-6)
+        expected = np.asarray(di.hessian(_picked_energy, di.AutoJAX(), x, di.Constant(k)))
+        got = di.hessian(_picked_energy, hessian_prep, backend, x, di.Constant(k)).toarray()
+        np.testing.assert_allclose(got, expected, atol=1e-4)
+    assert prep.sparsity.nnz == 5  # the prepared value's pattern: [[1, 0, 0], [1, 1, 0], [1, 0, 1]]
+
+
+@pytest.mark.parametrize("sparsity", _TRACERS[:2], ids=repr)
+def test_a_traced_int_context_used_as_an_index_is_unknown_to_the_global_tracers(sparsity: Any) -> None:
+    backend = di.AutoSparse(di.AutoJAX(), sparsity=sparsity)
+    x = np.array([1.0, 2.0, 3.0])
+    prep = di.prepare_jacobian(_pick, backend, np.ones(3), di.Constant(0, static=False))
+    assert prep.sparsity.toarray().all() and len(prep.info.notes) == 1
+    for k in (2, 1):
+        expected = np.asarray(di.jacobian(_pick, di.AutoJAX(), x, di.Constant(k)))
+        got = di.jacobian(_pick, prep, backend, x, di.Constant(k, static=False)).toarray()
+        np.testing.assert_allclose(got, expected)

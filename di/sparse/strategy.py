@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -35,10 +36,12 @@ from di.backends.protocol import (
     OPERATOR_FAMILIES,
     Adapter,
     Programs,
+    counting_static_values,
     is_real_floating_array,
     is_real_scalar,
     is_static_context,
     raise_bad_output,
+    static_positions,
 )
 from di.backends.registry import get_adapter
 from di.backends.selectors import AbstractBackend, AutoSparse
@@ -170,8 +173,10 @@ class SparseSource(ProgramSource):
                 f"output alone. Compute aux separately, or use the dense backend {self.selector.dense!r}."
             )
         compiled = self.adapter.compiled_twin()
-        if compiled is None or any(is_static_context(c) for c in contexts):
+        if any(is_static_context(c) for c in contexts):
             # Static contexts stay eager: compiled in, each new value would be a new compile.
+            return self._per_static_value(operator, f, x, contexts)
+        if compiled is None:
             return self._colored(operator, f, x, contexts)
         self.dense = compiled
         try:
@@ -184,6 +189,42 @@ class SparseSource(ProgramSource):
         note = f"the products run eagerly: {self.backend.dense!r} could not compile f ({reason})"
         self.info = dataclasses.replace(self.info, notes=(*self.info.notes, note))
         return programs
+
+    def _per_static_value(self, operator: str, f: Callable[..., Any], x: Any, contexts: Sequence[Context]) -> Programs:
+        """Programs keyed on the values of the static contexts: ``f`` sees them as
+        constants (``x[k]`` with a static ``k`` reads one element), so the pattern,
+        its coloring and the products hold for those values only. A call with new
+        static values detects and colors again, at that call's ``x``, once per
+        value (as a compiled backend compiles again); ``prep.info`` describes the
+        prepared values."""
+        positions = static_positions(contexts, self.backend)
+
+        def key(values: Sequence[Any]) -> tuple[Any, ...]:
+            return tuple((type(values[i]), values[i]) for i in positions)
+
+        prepared = self._colored(operator, f, x, contexts)
+        by_value = {key([c.value for c in contexts]): prepared}
+        lock = threading.Lock()
+
+        def for_values(x: Any, values: Sequence[Any]) -> Programs:
+            found = by_value.get(key(values))
+            if found is not None:
+                return found
+            with lock:
+                if key(values) not in by_value:
+                    again = [fallbacks.rewrap_context(c, v) for c, v in zip(contexts, values)]
+                    info = self.info
+                    by_value[key(values)] = self._colored(operator, f, x, again)
+                    self.info = info
+            return by_value[key(values)]
+
+        def dispatch(name: str) -> Callable[..., Any]:
+            def program(x: Any, *values: Any) -> Any:
+                return for_values(x, values)[name](x, *values)
+
+            return counting_static_values(program, positions, self.backend)
+
+        return {name: dispatch(name) for name in prepared}
 
     def _colored(self, operator: str, f: Callable[..., Any], x: Any, contexts: Sequence[Context]) -> Programs:
         if is_pytree(x):

@@ -39,13 +39,14 @@ def _input(x: Any, tape: Tape) -> Traced:
 
 
 def _context(context: Context, tape: Tape) -> Any:
-    """Static contexts as they are; the others as values without dependencies,
-    unknown to the global tracer (its pattern holds for every context value)."""
+    """Static contexts as they are; the others (numbers and arrays) as values
+    without dependencies, unknown to the global tracer (its pattern holds for
+    every context value: an index among them reads the whole indexed array)."""
     value = context.value
     if is_static_context(context):
         return value
     array = _to_numpy(value)
-    if isinstance(array, (float, np.ndarray, np.generic)):
+    if isinstance(array, (int, float, np.ndarray, np.generic)):
         return Traced(np.asarray(array), None, None, tape.local, tape)
     return value
 

@@ -59,6 +59,10 @@ def _abstract(value: Any, x_dtype: Any) -> Any:
 
     if isinstance(value, float):
         return jax.ShapeDtypeStruct((), x_dtype)
+    if isinstance(value, bool):
+        return jax.ShapeDtypeStruct((), np.bool_)
+    if isinstance(value, int):
+        return jax.ShapeDtypeStruct((), np.int64 if x_dtype == np.float64 else np.int32)
     dtype = np.dtype(str(value.dtype).replace("torch.", "").replace("bfloat16", "float32"))
     return jax.tree_util.tree_map(lambda leaf: jax.ShapeDtypeStruct(tuple(leaf.shape), dtype), value)
 
