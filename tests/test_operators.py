@@ -487,6 +487,50 @@ def test_same_point_preparation(backend: Any) -> None:
         di.hvp(cubic, prep, backend, X * 2, (v,), di.Constant(A))
 
 
+def quartic_tree(x: Any, c: Any) -> Any:
+    xp = array_api_compat.array_namespace(x["u"])
+    return xp.sum(c["a"] * x["u"] ** 4) / 4
+
+
+@pytest.mark.parametrize("backend", SECOND_ORDER_BACKENDS, ids=backend_id)
+def test_same_point_preps_copy_and_compare_a_pytree_point(backend: Any) -> None:
+    """A dict x or dict Constant changed in place is refused (it was taken with the
+    prepared answer, or raised NumPy's ValueError for an equal new dict); an equal
+    new dict computes. At u = [1, 2], a = [1, 1]: gradient a u^3 = [1, 8], Hessian
+    diag(3 a u^2) = diag(3, 12)."""
+    tol = tolerance(backend, 2)
+
+    def point() -> tuple[dict[str, Any], dict[str, Any]]:
+        return {"u": np.array([1.0, 2.0])}, {"a": np.array([1.0, 1.0])}
+
+    t = ({"u": np.array([1.0, 0.0])},)
+    x, c = point()
+    prep = di.prepare_hvp_same_point(quartic_tree, backend, x, t, di.Constant(c))
+    x["u"][0] = 2.0  # at u = [2, 2] the answer is [12, 0]
+    with pytest.raises(di.PreparationMismatchError, match="same_point"):
+        di.hvp(quartic_tree, prep, backend, x, t, di.Constant(c))
+    x, c = point()
+    c["a"][0] = 2.0  # with a = [2, 1] the answer is [6, 0]
+    with pytest.raises(di.PreparationMismatchError, match="same_point"):
+        di.hvp(quartic_tree, prep, backend, x, t, di.Constant(c))
+    x, c = point()
+    np.testing.assert_allclose(di.hvp(quartic_tree, prep, backend, x, t, di.Constant(c))[0]["u"], [3.0, 0.0], atol=tol)
+
+    ty = (np.array(2.0),)
+    x, c = point()
+    prep = di.prepare_pullback_same_point(quartic_tree, backend, x, ty, di.Constant(c))
+    x["u"][1] = 3.0
+    with pytest.raises(di.PreparationMismatchError, match="same_point"):
+        di.pullback(quartic_tree, prep, backend, x, ty, di.Constant(c))
+    x, c = point()
+    c["a"][1] = 0.0
+    with pytest.raises(di.PreparationMismatchError, match="same_point"):
+        di.pullback(quartic_tree, prep, backend, x, ty, di.Constant(c))
+    x, c = point()
+    gradient = di.pullback(quartic_tree, prep, backend, x, ty, di.Constant(c))[0]["u"]
+    np.testing.assert_allclose(gradient, [2.0, 16.0], rtol=tol, atol=tol)
+
+
 # --- torch with Cache: reverse-mode routes --------------------------------------------------
 
 

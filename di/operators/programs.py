@@ -19,7 +19,7 @@ from di.backends.fallbacks import with_aux
 from di.backends.source import ProgramSource
 from di.contexts import Constant, Context
 from di.errors import InvalidInputError, UnsupportedOperatorError
-from di.families import converter, family_of, get_family, identity
+from di.families import converter, families, family_of, get_family, identity
 from di.operators.table import Operator
 from di.prep.base import finished, split_finish
 from di.prep.signature import checks_arguments, tracing
@@ -477,7 +477,8 @@ def _graph_point_error(library: str) -> UnsupportedOperatorError:
 
 def same_point_check(x: Any, contexts: Sequence[Any]) -> Callable[[Any, Sequence[Any]], bool]:
     """A by-value check that a call is at the prepared point (``x`` and every
-    ``Constant``), for same-point preps. Holds NumPy copies of the point.
+    ``Constant``), for same-point preps. Holds NumPy copies of the point: of an
+    array, or of each array leaf of a pytree, whose structure it keeps too.
 
     Examples:
         >>> import numpy as np
@@ -485,6 +486,11 @@ def same_point_check(x: Any, contexts: Sequence[Any]) -> Callable[[Any, Sequence
         >>> at_point = same_point_check(np.ones(2), ())
         >>> at_point(np.ones(2), ()), at_point(np.zeros(2), ())
         (True, False)
+        >>> point = {"w": np.ones(2)}
+        >>> at_point = same_point_check(point, ())
+        >>> point["w"][0] = 2.0  # changed in place: the copy keeps the prepared values
+        >>> at_point(point, ()), at_point({"w": np.ones(2)}, ())
+        (False, True)
     """
 
     def snapshot(value: Any) -> Any:
@@ -493,7 +499,8 @@ def same_point_check(x: Any, contexts: Sequence[Any]) -> Callable[[Any, Sequence
             raise _traced_point_error(transform)
         family = family_of(value)
         if family is None:
-            return value
+            tree = _tree_of(value)
+            return value if tree is None else _Snapshot(tree[0], [snapshot(leaf) for leaf in tree[1]])
         if get_family(family).records_graph(value):
             raise _graph_point_error(get_family(family).display)
         return np.array(converter(family, "numpy")(value), copy=True)
@@ -507,9 +514,43 @@ def same_point_check(x: Any, contexts: Sequence[Any]) -> Callable[[Any, Sequence
             if transform:  # (an engine's traced value that is no array: autograd's boxes)
                 raise _traced_point_error(transform)
             return family_of(a) is not None and np.array_equal(snapshot(a), b, equal_nan=True)
-        return bool(a == b)
+        if isinstance(b, _Snapshot):
+            tree = _tree_of(a) if family_of(a) is None else None
+            return (
+                tree is not None
+                and tree[0] == b.structure
+                and all(equal(leaf, held) for leaf, held in zip(tree[1], b.leaves, strict=True))
+            )
+        try:
+            return bool(a == b)
+        except (TypeError, ValueError):  # an object whose == gives no truth value
+            return False
 
     def at_point(x: Any, given: Sequence[Any]) -> bool:
         return equal(x, x_copy) and all(equal(given[i].value, value) for i, value in constants)
 
     return at_point
+
+
+class _Snapshot:
+    """A same-point prep's copy of a pytree: its structure and a copy of each leaf."""
+
+    __slots__ = ("leaves", "structure")
+
+    def __init__(self, structure: Any, leaves: list[Any]) -> None:
+        self.structure = structure
+        self.leaves = leaves
+
+
+def _tree_of(value: Any) -> tuple[Any, list[Any]] | None:
+    """``(structure, leaves)`` of a container (``optree``'s, or one that an array
+    library registers: its type and leaf count then stand for its structure);
+    ``None`` for a single value."""
+    leaves, spec = tree_flatten(value)
+    if not spec.is_leaf():
+        return spec, leaves
+    for family in families():
+        foreign = family.foreign_leaves(value)
+        if foreign is not None:
+            return (family.name, type(value), len(foreign)), foreign
+    return None
