@@ -244,3 +244,54 @@ def test_torch_compile_of_a_vmap_and_the_refusal_inside_a_differentiating_transf
     # dynamo wraps the di error it meets while tracing; its message is the di error's
     with pytest.raises(Exception, match=r"inside a torch\.func grad transform.*outside torch\.compile"):
         torch.compile(func.grad(g), fullgraph=True, backend="eager")(t32(X))
+
+
+def _bfloat16_square_sum(x: Any) -> Any:
+    xp = di.array_namespace(x)
+    return xp.sum(xp.square(x))
+
+
+def _bfloat16_square(x: Any) -> Any:
+    xp = di.array_namespace(x)
+    return xp.square(x)
+
+
+def _bfloat16_tree_sum(x: Any) -> Any:
+    xp = di.array_namespace(x["a"])
+    return xp.sum(xp.square(x["a"])) + xp.sum(xp.square(x["b"]))
+
+
+def test_a_numpy_bfloat16_x_comes_back_in_bfloat16_from_torch() -> None:
+    """torch computes in bfloat16; its results reach a NumPy caller as ml_dtypes'
+    bfloat16 (they came back float32, and an out= in bfloat16 was refused)."""
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    bf16 = np.dtype(ml_dtypes.bfloat16)
+    backend = di.AutoTorch()
+    x, t = np.array([0.5, 1.25], dtype=bf16), np.array([1.0, 2.0], dtype=bf16)
+
+    def check(result: Any, expected: list[Any] | float) -> None:
+        assert isinstance(result, np.ndarray) and result.dtype == bf16
+        np.testing.assert_array_equal(result.astype(np.float64), expected)
+
+    check(di.gradient(_bfloat16_square_sum, backend, x), [1.0, 2.5])
+    value, grad = di.value_and_gradient(_bfloat16_square_sum, backend, x)
+    check(value, 1.8125)
+    check(grad, [1.0, 2.5])
+    check(di.hessian(_bfloat16_square_sum, backend, x), [[2.0, 0.0], [0.0, 2.0]])
+    (hvp,) = di.hvp(_bfloat16_square_sum, backend, x, (t,))
+    check(hvp, [2.0, 4.0])
+    (pullback,) = di.pullback(_bfloat16_square, backend, x, (t,))
+    check(pullback, [1.0, 5.0])
+    (pushforward,) = di.pushforward(_bfloat16_square, backend, x, (t,))
+    check(pushforward, [1.0, 5.0])
+    check(di.derivative(_bfloat16_square, backend, np.array(1.5, dtype=bf16)), 3.0)
+    tree = di.gradient(_bfloat16_tree_sum, backend, {"a": x, "b": np.array([2.0], dtype=np.float32)})
+    check(tree["a"], [1.0, 2.5])
+    assert tree["b"].dtype == np.float32
+    np.testing.assert_array_equal(tree["b"], [4.0])
+    out = np.empty(2, dtype=bf16)
+    assert di.gradient(_bfloat16_square_sum, backend, x, out=out) is out
+    check(out, [1.0, 2.5])
+    out = np.empty((2, 2), dtype=bf16)
+    assert di.hessian(_bfloat16_square_sum, backend, x, out=out) is out
+    check(out, [[2.0, 0.0], [0.0, 2.0]])

@@ -39,6 +39,17 @@ def transform_of(tensor: Any) -> str:
     return innermost_transform() or "a torch.func transform"
 
 
+def _bfloat16_to_numpy(tensor: Any) -> np.ndarray:
+    """A bfloat16 CPU tensor as a NumPy array of ml_dtypes' bfloat16, by its bits
+    (as :meth:`TorchFamily.from_numpy` takes one); in float32 where ml_dtypes is
+    not installed (NumPy itself has no bfloat16)."""
+    try:
+        import ml_dtypes
+    except ImportError:
+        return tensor.float().numpy()  # type: ignore[no-any-return]
+    return tensor.view(sys.modules["torch"].int16).numpy().view(ml_dtypes.bfloat16)  # type: ignore[no-any-return]
+
+
 class TorchFamily(Family):
     """torch tensors. NumPy converts both ways without copying (``from_numpy``,
     ``.numpy()``); tensors on an accelerator reach another DLPack library
@@ -57,8 +68,8 @@ class TorchFamily(Family):
         except (RuntimeError, TypeError):  # it requires grad, is on a device, has a conj/neg bit, is bfloat16
             pass
         tensor = value.detach().cpu().resolve_conj().resolve_neg()
-        if tensor.dtype is sys.modules["torch"].bfloat16:  # NumPy has no bfloat16
-            tensor = tensor.float()
+        if tensor.dtype is sys.modules["torch"].bfloat16:
+            return _bfloat16_to_numpy(tensor)
         return tensor.numpy()  # type: ignore[no-any-return]
 
     def from_numpy(self, array: np.ndarray) -> Any:
