@@ -119,6 +119,26 @@ def test_float64_is_kept_under_x64(inner: di.AbstractBackend) -> None:
     close(grad, expected, rtol, 1e-9)
 
 
+def test_float64_arrays_outside_x64_are_prepared_again_in_float32(inner: di.AbstractBackend) -> None:
+    """A float64 array made inside jax.enable_x64 and differentiated outside it
+    reaches g's callbacks in float32, as JAX computes there: a prep of its own,
+    not the float64 one of the call inside the scope (whose PreparationMismatchError
+    JAX raised wrapped in its own runtime error)."""
+    g = di.DifferentiateWith(loss, inner, di.Constant(DATA))
+    with jax.enable_x64(True):
+        x, data = jnp.asarray(X), jnp.asarray(DATA)
+        inside = jax.grad(g)(x, data)
+    assert inside.dtype == jnp.float64
+    expected = jax.grad(loss)(x, data)
+    for grad in (jax.grad(g)(x, data), jax.jit(jax.grad(g))(x, data), jax.grad(g)(x, data)):
+        assert grad.dtype == jnp.float32
+        close(grad, expected, RTOL, ATOL)
+    value, tangent = jax.jvp(lambda x: g(x, data), (x,), (x,))
+    expected_value, expected_tangent = jax.jvp(lambda x: loss(x, data), (x,), (x,))
+    assert tangent.dtype == jnp.float32
+    close((value, tangent), (expected_value, expected_tangent), RTOL, ATOL)
+
+
 def test_concrete_jax_values_give_f_itself() -> None:
     f = Recorder(wave)
     g = di.DifferentiateWith(f, di.AutoFiniteDiff())

@@ -115,11 +115,21 @@ def _outputs(site: _Site, transpose: bool, mode: str, operands: Sequence[Any]) -
     return [jax.core.ShapedArray((count, *aval.shape), aval.dtype) for aval in avals]
 
 
+def _canonical(array: Any) -> Any:
+    """``array`` in the dtype JAX computes in here (float32 for a float64 array
+    outside ``jax.enable_x64``), as ``jax.pure_callback`` hands it to a callback."""
+    dtype = jax.dtypes.canonicalize_dtype(array.dtype)
+    return array if dtype == array.dtype else array.astype(dtype)
+
+
 def _make(name: str, transpose: bool) -> Primitive:
     primitive = Primitive(name)
     primitive.multiple_results = True
 
     def impl(*operands: Any, site: _Site, mode: str) -> list[Any]:
+        # In the dtypes a callback would receive them in (the site's specs): a float64
+        # array made inside jax.enable_x64 is float32 outside it.
+        operands = tuple(_canonical(a) for a in operands)
         return [jnp.asarray(leaf) for leaf in _linear(site, mode, transpose, *operands)]
 
     def abstract(*operands: Any, site: _Site, mode: str) -> list[Any]:
@@ -257,11 +267,16 @@ class JaxHost(Host):
         leaves = [leaf if isinstance(leaf, jax.Array) else jnp.asarray(leaf) for leaf in leaves]
         positions = g.operand_positions(self, values)
         operands = [values[i] for i in positions]
-        x_specs = [(tuple(leaf.shape), np.dtype(leaf.dtype).name) for leaf in leaves]
-        operand_specs = {i: (tuple(values[i].shape), np.dtype(values[i].dtype).name) for i in positions}
-        call = g.call_for(treedef, x_specs, values, operand_specs)
         tracer = jax.core.Tracer
-        if not any(isinstance(v, tracer) for v in (*leaves, *operands)):  # concrete: g is f
+        traced = any(isinstance(v, tracer) for v in (*leaves, *operands))
+        # A callback receives its operands in the dtypes JAX computes in now: a float64
+        # array made inside jax.enable_x64 reaches it as float32 outside (the tracer
+        # still says float64). A concrete call hands f the arrays as they are.
+        dtype_of = jax.dtypes.canonicalize_dtype if traced else np.dtype
+        x_specs = [(tuple(leaf.shape), np.dtype(dtype_of(leaf.dtype)).name) for leaf in leaves]
+        operand_specs = {i: (tuple(values[i].shape), np.dtype(dtype_of(values[i].dtype)).name) for i in positions}
+        call = g.call_for(treedef, x_specs, values, operand_specs)
+        if not traced:  # concrete: g is f
             family = call.family
             results = call.value([handover(v, family) for v in leaves], [handover(v, family) for v in operands])
             arrays = _as_jax_outputs(results, call.output())
@@ -269,7 +284,7 @@ class JaxHost(Host):
         output = call.output()
         canonical = jax.dtypes.canonicalize_dtype
         y_avals = [jax.core.ShapedArray(shape, canonical(np.dtype(dtype))) for shape, dtype in output.specs]
-        x_avals = [jax.core.ShapedArray(leaf.shape, leaf.dtype) for leaf in leaves]
+        x_avals = [jax.core.ShapedArray(shape, np.dtype(dtype)) for shape, dtype in x_specs]
         site = _Site(g, call, x_avals, y_avals, len(operands))
         return output.unflatten(_function(site)(*leaves, *operands))
 
