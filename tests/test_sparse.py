@@ -532,3 +532,54 @@ def test_a_traced_int_context_used_as_an_index_is_unknown_to_the_global_tracers(
         expected = np.asarray(di.jacobian(_pick, di.AutoJAX(), x, di.Constant(k)))
         got = di.jacobian(_pick, prep, backend, x, di.Constant(k, static=False)).toarray()
         np.testing.assert_allclose(got, expected)
+
+
+@jax.custom_jvp
+def _straight_through_round(x: Any) -> Any:
+    return jnp.round(x)
+
+
+@_straight_through_round.defjvp
+def _straight_through_round_jvp(primals: Any, tangents: Any) -> Any:
+    return jnp.round(primals[0]), tangents[0]
+
+
+@jax.custom_vjp
+def _flipped_gradient(x: Any) -> Any:
+    return jnp.round(x)
+
+
+_flipped_gradient.defvjp(lambda x: (jnp.round(x), None), lambda residual, ct: (jnp.flip(ct),))
+
+
+@jax.custom_vjp
+def _host_gradient(x: Any) -> Any:
+    return 2.0 * x
+
+
+_host_gradient.defvjp(lambda x: (2.0 * x, None), lambda residual, ct: (jnp.asarray(2.0 * np.asarray(ct)),))
+
+
+@pytest.mark.parametrize(
+    ("f", "dense", "expected_pattern", "noted"),
+    [
+        # custom_jvp: the rule's identity (the primal round has none), times x[2] for the first two.
+        (lambda x: _straight_through_round(x[:2]) * x[2], di.AutoJAX(), [[1, 0, 1], [0, 1, 1]], False),
+        (lambda x: _flipped_gradient(x) * 2.0, di.AutoJAX(mode="reverse"), [[0, 0, 1], [0, 1, 0], [1, 0, 0]], False),
+        # A bwd rule that leaves JAX (NumPy on the cotangent) cannot be read: the call is bounded.
+        (lambda x: _host_gradient(x), di.AutoFiniteDiff(), np.ones((3, 3)), True),
+    ],
+    ids=["custom_jvp", "custom_vjp", "custom_vjp-untraceable"],
+)
+def test_custom_rules_are_followed_not_their_primal(
+    f: Any, dense: di.AbstractBackend, expected_pattern: Any, noted: bool
+) -> None:
+    # The jacobian is what the dense backend computes: for JAX the rule's, never round's zero derivative.
+    backend = di.AutoSparse(dense)
+    x = np.array([0.3, 1.7, -2.2])
+    prep = di.prepare_jacobian(f, backend, x)
+    np.testing.assert_array_equal(prep.sparsity.toarray(), expected_pattern)
+    assert any("derivative rule could not be traced" in note for note in prep.info.notes) == noted
+    expected = np.asarray(di.jacobian(f, dense, x))
+    assert np.abs(expected).sum() > 0
+    np.testing.assert_allclose(di.jacobian(f, prep, backend, x).toarray(), expected, atol=1e-6)

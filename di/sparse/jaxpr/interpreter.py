@@ -33,6 +33,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from di.sparse.jaxpr import loops
+from di.sparse.jaxpr.custom import CUSTOM, rule_dependencies
 from di.sparse.jaxpr.folds import (
     _FOLD_LIMIT,
     _KRON_LIMIT,
@@ -107,6 +108,15 @@ class _Interpreter:
         shapes = [tuple(a.shape) for a in avals]
         floating = [_is_floating(a.dtype) for a in avals]
         sub = _sub_jaxpr(eqn) if eqn.primitive.name in CALLS else None
+        if eqn.primitive.name in CUSTOM and any(v.deps is not None for v in values):
+            # Differentiated through its rule: the rule's dependencies, with the primal's.
+            deps = rule_dependencies(eqn, values, self.n, _interpreted, self.note)
+            if sub is not None:
+                deps = [_union(p.deps, d) for p, d in zip(self.run(sub[0], sub[1], values), deps)]
+            return [
+                _Value(d if fl and d is not None and d.nnz else None, None, s, fl)
+                for d, s, fl in zip(deps, shapes, floating)
+            ]
         if sub is not None and len(sub[0].invars) == len(values):
             # Sub-programs are interpreted (their constants folded in NumPy), never compiled.
             return self.run(sub[0], sub[1], values)
@@ -522,6 +532,12 @@ def _is_floating(dtype: Any) -> bool:
 
 
 # --- entry points ------------------------------------------------------------------------
+
+
+def _interpreted(n: int, jaxpr: Any, consts: Sequence[Any], inputs: Sequence[_Value]) -> tuple[list[_Value], list[str]]:
+    """The outputs of ``jaxpr`` on ``inputs`` by an interpreter over ``n`` inputs, and its notes."""
+    interpreter = _Interpreter(n)
+    return interpreter.run(jaxpr, consts, inputs), interpreter.notes
 
 
 def interpret(closed_jaxpr: Any, n: int, differentiated: int = 0) -> Detection:
