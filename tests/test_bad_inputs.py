@@ -931,6 +931,52 @@ def test_a_tangent_that_is_not_an_array_shaped_like_x_is_named(backend: Any) -> 
         di.pushforward(f, backend, x, (np.ones(2),))
 
 
+_PYTREE_TANGENT_OPS = {
+    "hvp": (di.prepare_hvp, di.hvp, di.gradient_and_hvp),
+    "pushforward": (di.prepare_pushforward, di.pushforward, di.value_and_pushforward),
+}
+
+
+def _tangents_unlike_a_pytree_x() -> list[Any]:
+    """``(id, tangent, words)`` for x = {"w": (3,), "v": ()}: what the refusal names."""
+    structure = ("tx[0] must have the structure of x", "{'w': (3,), 'v': ()}")
+    return [
+        pytest.param({"w": np.ones(3)}, (*structure, "tx[0]['v']"), id="missing-leaf"),
+        pytest.param({"w": np.ones(2), "v": np.array(1.0)}, ("tx[0]['w']", "x['w']", "(3,)", "(2,)"), id="leaf-shape"),
+        pytest.param(np.ones(4), (*structure, "(4,)"), id="array"),
+    ]
+
+
+@pytest.mark.parametrize("backend", BACKENDS, ids=backend_id)
+@pytest.mark.parametrize("operator", list(_PYTREE_TANGENT_OPS))
+@pytest.mark.parametrize(("tangent", "words"), _tangents_unlike_a_pytree_x())
+def test_a_tangent_unlike_a_pytree_x_is_named_by_its_path(backend, operator, tangent, words):
+    """A tangent of another structure than a pytree x, or with a leaf of another shape, is refused at
+    preparation naming tx[i] and the leaf (JAX raised its own errors, the flattening backends a prep's
+    mismatch about a strict=False prep the caller never made); a strict prep made for good tangents
+    reports them as differing."""
+    prepare, plain, combined = _PYTREE_TANGENT_OPS[operator]
+    x = {"w": np.array([1.0, 2.0, -1.0]), "v": np.array(0.5)}
+
+    def f(x: Any) -> Any:
+        xp = di.array_namespace(x)
+        return xp.sum(x["w"] ** 2) + 3.0 * x["v"] ** 2
+
+    watch = Unchanged(x=x, t=tangent)
+    for label, call in {
+        "unprepared": lambda: plain(f, backend, x, (tangent,)),
+        "unprepared combined": lambda: combined(f, backend, x, (tangent,)),
+        "preparation": lambda: prepare(f, backend, x, (tangent,)),
+    }.items():
+        message = str(raises(di.InvalidInputError, call, label))
+        names(message, *words)
+        assert "strict=False" not in message, f"{label}:\n{message}"
+    prep = prepare(f, backend, x, ({"w": np.ones(3), "v": np.array(1.0)},))
+    message = str(raises(di.PreparationMismatchError, lambda: plain(f, prep, backend, x, (tangent,)), "strict prep"))
+    assert _report_rows(message)["tx"].startswith("differs"), message
+    watch.check()
+
+
 @pytest.mark.parametrize("backend", BACKENDS, ids=backend_id)
 def test_a_read_only_out_is_refused_before_f_runs(backend: Any) -> None:
     """A NumPy buffer whose writeable flag is off: OutBufferError up front (it was

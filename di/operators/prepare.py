@@ -36,7 +36,7 @@ from di.prep.signature import (
     named_leaves,
 )
 from di.prep.strategy import NO_INFO, PrepareRequest, StrategyInfo
-from di.pytrees import Raveler, check_flattens, is_pytree
+from di.pytrees import Raveler, check_flattens, is_pytree, leaf_paths, tree_flatten, tree_map
 
 __all__ = ["check_tangents", "prepare_operator", "prepare_request"]
 
@@ -72,7 +72,7 @@ def prepare_operator(
     check_contexts_wrapped(contexts)
     if operator.tangents is not None:
         tangents = check_tangents(tangents, operator.tangents, family)
-        if operator.tangents == "tx" and family_of(x) is not None:
+        if operator.tangents == "tx":
             _check_tangent_shapes(tangents, x)
     request = PrepareRequest(family, f, x, tangents, tuple(contexts), strict, same_point, bool(has_aux), bool(value))
     return prepare_request(backend, request)
@@ -196,6 +196,19 @@ def check_tangents(tangents: Any, label: str, operator: str) -> tuple[Any, ...]:
 
 
 def _check_tangent_shapes(tangents: Sequence[Any], x: Any) -> None:
+    """Refuse tangents not shaped like ``x``: of another shape than an array ``x``,
+    of another structure than a pytree ``x`` or with a leaf of another shape than
+    ``x``'s (an engine would raise its own error, a flattening one a prep's).
+
+    Raises:
+        InvalidInputError: naming ``tx[i]`` (and the leaf), what it is and what
+            ``x`` is.
+    """
+    if is_pytree(x):
+        _check_tangent_trees(tangents, x)
+        return
+    if family_of(x) is None:  # a Python float, or an engine's traced value: no shape to compare with
+        return
     x_shape = tuple(x.shape)
     for index, tangent in enumerate(tangents):
         shape = tuple(getattr(tangent, "shape", ()))  # a Python float is 0-d
@@ -209,6 +222,56 @@ def _check_tangent_shapes(tangents: Sequence[Any], x: Any) -> None:
         raise InvalidInputError(
             f"tx[{index}] must have the shape of x, {x_shape}, not {shape}: tangents live in x's space."
         )
+
+
+def _shapes(tree: Any) -> Any:
+    """``tree`` with each leaf replaced by its shape (a Python float is 0-d)."""
+    return tree_map(lambda leaf: tuple(getattr(leaf, "shape", ())), tree)
+
+
+def _check_tangent_trees(tangents: Sequence[Any], x: Any) -> None:
+    """:func:`_check_tangent_shapes` for a pytree ``x``: each tangent has ``x``'s
+    structure, and each leaf the shape of ``x``'s leaf at the same path (leaf
+    paths are spelled out only for the error)."""
+    x_leaves, spec = tree_flatten(x)
+    if spec.is_leaf():  # a pytree registered with one engine only: that engine reads it, and checks it
+        return
+    x_shapes = [tuple(getattr(leaf, "shape", ())) for leaf in x_leaves]
+    for index, tangent in enumerate(tangents):
+        name = f"tx[{index}]"
+        leaves, given = tree_flatten(tangent)
+        if given != spec:
+            raise InvalidInputError(
+                f"{name} must have the structure of x, {_shapes(x)}, not {_unlike(tangent, x, name)}: tangents live "
+                f"in x's space, one array per leaf of x, shaped like it."
+            )
+        shapes = [tuple(getattr(leaf, "shape", ())) for leaf in leaves]  # a Python float is 0-d
+        if shapes != x_shapes:
+            path, x_path, shape, x_shape = next(
+                found
+                for found in zip(leaf_paths(tangent, name), leaf_paths(x), shapes, x_shapes)
+                if found[2] != found[3]
+            )
+            raise InvalidInputError(
+                f"{path} must have the shape of {x_path}, {x_shape}, not {shape}: tangents live in x's space."
+            )
+
+
+def _unlike(tangent: Any, x: Any, name: str) -> str:
+    """A tangent ``name`` of another structure than ``x``, described: its leaves'
+    shapes, and the leaves of ``x`` it lacks and those it has that ``x`` has not."""
+    if not is_pytree(tangent):
+        return describe_value(tangent)
+    wanted, paths = leaf_paths(x, name), leaf_paths(tangent, name)
+    differences = [
+        f"{what} {', '.join(these)}"
+        for what, these in (
+            ("it lacks", [path for path in wanted if path not in paths]),
+            ("x has no", [path for path in paths if path not in wanted]),
+        )
+        if these
+    ]
+    return f"{_shapes(tangent)} ({'; '.join(differences)})" if differences else str(_shapes(tangent))
 
 
 def _check_engine_dtypes(source: ProgramSource, backend: AbstractBackend, x: Any, contexts: Sequence[Any]) -> None:
