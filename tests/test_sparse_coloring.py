@@ -361,3 +361,38 @@ def test_a_pattern_without_zeros_takes_one_color_per_column_without_a_search() -
     np.testing.assert_allclose(di.hessian(f, prep, backend, x).toarray(), np.full((4, 4), 6 * x.sum()), rtol=1e-5)
     jacobian_prep = di.prepare_jacobian(lambda v: v * di.array_namespace(v).sum(v), backend, x)
     assert (jacobian_prep.colors, jacobian_prep.info.order) == (4, "dense")
+
+
+def _squares(x: Any) -> Any:
+    return x**2
+
+
+def _tall(x: Any) -> Any:
+    xp = di.array_namespace(x)
+    return xp.concat([x**2, xp.sin(x), x * 3.0])
+
+
+@pytest.mark.parametrize("order", ALL_ORDERS)
+@pytest.mark.parametrize("f", [_squares, _tall], ids=["diagonal", "tall"])
+def test_bidirectional_jacobians_that_need_no_pullback(f: Any, order: str) -> None:
+    # Each nonzero is read from a pushforward: the pullbacks have no seeds (an IndexError before).
+    backend = di.AutoSparse(di.AutoFiniteDiff(), mode="bidirectional", order=order)
+    x = np.array([0.5, -1.0, 2.0, 0.25])
+    prep = di.prepare_jacobian(f, backend, x)
+    assert prep.info.n_forward == prep.colors >= 1
+    expected = di.jacobian(f, di.AutoFiniteDiff(), x)
+    np.testing.assert_allclose(di.jacobian(f, prep, backend, x).toarray(), expected, rtol=1e-6, atol=1e-8)
+    np.testing.assert_allclose(np.diag(expected[:4]), 2 * x, rtol=1e-6)
+
+
+@pytest.mark.parametrize("mode", ["forward", "reverse", "bidirectional"])
+def test_a_constant_output_needs_no_product_in_any_mode(mode: str) -> None:
+    def constant(x: Any) -> Any:
+        return x * 0.0 + 1.0
+
+    backend = di.AutoSparse(di.AutoFiniteDiff(), mode=mode)
+    prep = di.prepare_jacobian(constant, backend, np.ones(3))
+    assert prep.colors == 0 and prep.sparsity.nnz == 0
+    value, jacobian = di.value_and_jacobian(constant, prep, backend, np.arange(3.0))
+    np.testing.assert_array_equal(value, np.ones(3))
+    np.testing.assert_array_equal(jacobian.toarray(), np.zeros((3, 3)))

@@ -51,14 +51,20 @@ def _columns(pattern: sp.csr_array, order: str, seed: int) -> Choice:
     if _complete(pattern):
         return Choice(column_decompression(pattern, np.arange(pattern.shape[1])), "column", "dense")
     found = coloring.column_coloring_of(pattern, order, seed)
-    return Choice(column_decompression(pattern, found.colors), "column", found.order)
+    return Choice(column_decompression(pattern, _needed(found.colors, pattern)), "column", found.order)
 
 
 def _rows(pattern: sp.csr_array, order: str, seed: int) -> Choice:
     if _complete(pattern):
         return Choice(row_decompression(pattern, np.arange(pattern.shape[0])), "row", "dense")
     found = coloring.column_coloring_of(sp.csr_array(pattern.T), order, seed)
-    return Choice(row_decompression(pattern, found.colors), "row", found.order)
+    return Choice(row_decompression(pattern, _needed(found.colors, pattern)), "row", found.order)
+
+
+def _needed(colors: np.ndarray, pattern: sp.csr_array) -> np.ndarray:
+    """The colors, or none (every vertex neutral) for a pattern without nonzeros:
+    no product is needed, as in a bidirectional or star coloring."""
+    return colors if pattern.nnz else np.full_like(colors, -1)
 
 
 def _both(pattern: sp.csr_array, order: str, seed: int) -> Choice:

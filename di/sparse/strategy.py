@@ -533,7 +533,7 @@ class SparseSource(ProgramSource):
         if forward_colors is not None and n_forward:
             seed_rows = seeds(forward_colors, n_forward, n).astype(x_dtype)
             pushforwards = self._batched(adapter, "pushforward", f, x_engine, engine_contexts, seed_rows, x_shape)
-        if reverse_colors is not None:
+        if reverse_colors is not None and decompression.n_colors - n_forward:
             seed_rows = seeds(reverse_colors, decompression.n_colors - n_forward, m).astype(y_dtype)
             pullbacks = self._batched(adapter, "pullback", f, x_engine, engine_contexts, seed_rows, y_shape)
 
