@@ -4,6 +4,10 @@ and lax.scan, each compared with JAX differentiating the same ``f`` natively."""
 from __future__ import annotations
 
 import importlib.util
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -191,3 +195,57 @@ def test_a_derivative_with_respect_to_a_constant_is_refused() -> None:
     g = di.DifferentiateWith(loss, di.AutoFiniteDiff(), di.Constant(DATA))
     with pytest.raises(di.InvalidInputError, match="context 1"):
         jax.grad(g, argnums=1)(f32(X), f32(DATA))
+
+
+_TWO_DEVICES = textwrap.dedent(
+    """
+    import os
+
+    os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=2"  # before JAX is imported
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+    from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+    import di
+    from di.families import get_family, spec_of
+
+    def f(x, c):
+        xp = di.array_namespace(x)
+        return xp.sum(x**2 * c)
+
+    first, second = jax.devices()
+    sharding = NamedSharding(Mesh(np.array([first, second]), ("d",)), PartitionSpec("d"))
+    x, c = (jax.device_put(jnp.asarray(v), sharding) for v in ([0.5, 1.0, 2.0, 3.0], [1.0, 2.0, 3.0, 4.0]))
+    # a sharded x and Constant reach torch (by NumPy, which gathers them), not a raw BufferError
+    for backend in (di.AutoTorch(), di.AutoFiniteDiff()):
+        grad = di.gradient(f, backend, x, di.Constant(c))
+        np.testing.assert_array_equal(np.asarray(grad), [1.0, 4.0, 12.0, 24.0], err_msg=repr(backend))
+    half = jax.device_put(jnp.asarray([0.5, 1.0, 2.0, 3.0], dtype=jnp.bfloat16), sharding)
+    grad = di.gradient(f, di.AutoTorch(), half, di.Constant(jnp.ones(4, dtype=jnp.bfloat16)))
+    assert grad.dtype == jnp.bfloat16
+    np.testing.assert_array_equal(np.asarray(grad, dtype=np.float64), [1.0, 2.0, 4.0, 6.0])
+    # reports name a device other than the host's first
+    on_first, on_second = jnp.arange(3.0), jax.device_put(jnp.arange(3.0), second)
+    assert " on " not in spec_of(on_first).describe()
+    assert "id=1" in spec_of(on_second).describe(), spec_of(on_second).describe()
+    # where results of another engine's family go: x's device, x's sharding
+    family = get_family("jax")
+    assert family.placement(on_first) is None
+    assert family.placement(on_second)(jnp.ones(5)).devices() == {second}
+    place = family.placement(x)
+    assert place(jnp.ones(4)).sharding == x.sharding
+    hessian = place(jnp.ones((4, 4)))
+    assert hessian.sharding.is_fully_replicated and hessian.devices() == {first, second}
+    print("ok")
+    """
+)
+
+
+@pytest.mark.skipif(not importlib.util.find_spec("torch"), reason="needs torch")
+def test_jax_arrays_on_a_second_device_and_sharded_over_two() -> None:
+    """In a process of its own: XLA takes the number of CPU devices before JAX is
+    imported, which every test process here has done."""
+    root = Path(__file__).resolve().parent.parent
+    done = subprocess.run([sys.executable, "-c", _TWO_DEVICES], capture_output=True, text=True, timeout=300, cwd=root)
+    assert done.returncode == 0 and done.stdout.split()[-1:] == ["ok"], done.stderr[-3000:]

@@ -21,15 +21,22 @@ import numpy as np
 
 from di.errors import UnsupportedOperatorError
 
-__all__ = ["Family", "Matcher", "extended_precision", "numpy_lacks", "on_host"]
+__all__ = ["Family", "Matcher", "by_numpy", "extended_precision", "numpy_lacks"]
 
 Matcher = Callable[[Any], bool]
 _DLPACK_CPU = 1
 
 
-def on_host(value: Any) -> bool:
-    """Whether an array that speaks DLPack lives in host memory."""
-    return bool(value.__dlpack_device__()[0] == _DLPACK_CPU)
+def by_numpy(value: Any) -> bool:
+    """Whether an array that speaks DLPack reaches another library faster (or
+    only) through the NumPy hub: it lives in host memory in a dtype NumPy has, or
+    it spans several devices (a sharded JAX array, which DLPack cannot share as
+    one buffer: NumPy gathers it)."""
+    try:
+        device_type = value.__dlpack_device__()[0]
+    except BufferError:
+        return True
+    return bool(device_type == _DLPACK_CPU) and not numpy_lacks(value.dtype)
 
 
 def numpy_lacks(dtype: Any) -> bool:
@@ -257,6 +264,14 @@ class Family:
         """Whether ``array``, of a mutable family, refuses writes (a NumPy array
         whose ``writeable`` flag is off): it cannot receive ``out=``."""
         return False
+
+    def placement(self, like: Any) -> Callable[[Any], Any] | None:
+        """The function putting a result of this family where ``like`` (the
+        caller's array of this family) lives, for results converted from an engine
+        of another family (which arrive where :meth:`from_numpy` puts arrays);
+        ``None`` when they arrive there already. Made once per prep; by default
+        ``None`` (the family has one place)."""
+        return None
 
     def own(self, array: Any) -> Any:
         """A result the caller receives, as an array the caller owns: a view of

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from di.families.family import Family, Matcher, extended_precision, numpy_lacks, on_host
+from di.families.family import Family, Matcher, by_numpy, extended_precision
 
 __all__ = ["FAMILY", "JaxFamily", "is_64_bit", "transform_of"]
 
@@ -62,6 +62,16 @@ def is_64_bit(dtype: Any) -> bool:
         return name in ("float64", "int64", "uint64", "complex64")
 
 
+def _default_device() -> Any:
+    """The device JAX puts new arrays on (``jnp.array`` of a NumPy array)."""
+    import jax
+
+    default = getattr(jax.config, "jax_default_device", None)  # (not in its type stubs)
+    if default is None or isinstance(default, str):  # (a platform's name)
+        return jax.devices(default)[0]
+    return default
+
+
 class JaxFamily(Family):
     """JAX arrays, on any device or sharding."""
 
@@ -92,7 +102,7 @@ class JaxFamily(Family):
             return jnp.array(array, copy=True)
 
     def from_dlpack(self, value: Any) -> Any:
-        if on_host(value) and not numpy_lacks(value.dtype):  # on the host, NumPy is the faster road (and copies)
+        if by_numpy(value):  # (which copies, as a conversion into JAX must)
             return NotImplemented
         import jax.dlpack
 
@@ -106,8 +116,27 @@ class JaxFamily(Family):
         return getattr(value, "sharding", None)
 
     def is_default_device(self, device: Any) -> bool:
-        devices = getattr(device, "device_set", None)
-        return devices is not None and len(devices) == 1 and next(iter(devices)).platform == "cpu"
+        import jax
+
+        devices = getattr(device, "device_set", None)  # (a sharding)
+        return devices is not None and devices == {jax.devices("cpu")[0]}
+
+    def placement(self, like: Any) -> Callable[[Any], Any] | None:
+        import jax
+
+        sharding = like.sharding
+        devices = sharding.device_set
+        if len(devices) == 1:
+            (device,) = devices
+            if device == _default_device():
+                return None
+            return lambda result: jax.device_put(result, device)
+        # Several devices: a result shaped like x gets its sharding, another (a
+        # Hessian, a value) is replicated over its devices.
+        shape = like.shape
+        mesh = jax.sharding.Mesh(np.array(sorted(devices, key=lambda d: d.id)), ("devices",))
+        replicated = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
+        return lambda result: jax.device_put(result, sharding if result.shape == shape else replicated)
 
     def describe_dtype(self, dtype: Any) -> str:
         return str(np.dtype(dtype))

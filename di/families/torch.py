@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from di.families.family import Family, Matcher, extended_precision, numpy_lacks, on_host
+from di.families.family import Family, Matcher, by_numpy, extended_precision, numpy_lacks
 
 __all__ = ["FAMILY", "TorchFamily", "innermost_transform", "transform_of"]
 
@@ -87,7 +87,7 @@ class TorchFamily(Family):
         return torch.from_numpy(np.array(array, copy=True))
 
     def from_dlpack(self, value: Any) -> Any:
-        if on_host(value) and not numpy_lacks(value.dtype):  # on the host, NumPy is the faster road
+        if by_numpy(value):
             return NotImplemented
         import torch
 
