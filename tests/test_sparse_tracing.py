@@ -274,3 +274,39 @@ def test_tracer_sparsity_uses_the_array_tracer_without_the_program_tracer(monkey
     np.testing.assert_allclose(hessian, np.eye(5, k=1) + np.eye(5, k=-1), atol=1e-5)
     with pytest.raises(ValueError, match="method must be one of"):
         di.TracerSparsity(method="bogus")
+
+
+def _sign_times_x(x: Any) -> Any:
+    xp = di.array_namespace(x)
+    return xp.sign(x) * x
+
+
+def _times_largest(x: Any) -> Any:
+    xp = di.array_namespace(x)
+    return x * x[xp.argmax(x)]
+
+
+def _times_floor(x: Any) -> Any:
+    xp = di.array_namespace(x)
+    return x * xp.floor(x)
+
+
+@pytest.mark.parametrize(
+    ("f", "prepared_at", "called_at"),
+    [
+        (_sign_times_x, [0.0, 0.0, 0.0], [1.0, -2.0, 0.5]),  # sign(x) is zero at 0, not a constant zero
+        (_times_floor, [0.5, 0.25, 0.75], [1.5, 2.25, -0.5]),  # floor(x) too, at [0.5, ...]
+        (_times_largest, [3.0, 0.0, 0.0], [1.0, 3.0, 2.0]),  # argmax moves without a branch
+    ],
+    ids=["sign", "floor", "argmax"],
+)
+def test_the_local_pattern_holds_where_f_takes_no_other_branch(f: Any, prepared_at: Any, called_at: Any) -> None:
+    backend = di.AutoSparse(di.AutoFiniteDiff(), sparsity=di.LocalTracerSparsity())
+    prep = di.prepare_jacobian(f, backend, np.array(prepared_at))
+    x = np.array(called_at)
+    expected = di.jacobian(f, di.AutoFiniteDiff(), x)
+    assert np.abs(expected).sum() > 0
+    np.testing.assert_allclose(di.jacobian(f, prep, backend, x).toarray(), expected, atol=1e-6)
+    # A constant zero factor still drops its dependence; a Python branch is still taken as at the point.
+    constant = array_pattern("jacobian", lambda v: v * np.array([0.0, 1.0, 0.0]), x, [], local=True)
+    np.testing.assert_array_equal(constant.pattern.toarray(), np.diag([False, True, False]))

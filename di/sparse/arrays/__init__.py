@@ -35,7 +35,7 @@ def _input(x: Any, tape: Tape) -> Traced:
     value = np.asarray(_to_numpy(x))
     n = value.size
     identity = sp.csr_array(sp.identity(n, dtype=np.bool_, format="csr"))
-    return Traced(value, identity, None, tape.local, tape)
+    return Traced(value, identity, None, False, tape)
 
 
 def _context(context: Context, tape: Tape) -> Any:

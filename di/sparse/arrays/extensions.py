@@ -57,11 +57,13 @@ def _evaluated(function: Callable[..., Any], arguments: tuple[Any, ...], options
     try:
         return _numpy(function, *[_value(a) for a in arguments], **options)
     except Exception:
-        if all(a.known for a in arguments if isinstance(a, Traced)):
+        if all(a.known or a.tape.local for a in arguments if isinstance(a, Traced)):
             raise
         rng = np.random.default_rng(0)
         stand_ins = [
-            rng.standard_normal(a.shape).astype(a.dtype) if isinstance(a, Traced) and not a.known else _value(a)
+            rng.standard_normal(a.shape).astype(a.dtype)
+            if isinstance(a, Traced) and not (a.known or a.tape.local)
+            else _value(a)
             for a in arguments
         ]
         return _numpy(function, *stand_ins, **options)

@@ -208,13 +208,13 @@ def _clip_values(v: Any, low: Any, high: Any, bounds: Sequence[Any]) -> Any:
 
 
 def where(condition: Any, x1: Any, x2: Any, /) -> Any:
-    """The branch each element takes when the condition is known (constants; the
-    local tracer); otherwise both."""
+    """The branch each element takes when the condition is known (constants) or
+    read at the point (the local tracer, a branch); otherwise both."""
     tape = _tape([condition, x1, x2])
     if tape is None:
         return np.where(condition, x1, x2)
     c, a, b = (_lift(v, tape) for v in (condition, x1, x2))
-    if not c.known:
+    if not c.known and not tape.local:
         return _elementwise("piecewise", lambda u, v: np.where(c.value, u, v), a, b)
     shape = np.broadcast_shapes(c.shape, a.shape, b.shape)
     picks = np.broadcast_to(c.value.astype(np.bool_), shape)
@@ -318,8 +318,9 @@ def _index_value(index: Any, tape: Tape) -> tuple[Any, bool]:
 
 
 def getitem(x: Traced, key: Any) -> Traced:
-    """Basic and advanced indexing; indices computed from ``x`` whose values are
-    unknown (the global tracer) make each output depend on all of ``x``."""
+    """Basic and advanced indexing; indices computed from ``x`` (by either tracer:
+    the local pattern must hold wherever ``f`` takes the same branches, and an
+    ``argmax`` moves without one) make each output depend on all of ``x``."""
     index, known = _index_value(key, x.tape)
     if known:
         return _rearranged(lambda a: a[index], x)

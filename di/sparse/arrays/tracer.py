@@ -110,10 +110,16 @@ class Traced:
     """An array of the sparsity tracer (see the module's docstring).
 
     Attributes:
-        value: the NumPy value (meaningful only where ``known``).
+        value: the NumPy value (meaningful where ``known``, and everywhere for
+            the local tracer).
         first: ``(size, n)`` first-order dependencies, ``None`` for none.
         second: ``(size, n * n)`` second-order pairs, ``None`` for none.
-        known: whether ``value`` is the true value (constants; everything locally).
+        known: whether ``value`` is a constant: known and computed without ``x``
+            (constants, and contexts for the local tracer). Only constants read
+            as values change a pattern without a branch (a zero factor drops a
+            dependence, a constant index selects): a value computed from ``x`` that
+            happens to be zero at the point (``sign(x)`` at 0), or an index computed
+            from it (``argmax``), is not.
         tape: the shared :class:`Tape`.
     """
 
@@ -192,7 +198,7 @@ class Traced:
                         else "derivatives cannot pass through it; keep the computation in array operations."
                     )
                 )
-        elif not self.known:
+        elif not self.known and not self.tape.local:
             raise InvalidInputError(
                 f"the sparsity tracer cannot follow {what}() of a value computed from x (its value is unknown to a "
                 f"global pattern). Use di.LocalTracerSparsity(), di.DenseSparsity() or di.KnownSparsity(pattern)."
@@ -200,10 +206,11 @@ class Traced:
         return self.value
 
     def known_value(self, what: str) -> np.ndarray:
-        """The value, when known (constants, and everything for the local tracer);
-        the global tracer refuses ``what`` (an operation whose result depends on
-        values of ``x``, such as ``nonzero``)."""
-        if not self.known:
+        """The value, for constants and for the local tracer (a branch-like read:
+        the pattern holds where the result is the same); the global tracer refuses
+        ``what`` (an operation whose result depends on values of ``x``, such as
+        ``nonzero``)."""
+        if not self.known and not self.tape.local:
             raise InvalidInputError(
                 f"the sparsity tracer cannot follow {what} of a value computed from x: its result depends on values "
                 f"of x, unknown to a global pattern. Use di.LocalTracerSparsity() (the pattern at the preparation "
