@@ -10,8 +10,8 @@ listing the engine packages when ``di`` is imported, importing no engine; the
 replacement namespace is built on first use, once its engine is loaded (a traced
 value could not exist before).
 
-Pytrees (a dict of parameters, a list of arrays) get the namespace of their
-array leaves.
+Pytrees (a dict of parameters, a list of arrays, a dataclass registered with
+``optree``) get the namespace of their array leaves.
 """
 
 from __future__ import annotations
@@ -118,7 +118,7 @@ def array_namespace(*arrays: Any) -> Any:
         for override in _OVERRIDES.values():
             if any(override.is_traced(value) for value in arrays):
                 return _checked_mix(override, arrays)
-        if any(isinstance(value, (dict, list, tuple)) for value in arrays):
+        if any(_is_container(value) for value in arrays):
             return _tree_namespace(arrays)
         raise
     # Checked after the fact, so that most families pay one lookup, which
@@ -143,6 +143,19 @@ def _checked_mix(override: _Override, arrays: tuple[Any, ...]) -> Any:
     return override.namespace()
 
 
+def _is_container(value: Any) -> bool:
+    """Whether ``optree`` takes ``value`` as a container, whose leaves are then the
+    arrays: a dict, list or tuple, or a namedtuple, dataclass or other class
+    registered with ``optree`` (asked only once array-api-compat refused it)."""
+    if isinstance(value, (dict, list, tuple)):
+        return True
+    if isinstance(value, _PYTHON_SCALARS):
+        return False
+    from di.pytrees import tree_flatten
+
+    return not tree_flatten(value)[1].is_leaf()
+
+
 def _tree_namespace(arrays: tuple[Any, ...]) -> Any:
     """The namespace of the array leaves of pytree arguments, all of one library."""
     from di.pytrees import tree_leaves
@@ -150,8 +163,8 @@ def _tree_namespace(arrays: tuple[Any, ...]) -> Any:
     leaves = [leaf for value in arrays for leaf in tree_leaves(value) if not isinstance(leaf, _PYTHON_SCALARS)]
     if not leaves:
         raise InvalidInputError(
-            "array_namespace needs arrays, or pytrees (dicts, lists, tuples) whose leaves are arrays; these "
-            "hold no array. Pass x itself, or a container of its arrays."
+            "array_namespace needs arrays, or pytrees (dicts, lists, tuples, dataclasses registered with optree) "
+            "whose leaves are arrays; these hold no array. Pass x itself, or a container of its arrays."
         )
     try:
         return array_namespace(*leaves)

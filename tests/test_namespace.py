@@ -19,8 +19,10 @@ from typing import Any
 import array_api_compat
 import autograd
 import numpy as np
+import optree
 import pytest
 from autograd.differential_operators import make_jvp, make_vjp
+from conftest import assert_close, backend_params
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
@@ -578,6 +580,37 @@ def test_a_pytree_gets_the_namespace_of_its_leaves() -> None:
     g = di.gradient(loss, di.AutoAutograd(), {"w": np.ones(2), "b": np.zeros(2)})
     np.testing.assert_allclose(g["w"], 2 * np.ones(2))
     np.testing.assert_allclose(g["b"], np.ones(2))
+
+
+@optree.dataclasses.dataclass(namespace="")
+class _Params:
+    w: Any
+    b: Any
+
+
+class _Unregistered:
+    def __init__(self, w: Any) -> None:
+        self.w = w
+
+
+@pytest.mark.parametrize("backend", backend_params())
+def test_a_dataclass_registered_with_optree_gets_the_namespace_of_its_leaves(backend: di.AbstractBackend) -> None:
+    """docs/arrays.md lists dataclasses registered as pytrees as valid x; f asks di.array_namespace of x
+    itself (it raised 'Params is not a supported array type': only dicts, lists and tuples were asked for
+    their leaves)."""
+    params = _Params(np.array([1.0, 2.0]), np.array(0.5))
+    assert di.array_namespace(params) is array_api_compat.array_namespace(np.ones(2))
+
+    def loss(p: Any) -> Any:
+        xp = di.array_namespace(p)
+        return xp.sum(xp.sin(p.w)) * p.b
+
+    g = di.gradient(loss, backend, params)
+    assert isinstance(g, _Params)
+    assert_close(g.w, np.cos([1.0, 2.0]) * 0.5, backend, np.float64, "d/dw")
+    assert_close(g.b, np.sum(np.sin([1.0, 2.0])), backend, np.float64, "d/db")
+    with pytest.raises(TypeError, match="_Unregistered"):  # not a pytree: array-api-compat's own error
+        di.array_namespace(_Unregistered(np.ones(2)))
 
 
 def test_a_pytree_without_arrays_or_of_mixed_families_is_a_di_error() -> None:
