@@ -396,3 +396,17 @@ def test_a_constant_output_needs_no_product_in_any_mode(mode: str) -> None:
     value, jacobian = di.value_and_jacobian(constant, prep, backend, np.arange(3.0))
     np.testing.assert_array_equal(value, np.ones(3))
     np.testing.assert_array_equal(jacobian.toarray(), np.zeros((3, 3)))
+
+
+def test_n_forward_counts_the_pushforwards_in_every_mode() -> None:
+    x = np.linspace(0.5, 1.5, 8)
+    expected = di.jacobian(arrowhead, di.AutoFiniteDiff(), x)
+    counts = {}
+    for mode in ("forward", "reverse", "bidirectional"):
+        backend = di.AutoSparse(di.AutoFiniteDiff(), mode=mode)
+        prep = di.prepare_jacobian(arrowhead, backend, x)
+        np.testing.assert_allclose(di.jacobian(arrowhead, prep, backend, x).toarray(), expected, atol=1e-6)
+        counts[mode] = (prep.colors, prep.info.n_forward)
+    assert counts["forward"] == (8, 8) and counts["reverse"] == (8, 0)
+    assert counts["bidirectional"][0] == 3 and 1 <= counts["bidirectional"][1] <= 2
+    assert di.prepare_hessian(arrowhead_energy, di.AutoSparse(di.AutoFiniteDiff()), x).info.n_forward == 0

@@ -81,7 +81,8 @@ class SparseInfo(StrategyInfo):
             ``"acyclic"`` or ``"given"``.
         order: the vertex order that gave the coloring (``"given"`` for a given one,
             ``"dense"`` for a pattern without zeros: one color per column, no search).
-        n_forward: how many of the products are pushforwards (Jacobians).
+        n_forward: how many of the products are pushforwards: ``n_colors`` in
+            ``"forward"`` mode, 0 in ``"reverse"`` mode and for Hessians.
         chunks: how many batches the products are computed in.
     """
 
@@ -361,7 +362,7 @@ class SparseSource(ProgramSource):
             not self.selector.dense_result,
             coloring=choice.coloring,
             order=choice.order,
-            n_forward=decompression.n_forward if decompression.mode == "bidirectional" else 0,
+            n_forward=_pushforwards(decompression),
             chunks=self._chunk_count(decompression),
         )
         return programs
@@ -526,9 +527,9 @@ class SparseSource(ProgramSource):
         m, n = math.prod(y_shape), math.prod(x_shape)
         forward_colors = decompression.colors if decompression.mode != "reverse" else None
         reverse_colors = decompression.row_colors if decompression.mode == "bidirectional" else None
-        n_forward = decompression.n_forward if decompression.mode == "bidirectional" else decompression.n_colors
+        n_forward = _pushforwards(decompression)
         if decompression.mode == "reverse":
-            forward_colors, reverse_colors, n_forward = None, decompression.colors, 0
+            forward_colors, reverse_colors = None, decompression.colors
         pushforwards = pullbacks = None
         if forward_colors is not None and n_forward:
             seed_rows = seeds(forward_colors, n_forward, n).astype(x_dtype)
@@ -582,6 +583,13 @@ class SparseSource(ProgramSource):
         if not self._fuses():
             return engine
         return self.dense.compile_program(engine, x, None, contexts)
+
+
+def _pushforwards(decompression: Decompression) -> int:
+    """How many of the products are pushforwards."""
+    if decompression.mode == "bidirectional":
+        return decompression.n_forward
+    return decompression.n_colors if decompression.mode == "forward" else 0
 
 
 def _as_array(value: Any) -> Any:
