@@ -1118,9 +1118,11 @@ def test_int_and_bool_tangents_are_real_numbers(backend, operator):
     tangents = (np.array([2, -1]), np.array([True, False]))
     expected = [scale * np.array([2.0, -1.0]), scale * np.array([1.0, 0.0])]
     prep = prepare(f, backend, x, tangents)
+    # forward differences of forward-difference gradients (hvp): first order, about 2e-5
+    rtol = 1e-4 if getattr(backend, "method", None) == "forward" else 1e-5
     for results in (plain(f, backend, x, tangents), plain(f, prep, backend, x, tangents)):
         for result, wanted in zip(results, expected):
-            np.testing.assert_allclose(to_numpy(result), wanted, rtol=1e-5, atol=1e-6, err_msg=operator)
+            np.testing.assert_allclose(to_numpy(result), wanted, rtol=rtol, atol=1e-6, err_msg=operator)
 
 
 # --- NumPy masked arrays and matrices --------------------------------------------------------------
