@@ -139,3 +139,41 @@ def test_float32_matrix_constant_through_finite_differences_over_torch() -> None
     (result,) = di.hvp(quadratic, di.SecondOrder(di.AutoFiniteDiff(), di.AutoTorch()), x, (tangent,), di.Constant(m))
     assert result.dtype == np.float32
     np.testing.assert_allclose(result, (m + m.T) / 2 @ tangent, rtol=1e-5)
+
+
+def one_element_cube_sum(x: Any) -> Any:
+    xp = di.array_namespace(x)
+    return xp.reshape(xp.sum(x**3), (1,))
+
+
+def scalar_cube(t: Any) -> Any:
+    xp = di.array_namespace(t)
+    return xp.multiply(t, t * t)
+
+
+def described(value: Any) -> tuple[Any, ...]:
+    """What the value contract fixes: class, shape, dtype, writability."""
+    return (
+        type(value),
+        np.shape(value),
+        np.asarray(value).dtype,
+        getattr(value, "flags", None) and value.flags.writeable,
+    )
+
+
+@pytest.mark.parametrize("pair", sorted(SUPPORTED, key=pair_id), ids=pair_id)
+def test_the_value_of_the_combined_forms_follows_the_output_rules(pair: tuple[Any, Any]) -> None:
+    """The value SecondOrder prepends follows the rules of its inner backend alone: a
+    one-element loss gives a 0-d value (it came back shaped (1,)), and a Python float
+    x a writable 0-d NumPy float64 array (an (FD, FD) or (FD, autograd) pair gave a
+    read-only numpy.float64 scalar)."""
+    backend, alone = di.SecondOrder(*pair), pair[1]
+    x = np.array([1.0, 2.0])
+    y, _, _ = di.value_gradient_and_hessian(one_element_cube_sum, backend, x)
+    assert described(y) == described(di.value_gradient_and_hessian(one_element_cube_sum, alone, x)[0])
+    assert described(y) == (np.ndarray, (), np.float64, True)
+    np.testing.assert_allclose(y, 9.0)
+    y, _, _ = di.value_derivative_and_second_derivative(scalar_cube, backend, 2.0)
+    assert described(y) == described(di.value_derivative_and_second_derivative(scalar_cube, alone, 2.0)[0])
+    assert described(y) == (np.ndarray, (), np.float64, True)
+    np.testing.assert_allclose(y, 8.0)

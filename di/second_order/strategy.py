@@ -14,6 +14,7 @@ from typing import Any
 
 from di.backends import fallbacks
 from di.backends.fallbacks import rewrap_context
+from di.backends.outputs import OutputRules, check_output
 from di.backends.protocol import OPERATOR_FAMILIES as FAMILIES
 from di.backends.protocol import Adapter, Programs
 from di.backends.registry import get_adapter, get_strategy
@@ -149,7 +150,7 @@ class SecondOrderSource(ProgramSource):
             gradient = self._inner_function("gradient", f, x, contexts)
             pushforward = super().programs("pushforward", gradient, x, contexts, tangents)
             return {"hvp": pushforward["pushforward"], "gradient_and_hvp": pushforward["value_and_pushforward"]}
-        value = self._inner_value(f, x, contexts)
+        value = self._inner_value(operator, f, x, contexts)
         if operator == "hessian":
             gradient = self._inner_function("gradient", f, x, contexts)
             jacobians = super().programs("jacobian", gradient, x, contexts)
@@ -165,9 +166,26 @@ class SecondOrderSource(ProgramSource):
     def _float64(self) -> bool:
         return self.adapter.evaluates_in_float64
 
-    def _inner_value(self, f: Callable[..., Any], x: Any, contexts: Sequence[Context]) -> Callable[..., Any]:
-        """``f``'s value by the inner engine, in the outer family."""
-        return self._in_outer_family(self.inner.prepare_value_program(f, x, contexts))
+    def _inner_value(
+        self, operator: str, f: Callable[..., Any], x: Any, contexts: Sequence[Context]
+    ) -> Callable[..., Any]:
+        """``f``'s value by the inner engine, in the outer family, as a backend alone
+        returns it (:mod:`di.backends.outputs`): a one-element value of hessian's
+        ``f`` as a 0-d array, and an array the caller owns. Where no conversion
+        into the outer family made a fresh array, it is copied: a NumPy scalar
+        then becomes a writable 0-d array, and a view of ``x`` or of a context
+        value (an engine that only evaluates ``f`` hands it back) its own array.
+        The inner derivative program, called first, checked ``f``'s output by its
+        engine's rules: here only its shape is made the operator's."""
+        program = self.inner.prepare_value_program(f, x, contexts)
+        convert = converter(self.inner.family, self.adapter.family)
+        own = get_family(self.adapter.family).copy if convert is identity else identity
+        backend, rules = self.inner.backend, OutputRules()
+
+        def value(x: Any, *values: Any) -> Any:
+            return own(convert(check_output(program(x, *values), x, backend, operator, rules)))
+
+        return value
 
     def _inner_function(
         self, operator: str, f: Callable[..., Any], x: Any, contexts: Sequence[Context]
