@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from di.backends.protocol import AUX_FAMILIES, SECOND_ORDER_FAMILIES, Adapter, Programs
+from di.backends.protocol import AUX_FAMILIES, SECOND_ORDER_FAMILIES, Adapter, Programs, keeping_error
 from di.contexts import Constant, Context
 from di.errors import UnsupportedOperatorError
 from di.families import converter, family_of, get_family
@@ -297,7 +297,7 @@ def _with_one_seed(primitive: Programs, name: str, seed: tuple[Any], names: tupl
     def plain(x: Any, *values: Any) -> Any:
         return finish_plain(plain_primitive(x, seed, *values))
 
-    return {names[0]: plain, names[1]: full}
+    return {names[0]: keeping_error(plain, plain_primitive), names[1]: keeping_error(full, full_primitive)}
 
 
 def _in_engine(adapter: Adapter, x: Any, contexts: Sequence[Context]) -> tuple[Any, list[Context]]:

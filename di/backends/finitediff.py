@@ -122,6 +122,9 @@ class _Evaluator:
         self.backend = adapter.backend
         self.selector = adapter.selector
         self.precision = _Precision(self.selector)
+        # f's results are approximations themselves (another finite-difference
+        # program, differentiated by SecondOrder): their error is its precision
+        self.f_error: Callable[[], float] | None = getattr(f, "result_error", None)
         self.has_aux = has_aux
         self.f_with_aux = f
         self.f = value_only(f, self.backend, operator) if has_aux else f
@@ -135,8 +138,26 @@ class _Evaluator:
         from the one they follow (an ``f`` that computes in float32 or float16, or
         in float64 after one that did)."""
         eps, precision = output_eps(y), self.precision
+        if self.f_error is not None:
+            eps = max(eps, self.f_error())
         if eps != precision.eps:
             precision.set(eps)
+
+    def error(self) -> float:
+        """The relative error of a first-order difference with this thread's steps:
+        truncation (``step**2`` central, ``step`` forward) and rounding
+        (``eps / step``)."""
+        precision = self.precision
+        step = precision.first_step
+        truncation = step * step if self.selector.method == "central" else step
+        return truncation + precision.eps / step
+
+    def telling_error(self, programs: Programs) -> Programs:
+        """``programs`` (first order), each carrying ``result_error`` (see
+        :func:`di.backends.protocol.keeping_error`)."""
+        for program in programs.values():
+            program.result_error = self.error  # type: ignore[attr-defined]
+        return programs
 
     def settled(self, programs: Programs) -> Programs:
         """``programs``, each computed again when ``f``'s output turned out to have
@@ -167,8 +188,8 @@ class _Evaluator:
         y = self.f(point, *values)
         if y.__class__ is not float and y.__class__ is not np.float64:
             self.learn(y)
-        elif self.precision.eps != _EPS:  # float64 after a coarser output
-            self.precision.set(_EPS)
+        elif self.precision.eps != _EPS or self.f_error is not None:  # after a coarser output
+            self.learn(y)
         if _is_float_scalar(y):
             self.number = float  # the common case, told without the full check
             return float(y)
@@ -201,8 +222,8 @@ class _Evaluator:
     def checked_array(self, y: Any, operator: str, copy: bool = True) -> Any:
         """``f``'s output ``y`` checked and in float64 (a copy unless ``copy=False``)."""
         if y.__class__ is np.ndarray and y.dtype is _FLOAT64:  # the common case
-            if self.precision.eps != _EPS:  # float64 after a coarser output
-                self.precision.set(_EPS)
+            if self.precision.eps != _EPS or self.f_error is not None:  # after a coarser output
+                self.learn(y)
             return np.array(y) if copy else y
         self.learn(y)
         if y.__class__ is np.ndarray and y.dtype.kind == "f":
@@ -321,7 +342,7 @@ class FiniteDiffAdapter(Adapter):
 
             return run
 
-        return {"gradient": make(False), "value_and_gradient": make(True)}
+        return evaluator.telling_error({"gradient": make(False), "value_and_gradient": make(True)})
 
     def _directional(self, evaluator: _Evaluator, operator: str = "pushforward") -> Callable[..., Any]:
         """``directional(point, values, t, y0)``: the directional derivative of ``f``
@@ -376,7 +397,9 @@ class FiniteDiffAdapter(Adapter):
 
             return run
 
-        return evaluator.settled({"pushforward": make(False), "value_and_pushforward": make(True)})
+        return evaluator.telling_error(
+            evaluator.settled({"pushforward": make(False), "value_and_pushforward": make(True)})
+        )
 
     def prepare_jacobian_programs(
         self,
@@ -435,7 +458,9 @@ class FiniteDiffAdapter(Adapter):
             (_, jac), aux = jacobian_with_value(x, values, False)
             return (jac, aux) if has_aux else jac
 
-        return evaluator.settled({"jacobian": jacobian, "value_and_jacobian": value_and_jacobian})
+        return evaluator.telling_error(
+            evaluator.settled({"jacobian": jacobian, "value_and_jacobian": value_and_jacobian})
+        )
 
     def prepare_pullback_programs(
         self,

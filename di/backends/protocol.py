@@ -45,6 +45,7 @@ __all__ = [
     "Capabilities",
     "Program",
     "Programs",
+    "keeping_error",
     "plain_from_full",
     # re-exported from di.backends.compile and di.backends.outputs, where they live
     "counting_static_values",
@@ -59,6 +60,29 @@ __all__ = [
 
 Program = Callable[..., Any]
 Programs = dict[str, Program]
+
+
+def keeping_error(wrapper: Program, program: Program) -> Program:
+    """``wrapper`` of ``program``, telling the relative error of its results as
+    ``program`` does. A program whose results are approximations (a
+    finite-difference gradient) carries ``result_error``, a function returning that
+    error as last seen in the calling thread: a finite-difference backend
+    differentiating the program again (``SecondOrder``) takes its steps for it, as
+    it does for ``f``'s float32 outputs. Wrappers that pass results on keep it.
+
+    Examples:
+        >>> from di.backends.protocol import keeping_error
+        >>> def gradient(x):
+        ...     return 2 * x
+        >>> gradient.result_error = lambda: 1e-11
+        >>> keeping_error(lambda x: gradient(x) + 0, gradient).result_error()
+        1e-11
+    """
+    error = getattr(program, "result_error", None)
+    if error is not None:
+        wrapper.result_error = error  # type: ignore[attr-defined]
+    return wrapper
+
 
 SECOND_ORDER_FAMILIES = frozenset({"hvp", "hessian", "second_derivative"})
 """The operator families the fallbacks build by differentiating the engine's own

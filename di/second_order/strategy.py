@@ -16,7 +16,7 @@ from di.backends import fallbacks
 from di.backends.fallbacks import rewrap_context
 from di.backends.outputs import OutputRules, check_output
 from di.backends.protocol import OPERATOR_FAMILIES as FAMILIES
-from di.backends.protocol import Adapter, Programs
+from di.backends.protocol import Adapter, Programs, keeping_error
 from di.backends.registry import get_adapter, get_strategy
 from di.backends.selectors import AbstractBackend, AutoFastest, AutoSparse, SecondOrder, available_backends
 from di.backends.source import ProgramSource
@@ -207,7 +207,7 @@ class SecondOrderSource(ProgramSource):
         def in_float64(x: Any, *values: Any) -> Any:
             return to_outer(inner(x, *[widen(v) for v in values]))
 
-        return in_float64
+        return keeping_error(in_float64, inner)
 
     def _in_outer_family(self, program: Callable[..., Any]) -> Callable[..., Any]:
         convert = converter(self.inner.family, self.adapter.family)
@@ -217,7 +217,7 @@ class SecondOrderSource(ProgramSource):
         def in_outer_family(*args: Any) -> Any:
             return convert(program(*args))
 
-        return in_outer_family
+        return keeping_error(in_outer_family, program)
 
 
 def _widening(family: str) -> Callable[[Any], Any]:
