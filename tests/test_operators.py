@@ -531,6 +531,30 @@ def test_same_point_preps_copy_and_compare_a_pytree_point(backend: Any) -> None:
     np.testing.assert_allclose(gradient, [2.0, 16.0], rtol=tol, atol=tol)
 
 
+def test_same_point_products_are_in_the_dtype_of_x() -> None:
+    """A same-point pullback or hvp gives x's dtype whatever the cotangent's, as the
+    other pullbacks do: a float64 cotangent for a float32 x gave float64 products on
+    AutoTorch, AutoAutograd and AutoFiniteDiff, and a Python float cotangent raised
+    AttributeError ('float' object has no attribute 'dim') on AutoTorch."""
+    x = np.array([1.0, 2.0], dtype=np.float32)
+
+    def squares(x: Any) -> Any:
+        xp = di.array_namespace(x)
+        return xp.sum(x**2)
+
+    for backend in BACKENDS:
+        for cotangent in (1.0, np.array(1.0), np.array(1)):
+            prep = di.prepare_pullback_same_point(squares, backend, x, (cotangent,))
+            (product,) = di.pullback(squares, prep, backend, x, (cotangent,))
+            assert product.dtype == np.float32, (backend, cotangent)
+            np.testing.assert_allclose(product, [2.0, 4.0], rtol=1e-6)
+        tangent = (np.array([1.0, 0.0]),)
+        prep = di.prepare_hvp_same_point(squares, backend, x, tangent)
+        (product,) = di.hvp(squares, prep, backend, x, tangent)
+        assert product.dtype == np.float32, backend
+        np.testing.assert_allclose(product, [2.0, 0.0], atol=1e-5)
+
+
 # --- torch with Cache: reverse-mode routes --------------------------------------------------
 
 

@@ -400,7 +400,9 @@ def pullback_same_point_programs(
 
     def value_and_pullback(x: Any, ty: Sequence[Any], *values: Any) -> Any:
         with scope():
-            return fresh(y), tuple(xp.tensordot(to_engine(t), jac, axes=len(_shape(y))) for t in ty)
+            # (a cotangent in the jacobian's dtype: the products in x's, as other pullbacks give them)
+            cotangents = [xp.asarray(to_engine(t), dtype=jac.dtype) for t in ty]
+            return fresh(y), tuple(xp.tensordot(t, jac, axes=len(_shape(y))) for t in cotangents)
 
     def pullback(x: Any, ty: Sequence[Any], *values: Any) -> Any:
         return value_and_pullback(x, ty, *values)[1]
@@ -422,7 +424,8 @@ def hvp_same_point_programs(
 
     def gradient_and_hvp(x: Any, tx: Sequence[Any], *values: Any) -> Any:
         with scope():
-            return fresh(g), tuple(xp.tensordot(hessian, to_engine(t), axes=x_ndim) for t in tx)
+            tangents = [xp.asarray(to_engine(t), dtype=hessian.dtype) for t in tx]  # (as in the pullback)
+            return fresh(g), tuple(xp.tensordot(hessian, t, axes=x_ndim) for t in tangents)
 
     def hvp(x: Any, tx: Sequence[Any], *values: Any) -> Any:
         return gradient_and_hvp(x, tx, *values)[1]
