@@ -473,3 +473,83 @@ def test_a_strict_prep_takes_numpy_scalars_for_0d_leaves(backend: di.AbstractBac
     g = di.gradient(f, prep, backend, p)
     np.testing.assert_allclose(g["b"], 0.8, rtol=1e-6)
     np.testing.assert_allclose(g["w"], 1.6 * np.ones(3), rtol=1e-6)
+
+
+def _product(p: Any) -> Any:
+    """f(p) = b * a (elementwise) for p = {"b": b, "a": a} and the nested / int-key layouts."""
+    xp = di.array_namespace(p)
+    b, a = (p["b"], p["a"]) if "b" in p else (p[2], p[1]) if 2 in p else (p["z"]["b"], p["z"]["a"])
+    return xp.multiply(b, a)
+
+
+def _energy(p: Any) -> Any:
+    xp = di.array_namespace(p)
+    return xp.sum(_product(p) * _product(p)) / 2
+
+
+@pytest.mark.parametrize("layout", ["flat", "nested", "int"])
+@pytest.mark.parametrize("backend", BACKENDS, ids=IDS)
+def test_jacobian_and_hessian_keep_the_key_order_of_x_at_every_level(backend: Any, layout: str) -> None:
+    """Results holding x's structure inside another (a Jacobian: x's structure of
+    arrays; a Hessian: x's structure of x's structures) keep x's key order at every
+    level, as gradient does (AutoJAX sorted them)."""
+    b, a = np.array([1.0, 2.0]), np.array([3.0, 4.0])
+    x = {"flat": {"b": b, "a": a}, "nested": {"z": {"b": b, "a": a}}, "int": {2: b, 1: a}}[layout]
+    kb, ka = {"flat": ("b", "a"), "nested": ("b", "a"), "int": (2, 1)}[layout]
+
+    def inner(tree: Any) -> Any:
+        return tree["z"] if layout == "nested" else tree
+
+    def keys(tree: Any) -> list[Any]:
+        return list(inner(tree))
+
+    # d(b*a)/db = diag(a), d(b*a)/da = diag(b); hessian of sum((b*a)^2)/2
+    tol = 1e-5
+    for jac in (di.jacobian(_product, backend, x), di.value_and_jacobian(_product, backend, x)[1]):
+        assert keys(jac) == [kb, ka]
+        np.testing.assert_allclose(to_np(inner(jac)[kb]), np.diag(a), rtol=tol)
+        np.testing.assert_allclose(to_np(inner(jac)[ka]), np.diag(b), rtol=tol)
+    y, g, h2 = di.value_gradient_and_hessian(_energy, backend, x)
+    np.testing.assert_allclose(y, ((b * a) ** 2).sum() / 2, rtol=tol)
+    assert keys(g) == [kb, ka]
+    np.testing.assert_allclose(inner(g)[kb], a * a * b, rtol=tol)
+    for hess in (di.hessian(_energy, backend, x), h2):
+        assert keys(hess) == [kb, ka]
+        assert [keys(block) for block in inner(hess).values()] == [[kb, ka], [kb, ka]]
+        np.testing.assert_allclose(inner(inner(hess)[kb])[kb], np.diag(a * a), rtol=1e-4, atol=1e-4)
+        np.testing.assert_allclose(inner(inner(hess)[kb])[ka], np.diag(2 * a * b), rtol=1e-4, atol=1e-4)
+        np.testing.assert_allclose(inner(inner(hess)[ka])[kb], np.diag(2 * a * b), rtol=1e-4, atol=1e-4)
+
+
+def to_np(value: Any) -> Any:
+    return np.asarray(value, dtype=float)
+
+
+@pytest.mark.parametrize("backend", [di.AutoJAX(), di.AutoJAX(jit=True)], ids=["jax", "jax-jit"])
+def test_pytree_outputs_keep_the_key_order_of_f(backend: Any) -> None:
+    """An f returning a dict: the output level of jacobian, pushforward and the values
+    keeps f's key order (AutoJAX sorted it), for an array x and a pytree x."""
+
+    def f(x: Any) -> Any:
+        return {"zeta": 2 * x, "alpha": x**2}
+
+    x = np.array([1.0, 3.0])
+    jac = di.jacobian(f, backend, x)
+    assert list(jac) == ["zeta", "alpha"]
+    np.testing.assert_allclose(jac["alpha"], np.diag(2 * x))
+    y, jac = di.value_and_jacobian(f, backend, x)
+    assert list(y) == list(jac) == ["zeta", "alpha"]
+    (jv,) = di.pushforward(f, backend, x, (np.array([1.0, 0.0]),))
+    assert list(jv) == ["zeta", "alpha"]
+    np.testing.assert_allclose(jv["zeta"], [2.0, 0.0])
+    y, (jv,) = di.value_and_pushforward(f, backend, x, (np.array([1.0, 0.0]),))
+    assert list(y) == list(jv) == ["zeta", "alpha"]
+
+    def g(p: Any) -> Any:
+        return {"zeta": p["b"] * p["a"], "alpha": p["b"]}
+
+    p = {"b": np.array([1.0, 2.0]), "a": np.array([3.0, 4.0])}
+    jac = di.jacobian(g, backend, p)
+    assert list(jac) == ["zeta", "alpha"]
+    assert [list(block) for block in jac.values()] == [["b", "a"], ["b", "a"]]
+    np.testing.assert_allclose(jac["zeta"]["a"], np.diag([1.0, 2.0]))

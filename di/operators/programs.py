@@ -9,6 +9,7 @@ wrappers add a function call or two per prepared call and nothing else.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -70,6 +71,12 @@ def caller_programs(
     if is_pytree(x) and not source.takes_pytree(operator.family, x):
         programs = _raveled(operator, source, key, f, x, tangents, contexts, has_aux)
     else:
+        output = None
+        if source.checks_own_pytrees and any(
+            part.startswith("Y") for name in operator.names for part in _LAYOUTS.get(name, ())
+        ):
+            output = _OutputOrder()  # an engine with a pytree registry of its own may sort f's dicts
+            f = output.recording(f, has_aux)
         engine = source.programs(key, f, _as_array(x), contexts, tangents, has_aux=has_aux)
         to_caller: Callable[[Any], Any] = identity
         if source.converts_results:
@@ -83,8 +90,8 @@ def caller_programs(
             plain = operator.names[0]
             array_to_caller = _restoring_bfloat16(source, x, converter(source.family, family))
             programs[plain] = _converted(_from_float(x, engine[plain]), array_to_caller, False)
-        if is_pytree(x):
-            programs = _in_x_order(operator, programs, x, has_aux)
+        if is_pytree(x) or output is not None:
+            programs = _in_caller_order(operator, programs, x, has_aux, output)
         if has_aux:
             programs = _aux_layout(operator, programs, source.family, family)
         for name in operator.names:  # the runner then leaves x's check to the program
@@ -234,39 +241,125 @@ def _converted(program: Callable[..., Any], convert: Callable[[Any], Any], has_a
     return finished(program, with_aux(has_aux, convert))
 
 
-def _in_x_order(operator: Operator, programs: Programs, x: Any, has_aux: bool) -> Programs:
-    """Give results shaped like a pytree ``x`` its exact structure (an engine such
-    as JAX rebuilds dicts with sorted keys; the caller's key order is kept)."""
-    spec = tree_flatten(x)[1]
-    if spec.is_leaf():  # a node only the engine knows: keep the engine's structure
+_LAYOUTS: dict[str, tuple[str, ...]] = {
+    "derivative": ("Y",),
+    "value_and_derivative": ("Y", "Y"),
+    "gradient": ("X",),
+    "value_and_gradient": ("-", "X"),
+    "jacobian": ("YX",),
+    "value_and_jacobian": ("Y", "YX"),
+    "pushforward": ("Y*",),
+    "value_and_pushforward": ("Y", "Y*"),
+    "pullback": ("X*",),
+    "value_and_pullback": ("Y", "X*"),
+    "hvp": ("X*",),
+    "gradient_and_hvp": ("X", "X*"),
+    "hessian": ("XX",),
+    "value_gradient_and_hessian": ("-", "X", "XX"),
+    "second_derivative": ("Y",),
+    "value_derivative_and_second_derivative": ("Y", "Y", "Y"),
+}
+"""Each program's result, part by part (one part: the result itself, else the
+parts of its tuple): ``X`` shaped like ``x``, ``Y`` like ``f``'s output, ``YX``
+(a Jacobian) ``Y``'s structure with ``x``'s in each place of an output leaf,
+``XX`` (a Hessian) ``x``'s structure with ``x``'s in each place, ``X*`` and
+``Y*`` a tuple of those (one per tangent), ``-`` a scalar."""
+
+
+class _OutputOrder:
+    """``f``'s output structure (dict key order included), read from its first call
+    by an engine that rebuilds outputs in an order of its own (JAX sorts dicts)."""
+
+    def __init__(self) -> None:
+        self.spec: Any = None
+
+    def recording(self, f: Callable[..., Any], has_aux: bool) -> Callable[..., Any]:
+        @functools.wraps(f)
+        def recorded(*args: Any, **kwargs: Any) -> Any:
+            output = f(*args, **kwargs)
+            if self.spec is None:
+                y = output[0] if has_aux and isinstance(output, tuple) and len(output) == 2 else output
+                try:
+                    self.spec = tree_flatten(y)[1]
+                except Exception:  # (f's output is then checked, and refused, by the engine)
+                    pass
+            return output
+
+        return recorded
+
+
+def _in_caller_order(
+    operator: Operator, programs: Programs, x: Any, has_aux: bool, output: _OutputOrder | None
+) -> Programs:
+    """Give results the exact structure of ``x`` and of ``f``'s output wherever they
+    hold them, at any depth (a Jacobian of a pytree output is ``f``'s structure
+    holding ``x``'s, a Hessian ``x``'s holding ``x``'s): an engine such as JAX
+    rebuilds dicts with sorted keys; the caller's key order is kept. ``f``'s
+    order is known from ``output`` (engines that keep it need none)."""
+    x_spec = tree_flatten(x)[1] if is_pytree(x) else None
+    if x_spec is not None and x_spec.is_leaf():  # a node only the engine knows: the engine's structure
         return programs
+    x_skeleton = 0 if x_spec is None else tree_unflatten(x_spec, [0] * x_spec.num_leaves)
+    x_in_order = x_spec is None or _sorted_layout(_layout(x_skeleton))  # as any engine returns it
 
-    def restructure(tree: Any, convert_leaf: Callable[[Any], Any] | None = None) -> Any:
-        leaves, tree_spec = tree_flatten(tree)
-        if tree_spec != spec:  # (equal specs may differ in dict key order, which is what is fixed)
+    def skeleton(part: str, given: Any) -> Any:
+        """A tree of the structure ``part`` of the result must have (``given``: that part)."""
+        if part == "-":
+            return 0
+        if part in ("X", "XX") or output is None or output.spec is None:
+            if part == "X":
+                return x_skeleton
+            if part == "XX":
+                return x_skeleton if x_spec is None else tree_unflatten(x_spec, [x_skeleton] * x_spec.num_leaves)
+            if part == "YX":  # f's order unknown: kept by the engine, and an array output (else left as it is)
+                return x_skeleton
+            if part == "X*":
+                return tuple(x_skeleton for _ in given)
+            return given  # Y, Y*: the engine's own
+        y_spec = output.spec
+        if part == "Y":
+            return tree_unflatten(y_spec, [0] * y_spec.num_leaves)
+        if part == "Y*":
+            return tuple(tree_unflatten(y_spec, [0] * y_spec.num_leaves) for _ in given)
+        if part == "X*":
+            return tuple(x_skeleton for _ in given)
+        return tree_unflatten(y_spec, [x_skeleton] * y_spec.num_leaves)  # YX
+
+    def expected(layout: tuple[str, ...], result: Any) -> Any:
+        if len(layout) == 1:
+            return tree_flatten(skeleton(layout[0], result))[1]
+        if not isinstance(result, tuple) or len(result) != len(layout):
             raise _OtherStructure
-        if convert_leaf is not None:
-            leaves = [convert_leaf(leaf) for leaf in leaves]
-        return tree_unflatten(spec, leaves)
-
-    def fix(result: Any, where: Any) -> Any:
-        if where is None:
-            return restructure(result)
-        if where == "each":
-            return tuple(restructure(item) for item in result)
-        if isinstance(where, tuple):
-            index, _ = where
-            return (*result[:index], tuple(restructure(item) for item in result[index]), *result[index + 1 :])
-        return (*result[:where], restructure(result[where]), *result[where + 1 :])
+        return tree_flatten(tuple(skeleton(part, given) for part, given in zip(layout, result)))[1]
 
     def wrap(name: str, program: Callable[..., Any]) -> Callable[..., Any]:
-        places = operator.places_like_x(name)
-        if not places or getattr(program, "keeps_x_structure", False) or ordered_like_any_engine:
+        layout = _LAYOUTS.get(name, ())
+        follows_f = output is not None and any(part.startswith("Y") for part in layout)
+        if not layout or getattr(program, "keeps_x_structure", False):
             return program
+        if x_in_order and (not follows_f or _known_in_order(output)):
+            return program
+        specs: dict[Any, Any] = {}  # the expected structure, by tangent count
+
+        def restructure(result: Any, convert_leaf: Callable[[Any], Any] | None = None) -> Any:
+            count = None
+            if layout[-1].endswith("*"):  # one tangent or more
+                items = result if len(layout) == 1 else result[-1] if isinstance(result, tuple) else None
+                count = len(items) if isinstance(items, tuple) else None
+            spec = specs.get(count) if output is None or output.spec is not None else None
+            if spec is None:
+                spec = specs[count] = expected(layout, result)
+            leaves, result_spec = tree_flatten(result)
+            if result_spec != spec:  # (equal specs may differ in dict key order, which is what is fixed)
+                raise _OtherStructure
+            if convert_leaf is not None:
+                leaves = [convert_leaf(leaf) for leaf in leaves]
+            return tree_unflatten(spec, leaves)
+
         inner, convert = split_finish(program)
         convert_leaf = getattr(convert, "convert_leaf", None)
-        if places == (None,) and convert_leaf is not None and not has_aux:
-            # results converted leaf by leaf: converted and put in x's order in one pass
+        if convert_leaf is not None and not has_aux:
+            # results converted leaf by leaf: converted and put in order in one pass
 
             def converted_in_order(result: Any) -> Any:
                 try:
@@ -276,13 +369,8 @@ def _in_x_order(operator: Operator, programs: Programs, x: Any, has_aux: bool) -
 
             return finished(inner, converted_in_order)
 
-        def in_order(result: Any) -> Any:
-            for where in places:
-                result = fix(result, where)
-            return result
-
-        finish = with_aux(has_aux, in_order)
-        # An engine that keeps x's structure needs no rebuilding: the first result says
+        finish = with_aux(has_aux, restructure)
+        # An engine that keeps the structures needs no rebuilding: the first result says
         # so, for every later one (the program's output structure follows its input's,
         # which the prep fixes).
         rebuild: list[bool | None] = [None]
@@ -300,10 +388,15 @@ def _in_x_order(operator: Operator, programs: Programs, x: Any, has_aux: bool) -
 
         return finished(program, ordered)
 
-    # Dicts whose keys are in sorted order, in lists and tuples: an engine keeps them
-    # as they are or sorts them, which gives them the same order.
-    ordered_like_any_engine = _sorted_layout(_layout(x))
     return {name: wrap(name, program) for name, program in programs.items()}
+
+
+def _known_in_order(output: _OutputOrder | None) -> bool:
+    """Whether ``f``'s output is known, at preparation, to be as any engine returns it."""
+    if output is None:
+        return True
+    spec = output.spec
+    return spec is not None and _sorted_layout(_layout(tree_unflatten(spec, [0] * spec.num_leaves)))
 
 
 class _Opaque:
