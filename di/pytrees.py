@@ -547,9 +547,16 @@ class Raveler:
         leaves = self.structure.leaves(tree)
         if leaves is None:  # another structure: optree's leaves, which the caller's check refuses
             leaves = tree_leaves(tree)
-        if len(leaves) != len(self.shapes) or any(
-            tuple(leaf.shape) != shape for leaf, shape in zip(leaves, self.shapes)
-        ):
+        try:
+            other_shapes = len(leaves) != len(self.shapes) or any(
+                tuple(leaf.shape) != shape for leaf, shape in zip(leaves, self.shapes)
+            )
+        except AttributeError:  # a Python number: a 0-d leaf (a tangent {"v": 1.0, ...})
+            leaves = _numbers_as_arrays(leaves, xp, self.dtype)
+            other_shapes = len(leaves) != len(self.shapes) or any(
+                tuple(getattr(leaf, "shape", (None,))) != shape for leaf, shape in zip(leaves, self.shapes)
+            )
+        if other_shapes:
             raise PreparationMismatchError(
                 "this prep was made for a pytree x whose leaves have other shapes "
                 f"({', '.join(str(s) for s in self.shapes)}); this backend computes on x flattened into one "
@@ -600,6 +607,19 @@ class Raveler:
             block = _reshape(matrix[offset : offset + size], (*shape, self.size))
             rows.append(self.unravel_leading(block, shape))
         return self.structure.unflatten(rows)
+
+
+def _numbers_as_arrays(leaves: list[Any], xp: Any, dtype: Any) -> list[Any]:
+    """``leaves`` with each Python number (``int``, ``float``) as a 0-d array of the
+    namespace ``xp``, on the device of the array leaves; other leaves as they are."""
+    import array_api_compat  # (here only: import di stays light)
+
+    arrays = [leaf for leaf in leaves if hasattr(leaf, "shape")]
+    on = {"device": array_api_compat.device(arrays[0])} if arrays else {}
+    return [
+        xp.asarray(leaf, dtype=dtype, **on) if isinstance(leaf, (int, float)) and not hasattr(leaf, "shape") else leaf
+        for leaf in leaves
+    ]
 
 
 def _reshape(array: Any, shape: tuple[int, ...]) -> Any:

@@ -553,3 +553,27 @@ def test_pytree_outputs_keep_the_key_order_of_f(backend: Any) -> None:
     assert list(jac) == ["zeta", "alpha"]
     assert [list(block) for block in jac.values()] == [["b", "a"], ["b", "a"]]
     np.testing.assert_allclose(jac["zeta"]["a"], np.diag([1.0, 2.0]))
+
+
+@pytest.mark.parametrize("backend", BACKENDS, ids=IDS)
+def test_a_python_float_leaf_in_a_tangent_is_a_0d_leaf(backend: Any) -> None:
+    """A tangent {"v": 1.0, "w": ones(3)} for x = {"v": array(0.5), "w": ones(3)}: the
+    float is the 0-d leaf the preparation's check takes it for (the flattening backends
+    raised AttributeError: 'float' object has no attribute 'shape')."""
+
+    def f(p: Any) -> Any:
+        xp = di.array_namespace(p)
+        return p["v"] ** 2 * xp.sum(p["w"] ** 2)
+
+    x = {"v": np.array(0.5), "w": np.ones(3)}
+    t = {"v": 1.0, "w": np.ones(3)}
+    # gradient (2 v |w|^2, 2 v^2 w) = (3, 0.5 w); H t = (2|w|^2 + 4 v w.t_w, 4 v w t_v + 2 v^2 t_w)
+    (hv,) = di.hvp(f, backend, x, (t,))
+    np.testing.assert_allclose(to_np(hv["v"]), 12.0, rtol=1e-5)
+    np.testing.assert_allclose(to_np(hv["w"]), [2.5, 2.5, 2.5], rtol=1e-5)
+    (jv,) = di.pushforward(f, backend, x, (t,))
+    np.testing.assert_allclose(to_np(jv), 4.5, rtol=1e-5)
+    prep = di.prepare_hvp(f, backend, x, (t,))
+    (hv,) = di.hvp(f, prep, backend, x, ({"v": 2.0, "w": np.zeros(3)},))
+    np.testing.assert_allclose(to_np(hv["v"]), 12.0, rtol=1e-5)
+    np.testing.assert_allclose(to_np(hv["w"]), [4.0, 4.0, 4.0], rtol=1e-5)
