@@ -30,6 +30,7 @@ from di.testing import (
     test_differentiation,
 )
 from di.testing.benchmark import BENCHMARK_COLUMNS
+from di.testing.compare import compare
 from di.testing.labels import known_labels
 from di.testing.pytest_plugin import check_case, make_test, parametrize_differentiation
 
@@ -235,6 +236,50 @@ def test_a_wrong_reference_fails_and_is_named() -> None:
     assert "max abs error" in message
     report = info.value.report  # type: ignore[attr-defined]
     assert len(report.passed) == 3 * len(backends)
+
+
+def _sum_sqrt(x: Any) -> Any:
+    xp = di.array_namespace(x)
+    return xp.sum(xp.sqrt(x))  # gradient at [0, 1]: [inf, 0.5]
+
+
+@pytest.mark.parametrize(
+    ("result", "reference", "abs_error"),
+    [
+        ([np.inf, 0.5], [np.inf, 0.5], 0.0),
+        ([np.nan, 0.5], [np.nan, 0.5], 0.0),
+        ([np.inf, 0.5], [np.inf, 1000.0], 999.5),  # a wrong finite entry beside an infinite one
+        ([np.inf, 0.5], [-np.inf, 0.5], math.inf),
+        ([np.nan, 0.5], [np.inf, 0.5], math.inf),
+        ([1e300, 0.5], [np.inf, 0.5], math.inf),
+        ([np.inf, 0.5], [1e300, 0.5], math.inf),
+    ],
+)
+def test_non_finite_references_are_matched_entry_for_entry(
+    result: list[float], reference: list[float], abs_error: float
+) -> None:
+    got, expected = np.array(result), np.array(reference)
+    errors = compare("gradient", got, expected, 1e-9, 0.0, np.zeros(2), True, False)
+    assert errors[0] == abs_error
+    assert (errors[2] == []) == (abs_error == 0.0)
+    if math.isinf(abs_error):
+        assert errors[2] == ["gradient: its NaN or infinite entries differ from the reference's"]
+
+
+def test_a_wrong_result_beside_an_infinite_reference_fails() -> None:
+    x = np.array([0.0, 1.0])
+    backends = [b for b in BACKENDS if not isinstance(b, di.AutoFiniteDiff)][:1]  # AD gives the infinite entry
+    if not backends:
+        pytest.skip("no automatic differentiation backend installed")
+    right = Scenario("gradient", _sum_sqrt, x, res1=np.array([np.inf, 0.5]), name="gradient/sqrt")
+    wrong = replace_scenario(right, name="gradient/sqrt_wrong", res1=np.array([np.inf, 1000.0]))
+    with np.errstate(divide="ignore"):
+        report = test_differentiation(backends, [right], prep_modes=["prepared"])
+        assert len(report.passed) == 1
+        with pytest.raises(AssertionError, match="max abs error 1e\\+03") as info:
+            test_differentiation(backends, [wrong], prep_modes=["prepared"])
+    failed = info.value.report.failed  # type: ignore[attr-defined]
+    assert [(r.scenario, r.max_abs_error) for r in failed] == [("gradient/sqrt_wrong", 999.5)]
 
 
 def test_explicit_tolerances_override_the_defaults() -> None:

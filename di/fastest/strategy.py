@@ -44,7 +44,15 @@ from di.prep.signature import describe_value
 from di.prep.strategy import Preparer, PrepareRequest, Strategy, StrategyInfo
 from di.pytrees import is_pytree, tree_leaves
 
-__all__ = ["FastestInfo", "FastestStrategy", "agree", "default_tolerances", "relative_difference", "time_interleaved"]
+__all__ = [
+    "FastestInfo",
+    "FastestStrategy",
+    "agree",
+    "default_tolerances",
+    "finite_difference",
+    "relative_difference",
+    "time_interleaved",
+]
 
 PrepareWith = Callable[[AbstractBackend], Prep]
 
@@ -318,10 +326,33 @@ def default_tolerances(dtypes: Sequence[str]) -> tuple[float, float]:
     return 1e-5, 1e-8
 
 
+def finite_difference(a: np.ndarray, b: np.ndarray) -> tuple[float, float, float] | None:
+    """Two arrays of one shape compared entry by entry: ``(the largest absolute
+    difference, the largest |a|, the largest |b|)`` over the entries where both are
+    finite; ``None`` when their non-finite entries differ (NaN against NaN and equal
+    infinities are equal; a finite entry against a non-finite one differs).
+
+    Examples:
+        >>> import numpy as np
+        >>> from di.fastest.strategy import finite_difference
+        >>> finite_difference(np.array([np.inf, 1.0]), np.array([np.inf, 3.0]))
+        (2.0, 1.0, 3.0)
+        >>> finite_difference(np.array([np.nan, 1.0]), np.array([np.inf, 1.0])) is None
+        True
+    """
+    finite = np.isfinite(a) & np.isfinite(b)
+    same = (a == b) | (np.isnan(a) & np.isnan(b))
+    if np.any(~finite & ~same):
+        return None
+    a, b = a[finite], b[finite]
+    difference = float(np.max(np.abs(a - b), initial=0.0))
+    return difference, float(np.max(np.abs(a), initial=0.0)), float(np.max(np.abs(b), initial=0.0))
+
+
 def _leaf_differences(a: Sequence[np.ndarray], b: Sequence[np.ndarray]) -> list[tuple[float, float]] | None:
     """For each pair of leaves: the largest absolute difference and the largest
     absolute entry (finite entries); ``None`` when the leaves' number or shapes
-    differ, or non-finite entries do (NaN against NaN and equal infinities are equal)."""
+    differ, or non-finite entries do (see :func:`finite_difference`)."""
     if len(a) != len(b):
         return None
     found = []
@@ -330,14 +361,11 @@ def _leaf_differences(a: Sequence[np.ndarray], b: Sequence[np.ndarray]) -> list[
             if left.size != right.size:
                 return None
             left, right = left.reshape(-1), right.reshape(-1)  # a sparse 2-D result against a dense one
-        finite = np.isfinite(left) & np.isfinite(right)
-        same = (left == right) | (np.isnan(left) & np.isnan(right))
-        if np.any(~finite & ~same):
+        compared = finite_difference(left, right)
+        if compared is None:
             return None
-        left, right = left[finite], right[finite]
-        difference = float(np.max(np.abs(left - right), initial=0.0))
-        scale = max(float(np.max(np.abs(left), initial=0.0)), float(np.max(np.abs(right), initial=0.0)))
-        found.append((difference, scale))
+        difference, left_scale, right_scale = compared
+        found.append((difference, max(left_scale, right_scale)))
     return found
 
 

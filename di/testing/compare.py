@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from di.families import family_of, get_family
+from di.fastest.strategy import finite_difference
 from di.testing.arrays import dtype_name, pytree_leaves, records_graph, sparse_to_numpy, to_numpy
 
 __all__ = ["compare", "max_error", "same"]
@@ -122,7 +123,9 @@ def compare(
         label: what the result is, for the messages (``"gradient"``).
         value: the result.
         reference: the reference (NumPy, a tuple or dict of them, or a plain value).
-        rtol: relative tolerance, times the largest ``|reference|``.
+        rtol: relative tolerance, times the largest finite ``|reference|``
+            (non-finite entries must be returned as they are: ``inf`` where
+            the reference has ``inf``, ``nan`` where it has ``nan``).
         atol: absolute tolerance.
         x: the scenario's ``x`` (results come back in its family and dtype).
         check_types: check family, dtype, shape and graph.
@@ -164,13 +167,14 @@ def compare(
         if check_types or got.size != ref.size:
             return math.nan, math.nan, [*problems, f"{label}: expected shape {ref.shape}, got {got.shape}"]
         got = got.reshape(ref.shape)
-    difference = np.abs(got - ref)
-    abs_error = float(np.max(difference, initial=0.0)) if np.all(np.isfinite(got)) else math.inf
-    scale = float(np.max(np.abs(ref), initial=0.0))
+    compared = finite_difference(got, ref)
+    if compared is None:
+        return math.inf, math.inf, [*problems, f"{label}: its NaN or infinite entries differ from the reference's"]
+    abs_error, _, scale = compared
     rel_error = abs_error / scale if scale > 0 else (0.0 if abs_error == 0 else math.inf)
     if not abs_error <= atol + rtol * scale:
         problems.append(
             f"{label}: max abs error {abs_error:.3g} (rel {rel_error:.3g}) exceeds atol {atol:.3g} + "
-            f"rtol {rtol:.3g} x max|reference| {scale:.3g}"
+            f"rtol {rtol:.3g} x max|finite reference| {scale:.3g}"
         )
     return abs_error, rel_error, problems

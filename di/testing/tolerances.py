@@ -29,7 +29,8 @@ def default_tolerances(backend: Any, dtype: Any, order: int = 1) -> tuple[float,
     float32 ``2e-4``, float16/bfloat16 ``1e-2``. Finite differences add their
     truncation and cancellation error, more for forward than central differences
     and more for second order; the looser of the two applies. A result passes
-    when ``max|result - reference| <= atol + rtol * max|reference|``.
+    when its NaN and infinite entries are the reference's and, over the finite
+    entries, ``max|result - reference| <= atol + rtol * max|reference|``.
 
     Args:
         backend: the backend selector (finite differences are recognised inside
