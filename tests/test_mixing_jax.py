@@ -237,6 +237,38 @@ _TWO_DEVICES = textwrap.dedent(
     assert place(jnp.ones(4)).sharding == x.sharding
     hessian = place(jnp.ones((4, 4)))
     assert hessian.sharding.is_fully_replicated and hessian.devices() == {first, second}
+
+    # end to end: other engines' results come back where x lives (they came back on device 0)
+    def cubes(x):
+        xp = di.array_namespace(x)
+        return xp.sum(x**3)
+
+    def squares(x):
+        return x**2
+
+    at_second = jax.device_put(jnp.asarray([1.0, 2.0, 3.0]), second)
+    along = jax.device_put(jnp.asarray([1.0, 0.0, 1.0]), second)
+    for backend in (di.AutoTorch(), di.AutoAutograd(), di.AutoFiniteDiff()):
+        name = repr(backend)
+        grad = di.gradient(cubes, backend, at_second)
+        assert grad.devices() == {second}, (name, grad.devices())
+        np.testing.assert_allclose(np.asarray(grad), [3.0, 12.0, 27.0], rtol=1e-4, err_msg=name)
+        value, grad = di.value_and_gradient(cubes, backend, at_second)
+        assert value.devices() == grad.devices() == {second}, (name, value.devices(), grad.devices())
+        np.testing.assert_allclose(np.asarray(value), 36.0, rtol=1e-6, err_msg=name)
+        hess = di.hessian(cubes, backend, at_second)
+        assert hess.devices() == {second}, (name, hess.devices())
+        np.testing.assert_allclose(np.asarray(hess), np.diag([6.0, 12.0, 18.0]), rtol=1e-4, atol=1e-4, err_msg=name)
+        (jvp,) = di.pushforward(squares, backend, at_second, (along,))
+        assert jvp.devices() == {second}, (name, jvp.devices())
+        np.testing.assert_allclose(np.asarray(jvp), [2.0, 0.0, 6.0], rtol=1e-4, atol=1e-6, err_msg=name)
+        # sharded over both: a result shaped like x keeps its sharding, a Hessian is replicated
+        grad = di.gradient(f, backend, x, di.Constant(c))
+        assert grad.sharding == x.sharding, (name, grad.sharding)
+        np.testing.assert_allclose(np.asarray(grad), [1.0, 4.0, 12.0, 24.0], rtol=1e-4, err_msg=name)
+        hess = di.hessian(f, backend, x, di.Constant(c))
+        assert hess.sharding.is_fully_replicated and hess.devices() == {first, second}, (name, hess.sharding)
+        np.testing.assert_allclose(np.asarray(hess), np.diag([2.0, 4.0, 6.0, 8.0]), rtol=1e-4, atol=1e-4)
     print("ok")
     """
 )

@@ -83,12 +83,12 @@ def caller_programs(
             if is_pytree(x):
                 to_caller = _tree_converter(source, family)
             else:
-                to_caller = _restoring_bfloat16(source, x, _nested(converter(source.family, family)))
+                to_caller = _restoring_bfloat16(source, x, _nested(_placed(converter(source.family, family), x)))
         programs = {name: _converted(_from_float(x, engine[name]), to_caller, has_aux) for name in operator.names}
         if to_caller is not identity and not is_pytree(x) and not has_aux and operator.family in _ARRAY_RESULTS:
             # the plain operator's result is one array like x (or its square): converted at once
             plain = operator.names[0]
-            array_to_caller = _restoring_bfloat16(source, x, converter(source.family, family))
+            array_to_caller = _restoring_bfloat16(source, x, _placed(converter(source.family, family), x))
             programs[plain] = _converted(_from_float(x, engine[plain]), array_to_caller, False)
         if is_pytree(x) or output is not None:
             programs = _in_caller_order(operator, programs, x, has_aux, output)
@@ -198,6 +198,26 @@ def _nested(to_caller: Callable[[Any], Any]) -> Callable[[Any], Any]:
         return to_caller(result)
 
     return convert
+
+
+def _placed(to_caller: Callable[[Any], Any], x: Any) -> Callable[[Any], Any]:
+    """``to_caller`` (a conversion from an engine of another family), followed by
+    the placement of the caller's family: results go where the array ``x`` lives
+    (its device, its sharding), not where the conversion puts them. Unchanged
+    where the family needs none (one place, or ``x`` there already), and for a
+    pytree ``x`` (its leaves may live in several places: results keep the
+    conversion's)."""
+    family = family_of(x)
+    if to_caller is identity or family is None:
+        return to_caller
+    place = get_family(family).placement(x)
+    if place is None:
+        return to_caller
+
+    def placed(result: Any) -> Any:
+        return place(to_caller(result))
+
+    return placed
 
 
 def _restoring_bfloat16(source: ProgramSource, x: Any, to_caller: Callable[[Any], Any]) -> Callable[[Any], Any]:
