@@ -73,7 +73,7 @@ def caller_programs(
     else:
         output = None
         if source.checks_own_pytrees and any(
-            part.startswith("Y") for name in operator.names for part in _LAYOUTS.get(name, ())
+            part.startswith("Y") for name in operator.names for part in operator.layout(name)
         ):
             output = _OutputOrder()  # an engine with a pytree registry of its own may sort f's dicts
             f = output.recording(f, has_aux)
@@ -261,31 +261,6 @@ def _converted(program: Callable[..., Any], convert: Callable[[Any], Any], has_a
     return finished(program, with_aux(has_aux, convert))
 
 
-_LAYOUTS: dict[str, tuple[str, ...]] = {
-    "derivative": ("Y",),
-    "value_and_derivative": ("Y", "Y"),
-    "gradient": ("X",),
-    "value_and_gradient": ("-", "X"),
-    "jacobian": ("YX",),
-    "value_and_jacobian": ("Y", "YX"),
-    "pushforward": ("Y*",),
-    "value_and_pushforward": ("Y", "Y*"),
-    "pullback": ("X*",),
-    "value_and_pullback": ("Y", "X*"),
-    "hvp": ("X*",),
-    "gradient_and_hvp": ("X", "X*"),
-    "hessian": ("XX",),
-    "value_gradient_and_hessian": ("-", "X", "XX"),
-    "second_derivative": ("Y",),
-    "value_derivative_and_second_derivative": ("Y", "Y", "Y"),
-}
-"""Each program's result, part by part (one part: the result itself, else the
-parts of its tuple): ``X`` shaped like ``x``, ``Y`` like ``f``'s output, ``YX``
-(a Jacobian) ``Y``'s structure with ``x``'s in each place of an output leaf,
-``XX`` (a Hessian) ``x``'s structure with ``x``'s in each place, ``X*`` and
-``Y*`` a tuple of those (one per tangent), ``-`` a scalar."""
-
-
 class _OutputOrder:
     """``f``'s output structure (dict key order included), read from its first call
     by an engine that rebuilds outputs in an order of its own (JAX sorts dicts)."""
@@ -353,7 +328,7 @@ def _in_caller_order(
         return tree_flatten(tuple(skeleton(part, given) for part, given in zip(layout, result)))[1]
 
     def wrap(name: str, program: Callable[..., Any]) -> Callable[..., Any]:
-        layout = _LAYOUTS.get(name, ())
+        layout = operator.layout(name)
         follows_f = output is not None and any(part.startswith("Y") for part in layout)
         if not layout or getattr(program, "keeps_x_structure", False):
             return program

@@ -32,11 +32,13 @@ class Operator:
         scalar_x: whether ``x`` must be a scalar (derivatives of a function of
             one variable).
         takes_out: whether its functions take an ``out=`` buffer.
-        shaped_like_x: for each program name, which parts of its result are
-            shaped like ``x`` (so a pytree ``x`` gives them its structure):
-            ``None`` for the result itself, an index into the result tuple,
-            ``"each"`` for every element of the result tuple, or ``(index,
-            "each")`` for every element of the tuple at that index.
+        layouts: each program's result, part by part (one part: the result
+            itself, else the parts of its tuple): ``X`` shaped like ``x``, ``Y``
+            like ``f``'s output, ``YX`` (a Jacobian) ``Y``'s structure with
+            ``x``'s in each place of an output leaf, ``XX`` (a Hessian) ``x``'s
+            structure with ``x``'s in each place, ``X*`` and ``Y*`` a tuple of
+            those (one per tangent), ``-`` a scalar. A pytree result is rebuilt
+            in the caller's key order from it.
 
     Examples:
         >>> from di.operators.table import OPERATORS
@@ -48,7 +50,7 @@ class Operator:
     tangents: str | None = None
     scalar_x: bool = False
     takes_out: bool = True
-    shaped_like_x: tuple[tuple[str, tuple[Any, ...]], ...] = ()
+    layouts: tuple[tuple[str, ...], tuple[str, ...]] = ((), ())
 
     @property
     def names(self) -> tuple[str, str]:
@@ -59,32 +61,28 @@ class Operator:
     def takes_aux(self) -> bool:
         return self.family in AUX_FAMILIES
 
-    def places_like_x(self, name: str) -> tuple[Any, ...]:
-        """Where program ``name``'s result holds values shaped like ``x``."""
-        return dict(self.shaped_like_x).get(name, ())
+    def layout(self, name: str) -> tuple[str, ...]:
+        """The parts of program ``name``'s result (see :attr:`layouts`).
+
+        Examples:
+            >>> from di.operators.table import OPERATORS
+            >>> OPERATORS["hessian"].layout("value_gradient_and_hessian")
+            ('-', 'X', 'XX')
+        """
+        return self.layouts[self.names.index(name)]
 
 
 OPERATORS: dict[str, Operator] = {
     operator.family: operator
     for operator in (
-        Operator("derivative", scalar_x=True),
-        Operator("gradient", shaped_like_x=(("gradient", (None,)), ("value_and_gradient", (1,)))),
-        Operator("jacobian"),
-        Operator("pushforward", tangents="tx", takes_out=False),
-        Operator(
-            "pullback",
-            tangents="ty",
-            takes_out=False,
-            shaped_like_x=(("pullback", ("each",)), ("value_and_pullback", ((1, "each"),))),
-        ),
-        Operator(
-            "hvp",
-            tangents="tx",
-            takes_out=False,
-            shaped_like_x=(("hvp", ("each",)), ("gradient_and_hvp", (0, (1, "each")))),
-        ),
-        Operator("hessian", shaped_like_x=(("value_gradient_and_hessian", (1,)),)),
-        Operator("second_derivative", scalar_x=True),
+        Operator("derivative", scalar_x=True, layouts=(("Y",), ("Y", "Y"))),
+        Operator("gradient", layouts=(("X",), ("-", "X"))),
+        Operator("jacobian", layouts=(("YX",), ("Y", "YX"))),
+        Operator("pushforward", tangents="tx", takes_out=False, layouts=(("Y*",), ("Y", "Y*"))),
+        Operator("pullback", tangents="ty", takes_out=False, layouts=(("X*",), ("Y", "X*"))),
+        Operator("hvp", tangents="tx", takes_out=False, layouts=(("X*",), ("X", "X*"))),
+        Operator("hessian", layouts=(("XX",), ("-", "X", "XX"))),
+        Operator("second_derivative", scalar_x=True, layouts=(("Y",), ("Y", "Y", "Y"))),
     )
 }
 """Every operator family, by name."""
