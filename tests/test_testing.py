@@ -312,6 +312,26 @@ def test_an_operator_missing_from_di_is_skipped_not_passed(monkeypatch: pytest.M
     assert "di.gradient_and_hvp" in report.skipped[0].message
 
 
+def _sum_squares(x: Any) -> Any:
+    xp = di.array_namespace(x)
+    return xp.sum(x * x)
+
+
+def test_a_scenario_without_the_reference_of_its_result_is_skipped_not_passed() -> None:
+    x = np.array([1.0, 2.0])
+    gradient = Scenario("gradient", _sum_squares, x, name="gradient/no_res1")
+    hvp = Scenario("hvp", _sum_squares, x, tangents=(np.ones(2),), res1=2 * x, name="hvp/no_res2")
+    report = test_differentiation(di.AutoFiniteDiff(), [gradient, hvp])
+    assert not report.passed and not report.failed and len(report.skipped) == 6
+    assert {r.message for r in report.skipped} == {
+        "no reference: the scenario has no res1 to compare the gradient with",
+        "no reference: the scenario has no res2 to compare the hvp with",
+    }
+    wrong_value = Scenario("gradient", _sum_squares, x, y=123.0, name="gradient/wrong_y")  # what it has is checked
+    result = run_case(Case(di.AutoFiniteDiff(), wrong_value, "prepared"))
+    assert result.status == "failed" and result.message.startswith("value_and_gradient y: max abs error 118")
+
+
 def test_an_unsupported_context_is_skipped() -> None:
     pytest.importorskip("autograd")
     scenario = next(s for s in SCENARIOS if "cache" in s.tags and s.operator == "gradient")

@@ -19,7 +19,10 @@ Preparation modes:
 A case is *skipped*, never passed, when the operator is not in this version of
 ``di``, when the backend declares the context or operator unsupported
 (``UnsupportedContextError``, ``UnsupportedOperatorError``), when its engine is
-missing, or when ``x`` is a pytree and this version of ``di`` does not take pytrees.
+missing, when ``x`` is a pytree and this version of ``di`` does not take pytrees, or
+when the scenario has no reference for the operator's own result (``res1`` of a
+``gradient``, ``res2`` of an ``hvp``): it runs, and fails on an error or a wrong
+result it has a reference for, but nothing checked its derivative.
 """
 
 from __future__ import annotations
@@ -410,6 +413,9 @@ def run_case(
     base.max_abs_error, base.max_rel_error = worst_abs, worst_rel
     if problems:
         return dataclasses.replace(base, status=FAILED, message="; ".join(problems))
+    if scenario.reference(spec.call_result) is None:
+        message = f"no reference: the scenario has no {spec.call_result} to compare the {spec.call} with"
+        return dataclasses.replace(base, status=SKIPPED, message=message)
     return base
 
 
