@@ -351,6 +351,24 @@ def test_pytree_scenarios_are_skipped_until_di_takes_pytrees() -> None:
     assert pytree_leaves({"b": np.ones(2), "a": [1.0, (2.0,)]})[:2] == [1.0, 2.0]
 
 
+def _sum_squares_of_two(x: Any) -> Any:
+    xp = di.array_namespace(x[0])
+    return xp.sum(x[0] * x[0]) + xp.sum(x[1] * x[1])
+
+
+@pytest.mark.parametrize("container", [tuple, list])
+def test_a_sequence_x_of_mixed_dtypes_is_checked_leaf_by_leaf(container: Any) -> None:
+    x = container([np.ones(2, dtype=np.float32), np.ones(2)])
+    scenario = Scenario(
+        "gradient", _sum_squares_of_two, x, res1=(2 * np.ones(2), 2 * np.ones(2)), name="gradient/mixed"
+    )
+    report = test_differentiation(BACKENDS, [scenario], prep_modes=["prepared"])
+    assert len(report.passed) == len(BACKENDS)
+    both_float64 = (2 * np.ones(2), 2 * np.ones(2))
+    problems = compare("gradient", both_float64, scenario.res1, 1e-9, 0.0, x, True, False)[2]
+    assert problems == ["gradient[0]: expected dtype float32 like x, got float64"]
+
+
 def _mutating(x: Any, c: Any) -> Any:
     c[0] = 99.0  # writes into a Constant: forbidden
     return (x * x).sum()

@@ -96,7 +96,8 @@ def _compare_container(
             kind = type(value).__name__
             size = f" of length {len(value)}" if isinstance(value, (tuple, list)) else ""
             return math.nan, math.nan, [f"{label}: expected a tuple of {len(reference)}, got a {kind}{size}"]
-        items = [(f"{label}[{i}]", item, ref, x) for i, (item, ref) in enumerate(zip(value, reference))]
+        x_items = list(x) if isinstance(x, (tuple, list)) and len(x) == len(reference) else [x] * len(reference)
+        items = [(f"{label}[{i}]", *parts) for i, parts in enumerate(zip(value, reference, x_items))]
     else:
         if not isinstance(value, dict) or set(value) != set(reference):
             keys = sorted(value) if isinstance(value, dict) else type(value).__name__
