@@ -60,7 +60,7 @@ class Wrong(di.AutoFiniteDiff):
 
 @dataclasses.dataclass(frozen=True)
 class Failing(di.AutoFiniteDiff):
-    """A backend that fails ``when`` = "prepare" or "call"."""
+    """A backend that fails ``when`` = "prepare", "call" (the first) or "timing" (every call after the first)."""
 
     when: str = "call"
 
@@ -104,13 +104,22 @@ class WrongAdapter(FiniteDiffAdapter):
 class FailingAdapter(FiniteDiffAdapter):
     def prepare_gradient_programs(self, f: Callable[..., Any], x: Any, contexts: Sequence[Context]) -> Any:
         PREPARED.append(self.backend)
-        if self.backend.when == "prepare":  # type: ignore[attr-defined]
+        when = self.backend.when  # type: ignore[attr-defined]
+        if when == "prepare":
             raise RuntimeError("this engine cannot prepare")
+        programs = super().prepare_gradient_programs(f, x, contexts)
+        calls = [0]
 
-        def explode(*args: Any) -> Any:
-            raise RuntimeError("engine exploded")
+        def explode(program: Callable[..., Any]) -> Callable[..., Any]:
+            def run(*args: Any) -> Any:
+                calls[0] += 1
+                if when == "call" or calls[0] > 1:  # "timing": only the first call works
+                    raise RuntimeError("engine exploded")
+                return program(*args)
 
-        return {"gradient": explode, "value_and_gradient": explode}
+            return run
+
+        return {name: explode(program) for name, program in programs.items()}
 
 
 register_backend(Sleepy, SleepyAdapter)
@@ -194,6 +203,25 @@ def test_failing_candidates_are_listed_as_failed_with_their_reason() -> None:
     }
     assert reason(prep.plan, Failing(when="call")) == "first call: RuntimeError: engine exploded"
     assert reason(prep.plan, Failing(when="prepare")) == "preparing: RuntimeError: this engine cannot prepare"
+
+
+def test_a_candidate_failing_while_being_timed_is_failed_and_another_chosen() -> None:
+    backend = di.AutoFastest([Failing(when="timing"), di.AutoFiniteDiff()], budget_s=BUDGET)
+    prep = di.prepare_gradient(squares, backend, np.ones(3))
+    assert prep.plan is not None
+    assert statuses(prep.plan) == {"Failing(when='timing')": "failed", "AutoFiniteDiff()": "chosen"}
+    assert reason(prep.plan, Failing(when="timing")) == "timing: RuntimeError: engine exploded"
+    row = next(row for row in prep.plan.rows if row.backend == Failing(when="timing"))
+    assert row.median_s is None and row.samples == 0
+    np.testing.assert_allclose(di.gradient(squares, prep, backend, np.array([1.0, 2.0, 3.0])), [2, 4, 6], rtol=1e-8)
+
+
+def test_when_every_candidate_fails_while_being_timed_the_first_error_is_raised_with_the_plan() -> None:
+    backend = di.AutoFastest([Failing(when="timing")], budget_s=BUDGET)
+    with pytest.raises(RuntimeError, match="engine exploded") as caught:
+        di.prepare_gradient(squares, backend, np.ones(2))
+    notes = "\n".join(getattr(caught.value, "__notes__", []))
+    assert "Every AutoFastest candidate failed" in notes and "timing: RuntimeError: engine exploded" in notes
 
 
 def test_an_unsupported_context_fails_at_preparation() -> None:

@@ -20,7 +20,7 @@ import time
 import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NoReturn
 
 import numpy as np
 
@@ -205,11 +205,8 @@ def _plan(
         del error
     ran = [entry for entry in entries if entry.status == ""]
     if not ran:
-        plan = _make_plan(call, entries, selector)
         assert first_error is not None
-        if hasattr(first_error, "add_note"):
-            first_error.add_note(f"Every AutoFastest candidate failed:\n{plan}")
-        raise first_error
+        _raise_with_plan(first_error, _make_plan(call, entries, selector))
     del first_error
     _vote(ran, selector.rtol, selector.atol)
     agreed = [entry for entry in ran if entry.status == ""]
@@ -222,14 +219,29 @@ def _plan(
             plan,
         )
     runs = [entry.run for entry in agreed]
-    for entry, samples in zip(agreed, time_interleaved(runs, selector.budget_s)):  # type: ignore[arg-type]
-        entry.samples = samples
-    winner = min(agreed, key=lambda entry: statistics.median(entry.samples or [math.inf]))
-    for entry in agreed:
+    samples, errors = time_interleaved(runs, selector.budget_s)  # type: ignore[arg-type]
+    for entry, entry_samples, error in zip(agreed, samples, errors):
+        entry.samples = entry_samples
+        if error is not None:
+            entry.status, entry.reason = "failed", f"timing: {type(error).__name__}: {error}"
+            entry.prep = entry.run = entry.samples = None
+    timed = [entry for entry in agreed if entry.status == ""]
+    if not timed:
+        _raise_with_plan(next(error for error in errors if error is not None), _make_plan(call, entries, selector))
+    del errors
+    winner = min(timed, key=lambda entry: statistics.median(entry.samples or [math.inf]))
+    for entry in timed:
         entry.status = "chosen" if entry is winner else "slower"
     plan = _make_plan(call, entries, selector)
     assert winner.prep is not None
     return plan, winner.prep
+
+
+def _raise_with_plan(error: BaseException, plan: Plan) -> NoReturn:
+    """Raise a candidate's error unchanged, the plan added as a note: no candidate is left."""
+    if hasattr(error, "add_note"):
+        error.add_note(f"Every AutoFastest candidate failed:\n{plan}")
+    raise error
 
 
 def _prepare_and_check(entry: _Candidate, call: _Call, prepare_with: PrepareWith) -> BaseException | None:
@@ -444,7 +456,9 @@ def _difference_reason(reference: _Candidate, entry: _Candidate, rtol: float, at
     return f"differs from {name} by {difference:.1e} of the largest entry (rtol {rtol:g}, atol {atol:g})"
 
 
-def time_interleaved(calls: Sequence[Callable[[], Any]], budget_s: float) -> list[list[float]]:
+def time_interleaved(
+    calls: Sequence[Callable[[], Any]], budget_s: float
+) -> tuple[list[list[float]], list[Exception | None]]:
     """Per-call seconds of each call, measured in interleaved rounds.
 
     Each round times one block of back-to-back calls of every candidate still in
@@ -455,35 +469,49 @@ def time_interleaved(calls: Sequence[Callable[[], Any]], budget_s: float) -> lis
     alike. Rounds go on until ``budget_s`` is spent (at least :data:`MIN_ROUNDS`,
     at most :data:`MAX_ROUNDS`); once a quarter of it is, a candidate whose
     fastest block is :data:`RACE_FACTOR` times the best median stops being timed,
-    and the timing ends when one candidate is left.
+    and the timing ends when one candidate is left. A call that raises stops
+    being timed, its error kept.
 
     Args:
         calls: zero-argument callables, already warmed up.
         budget_s: seconds to spend.
 
     Returns:
-        One list of per-call seconds (one per block) for each call.
+        One list of per-call seconds (one per block) for each call, and the
+        error each call raised (``None`` for those that never did).
 
     Examples:
         >>> from di.fastest.strategy import time_interleaved
-        >>> samples = time_interleaved([lambda: sum(range(10)), lambda: sum(range(1000))], 0.01)
-        >>> [len(s) >= 5 for s in samples]
-        [True, True]
+        >>> samples, errors = time_interleaved([lambda: sum(range(10)), lambda: 1 / 0], 0.01)
+        >>> len(samples[0]) >= 5, samples[1], errors[0], type(errors[1]).__name__
+        (True, [], None, 'ZeroDivisionError')
     """
     start_time = time.perf_counter()
     race_from, deadline = start_time + budget_s / 4, start_time + budget_s
-    sizes = [max(1, math.ceil(BLOCK_S / max(_estimate(call), 1e-9))) for call in calls]
     samples: list[list[float]] = [[] for _ in calls]
-    racing = list(range(len(calls)))
+    errors: list[Exception | None] = [None] * len(calls)
+    sizes = [1] * len(calls)
+    for i, call in enumerate(calls):
+        try:
+            sizes[i] = max(1, math.ceil(BLOCK_S / max(_estimate(call), 1e-9)))
+        except Exception as err:
+            errors[i] = err
+    racing = [i for i in range(len(calls)) if errors[i] is None]
     gc.collect(1)  # the young generations only: a full collection costs long with engines loaded
     was_enabled = gc.isenabled()
     gc.disable()
     try:
         for round_index in range(MAX_ROUNDS):
+            if not racing:
+                break
             start = round_index % len(racing)
             for i in racing[start:] + racing[:start]:
-                samples[i].append(_block(calls[i], sizes[i]))
-            if round_index + 1 < MIN_ROUNDS:
+                try:
+                    samples[i].append(_block(calls[i], sizes[i]))
+                except Exception as err:
+                    errors[i] = err
+            racing = [i for i in racing if errors[i] is None]
+            if round_index + 1 < MIN_ROUNDS or not racing:
                 continue
             now = time.perf_counter()
             if now >= deadline or len(racing) == 1:
@@ -494,7 +522,7 @@ def time_interleaved(calls: Sequence[Callable[[], Any]], budget_s: float) -> lis
     finally:
         if was_enabled:
             gc.enable()
-    return samples
+    return samples, errors
 
 
 def _block(call: Callable[[], Any], count: int) -> float:
