@@ -17,6 +17,7 @@ import pytest
 from helpers import CompileCounter, reachable_arrays
 
 import di
+from di.backends.compile import is_static_context
 
 jax = pytest.importorskip("jax")
 torch = pytest.importorskip("torch")
@@ -667,3 +668,50 @@ def test_reachable_arrays_finds_a_held_array() -> None:
     held = same_point_check(np.ones(2), ())  # a same-point prep keeps a copy of its point
     assert reachable_arrays({"program": held}) == ["prep['program'].<x_copy>"]
     assert reachable_arrays({"data": (1, np.ones(1))}) == ["prep['data'][1]"]
+
+
+# --- contexts on every compiled backend ----------------------------------------------
+
+
+COMPILED = [
+    pytest.param(JIT, id="jax-jit"),
+    pytest.param(di.AutoTorch(compile=True, compile_options={"backend": "aot_eager"}), id="torch-compile"),
+]
+EAGER = {"jax-jit": di.AutoJAX(), "torch-compile": di.AutoTorch()}
+
+
+def leading_squares(x: Any, n: Any) -> Any:
+    xp = di.array_namespace(x)
+    return xp.sum(x[:n] ** 2)
+
+
+def squares_or_sum(x: Any, flag: Any) -> Any:
+    xp = di.array_namespace(x)
+    return xp.sum(x**2) if flag else xp.sum(x)
+
+
+@pytest.mark.parametrize("backend", COMPILED)
+def test_numpy_integer_and_bool_scalars_are_static_like_python_ones(
+    backend: di.AutoJAX | di.AutoTorch, request: pytest.FixtureRequest
+) -> None:
+    """np.int64(2) as a slice bound and np.bool_ as a branch were traced on
+    AutoJAX(jit=True) (raw IndexError, TracerBoolConversionError): NumPy integer
+    and bool scalars are compiled in like Python ints and bools, on every
+    compiled backend; a new value compiles again."""
+    eager = EAGER[request.node.callspec.id]
+    x = np.array([1.0, 2.0, 3.0])
+    assert is_static_context(di.Constant(np.int64(2)))
+    assert not is_static_context(di.Constant(np.array(2)))
+    assert not is_static_context(di.Constant(np.float64(2.0)))
+    prep = di.prepare_gradient(leading_squares, backend, np.zeros(3), di.Constant(np.int64(2)))
+    for n in (np.int64(2), np.int64(1), np.int64(3), np.int64(2)):
+        g = di.gradient(leading_squares, prep, backend, x, di.Constant(n))
+        np.testing.assert_allclose(g, di.gradient(leading_squares, eager, x, di.Constant(n)))
+        np.testing.assert_allclose(g, np.where(np.arange(3) < n, 2 * x, 0.0))
+        y, g = di.value_and_gradient(leading_squares, prep, backend, x, di.Constant(n))
+        assert float(y) == float(np.sum(x[:n] ** 2))
+    prep = di.prepare_gradient(squares_or_sum, backend, np.zeros(3), di.Constant(np.bool_(True)))
+    for flag in (np.bool_(True), np.bool_(False), np.bool_(True)):
+        g = di.gradient(squares_or_sum, prep, backend, x, di.Constant(flag))
+        np.testing.assert_allclose(g, 2 * x if flag else np.ones(3))
+        np.testing.assert_allclose(g, di.gradient(squares_or_sum, eager, x, di.Constant(flag)))

@@ -27,6 +27,8 @@ import warnings
 from collections.abc import Callable, Hashable, Iterator, Sequence
 from typing import Any
 
+import numpy as np
+
 from di.backends.selectors import AbstractBackend
 from di.contexts import Constant, Context
 from di.errors import InvalidInputError, RecompileWarning
@@ -51,7 +53,9 @@ RECOMPILE_WARNING_THRESHOLD = 8
 """Distinct values of one static context after which a compiled program warns
 (each value is a compile of its own)."""
 
-_STATIC_SCALARS = (int, bool, str, bytes, type(None), enum.Enum)
+_STATIC_SCALARS = (int, bool, str, bytes, type(None), enum.Enum, np.integer, np.bool_)
+"""Values compiled in: NumPy integer and bool scalars (``np.int64(2)``, ``np.bool_(True)``)
+as Python ints and bools are (a slice bound, a branch), not as NumPy arrays."""
 
 _COMBINED_FIRST: contextvars.ContextVar[bool] = contextvars.ContextVar("di_combined_first", default=False)
 
@@ -101,16 +105,19 @@ def is_static_context(context: Context) -> bool:
     Examples:
         >>> import di
         >>> from di.backends.compile import is_static_context
+        >>> import numpy as np
         >>> is_static_context(di.Constant(3)), is_static_context(di.Constant(3.0))
+        (True, False)
+        >>> is_static_context(di.Constant(np.int64(3))), is_static_context(di.Constant(np.array(3)))
         (True, False)
     """
     value = context.value
     if isinstance(context, Constant) and context.static is not None:
         return context.static
-    if family_of(value) is not None or isinstance(value, (float, complex)):
-        return False
     if isinstance(value, _STATIC_SCALARS):
         return True
+    if family_of(value) is not None or isinstance(value, (float, complex)):
+        return False
     if isinstance(value, tuple):
         return all(isinstance(item, _STATIC_SCALARS) for item in value)
     if isinstance(value, (list, dict)) or not isinstance(value, Hashable):

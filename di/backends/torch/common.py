@@ -338,6 +338,12 @@ def scalar_to_tensor(dtype: Any) -> Callable[[Any], Any]:
     return to_tensor
 
 
+def python_scalar(value: Any) -> Any:
+    """A NumPy integer or bool scalar as the Python int or bool of its value (what
+    dynamo compiles in as a constant); anything else as it is."""
+    return value.item() if isinstance(value, (np.integer, np.bool_)) else value
+
+
 _FOREIGN = (
     ("Concatenation operation is not implemented for NumPy arrays", "closure"),  # data + x
     ("Can't call numpy() on Tensor that requires grad", "either"),  # np.sin(x), x * data
@@ -410,7 +416,9 @@ class TorchBase(Adapter):
 
     def torch_context_converters(self, x: Any, contexts: Sequence[Context]) -> list[Callable[[Any], Any]]:
         """Converters of the context values; on compiled backends Python scalars
-        that are traced become 0-d tensors (floats in ``x``'s dtype)."""
+        that are traced become 0-d tensors (floats in ``x``'s dtype), and static
+        NumPy integer and bool scalars Python ints and bools (compiled in as
+        constants, as Python ones are, rather than 0-d tensors)."""
         converters = self.input_converters([c.value for c in contexts])
         if self.compiled:
             statics = static_positions(contexts, self.backend)
@@ -419,7 +427,10 @@ class TorchBase(Adapter):
                 np.asarray(sample) if isinstance(sample, float) else sample
             ).dtype
             for i, context in enumerate(contexts):
-                if i not in statics and isinstance(context.value, (int, float)):
+                if i in statics:
+                    if isinstance(context.value, (np.integer, np.bool_)):
+                        converters[i] = python_scalar
+                elif isinstance(context.value, (int, float)):
                     converters[i] = scalar_to_tensor(x_dtype if isinstance(context.value, float) else None)
         return converters
 
