@@ -342,6 +342,15 @@ def test_it_cannot_be_nested_in_second_order() -> None:
         di.prepare_hvp(squares, di.SecondOrder(di.AutoFiniteDiff(), di.AutoFastest()), np.ones(2), (np.ones(2),))
 
 
+@pytest.mark.parametrize("operator", ["jacobian", "hessian", "gradient"])
+def test_it_cannot_be_nested_in_sparse(operator: str) -> None:
+    backend = di.AutoSparse(di.AutoFastest([di.AutoFiniteDiff()], budget_s=BUDGET))
+    f = elementwise_squares if operator == "jacobian" else squares
+    with pytest.raises(di.UnsupportedOperatorError, match="cannot be a part of AutoSparse") as caught:
+        getattr(di, f"prepare_{operator}")(f, backend, np.ones(2))
+    assert "Put AutoSparse backends among its candidates instead" in str(caught.value)
+
+
 # --- no arrays held -----------------------------------------------------------------------------
 
 

@@ -44,7 +44,7 @@ from di.backends.protocol import (
     static_positions,
 )
 from di.backends.registry import get_adapter
-from di.backends.selectors import AbstractBackend, AutoSparse
+from di.backends.selectors import AbstractBackend, AutoFastest, AutoSparse
 from di.backends.source import ProgramSource
 from di.backends.sparsity import DenseSparsity, KnownSparsity
 from di.contexts import Context
@@ -128,7 +128,19 @@ class SparseStrategy(Strategy):
         return {family: colored.get(family, "as the dense backend") for family in OPERATOR_FAMILIES}
 
     def prepare(self, backend: AbstractBackend, request: PrepareRequest, preparer: Preparer) -> Prep:
+        """The colored prep for ``jacobian`` and ``hessian``, the dense backend's otherwise.
+
+        Raises:
+            UnsupportedOperatorError: the dense backend is :class:`di.AutoFastest`,
+                which chooses among whole preps and has no programs to color.
+        """
         assert isinstance(backend, AutoSparse)
+        if isinstance(backend.dense, AutoFastest):
+            raise UnsupportedOperatorError(
+                f"{backend!r}: {backend.dense!r} cannot be a part of AutoSparse, because it chooses among whole "
+                f"preps and has no programs of its own to color. Put AutoSparse backends among its candidates "
+                f"instead, e.g. AutoFastest(candidates=[AutoSparse(AutoJAX()), AutoJAX()])."
+            )
         if request.operator not in ("jacobian", "hessian") or request.same_point:
             return preparer.with_backend(backend.dense).with_backend(backend)
         source = SparseSource(backend)
