@@ -32,6 +32,10 @@ def scenarios():
         Scenario("gradient", squares, x, res1=2 * x, name="gradient/right"),
         Scenario("gradient", squares, x, res1=3 * x, name="gradient/deliberately_wrong"),
     ]
+
+
+def not_scenarios():
+    return [1, 2]
 """
 
 FUNCTION_MODULE = """
@@ -177,6 +181,35 @@ def test_usage_errors_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["check", "math:sqrt", "--operator", "curl"]) == 2
     assert main(["--backends", "finitediff", "--prep-modes", "sometimes"]) == 2
     assert "--prep-modes" in capsys.readouterr().err
+
+
+def test_bad_option_values_are_usage_errors_before_any_work(
+    modules: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    smooth = f"{modules / 'my_functions.py'}:smooth"
+    small = ["--backends", "finitediff", "-k", "sum_sin/f64", "--no-bench", "--quiet"]
+    missing = tmp_path / "missing" / "rows.json"
+    cases = [
+        (["check", smooth, "--x-shape", "-3", "--no-bench"], "--x-shape must be sizes >= 0, not '-3'"),
+        (["check", smooth, "--seed", "-1", "--no-bench"], "--seed must be an integer >= 0, not -1"),
+        (
+            ["check", smooth, "--json", str(missing), "--no-bench"],
+            f"--json {missing}: the folder {str(missing.parent)!r} does not exist",
+        ),
+        (
+            ["--scenarios", f"{modules / 'my_scenarios.py'}:not_scenarios", "--no-bench"],
+            f"--scenarios {modules / 'my_scenarios.py'}:not_scenarios must give a list of di.testing.Scenario, "
+            "not one holding int 1",
+        ),
+        (["--rtol", "-1", *small], "--rtol must be a finite number >= 0, not -1.0"),
+        (["--atol", "nan", *small], "--atol must be a finite number >= 0, not nan"),
+        (["plan", smooth, "--atol", "inf", "--backends", "finitediff"], "--atol must be a finite number >= 0, not inf"),
+    ]
+    for argv, message in cases:
+        assert main(argv) == 2, argv
+        captured = capsys.readouterr()
+        assert (captured.err, captured.out) == (f"di: error: {message}\n", ""), argv
+    assert not missing.parent.exists()
 
 
 def test_default_backends_are_the_installed_ones_plus_compiled_jax() -> None:

@@ -59,7 +59,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         0
     """
     from di.cli import check, plan, scenarios
-    from di.cli.arguments import build_parser
+    from di.cli.arguments import build_parser, check_arguments
     from di.cli.output import Output
 
     arguments = list(sys.argv[1:] if argv is None else argv)
@@ -72,6 +72,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     out = Output()
     runners = {"check": check.run, "plan": plan.run, None: scenarios.run}
     try:
+        check_arguments(args)
         return runners[args.command](args, out)
     except UsageError as err:
         print(f"di: error: {err}", file=sys.stderr)

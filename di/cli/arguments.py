@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import math
+from pathlib import Path
 
-__all__ = ["COMMANDS", "build_parser"]
+from di.cli.common import UsageError
+
+__all__ = ["COMMANDS", "build_parser", "check_arguments"]
 
 COMMANDS = ("check", "plan")
 """The subcommands; without one, ``di`` runs the built-in scenarios."""
@@ -78,3 +82,32 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argument
     check.add_arguments(commands["check"])
     plan.add_arguments(commands["plan"])
     return parser, commands
+
+
+def check_arguments(args: argparse.Namespace) -> None:
+    """Refuse, before any work, option values that would fail late or mean nothing:
+    a negative or non-finite ``--rtol``/``--atol``, a negative ``--seed``, and a
+    ``--json``/``--plot``/``--cache`` file in a folder that does not exist.
+
+    Raises:
+        UsageError: the first such value.
+
+    Examples:
+        >>> import argparse
+        >>> from di.cli.arguments import check_arguments
+        >>> check_arguments(argparse.Namespace(rtol=-1.0))
+        Traceback (most recent call last):
+        ...
+        di.cli.common.UsageError: --rtol must be a finite number >= 0, not -1.0
+    """
+    for option in ("rtol", "atol"):
+        value = getattr(args, option, None)
+        if value is not None and not (math.isfinite(value) and value >= 0):
+            raise UsageError(f"--{option} must be a finite number >= 0, not {value!r}")
+    seed = getattr(args, "seed", None)
+    if seed is not None and seed < 0:
+        raise UsageError(f"--seed must be an integer >= 0, not {seed}")
+    for option in ("json", "plot", "cache"):
+        path = getattr(args, option, None)
+        if path and not Path(path).parent.is_dir():
+            raise UsageError(f"--{option} {path}: the folder {str(Path(path).parent)!r} does not exist")

@@ -110,7 +110,7 @@ def parse_shape(text: str, option: str = "--x-shape") -> tuple[int, ...]:
     """A shape written ``100``, ``3,4``, ``3x4`` or ``(3, 4)``; ``''`` or ``scalar`` for ``()``.
 
     Raises:
-        UsageError: not integers.
+        UsageError: not integers, or a negative one.
 
     Examples:
         >>> from di.cli.common import parse_shape
@@ -121,6 +121,9 @@ def parse_shape(text: str, option: str = "--x-shape") -> tuple[int, ...]:
     if text in ("", "scalar"):
         return ()
     try:
-        return tuple(int(part) for part in text.replace("x", ",").split(",") if part.strip())
+        shape = tuple(int(part) for part in text.replace("x", ",").split(",") if part.strip())
     except ValueError as err:
         raise UsageError(f"{option} must be comma-separated integers such as 100 or 3,4, not {text!r}") from err
+    if any(size < 0 for size in shape):
+        raise UsageError(f"{option} must be sizes >= 0, not {text!r}")
+    return shape

@@ -144,11 +144,19 @@ def _print_tables(out: Output, rows: list[dict[str, Any]], backends: list[str], 
 
 
 def _scenarios(args: argparse.Namespace) -> list[Any]:
-    from di.testing import default_scenarios
+    from di.testing import Scenario, default_scenarios
 
     if args.scenarios:
         loaded = load_object(args.scenarios, "function")
-        scenarios = list(loaded() if callable(loaded) else loaded)
+        given = loaded() if callable(loaded) else loaded
+        expected = f"--scenarios {args.scenarios} must give a list of di.testing.Scenario"
+        try:
+            scenarios = list(given)
+        except TypeError:
+            raise UsageError(f"{expected}, not a {type(given).__name__}") from None
+        wrong = [item for item in scenarios if not isinstance(item, Scenario)]
+        if wrong:
+            raise UsageError(f"{expected}, not one holding {type(wrong[0]).__name__} {wrong[0]!r}")
     else:
         scenarios = default_scenarios()
     if args.operators:
