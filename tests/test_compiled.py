@@ -715,3 +715,40 @@ def test_numpy_integer_and_bool_scalars_are_static_like_python_ones(
         g = di.gradient(squares_or_sum, prep, backend, x, di.Constant(flag))
         np.testing.assert_allclose(g, 2 * x if flag else np.ones(3))
         np.testing.assert_allclose(g, di.gradient(squares_or_sum, eager, x, di.Constant(flag)))
+
+
+def weighted_by_a_list(x: Any, weights: Any) -> Any:
+    xp = di.array_namespace(x)
+    return xp.sum(weights[0] * x**2) + weights[1] * xp.sum(x)
+
+
+def weighted_by_a_dict(x: Any, weights: Any) -> Any:
+    xp = di.array_namespace(x)
+    return xp.sum(weights["a"] * x**2) + weights["b"] * xp.sum(x * weights["w"])
+
+
+def test_torch_compile_float_leaves_of_a_list_or_dict_constant_are_traced() -> None:
+    """The floats of Constant([1.0, 0.5]) were guarded as constants: each new
+    value compiled again, and the tenth raised RecompileLimitError (a
+    RecompileWarning before). They are 0-d tensors of x's dtype now, as a float
+    Constant of its own is: one compile for every value."""
+    counter = CompileCounter()
+    backend = di.AutoTorch(compile=True, compile_options={"backend": counter})
+    x = np.array([1.0, 2.0, 3.0])
+    prep = di.prepare_gradient(weighted_by_a_list, backend, np.zeros(3), di.Constant([0.0, 0.0]))
+    for k in range(1, 11):
+        weights = [float(k), 0.5 * k]
+        g = di.gradient(weighted_by_a_list, prep, backend, x, di.Constant(weights))
+        np.testing.assert_allclose(g, 2 * k * x + 0.5 * k)
+        np.testing.assert_allclose(g, di.gradient(weighted_by_a_list, di.AutoTorch(), x, di.Constant(weights)))
+    assert counter.count == 1
+    x32 = x.astype(np.float32)
+    start = {"a": 0.0, "b": 1.0, "w": np.ones(3)}
+    prep = di.prepare_gradient(weighted_by_a_dict, backend, x32, di.Constant(start), value=True)
+    for k in range(1, 11):
+        weights = {"a": float(k), "b": 0.5 * k, "w": np.full(3, 2.0)}
+        y, g = di.value_and_gradient(weighted_by_a_dict, prep, backend, x32, di.Constant(weights))
+        assert g.dtype == np.float32
+        np.testing.assert_allclose(g, 2 * k * x + k, rtol=1e-6)
+        np.testing.assert_allclose(y, k * 14.0 + k * 6.0, rtol=1e-6)
+    assert counter.count == 2

@@ -20,7 +20,7 @@ from di.contexts import Context
 from di.errors import UnsupportedContextError, UnsupportedOperatorError
 from di.families import converter, family_of
 from di.families.torch import innermost_transform, transform_of
-from di.pytrees import is_pytree, tree_leaves
+from di.pytrees import is_pytree, tree_leaves, tree_map
 
 __all__ = [
     "FORWARD_RULES",
@@ -338,6 +338,17 @@ def scalar_to_tensor(dtype: Any) -> Callable[[Any], Any]:
     return to_tensor
 
 
+def float_leaves_to_tensors(convert: Callable[[Any], Any], dtype: Any) -> Callable[[Any], Any]:
+    """``convert``, then the Python float leaves of the pytree it returns as 0-d
+    tensors of ``dtype``: dynamo would guard on each float and compile again for
+    each new value, as it would for a float context of its own."""
+
+    def to_tensors(value: Any) -> Any:
+        return tree_map(lambda leaf: torch.tensor(leaf, dtype=dtype) if type(leaf) is float else leaf, convert(value))
+
+    return to_tensors
+
+
 def python_scalar(value: Any) -> Any:
     """A NumPy integer or bool scalar as the Python int or bool of its value (what
     dynamo compiles in as a constant); anything else as it is."""
@@ -416,7 +427,9 @@ class TorchBase(Adapter):
 
     def torch_context_converters(self, x: Any, contexts: Sequence[Context]) -> list[Callable[[Any], Any]]:
         """Converters of the context values; on compiled backends Python scalars
-        that are traced become 0-d tensors (floats in ``x``'s dtype), and static
+        that are traced become 0-d tensors (floats in ``x``'s dtype), as do the
+        Python float leaves of a list or dict context (only where the prepared
+        value had one: nothing is added for array contexts), and static
         NumPy integer and bool scalars Python ints and bools (compiled in as
         constants, as Python ones are, rather than 0-d tensors)."""
         converters = self.input_converters([c.value for c in contexts])
@@ -432,6 +445,8 @@ class TorchBase(Adapter):
                         converters[i] = python_scalar
                 elif isinstance(context.value, (int, float)):
                     converters[i] = scalar_to_tensor(x_dtype if isinstance(context.value, float) else None)
+                elif any(type(leaf) is float for leaf in tree_leaves(context.value)):
+                    converters[i] = float_leaves_to_tensors(converters[i], x_dtype)
         return converters
 
     def counted(self, program: Program, contexts: Sequence[Context], lead: int) -> Program:
