@@ -752,3 +752,44 @@ def test_torch_compile_float_leaves_of_a_list_or_dict_constant_are_traced() -> N
         np.testing.assert_allclose(g, 2 * k * x + k, rtol=1e-6)
         np.testing.assert_allclose(y, k * 14.0 + k * 6.0, rtol=1e-6)
     assert counter.count == 2
+
+
+def squares_with_numpy_aux(x: Any) -> Any:
+    xp = di.array_namespace(x)
+    return xp.sum(x**2), {"npa": np.full(2, 3.0), "scale": np.float64(0.5), "note": "ok"}
+
+
+def map_with_numpy_aux(x: Any) -> Any:
+    return x**2, {"npa": np.full(2, 3.0)}
+
+
+@pytest.mark.parametrize("backend", COMPILED)
+def test_numpy_arrays_in_aux_come_back_on_compiled_backends(
+    backend: di.AutoJAX | di.AutoTorch, request: pytest.FixtureRequest
+) -> None:
+    """A NumPy array in aux raised torch's raw BackendCompilerFailed ('Cannot
+    access storage of TensorWrapper') on AutoTorch(compile=True): dynamo traced
+    it into a tensor inside torch.func's transform. It comes back as on the eager
+    backend now, for gradient, value_and_gradient, jacobian and pushforward."""
+    eager = EAGER[request.node.callspec.id]
+    x = np.array([1.0, 2.0, 3.0])
+    for b in (backend, eager):
+        prep = di.prepare_gradient(squares_with_numpy_aux, b, np.zeros(3), has_aux=True)
+        g, aux = di.gradient(squares_with_numpy_aux, prep, b, x, has_aux=True)
+        np.testing.assert_allclose(g, 2 * x)
+        assert type(aux["npa"]) is np.ndarray and aux["note"] == "ok"
+        np.testing.assert_array_equal(aux["npa"], np.full(2, 3.0))
+        assert float(aux["scale"]) == 0.5
+        (y, aux), g = di.value_and_gradient(squares_with_numpy_aux, prep, b, x, has_aux=True)
+        assert float(y) == 14.0
+        np.testing.assert_array_equal(aux["npa"], np.full(2, 3.0))
+        jac, aux = di.jacobian(map_with_numpy_aux, b, x, has_aux=True)
+        np.testing.assert_allclose(jac, np.diag(2 * x))
+        np.testing.assert_array_equal(aux["npa"], np.full(2, 3.0))
+        dy, aux = di.pushforward(map_with_numpy_aux, b, x, (np.ones(3),), has_aux=True)
+        np.testing.assert_allclose(dy[0], 2 * x)
+        np.testing.assert_array_equal(aux["npa"], np.full(2, 3.0))
+    xt = torch.ones(3, dtype=torch.float64)
+    if isinstance(backend, di.AutoTorch):  # a torch caller gets aux's arrays as tensors, as on AutoTorch()
+        _, aux = di.gradient(squares_with_numpy_aux, backend, xt, has_aux=True)
+        torch.testing.assert_close(aux["npa"], torch.full((2,), 3.0, dtype=torch.float64))

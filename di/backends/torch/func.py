@@ -20,6 +20,7 @@ import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import numpy as np
 import torch
 import torch.utils._pytree as torch_pytree
 
@@ -669,6 +670,10 @@ def _tensor_aux(
     def fy(x: Any) -> Any:
         y, aux = checked(x, *values)
         leaves, spec = torch_pytree.tree_flatten(aux)
+        # A NumPy leaf goes out as a tensor (aux's arrays come back in the caller's family
+        # either way): under torch.compile dynamo traces NumPy code into tensors, and one
+        # kept aside would be read out of torch.func's wrappers, which have no storage.
+        leaves = [torch.as_tensor(leaf) if isinstance(leaf, (np.ndarray, np.generic)) else leaf for leaf in leaves]
         kept[:] = [spec, leaves]
         return y, tuple(leaf for leaf in leaves if isinstance(leaf, torch.Tensor))
 
