@@ -590,22 +590,25 @@ class Raveler:
             leaves.append(leaf)
         return self.structure.unflatten(leaves)
 
-    def unravel_leading(self, array: Any, lead: tuple[int, ...]) -> Any:
+    def unravel_leading(self, array: Any, lead: tuple[int, ...], dtype: Any = None) -> Any:
         """Split the last axis of ``array`` (shape ``lead + (size,)``) into a pytree
-        shaped like ``x`` whose leaves have shape ``lead + leaf.shape``."""
+        shaped like ``x`` whose leaves have shape ``lead + leaf.shape``, each in its
+        leaf's dtype, or all in ``dtype`` when given."""
         leaves = []
-        for offset, size, shape, dtype in zip(self.offsets, self.sizes, self.shapes, self.dtypes):
+        for offset, size, shape, own in zip(self.offsets, self.sizes, self.shapes, self.dtypes):
             leaf = _reshape(array[..., offset : offset + size], (*lead, *shape))
-            leaves.append(_cast_like(leaf, dtype) if self.mixed else leaf)
+            leaves.append(_cast_like(leaf, own if dtype is None else dtype) if self.mixed else leaf)
         return self.structure.unflatten(leaves)
 
     def unravel_hessian(self, matrix: Any) -> Any:
         """A ``(size, size)`` matrix as a pytree of pytrees: block ``[i][j]`` has
-        shape ``leaf_i.shape + leaf_j.shape`` (as a pytree-native engine returns)."""
+        shape ``leaf_i.shape + leaf_j.shape`` and leaf ``i``'s dtype (the dtype of
+        the gradient's leaf ``i`` it differentiates), as a pytree-native engine
+        returns it."""
         rows = []
-        for offset, size, shape in zip(self.offsets, self.sizes, self.shapes):
+        for offset, size, shape, dtype in zip(self.offsets, self.sizes, self.shapes, self.dtypes):
             block = _reshape(matrix[offset : offset + size], (*shape, self.size))
-            rows.append(self.unravel_leading(block, shape))
+            rows.append(self.unravel_leading(block, shape, dtype))
         return self.structure.unflatten(rows)
 
 

@@ -68,3 +68,40 @@ def test_value_and_pushforward_with_aux_of_mixed_dtype_leaves(backend: di.Abstra
         assert_close(y, A * B, backend, np.float32, f"value, {what}")
         assert_close(pushed, EXPECTED, backend, np.float32, f"pushforward, {what}")
         assert_close(aux, np.sum(A * B), backend, np.float32, f"aux, {what}")
+
+
+def _coupled(x: Any) -> Any:
+    xp = di.array_namespace(x["a"])
+    return xp.sum(x["a"] ** 2 * xp.sum(x["b"] ** 3))
+
+
+@pytest.mark.parametrize(
+    "backend",
+    [
+        di.AutoJAX(),
+        di.AutoJAX(jit=True),
+        di.AutoTorch(),
+        di.AutoTorch(compile=True, compile_options={"backend": "eager"}),
+        di.AutoAutograd(),
+        di.AutoFiniteDiff(),
+        di.SecondOrder(di.AutoFiniteDiff(), di.AutoJAX()),
+    ],
+    ids=lambda backend: repr(backend)[:40],
+)
+def test_hessian_blocks_of_mixed_leaves_take_the_dtype_of_their_row(backend: Any) -> None:
+    """Block [i][j] of a hessian differentiates the gradient's leaf i: it has leaf
+    i's dtype on every backend, as JAX gives it (the backends that flatten x gave
+    leaf j's: H['a']['b'] float64 beside JAX's float32)."""
+    x = {"a": np.array([1.0, 2.0], np.float32), "b": np.array([0.5, 1.5])}
+    a, b = x["a"].astype(np.float64), x["b"]
+    cubes = np.sum(b**3)
+    exact = {
+        "a": {"a": 2 * cubes * np.eye(2), "b": np.outer(2 * a, 3 * b**2)},
+        "b": {"a": np.outer(3 * b**2, 2 * a), "b": np.sum(a**2) * np.diag(6 * b)},
+    }
+    for hessian in (di.hessian(_coupled, backend, x), di.value_gradient_and_hessian(_coupled, backend, x)[2]):
+        for i in ("a", "b"):
+            for j in ("a", "b"):
+                block = hessian[i][j]
+                assert str(block.dtype).rsplit(".", 1)[-1] == str(x[i].dtype), (i, j, block.dtype)
+                np.testing.assert_allclose(np.asarray(block, dtype=np.float64), exact[i][j], rtol=1e-4, atol=1e-4)
