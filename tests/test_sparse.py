@@ -583,3 +583,26 @@ def test_custom_rules_are_followed_not_their_primal(
     expected = np.asarray(di.jacobian(f, dense, x))
     assert np.abs(expected).sum() > 0
     np.testing.assert_allclose(di.jacobian(f, prep, backend, x).toarray(), expected, atol=1e-6)
+
+
+def test_second_order_is_refused_as_the_dense_backend_of_colored_operators() -> None:
+    """AutoSparse colors one engine's products: a SecondOrder dense backend was met by
+    the registry's 'no adapter is registered for SecondOrder; register one with
+    di.register_backend', which sent the user the wrong way. Its first-order
+    operators still run on SecondOrder."""
+    backend = di.AutoSparse(di.SecondOrder(di.AutoFiniteDiff(), di.AutoJAX()))
+    x = np.array([0.5, 1.0, -0.3])
+
+    def chain(x: Any) -> Any:
+        xp = di.array_namespace(x)
+        return xp.sum(x[:-1] * x[1:] ** 2)
+
+    def squares(x: Any) -> Any:
+        return x**2
+
+    for prepare, f in ((di.prepare_hessian, chain), (di.prepare_jacobian, squares)):
+        with pytest.raises(
+            di.UnsupportedOperatorError, match=r"cannot be AutoSparse's dense backend.*AutoSparse\(AutoJAX\(\)\)"
+        ):
+            prepare(f, backend, x)
+    np.testing.assert_allclose(di.gradient(chain, backend, x), [1.0, 2 * 0.5 * 1.0 + 0.09, 2 * 1.0 * -0.3], rtol=1e-5)

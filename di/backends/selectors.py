@@ -366,8 +366,10 @@ class AutoSparse(AbstractBackend):
     caller's responsibility (``python -m di check ... --sparse`` tests it).
 
     Args:
-        dense: the backend computing the compressed products (any selector,
-            eager or compiled, other than ``AutoSparse``).
+        dense: the backend computing the compressed products: an engine's
+            selector, eager or compiled (not ``AutoSparse``; ``AutoFastest``,
+            and ``SecondOrder`` for jacobians and hessians, are refused at
+            preparation).
         sparsity: where the pattern comes from: :class:`di.TracerSparsity`
             (default: exact, read from ``f``'s structure: its JAX program, or
             traced arrays without JAX),

@@ -43,7 +43,7 @@ from di.backends.protocol import (
     raise_bad_output,
     static_positions,
 )
-from di.backends.registry import get_adapter
+from di.backends.registry import get_adapter, get_strategy
 from di.backends.selectors import AbstractBackend, AutoFastest, AutoSparse
 from di.backends.source import ProgramSource
 from di.backends.sparsity import DenseSparsity, KnownSparsity
@@ -132,7 +132,9 @@ class SparseStrategy(Strategy):
 
         Raises:
             UnsupportedOperatorError: the dense backend is :class:`di.AutoFastest`,
-                which chooses among whole preps and has no programs to color.
+                which chooses among whole preps and has no programs to color; for
+                ``jacobian`` and ``hessian``, a :class:`di.SecondOrder`, which
+                combines two engines' programs.
         """
         assert isinstance(backend, AutoSparse)
         if isinstance(backend.dense, AutoFastest):
@@ -143,6 +145,13 @@ class SparseStrategy(Strategy):
             )
         if request.operator not in ("jacobian", "hessian") or request.same_point:
             return preparer.with_backend(backend.dense).with_backend(backend)
+        if get_strategy(backend.dense) is not None:  # SecondOrder: two engines' programs, no one adapter
+            raise UnsupportedOperatorError(
+                f"{backend!r}: {backend.dense!r} cannot be AutoSparse's dense backend, because AutoSparse colors "
+                f"the products (pushforwards, pullbacks, hvps) of one engine's programs and {backend.dense!r} "
+                f"combines two engines. Use an engine's backend: AutoSparse(AutoJAX()) computes its hvps as forward "
+                f"over reverse, AutoSparse(AutoFiniteDiff()) as differences of gradients."
+            )
         source = SparseSource(backend)
         prep = preparer.with_source(source, backend)
         assert source.info is not None  # set by the programs the prep was made from
