@@ -9,6 +9,8 @@ user's function are never wrapped: they reach the caller with their own type.
 
 from __future__ import annotations
 
+from typing import Any
+
 __all__ = [
     "BackendNotInstalledError",
     "DIError",
@@ -21,6 +23,22 @@ __all__ = [
     "UnsupportedContextError",
     "UnsupportedOperatorError",
 ]
+
+
+def type_label(value: Any) -> str:
+    """The type of ``value`` as error messages name it: a builtin by its name
+    (``list``), any other class with its library (``array_api_strict.Array``), so
+    that an array of a library ``di`` does not know is not read as "not an array".
+
+    Examples:
+        >>> import numpy as np
+        >>> from di.errors import type_label
+        >>> type_label([1.0]), type_label(np.float32(1.0))
+        ('list', 'numpy.float32')
+    """
+    cls = type(value)
+    library = cls.__module__.split(".")[0]
+    return cls.__name__ if library == "builtins" else f"{library}.{cls.__name__}"
 
 
 class DIError(Exception):

@@ -21,7 +21,7 @@ import os
 import sys
 from typing import Any
 
-from di.errors import InvalidInputError
+from di.errors import InvalidInputError, type_label
 
 __all__ = ["array_namespace"]
 
@@ -135,7 +135,7 @@ def _checked_mix(override: _Override, arrays: tuple[Any, ...]) -> Any:
         from di.families import family_of, get_family
 
         if not all(family_of(a) == override.mixes_with for a in others):
-            kinds = sorted({type(a).__module__.split(".")[0] + "." + type(a).__name__ for a in others})
+            kinds = sorted({type_label(a) for a in others})
             raise TypeError(
                 f"array_namespace: these traced values mix only with {get_family(override.mixes_with).display} "
                 f"arrays, not {', '.join(kinds)}"
@@ -169,7 +169,7 @@ def _tree_namespace(arrays: tuple[Any, ...]) -> Any:
     try:
         return array_namespace(*leaves)
     except TypeError as err:
-        kinds = sorted({type(leaf).__module__.split(".")[0] + "." + type(leaf).__name__ for leaf in leaves})
+        kinds = sorted({type_label(leaf) for leaf in leaves})
         raise InvalidInputError(
             f"array_namespace: the leaves of a pytree must be arrays of one library; these are {', '.join(kinds)} "
             f"({err}). Convert them to one library, or call it on one array."

@@ -1312,3 +1312,26 @@ def test_a_cotangent_of_another_structure_than_fs_output_is_named(backend):
             names(str(info.value), "ty[0]", wanted)
     (result,) = di.pullback(as_dict, backend, x, ({"a": np.array([1.0, 2.0, 3.0])},))
     np.testing.assert_allclose(to_numpy(result), [2.0, 4.0, 6.0])
+
+
+class _ForeignArray:
+    """An array of a library di has no family for."""
+
+    shape, dtype = (2,), "float64"
+
+
+_ForeignArray.__module__ = "foreignlib.arrays"
+
+
+def test_an_array_of_an_unknown_library_is_named_with_its_library() -> None:
+    """'not Array' read as 'not an array': the messages now name the library
+    (foreignlib._ForeignArray) and say to convert it or register its family."""
+
+    def total(x: Any) -> Any:
+        return di.array_namespace(x).sum(x)
+
+    with pytest.raises(di.InvalidInputError, match=r"not foreignlib\._ForeignArray\. .*register_family"):
+        di.gradient(total, di.AutoFiniteDiff(), _ForeignArray())
+    wrapped = di.DifferentiateWith(total, di.AutoFiniteDiff())
+    with pytest.raises(di.InvalidInputError, match=r"leaf 0 of x \(foreignlib\._ForeignArray\) is neither"):
+        wrapped([_ForeignArray()])

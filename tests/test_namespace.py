@@ -619,7 +619,7 @@ def test_a_pytree_without_arrays_or_of_mixed_families_is_a_di_error() -> None:
         di.array_namespace({"a": 1.0, "b": None})
     with pytest.raises(di.InvalidInputError, match=r"one library; these are numpy\.ndarray, torch\.Tensor"):
         di.array_namespace({"a": np.ones(2), "b": torch.ones(2)})
-    with pytest.raises(di.InvalidInputError, match=r"these are builtins\.str"):
+    with pytest.raises(di.InvalidInputError, match=r"these are str "):
         di.array_namespace({"a": "text"})
     with pytest.raises(TypeError):
         di.array_namespace("not an array")  # not a pytree: array-api-compat's own error

@@ -24,8 +24,8 @@ import numpy as np
 
 from di.backends.selectors import AbstractBackend
 from di.contexts import Constant, Context
-from di.errors import DIError, InvalidInputError
-from di.families import converter, family_of, get_family, spec_of
+from di.errors import DIError, InvalidInputError, type_label
+from di.families import converter, families, family_of, get_family, spec_of
 from di.mixing.calls import Call, Signature, Spec, engine_backend, engine_family, to_family
 from di.prep.signature import check_contexts_wrapped, describe_value
 from di.pytrees import tree_flatten, tree_map, tree_unflatten
@@ -259,7 +259,8 @@ class DifferentiateWith:
         for index, leaf in enumerate(leaves):
             if family_of(leaf) is None and not isinstance(leaf, (float, int)):
                 raise InvalidInputError(
-                    f"{self!r}: leaf {index} of x is a {type(leaf).__name__}, not an array or a number."
+                    f"{self!r}: leaf {index} of x ({type_label(leaf)}) is neither a number nor an array "
+                    f"of a family di knows ({', '.join(f.name for f in families())}): convert it, e.g. with np.asarray."
                 )
         into = converter("numpy", family)
         inputs = [into(np.asarray(leaf) if isinstance(leaf, (float, int)) else leaf) for leaf in leaves]

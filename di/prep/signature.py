@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from di.contexts import Context
-from di.errors import InvalidInputError, PreparationMismatchError
+from di.errors import InvalidInputError, PreparationMismatchError, type_label
 from di.families import dtype_kind, families, family_of, get_family, is_floating_dtype, spec_of
 from di.pytrees import Structure, check_flattens, foreign_pytree, is_pytree, leaf_paths, traced_by, tree_flatten
 
@@ -431,8 +431,13 @@ def check_x(x: Any, operator: str) -> None:
             hint = " Convert it first, e.g. np.asarray(x, dtype=float)."
         elif isinstance(x, (bool, int, complex)):
             hint = " Pass a float array, e.g. np.asarray(x, dtype=float)."
+        elif hasattr(x, "shape") and hasattr(x, "dtype"):
+            hint = (
+                " di knows no array family of that library: convert it (np.asarray(x)), or register its family "
+                "(di.families.register_family)."
+            )
         raise InvalidInputError(
-            f"x must be a real floating-point array ({_family_names()}) for {operator}, not {type(x).__name__}.{hint}"
+            f"x must be a real floating-point array ({_family_names()}) for {operator}, not {type_label(x)}.{hint}"
         )
     dtype = x.dtype
     name = get_family(family).describe_dtype(dtype)
