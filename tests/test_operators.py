@@ -639,3 +639,24 @@ def test_operator_functions_take_the_keywords_they_declare(name: str) -> None:
             continue
         with pytest.raises(TypeError, match=f"{name}\\(\\) got an unexpected keyword argument '{keyword}'"):
             function(lambda x: (x * x).sum(), di.AutoFiniteDiff(), x, **{keyword: value})
+
+
+@pytest.mark.parametrize("backend", BACKENDS, ids=backend_id)
+def test_the_second_derivative_of_a_linear_f_is_an_ordinary_zero(backend: Any) -> None:
+    """A linear f's second derivative is 0 on every backend, as an array the caller
+    can convert and write: eager AutoTorch returned torch's immutable ZeroTensor
+    (a NumPy caller got 'Cannot convert a ZeroTensor to numpy')."""
+
+    def linear(t: Any) -> Any:
+        return di.array_namespace(t).multiply(t, 3.0)
+
+    torch = pytest.importorskip("torch")
+    for t in (np.array(0.7), torch.tensor(0.7, dtype=torch.float64)):
+        for d2 in (
+            di.second_derivative(linear, backend, t),
+            di.value_derivative_and_second_derivative(linear, backend, t)[2],
+        ):
+            as_numpy = d2.numpy() if isinstance(d2, torch.Tensor) else np.asarray(d2)
+            assert float(as_numpy) == 0.0
+            d2 += 1.0  # writable
+            assert float(np.asarray(d2.numpy() if isinstance(d2, torch.Tensor) else d2)) == 1.0

@@ -437,6 +437,8 @@ class FuncPrograms:
                 dy, d2y, (y,) = reverse_jacobian(derivative_and_value, x, True)
                 return y, dy, as_dtype(d2y, dy)
             (y, dy), (_, d2y) = _func.jvp(value_and_derivative, (x,), (one,))  # type: ignore[misc]
+            if torch._is_zerotensor(d2y):  # f linear in x: torch's immutable, storage-less zero
+                d2y = torch.zeros_like(dy)
             return y, dy, d2y
 
         names = ("second_derivative", "value_derivative_and_second_derivative")
