@@ -641,11 +641,14 @@ def test_operator_functions_take_the_keywords_they_declare(name: str) -> None:
             function(lambda x: (x * x).sum(), di.AutoFiniteDiff(), x, **{keyword: value})
 
 
-@pytest.mark.parametrize("backend", BACKENDS, ids=backend_id)
+@pytest.mark.parametrize(
+    "backend", [*BACKENDS, di.AutoTorch(compile=True, compile_options={"backend": "aot_eager"})], ids=backend_id
+)
 def test_the_second_derivative_of_a_linear_f_is_an_ordinary_zero(backend: Any) -> None:
     """A linear f's second derivative is 0 on every backend, as an array the caller
     can convert and write: eager AutoTorch returned torch's immutable ZeroTensor
-    (a NumPy caller got 'Cannot convert a ZeroTensor to numpy')."""
+    (a NumPy caller got 'Cannot convert a ZeroTensor to numpy'), and compiled
+    AutoTorch raised dynamo's 'Cannot access data pointer of Tensor'."""
 
     def linear(t: Any) -> Any:
         return di.array_namespace(t).multiply(t, 3.0)

@@ -432,9 +432,12 @@ class FuncPrograms:
                 # taken in reverse mode over the derivative, which both compile.
                 def derivative_and_value(x: Any) -> Any:
                     y, dy = value_and_derivative(x)
-                    return dy, (y,)
+                    # differentiated connected to x (the zero jacobian of a derivative
+                    # that does not depend on x is otherwise torch's storage-less zero,
+                    # which fake tensors cannot hold); d(x * 0)/dx is 0 even where x is inf
+                    return dy + x * 0, (y, dy)
 
-                dy, d2y, (y,) = reverse_jacobian(derivative_and_value, x, True)
+                _, d2y, (y, dy) = reverse_jacobian(derivative_and_value, x, True)
                 return y, dy, as_dtype(d2y, dy)
             (y, dy), (_, d2y) = _func.jvp(value_and_derivative, (x,), (one,))  # type: ignore[misc]
             if torch._is_zerotensor(d2y):  # f linear in x: torch's immutable, storage-less zero
