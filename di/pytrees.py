@@ -548,15 +548,11 @@ class Raveler:
         if leaves is None:  # another structure: optree's leaves, which the caller's check refuses
             leaves = tree_leaves(tree)
         try:
-            other_shapes = len(leaves) != len(self.shapes) or any(
-                tuple(leaf.shape) != shape for leaf, shape in zip(leaves, self.shapes)
-            )
+            shapes = [tuple(leaf.shape) for leaf in leaves]
         except AttributeError:  # a Python number: a 0-d leaf (a tangent {"v": 1.0, ...})
             leaves = _numbers_as_arrays(leaves, xp, self.dtype)
-            other_shapes = len(leaves) != len(self.shapes) or any(
-                tuple(getattr(leaf, "shape", (None,))) != shape for leaf, shape in zip(leaves, self.shapes)
-            )
-        if other_shapes:
+            shapes = [tuple(getattr(leaf, "shape", (None,))) for leaf in leaves]
+        if shapes != self.shapes:
             raise PreparationMismatchError(
                 "this prep was made for a pytree x whose leaves have other shapes "
                 f"({', '.join(str(s) for s in self.shapes)}); this backend computes on x flattened into one "

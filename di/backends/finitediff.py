@@ -194,9 +194,8 @@ class _Evaluator:
         """``f``'s value, checked to be a real scalar (once per operator call);
         :attr:`number` then reads the following outputs as floats."""
         y = self.f(point, *values)
-        if y.__class__ is not float and y.__class__ is not np.float64:
-            self.learn(y)
-        elif self.adapting:  # float64 now, after a coarser output (or f's own error)
+        # (a float64 output asks nothing until one was coarser, or f's results are approximations)
+        if self.adapting or (y.__class__ is not float and y.__class__ is not np.float64):
             self.learn(y)
         if _is_float_scalar(y):
             self.number = float  # the common case, told without the full check

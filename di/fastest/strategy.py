@@ -49,7 +49,7 @@ __all__ = [
     "FastestStrategy",
     "agree",
     "default_tolerances",
-    "finite_difference",
+    "finite_entry_difference",
     "relative_difference",
     "time_interleaved",
 ]
@@ -338,7 +338,7 @@ def default_tolerances(dtypes: Sequence[str]) -> tuple[float, float]:
     return 1e-5, 1e-8
 
 
-def finite_difference(a: np.ndarray, b: np.ndarray) -> tuple[float, float, float] | None:
+def finite_entry_difference(a: np.ndarray, b: np.ndarray) -> tuple[float, float, float] | None:
     """Two arrays of one shape compared entry by entry: ``(the largest absolute
     difference, the largest |a|, the largest |b|)`` over the entries where both are
     finite; ``None`` when their non-finite entries differ (NaN against NaN and equal
@@ -346,10 +346,10 @@ def finite_difference(a: np.ndarray, b: np.ndarray) -> tuple[float, float, float
 
     Examples:
         >>> import numpy as np
-        >>> from di.fastest.strategy import finite_difference
-        >>> finite_difference(np.array([np.inf, 1.0]), np.array([np.inf, 3.0]))
+        >>> from di.fastest.strategy import finite_entry_difference
+        >>> finite_entry_difference(np.array([np.inf, 1.0]), np.array([np.inf, 3.0]))
         (2.0, 1.0, 3.0)
-        >>> finite_difference(np.array([np.nan, 1.0]), np.array([np.inf, 1.0])) is None
+        >>> finite_entry_difference(np.array([np.nan, 1.0]), np.array([np.inf, 1.0])) is None
         True
     """
     finite = np.isfinite(a) & np.isfinite(b)
@@ -364,7 +364,7 @@ def finite_difference(a: np.ndarray, b: np.ndarray) -> tuple[float, float, float
 def _leaf_differences(a: Sequence[np.ndarray], b: Sequence[np.ndarray]) -> list[tuple[float, float]] | None:
     """For each pair of leaves: the largest absolute difference and the largest
     absolute entry (finite entries); ``None`` when the leaves' number or shapes
-    differ, or non-finite entries do (see :func:`finite_difference`)."""
+    differ, or non-finite entries do (see :func:`finite_entry_difference`)."""
     if len(a) != len(b):
         return None
     found = []
@@ -373,7 +373,7 @@ def _leaf_differences(a: Sequence[np.ndarray], b: Sequence[np.ndarray]) -> list[
             if left.size != right.size:
                 return None
             left, right = left.reshape(-1), right.reshape(-1)  # a sparse 2-D result against a dense one
-        compared = finite_difference(left, right)
+        compared = finite_entry_difference(left, right)
         if compared is None:
             return None
         difference, left_scale, right_scale = compared

@@ -165,7 +165,7 @@ def _check_x(operator: Operator, x: Any) -> None:
         check_x_leaves(x, operator.family)
         return
     check_x(x, operator.family)
-    if operator.scalar_x and tuple(getattr(x, "shape", ())) != ():
+    if operator.scalar_x and _shape_of(x) != ():
         raise InvalidInputError(
             f"{operator.family} needs a scalar x (a 0-d array or a float), not shape {tuple(x.shape)}; "
             f"use jacobian (or hessian) for array inputs."
@@ -211,7 +211,7 @@ def _check_tangent_shapes(tangents: Sequence[Any], x: Any) -> None:
         return
     x_shape = tuple(x.shape)
     for index, tangent in enumerate(tangents):
-        shape = tuple(getattr(tangent, "shape", ()))  # a Python float is 0-d
+        shape = _shape_of(tangent)
         if shape == x_shape:
             continue
         if family_of(tangent) is None and not isinstance(tangent, float):  # a list, a tuple, ...
@@ -224,9 +224,14 @@ def _check_tangent_shapes(tangents: Sequence[Any], x: Any) -> None:
         )
 
 
+def _shape_of(value: Any) -> tuple[int, ...]:
+    """The shape of an array, or ``()`` for a Python number (0-d)."""
+    return tuple(getattr(value, "shape", ()))
+
+
 def _shapes(tree: Any) -> Any:
-    """``tree`` with each leaf replaced by its shape (a Python float is 0-d)."""
-    return tree_map(lambda leaf: tuple(getattr(leaf, "shape", ())), tree)
+    """``tree`` with each leaf replaced by its shape (:func:`_shape_of`)."""
+    return tree_map(_shape_of, tree)
 
 
 def _check_tangent_trees(tangents: Sequence[Any], x: Any) -> None:
@@ -236,7 +241,7 @@ def _check_tangent_trees(tangents: Sequence[Any], x: Any) -> None:
     x_leaves, spec = tree_flatten(x)
     if spec.is_leaf():  # a pytree registered with one engine only: that engine reads it, and checks it
         return
-    x_shapes = [tuple(getattr(leaf, "shape", ())) for leaf in x_leaves]
+    x_shapes = [_shape_of(leaf) for leaf in x_leaves]
     for index, tangent in enumerate(tangents):
         name = f"tx[{index}]"
         leaves, given = tree_flatten(tangent)
@@ -245,7 +250,7 @@ def _check_tangent_trees(tangents: Sequence[Any], x: Any) -> None:
                 f"{name} must have the structure of x, {_shapes(x)}, not {_unlike(tangent, x, name)}: tangents live "
                 f"in x's space, one array per leaf of x, shaped like it."
             )
-        shapes = [tuple(getattr(leaf, "shape", ())) for leaf in leaves]  # a Python float is 0-d
+        shapes = [_shape_of(leaf) for leaf in leaves]
         if shapes != x_shapes:
             path, x_path, shape, x_shape = next(
                 found
@@ -336,7 +341,7 @@ def _cotangent_explainer(source: ProgramSource, request: PrepareRequest) -> Call
             return ""
         for index, cotangent in enumerate(cotangents or ()):
             # the cotangent's structure with its leaves' shapes (a Python float is 0-d)
-            shown = source.tree_map(lambda leaf: tuple(getattr(leaf, "shape", ())), cotangent)
+            shown = source.tree_map(_shape_of, cotangent)
             if shown != expected:
                 wanted = expected
                 if not quiet:

@@ -294,31 +294,27 @@ def _in_caller_order(
     x_spec = tree_flatten(x)[1] if is_pytree(x) else None
     if x_spec is not None and x_spec.is_leaf():  # a node only the engine knows: the engine's structure
         return programs
-    x_skeleton = 0 if x_spec is None else tree_unflatten(x_spec, [0] * x_spec.num_leaves)
+    x_skeleton = 0 if x_spec is None else _skeleton(x_spec)
     x_in_order = x_spec is None or _sorted_layout(_layout(x_skeleton))  # as any engine returns it
 
     def skeleton(part: str, given: Any) -> Any:
         """A tree of the structure ``part`` of the result must have (``given``: that part)."""
         if part == "-":
             return 0
-        if part in ("X", "XX") or output is None or output.spec is None:
-            if part == "X":
-                return x_skeleton
-            if part == "XX":
-                return x_skeleton if x_spec is None else tree_unflatten(x_spec, [x_skeleton] * x_spec.num_leaves)
-            if part == "YX":  # f's order unknown: kept by the engine, and an array output (else left as it is)
-                return x_skeleton
-            if part == "X*":
-                return tuple(x_skeleton for _ in given)
-            return given  # Y, Y*: the engine's own
-        y_spec = output.spec
-        if part == "Y":
-            return tree_unflatten(y_spec, [0] * y_spec.num_leaves)
-        if part == "Y*":
-            return tuple(tree_unflatten(y_spec, [0] * y_spec.num_leaves) for _ in given)
+        if part == "X":
+            return x_skeleton
         if part == "X*":
             return tuple(x_skeleton for _ in given)
-        return tree_unflatten(y_spec, [x_skeleton] * y_spec.num_leaves)  # YX
+        if part == "XX":
+            return x_skeleton if x_spec is None else _skeleton(x_spec, x_skeleton)
+        y_spec = None if output is None else output.spec
+        if y_spec is None:  # f's order unknown: kept by the engine (YX: of an array output)
+            return x_skeleton if part == "YX" else given
+        if part == "Y":
+            return _skeleton(y_spec)
+        if part == "Y*":
+            return tuple(_skeleton(y_spec) for _ in given)
+        return _skeleton(y_spec, x_skeleton)  # YX
 
     def expected(layout: tuple[str, ...], result: Any) -> Any:
         if len(layout) == 1:
@@ -391,7 +387,13 @@ def _known_in_order(output: _OutputOrder | None) -> bool:
     if output is None:
         return True
     spec = output.spec
-    return spec is not None and _sorted_layout(_layout(tree_unflatten(spec, [0] * spec.num_leaves)))
+    return spec is not None and _sorted_layout(_layout(_skeleton(spec)))
+
+
+def _skeleton(spec: Any, leaf: Any = 0) -> Any:
+    """The tree of structure ``spec`` with ``leaf`` in every place (``0``, or another
+    skeleton: ``x``'s in each place of a Hessian)."""
+    return tree_unflatten(spec, [leaf] * spec.num_leaves)
 
 
 class _Opaque:

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from di.families import family_of, get_family
-from di.fastest.strategy import finite_difference
+from di.fastest.strategy import finite_entry_difference
 from di.testing.arrays import dtype_name, pytree_leaves, records_graph, sparse_to_numpy, to_numpy
 
 __all__ = ["compare", "max_error", "same"]
@@ -168,7 +168,7 @@ def compare(
         if check_types or got.size != ref.size:
             return math.nan, math.nan, [*problems, f"{label}: expected shape {ref.shape}, got {got.shape}"]
         got = got.reshape(ref.shape)
-    compared = finite_difference(got, ref)
+    compared = finite_entry_difference(got, ref)
     if compared is None:
         return math.inf, math.inf, [*problems, f"{label}: its NaN or infinite entries differ from the reference's"]
     abs_error, _, scale = compared

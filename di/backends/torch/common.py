@@ -343,8 +343,10 @@ def float_leaves_to_tensors(convert: Callable[[Any], Any], dtype: Any) -> Callab
     tensors of ``dtype``: dynamo would guard on each float and compile again for
     each new value, as it would for a float context of its own."""
 
+    to_tensor = scalar_to_tensor(dtype)
+
     def to_tensors(value: Any) -> Any:
-        return tree_map(lambda leaf: torch.tensor(leaf, dtype=dtype) if type(leaf) is float else leaf, convert(value))
+        return tree_map(lambda leaf: to_tensor(leaf) if type(leaf) is float else leaf, convert(value))
 
     return to_tensors
 
