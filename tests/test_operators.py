@@ -642,13 +642,21 @@ def test_operator_functions_take_the_keywords_they_declare(name: str) -> None:
 
 
 @pytest.mark.parametrize(
-    "backend", [*BACKENDS, di.AutoTorch(compile=True, compile_options={"backend": "aot_eager"})], ids=backend_id
+    "backend",
+    [
+        *BACKENDS,
+        di.AutoTorch(compile=True, compile_options={"backend": "aot_eager"}),
+        di.SecondOrder(di.AutoJAX(), di.AutoJAX()),
+        di.SecondOrder(di.AutoJAX(jit=True), di.AutoJAX()),
+    ],
+    ids=backend_id,
 )
 def test_the_second_derivative_of_a_linear_f_is_an_ordinary_zero(backend: Any) -> None:
     """A linear f's second derivative is 0 on every backend, as an array the caller
     can convert and write: eager AutoTorch returned torch's immutable ZeroTensor
-    (a NumPy caller got 'Cannot convert a ZeroTensor to numpy'), and compiled
-    AutoTorch raised dynamo's 'Cannot access data pointer of Tensor'."""
+    (a NumPy caller got 'Cannot convert a ZeroTensor to numpy'), compiled
+    AutoTorch raised dynamo's 'Cannot access data pointer of Tensor', and JAX over
+    JAX refused the inner derivative, a constant, as 'not computed from x'."""
 
     def linear(t: Any) -> Any:
         return di.array_namespace(t).multiply(t, 3.0)

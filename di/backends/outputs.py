@@ -371,7 +371,9 @@ class OutputRules:
         return ""
 
 
-def check_output(y: Any, x: Any, backend: AbstractBackend, operator: str, rules: OutputRules) -> Any:
+def check_output(
+    y: Any, x: Any, backend: AbstractBackend, operator: str, rules: OutputRules, *, untraced: bool = False
+) -> Any:
     """``y`` as ``operator`` uses it (a one-element output of a scalar operator
     made 0-d), or :class:`InvalidOutputError`.
 
@@ -381,6 +383,8 @@ def check_output(y: Any, x: Any, backend: AbstractBackend, operator: str, rules:
         backend: the selector, named in errors.
         operator: the operator, deciding scalar or array.
         rules: the engine's :class:`OutputRules`.
+        untraced: accept an output not computed from ``x`` (the constant
+            derivative of a linear ``f``, from an engine's own program).
 
     Returns:
         ``y``, or ``y`` reshaped to a scalar.
@@ -395,7 +399,7 @@ def check_output(y: Any, x: Any, backend: AbstractBackend, operator: str, rules:
         ()
     """
     if isinstance(y, float) and not hasattr(y, "shape"):  # a Python float (a NumPy scalar has a shape)
-        if rules.traces:
+        if rules.traces and not untraced:
             raise_untraced_output(y, backend, operator)
         return y
     value = rules.value(y)
@@ -407,7 +411,7 @@ def check_output(y: Any, x: Any, backend: AbstractBackend, operator: str, rules:
             y = rules.scalar(y)
     elif not rules.accepts_array(value):
         _refuse_output(value, backend, operator, rules)
-    if rules.traces and getattr(value, "ndim", -1) == 0 and not rules.is_traced(y, x):
+    if rules.traces and not untraced and getattr(value, "ndim", -1) == 0 and not rules.is_traced(y, x):
         raise_untraced_output(y, backend, operator)
     return y
 
@@ -462,6 +466,9 @@ def checking(
         array(2.)
     """
     conversions = rules.conversion_errors
+    # an engine's program, whose output its own rules checked: what looks untraced
+    # there is a derivative that does not depend on x (that of a linear f)
+    untraced = getattr(f, "checked_program", False)
 
     def checked(x: Any, *values: Any) -> Any:
         try:
@@ -471,10 +478,10 @@ def checking(
         if not has_aux:
             if accept is not None and accept(output):
                 return output
-            return check_output(output, x, backend, operator, rules)
+            return check_output(output, x, backend, operator, rules, untraced=untraced)
         y, extra = split_output(output, backend, operator)
         if accept is None or not accept(y):
-            y = check_output(y, x, backend, operator, rules)
+            y = check_output(y, x, backend, operator, rules, untraced=untraced)
         return (y, extra) if aux is None else (y, aux(extra, values))
 
     return checked

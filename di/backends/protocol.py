@@ -84,6 +84,26 @@ def keeping_error(wrapper: Program, program: Program) -> Program:
     return wrapper
 
 
+def checked_program(program: Callable[..., Any]) -> Callable[..., Any]:
+    """``program`` (an engine's derivative program, which another engine
+    differentiates) marked as one whose output its own engine already checked:
+    :func:`di.backends.outputs.checking` then accepts a result that does not depend on ``x``, the
+    constant derivative of a linear ``f``, which a user's ``f`` may not return.
+
+    Examples:
+        >>> import di
+        >>> from di.backends.protocol import checked_program
+        >>> checked_program(lambda x: 3.0).checked_program
+        True
+    """
+
+    def marked(*args: Any) -> Any:
+        return program(*args)
+
+    marked.checked_program = True  # type: ignore[attr-defined]
+    return keeping_error(marked, program)
+
+
 SECOND_ORDER_FAMILIES = frozenset({"hvp", "hessian", "second_derivative"})
 """The operator families the fallbacks build by differentiating the engine's own
 first-order programs."""

@@ -16,7 +16,7 @@ from di.backends import fallbacks
 from di.backends.fallbacks import rewrap_context
 from di.backends.outputs import OutputRules, check_output
 from di.backends.protocol import OPERATOR_FAMILIES as FAMILIES
-from di.backends.protocol import Adapter, Programs, keeping_error
+from di.backends.protocol import Adapter, Programs, checked_program, keeping_error
 from di.backends.registry import get_adapter, get_strategy
 from di.backends.selectors import AbstractBackend, AutoFastest, AutoSparse, SecondOrder, available_backends
 from di.backends.source import ProgramSource
@@ -201,13 +201,13 @@ class SecondOrderSource(ProgramSource):
         ]
         inner = fallbacks.programs(self.inner, operator, f, x_outer, outer_contexts)[operator]
         if widen is identity:
-            return self._in_outer_family(inner)
+            return checked_program(self._in_outer_family(inner))
         to_outer = converter(self.inner.family, self.adapter.family)
 
         def in_float64(x: Any, *values: Any) -> Any:
             return to_outer(inner(x, *[widen(v) for v in values]))
 
-        return keeping_error(in_float64, inner)
+        return checked_program(keeping_error(in_float64, inner))
 
     def _in_outer_family(self, program: Callable[..., Any]) -> Callable[..., Any]:
         convert = converter(self.inner.family, self.adapter.family)
