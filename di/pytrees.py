@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -28,6 +28,7 @@ __all__ = [
     "Raveler",
     "Structure",
     "check_flattens",
+    "check_floating_leaves",
     "is_pytree",
     "leaf_paths",
     "nesting_depth",
@@ -485,6 +486,39 @@ def _result_dtype(dtypes: list[Any], family: str) -> Any:
         return record.namespace().result_type(*dtypes)
 
 
+def check_floating_leaves(leaves: Sequence[Any], paths: Sequence[str]) -> None:
+    """Refuse a pytree ``x`` with a leaf that is not a real floating-point array
+    (an int, bool or complex array, a Python number): no backend differentiates
+    it, and an engine that takes pytrees as they are would return its own kind of
+    answer (JAX's ``float0`` cotangents, or a complex gradient in JAX's convention).
+
+    Args:
+        leaves: the leaves of ``x``.
+        paths: their paths (:func:`leaf_paths`).
+
+    Raises:
+        InvalidInputError: naming the first bad leaf by its path.
+
+    Examples:
+        >>> import numpy as np
+        >>> from di.pytrees import check_floating_leaves
+        >>> try:
+        ...     check_floating_leaves([np.ones(2), np.arange(2)], ["x['a']", "x['b']"])
+        ... except Exception as err:
+        ...     print(str(err).split(";")[0])
+        every leaf of x must be a real floating-point array, but x['b'] is an array of dtype int64
+    """
+    for leaf, path in zip(leaves, paths):
+        if family_of(leaf) is None or not is_floating_dtype(leaf.dtype):
+            kind = type(leaf).__name__ if family_of(leaf) is None else f"an array of dtype {leaf.dtype}"
+            remedy = "convert it (np.asarray(..., dtype=float)) or pass it as a di.Constant"
+            if "complex" in str(getattr(leaf, "dtype", type(leaf).__name__)):
+                remedy = "pass its real and imaginary parts as two real leaves, or pass it as a di.Constant"
+            raise InvalidInputError(
+                f"every leaf of x must be a real floating-point array, but {path} is {kind}; {remedy}."
+            )
+
+
 class Raveler:
     """Flattens pytrees shaped like ``x`` into one vector and back.
 
@@ -518,13 +552,7 @@ class Raveler:
                 f"{type(x).__name__} with optree (optree.register_pytree_node or optree.dataclasses) so every "
                 f"backend can take it."
             )
-        for leaf, path in zip(leaves, paths):
-            if family_of(leaf) is None or not is_floating_dtype(leaf.dtype):
-                kind = type(leaf).__name__ if family_of(leaf) is None else f"an array of dtype {leaf.dtype}"
-                raise InvalidInputError(
-                    f"every leaf of x must be a real floating-point array, but {path} is {kind}; "
-                    f"convert it (np.asarray(..., dtype=float)) or pass it as a di.Constant."
-                )
+        check_floating_leaves(leaves, paths)
         if len(families) > 1:
             raise InvalidInputError(
                 f"the leaves of x mix array families ({', '.join(sorted(str(f) for f in families))}); "

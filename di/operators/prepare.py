@@ -36,7 +36,7 @@ from di.prep.signature import (
     named_leaves,
 )
 from di.prep.strategy import NO_INFO, PrepareRequest, StrategyInfo
-from di.pytrees import Raveler, check_flattens, is_pytree, leaf_paths, tree_flatten, tree_map
+from di.pytrees import Raveler, check_flattens, check_floating_leaves, is_pytree, leaf_paths, tree_flatten, tree_map
 
 __all__ = ["check_tangents", "prepare_operator", "prepare_request"]
 
@@ -95,8 +95,11 @@ def prepare_from_source(
     x, contexts, tangents = request.x, request.contexts, request.tangents
     source.check_contexts(contexts)
     _check_engine_dtypes(source, backend, x, contexts)
-    if is_pytree(x) and not source.checks_own_pytrees:
-        Raveler(x)  # checks every leaf, naming the first bad one
+    if is_pytree(x):  # every leaf checked, the first bad one named
+        if source.checks_own_pytrees:
+            _check_engine_leaves(x)
+        else:
+            Raveler(x)
     explain = None
     if operator.tangents == "ty":
         _check_cotangent_shapes(source, request)
@@ -277,6 +280,20 @@ def _unlike(tangent: Any, x: Any, name: str) -> str:
         if these
     ]
     return f"{_shapes(tangent)} ({'; '.join(differences)})" if differences else str(_shapes(tangent))
+
+
+def _check_engine_leaves(x: Any) -> None:
+    """Refuse a pytree ``x`` with an array leaf that is not real floating-point,
+    for an engine that takes pytrees as they are (its own flattening then meets
+    the other leaves: a node registered with it only, or a Python number it
+    refuses itself).
+
+    Raises:
+        InvalidInputError: naming the first bad leaf by its path.
+    """
+    leaves, paths = tree_flatten(x)[0], leaf_paths(x)
+    arrays = [(leaf, path) for leaf, path in zip(leaves, paths) if family_of(leaf) is not None]
+    check_floating_leaves([leaf for leaf, _ in arrays], [path for _, path in arrays])
 
 
 def _check_engine_dtypes(source: ProgramSource, backend: AbstractBackend, x: Any, contexts: Sequence[Any]) -> None:
