@@ -131,6 +131,25 @@ def test_jax_jit_warns_once_past_eight_static_values() -> None:
         di.gradient(f, prep, JIT, x, di.Constant(np.ones(3)), di.Constant(9))
 
 
+def test_jax_jit_counts_the_static_value_of_the_preparation() -> None:
+    """The preparation compiled its own value: with it, 1..9 are 9 distinct values
+    and the 9th warns (the count started empty before, warning one value late and
+    saying 9 at the 10th)."""
+
+    def f(x: Any, n: int) -> Any:
+        xp = di.array_namespace(x)
+        return xp.sum(x[:n] ** 2)
+
+    prep = di.prepare_gradient(f, JIT, np.zeros(12), di.Constant(1))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", di.RecompileWarning)
+        for n in range(2, 9):
+            di.gradient(f, prep, JIT, np.ones(12), di.Constant(n))
+    with pytest.warns(di.RecompileWarning, match="context 1 is compiled in .* has taken 9 distinct values"):
+        g = di.gradient(f, prep, JIT, np.ones(12), di.Constant(9))
+    np.testing.assert_allclose(g, [2.0] * 9 + [0.0] * 3)
+
+
 def test_jax_jit_unhashable_static_is_refused() -> None:
     with pytest.raises(di.InvalidInputError, match=r"context 1.*not hashable"):
         di.prepare_gradient(quadratic, JIT, np.zeros(3), di.Constant([1.0, 2.0], static=True))

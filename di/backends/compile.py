@@ -166,6 +166,8 @@ def counting_static_values(
     positions: tuple[int, ...],
     backend: AbstractBackend,
     threshold: int = RECOMPILE_WARNING_THRESHOLD,
+    *,
+    prepared: Sequence[Any] = (),
 ) -> Program:
     """Wrap a compiled program so that the distinct static values it meets are
     counted, with one :class:`di.RecompileWarning` once a context has taken more
@@ -177,6 +179,8 @@ def counting_static_values(
             after ``x``.
         backend: the selector, named in the warning.
         threshold: distinct values of one context tolerated without a warning.
+        prepared: the static values at preparation, one per position: the
+            preparation compiled for them, so they count from the start.
 
     Returns:
         ``program`` itself when nothing is static, else a counting wrapper.
@@ -189,10 +193,17 @@ def counting_static_values(
         ...     warnings.simplefilter("always")
         ...     run(1, 2), run(1, 3), len(caught)
         (2, 3, 1)
+        >>> run = counting_static_values(lambda x, k: x * k, (0,), di.AutoFiniteDiff(), threshold=1, prepared=(2,))
+        >>> with warnings.catch_warnings(record=True) as caught:
+        ...     warnings.simplefilter("always")
+        ...     run(1, 3), len(caught)
+        (3, 1)
     """
     if not positions:
         return program
     seen: list[set[Any]] = [set() for _ in positions]
+    for slot, value in enumerate(prepared):
+        seen[slot].add(value)
     lock = threading.Lock()
     warned = [False]
 

@@ -308,7 +308,8 @@ class JAXAdapter(Adapter):
             program = compiled_on_first_use(program)
         if checks_arguments(function):
             program = _mark(program)
-        return counting_static_values(program, tuple(lead - 1 + i for i in statics), self.backend)
+        positions = tuple(lead - 1 + i for i in statics)
+        return counting_static_values(program, positions, self.backend, prepared=[values[i] for i in statics])
 
     def _plain_and_full(
         self,
