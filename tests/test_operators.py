@@ -671,3 +671,25 @@ def test_the_second_derivative_of_a_linear_f_is_an_ordinary_zero(backend: Any) -
             assert float(as_numpy) == 0.0
             d2 += 1.0  # writable
             assert float(np.asarray(d2.numpy() if isinstance(d2, torch.Tensor) else d2)) == 1.0
+
+
+@pytest.mark.parametrize("backend", BACKENDS, ids=backend_id)
+def test_derivatives_in_the_output_space_have_the_outputs_dtype(backend: Any) -> None:
+    """An f that casts a float32 x to float64 gets its jacobian, derivative and
+    second derivative in its output's dtype on every backend, as its value
+    (operators.md): AutoAutograd's reverse mode gave x's dtype (astype's vjp casts
+    back), so its jacobian and second derivative disagreed with its own pushforward."""
+
+    def widened(t: Any) -> Any:
+        xp = di.array_namespace(t)
+        return xp.astype(t**3, xp.float64)
+
+    t = np.array(0.7, dtype=np.float32)
+    y, dy, d2y = di.value_derivative_and_second_derivative(widened, backend, t)
+    assert dy.dtype == d2y.dtype == y.dtype
+    assert di.second_derivative(widened, backend, t).dtype == y.dtype
+    np.testing.assert_allclose([float(dy), float(d2y)], [3 * 0.49, 6 * 0.7], rtol=1e-3)
+    x = np.array([0.5, 2.0], dtype=np.float32)
+    value, jacobian = di.value_and_jacobian(widened, backend, x)
+    assert jacobian.dtype == value.dtype == di.pushforward(widened, backend, x, (x,))[0].dtype
+    np.testing.assert_allclose(jacobian, np.diag(3 * x.astype(np.float64) ** 2), rtol=1e-3)

@@ -387,8 +387,10 @@ class AutogradAdapter(Adapter):
             vjp, y = vjp_maker(x, *values)
             y = _owned(_array(y), x, values)
             basis = np.eye(y.size, dtype=y.dtype).reshape((y.size, *y.shape))
-            rows = [_array(vjp(e)) for e in basis]
-            jac = _stack(rows) if rows else np.zeros((0, *x.shape), dtype=x.dtype)
+            # a row comes back in x's dtype where f casts (astype's vjp casts back):
+            # derivatives in the output's space are in its dtype, as on the other engines
+            rows = [_array(vjp(e), dtype=y.dtype) for e in basis]
+            jac = _stack(rows) if rows else np.zeros((0, *x.shape), dtype=y.dtype)
             return y, jac.reshape(y.shape + x.shape)
 
         def value_and_jacobian(x: Any, *values: Any) -> Any:
@@ -450,11 +452,17 @@ class AutogradAdapter(Adapter):
         def value_derivative_and_second_derivative(x: Any, *values: Any) -> Any:
             x, values = inputs(x, values)
             y = _owned(_array(checked(x, *values)), x, values)
-            return y, _array(derivative_function(x, *values)), _array(second_function(x, *values))
+            # in y's dtype, as the other engines give derivatives in the output's space
+            # (reverse mode gives x's where f casts to another dtype)
+            dy = _array(derivative_function(x, *values), dtype=y.dtype)
+            return y, dy, _array(second_function(x, *values), dtype=y.dtype)
 
         def second_derivative(x: Any, *values: Any) -> Any:
             x, values = inputs(x, values)
-            return _array(second_function(x, *values))
+            d2y = second_function(x, *values)
+            if d2y.dtype == x.dtype:  # f may cast: the output's dtype decides
+                return _array(d2y, dtype=getattr(checked(x, *values), "dtype", None))
+            return _array(d2y)
 
         return {
             "second_derivative": second_derivative,
