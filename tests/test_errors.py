@@ -292,6 +292,38 @@ def test_prepared_f_returning_a_vector_is_refused_on_execution():
         di.gradient(_vector, prep, backend, np.ones(5))
 
 
+def _dict_output(t):
+    xp = di.array_namespace(t)
+    return {"a": xp.multiply(t, t)}
+
+
+@pytest.mark.parametrize(
+    ("f", "mentions"),
+    [
+        pytest.param(_dict_output, "dict", id="dict"),
+        pytest.param(_complex_array, "complex", id="complex"),
+        pytest.param(_python_int, "int", id="python-int"),
+    ],
+)
+def test_a_derivative_refusing_f_s_output_names_derivative(backend, f, mentions):
+    # autograd and finite differences build the derivative from their pushforward,
+    # whose check named "pushforward": the caller asked for a derivative
+    if f is _dict_output and isinstance(backend, di.AutoJAX):
+        pytest.skip("JAX differentiates pytree outputs")
+    t = np.array(1.5)
+    calls = {
+        "derivative": lambda: di.derivative(f, backend, t),
+        "value_and_derivative": lambda: di.value_and_derivative(f, backend, t),
+        "prepared": lambda: di.derivative(f, di.prepare_derivative(f, backend, t), backend, t),
+    }
+    for label, call in calls.items():
+        with pytest.raises(di.InvalidOutputError) as info:
+            call()
+        message = str(info.value)
+        assert message.startswith("derivative needs f to return a real floating-point array"), f"{label}: {message}"
+        assert mentions in message and "pushforward" not in message, f"{label}: {message}"
+
+
 # --- errors raised inside f ---------------------------------------------------------------------------
 
 

@@ -25,13 +25,20 @@ from __future__ import annotations
 import inspect
 import math
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, NoReturn
 
 import numpy as np
 
-from di.backends.protocol import AUX_FAMILIES, SECOND_ORDER_FAMILIES, Adapter, Programs, keeping_error
+from di.backends.protocol import (
+    AUX_FAMILIES,
+    SECOND_ORDER_FAMILIES,
+    Adapter,
+    Program,
+    Programs,
+    keeping_error,
+)
 from di.contexts import Constant, Context
-from di.errors import UnsupportedOperatorError
+from di.errors import InvalidOutputError, UnsupportedOperatorError
 from di.families import converter, family_of, get_family
 
 __all__ = [
@@ -104,6 +111,38 @@ def with_aux(has_aux: bool, finish: Callable[[Any], Any]) -> Callable[[Any], Any
     return finish_result
 
 
+def raise_as(operator: str, primitives: tuple[str, ...], error: InvalidOutputError) -> NoReturn:
+    """Raise ``error``, raised by the program of a primitive (``primitives``) that
+    ``operator``'s fallback runs, as ``operator``'s own: the caller asked for
+    ``derivative``, not for the ``pushforward`` it is built from. The engine's
+    check stays the only one (this runs only once it refused); an error whose
+    message names no such primitive is raised as it is."""
+    message = str(error)
+    for primitive in primitives:
+        if message.startswith(f"{primitive} "):
+            body = message[len(primitive) :].replace(f"di.{primitive}(", f"di.{operator}(")
+            renamed = type(error)(operator + body)
+            if hasattr(error, "__notes__"):
+                renamed.__notes__ = list(error.__notes__)
+            # the engine's cause (if any) stays the cause: the primitive's message would only repeat this one
+            raise renamed.with_traceback(error.__traceback__) from error.__cause__
+    raise error
+
+
+def reported_as(operator: str, primitives: tuple[str, ...], program: Program) -> Program:
+    """``program`` (a fallback of ``operator`` built from ``primitives``' programs)
+    with the errors about ``f``'s output those programs raise naming ``operator``
+    (:func:`raise_as`)."""
+
+    def program_of_operator(*args: Any) -> Any:
+        try:
+            return program(*args)
+        except InvalidOutputError as err:
+            raise_as(operator, primitives, err)
+
+    return keeping_error(program_of_operator, program)
+
+
 def _output_of(adapter: Adapter, f: Callable[..., Any], x: Any, contexts: Sequence[Context], has_aux: bool) -> Any:
     """``f``'s output ``y`` at the prepared arguments (engine family)."""
     y = evaluate_output(adapter, f, x, contexts)
@@ -146,13 +185,21 @@ def jacobian_programs(
     # the plain jacobian runs the plain primitive: f's output shape is the prepared one
     finish_plain = with_aux(has_aux, lambda slices: assemble(slices, axis, y_shape, y_prep.dtype))
 
+    named = ("pushforward",) if forward else ("pullback",)
+
     def value_and_jacobian(x: Any, *values: Any) -> Any:
         with scope():
-            return finish(full(x, seeds, *values))
+            try:
+                return finish(full(x, seeds, *values))
+            except InvalidOutputError as err:  # the caller asked for a jacobian, not for the primitive
+                raise_as("jacobian", named, err)
 
     def jacobian(x: Any, *values: Any) -> Any:
         with scope():
-            return finish_plain(plain(x, seeds, *values))
+            try:
+                return finish_plain(plain(x, seeds, *values))
+            except InvalidOutputError as err:
+                raise_as("jacobian", named, err)
 
     return {"jacobian": jacobian, "value_and_jacobian": value_and_jacobian}
 
@@ -278,7 +325,11 @@ def derivative_programs(
     or the reverse jacobian (shaped like the output)."""
     if not adapter.has_native("pushforward"):
         jacobian = jacobian_programs(adapter, f, x, contexts, forward=False, has_aux=has_aux)
-        return {"derivative": jacobian["jacobian"], "value_and_derivative": jacobian["value_and_jacobian"]}
+        named = ("jacobian", "pullback")
+        return {
+            "derivative": reported_as("derivative", named, jacobian["jacobian"]),
+            "value_and_derivative": reported_as("derivative", named, jacobian["value_and_jacobian"]),
+        }
     one = (np.ones((), dtype=numpy_dtype(x)),)
     pushforward = programs(adapter, "pushforward", f, x, contexts, one, has_aux=has_aux)
     return _with_one_seed(pushforward, "pushforward", one, ("derivative", "value_and_derivative"), has_aux)
@@ -292,10 +343,16 @@ def _with_one_seed(primitive: Programs, name: str, seed: tuple[Any], names: tupl
     finish_plain = with_aux(has_aux, lambda result: result[0])
 
     def full(x: Any, *values: Any) -> Any:
-        return finish(full_primitive(x, seed, *values))
+        try:
+            return finish(full_primitive(x, seed, *values))
+        except InvalidOutputError as err:  # the caller asked for names[0], not for the primitive
+            raise_as(names[0], (name,), err)
 
     def plain(x: Any, *values: Any) -> Any:
-        return finish_plain(plain_primitive(x, seed, *values))
+        try:
+            return finish_plain(plain_primitive(x, seed, *values))
+        except InvalidOutputError as err:
+            raise_as(names[0], (name,), err)
 
     return {names[0]: keeping_error(plain, plain_primitive), names[1]: keeping_error(full, full_primitive)}
 
