@@ -335,11 +335,11 @@ class FuncPrograms:
                 fy, join = _tensor_aux(checked, values)
                 if len(tx) == 1:
                     y, dy, tensors = _func.jvp(fy, (x,), (tx[0],), has_aux=True)  # type: ignore[misc]
-                    return join((y, (dy,)), tensors)
+                    return join((y, (as_dtype(dy, y),)), tensors)
                 y, tensors = fy(x)
                 if not tx:
                     return join((y, ()), tensors)
-                dys = per_tangent(lambda t: _func.jvp(fy, (x,), (t,), has_aux=True)[1], tx)
+                dys = per_tangent(lambda t: _product(_func.jvp(fy, (x,), (t,), has_aux=True)), tx)
                 return join((y, dys), tensors)
 
             plain = plain_from_full(value_and_pushforward_with_aux, has_aux=True)
@@ -350,10 +350,10 @@ class FuncPrograms:
                 return checked(x, *values)
 
             if len(tx) == 1:
-                return (_func.jvp(fx, (x,), (tx[0],))[1],)  # type: ignore[misc]
+                return (_product(_func.jvp(fx, (x,), (tx[0],))),)
             if not tx:
                 return ()
-            return per_tangent(lambda t: _func.jvp(fx, (x,), (t,))[1], tx)
+            return per_tangent(lambda t: _product(_func.jvp(fx, (x,), (t,))), tx)
 
         def value_and_pushforward(x: Any, tx: tuple[Any, ...], *values: Any) -> Any:
             def fx(x: Any) -> Any:
@@ -361,7 +361,7 @@ class FuncPrograms:
 
             if len(tx) == 1:
                 y, dy = _func.jvp(fx, (x,), (tx[0],))  # type: ignore[misc]
-                return y, (dy,)
+                return y, (as_dtype(dy, y),)
             return fx(x), pushforward(x, tx, *values)
 
         return self._programs(pushforward, value_and_pushforward, x, tx, contexts, names)
@@ -438,11 +438,11 @@ class FuncPrograms:
                     return dy + x * 0, (y, dy)
 
                 _, d2y, (y, dy) = reverse_jacobian(derivative_and_value, x, True)
-                return y, dy, as_dtype(d2y, dy)
+                return y, as_dtype(dy, y), as_dtype(d2y, y)
             (y, dy), (_, d2y) = _func.jvp(value_and_derivative, (x,), (one,))  # type: ignore[misc]
             if torch._is_zerotensor(d2y):  # f linear in x: torch's immutable, storage-less zero
-                d2y = torch.zeros_like(dy)
-            return y, dy, d2y
+                d2y = torch.zeros_like(y)
+            return y, as_dtype(dy, y), as_dtype(d2y, y)
 
         names = ("second_derivative", "value_derivative_and_second_derivative")
         return self._programs(plain_from_full(core, False), core, x, None, contexts, names)
@@ -649,6 +649,11 @@ def _float_array(y: Any) -> bool:
     """The common output of the other operators: a float tensor of at least one
     dimension (a 0-d one gets the full check, which looks for its tangent)."""
     return y.__class__ is torch.Tensor and y.ndim > 0 and y.is_floating_point()
+
+
+def _product(output: Any) -> Any:
+    """The tangent of ``torch.func.jvp``'s ``output`` ``(y, dy[, aux])``, in ``y``'s dtype."""
+    return as_dtype(output[1], output[0])
 
 
 def _outputs(output: Any, has_aux: bool) -> tuple[Any, ...]:

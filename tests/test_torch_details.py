@@ -1,0 +1,75 @@
+"""torch-specific details the other test modules do not cover, and behaviour
+tests that the torch adapter once got wrong, run on every backend: the dtype of
+forward-mode results when ``f`` mixes a float32 ``x`` with a Python float."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+from conftest import BACKENDS, backend_id
+
+import di
+
+torch = pytest.importorskip("torch")
+
+COMPILED = di.AutoTorch(compile=True, compile_options={"backend": "aot_eager"})
+WITH_COMPILED = [pytest.param(b, id=backend_id(b)) for b in BACKENDS] + [pytest.param(COMPILED, id="torch-compile")]
+
+
+# --- output dtypes --------------------------------------------------------------------
+
+
+def _cubed_twice(x: Any) -> Any:
+    xp = di.array_namespace(x)
+    return xp.multiply(x, x) * x * 2.0  # a Python float: torch.func.jvp promoted its tangent to float64
+
+
+def _float32_results(backend: Any, operator: str) -> tuple[Any, ...]:
+    """``operator``'s results at a 0-d float32 ``x``, each written into a float32
+    ``out=`` buffer where the operator takes one."""
+    x = np.array(0.7, dtype=np.float32)
+    tx = (np.ones((), np.float32),)
+    if operator == "pushforward":
+        return di.pushforward(_cubed_twice, backend, x, tx)  # type: ignore[no-any-return]
+    if operator == "value_and_pushforward":
+        y, dys = di.value_and_pushforward(_cubed_twice, backend, x, tx)
+        return (y, *dys)
+    if operator == "pushforward_with_aux":
+        dys, aux = di.pushforward(lambda x: (_cubed_twice(x), {"tag": "cubed"}), backend, x, tx + tx, has_aux=True)
+        assert aux == {"tag": "cubed"}
+        return dys  # type: ignore[no-any-return]
+    out = np.zeros((), np.float32)
+    if operator == "second_derivative":
+        result = di.second_derivative(_cubed_twice, backend, x, out=out)
+        assert result is out
+        return (result,)
+    results = di.value_derivative_and_second_derivative(_cubed_twice, backend, x, out=out)
+    assert results[2] is out
+    return tuple(results)
+
+
+@pytest.mark.parametrize(
+    "operator",
+    [
+        "pushforward",
+        "value_and_pushforward",
+        "pushforward_with_aux",
+        "second_derivative",
+        "value_derivative_and_second_derivative",
+    ],
+)
+@pytest.mark.parametrize("backend", WITH_COMPILED)
+def test_forward_mode_results_keep_a_float32_x_s_dtype(backend: Any, operator: str) -> None:
+    results = _float32_results(backend, operator)
+    assert [np.asarray(r).dtype for r in results] == [np.float32] * len(results)
+    expected = {
+        "pushforward": [6 * 0.49],
+        "value_and_pushforward": [2 * 0.343, 6 * 0.49],
+        "pushforward_with_aux": [6 * 0.49, 6 * 0.49],
+        "second_derivative": [12 * 0.7],
+        "value_derivative_and_second_derivative": [2 * 0.343, 6 * 0.49, 12 * 0.7],
+    }[operator]
+    rtol = 1e-2 if isinstance(backend, di.AutoFiniteDiff) else 1e-5
+    np.testing.assert_allclose([float(r) for r in results], expected, rtol=rtol)
