@@ -8,6 +8,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from conftest import backend_params
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -310,3 +311,61 @@ def test_the_local_pattern_holds_where_f_takes_no_other_branch(f: Any, prepared_
     # A constant zero factor still drops its dependence; a Python branch is still taken as at the point.
     constant = array_pattern("jacobian", lambda v: v * np.array([0.0, 1.0, 0.0]), x, [], local=True)
     np.testing.assert_array_equal(constant.pattern.toarray(), np.diag([False, True, False]))
+
+
+def _branches_on_numbers(x: Any) -> Any:
+    xp = di.array_namespace(x)
+    if float(xp.sum(x)) > 0 and int(xp.max(x)) >= 1:  # Python numbers of values of x: branches
+        return x[1:] * x[:-1]
+    return x[1:] - x[:-1]
+
+
+@pytest.mark.parametrize("dense", backend_params())
+def test_the_local_tracer_reads_float_and_int_as_it_reads_bool(dense: di.AbstractBackend) -> None:
+    x = np.arange(1.0, 5.0)
+    local = array_pattern("jacobian", _branches_on_numbers, x, [], local=True).pattern.toarray()
+    np.testing.assert_array_equal(local, np.eye(3, 4, dtype=bool) | np.eye(3, 4, k=1, dtype=bool))
+    backend = di.AutoSparse(dense, sparsity=di.LocalTracerSparsity())
+    if isinstance(dense, (di.AutoJAX, di.AutoAutograd)):  # the engine itself cannot pass float() of x
+        with pytest.raises(di.InvalidOutputError, match=r"float\(\)"):
+            di.jacobian(_branches_on_numbers, backend, x)
+        return
+    expected = np.eye(3, 4) * x[1:, None] + np.eye(3, 4, k=1) * x[:-1, None]  # d(x[i + 1] x[i])
+    np.testing.assert_allclose(di.jacobian(_branches_on_numbers, backend, x).toarray(), expected, rtol=1e-6)
+    with pytest.raises(di.InvalidInputError, match=r"AutoSparse\(.*float\(\) of a value computed from x.*"):
+        di.jacobian(_branches_on_numbers, di.AutoSparse(dense, sparsity=di.TracerSparsity(method="arrays")), x)
+
+
+@pytest.mark.parametrize("sparsity", [di.TracerSparsity(method="arrays"), di.LocalTracerSparsity()], ids=repr)
+def test_a_numpy_function_on_a_traced_array_is_refused_naming_the_backend_and_a_remedy(sparsity: Any) -> None:
+    def numpy_sine(x: Any) -> Any:
+        return np.sin(x)
+
+    backend = di.AutoSparse(di.AutoFiniteDiff(), sparsity=sparsity)
+    with pytest.raises(di.InvalidInputError) as refused:
+        di.jacobian(numpy_sine, backend, np.ones(3))
+    message = str(refused.value)
+    assert message.startswith(repr(backend)) and "asarray()" in message
+    assert "xp = di.array_namespace(x)" in message and "di.DenseSparsity()" in message
+
+
+@pytest.mark.parametrize("dense", backend_params())
+@pytest.mark.parametrize(
+    "sparsity", [di.TracerSparsity(), di.TracerSparsity(method="arrays"), di.LocalTracerSparsity()], ids=repr
+)
+def test_a_failed_trace_is_diagnosed_once_on_a_copy_of_x(dense: di.AbstractBackend, sparsity: Any) -> None:
+    concrete_calls: list[int] = []
+
+    def writes_into_x(x: Any) -> Any:
+        xp = di.array_namespace(x)
+        if type(x) is np.ndarray:  # the diagnosis: f on concrete arguments
+            concrete_calls.append(1)
+        x[0] = 5.0
+        return xp.multiply(x, 2.0)
+
+    backend = di.AutoSparse(dense, sparsity=sparsity)
+    x = np.ones(3)
+    with pytest.raises(di.InvalidInputError, match=r"^AutoSparse\("):
+        di.jacobian(writes_into_x, backend, x)
+    np.testing.assert_array_equal(x, np.ones(3))
+    assert concrete_calls == [1]

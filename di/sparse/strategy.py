@@ -46,7 +46,7 @@ from di.backends.protocol import (
 from di.backends.registry import get_adapter, get_strategy
 from di.backends.selectors import AbstractBackend, AutoFastest, AutoSparse
 from di.backends.source import ProgramSource
-from di.backends.sparsity import DenseSparsity, KnownSparsity
+from di.backends.sparsity import DenseSparsity, KnownSparsity, SparsitySource
 from di.contexts import Context
 from di.errors import InvalidInputError, UnsupportedOperatorError
 from di.families import converter, family_of, identity
@@ -175,6 +175,7 @@ class SparseSource(ProgramSource):
         # selector then compiles the colored program once, at preparation).
         self.dense = self.adapter
         self.info: SparseInfo | None = None
+        self._detection_failed = False
 
     def takes_pytree(self, operator: str, x: Any) -> bool:
         return True  # flattened here: the result is one matrix over the flattened leaves
@@ -201,9 +202,13 @@ class SparseSource(ProgramSource):
         if compiled is None:
             return self._colored(operator, f, x, contexts)
         self.dense = compiled
+        self._detection_failed = False
         try:
             return self._colored(operator, f, x, contexts)
         except Exception as err:  # an f only the eager engine runs (Python control flow on values)
+            if self._detection_failed:  # the tracers do not depend on the engine: it would fail again
+                self.dense = self.adapter
+                raise
             reason = f"{type(err).__name__}: {str(err).splitlines()[0][:120]}" if str(err) else type(err).__name__
         self.dense = self.adapter
         programs = self._colored(operator, f, x, contexts)
@@ -288,7 +293,7 @@ class SparseSource(ProgramSource):
         x_shape = tuple(x.shape)
         if isinstance(self.selector.sparsity, TRACED):
             # The tracer says what f returns: no (eager, on a compiled backend) evaluation of f.
-            detection = traced(self.selector.sparsity, "jacobian", f, x, contexts)
+            detection = self._traced(self.selector.sparsity, "jacobian", f, x, contexts)
             y: Any = detection.output
         else:
             y = self.dense.prepare_value_program(f, x, contexts)(x, *[c.value for c in contexts])
@@ -411,8 +416,19 @@ class SparseSource(ProgramSource):
         if isinstance(source, DenseSparsity):
             return Detection(self._sampled_pattern(source, operator, f, x, contexts, shape))
         if isinstance(source, TRACED):
-            return traced(source, operator, f, x, contexts)
+            return self._traced(source, operator, f, x, contexts)
         raise InvalidInputError(f"{self.backend!r}: unknown sparsity source {source!r}")  # pragma: no cover
+
+    def _traced(
+        self, source: SparsitySource, operator: str, f: Callable[..., Any], x: Any, contexts: Sequence[Context]
+    ) -> Detection:
+        """The tracer's pattern; a failure is remembered, so that :meth:`programs`
+        does not detect again with the eager products (and run ``f`` to diagnose twice)."""
+        try:
+            return traced(source, operator, f, x, contexts, self.backend)
+        except Exception:
+            self._detection_failed = True
+            raise
 
     def _sampled_pattern(
         self,

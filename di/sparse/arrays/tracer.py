@@ -186,22 +186,27 @@ class Traced:
     # --- values leaving the tracer ----------------------------------------------------
 
     def _concrete(self, what: str) -> np.ndarray:
-        if self.first is not None or self.second is not None:
-            if not self.tape.local or what != "bool":
-                raise InvalidInputError(
-                    f"the sparsity tracer cannot follow {what}() of a value computed from x: "
-                    + (
-                        "the global pattern holds for every x, so f may not branch on values of x. Use "
-                        "di.LocalTracerSparsity() (the pattern at the preparation point, taking its branches), "
-                        "di.DenseSparsity() or di.KnownSparsity(pattern)."
-                        if what == "bool"
-                        else "derivatives cannot pass through it; keep the computation in array operations."
-                    )
-                )
-        elif not self.known and not self.tape.local:
+        """The value, where a Python number or NumPy array may be made of it. The
+        local tracer's values are those at the point: ``bool()``, ``int()`` and
+        ``float()`` read them (branches, taken as the point takes them; what ``f``
+        computes from the number is a constant to the pattern, as a Python number
+        is to torch's autograd). NumPy's own functions (``np.asarray``) would drop
+        the dependencies, and the global tracer knows no value computed from ``x``."""
+        depends = self.first is not None or self.second is not None
+        if what == "asarray" and depends:
             raise InvalidInputError(
-                f"the sparsity tracer cannot follow {what}() of a value computed from x (its value is unknown to a "
-                f"global pattern). Use di.LocalTracerSparsity(), di.DenseSparsity() or di.KnownSparsity(pattern)."
+                "the sparsity tracer cannot follow asarray() of a value computed from x (a NumPy function such as "
+                "np.sin, or np.asarray, called on a traced array): dependencies do not pass through NumPy's own "
+                "functions. Write f with the array API (xp = di.array_namespace(x); xp.sin(x)), or pass "
+                "sparsity=di.DenseSparsity() (nonzeros of dense derivatives at random points) or "
+                "di.KnownSparsity(pattern) to AutoSparse."
+            )
+        if not self.tape.local and (depends or not self.known):
+            raise InvalidInputError(
+                f"the sparsity tracer cannot follow {what}() of a value computed from x: the global pattern holds "
+                f"for every x, so f may not read values of x in Python. Pass sparsity=di.LocalTracerSparsity() "
+                f"(the pattern at the preparation point, taking its branches), di.DenseSparsity() or "
+                f"di.KnownSparsity(pattern) to AutoSparse."
             )
         return self.value
 
@@ -242,7 +247,8 @@ class Traced:
     def __setitem__(self, key: Any, value: Any) -> None:
         raise InvalidInputError(
             "the sparsity tracer cannot follow writes into arrays (x[i] = ...): build new arrays (xp.where, "
-            "xp.concat), as compiled engines require too."
+            "xp.concat), as compiled engines require too, or pass sparsity=di.DenseSparsity() or "
+            "di.KnownSparsity(pattern) to AutoSparse."
         )
 
     def __neg__(self) -> Traced:
