@@ -7,6 +7,7 @@ import dataclasses
 import os
 import subprocess
 import sys
+import tempfile
 import textwrap
 from typing import Any
 
@@ -264,7 +265,9 @@ LAYOUTS = {
     "one-element": np.array([1.5]),
     "non-contiguous": np.arange(12.0).reshape(3, 4)[:, ::2],
     "negative-strides": np.arange(6.0)[::-2],
+    "memmap": np.memmap(tempfile.TemporaryFile(), dtype=np.float64, mode="w+", shape=(3,)),
 }
+LAYOUTS["memmap"][:] = [1.0, 2.0, 3.0]
 
 
 @pytest.mark.parametrize("layout", list(LAYOUTS))
@@ -275,6 +278,7 @@ def test_odd_layouts(backend: Any, layout: str) -> None:
     g = di.gradient(squares, backend, x)
     assert g.shape == x.shape and g.dtype == x.dtype
     np.testing.assert_allclose(g, 2 * x, rtol=1e-6)
+    np.testing.assert_allclose(di.value_and_gradient(squares, backend, x)[1], 2 * x, rtol=1e-6)
     np.testing.assert_array_equal(x, before)
     if x.ndim == 1:
         np.testing.assert_allclose(di.hessian(squares, backend, x), 2 * np.eye(x.size), atol=1e-4)

@@ -119,6 +119,11 @@ def _numpy(value: Any, dtype: Any) -> Any:
     return np.asarray(converter(family_of(value), "numpy")(value) if family_of(value) else value, dtype=dtype)
 
 
+def _as_they_are(x: Any, values: tuple[Any, ...]) -> tuple[Any, tuple[Any, ...]]:
+    """The inputs of a prep whose arguments autograd takes as they are."""
+    return x, values
+
+
 def _array(value: Any, dtype: Any = None) -> Any:
     """A result as a numpy array (of ``dtype``); inside an outer autograd transform
     the result is a box, which stays one so the outer transform differentiates it."""
@@ -247,6 +252,8 @@ class AutogradAdapter(Adapter):
             or str(getattr(x, "dtype", "")).endswith(_BFLOAT16)
         )
         convert_any = any(convert is not identity for convert in convert_contexts)
+        if not (convert_x or convert_any):
+            return _as_they_are
 
         def inputs(x: Any, values: Sequence[Any]) -> tuple[Any, tuple[Any, ...]]:
             if convert_x:
@@ -266,26 +273,13 @@ class AutogradAdapter(Adapter):
     ) -> Programs:
         backend = self.backend
         f, attach = _capturing(f, backend, "gradient", has_aux)
-        to_numpy_x = self.input_converters([x])[0]
-        convert_contexts = self.input_converters([c.value for c in contexts])
-        convert_any = any(convert is not identity for convert in convert_contexts)
-        # decided once: the signature check keeps x's dtype for the prep's lifetime
-        convert_x = to_numpy_x is not identity or str(getattr(x, "dtype", "")).endswith(_BFLOAT16)
-        convert_x = convert_x and not isinstance(x, Box)
+        arguments = self._inputs(x, contexts)
+        converts = arguments is not _as_they_are  # (the common case: no call to arguments)
 
         checked = checking(f, backend, "gradient", _RULES, accept=_boxed_float_scalar)
 
         value_and_grad = autograd.value_and_grad(checked)
         grad = autograd.grad(checked)
-
-        def arguments(x: Any, values: tuple[Any, ...]) -> tuple[Any, tuple[Any, ...]]:
-            if convert_x:
-                x = _differentiable(to_numpy_x(x))
-            if convert_any:
-                values = tuple(convert(v) for convert, v in zip(convert_contexts, values))
-            return x, values
-
-        converts = convert_x or convert_any  # (the common case converts nothing: no call to arguments)
 
         def gradient(x: Any, *values: Any) -> Any:
             if converts:
