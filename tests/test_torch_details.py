@@ -73,3 +73,53 @@ def test_forward_mode_results_keep_a_float32_x_s_dtype(backend: Any, operator: s
     }[operator]
     rtol = 1e-2 if isinstance(backend, di.AutoFiniteDiff) else 1e-5
     np.testing.assert_allclose([float(r) for r in results], expected, rtol=rtol)
+
+
+# --- compiled torch: NumPy arrays f closes over ------------------------------------------
+
+TABLE = np.arange(3.0)
+
+
+def _squares_with_table(x: Any) -> Any:
+    xp = di.array_namespace(x)
+    return xp.sum(x * x), {"t": TABLE}
+
+
+@pytest.mark.parametrize("operator", ["gradient", "value_and_gradient", "pullback"])
+def test_compiled_reverse_mode_returns_a_closed_over_numpy_array_in_aux(operator: str) -> None:
+    """dynamo fails its own guard on a NumPy array read from a global inside
+    torch.func.grad or vjp (raw AssertionError 'Guard failed on the same frame it
+    was created'): f is compiled alone and differentiated eagerly, as for a graph break."""
+    x = np.array([1.0, 2.0])
+    if operator == "pullback":
+        (g,), aux = di.pullback(_squares_with_table, COMPILED, x, (np.ones(()),), has_aux=True)
+    elif operator == "gradient":
+        g, aux = di.gradient(_squares_with_table, COMPILED, x, has_aux=True)
+    else:
+        (y, aux), g = di.value_and_gradient(_squares_with_table, COMPILED, x, has_aux=True)
+        assert float(y) == 5.0
+    np.testing.assert_array_equal(g, [2.0, 4.0])
+    assert isinstance(aux["t"], np.ndarray)
+    np.testing.assert_array_equal(aux["t"], TABLE)
+
+
+@pytest.mark.parametrize("operator", ["hessian", "jacobian", "derivative"])
+def test_compiled_forward_programs_name_a_closed_over_numpy_array(operator: str) -> None:
+    """Programs with no eager fallback say what dynamo could not trace and how to
+    pass the array instead; the remedy (a Constant) works."""
+
+    def f(x: Any) -> Any:
+        xp = di.array_namespace(x)
+        return xp.sum(x * x) * xp.sum(xp.asarray(TABLE)) if operator == "hessian" else x * x * xp.sum(xp.asarray(TABLE))
+
+    def with_constant(x: Any, table: Any) -> Any:
+        xp = di.array_namespace(x)
+        return xp.sum(x * x) * xp.sum(table) if operator == "hessian" else x * x * xp.sum(table)
+
+    x = np.array(2.0) if operator == "derivative" else np.array([1.0, 2.0])
+    with pytest.raises(di.UnsupportedOperatorError, match="reads a NumPy array it closes over") as info:
+        getattr(di, operator)(f, COMPILED, x)
+    assert "di.Constant" in str(info.value)
+    assert "Guard failed on the same frame" in str(info.value.__cause__)
+    expected = getattr(di, operator)(f, di.AutoTorch(), x)
+    np.testing.assert_allclose(getattr(di, operator)(with_constant, COMPILED, x, di.Constant(TABLE)), expected)

@@ -32,7 +32,7 @@ from di.backends.selectors import AutoTorch
 from di.errors import InvalidInputError, RecompileLimitError, RecompileWarning, UnsupportedOperatorError
 from di.pytrees import nesting_depth
 
-__all__ = ["TorchCompiler", "break_in_di", "specializing"]
+__all__ = ["FALLS_BACK", "ClosedOverNumpyError", "TorchCompiler", "break_in_di", "specializing"]
 
 _ISOLATES_RECOMPILES = "isolate_recompiles" in inspect.signature(torch.compile).parameters
 # dynamo records each failed guard under the compiled function's code object: di
@@ -48,6 +48,24 @@ raised while traced comes out as one of these)."""
 RECURSION_LIMITS: tuple[type[BaseException], ...] = (RecursionError, DYNAMO_ERROR)
 """What dynamo raises when tracing exhausts Python's recursion (its own error
 around a ``RecursionError``, or that error itself)."""
+
+
+_NUMPY_GUARD = re.compile(r"Guard failed on the same frame it was created.*tensor '___from_numpy\((.*?)\)'", re.S)
+"""dynamo's failure on a NumPy array ``f`` reads from a global or a closure inside a
+``torch.func`` transform: the tensor it builds from the array there carries the
+transform's dispatch keys, which its own guard then refuses (torch's bug, also
+for ``torch.compile(torch.func.grad(f))`` without ``di``)."""
+
+
+class ClosedOverNumpyError(UnsupportedOperatorError):
+    """A ``torch.func`` transform of an ``f`` that reads a NumPy array it closes
+    over cannot be compiled (:data:`_NUMPY_GUARD`). The reverse-mode programs
+    compile ``f`` alone instead, which dynamo traces; the others raise it."""
+
+
+FALLS_BACK: tuple[type[BaseException], ...] = (UNSUPPORTED, ClosedOverNumpyError)
+"""dynamo's refusals of a ``torch.func`` transform of ``f`` after which ``f``
+compiled alone and differentiated eagerly still runs."""
 
 
 _DEEP = 20  # an x nested this deep is named as the likely cause (dynamo stops near 50)
@@ -112,6 +130,16 @@ class TorchCompiler:
             warm_up(compiled)
         except RECURSION_LIMITS as err:
             failure: BaseException | None = err
+        except AssertionError as err:
+            found = _NUMPY_GUARD.search(str(err))
+            if found is None:
+                raise
+            raise ClosedOverNumpyError(
+                f"{self.selector!r}: torch.compile cannot trace a torch.func transform of an f that reads a NumPy "
+                f"array it closes over (dynamo's source: {found.group(1)}; torch's own bug, which fails its guard "
+                f"on the array). Pass the array as a di.Constant (f receives it as a tensor, traced) or as a torch "
+                f"tensor, or use AutoTorch() (eager)."
+            ) from err
         else:
             failure = None
         if failure is not None:

@@ -42,7 +42,7 @@ from di.backends.torch.common import (
     transform_of,
     without_overlap,
 )
-from di.backends.torch.compile import UNSUPPORTED, break_in_di
+from di.backends.torch.compile import FALLS_BACK, UNSUPPORTED, break_in_di
 from di.backends.torch.eager import EagerPrograms
 from di.backends.torch.jacobians import batched_jvp_fails, forward_jacobian, per_tangent, reverse_jacobian
 from di.contexts import Context
@@ -186,7 +186,7 @@ class FuncPrograms:
         if self.adapter.compiles_now():
             try:
                 return self._func_gradient(f, x, contexts, has_aux)
-            except UNSUPPORTED as err:  # dynamo cannot trace f inside torch.func.grad: compile f alone
+            except FALLS_BACK as err:  # dynamo cannot trace f inside torch.func.grad: compile f alone
                 own = break_in_di(err)
                 if own:  # f may be fine: the break is di's to fix, and said so
                     warnings.warn(
@@ -274,7 +274,7 @@ class FuncPrograms:
         if self.adapter.compiles_now():
             try:
                 return self._func_pullback(f, x, ty, contexts, has_aux)
-            except UNSUPPORTED:
+            except FALLS_BACK:
                 pass  # dynamo cannot trace f inside torch.func.vjp (graph breaks): compile f alone
 
         def inside(x: Any, ty: Any, contexts: Sequence[Context]) -> Programs:
