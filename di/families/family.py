@@ -129,7 +129,11 @@ class Family:
 
     def dlpack_source(self, value: Any) -> Any:
         """What another family's :meth:`from_dlpack` receives for ``value``
-        (an object with ``__dlpack__``); by default ``value`` itself."""
+        (an object with ``__dlpack__`` and ``__dlpack_device__``); by default
+        ``value`` itself. A family that keeps the default and whose array classes
+        lack those two methods reaches other libraries through NumPy
+        (:meth:`to_numpy`, then the other family's ``from_numpy``: a copy where
+        that library copies, as JAX does)."""
         return value
 
     # --- describing arrays ------------------------------------------------------------

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib
 import os
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -294,8 +295,25 @@ def converter(source: str | None, target: str) -> Callable[[Any], Any]:
     try:
         return _CONVERTERS[(source, target)]
     except KeyError:
-        convert = _CONVERTERS[(source, target)] = _through_hub(_FAMILIES[source], _FAMILIES[target])
+        family = _FAMILIES[source]
+        convert = _through_hub(family, _FAMILIES[target])
+        if family.module in sys.modules:  # what the path takes is known once the source's arrays can exist
+            _CONVERTERS[(source, target)] = convert
         return convert
+
+
+def _speaks_dlpack(family: Family) -> bool:
+    """Whether ``family``'s arrays can be handed to another library's
+    :meth:`~di.families.Family.from_dlpack`: the family gives its own
+    :meth:`~di.families.Family.dlpack_source`, or each of its array classes has
+    ``__dlpack__`` and ``__dlpack_device__``. Asked once per conversion path; a
+    family without them converts through NumPy (a copy where a library copies)."""
+    if type(family).dlpack_source is not Family.dlpack_source:
+        return True
+    module = sys.modules.get(family.module)
+    if module is None:  # no array of it exists yet (and the path is not cached: asked again once one does)
+        return False
+    return all(hasattr(cls, "__dlpack__") and hasattr(cls, "__dlpack_device__") for cls in family.array_types(module))
 
 
 def _through_hub(source: Family, target: Family) -> Callable[[Any], Any]:
@@ -304,6 +322,8 @@ def _through_hub(source: Family, target: Family) -> Callable[[Any], Any]:
     if target.name == "numpy":
         return source.to_numpy
     from_numpy, to_numpy = target.from_numpy, source.to_numpy
+    if type(target).from_dlpack is Family.from_dlpack or not _speaks_dlpack(source):
+        return lambda value: from_numpy(to_numpy(value))
     from_dlpack, dlpack_source = target.from_dlpack, source.dlpack_source
 
     def convert(value: Any) -> Any:

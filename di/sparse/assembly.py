@@ -121,7 +121,11 @@ def _dense_assembler(decompression: Decompression, family: str, dense_shape: tup
     positions = record.index(decompression.flat_positions)
     size = math.prod(dense_shape)
 
+    xp = record.namespace()
+
     def dense(data: Any) -> Any:
-        return record.scatter(to_caller(data), positions, size).reshape(dense_shape)
+        flat = record.scatter(to_caller(data), positions, size)
+        method = getattr(flat, "reshape", None)  # the array API has no reshape method: the namespace's without
+        return method(dense_shape) if method is not None else xp.reshape(flat, dense_shape)
 
     return dense
