@@ -15,6 +15,8 @@ __all__ = [
     "BackendNotInstalledError",
     "DIError",
     "InvalidInputError",
+    "InvalidOptionError",
+    "InvalidOptionTypeError",
     "InvalidOutputError",
     "OutBufferError",
     "PreparationMismatchError",
@@ -119,6 +121,48 @@ class InvalidInputError(DIError, TypeError):
         ... except di.InvalidInputError as err:
         ...     print(str(err).split(" for ")[0])
         x must be a real floating-point array
+    """
+
+
+class InvalidOptionError(DIError, ValueError):
+    """An option has a value ``di`` cannot take: an option of a backend selector
+    (``AutoFiniteDiff(step=-1)``, ``AutoJAX(mode="fast")``, ``AutoFastest([])``),
+    of a sparsity source (``DenseSparsity(points=0)``, a 1-D ``KnownSparsity``
+    pattern), an unknown name given to :func:`di.backend`, or an adapter or
+    selector given to :func:`di.register_backend` that cannot serve.
+
+    The message names the selector, the option and the values it takes.
+    :class:`InvalidOptionTypeError` is its flavour for a value of the wrong type.
+
+    Examples:
+        >>> import di
+        >>> try:
+        ...     di.AutoFiniteDiff(step=-1.0)
+        ... except di.InvalidOptionError as err:
+        ...     print(err)
+        AutoFiniteDiff(step=-1.0): step must be a positive float
+        >>> issubclass(di.InvalidOptionError, ValueError)
+        True
+    """
+
+
+class InvalidOptionTypeError(InvalidOptionError, TypeError):
+    """An option has a value of a type ``di`` cannot take (``AutoTorch(compile_options=3)``,
+    one selector where ``AutoFastest`` takes a list of them, an adapter instance
+    where :func:`di.register_backend` takes its class).
+
+    It is an :class:`InvalidOptionError` and a ``TypeError``, so ``except
+    TypeError`` keeps working.
+
+    Examples:
+        >>> import di
+        >>> try:
+        ...     di.AutoFastest(di.AutoFiniteDiff())
+        ... except di.InvalidOptionTypeError as err:
+        ...     print(str(err).split(",")[0])
+        AutoFastest(candidates=...) takes a list of backend selectors
+        >>> issubclass(di.InvalidOptionTypeError, TypeError)
+        True
     """
 
 

@@ -443,6 +443,8 @@ def test_prep_holds_no_caller_arrays(backend):
         (di.UnsupportedContextError, TypeError),
         (di.BackendNotInstalledError, ImportError),
         (di.UnsupportedOperatorError, NotImplementedError),
+        (di.InvalidOptionError, ValueError),
+        (di.InvalidOptionTypeError, TypeError),
     ],
 )
 def test_errors_subclass_dierror_and_the_matching_builtin(error, builtin):
@@ -463,3 +465,55 @@ def test_raised_errors_are_caught_by_their_builtin(backend):
     with pytest.raises(ValueError):
         di.gradient(_sum_squares, prep, backend, np.zeros(3), out=out)
     np.testing.assert_array_equal(to_numpy(out), np.full(4, 7.0))
+
+
+# --- options of selectors and sparsity sources -------------------------------------------------------
+
+_BAD_OPTIONS = [
+    pytest.param(lambda: di.AutoFiniteDiff(step=-1), ValueError, "step must be a positive float", id="fd-step"),
+    pytest.param(lambda: di.AutoFiniteDiff(step="1e-3"), ValueError, "step must be a positive float", id="fd-step-str"),
+    pytest.param(lambda: di.AutoFiniteDiff(method="backward"), ValueError, "'central' or 'forward'", id="fd-method"),
+    pytest.param(lambda: di.AutoJAX(mode="fast"), ValueError, "AutoJAX(mode='fast')", id="jax-mode"),
+    pytest.param(lambda: di.AutoTorch(mode="fast"), ValueError, "AutoTorch(mode='fast')", id="torch-mode"),
+    pytest.param(
+        lambda: di.AutoTorch(compile_options=3), TypeError, "compile_options must be a mapping", id="torch-opts"
+    ),
+    pytest.param(lambda: di.AutoSparse(coloring="star"), ValueError, "coloring must be one of", id="sparse-coloring"),
+    pytest.param(lambda: di.AutoSparse(order="best"), ValueError, "order must be one of", id="sparse-order"),
+    pytest.param(
+        lambda: di.AutoSparse(chunk_size=0), ValueError, "chunk_size must be a positive int", id="sparse-chunk"
+    ),
+    pytest.param(lambda: di.AutoSparse(dense=3), TypeError, "AutoSparse(dense=...)", id="sparse-dense"),
+    pytest.param(lambda: di.AutoSparse(sparsity="tracer"), TypeError, "AutoSparse(sparsity=...)", id="sparse-source"),
+    pytest.param(lambda: di.AutoFastest([]), ValueError, "at least one candidate", id="fastest-empty"),
+    pytest.param(lambda: di.AutoFastest(budget_s=0), ValueError, "budget_s must be a positive", id="fastest-budget"),
+    pytest.param(lambda: di.AutoFastest(rtol=0), ValueError, "rtol must be positive", id="fastest-rtol"),
+    pytest.param(lambda: di.AutoFastest([1]), TypeError, "must be backend selectors", id="fastest-candidate"),
+    pytest.param(
+        lambda: di.AutoFastest(di.AutoFiniteDiff()),
+        TypeError,
+        "takes a list of backend selectors, not one AutoFiniteDiff: pass AutoFastest([AutoFiniteDiff(",
+        id="fastest-one-selector",
+    ),
+    pytest.param(lambda: di.AutoFastest("jax"), TypeError, "takes a list of backend selectors", id="fastest-str"),
+    pytest.param(lambda: di.KnownSparsity(np.ones(3, dtype=bool)), ValueError, "2-D pattern", id="known-1d"),
+    pytest.param(
+        lambda: di.KnownSparsity(np.eye(2, dtype=bool), colors=[-1, 0]), ValueError, "colors", id="known-colors"
+    ),
+    pytest.param(lambda: di.DenseSparsity(points=0), ValueError, "points must be a positive int", id="dense-points"),
+    pytest.param(lambda: di.DenseSparsity(atol="0"), ValueError, "atol must be >= 0", id="dense-atol"),
+    pytest.param(lambda: di.TracerSparsity(method="jaxpr"), ValueError, "method must be one of", id="tracer-method"),
+    pytest.param(lambda: di.backend("jaxx"), ValueError, "unknown backend 'jaxx'; known backends: 'jax'", id="name"),
+    pytest.param(lambda: di.backend("jax", jitt=True), TypeError, "AutoJAX has no option 'jitt'", id="name-option"),
+]
+
+
+@pytest.mark.parametrize(("make", "builtin", "fragment"), _BAD_OPTIONS)
+def test_a_bad_option_raises_invalid_option_error(make, builtin, fragment):
+    # building a selector imports no engine: every one is checked, installed or not
+    with pytest.raises(di.InvalidOptionError) as info:
+        make()
+    assert isinstance(info.value, di.DIError) and isinstance(info.value, builtin)
+    assert isinstance(info.value, di.InvalidOptionTypeError) == (builtin is TypeError)
+    assert fragment in str(info.value)
+    assert info.value.__context__ is None, "the message says it all: no lookup error behind it"

@@ -33,7 +33,7 @@ from di.backends.outputs import (
 from di.backends.selectors import AbstractBackend
 from di.backends.transforms import Composition
 from di.contexts import Cache, Context
-from di.errors import UnsupportedContextError, UnsupportedOperatorError
+from di.errors import InvalidOptionError, UnsupportedContextError, UnsupportedOperatorError
 from di.families import converter, family_of, identity
 from di.pytrees import is_pytree, tree_flatten, tree_map
 
@@ -187,7 +187,7 @@ class Capabilities:
 
     def __post_init__(self) -> None:
         if self.differentiates not in _DIFFERENTIATES:
-            raise ValueError(f"Capabilities(differentiates={self.differentiates!r}): one of {_DIFFERENTIATES}")
+            raise InvalidOptionError(f"Capabilities(differentiates={self.differentiates!r}): one of {_DIFFERENTIATES}")
         if self.compositions:
             object.__setattr__(self, "transforms", tuple(c.transform for c in self.compositions))
 

@@ -8,10 +8,14 @@ keys, defaults of function arguments, or read from a configuration file with
 
 from __future__ import annotations
 
+import math
+import numbers
 import os
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, fields
 from typing import Any, ClassVar, Literal
+
+from di.errors import InvalidOptionError, InvalidOptionTypeError
 
 _BY_NAME: dict[str, type[AbstractBackend]] = {}
 """Selector classes by ``name`` and ``aliases`` (lower case), filled as they are defined."""
@@ -81,7 +85,7 @@ class AbstractBackend:
 
 def _check_mode(mode: str | None, name: str) -> None:
     if mode not in (None, "forward", "reverse"):
-        raise ValueError(f"{name}(mode={mode!r}): mode must be None, 'forward' or 'reverse'")
+        raise InvalidOptionError(f"{name}(mode={mode!r}): mode must be None, 'forward' or 'reverse'")
 
 
 @dataclass(frozen=True)
@@ -160,7 +164,10 @@ class AutoTorch(AbstractBackend):
         if isinstance(options, Mapping):
             object.__setattr__(self, "compile_options", tuple(sorted(options.items())))
         elif options is not None and not isinstance(options, tuple):
-            raise TypeError("AutoTorch(compile_options=...) must be a mapping of torch.compile keyword arguments")
+            raise InvalidOptionTypeError(
+                f"AutoTorch(compile_options={options!r}): compile_options must be a mapping of torch.compile "
+                f"keyword arguments, such as {{'backend': 'aot_eager'}}, or None"
+            )
 
     @property
     def compile_kwargs(self) -> dict[str, Any]:
@@ -216,9 +223,12 @@ class AutoFiniteDiff(AbstractBackend):
 
     def __post_init__(self) -> None:
         if self.method not in ("central", "forward"):
-            raise ValueError(f"AutoFiniteDiff(method={self.method!r}): method must be 'central' or 'forward'")
-        if self.step is not None and not self.step > 0:
-            raise ValueError(f"AutoFiniteDiff(step={self.step!r}): step must be a positive float")
+            raise InvalidOptionError(f"AutoFiniteDiff(method={self.method!r}): method must be 'central' or 'forward'")
+        step = self.step
+        if step is not None and not (
+            isinstance(step, numbers.Real) and not isinstance(step, bool) and 0 < step < math.inf
+        ):
+            raise InvalidOptionError(f"AutoFiniteDiff(step={step!r}): step must be a positive float")
 
 
 @dataclass(frozen=True)
@@ -289,8 +299,11 @@ class AutoFastest(AbstractBackend):
             prepares the remembered winner without measuring.
 
     Raises:
-        ValueError: an empty candidate list, a non-positive budget or ``rtol``.
-        TypeError: a candidate that is not a backend selector, or an AutoFastest.
+        InvalidOptionError: an empty candidate list, a non-positive budget or
+            ``rtol`` (a ``ValueError``).
+        InvalidOptionTypeError: one selector instead of a list of them; a
+            candidate that is not a backend selector, or an AutoFastest (a
+            ``TypeError``).
 
     Examples:
         >>> import numpy as np, di
@@ -317,22 +330,34 @@ class AutoFastest(AbstractBackend):
 
     def __post_init__(self) -> None:
         if self.candidates is not None:
-            candidates = tuple(dict.fromkeys(self.candidates))  # in order, without repeats
+            given = self.candidates
+            if isinstance(given, (AbstractBackend, str)) or not isinstance(given, Iterable):
+                raise InvalidOptionTypeError(
+                    f"AutoFastest(candidates=...) takes a list of backend selectors, not one {type(given).__name__}: "
+                    f"pass AutoFastest([{given!r}]), or several to choose among"
+                )
+            candidates = tuple(dict.fromkeys(given))  # in order, without repeats
             if not candidates:
-                raise ValueError("AutoFastest(candidates=...) needs at least one candidate (None: the default ones)")
+                raise InvalidOptionError(
+                    "AutoFastest(candidates=...) needs at least one candidate (None: the default ones)"
+                )
             for candidate in candidates:
                 if not isinstance(candidate, AbstractBackend) or isinstance(candidate, AutoFastest):
-                    raise TypeError(
+                    raise InvalidOptionTypeError(
                         f"AutoFastest candidates must be backend selectors such as di.AutoJAX(jit=True), other than "
                         f"AutoFastest, not {candidate!r}"
                     )
             object.__setattr__(self, "candidates", candidates)
         if not (isinstance(self.budget_s, (int, float)) and 0 < self.budget_s < float("inf")):
-            raise ValueError(f"AutoFastest(budget_s={self.budget_s!r}): budget_s must be a positive number of seconds")
-        if self.rtol is not None and not self.rtol > 0:
-            raise ValueError(f"AutoFastest(rtol={self.rtol!r}): rtol must be positive, or None to pick it by dtype")
-        if self.atol is not None and not self.atol >= 0:
-            raise ValueError(f"AutoFastest(atol={self.atol!r}): atol must be >= 0, or None to pick it by dtype")
+            raise InvalidOptionError(
+                f"AutoFastest(budget_s={self.budget_s!r}): budget_s must be a positive number of seconds"
+            )
+        if self.rtol is not None and not (isinstance(self.rtol, numbers.Real) and self.rtol > 0):
+            raise InvalidOptionError(
+                f"AutoFastest(rtol={self.rtol!r}): rtol must be positive, or None to pick it by dtype"
+            )
+        if self.atol is not None and not (isinstance(self.atol, numbers.Real) and self.atol >= 0):
+            raise InvalidOptionError(f"AutoFastest(atol={self.atol!r}): atol must be >= 0, or None to pick it by dtype")
         if self.cache is not None and not isinstance(self.cache, str):
             object.__setattr__(self, "cache", os.fspath(self.cache))
 
@@ -400,10 +425,11 @@ class AutoSparse(AbstractBackend):
             ``jax.experimental.sparse.BCOO`` for JAX callers.
 
     Raises:
-        TypeError: ``dense`` is not a selector, or is an ``AutoSparse``; a
-            ``sparsity`` that is not a sparsity source.
-        ValueError: an unknown ``coloring``, ``order`` or ``mode``; a
-            ``chunk_size`` below 1.
+        InvalidOptionTypeError: ``dense`` is not a selector, or is an
+            ``AutoSparse``; a ``sparsity`` that is not a sparsity source (a
+            ``TypeError``).
+        InvalidOptionError: an unknown ``coloring``, ``order`` or ``mode``; a
+            ``chunk_size`` below 1 (a ``ValueError``).
 
     Examples:
         >>> import numpy as np, di
@@ -432,13 +458,13 @@ class AutoSparse(AbstractBackend):
         from di.backends.sparsity import SparsitySource, TracerSparsity
 
         if not isinstance(self.dense, AbstractBackend) or isinstance(self.dense, AutoSparse):
-            raise TypeError(
+            raise InvalidOptionTypeError(
                 f"AutoSparse(dense=...) must be a dense backend selector such as di.AutoJAX(), not {self.dense!r}"
             )
         if self.sparsity is None:
             object.__setattr__(self, "sparsity", TracerSparsity())
         elif not isinstance(self.sparsity, SparsitySource):
-            raise TypeError(
+            raise InvalidOptionTypeError(
                 f"AutoSparse(sparsity=...) must be di.TracerSparsity(), di.LocalTracerSparsity(), "
                 f"di.DenseSparsity(...) or di.KnownSparsity(pattern), not {type(self.sparsity).__name__}"
             )
@@ -446,7 +472,9 @@ class AutoSparse(AbstractBackend):
         _check_choice("order", self.order, _SPARSE_ORDERS)
         _check_choice("mode", self.mode, _SPARSE_MODES)
         if self.chunk_size is not None and (not isinstance(self.chunk_size, int) or self.chunk_size < 1):
-            raise ValueError(f"AutoSparse(chunk_size={self.chunk_size!r}): chunk_size must be a positive int or None")
+            raise InvalidOptionError(
+                f"AutoSparse(chunk_size={self.chunk_size!r}): chunk_size must be a positive int or None"
+            )
 
     @property
     def is_installed(self) -> bool:
@@ -481,7 +509,9 @@ _SPARSE_MODES = ("auto", "forward", "reverse", "bidirectional")
 
 def _check_choice(argument: str, value: Any, choices: tuple[str, ...]) -> None:
     if value not in choices:
-        raise ValueError(f"AutoSparse({argument}={value!r}): {argument} must be one of {', '.join(map(repr, choices))}")
+        raise InvalidOptionError(
+            f"AutoSparse({argument}={value!r}): {argument} must be one of {', '.join(map(repr, choices))}"
+        )
 
 
 def selector_classes() -> tuple[type[AbstractBackend], ...]:
@@ -510,19 +540,24 @@ def backend(name: str, **options: Any) -> AbstractBackend:
         The selector, e.g. ``AutoJAX(jit=True)``.
 
     Raises:
-        ValueError: unknown name.
-        TypeError: an option the selector does not have.
+        InvalidOptionError: unknown name (a ``ValueError``).
+        InvalidOptionTypeError: an option the selector does not have (a
+            ``TypeError``); a value the selector refuses raises its own error.
 
     Examples:
         >>> import di
         >>> di.backend("jax", jit=True)
         AutoJAX(jit=True, mode=None)
     """
-    try:
-        cls = _BY_NAME[name.lower()]
-    except KeyError:
-        known = ", ".join(repr(cls.name) for cls in selector_classes())
-        raise ValueError(f"unknown backend {name!r}; known backends: {known}") from None
+    cls = _BY_NAME.get(name.lower()) if isinstance(name, str) else None
+    if cls is None:
+        known = ", ".join(repr(known.name) for known in selector_classes())
+        raise InvalidOptionError(f"unknown backend {name!r}; known backends: {known}")
+    accepted = [f.name for f in fields(cls) if f.init] if hasattr(cls, "__dataclass_fields__") else None
+    unknown = [option for option in options if accepted is not None and option not in accepted]
+    if unknown:
+        takes = f"its options are {', '.join(accepted)}" if accepted else "it takes no options"
+        raise InvalidOptionTypeError(f"di.backend({name!r}): {cls.__name__} has no option {unknown[0]!r}; {takes}")
     return cls(**options)
 
 

@@ -13,6 +13,8 @@ from typing import Any
 
 import numpy as np
 
+from di.errors import InvalidOptionError
+
 __all__ = ["DenseSparsity", "KnownSparsity", "LocalTracerSparsity", "SparsitySource", "TracerSparsity"]
 
 
@@ -63,7 +65,7 @@ class TracerSparsity(SparsitySource):
         method: ``"auto"``, ``"program"`` or ``"arrays"``.
 
     Raises:
-        ValueError: an unknown ``method``.
+        InvalidOptionError: an unknown ``method`` (a ``ValueError``).
 
     Examples:
         >>> import di
@@ -75,7 +77,7 @@ class TracerSparsity(SparsitySource):
 
     def __post_init__(self) -> None:
         if self.method not in _TRACER_METHODS:
-            raise ValueError(f"TracerSparsity(method={self.method!r}): method must be one of {_TRACER_METHODS}")
+            raise InvalidOptionError(f"TracerSparsity(method={self.method!r}): method must be one of {_TRACER_METHODS}")
 
 
 @dataclass(frozen=True)
@@ -122,7 +124,7 @@ class DenseSparsity(SparsitySource):
         atol: entries with ``|value| <= atol`` count as zeros.
 
     Raises:
-        ValueError: ``points < 1`` or ``atol < 0``.
+        InvalidOptionError: ``points < 1`` or ``atol < 0`` (a ``ValueError``).
 
     Examples:
         >>> import di
@@ -136,9 +138,9 @@ class DenseSparsity(SparsitySource):
 
     def __post_init__(self) -> None:
         if not isinstance(self.points, int) or self.points < 1:
-            raise ValueError(f"DenseSparsity(points={self.points!r}): points must be a positive int")
-        if not self.atol >= 0:
-            raise ValueError(f"DenseSparsity(atol={self.atol!r}): atol must be >= 0")
+            raise InvalidOptionError(f"DenseSparsity(points={self.points!r}): points must be a positive int")
+        if not (isinstance(self.atol, (int, float, np.number)) and self.atol >= 0):
+            raise InvalidOptionError(f"DenseSparsity(atol={self.atol!r}): atol must be >= 0")
         object.__setattr__(self, "atol", float(self.atol))
 
 
@@ -160,8 +162,8 @@ class KnownSparsity(SparsitySource):
             at preparation; ``None`` (default): ``AutoSparse`` colors the pattern.
 
     Raises:
-        ValueError: not two-dimensional; ``colors`` not a 1-D array of
-            non-negative integers.
+        InvalidOptionError: not two-dimensional; ``colors`` not a 1-D array of
+            non-negative integers (a ``ValueError``).
 
     Examples:
         >>> import numpy as np, di
@@ -186,11 +188,11 @@ class KnownSparsity(SparsitySource):
         else:
             dense = np.asarray(pattern)
             if dense.ndim != 2:
-                raise ValueError(f"KnownSparsity needs a 2-D pattern, not one of shape {dense.shape}")
+                raise InvalidOptionError(f"KnownSparsity needs a 2-D pattern, not one of shape {dense.shape}")
             rows, cols = np.nonzero(dense)
             shape = tuple(int(s) for s in dense.shape)
         if len(shape) != 2:
-            raise ValueError(f"KnownSparsity needs a 2-D pattern, not one of shape {shape}")
+            raise InvalidOptionError(f"KnownSparsity needs a 2-D pattern, not one of shape {shape}")
         order = np.lexsort((cols, rows))
         keys = np.unique(rows[order].astype(np.int64) * max(shape[1], 1) + cols[order])
         rows, cols = np.divmod(keys, max(shape[1], 1))
@@ -235,5 +237,7 @@ def _colors(colors: Any) -> np.ndarray:
     """A given coloring as a read-only int64 vector, checked for shape and values."""
     array = np.asarray(colors)
     if array.ndim != 1 or (array.size and not np.issubdtype(array.dtype, np.integer)) or np.any(array < 0):
-        raise ValueError("KnownSparsity(colors=...) must be a 1-D array of non-negative integers, one per column")
+        raise InvalidOptionError(
+            "KnownSparsity(colors=...) must be a 1-D array of non-negative integers, one per column"
+        )
     return np.array(array, dtype=np.int64)
