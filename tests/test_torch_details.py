@@ -123,3 +123,23 @@ def test_compiled_forward_programs_name_a_closed_over_numpy_array(operator: str)
     assert "Guard failed on the same frame" in str(info.value.__cause__)
     expected = getattr(di, operator)(f, di.AutoTorch(), x)
     np.testing.assert_allclose(getattr(di, operator)(with_constant, COMPILED, x, di.Constant(TABLE)), expected)
+
+
+# --- pytree outputs ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("structure", ["dict", "list"])
+@pytest.mark.parametrize("backend", [di.AutoTorch(), COMPILED], ids=["torch", "torch-compile"])
+def test_a_pullback_of_a_pytree_output_is_refused_as_such(backend: Any, structure: str) -> None:
+    """Compiled torch converted the pytree cotangent at preparation and leaked
+    torch's 'Could not infer dtype of dict'; both refuse f's output with the remedy."""
+
+    def f(x: Any) -> Any:
+        xp = di.array_namespace(x)
+        squares, product = x * x, xp.prod(x)
+        return {"a": squares, "s": product} if structure == "dict" else [squares, product]
+
+    x = np.array([1.0, 2.0])
+    ty = {"a": np.ones(2), "s": np.array(1.0)} if structure == "dict" else [np.ones(2), np.array(1.0)]
+    with pytest.raises(di.InvalidOutputError, match=f"f returned a {structure}. Pytree outputs are supported by"):
+        di.pullback(f, backend, x, (ty,))

@@ -182,14 +182,19 @@ def as_dtype(tangent: Any, primal: Any) -> Any:
 
 
 def like(tangent: Any, reference: Any) -> Any:
-    """A tangent of any family as a tensor of ``reference``'s dtype and device."""
+    """A tangent of any family as a tensor of ``reference``'s dtype and device. A
+    pytree (the cotangent of an ``f`` that returns one) is left as it is: the
+    check of ``f``'s output refuses such an ``f`` with the remedy."""
     if (
         tangent.__class__ is torch.Tensor
         and tangent.dtype is reference.dtype
         and tangent.get_device() == reference.get_device()  # an int: cheaper than comparing devices
     ):
         return tangent  # the common case
-    tensor = converter(family_of(tangent), "torch")(tangent) if family_of(tangent) else torch.tensor(tangent)
+    family = family_of(tangent)
+    if not family and is_pytree(tangent):
+        return tangent
+    tensor = converter(family, "torch")(tangent) if family else torch.tensor(tangent)
     if tensor.dtype != reference.dtype or tensor.device != reference.device:
         tensor = tensor.to(dtype=reference.dtype, device=reference.device)
     return tensor
