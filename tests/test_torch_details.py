@@ -143,3 +143,26 @@ def test_a_pullback_of_a_pytree_output_is_refused_as_such(backend: Any, structur
     ty = {"a": np.ones(2), "s": np.array(1.0)} if structure == "dict" else [np.ones(2), np.array(1.0)]
     with pytest.raises(di.InvalidOutputError, match=f"f returned a {structure}. Pytree outputs are supported by"):
         di.pullback(f, backend, x, (ty,))
+
+
+# --- NumPy arrays f closes over, on the left of an operator ---------------------------------
+
+WEIGHTS = np.array([1.0, 2.0, 3.0])
+
+ON_THE_LEFT = {
+    "times": lambda x: di.array_namespace(x).sum(WEIGHTS * x),
+    "matmul": lambda x: WEIGHTS @ x,
+    "minus": lambda x: di.array_namespace(x).sum(WEIGHTS - x),
+}
+
+
+@pytest.mark.parametrize("operator", ["gradient", "hessian"])
+@pytest.mark.parametrize("case", sorted(ON_THE_LEFT))
+def test_a_closed_over_numpy_array_on_the_left_is_named(case: str, operator: str) -> None:
+    """np.ndarray.__mul__ (and @, -) refuses a tensor with Python's own TypeError,
+    which leaked raw; x * W and W + x already got di's error naming the closure."""
+    with pytest.raises(di.InvalidOutputError, match="f combined a NumPy array it closes over") as info:
+        getattr(di, operator)(ON_THE_LEFT[case], di.AutoTorch(), np.ones(3))
+    assert "di.Constant(data)" in str(info.value)
+    assert isinstance(info.value.__cause__, TypeError)
+    assert "'numpy.ndarray' and 'Tensor'" in str(info.value.__cause__)

@@ -364,6 +364,7 @@ def python_scalar(value: Any) -> Any:
 
 _FOREIGN = (
     ("Concatenation operation is not implemented for NumPy arrays", "closure"),  # data + x
+    ("'numpy.ndarray' and 'Tensor'", "closure"),  # data * x, data @ x, data - x: "unsupported operand type(s)"
     ("Can't call numpy() on Tensor that requires grad", "either"),  # np.sin(x), x * data
     ("Cannot access data pointer of Tensor that doesn't have storage", "either"),  # the same in torch.func
 )
