@@ -134,3 +134,106 @@ def test_jax_compiles_a_program_built_from_its_twins_programs() -> None:
     assert len(traces) == before  # not compiled yet
     np.testing.assert_allclose(np.asarray(lazy(x, np.ones(4), 3)), np.asarray(compiled(x, np.ones(4), 3)) / 4)
     assert len(traces) == before + 1  # compiled by its first call
+
+
+# --- what register_backend and the fallbacks refuse from a half-written engine ---------------------------
+
+
+def _sum_squares(x: Any) -> Any:
+    xp = di.array_namespace(x)
+    return xp.sum(x * x)
+
+
+def _selector() -> type[di.AbstractBackend]:
+    """A fresh selector type (no ``name``: nothing is registered under a name)."""
+
+    @dataclasses.dataclass(frozen=True)
+    class AutoHalf(di.AbstractBackend):
+        pass
+
+    return AutoHalf
+
+
+def test_register_backend_refuses_what_cannot_serve() -> None:
+    selector = _selector()
+    with pytest.raises(di.InvalidOptionTypeError, match=r"subclass of di\.AbstractBackend .* not the class int"):
+        register_backend(int, OldStyle)  # type: ignore[arg-type]
+    with pytest.raises(
+        di.InvalidOptionTypeError, match=r"subclass of di\.backends\.protocol\.Adapter .* the class dict"
+    ):
+        register_backend(selector, dict)  # type: ignore[arg-type]
+    with pytest.raises(di.InvalidOptionTypeError, match="an instance of OldStyle \\(pass the class itself"):
+        register_backend(selector, OldStyle(selector()))  # type: ignore[arg-type]
+    with pytest.raises(di.InvalidOptionError, match="an adapter path is 'module:Class'"):
+        register_backend(selector, "mypackage.adapter")
+    # nothing was registered by the refused calls
+    with pytest.raises(di.InvalidInputError, match="no adapter is registered for AutoHalf"):
+        di.gradient(_sum_squares, selector(), np.ones(2))
+
+
+def test_an_adapter_path_that_does_not_resolve_is_named(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "di_test_adapter_needing_an_engine.py").write_text("import di_test_engine_not_installed\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    cases = [
+        ("di_test_no_such_module:Adapter", di.InvalidOptionError, "names the module 'di_test_no_such_module'"),
+        ("numpy:NoSuchThing", di.InvalidOptionError, "the module 'numpy' has no 'NoSuchThing'"),
+        ("numpy:ndarray", di.InvalidOptionTypeError, "names the class ndarray, not a subclass of"),
+        (
+            "di_test_adapter_needing_an_engine:Adapter",
+            di.BackendNotInstalledError,
+            "AutoHalf needs di_test_engine_not_installed, which is not installed",
+        ),
+    ]
+    for path, error, fragment in cases:
+        selector = _selector()
+        register_backend(selector, path)
+        with pytest.raises(error) as info:
+            di.gradient(_sum_squares, selector(), np.ones(2))
+        assert fragment in str(info.value), str(info.value)
+        assert path in str(info.value) or error is di.BackendNotInstalledError
+        assert "[]" not in str(info.value)  # no pip extra the selector never declared
+
+
+class _OnlyPushforward(Adapter):
+    def prepare_pushforward_programs(
+        self, f: Callable[..., Any], x: Any, tx: Sequence[Any], contexts: Sequence[Context]
+    ) -> Programs:
+        return {"pushforward": lambda x, tx, *values: tuple(2 * np.asarray(x) * np.asarray(t) for t in tx)}
+
+
+class _ReturnsNone(Adapter):
+    def prepare_pullback_programs(
+        self, f: Callable[..., Any], x: Any, ty: Sequence[Any], contexts: Sequence[Context]
+    ) -> Programs:
+        return None  # type: ignore[return-value]
+
+
+class _UnknownFamily(Adapter):
+    family = "di_test_no_such_family"
+
+    def prepare_pushforward_programs(
+        self, f: Callable[..., Any], x: Any, tx: Sequence[Any], contexts: Sequence[Context]
+    ) -> Programs:
+        raise AssertionError("never prepared: the family is refused first")
+
+
+def test_programs_an_adapter_leaves_out_are_named_at_preparation() -> None:
+    only_pushforward, returns_none, unknown_family = _selector(), _selector(), _selector()
+    register_backend(only_pushforward, _OnlyPushforward)
+    register_backend(returns_none, _ReturnsNone)
+    register_backend(unknown_family, _UnknownFamily)
+    x = np.array([1.0, 2.0])
+    for prepare in (
+        lambda: di.prepare_pushforward(_sum_squares, only_pushforward(), x, (x,)),
+        lambda: di.prepare_gradient(_sum_squares, only_pushforward(), x),
+    ):
+        with pytest.raises(di.InvalidOptionTypeError) as info:
+            prepare()
+        message = str(info.value)
+        assert "_OnlyPushforward.prepare_pushforward_programs (the adapter of AutoHalf)" in message
+        assert "without a callable 'value_and_pushforward'" in message
+        assert "{'pushforward': ..., 'value_and_pushforward': ...}" in message
+    with pytest.raises(di.InvalidOptionTypeError, match=r"prepare_pullback_programs .* returned a NoneType"):
+        di.prepare_gradient(_sum_squares, returns_none(), x)
+    with pytest.raises(di.InvalidOptionError, match="family 'di_test_no_such_family', which is not registered"):
+        di.prepare_gradient(_sum_squares, unknown_family(), x)

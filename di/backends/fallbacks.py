@@ -24,13 +24,14 @@ from __future__ import annotations
 
 import inspect
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NoReturn
 
 import numpy as np
 
 from di.backends.protocol import (
     AUX_FAMILIES,
+    OPERATOR_FAMILIES,
     SECOND_ORDER_FAMILIES,
     Adapter,
     Program,
@@ -38,7 +39,7 @@ from di.backends.protocol import (
     keeping_error,
 )
 from di.contexts import Constant, Context
-from di.errors import InvalidOutputError, UnsupportedOperatorError
+from di.errors import InvalidOptionTypeError, InvalidOutputError, UnsupportedOperatorError
 from di.families import converter, family_of, get_family
 
 __all__ = [
@@ -515,6 +516,32 @@ FALLBACKS: dict[str, Callable[..., Programs]] = {
 }
 """The generic program builders, by operator (as in ``prepare_<operator>_programs``)."""
 
+_PROGRAM_NAMES: dict[str, tuple[str, ...]] = {
+    **OPERATOR_FAMILIES,
+    "pullback_same_point": OPERATOR_FAMILIES["pullback"],
+    "hvp_same_point": OPERATOR_FAMILIES["hvp"],
+}
+"""The programs each ``prepare_<operator>_programs`` must return, by name."""
+
+
+def _check_programs(adapter: Adapter, operator: str, built: Any) -> None:
+    """Refuse, once at preparation, what an adapter's ``prepare_<operator>_programs``
+    returned when it is not a dict holding both of the operator's programs: the
+    first call (or a fallback built on it) would fail with a bare ``KeyError``."""
+    names = _PROGRAM_NAMES[operator]
+    if isinstance(built, Mapping):
+        wrong = [name for name in names if not callable(built.get(name))]
+        if not wrong:
+            return
+        got = f"a dict without a callable {wrong[0]!r} (its keys: {', '.join(map(repr, built)) or 'none'})"
+    else:
+        got = f"a {type(built).__name__}"
+    raise InvalidOptionTypeError(
+        f"{type(adapter).__name__}.prepare_{operator}_programs (the adapter of {type(adapter.backend).__name__}) "
+        f"returned {got}; it must return both programs: {{{names[0]!r}: ..., {names[1]!r}: ...}}"
+    )
+
+
 _WITH_TANGENTS = frozenset({"pushforward", "pullback", "hvp", "pullback_same_point", "hvp_same_point"})
 
 
@@ -573,7 +600,9 @@ def programs(
                 f"prepare_{operator}_programs takes no has_aux. Call f without auxiliary outputs, or use "
                 f"another backend."
             )
-        return method(*arguments, **options)  # type: ignore[no-any-return]
+        built = method(*arguments, **options)
+        _check_programs(adapter, operator, built)
+        return built  # type: ignore[no-any-return]
     if not adapter.has_primitive():
         raise UnsupportedOperatorError(
             f"{adapter.backend!r} does not implement {operator}, nor a pushforward or pullback to build it from."

@@ -11,7 +11,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 from di.backends.selectors import AbstractBackend
-from di.errors import BackendNotInstalledError, InvalidInputError
+from di.errors import BackendNotInstalledError, InvalidInputError, InvalidOptionError, InvalidOptionTypeError
 
 if TYPE_CHECKING:
     from di.backends.protocol import Adapter
@@ -39,7 +39,11 @@ def register_backend(selector_type: type[AbstractBackend], adapter: str | type[A
         adapter of their own) are then served by ``adapter``.
 
     Raises:
-        Nothing: a wrong ``adapter`` path fails when a selector is first used.
+        InvalidOptionTypeError: ``selector_type`` is not a subclass of
+            :class:`di.AbstractBackend`; ``adapter`` is neither an ``Adapter``
+            subclass nor a ``"module:Class"`` string (an adapter instance, say).
+        InvalidOptionError: when a selector is first used, a path whose module
+            or class cannot be found, named with the path.
 
     Examples:
         >>> import dataclasses, di
@@ -50,6 +54,26 @@ def register_backend(selector_type: type[AbstractBackend], adapter: str | type[A
         ...     pass
         >>> register_backend(MyFD, FiniteDiffAdapter)
     """
+    from di.backends.protocol import Adapter  # here: the protocol imports the engines' shared helpers
+
+    if not (isinstance(selector_type, type) and issubclass(selector_type, AbstractBackend)):
+        raise InvalidOptionTypeError(
+            f"register_backend(selector_type=...) takes a subclass of di.AbstractBackend (a frozen dataclass), "
+            f"not {_describe(selector_type)}"
+        )
+    if isinstance(adapter, str):
+        module_name, colon, name = adapter.partition(":")
+        if not (colon and module_name and name.isidentifier()):
+            raise InvalidOptionError(
+                f"register_backend({selector_type.__name__}, {adapter!r}): an adapter path is 'module:Class', "
+                f"such as 'mypackage.adapter:MyAdapter'"
+            )
+    elif not (isinstance(adapter, type) and issubclass(adapter, Adapter)):
+        instead = " (pass the class itself, not an instance of it)" if isinstance(adapter, Adapter) else ""
+        raise InvalidOptionTypeError(
+            f"register_backend({selector_type.__name__}, ...) takes a subclass of "
+            f"di.backends.protocol.Adapter or its 'module:Class' path, not {_describe(adapter)}{instead}"
+        )
     _ADAPTER_PATHS[selector_type] = adapter
     _STRATEGIES.clear()
     for backend in [b for b in _ADAPTERS if type(b) is selector_type]:
@@ -71,8 +95,35 @@ def get_adapter(backend: AbstractBackend) -> Adapter:
         raise _not_a_selector(backend)
     adapter_class = _load(backend)
     adapter = adapter_class(backend)
+    _check_family(adapter)
     _ADAPTERS[backend] = adapter
     return adapter
+
+
+def _describe(value: Any) -> str:
+    """What was given instead, for an error: a class by its name, an instance by its type."""
+    if isinstance(value, type):
+        return f"the class {value.__name__}"
+    shown = repr(value)
+    return (
+        f"{type(value).__name__} {shown}"
+        if len(shown) <= 40 and " object at 0x" not in shown
+        else (f"an instance of {type(value).__name__}")
+    )
+
+
+def _check_family(adapter: Adapter) -> None:
+    """Refuse, once per selector, an adapter computing in a family nobody registered
+    (the first conversion would fail with a bare ``KeyError``)."""
+    from di.families import families
+
+    known = [family.name for family in families()]
+    if adapter.family not in known:
+        raise InvalidOptionError(
+            f"{type(adapter).__name__} (the adapter of {type(adapter.backend).__name__}) computes in the array "
+            f"family {adapter.family!r}, which is not registered; known families: {', '.join(known)}. "
+            f"Register it with di.register_family first, or set the adapter's family to one of those."
+        )
 
 
 def get_strategy(backend: AbstractBackend) -> Strategy | None:
@@ -125,18 +176,45 @@ def _load(backend: AbstractBackend) -> type[Adapter]:
         return target
     if not backend.is_installed:
         raise _not_installed(backend)
-    adapter_class: type[Adapter] = _imported(target, backend)
+    from di.backends.protocol import Adapter
+
+    adapter_class = _imported(target, backend, "adapter")
+    if not (isinstance(adapter_class, type) and issubclass(adapter_class, Adapter)):
+        raise InvalidOptionTypeError(
+            f"the adapter path {target!r} of {type(backend).__name__} names {_describe(adapter_class)}, not a "
+            f"subclass of di.backends.protocol.Adapter"
+        )
     return adapter_class
 
 
-def _imported(path: str, backend: AbstractBackend) -> Any:
-    """The object at ``"module:name"``, importing the module (and its engine)."""
+def _imported(path: str, backend: AbstractBackend, what: str = "strategy") -> Any:
+    """The object at ``"module:name"``, importing the module (and its engine).
+
+    Raises:
+        InvalidOptionError: the module or the name does not exist (the path is named).
+        BackendNotInstalledError: the module exists but imports a module that is not
+            installed (the engine).
+    """
     module_name, _, name = path.partition(":")
     try:
         module = importlib.import_module(module_name)
+    except ModuleNotFoundError as err:
+        missing = err.name or ""
+        if missing == module_name or module_name.startswith(missing + "."):
+            raise InvalidOptionError(
+                f"the {what} path {path!r} of {type(backend).__name__} names the module {module_name!r}, "
+                f"which cannot be found ({err}); check the path given to di.register_backend or the "
+                f"selector's {what} attribute"
+            ) from err
+        raise _not_installed(backend, missing) from err
     except ImportError as err:
-        raise _not_installed(backend) from err
-    return getattr(module, name)
+        raise _not_installed(backend, module_name) from err
+    try:
+        return getattr(module, name)
+    except AttributeError:
+        raise InvalidOptionError(
+            f"the {what} path {path!r} of {type(backend).__name__}: the module {module_name!r} has no {name!r}"
+        ) from None
 
 
 def _not_a_selector(backend: Any) -> InvalidInputError:
@@ -146,8 +224,9 @@ def _not_a_selector(backend: Any) -> InvalidInputError:
     )
 
 
-def _not_installed(backend: AbstractBackend) -> BackendNotInstalledError:
-    return BackendNotInstalledError(
-        f"{type(backend).__name__} needs {backend.engine_display}, which is not installed.\n"
-        f"  pip install 'differentiation-interface[{backend.extra}]'"
-    )
+def _not_installed(backend: AbstractBackend, missing: str = "") -> BackendNotInstalledError:
+    """The error for a selector whose engine is missing: its own ``engine_display`` and
+    ``extra`` when it declares them, else the module that failed to import."""
+    engine, extra = backend.engine_display or missing or backend.engine, backend.extra
+    remedy = f"pip install 'differentiation-interface[{extra}]'" if extra else f"install {engine}"
+    return BackendNotInstalledError(f"{type(backend).__name__} needs {engine}, which is not installed.\n  {remedy}")
