@@ -138,3 +138,55 @@ def test_conversions_between_a_family_without_dlpack_and_one_with_it_copy_throug
     back = converter(library, "boxed")(there)
     assert isinstance(back, Boxed)
     np.testing.assert_array_equal(back.data, values)
+
+
+# --- a family for a subclass of another family's array class --------------------------------
+
+
+class Tagged(np.ndarray):
+    """An ``ndarray`` subclass with a family of its own."""
+
+
+class TaggedFamily(di.Family):
+    name = "tagged"
+    display = "Tagged"
+    module = "taglib"
+
+    def array_types(self, module: types.ModuleType) -> tuple[type, ...]:
+        return (module.Tagged,)
+
+    def to_numpy(self, value: Any) -> np.ndarray:
+        return value.view(np.ndarray)
+
+    def from_numpy(self, array: np.ndarray) -> Any:
+        return np.asarray(array).view(Tagged)
+
+    def namespace(self) -> Any:
+        return di.array_namespace(np.zeros(0))
+
+
+@pytest.fixture
+def tagged_family() -> Iterator[None]:
+    module = types.ModuleType("taglib")
+    module.Tagged = Tagged  # type: ignore[attr-defined]
+    sys.modules["taglib"] = module
+    try:
+        with restored_registries():
+            assert family_of(np.zeros(2).view(Tagged)) == "numpy"  # cached before the registration
+            di.register_family(TaggedFamily())
+            yield
+    finally:
+        del sys.modules["taglib"]
+
+
+@pytest.mark.usefixtures("tagged_family")
+@pytest.mark.parametrize("backend", backend_params())
+def test_a_family_of_an_ndarray_subclass_wins_over_numpy(backend: di.AbstractBackend) -> None:
+    values = np.array([0.3, -1.2, 2.5])
+    x = values.copy().view(Tagged)
+    assert (family_of(x), family_of(values), family_of(np.float64(1.0))) == ("tagged", "numpy", "numpy")
+    gradient = di.gradient(_sine_sum, backend, x)
+    assert type(gradient) is Tagged
+    assert_close(gradient.view(np.ndarray), np.cos(values) * values + np.sin(values), backend, np.float64, "gradient")
+    plain = di.gradient(_sine_sum, backend, values)
+    assert type(plain) is np.ndarray

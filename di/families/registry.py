@@ -156,7 +156,9 @@ def family_of(value: Any) -> str | None:
 
     No library is imported: a family recognises its arrays once its module is in
     ``sys.modules``, which it must be for such an array to exist. NumPy scalars
-    (``np.float64(1.0)``) count as NumPy arrays.
+    (``np.float64(1.0)``) count as NumPy arrays. Where several families take
+    ``value``'s class, the one registered for the class nearest it (a subclass of
+    ``np.ndarray`` with its own family, rather than NumPy's) wins.
 
     Args:
         value: any object.
@@ -175,14 +177,28 @@ def family_of(value: Any) -> str | None:
     try:
         return _FAMILY_BY_TYPE[cls]
     except KeyError:
-        name = None
-        for family in _FAMILIES.values():
-            if family.is_array(value):
-                name = family.name
-                break
+        name = _most_specific([family for family in _FAMILIES.values() if family.is_array(value)], cls)
         if name is not None or len(_FAMILY_BY_TYPE) < 256:
             _FAMILY_BY_TYPE[cls] = name
         return name
+
+
+def _most_specific(matching: list[Family], cls: type) -> str | None:
+    """The family among ``matching`` (those whose :meth:`~di.families.Family.is_array`
+    takes an instance of ``cls``) whose array class is nearest ``cls`` in its MRO: a
+    family registered for a subclass of ``ndarray`` wins over NumPy's, which takes
+    it by ``isinstance``. Ties (and families that recognise arrays otherwise than
+    by class) go to the first registered. Asked once per class: the result is cached."""
+    if len(matching) <= 1:
+        return matching[0].name if matching else None
+    mro = cls.__mro__
+
+    def distance(family: Family) -> int:
+        module = sys.modules.get(family.module)
+        types = family.array_types(module) if module is not None else ()
+        return min((mro.index(t) for t in types if t in mro), default=len(mro))
+
+    return min(matching, key=distance).name
 
 
 def is_floating_dtype(dtype: Any) -> bool:
