@@ -26,7 +26,13 @@ import jax.numpy as jnp
 import numpy as np
 
 from di.backends.aux import outputs
-from di.backends.compile import combined_first, compiled_on_first_use, counting_static_values, static_positions
+from di.backends.compile import (
+    combined_first,
+    compiled_on_first_use,
+    counting_static_values,
+    static_positions,
+)
+from di.backends.jax.concretization import named, translating
 from di.backends.jax.programs import (
     RULES,
     AuxTracing,
@@ -247,6 +253,7 @@ class JAXAdapter(Adapter):
         """``f`` with its output checked for ``operator``; with ``aux``, ``f`` returns
         ``(y, aux)`` and the function returns ``(y, aux's arrays)`` (the rest of
         ``aux`` is recorded by ``aux``)."""
+        f = translating(f, self.backend, operator)
         if aux is None:
             return checking(f, self.backend, operator, RULES)
         return checking(f, self.backend, operator, RULES, has_aux=True, aux=aux.split)
@@ -275,7 +282,8 @@ class JAXAdapter(Adapter):
             statics = static_positions(contexts, self.backend)
             if aux is not None:
                 core = aux.carrying(core)
-            function = jax.jit(core, static_argnums=tuple(lead + i for i in statics))
+            # named: JAX's messages then cite x and values[i], which translating maps to f's arguments
+            function = jax.jit(named(core, lead), static_argnums=tuple(lead + i for i in statics))
             # jit takes numpy input itself (one transfer; pytrees of numpy leaves too): only torch
             # needs DLPack.
             converters = [
@@ -294,7 +302,8 @@ class JAXAdapter(Adapter):
                     executable = _direct_call(function.lower(*args).compile())  # type: ignore[attr-defined]
                 elif not statics and tangents is None and is_pytree(x):
                     executable = _compiled_when_first_used(function, _abstract(args), x64)
-        if executable is not None and not statics and tangents is None and is_pytree(x) and not _holds_numpy(inputs):
+        by_executable = not statics and tangents is None and is_pytree(x)
+        if executable is not None and by_executable and not _holds_numpy(inputs):
             # A pytree x is taken as it is by the compiled executable, which flattens it in
             # C++ and refuses another structure, shape or dtype itself: the strict check of
             # x costs nothing more (an array x is compared faster by its family's matcher).
@@ -469,7 +478,12 @@ class JAXAdapter(Adapter):
             inputs = [convert(v) for convert, v in zip(self.input_converters([x, *values]), [x, *values])]
             # the context values closed over, as the programs take them: a bool or int
             # Constant that f branches or slices on stays a Python value
-            y = jax.eval_shape(functools.partial(first_argument, checked, inputs[1:]), inputs[0])
+            try:
+                y = jax.eval_shape(functools.partial(first_argument, checked, inputs[1:]), inputs[0])
+            except Exception:
+                # f needs x's value (an if on it), which eval_shape does not give: evaluate f once
+                # (any other error of f's is raised again, by this call or by the program's)
+                y = checked(*inputs)
         return size(inputs[0]) <= size(y)
 
     def prepare_derivative_programs(

@@ -37,14 +37,6 @@ __all__ = [
     "wrap",
 ]
 
-_CONVERSIONS = (
-    ("`float` function", "float()"),
-    ("item() method", ".item()"),
-    ("tolist() method", ".tolist()"),
-    ("`complex` function", "complex()"),
-    ("`int` function", "int()"),
-)
-
 
 class _Rules(OutputRules):
     """JAX outputs: arrays or pytrees of them; an output computed from a traced
@@ -52,8 +44,9 @@ class _Rules(OutputRules):
     ``jax.lax.stop_gradient`` give another, or none)."""
 
     traces = True
-    # float(), .item(): a Python number; np.asarray, np.sin: a NumPy array
-    conversion_errors = (jax.errors.ConcretizationTypeError, jax.errors.TracerArrayConversionError)
+    # np.asarray, np.sin: a NumPy array. float(), .item(), an if: a Python value, which
+    # concretization.translating explains first (it can tell x from a context)
+    conversion_errors = (jax.errors.TracerArrayConversionError,)
 
     def is_traced(self, y: Any, x: Any) -> bool:
         leaves = jax.tree_util.tree_leaves(x)
@@ -67,10 +60,6 @@ class _Rules(OutputRules):
     def accepts_array(self, y: Any) -> bool:
         leaves = jax.tree_util.tree_leaves(y)
         return bool(leaves) and all(is_real_floating_array(leaf) for leaf in leaves)
-
-    def is_conversion_error(self, error: BaseException) -> str:
-        text = str(error)
-        return next((name for marker, name in _CONVERSIONS if marker in text), "")
 
     def foreign_cause(self, error: BaseException) -> str:
         return "numpy" if isinstance(error, jax.errors.TracerArrayConversionError) else ""

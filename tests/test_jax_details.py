@@ -1,0 +1,105 @@
+"""AutoJAX details: JAX's refusals inside f as di errors, contexts under jit,
+what eager JAX lets through."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import pytest
+
+import di
+
+jax = pytest.importorskip("jax")
+
+JIT = di.AutoJAX(jit=True)
+EAGER = di.AutoJAX()
+
+
+def branch_on_context(x: Any, a: Any) -> Any:
+    xp = di.array_namespace(x)
+    return xp.sum(x * x) * a if a > 0.5 else xp.sum(x**3)
+
+
+def branch_on_x(x: Any, a: Any) -> Any:
+    xp = di.array_namespace(x)
+    return xp.sum(x * x) * a if xp.sum(x) > 0 else xp.sum(x**3)
+
+
+def as_vector(f: Callable[..., Any]) -> Callable[..., Any]:
+    def vector(x: Any, a: Any) -> Any:
+        return x * f(x, a)
+
+    return vector
+
+
+X = np.array([1.0, 2.0])
+T = (np.array([1.0, 0.0]),)
+CALLS: dict[str, Callable[..., Any]] = {
+    "gradient": lambda f, b, *c: di.gradient(f, b, X, *c),
+    "hessian": lambda f, b, *c: di.hessian(f, b, X, *c),
+    "hvp": lambda f, b, *c: di.hvp(f, b, X, T, *c)[0],
+    "jacobian": lambda f, b, *c: di.jacobian(as_vector(f), b, X, *c),
+    "pushforward": lambda f, b, *c: di.pushforward(as_vector(f), b, X, T, *c)[0],
+    "pullback": lambda f, b, *c: di.pullback(as_vector(f), b, X, (np.ones(2),), *c)[0],
+    "derivative": lambda f, b, *c: di.derivative(f, b, 1.5, *c),
+    "second_derivative": lambda f, b, *c: di.second_derivative(f, b, 1.5, *c),
+}
+
+
+@pytest.mark.parametrize("operator", sorted(CALLS))
+def test_an_if_on_a_traced_float_context_names_the_context(operator: str) -> None:
+    """Under jit a float context is traced: an if on it raised JAX's raw
+    TracerBoolConversionError, pointing into di ("values[0]"). Now an
+    InvalidOutputError naming context 1 and the remedies; static=True works."""
+    with pytest.raises(di.InvalidOutputError, match="f used context 1 in Python control flow") as caught:
+        CALLS[operator](branch_on_context, JIT, di.Constant(1.0))
+    assert isinstance(caught.value.__cause__, jax.errors.TracerBoolConversionError)
+    message = str(caught.value)
+    assert "di.Constant(value, static=True)" in message and "xp.where" in message and "AutoJAX()" in message
+    assert "computed from x" not in message and "values[0]" not in message
+    expected = CALLS[operator](branch_on_context, EAGER, di.Constant(1.0))
+    got = CALLS[operator](branch_on_context, JIT, di.Constant(1.0, static=True))
+    np.testing.assert_allclose(got, expected)
+
+
+@pytest.mark.parametrize("operator", sorted(CALLS))
+def test_an_if_on_x_under_jit_is_explained_and_runs_eagerly(operator: str) -> None:
+    with pytest.raises(di.InvalidOutputError, match="f used a value computed from x in Python control flow") as caught:
+        CALLS[operator](branch_on_x, JIT, di.Constant(1.0))
+    assert isinstance(caught.value.__cause__, jax.errors.TracerBoolConversionError)
+    assert "xp.where" in str(caught.value) and "AutoJAX() (not compiled)" in str(caught.value)
+    # eager AutoJAX runs the if (jacobian's choice of mode used to trace f abstractly, and failed)
+    expected = CALLS[operator](branch_on_x, di.AutoFiniteDiff(), di.Constant(1.0))
+    np.testing.assert_allclose(CALLS[operator](branch_on_x, EAGER, di.Constant(1.0)), expected, rtol=1e-5, atol=1e-5)
+
+
+def test_eager_jacobian_of_an_f_branching_on_x() -> None:
+    def f(x: Any) -> Any:
+        xp = di.array_namespace(x)
+        return x**2 if xp.sum(x) > 0 else x
+
+    np.testing.assert_allclose(di.jacobian(f, EAGER, X), np.diag(2 * X))
+
+
+def test_float_of_a_float_context_under_jit_blames_the_context_not_x() -> None:
+    def f(x: Any, n: int, a: Any) -> Any:
+        xp = di.array_namespace(x)
+        return xp.sum(x[:n] ** 2) * float(a)
+
+    with pytest.raises(di.InvalidOutputError, match="f turned context 2 into a Python number with float") as caught:
+        di.gradient(f, JIT, X, di.Constant(2), di.Constant(3.0))  # context 1 is static: 2 is traced
+    assert isinstance(caught.value.__cause__, jax.errors.ConcretizationTypeError)
+    assert "computed from x" not in str(caught.value)
+    g = di.gradient(f, JIT, X, di.Constant(2), di.Constant(3.0, static=True))
+    np.testing.assert_allclose(g, 6 * X)
+
+
+def test_float_of_x_under_jit_still_blames_x() -> None:
+    def f(x: Any, a: Any) -> Any:
+        xp = di.array_namespace(x)
+        return xp.sum(x**2) * float(xp.sum(x) * a)
+
+    with pytest.raises(di.InvalidOutputError, match="f turned a value computed from x into a Python number"):
+        di.gradient(f, JIT, X, di.Constant(1.0))
