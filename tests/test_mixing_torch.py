@@ -236,6 +236,27 @@ def test_a_derivative_with_respect_to_a_constant_is_refused() -> None:
         func.vmap(lambda c, t: func.jvp(lambda d: w(t32(X), d), (c,), (t,)))(contexts, torch.eye(*contexts.shape))
 
 
+def _weighted_sum(x: Any, c: Any) -> Any:
+    xp = di.array_namespace(x)
+    return xp.sum(x * c)
+
+
+def test_a_numpy_x_with_a_torch_context_is_hosted_by_torch() -> None:
+    """A NumPy x with a torch Constant (torch picks the host from the context)
+    raised a bare StopIteration looking for x's torch leaf; it runs, compiled too,
+    as with a JAX context, and a context that requires grad is refused as when x
+    is a tensor."""
+    g = di.DifferentiateWith(_weighted_sum, di.AutoFiniteDiff(), di.Constant(np.ones(2)))
+    x, c = np.array([1.0, 2.0]), torch.tensor([3.0, 4.0], dtype=torch.float64)
+    for value in (g(x, c), torch.compile(lambda c: g(x, c), backend="aot_eager", fullgraph=True)(c)):
+        assert isinstance(value, torch.Tensor) and value.dtype == torch.float64
+        assert float(value) == 11.0
+    with pytest.raises(di.InvalidInputError, match="derivative with respect to context 1"):
+        g(x, c.clone().requires_grad_()).backward()
+    with pytest.raises(di.InvalidInputError, match="derivative with respect to context 1"):
+        di.gradient(lambda c: g(np.ones(2), c), di.AutoTorch(), np.ones(2))
+
+
 def test_torch_compile_of_a_vmap_and_the_refusal_inside_a_differentiating_transform() -> None:
     w = di.DifferentiateWith(wave, di.AutoFiniteDiff())
     batch = t32(BATCH)

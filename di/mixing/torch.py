@@ -29,7 +29,7 @@ import torch.utils._pytree as torch_pytree
 from di.errors import InvalidInputError, UnsupportedOperatorError
 from di.mixing.calls import Call, handover, stack_leaves
 from di.mixing.core import DifferentiateWith, Host
-from di.pytrees import tree_flatten
+from di.pytrees import tree_flatten, tree_unflatten
 
 __all__ = ["HOST", "TorchHost"]
 
@@ -216,11 +216,11 @@ class TorchHost(Host):
         return isinstance(value, torch.Tensor)
 
     def call(self, g: DifferentiateWith, x: Any, leaves: list[Any], treedef: Any, values: list[Any]) -> Any:
+        if not all(isinstance(leaf, torch.Tensor) for leaf in leaves):
+            leaves = _as_tensors(leaves, values)
+            x = tree_unflatten(treedef, leaves)  # (di's flattening gave the leaves)
         if torch.compiler.is_compiling():
             return _compiled(g, x, values)
-        if not all(isinstance(leaf, torch.Tensor) for leaf in leaves):
-            like = next(leaf for leaf in leaves if isinstance(leaf, torch.Tensor))
-            leaves = [torch.as_tensor(leaf, device=like.device) for leaf in leaves]
         positions = g.operand_positions(self, values)
         operands = [values[i] for i in positions]
         x_specs = [(tuple(leaf.shape), str(leaf.dtype).removeprefix("torch.")) for leaf in leaves]
@@ -229,6 +229,15 @@ class TorchHost(Host):
         site = _Site(g, call, [leaf.dtype for leaf in leaves], leaves[0].device, len(operands))
         outputs = _Value.apply(site, *leaves, *operands)  # f's first run describes its output
         return call.output().unflatten(list(outputs))
+
+
+def _as_tensors(leaves: Sequence[Any], values: Sequence[Any]) -> list[Any]:
+    """``x``'s leaves as tensors: NumPy ones (and Python numbers) join the torch
+    values on their device, ``x``'s other leaves' or, for an ``x`` of NumPy alone,
+    the device of the torch contexts that made torch the host."""
+    like = next((v for v in (*leaves, *values) if isinstance(v, torch.Tensor)), None)
+    device = None if like is None else like.device
+    return [leaf if isinstance(leaf, torch.Tensor) else torch.as_tensor(leaf, device=device) for leaf in leaves]
 
 
 HOST = TorchHost()
