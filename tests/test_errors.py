@@ -3,6 +3,7 @@ inside f, and the error class hierarchy."""
 
 from __future__ import annotations
 
+import dataclasses
 import re
 
 import array_api_compat
@@ -517,3 +518,41 @@ def test_a_bad_option_raises_invalid_option_error(make, builtin, fragment):
     assert isinstance(info.value, di.InvalidOptionTypeError) == (builtin is TypeError)
     assert fragment in str(info.value)
     assert info.value.__context__ is None, "the message says it all: no lookup error behind it"
+
+
+def test_a_selector_may_not_take_a_name_another_selector_has():
+    for taken in ("jax", "JAX", "pytorch", "finitediff"):
+        with pytest.raises(di.InvalidOptionError, match=f"the backend name {taken.lower()!r} is taken by di"):
+
+            @dataclasses.dataclass(frozen=True)
+            class AutoL(di.AbstractBackend):
+                name = taken
+
+    assert type(di.backend("jax")) is di.AutoJAX and type(di.backend("pytorch")) is di.AutoTorch
+
+    @dataclasses.dataclass(frozen=True)
+    class AutoOwn(di.AbstractBackend):
+        name = "di_test_own_name"
+
+    with pytest.raises(di.InvalidOptionError, match="taken by test_errors"):
+
+        @dataclasses.dataclass(frozen=True)
+        class AutoOther(di.AbstractBackend):
+            name = "di_test_own_name"
+
+    assert di.backend("di_test_own_name") == AutoOwn()
+
+
+def _define_again() -> type[di.AbstractBackend]:
+    @dataclasses.dataclass(frozen=True)
+    class AutoReloaded(di.AbstractBackend):
+        name = "di_test_reloaded"
+
+    return AutoReloaded
+
+
+def test_the_same_selector_defined_again_takes_its_name_back():
+    # a module reloaded defines its classes again: same module, same qualified name
+    first, second = _define_again(), _define_again()
+    assert first is not second
+    assert type(di.backend("di_test_reloaded")) is second

@@ -45,6 +45,10 @@ class AbstractBackend:
     that wrap other backends), and the short ``name`` by which
     :func:`di.backend` and the command line know them (with ``aliases``).
 
+    A ``name`` (or alias) another selector class has is refused when the class is
+    defined (:class:`di.InvalidOptionError`); the same class defined again (its
+    module reloaded) takes its own name back.
+
     Examples:
         >>> import di
         >>> isinstance(di.AutoJAX(), di.AbstractBackend)
@@ -67,8 +71,16 @@ class AbstractBackend:
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
-        for key in (cls.name, *cls.aliases) if cls.__dict__.get("name") else ():
-            _BY_NAME[key.lower()] = cls
+        keys = [key.lower() for key in ((cls.name, *cls.aliases) if cls.__dict__.get("name") else ())]
+        for key in keys:  # all checked before any is taken
+            taken = _BY_NAME.get(key)
+            if taken is not None and not _redefines(cls, taken):
+                raise InvalidOptionError(
+                    f"{cls.__qualname__}: the backend name {key!r} is taken by {taken.__module__}.{taken.__qualname__}"
+                    f" (di.backend({key!r}) builds it); give {cls.__qualname__} a name of its own"
+                )
+        for key in keys:
+            _BY_NAME[key] = cls
 
     def __str__(self) -> str:
         return repr(self)
@@ -81,6 +93,15 @@ class AbstractBackend:
         import importlib.util  # here, not at the top: ``import di`` stays light
 
         return importlib.util.find_spec(self.engine) is not None
+
+
+def _redefines(cls: type, taken: type) -> bool:
+    """Whether ``cls`` is ``taken`` defined again (its module reloaded, or one
+    out-of-tree class run from two places, a page and its test), which may take
+    its name over; another class may not, and nothing takes a name of ``di``'s own."""
+    if cls.__qualname__ != taken.__qualname__:
+        return False
+    return cls.__module__ == taken.__module__ or taken.__module__.split(".")[0] != "di"
 
 
 def _check_mode(mode: str | None, name: str) -> None:
