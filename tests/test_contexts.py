@@ -529,3 +529,32 @@ def test_a_dict_constant_whose_tensors_require_grad_keeps_their_graph(operator):
         grads.append(torch.autograd.grad((result**2).sum(), [c["w"], c["b"]]))
     for expected, got in zip(*grads):
         np.testing.assert_allclose(got.numpy(), expected.numpy(), rtol=1e-10)
+
+
+_COMPILED_TORCH = [di.AutoTorch(compile=True, compile_options={"backend": "aot_eager"})]
+_PYTREE_OPTIONS = {
+    "dict-str": ({"n": 2, "method": "fast"}, lambda o: o["n"]),
+    "dict-int": ({"n": 2}, lambda o: o["n"]),
+    "list": ([2, "a"], lambda o: o[0]),
+    "nested-tuple": ((("n", 2),), lambda o: o[0][1]),
+    "dict-float": ({"n": 2, "scale": 1.0}, lambda o: o["n"]),
+}
+
+
+@pytest.mark.parametrize("options", sorted(_PYTREE_OPTIONS))
+@pytest.mark.parametrize("backend", backend_params([*BACKENDS, *(b for b in _COMPILED_TORCH if b.is_installed)]))
+def test_a_pytree_constant_holding_ints_and_strings(backend, options):
+    """A dict, list or tuple Constant of options: its ints and strings reach f as
+    Python values on every backend (AutoJAX(jit=True) traced them: JAX's TypeError
+    for a string leaf, 'Slice entries must be static integers' for an int one)."""
+    value, n_of = _PYTREE_OPTIONS[options]
+
+    def f(x, o):
+        xp = di.array_namespace(x)
+        scale = o["scale"] if isinstance(o, dict) and "scale" in o else 1.0
+        return xp.sum(x[: n_of(o)] ** 2) * scale
+
+    x = np.array([1.0, 2.0, 3.0])
+    assert_close(di.gradient(f, backend, x, di.Constant(value)), [2.0, 4.0, 0.0], backend, x.dtype)
+    prep = di.prepare_gradient(f, backend, x, di.Constant(value))
+    assert_close(di.gradient(f, prep, backend, x, di.Constant(value)), [2.0, 4.0, 0.0], backend, x.dtype)

@@ -3,6 +3,7 @@ what eager JAX lets through."""
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -103,3 +104,60 @@ def test_float_of_x_under_jit_still_blames_x() -> None:
 
     with pytest.raises(di.InvalidOutputError, match="f turned a value computed from x into a Python number"):
         di.gradient(f, JIT, X, di.Constant(1.0))
+
+
+def test_a_pytree_context_under_jit_traces_floats_and_compiles_ints_and_strings_in() -> None:
+    traces = []
+
+    def f(x: Any, o: Any) -> Any:
+        traces.append(o["method"])
+        assert isinstance(o["n"], int) and isinstance(o["method"], str)
+        xp = di.array_namespace(x)
+        return xp.sum(x[: o["n"]] ** 2) * o["scale"]
+
+    x = np.arange(12.0)
+    prep = di.prepare_gradient(f, JIT, x, di.Constant({"n": 1, "scale": 1.0, "method": "fast"}))
+    assert len(traces) == 1
+    for scale in (2.0, 3.0):  # a float leaf is traced: the same program
+        g = di.gradient(f, prep, JIT, x, di.Constant({"n": 1, "scale": scale, "method": "fast"}))
+        np.testing.assert_allclose(g, [0.0] + [0.0] * 11)
+    g = di.gradient(f, prep, JIT, x, di.Constant({"n": 3, "scale": 3.0, "method": "fast"}))
+    np.testing.assert_allclose(g, [0.0, 6.0, 12.0] + [0.0] * 9)
+    assert len(traces) == 2  # a new int leaf: one compile
+    di.gradient(f, prep, JIT, x, di.Constant({"n": 3, "scale": 1.0, "method": "slow"}))
+    di.gradient(f, prep, JIT, x, di.Constant({"n": 1, "scale": 1.0, "method": "fast"}))
+    assert len(traces) == 3  # a new string: one more; the first set again: none
+
+
+def test_static_leaves_of_a_pytree_context_are_counted_and_named() -> None:
+    """Counted from the preparation's value, and named as context 1 in an hvp,
+    whose program takes tangents before the contexts (it said context 2)."""
+
+    def f(x: Any, o: Any) -> Any:
+        xp = di.array_namespace(x)
+        return xp.sum(x[: o["n"]] ** 3)
+
+    x, t = np.ones(12), (np.ones(12),)
+    prep = di.prepare_hvp(f, JIT, x, t, di.Constant({"n": 1}))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", di.RecompileWarning)
+        for n in range(2, 9):
+            di.hvp(f, prep, JIT, x, t, di.Constant({"n": n}))
+    with pytest.warns(di.RecompileWarning, match="context 1's leaves that are not arrays .* 9 distinct values"):
+        (hv,) = di.hvp(f, prep, JIT, x, t, di.Constant({"n": 9}))
+    np.testing.assert_allclose(hv, [6.0] * 9 + [0.0] * 3)
+
+
+def test_a_static_context_of_an_hvp_is_named_by_its_own_number() -> None:
+    def f(x: Any, n: int) -> Any:
+        xp = di.array_namespace(x)
+        return xp.sum(x[:n] ** 3)
+
+    x, t = np.ones(12), (np.ones(12),)
+    prep = di.prepare_hvp(f, JIT, x, t, di.Constant(1))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", di.RecompileWarning)
+        for n in range(2, 9):
+            di.hvp(f, prep, JIT, x, t, di.Constant(n))
+    with pytest.warns(di.RecompileWarning, match="context 1 is compiled in .* 9 distinct values"):
+        di.hvp(f, prep, JIT, x, t, di.Constant(9))

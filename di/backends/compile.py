@@ -42,7 +42,9 @@ __all__ = [
     "compiled_on_first_use",
     "compiling_combined_first",
     "counting_static_values",
+    "has_static_leaves",
     "is_static_context",
+    "is_static_value",
     "static_argnums",
     "static_positions",
 ]
@@ -93,7 +95,10 @@ def is_static_context(context: Context) -> bool:
     ``AutoTorch(compile=True)``): arrays and Python floats are traced (a new value
     runs the same program); ints, bools, strings, ``None``, enums, tuples of
     these, and other hashable non-array objects are compiled in (a new value
-    compiles again, once per value). ``Constant(value, static=True/False)``
+    compiles again, once per value). A list, dict or other tuple is a pytree,
+    not static as a whole: its array and float leaves are traced and its other
+    leaves compiled in, each by the same rule (:func:`is_static_value`, and
+    :func:`has_static_leaves`). ``Constant(value, static=True/False)``
     overrides the choice.
 
     Args:
@@ -111,9 +116,20 @@ def is_static_context(context: Context) -> bool:
         >>> is_static_context(di.Constant(np.int64(3))), is_static_context(di.Constant(np.array(3)))
         (True, False)
     """
-    value = context.value
     if isinstance(context, Constant) and context.static is not None:
         return context.static
+    return is_static_value(context.value)
+
+
+def is_static_value(value: Any) -> bool:
+    """Whether a value (a context's, or a leaf of one) is compiled in by default:
+    the rule of :func:`is_static_context` without ``static=``.
+
+    Examples:
+        >>> from di.backends.compile import is_static_value
+        >>> is_static_value("fast"), is_static_value(2), is_static_value(0.5), is_static_value([2])
+        (True, True, False, False)
+    """
     if isinstance(value, _STATIC_SCALARS):
         return True
     if family_of(value) is not None or isinstance(value, (float, complex)):
@@ -121,8 +137,30 @@ def is_static_context(context: Context) -> bool:
     if isinstance(value, tuple):
         return all(isinstance(item, _STATIC_SCALARS) for item in value)
     if isinstance(value, (list, dict)) or not isinstance(value, Hashable):
-        return False  # containers are pytrees: their leaves are traced
+        return False  # containers are pytrees: see has_static_leaves
     return True
+
+
+def has_static_leaves(context: Context, leaves: Sequence[Any]) -> bool:
+    """Whether a context that is not static as a whole is a pytree (a list, dict
+    or tuple) some of whose ``leaves`` (the engine's flattening of its value)
+    are compiled in: ints, strings, bools and the other values
+    :func:`is_static_value` compiles in, where its arrays and floats are
+    traced. ``Constant(value, static=False)`` traces every leaf.
+
+    Examples:
+        >>> import di
+        >>> from di.backends.compile import has_static_leaves
+        >>> has_static_leaves(di.Constant({"n": 2, "a": 0.5}), [0.5, 2])
+        True
+        >>> has_static_leaves(di.Constant({"n": 2}, static=False), [2])
+        False
+    """
+    if isinstance(context, Constant) and context.static is not None:
+        return False
+    if not isinstance(context.value, (list, dict, tuple)) or is_static_value(context.value):
+        return False
+    return any(is_static_value(leaf) for leaf in leaves)
 
 
 def static_positions(contexts: Sequence[Context], backend: AbstractBackend) -> tuple[int, ...]:
@@ -168,6 +206,8 @@ def counting_static_values(
     threshold: int = RECOMPILE_WARNING_THRESHOLD,
     *,
     prepared: Sequence[Any] = (),
+    first_context: int = 0,
+    keys: dict[int, Callable[[Any], Hashable]] | None = None,
 ) -> Program:
     """Wrap a compiled program so that the distinct static values it meets are
     counted, with one :class:`di.RecompileWarning` once a context has taken more
@@ -181,6 +221,11 @@ def counting_static_values(
         threshold: distinct values of one context tolerated without a warning.
         prepared: the static values at preparation, one per position: the
             preparation compiled for them, so they count from the start.
+        first_context: the position of the first context among the
+            arguments after ``x`` (1 when tangents come first), for the
+            context number the warning gives.
+        keys: for a position holding a pytree context with static leaves
+            (:func:`has_static_leaves`), what of its value is compiled in.
 
     Returns:
         ``program`` itself when nothing is static, else a counting wrapper.
@@ -202,28 +247,41 @@ def counting_static_values(
     if not positions:
         return program
     seen: list[set[Any]] = [set() for _ in positions]
+    key_of = [(keys or {}).get(i) for i in positions]
     for slot, value in enumerate(prepared):
-        seen[slot].add(value)
+        seen[slot].add(value if key_of[slot] is None else key_of[slot](value))  # type: ignore[misc]
     lock = threading.Lock()
     warned = [False]
 
     def counted(x: Any, *values: Any) -> Any:
         for slot, i in enumerate(positions):
-            if values[i] not in seen[slot]:
+            key = values[i] if key_of[slot] is None else key_of[slot](values[i])  # type: ignore[misc]
+            if key not in seen[slot]:
                 with lock:
-                    seen[slot].add(values[i])
+                    seen[slot].add(key)
                     if len(seen[slot]) > threshold and not warned[0]:
                         warned[0] = True
-                        warnings.warn(
-                            f"{backend!r}: context {i + 1} is compiled in (static) and has taken "
-                            f"{len(seen[slot])} distinct values, each compiled separately. If it varies, "
-                            f"pass it as Constant(value, static=False) or as an array so it is traced.",
-                            RecompileWarning,
-                            stacklevel=4,
-                        )
+                        _warn_static_values(backend, i - first_context + 1, len(seen[slot]), key_of[slot] is None)
         return program(x, *values)
 
     return counted
+
+
+def _warn_static_values(backend: AbstractBackend, number: int, count: int, whole: bool) -> None:
+    if whole:
+        what = f"context {number} is compiled in (static) and has taken {count} distinct values"
+        fix = "pass it as Constant(value, static=False) or as an array so it is traced"
+    else:
+        what = (
+            f"context {number}'s leaves that are not arrays or floats (ints, strings, ...) are compiled in (static) "
+            f"and have taken {count} distinct values"
+        )
+        fix = "pass a leaf that varies as an array, or as a context of its own with Constant(value, static=False)"
+    warnings.warn(
+        f"{backend!r}: {what}, each compiled separately. If it varies, {fix}.",
+        RecompileWarning,
+        stacklevel=5,
+    )
 
 
 def compiled_on_first_use(program: Program) -> Program:

@@ -30,12 +30,14 @@ from di.backends.compile import (
     combined_first,
     compiled_on_first_use,
     counting_static_values,
+    has_static_leaves,
     static_positions,
 )
 from di.backends.jax.concretization import named, translating
 from di.backends.jax.programs import (
     RULES,
     AuxTracing,
+    StaticLeaves,
     apply_vjp,
     bare_single,
     cast_like,
@@ -280,6 +282,13 @@ class JAXAdapter(Adapter):
         function: Callable[..., Any]
         if self.compiled:
             statics = static_positions(contexts, self.backend)
+            # pytree contexts with leaves compiled in (ints, strings): their static leaves travel
+            # in the pytree's structure, one program per distinct set, counted as static values
+            partly = tuple(
+                i
+                for i, c in enumerate(contexts)
+                if i not in statics and has_static_leaves(c, jax.tree_util.tree_leaves(c.value))
+            )
             if aux is not None:
                 core = aux.carrying(core)
             # named: JAX's messages then cite x and values[i], which translating maps to f's arguments
@@ -289,8 +298,10 @@ class JAXAdapter(Adapter):
             converters = [
                 identity if _taken_by_jit(v) else convert for v, convert in zip(inputs, self.input_converters(inputs))
             ]
+            for i in partly:
+                converters[1 + i] = StaticLeaves.split
         else:
-            statics, function, converters = (), core, self.input_converters(inputs)
+            statics, partly, function, converters = (), (), core, self.input_converters(inputs)
         traced = self.compiled and _traced(inputs, tangents)
         executable: Callable[..., Any] | None = None
         if self.compiled and not traced:  # (inside a transform, the caller's trace compiles it instead)
@@ -300,9 +311,9 @@ class JAXAdapter(Adapter):
                     args.insert(1, engine_tangents(tangents))
                 if not on_first_use:  # compiled now
                     executable = _direct_call(function.lower(*args).compile())  # type: ignore[attr-defined]
-                elif not statics and tangents is None and is_pytree(x):
+                elif not statics and not partly and tangents is None and is_pytree(x):
                     executable = _compiled_when_first_used(function, _abstract(args), x64)
-        by_executable = not statics and tangents is None and is_pytree(x)
+        by_executable = not statics and not partly and tangents is None and is_pytree(x)
         if executable is not None and by_executable and not _holds_numpy(inputs):
             # A pytree x is taken as it is by the compiled executable, which flattens it in
             # C++ and refuses another structure, shape or dtype itself: the strict check of
@@ -317,8 +328,15 @@ class JAXAdapter(Adapter):
             program = compiled_on_first_use(program)
         if checks_arguments(function):
             program = _mark(program)
-        positions = tuple(lead - 1 + i for i in statics)
-        return counting_static_values(program, positions, self.backend, prepared=[values[i] for i in statics])
+        counted = sorted(statics + partly)
+        return counting_static_values(
+            program,
+            tuple(lead - 1 + i for i in counted),
+            self.backend,
+            prepared=[values[i] for i in counted],
+            first_context=lead - 1,
+            keys={lead - 1 + i: StaticLeaves.key for i in partly},
+        )
 
     def _plain_and_full(
         self,

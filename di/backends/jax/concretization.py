@@ -21,6 +21,7 @@ from typing import Any, NoReturn
 
 import jax
 
+from di.backends.jax.programs import StaticLeaves
 from di.backends.outputs import untraced_output_error
 from di.backends.selectors import AbstractBackend
 from di.errors import InvalidOutputError
@@ -44,19 +45,24 @@ _REFUSALS = (jax.errors.ConcretizationTypeError, jax.errors.TracerIntegerConvers
 
 def named(core: Callable[..., Any], lead: int) -> Callable[..., Any]:
     """``core`` under the one name and signature JAX's messages then cite:
-    ``traced_program(x, *values)``, or ``(x, tangents, *values)`` for ``lead == 2``.
-    Only traced: the compiled program runs none of it."""
+    ``traced_program(x, *values)``, or ``(x, tangents, *values)`` for ``lead == 2``;
+    a context passed as :class:`StaticLeaves` reaches ``core`` rebuilt. Only
+    traced: the compiled program runs none of it."""
     if lead == 1:
 
         def traced_program(x: Any, *values: Any) -> Any:
-            return core(x, *values)
+            return core(x, *[_joined(v) for v in values])
 
     else:
 
         def traced_program(x: Any, tangents: Any, *values: Any) -> Any:  # type: ignore[misc]
-            return core(x, tangents, *values)
+            return core(x, tangents, *[_joined(v) for v in values])
 
     return traced_program
+
+
+def _joined(value: Any) -> Any:
+    return value.value() if isinstance(value, StaticLeaves) else value
 
 
 def conversion_of(error: BaseException) -> str:

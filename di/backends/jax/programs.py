@@ -15,6 +15,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from di.backends.aux import AuxSplit, split_aux
+from di.backends.compile import is_static_value
 from di.backends.jax.x64 import in_x64
 from di.backends.outputs import OutputRules, is_real_floating_array
 from di.backends.protocol import Program, Programs
@@ -23,6 +24,7 @@ from di.families import converter, family_of, identity
 __all__ = [
     "RULES",
     "AuxTracing",
+    "StaticLeaves",
     "apply_vjp",
     "bare_single",
     "cast_like",
@@ -331,3 +333,54 @@ def split(program: Program, plain: str, full: str) -> Programs:
         return program(*args)[-1]
 
     return {plain: last, full: program}
+
+
+class StaticLeaves:
+    """A pytree context some of whose leaves are compiled in, as ``jax.jit`` takes
+    it: a pytree node whose children are the traced leaves (arrays, floats) and
+    whose static data (compared and hashed by jit, one program per distinct
+    one) is the structure and the other leaves (ints, strings, ...).
+    :meth:`value` rebuilds the context inside the trace.
+
+    Examples:
+        >>> from di.backends.jax.programs import StaticLeaves
+        >>> split = StaticLeaves.split({"n": 2, "a": 0.5, "method": "fast"})
+        >>> split.leaves, split.value()
+        ((0.5,), {'a': 0.5, 'method': 'fast', 'n': 2})
+    """
+
+    __slots__ = ("leaves", "static")
+
+    def __init__(self, leaves: tuple[Any, ...], static: tuple[Any, ...]) -> None:
+        self.leaves = leaves
+        self.static = static
+
+    @classmethod
+    def split(cls, value: Any) -> StaticLeaves:
+        """``value``'s leaves split by :func:`di.backends.compile.is_static_value`;
+        traced arrays of other families become JAX arrays."""
+        leaves, treedef = jax.tree_util.tree_flatten(value)
+        mask = tuple(is_static_value(leaf) for leaf in leaves)
+        traced = tuple(_traceable(leaf) for leaf, static in zip(leaves, mask) if not static)
+        return cls(traced, (treedef, mask, tuple(leaf for leaf, static in zip(leaves, mask) if static)))
+
+    @staticmethod
+    def key(value: Any) -> Any:
+        """What of ``value`` is compiled in (the structure and static leaves)."""
+        return StaticLeaves.split(value).static
+
+    def value(self) -> Any:
+        """The context as ``f`` receives it."""
+        treedef, mask, statics = self.static
+        traced, static = iter(self.leaves), iter(statics)
+        return jax.tree_util.tree_unflatten(treedef, [next(static) if m else next(traced) for m in mask])
+
+
+def _traceable(leaf: Any) -> Any:
+    family = family_of(leaf)
+    return leaf if family in (None, "jax", "numpy") else converter(family, "jax")(leaf)
+
+
+jax.tree_util.register_pytree_node(
+    StaticLeaves, lambda split: (split.leaves, split.static), lambda static, leaves: StaticLeaves(tuple(leaves), static)
+)
