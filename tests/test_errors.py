@@ -543,6 +543,15 @@ def test_a_selector_may_not_take_a_name_another_selector_has():
     assert di.backend("di_test_own_name") == AutoOwn()
 
 
+def test_a_named_subclass_of_a_selector_takes_its_own_name_only():
+    @dataclasses.dataclass(frozen=True)
+    class AutoMyFD(di.AutoFiniteDiff):
+        name = "di_test_my_fd"
+
+    assert type(di.backend("di_test_my_fd")) is AutoMyFD
+    assert type(di.backend("fd")) is di.AutoFiniteDiff and type(di.backend("finite_diff")) is di.AutoFiniteDiff
+
+
 def _define_again() -> type[di.AbstractBackend]:
     @dataclasses.dataclass(frozen=True)
     class AutoReloaded(di.AbstractBackend):

@@ -71,7 +71,9 @@ class AbstractBackend:
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
-        keys = [key.lower() for key in ((cls.name, *cls.aliases) if cls.__dict__.get("name") else ())]
+        # its own aliases only: a subclass naming itself does not inherit (and take over) its parent's
+        own = (cls.name, *cls.__dict__.get("aliases", ())) if cls.__dict__.get("name") else ()
+        keys = [key.lower() for key in own]
         for key in keys:  # all checked before any is taken
             taken = _BY_NAME.get(key)
             if taken is not None and not _redefines(cls, taken):
