@@ -204,6 +204,12 @@ def test_bad_option_values_are_usage_errors_before_any_work(
         (["--rtol", "-1", *small], "--rtol must be a finite number >= 0, not -1.0"),
         (["--atol", "nan", *small], "--atol must be a finite number >= 0, not nan"),
         (["plan", smooth, "--atol", "inf", "--backends", "finitediff"], "--atol must be a finite number >= 0, not inf"),
+        (
+            ["check", smooth, "--sizes", "0", "--plot", str(tmp_path / "sweep.png"), "--backends", "finitediff"],
+            "--sizes must be positive integers",
+        ),
+        (["--sizes", "10,-1", "--plot", str(tmp_path / "sweep.png"), *small], "--sizes must be positive integers"),
+        (["--sizes", "ten", *small], "--sizes must be comma-separated integers, not 'ten'"),
     ]
     for argv, message in cases:
         assert main(argv) == 2, argv
@@ -316,3 +322,41 @@ def test_the_correctness_summary_says_skips(capsys: pytest.CaptureFixture[str]) 
     counts = re.fullmatch(r"(\d+) ok, (\d+) skipped", cell)
     assert counts is not None, row
     assert int(counts[1]) >= 1 and int(counts[2]) >= 1
+
+
+OUT_OF_TREE_SCENARIOS = """
+import dataclasses
+
+import numpy as np
+
+import di
+from di.testing import Scenario
+
+
+@dataclasses.dataclass(frozen=True)
+class AutoOutOfTreeFD(di.AutoFiniteDiff):
+    name = "di_test_out_of_tree_fd"
+
+
+def squares(x):
+    xp = di.array_namespace(x)
+    return xp.sum(x * x)
+
+
+def scenarios():
+    x = np.array([1.0, 2.0, 3.0])
+    return [Scenario("gradient", squares, x, res1=2 * x, name="gradient/squares")]
+"""
+
+
+def test_backends_may_name_a_selector_the_scenarios_module_defines(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # docs/testing.md: a label may be a backend registered out of tree; the --scenarios
+    # module is where such a backend is defined, so it is imported before --backends is read
+    (tmp_path / "out_of_tree_scenarios.py").write_text(textwrap.dedent(OUT_OF_TREE_SCENARIOS))
+    argv = ["--backends", "di_test_out_of_tree_fd", "--scenarios", f"{tmp_path / 'out_of_tree_scenarios.py'}:scenarios"]
+    assert main([*argv, "--no-bench", "--quiet"]) == 0
+    captured = capsys.readouterr()
+    assert "1 scenarios x 1 backends (di_test_out_of_tree_fd)" in captured.out, captured.err
+    assert re.search(r"(\d+) cases: \1 passed, 0 failed", captured.out), captured.out

@@ -6,7 +6,7 @@ import argparse
 import math
 from pathlib import Path
 
-from di.cli.common import UsageError
+from di.cli.common import UsageError, parse_sizes
 
 __all__ = ["COMMANDS", "build_parser", "check_arguments"]
 
@@ -86,8 +86,9 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argument
 
 def check_arguments(args: argparse.Namespace) -> None:
     """Refuse, before any work, option values that would fail late or mean nothing:
-    a negative or non-finite ``--rtol``/``--atol``, a negative ``--seed``, and a
-    ``--json``/``--plot``/``--cache`` file in a folder that does not exist.
+    a negative or non-finite ``--rtol``/``--atol``, a negative ``--seed``, ``--sizes``
+    that are not positive integers, and a ``--json``/``--plot``/``--cache`` file in a
+    folder that does not exist.
 
     Raises:
         UsageError: the first such value.
@@ -107,6 +108,9 @@ def check_arguments(args: argparse.Namespace) -> None:
     seed = getattr(args, "seed", None)
     if seed is not None and seed < 0:
         raise UsageError(f"--seed must be an integer >= 0, not {seed}")
+    sizes = getattr(args, "sizes", None)
+    if sizes is not None:
+        parse_sizes(sizes)  # read again where the sweep runs; refused here, before the run it follows
     for option in ("json", "plot", "cache"):
         path = getattr(args, option, None)
         if path and not Path(path).parent.is_dir():

@@ -197,8 +197,8 @@ def run(args: argparse.Namespace, out: Output) -> int:
     """
     from di.testing import backend_label, iter_cases, run_case
 
+    scenarios = _scenarios(args)  # first: the --scenarios module may define the backends --backends names
     backends = parse_backends(args.backends)
-    scenarios = _scenarios(args)
     labels = [backend_label(b) for b in backends]
     start = time.perf_counter()
     try:
