@@ -4,7 +4,12 @@ inside f, and the error class hierarchy."""
 from __future__ import annotations
 
 import dataclasses
+import json
 import re
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
 
 import array_api_compat
 import numpy as np
@@ -13,6 +18,8 @@ from conftest import BACKENDS, FAMILIES, as_family, assert_close, backend_params
 from functions import scenario
 
 import di
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def _sum_squares(x, *values):
@@ -565,3 +572,45 @@ def test_the_same_selector_defined_again_takes_its_name_back():
     first, second = _define_again(), _define_again()
     assert first is not second
     assert type(di.backend("di_test_reloaded")) is second
+
+
+# --- a missing engine inside a strategy ------------------------------------------------------------------------
+
+_MISSING_INSIDE = textwrap.dedent(
+    """
+    import json, sys
+    for engine in ("torch", "jax", "autograd"):
+        sys.modules[engine] = None  # as if not installed: import fails, find_spec is None
+    import numpy as np
+    import di
+
+    fd = di.AutoFiniteDiff()
+    selectors = [
+        di.SecondOrder(fd, di.AutoTorch()),
+        di.SecondOrder(di.AutoJAX(), fd),
+        di.SecondOrder(fd, di.SecondOrder(fd, di.AutoAutograd())),
+    ]
+    report = []
+    for selector in selectors:
+        try:
+            di.hessian(lambda x: (x * x).sum(), selector, np.ones(2))
+        except Exception as err:
+            report.append([type(err).__name__, str(err)])
+    print(json.dumps(report))
+    """
+)
+
+
+def test_a_second_order_whose_engine_is_missing_names_it_and_its_extra():
+    result = subprocess.run(
+        [sys.executable, "-c", _MISSING_INSIDE], capture_output=True, text=True, timeout=120, cwd=ROOT
+    )
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout.strip().splitlines()[-1])
+    assert report == [
+        [
+            "BackendNotInstalledError",
+            f"SecondOrder needs {display}, which is not installed.\n  pip install 'differentiation-interface[{extra}]'",
+        ]
+        for display, extra in (("PyTorch", "torch"), ("JAX", "jax"), ("autograd", "autograd"))
+    ]

@@ -7,6 +7,7 @@ parties register their own selector type with :func:`register_backend`.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 from typing import TYPE_CHECKING, Any
 
@@ -224,9 +225,22 @@ def _not_a_selector(backend: Any) -> InvalidInputError:
     )
 
 
+def _missing_part(backend: AbstractBackend) -> AbstractBackend:
+    """The selector whose engine is missing: ``backend``, or the backend it wraps
+    (``SecondOrder``'s outer or inner one, nested as deep as they go) that is not
+    installed, so that the error names that engine and its extra."""
+    for option in dataclasses.fields(backend) if dataclasses.is_dataclass(backend) else ():
+        wrapped = getattr(backend, option.name)
+        if isinstance(wrapped, AbstractBackend) and not wrapped.is_installed:
+            return _missing_part(wrapped)
+    return backend
+
+
 def _not_installed(backend: AbstractBackend, missing: str = "") -> BackendNotInstalledError:
     """The error for a selector whose engine is missing: its own ``engine_display`` and
-    ``extra`` when it declares them, else the module that failed to import."""
-    engine, extra = backend.engine_display or missing or backend.engine, backend.extra
+    ``extra`` (or those of the backend it wraps that is missing) when it declares
+    them, else the module that failed to import."""
+    part = _missing_part(backend)
+    engine, extra = part.engine_display or missing or part.engine, part.extra
     remedy = f"pip install 'differentiation-interface[{extra}]'" if extra else f"install {engine}"
     return BackendNotInstalledError(f"{type(backend).__name__} needs {engine}, which is not installed.\n  {remedy}")
