@@ -161,3 +161,22 @@ def test_a_static_context_of_an_hvp_is_named_by_its_own_number() -> None:
             di.hvp(f, prep, JIT, x, t, di.Constant(n))
     with pytest.warns(di.RecompileWarning, match="context 1 is compiled in .* 9 distinct values"):
         di.hvp(f, prep, JIT, x, t, di.Constant(9))
+
+
+def item_of_a_sum(x: Any) -> Any:
+    xp = di.array_namespace(x)
+    return xp.sum(x**2) * xp.sum(x).item()
+
+
+def test_item_passes_eager_jax_as_in_jax_grad_and_jit_refuses_it() -> None:
+    """docs/faq.md: eager JAX hands .item() the value being differentiated at
+    (Tracer.to_concrete_value), as jax.grad does, so the derivative treats it as
+    a constant (the true gradient is [26, 38, 50]); jit refuses it, and so does
+    eager jacobian's abstract look at f before choosing its mode."""
+    x = np.array([1.0, 2.0, 3.0])
+    np.testing.assert_allclose(di.gradient(item_of_a_sum, EAGER, x), np.asarray(jax.grad(item_of_a_sum)(x)))
+    np.testing.assert_allclose(di.gradient(item_of_a_sum, EAGER, x), 2 * x * 6.0)
+    with pytest.raises(di.InvalidOutputError, match=r"computed from x into a Python number with \.item\(\)"):
+        di.gradient(item_of_a_sum, JIT, x)
+    with pytest.raises(di.InvalidOutputError, match=r"\.item\(\)"):
+        di.jacobian(lambda x: x * item_of_a_sum(x), EAGER, x)

@@ -58,6 +58,7 @@ from di.backends.registry import get_adapter
 from di.backends.selectors import AutoJAX
 from di.backends.transforms import Composition
 from di.contexts import Context
+from di.errors import InvalidOutputError
 from di.families import converter, family_of, identity
 from di.prep.signature import checked_by_executable, checks_arguments
 from di.pytrees import is_pytree
@@ -67,6 +68,7 @@ __all__ = ["COMPOSITIONS", "JAXAdapter", "needs_x64"]
 keep_constants_per_scope()
 
 _SAME_POINT = frozenset({"same point"})
+_CONTROL_FLOW = (jax.errors.TracerBoolConversionError, jax.errors.TracerIntegerConversionError)
 COMPOSITIONS = (
     Composition(
         "jax.jit",
@@ -498,9 +500,11 @@ class JAXAdapter(Adapter):
             # Constant that f branches or slices on stays a Python value
             try:
                 y = jax.eval_shape(functools.partial(first_argument, checked, inputs[1:]), inputs[0])
-            except Exception:
-                # f needs x's value (an if on it), which eval_shape does not give: evaluate f once
-                # (any other error of f's is raised again, by this call or by the program's)
+            except InvalidOutputError as err:
+                # f branches on x's value, which eval_shape does not give: evaluate f once. A
+                # conversion (.item(), which eager JAX lets through with a wrong derivative) stays refused
+                if not isinstance(err.__cause__, _CONTROL_FLOW):
+                    raise
                 y = checked(*inputs)
         return size(inputs[0]) <= size(y)
 
