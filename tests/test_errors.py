@@ -614,3 +614,52 @@ def test_a_second_order_whose_engine_is_missing_names_it_and_its_extra():
         ]
         for display, extra in (("PyTorch", "torch"), ("JAX", "jax"), ("autograd", "autograd"))
     ]
+
+
+# --- remedies that say what to write ----------------------------------------------------------------------------
+
+
+def _square(x):
+    xp = di.array_namespace(x)
+    return xp.multiply(x, x)
+
+
+def test_a_tangent_not_in_a_tuple_is_told_to_wrap_it(backend):
+    x, t = np.array([1.0, 2.0]), np.ones(2)
+    calls = {
+        "pushforward": lambda: di.pushforward(_square, backend, x, t),
+        "pullback": lambda: di.pullback(_square, backend, x, t),
+        "prepared": lambda: di.pushforward(_square, di.prepare_pushforward(_square, backend, x, (t,)), backend, x, t),
+    }
+    for label, call in calls.items():
+        with pytest.raises(di.InvalidInputError) as info:
+            call()
+        message = str(info.value)
+        # "(x,)" read as "pass x", and "(y,)" named nothing the caller has
+        assert "a tuple of one, (v,)" in message and "(x,)" not in message and "(y,)" not in message, label
+
+
+def test_a_float8_leaf_is_told_to_cast_itself():
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    backend, x = di.AutoFiniteDiff(), np.array([1.0, 2.0])
+    float8 = np.ones(2).astype(ml_dtypes.float8_e4m3fn)
+    with pytest.raises(di.InvalidInputError) as info:
+        di.pushforward(_square, backend, x, (x, float8))
+    assert "e.g. tx[1].astype(np.float32), or tx[1].to(float32)" in str(info.value)
+    with pytest.raises(di.InvalidInputError) as info:
+        di.gradient(lambda tree: tree["w"].sum(), backend, {"w": float8})
+    assert "e.g. x['w'].astype(np.float32)" in str(info.value)
+
+
+def test_out_with_a_pytree_x_says_out_takes_array_results(backend):
+    def f(tree):
+        xp = di.array_namespace(tree["a"])
+        return xp.sum(tree["a"] * tree["a"])
+
+    x = {"a": np.array([1.0, 2.0])}
+    out = np.full(2, 7.0)
+    with pytest.raises(di.OutBufferError) as info:
+        di.gradient(f, backend, x, out=out)
+    message = str(info.value)
+    assert "out= takes the result of an array x, not of a pytree x" in message and "immutable" not in message
+    np.testing.assert_array_equal(out, np.full(2, 7.0))

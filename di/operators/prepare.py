@@ -185,7 +185,7 @@ def check_tangents(tangents: Any, label: str, operator: str) -> tuple[Any, ...]:
     if not isinstance(tangents, (tuple, list)):
         raise InvalidInputError(
             f"{label} must be a tuple of arrays for {operator} (one {operator} per element), not "
-            f"{type(tangents).__name__}; wrap a single one as ({label[1]},)."
+            f"{type(tangents).__name__}; pass a single one as a tuple of one, (v,)."
         )
     # an engine's traced value (autograd's box, inside its grad of the caller) is
     # judged by the array inside it, as a prep's check judges it

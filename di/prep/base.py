@@ -442,7 +442,7 @@ class Prep:
         if not isinstance(tangents, (tuple, list)):
             raise InvalidInputError(
                 f"{label} must be a tuple of arrays for {self.operator} (one result per element), not "
-                f"{type(tangents).__name__}; wrap a single one as ({label[1]},)."
+                f"{type(tangents).__name__}; pass a single one as a tuple of one, (v,)."
             )
         if self.strict:
             self.check(f, backend, x, contexts)
@@ -529,11 +529,15 @@ class Prep:
         if spec is None and self._x_is_float:  # results come back as NumPy float64 arrays
             spec = ArraySpec("numpy", (), np.dtype(np.float64), None)
         family = family_of(out)
-        if spec is None or not get_family(spec.family).mutable:
-            given = "a pytree" if spec is None else f"a {get_family(spec.family).display} array"
+        if spec is None:
             raise OutBufferError(
-                f"out does not fit the {what}: x is {given}, whose results are immutable; "
-                f"call without out= and use the returned array."
+                f"out does not fit the {what}: out= takes the result of an array x, not of a pytree x (whose "
+                f"result is a pytree); call without out= and use the returned pytree."
+            )
+        if not get_family(spec.family).mutable:
+            raise OutBufferError(
+                f"out does not fit the {what}: x is a {get_family(spec.family).display} array, whose results are "
+                f"immutable; call without out= and use the returned array."
             )
         if family != spec.family:
             raise OutBufferError(

@@ -502,7 +502,8 @@ def _refuse_storage_format(family: str, name: str, path: str, operator: str) -> 
         raise InvalidInputError(
             f"{path} must be an array of a computing floating-point dtype for {operator}: got a {family} array of "
             f"dtype {name}, a storage format no backend differentiates in. Cast it to float32 (or float16, "
-            f"bfloat16) first, e.g. x.astype(np.float32), or x.to(float32) for a tensor, and cast the result back."
+            f"bfloat16) first, e.g. {path}.astype(np.float32), or {path}.to(float32) for a tensor, and cast the "
+            f"result back."
         )
 
 
