@@ -166,3 +166,37 @@ def test_a_closed_over_numpy_array_on_the_left_is_named(case: str, operator: str
     assert "di.Constant(data)" in str(info.value)
     assert isinstance(info.value.__cause__, TypeError)
     assert "'numpy.ndarray' and 'Tensor'" in str(info.value.__cause__)
+
+
+# --- writes into x -------------------------------------------------------------------------
+
+
+def _zeroes_its_first(x: Any) -> Any:
+    xp = di.array_namespace(x)
+    x[0] = 0.0
+    return xp.sum(x * x)
+
+
+def _increments(x: Any) -> Any:
+    xp = di.array_namespace(x)
+    x += 1.0
+    return xp.sum(x * x)
+
+
+@pytest.mark.parametrize("operator", ["gradient", "hessian", "pullback"])
+@pytest.mark.parametrize("f", [_zeroes_its_first, _increments], ids=["index", "augmented"])
+@pytest.mark.parametrize("backend", [di.AutoTorch(), COMPILED], ids=["torch", "torch-compile"])
+def test_a_write_into_x_is_refused_by_the_mutation_rule(backend: Any, f: Any, operator: str) -> None:
+    """torch's 'a leaf Variable that requires grad is being used in an in-place
+    operation' leaked raw; it is di's InvalidInputError naming the rule, chained."""
+    x = np.array([1.0, 2.0, 3.0])
+    with pytest.raises(di.InvalidInputError, match="f wrote into x in place") as info:
+        if operator == "pullback":
+            di.pullback(f, backend, x, (np.ones(()),))
+        else:
+            getattr(di, operator)(f, backend, x)
+    assert "mutation rule" in str(info.value) and operator in str(info.value)
+    assert isinstance(info.value.__cause__, RuntimeError)
+    assert "in-place operation" in str(info.value.__cause__)
+    if operator != "pullback":  # (a pullback's preparation runs f once on x untraced, which writes)
+        np.testing.assert_array_equal(x, [1.0, 2.0, 3.0])  # refused before the write

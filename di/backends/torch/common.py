@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any
+from typing import Any, NoReturn
 
 import numpy as np
 import torch
@@ -12,12 +12,12 @@ import torch.autograd.forward_ad as forward_ad
 import torch.utils._pytree as torch_pytree
 
 from di.backends.compile import counting_static_values, static_positions
-from di.backends.outputs import OutputRules
+from di.backends.outputs import OutputRules, raise_translated
 from di.backends.protocol import Adapter, Program
-from di.backends.selectors import AutoTorch
+from di.backends.selectors import AbstractBackend, AutoTorch
 from di.backends.torch.compile import TorchCompiler
 from di.contexts import Context
-from di.errors import UnsupportedContextError, UnsupportedOperatorError
+from di.errors import InvalidInputError, UnsupportedContextError, UnsupportedOperatorError
 from di.families import converter, family_of
 from di.families.torch import innermost_transform, transform_of
 from di.pytrees import is_pytree, tree_leaves, tree_map
@@ -41,12 +41,15 @@ __all__ = [
     "owning",
     "recording",
     "refusing_caches_inside_transforms",
+    "raise_refusal",
+    "refusing_writes",
     "requires_grad",
     "scalar_to_tensor",
     "storage_address",
     "transform_of",
     "unshared",
     "without_overlap",
+    "write_error",
 ]
 
 _functorch_active = torch._C._are_functorch_transforms_active
@@ -130,6 +133,49 @@ def refusing_caches_inside_transforms(program: Program, backend: AutoTorch) -> P
         return program(*args)
 
     return refusing
+
+
+_WRITE = "leaf Variable that requires grad is being used in an in-place operation"
+"""torch's refusal of a write into the tensor it differentiates (``x[0] = 0``,
+``x += 1``; "a view of a ..." for an indexed write)."""
+
+
+def write_error(error: BaseException, backend: AbstractBackend, operator: str) -> InvalidInputError | None:
+    """The :class:`di.InvalidInputError` for torch's ``error`` when it says ``f``
+    wrote into ``x`` in place, else ``None``."""
+    if not isinstance(error, RuntimeError) or _WRITE not in str(error):
+        return None
+    return InvalidInputError(
+        f"{operator} with {backend!r}: f wrote into x in place (x[i] = ..., x += ...), which torch cannot "
+        f"differentiate. x and every Constant are read only (the mutation rule, docs/preparation.md): build a new "
+        f"tensor instead (x + 1, xp.where(mask, 0.0, x)), or write into a di.Cache passed as scratch space."
+    )
+
+
+def refusing_writes(checked: Callable[..., Any], backend: AbstractBackend, operator: str) -> Callable[..., Any]:
+    """``checked`` (``f`` with its output checked), torch's refusal of a write into
+    ``x`` raised as :func:`write_error`, chained to torch's."""
+
+    def run(x: Any, *values: Any) -> Any:
+        try:
+            return checked(x, *values)
+        except RuntimeError as err:
+            refusal = write_error(err, backend, operator)
+            if refusal is None:
+                raise
+            raise refusal from err
+
+    return run
+
+
+def raise_refusal(error: BaseException, backend: AbstractBackend, operator: str) -> NoReturn:
+    """Raise the ``di`` error for torch's refusal ``error`` inside ``f`` (of reverse
+    mode: a write into ``x``, NumPy on a traced value), chained to it, or
+    ``error`` itself when it is another."""
+    refusal = write_error(error, backend, operator)
+    if refusal is not None:
+        raise refusal from error
+    raise_translated(error, backend, operator, REVERSE_RULES)
 
 
 _PLAIN_VALUES = frozenset({float, int, bool, str, type(None)})

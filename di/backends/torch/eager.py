@@ -24,7 +24,7 @@ from torch.autograd import forward_ad as dual
 from di.backends import fallbacks
 from di.backends.aux import split_output
 from di.backends.compile import static_argnums
-from di.backends.outputs import check_output, raise_translated
+from di.backends.outputs import check_output
 from di.backends.protocol import Programs
 from di.backends.torch.common import (
     REVERSE_RULES,
@@ -35,6 +35,7 @@ from di.backends.torch.common import (
     like,
     normal_tensors,
     owned_aux,
+    raise_refusal,
     recording,
     requires_grad,
     unshared,
@@ -194,8 +195,8 @@ class Reverse:
                 if y.__class__ is not tensor or not y.requires_grad or (accept is not None and not accept(y)):
                     y = check_output(y, differentiated, backend, operator, REVERSE_RULES)
                 result = backward(y, differentiated, cotangents, connect)
-            except conversions as err:  # torch refused NumPy inside f: say why
-                raise_translated(err, backend, operator, REVERSE_RULES)
+            except conversions as err:  # torch refused NumPy, or a write into x, inside f: say why
+                raise_refusal(err, backend, operator)
             finally:
                 if caches and not connect:
                     for i in caches:
@@ -251,8 +252,8 @@ class Reverse:
                 if y.__class__ is not tensor or not y.requires_grad or (accept is not None and not accept(y)):
                     y = check_output(y, argument, backend, operator, REVERSE_RULES)
                 return backward(y, argument, args[0] if lead else None, False)
-            except conversions as err:  # torch refused NumPy inside f: say why
-                raise_translated(err, backend, operator, REVERSE_RULES)
+            except conversions as err:  # torch refused NumPy, or a write into x, inside f: say why
+                raise_refusal(err, backend, operator)
 
         if tree:  # results are rebuilt with x's own structure (its dict order kept)
             gradient = self._tree_gradient_program(backward, run, with_value, traced)
@@ -315,8 +316,8 @@ class Reverse:
                 if y.__class__ is not tensor or not y.requires_grad:
                     y = check_output(y, differentiated, backend, operator, REVERSE_RULES)
                 result = unflatten(backward(y, differentiated, None, connect))
-            except conversions as err:  # torch refused NumPy inside f: say why
-                raise_translated(err, backend, operator, REVERSE_RULES)
+            except conversions as err:  # torch refused NumPy, or a write into x, inside f: say why
+                raise_refusal(err, backend, operator)
             if with_value:
                 value = y if connect else y.detach()
                 if y._base is not None or y.grad_fn is None:  # a leaf of x (or a view of one): copied

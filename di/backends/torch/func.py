@@ -38,6 +38,7 @@ from di.backends.torch.common import (
     dynamo_compiling,
     inside_transform,
     like,
+    refusing_writes,
     requires_grad,
     transform_of,
     without_overlap,
@@ -70,7 +71,8 @@ class FuncPrograms:
         """``f`` with its output checked for ``operator``; under ``has_aux`` it
         returns ``(y, aux)``, and so does the checked function."""
         accept = _traced_scalar if operator in SCALAR_OPERATORS else _float_array
-        return checking(f, self.adapter.backend, operator, rules, has_aux=has_aux, accept=accept)
+        checked = checking(f, self.adapter.backend, operator, rules, has_aux=has_aux, accept=accept)
+        return refusing_writes(checked, self.adapter.backend, operator)
 
     def _forward_rules(self) -> OutputRules:
         """Forward-mode outputs are checked for a tangent eagerly; a compiled graph
