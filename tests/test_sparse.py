@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 import torch
+from conftest import assert_close, backend_params
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from jax.experimental import sparse as jsparse
@@ -606,3 +607,83 @@ def test_second_order_is_refused_as_the_dense_backend_of_colored_operators() -> 
         ):
             prepare(f, backend, x)
     np.testing.assert_allclose(di.gradient(chain, backend, x), [1.0, 2 * 0.5 * 1.0 + 0.09, 2 * 1.0 * -0.3], rtol=1e-5)
+
+
+# --- a pytree x: the caller's leaf order ------------------------------------------------------
+
+
+def _two_leaves_out(t: Any) -> Any:
+    xp = di.array_namespace(t["b"])
+    return xp.concat([t["b"] * 2.0, xp.sin(t["a"]["z"]) * t["a"]["c"]])
+
+
+def _two_leaves_energy(t: Any) -> Any:
+    xp = di.array_namespace(t["b"])
+    return xp.sum(t["b"] ** 3) + xp.sum(xp.sin(t["a"]["z"]) * t["a"]["c"])
+
+
+def _unsorted_x() -> dict[str, Any]:
+    """A pytree whose dicts are out of sorted key order (optree flattens them sorted)."""
+    return {"b": np.array([1.0, 2.0]), "a": {"z": np.array([0.1, 0.2, 0.3]), "c": np.array(0.5)}}
+
+
+def _iterated(tree: Any) -> list[Any]:
+    """The leaves of nested dicts in the order they iterate."""
+    return [leaf for value in tree.values() for leaf in (_iterated(value) if isinstance(value, dict) else [value])]
+
+
+def _blocks(rows: list[Any], m: int) -> np.ndarray:
+    return np.concatenate([np.asarray(block, dtype=np.float64).reshape(m, -1) for block in rows], axis=1)
+
+
+def _second_order_atol(dense: di.AbstractBackend) -> float:
+    """How near a sparse Hessian is to the exact one: central differences of central-difference
+    gradients within about 1e-6, forward ones of forward ones within about 5e-4."""
+    if isinstance(dense, di.AutoFiniteDiff):
+        return 1e-3 if dense.method == "forward" else 1e-5
+    return 1e-12
+
+
+def _rows(hessian: Any, x: Any) -> list[Any]:
+    """The rows of a dense Hessian of a pytree ``x`` (each shaped like ``x``), in ``x``'s iteration order."""
+    return [
+        row
+        for key, leaf in x.items()
+        for row in (_rows(hessian[key], leaf) if isinstance(leaf, dict) else [hessian[key]])
+    ]
+
+
+@pytest.mark.parametrize("dense", backend_params())
+def test_a_pytree_x_s_columns_follow_the_caller_s_leaf_order(dense: di.AbstractBackend) -> None:
+    x = _unsorted_x()
+    backend = di.AutoSparse(dense)
+    prep = di.prepare_jacobian(_two_leaves_out, backend, x)
+    assert prep.info.columns == {"b": slice(0, 2), "a": {"z": slice(2, 5), "c": slice(5, 6)}}
+    expected = _blocks(_iterated(di.jacobian(_two_leaves_out, dense, x)), 5)
+    assert_close(di.jacobian(_two_leaves_out, prep, backend, x).toarray(), expected, dense, np.float64, "jacobian")
+    # The Hessian's rows and columns, and the gradient beside it, in one order: a Newton step is right.
+    _, gradient, hessian = di.value_gradient_and_hessian(_two_leaves_energy, backend, x)
+    assert list(gradient) == ["b", "a"] and list(gradient["a"]) == ["z", "c"]
+    flat_gradient = np.concatenate([np.reshape(g, -1) for g in _iterated(gradient)])
+    expected_gradient = _blocks(_iterated(di.gradient(_two_leaves_energy, dense, x)), 1)[0]
+    assert_close(flat_gradient, expected_gradient, dense, np.float64, "gradient")
+    rows = _rows(di.hessian(_two_leaves_energy, di.AutoTorch(), x), x)  # exact: a dense FD Hessian is not
+    expected_hessian = np.concatenate(
+        [_blocks(_iterated(row), int(np.size(leaf))) for row, leaf in zip(rows, _iterated(x), strict=True)]
+    )
+    np.testing.assert_allclose(hessian.toarray(), expected_hessian, atol=_second_order_atol(dense))
+
+
+@pytest.mark.parametrize("dense", backend_params())
+def test_dense_results_over_a_pytree_x_are_the_dense_backend_s(dense: di.AbstractBackend) -> None:
+    x = _unsorted_x()
+    backend = di.AutoSparse(dense, dense_result=True)
+    for operator, f in ((di.jacobian, _two_leaves_out), (di.hessian, _two_leaves_energy)):
+        expected, result = operator(f, dense, x), operator(f, backend, x)
+        exact = operator(f, di.AutoTorch(), x)  # a dense forward-difference Hessian is off by 1e-4
+        assert list(result) == ["b", "a"] and list(result["a"]) == ["z", "c"]
+        assert di.pytrees.tree_flatten(result)[1] == di.pytrees.tree_flatten(expected)[1]
+        leaves = zip(*(di.pytrees.tree_leaves(t) for t in (result, expected, exact)), strict=True)
+        for got, want, value in leaves:
+            assert (type(got), got.shape, got.dtype) == (type(want), want.shape, want.dtype)
+            np.testing.assert_allclose(got, value, rtol=1e-7, atol=_second_order_atol(dense))

@@ -52,11 +52,12 @@ from di.errors import InvalidInputError, UnsupportedOperatorError
 from di.families import converter, family_of, identity
 from di.prep.base import Prep
 from di.prep.strategy import Preparer, PrepareRequest, Strategy, StrategyInfo
-from di.pytrees import Raveler, is_pytree
+from di.pytrees import is_pytree
 from di.sparse.assembly import assembler, chunks, empty_data, gatherer, numpy_dtype, solver
 from di.sparse.choice import Choice, hessian_decompression, jacobian_decompression
 from di.sparse.decompression import Decompression, seeds
 from di.sparse.detection import TRACED, traced
+from di.sparse.layout import leaf_columns, leaf_layout
 from di.sparse.patterns import Detection, as_pattern, symmetrize
 
 __all__ = ["SparseInfo", "SparseSource", "SparseStrategy"]
@@ -71,7 +72,7 @@ class SparseInfo(StrategyInfo):
 
     Attributes:
         pattern: the boolean ``scipy.sparse.csr_array`` pattern (over the
-            flattened leaves of a pytree ``x``).
+            leaves of a pytree ``x`` one after the other, as :attr:`columns` says).
         n_colors: the number of products per call: pushforwards, pullbacks or hvps.
         mode: ``"forward"``, ``"reverse"``, ``"bidirectional"``, ``"symmetric"``
             (star, read directly) or ``"substitution"`` (acyclic).
@@ -84,6 +85,10 @@ class SparseInfo(StrategyInfo):
         n_forward: how many of the products are pushforwards: ``n_colors`` in
             ``"forward"`` mode, 0 in ``"reverse"`` mode and for Hessians.
         chunks: how many batches the products are computed in.
+        columns: for a pytree ``x``, a pytree shaped like ``x`` holding each
+            leaf's ``slice`` of the matrix's columns (and of a Hessian's rows):
+            the leaves follow one another in the order the dense gradient dict
+            iterates them (each dict in its own key order); ``None`` for an array ``x``.
     """
 
     pattern: sp.csr_array
@@ -95,6 +100,7 @@ class SparseInfo(StrategyInfo):
     order: str = ""
     n_forward: int = 0
     chunks: int = 1
+    columns: Any = None
 
     @property
     def sparsity(self) -> sp.csr_array:  # type: ignore[override]
@@ -162,8 +168,8 @@ class SparseSource(ProgramSource):
     """The colored ``jacobian`` and ``hessian`` programs of an :class:`di.AutoSparse`
     selector over its dense backend's adapter. Results come out in the caller's
     family (sparse matrices have no generic conversion); what preparation found
-    is left in :attr:`info`. A pytree ``x`` is flattened into one vector here (its
-    pattern is over the flattened leaves)."""
+    is left in :attr:`info`. A pytree ``x`` is flattened into one vector here, its
+    leaves in the caller's order (its pattern is over that vector)."""
 
     converts_results = False
 
@@ -261,29 +267,40 @@ class SparseSource(ProgramSource):
         return self.prepare_hessian_programs(f, x, contexts)
 
     def _pytree_programs(self, operator: str, f: Callable[..., Any], x: Any, contexts: Sequence[Context]) -> Programs:
-        """Programs on the flattened leaves: ``x`` is raveled at each call, ``f`` sees
-        the pytree, gradients come back shaped like ``x``."""
-        raveler = Raveler(x)
+        """Programs on the flattened leaves: ``x`` is raveled at each call with its
+        leaves in the caller's order (:mod:`di.sparse.layout`: the order in which the
+        dense gradient dict iterates, which the matrix's columns follow), ``f`` sees
+        the pytree, gradients (and dense results) come back shaped like ``x``."""
+        layout = leaf_layout(x)
 
         def flat_f(vector: Any, *values: Any) -> Any:
-            return f(raveler.unravel(vector, cast=not self.evaluates_in_float64), *values)
+            return f(layout.unravel(vector, cast=not self.evaluates_in_float64), *values)
 
-        flat_x = raveler.ravel(x)
+        flat_x = layout.ravel(x)
         if operator == "jacobian":
             flat = self.prepare_jacobian_programs(flat_f, flat_x, contexts)
         else:
             flat = self.prepare_hessian_programs(flat_f, flat_x, contexts)
+        assert self.info is not None
+        self.info = dataclasses.replace(self.info, columns=leaf_columns(layout))
+        dense = self.selector.dense_result
+
+        def jacobian(matrix: Any) -> Any:  # dense: one leaf per leaf of x, as the dense backends give
+            return layout.unravel_leading(matrix, tuple(matrix.shape[:-1])) if dense else matrix
+
+        def hessian(matrix: Any) -> Any:
+            return layout.unravel_hessian(matrix) if dense else matrix
+
+        post: dict[str, Callable[[Any], Any]] = {
+            "jacobian": jacobian,
+            "value_and_jacobian": lambda r: (r[0], jacobian(r[1])),
+            "hessian": hessian,
+            "value_gradient_and_hessian": lambda r: (r[0], layout.unravel(r[1]), hessian(r[2])),
+        }
 
         def raveled(name: str) -> Callable[..., Any]:
-            program = flat[name]
-            if name != "value_gradient_and_hessian":
-                return lambda x, *values: program(raveler.ravel(x), *values)
-
-            def with_gradient(x: Any, *values: Any) -> Any:
-                y, g, h = program(raveler.ravel(x), *values)
-                return y, raveler.unravel(g), h
-
-            return with_gradient
+            program, finish = flat[name], post[name]
+            return lambda x, *values: finish(program(layout.ravel(x), *values))
 
         return {name: raveled(name) for name in flat}
 
