@@ -68,7 +68,8 @@ def keeping_error(wrapper: Program, program: Program) -> Program:
     finite-difference gradient) carries ``result_error``, a function returning that
     error as last seen in the calling thread: a finite-difference backend
     differentiating the program again (``SecondOrder``) takes its steps for it, as
-    it does for ``f``'s float32 outputs. Wrappers that pass results on keep it.
+    it does for ``f``'s float32 outputs. Wrappers that pass results on keep it, and
+    the :func:`checked_program` mark.
 
     Examples:
         >>> from di.backends.protocol import keeping_error
@@ -81,6 +82,8 @@ def keeping_error(wrapper: Program, program: Program) -> Program:
     error = getattr(program, "result_error", None)
     if error is not None:
         wrapper.result_error = error  # type: ignore[attr-defined]
+    if getattr(program, "checked_program", False):
+        wrapper.checked_program = True  # type: ignore[attr-defined]
     return wrapper
 
 

@@ -23,6 +23,7 @@ import jax
 
 from di.backends.jax.programs import StaticLeaves
 from di.backends.outputs import untraced_output_error
+from di.backends.protocol import keeping_error
 from di.backends.selectors import AbstractBackend
 from di.errors import InvalidOutputError
 
@@ -174,4 +175,4 @@ def translating(f: Callable[..., Any], backend: AbstractBackend, operator: str) 
         except _REFUSALS as err:
             _raise(err, backend, operator, values)
 
-    return translated
+    return keeping_error(translated, f)
