@@ -693,3 +693,54 @@ def test_derivatives_in_the_output_space_have_the_outputs_dtype(backend: Any) ->
     value, jacobian = di.value_and_jacobian(widened, backend, x)
     assert jacobian.dtype == value.dtype == di.pushforward(widened, backend, x, (x,))[0].dtype
     np.testing.assert_allclose(jacobian, np.diag(3 * x.astype(np.float64) ** 2), rtol=1e-3)
+
+
+def _storage(array: Any) -> int:
+    """The address of an array's buffer, whatever its family."""
+    if isinstance(array, torch.Tensor):
+        return int(array.data_ptr())
+    if isinstance(array, jax.Array):
+        return int(array.unsafe_buffer_pointer())
+    return int(np.asarray(array).__array_interface__["data"][0])
+
+
+@pytest.mark.parametrize("backend", SECOND_ORDER_BACKENDS, ids=backend_id)
+def test_same_point_results_are_the_callers_own(backend: Any) -> None:
+    """The value of value_and_pullback and the gradient of gradient_and_hvp, which a
+    same-point prep computed at preparation, come back as copies (operators.md): on
+    AutoJAX they were the prep's own array (g1 is g2), so g1.delete() broke the prep
+    for good ('Array has been deleted'). Freeing or writing into a result leaves the
+    next call's answer as it was: at x = [.1, .2, .3], f = sum(x^3)/2 is 0.018, its
+    gradient 1.5 x^2 = [.015, .06, .135] and the hvp along e0 3 x0 e0 = [.3, 0, 0]."""
+    kind = "jax" if isinstance(backend, di.AutoJAX) else "torch" if isinstance(backend, di.AutoTorch) else "numpy"
+    lift = {"jax": jnp.asarray, "torch": torch.from_numpy, "numpy": np.asarray}[kind]
+    x = lift(np.array([0.1, 0.2, 0.3], dtype=np.float32))
+    tx, ty = (lift(np.array([1.0, 0.0, 0.0], dtype=np.float32)),), (lift(np.array(1.0, dtype=np.float32)),)
+
+    def half_cube(x: Any) -> Any:
+        xp = di.array_namespace(x)
+        return xp.sum(x * x * x) / 2
+
+    def free(array: Any) -> None:
+        if isinstance(array, jax.Array):
+            array.delete()
+        else:
+            array[...] = -1.0
+
+    gradient = np.array([0.015, 0.06, 0.135])
+    calls = (
+        (di.prepare_hvp_same_point, di.gradient_and_hvp, tx, gradient),
+        (di.prepare_pullback_same_point, di.value_and_pullback, ty, np.array(0.018)),
+    )
+    for prepare, operator, tangents, expected in calls:
+        prep = prepare(half_cube, backend, x, tangents)
+        first, _ = operator(half_cube, prep, backend, x, tangents)
+        second, _ = operator(half_cube, prep, backend, x, tangents)
+        assert first is not second and _storage(first) != _storage(second), operator.__name__
+        free(first)
+        third, products = operator(half_cube, prep, backend, x, tangents)
+        np.testing.assert_allclose(np.asarray(third), expected, rtol=1e-4, err_msg=operator.__name__)
+        np.testing.assert_allclose(np.asarray(second), expected, rtol=1e-4, err_msg=operator.__name__)
+        np.testing.assert_allclose(
+            np.asarray(products[0]), [0.3, 0.0, 0.0] if tangents is tx else gradient, rtol=1e-3, atol=1e-5
+        )

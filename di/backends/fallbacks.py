@@ -437,12 +437,31 @@ def second_derivative_programs(
 
 
 def _fresh(adapter: Adapter) -> Callable[[Any], Any]:
-    """A copy of an array made at preparation, for a result the caller will own
-    (and may write into); none is needed in an immutable family."""
-    if not get_family(adapter.family).mutable:
-        return lambda array: array
+    """A copy of an array made at preparation, for a result the caller will own:
+    a mutable family's caller may write into it, and an immutable one's may free
+    it (JAX's ``delete()``, or donating it to a jitted call), which must not
+    break the prep's next call. Every family copies (on the array's device)."""
     xp = get_family(adapter.family).namespace()
     return lambda array: xp.asarray(array, copy=True)
+
+
+_SAME_POINT = frozenset({"pullback_same_point", "hvp_same_point"})
+
+
+def _handing_out_copies(adapter: Adapter, operator: str, built: Programs, prepared: list[Any]) -> Programs:
+    """An adapter's own same-point programs, with the value (``value_and_pullback``)
+    or gradient (``gradient_and_hvp``) they computed at preparation handed out as a
+    copy on each call, as the fallbacks below do: a native program may return the
+    array it keeps, and a caller freeing it would break the prep for good."""
+    plain, full = _PROGRAM_NAMES[operator]
+    program, fresh, scope = built[full], _fresh(adapter), adapter.scope(prepared)
+
+    def copying(x: Any, tangents: Sequence[Any], *values: Any) -> Any:
+        first, products = program(x, tangents, *values)
+        with scope():  # (a value or gradient of a pytree x, which the engine takes as it is, leaf by leaf)
+            return adapter.tree_map(fresh, first), products
+
+    return {plain: built[plain], full: keeping_error(copying, program)}
 
 
 def pullback_same_point_programs(
@@ -602,6 +621,8 @@ def programs(
             )
         built = method(*arguments, **options)
         _check_programs(adapter, operator, built)
+        if operator in _SAME_POINT:
+            return _handing_out_copies(adapter, operator, built, [x, *_values(contexts)])
         return built  # type: ignore[no-any-return]
     if not adapter.has_primitive():
         raise UnsupportedOperatorError(
