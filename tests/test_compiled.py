@@ -812,3 +812,26 @@ def test_numpy_arrays_in_aux_come_back_on_compiled_backends(
     if isinstance(backend, di.AutoTorch):  # a torch caller gets aux's arrays as tensors, as on AutoTorch()
         _, aux = di.gradient(squares_with_numpy_aux, backend, xt, has_aux=True)
         torch.testing.assert_close(aux["npa"], torch.full((2,), 3.0, dtype=torch.float64))
+
+
+def leading_map(x: Any, n: int) -> Any:
+    xp = di.array_namespace(x)
+    return xp.multiply(x[:n], x[:n])
+
+
+def test_torch_compile_counts_the_static_value_of_the_preparation() -> None:
+    """Compiled torch counted static values from nothing (one late: no warning at
+    the 9th compiled value, "9 distinct values" only at the 10th), and numbered
+    contexts among the tangents ("context 2" for a pushforward's only context).
+    The preparation's value counts now, and the context is context 1."""
+    options = {"backend": "eager", "recompile_limit": 16}  # (torch's own limit, 8, would stop at 9 values)
+    backend = di.AutoTorch(compile=True, compile_options=options)
+    x, tx = np.ones(12), (np.ones(12),)
+    prep = di.prepare_pushforward(leading_map, backend, np.zeros(12), tx, di.Constant(1))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", di.RecompileWarning)
+        for n in range(2, 9):
+            di.pushforward(leading_map, prep, backend, x, tx, di.Constant(n))
+    with pytest.warns(di.RecompileWarning, match="context 1 is compiled in .* has taken 9 distinct values"):
+        (dy,) = di.pushforward(leading_map, prep, backend, x, tx, di.Constant(9))
+    np.testing.assert_allclose(dy, np.full(9, 2.0))

@@ -505,8 +505,16 @@ class TorchBase(Adapter):
 
     def counted(self, program: Program, contexts: Sequence[Context], lead: int) -> Program:
         """``program`` (arguments ``x``, then ``lead - 1`` tangent arguments, then the
-        context values), counting the static values it meets when compiled."""
+        context values), counting the static values it meets when compiled: the
+        prepared ones from the start (the preparation compiled them), numbered
+        among the contexts (tangents come first with ``lead`` 2)."""
         if not self.compiled:
             return program
-        positions = tuple(lead - 1 + i for i in static_positions(contexts, self.backend))
-        return counting_static_values(program, positions, self.backend)
+        statics = static_positions(contexts, self.backend)
+        return counting_static_values(
+            program,
+            tuple(lead - 1 + i for i in statics),
+            self.backend,
+            prepared=[contexts[i].value for i in statics],
+            first_context=lead - 1,
+        )
