@@ -162,6 +162,40 @@ def test_broken_engine_install_raises_backend_not_installed(engine, tmp_path):
         assert f"pip install 'differentiation-interface[{engine}]'" in error["message"], error["message"]
 
 
+_BROKEN_DI_MODULE = """
+import json, sys, types
+import numpy as np
+import di
+di.gradient(lambda x: (x * x).sum(), di.AutoFiniteDiff(), np.ones(2))  # the operator layer loaded
+# then a module of di's that the engine's adapter imports fails, as in a circular import: None makes
+# Python raise ModuleNotFoundError for it, an empty module 'cannot import name ...' (an ImportError)
+sys.modules["di.backends.transforms"] = {broken}
+try:
+    di.gradient(lambda x: (x * x).sum(), di.{selector}(), np.ones(2))
+except Exception as err:
+    print(json.dumps({{"type": type(err).__name__, "di": isinstance(err, di.DIError), "message": str(err)}}))
+else:
+    print(json.dumps({{"type": None}}))
+"""
+
+
+@pytest.mark.parametrize("engine", _ENGINES)
+@pytest.mark.parametrize(
+    ("broken", "error"),
+    [("None", "ModuleNotFoundError"), ("types.ModuleType('di.backends.transforms')", "ImportError")],
+    ids=["missing", "cannot-import-name"],
+)
+def test_a_broken_di_module_is_not_reported_as_a_missing_engine(engine, broken, error):
+    """An ImportError from one of di's own modules (a circular import, a name it lacks)
+    propagates as it is: it read 'AutoTorch needs PyTorch, which is not installed' with
+    a pip hint, for an engine that is installed."""
+    if not di.backend(engine).is_installed:
+        pytest.skip(f"{engine} is not installed")
+    report = _run(_BROKEN_DI_MODULE.format(broken=broken, selector=_SELECTORS[engine]))
+    assert report["type"] == error and not report["di"], report
+    assert "di.backends.transforms" in report["message"] and "not installed" not in report["message"], report
+
+
 # --- selectors -------------------------------------------------------------------------------
 
 

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+import importlib.util
+import sys
 from typing import TYPE_CHECKING, Any
 
 from di.backends.selectors import AbstractBackend
@@ -193,8 +195,10 @@ def _imported(path: str, backend: AbstractBackend, what: str = "strategy") -> An
 
     Raises:
         InvalidOptionError: the module or the name does not exist (the path is named).
-        BackendNotInstalledError: the module exists but imports a module that is not
-            installed (the engine).
+        BackendNotInstalledError: the module exists but its engine is not installed,
+            or its install is broken (:func:`_engine_missing`); an ImportError of
+            ``di``'s own modules, or of a package the selector does not name,
+            propagates as it is.
     """
     module_name, _, name = path.partition(":")
     try:
@@ -207,8 +211,12 @@ def _imported(path: str, backend: AbstractBackend, what: str = "strategy") -> An
                 f"which cannot be found ({err}); check the path given to di.register_backend or the "
                 f"selector's {what} attribute"
             ) from err
+        if not _engine_missing(err, backend):
+            raise
         raise _not_installed(backend, missing) from err
     except ImportError as err:
+        if not _engine_missing(err, backend):
+            raise
         raise _not_installed(backend, module_name) from err
     try:
         return getattr(module, name)
@@ -216,6 +224,53 @@ def _imported(path: str, backend: AbstractBackend, what: str = "strategy") -> An
         raise InvalidOptionError(
             f"the {what} path {path!r} of {type(backend).__name__}: the module {module_name!r} has no {name!r}"
         ) from None
+
+
+_OWN_PACKAGE = __name__.partition(".")[0]
+
+
+def _engines(backend: Any) -> set[str]:
+    """The top-level packages of the engines ``backend`` names (its ``engine``, and
+    those of the backends it wraps, nested as deep as they go)."""
+    if isinstance(backend, (tuple, list)):
+        return set().union(*(_engines(part) for part in backend))
+    if not isinstance(backend, AbstractBackend):
+        return set()
+    found = {backend.engine.partition(".")[0]} if backend.engine else set()
+    for option in dataclasses.fields(backend) if dataclasses.is_dataclass(backend) else ():
+        found |= _engines(getattr(backend, option.name))
+    return found
+
+
+def _not_found(package: str) -> bool:
+    """Whether ``package`` (a top-level name) cannot be imported at all."""
+    try:
+        return importlib.util.find_spec(package) is None
+    except (ImportError, ValueError):  # (a name find_spec cannot look up)
+        return False
+
+
+def _engine_missing(err: ImportError, backend: AbstractBackend) -> bool:
+    """Whether ``err``, raised while importing ``backend``'s adapter or strategy,
+    says that its engine is not installed (or that its install is broken), rather
+    than that one of ``di``'s own modules failed to import (a circular import, a
+    name one of them lacks), which is a bug to report as it is, not a pip hint.
+
+    A ``ModuleNotFoundError`` means it for a package of an engine the selector (or
+    a backend it wraps) names, or for a package not installed at all when the
+    selector names no engine (a plug-in's) or says it is not installed (AutoSparse
+    without scipy). Any other ``ImportError`` means it only while one of those
+    engines could not be imported (its own ``__init__`` failed)."""
+    name = err.name or ""
+    top = name.partition(".")[0]
+    if top == _OWN_PACKAGE:
+        return False
+    engines = _engines(backend)
+    if isinstance(err, ModuleNotFoundError):
+        if top in engines:
+            return True
+        return bool(top) and (not engines or not backend.is_installed) and _not_found(top)
+    return (not name or top in engines) and any(engine not in sys.modules for engine in engines)
 
 
 def _not_a_selector(backend: Any) -> InvalidInputError:
