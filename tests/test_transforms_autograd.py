@@ -106,3 +106,35 @@ def test_derivatives_with_respect_to_the_tangents(operator: str, prepared: bool)
     ):
         got = autograd.grad(lambda t, product=product: autograd.numpy.sum(product(t) ** 2))(t)
         np.testing.assert_allclose(got, expected, rtol=1e-12, err_msg=label)
+
+
+def test_boxes_are_refused_by_name_before_any_autograd_prep(tmp_path: Any) -> None:
+    """In a fresh interpreter, autograd.grad around di.gradient on another backend
+    (no AutoAutograd prep made yet) read 'di knows no array family of that library':
+    autograd's box class was known only once di's autograd adapter had been imported.
+    Now the box's package has that adapter imported on the slow path, and the
+    message names the transform; import di and a plain call still import no adapter."""
+    import subprocess
+    import sys
+
+    script = tmp_path / "boxes.py"
+    script.write_text(
+        "import sys\n"
+        "import numpy as np, autograd\n"
+        "import di\n"
+        "def scalar(x):\n"
+        "    xp = di.array_namespace(x)\n"
+        "    return xp.sum(x * x)\n"
+        "print(float(di.gradient(scalar, di.AutoFiniteDiff(), np.ones(2))[0]))\n"
+        "print('di.backends.autograd.adapter' in sys.modules)\n"
+        "try:\n"
+        "    autograd.grad(lambda x: di.gradient(scalar, di.AutoFiniteDiff(), x)[0])(np.ones(3))\n"
+        "except di.InvalidInputError as err:\n"
+        "    print(err)\n"
+    )
+    result = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    gradient, imported, message = result.stdout.split("\n", 2)
+    assert float(gradient) == pytest.approx(2.0) and imported == "False"
+    assert message.startswith("x is traced by autograd.grad, and AutoFiniteDiff("), message
+    assert "knows no array family" not in message

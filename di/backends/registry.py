@@ -7,6 +7,7 @@ parties register their own selector type with :func:`register_backend`.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import importlib
 import importlib.util
@@ -15,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from di.backends.selectors import AbstractBackend
 from di.errors import BackendNotInstalledError, InvalidInputError, InvalidOptionError, InvalidOptionTypeError
+from di.prep.signature import set_traced_type_loader
 
 if TYPE_CHECKING:
     from di.backends.protocol import Adapter
@@ -78,6 +80,7 @@ def register_backend(selector_type: type[AbstractBackend], adapter: str | type[A
             f"di.backends.protocol.Adapter or its 'module:Class' path, not {_describe(adapter)}{instead}"
         )
     _ADAPTER_PATHS[selector_type] = adapter
+    set_traced_type_loader(_import_tracers)  # (the new adapter may trace a package looked up before)
     _STRATEGIES.clear()
     for backend in [b for b in _ADAPTERS if type(b) is selector_type]:
         del _ADAPTERS[backend]
@@ -271,6 +274,31 @@ def _engine_missing(err: ImportError, backend: AbstractBackend) -> bool:
             return True
         return bool(top) and (not engines or not backend.is_installed) and _not_found(top)
     return (not name or top in engines) and any(engine not in sys.modules for engine in engines)
+
+
+def _selector_types(cls: type[AbstractBackend] = AbstractBackend) -> list[type[AbstractBackend]]:
+    """``cls`` and every selector type deriving from it, defined so far."""
+    found = [cls]
+    for subclass in cls.__subclasses__():
+        found.extend(_selector_types(subclass))
+    return found
+
+
+def _import_tracers(package: str) -> None:
+    """Import the adapter module of every selector whose engine is the top-level
+    ``package``: an adapter registers, as it is imported, the classes of the values
+    its engine traces (:func:`di.prep.signature.register_traced_type`), which other
+    backends then refuse by name. An adapter that fails to import registers nothing."""
+    for cls in _selector_types():
+        if cls.engine.partition(".")[0] != package:
+            continue
+        target = _declared(cls, "adapter")
+        if isinstance(target, str):
+            with contextlib.suppress(ImportError):
+                importlib.import_module(target.partition(":")[0])
+
+
+set_traced_type_loader(_import_tracers)
 
 
 def _not_a_selector(backend: Any) -> InvalidInputError:

@@ -36,6 +36,7 @@ __all__ = [
     "named_leaves",
     "one_family_matcher",
     "register_traced_type",
+    "set_traced_type_loader",
     "traced_type",
     "tracing",
 ]
@@ -133,6 +134,11 @@ class TracedType:
 
 
 _TRACED_TYPES: dict[type, TracedType] = {}
+_TRACER_LOADER: list[Callable[[str], None]] = []
+"""The function importing the adapters that trace a top-level package's values
+(set by the backend registry, a higher layer: :func:`set_traced_type_loader`)."""
+_LOOKED_UP: set[str] = set()
+"""The top-level packages the loader was asked about (each once)."""
 
 
 def register_traced_type(traced: TracedType) -> None:
@@ -141,14 +147,42 @@ def register_traced_type(traced: TracedType) -> None:
     _TRACED_TYPES[traced.cls] = traced
 
 
+def set_traced_type_loader(loader: Callable[[str], None]) -> None:
+    """Set the function that, given a top-level package (``"mylib"``), imports the
+    adapters of the engines tracing its values, which register their traced types
+    as they are imported; packages already looked up are looked up again."""
+    _TRACER_LOADER[:] = [loader]
+    _LOOKED_UP.clear()
+
+
 def traced_type(value: Any) -> TracedType | None:
-    """The registered :class:`TracedType` of ``value``, or ``None``."""
-    return _TRACED_TYPES.get(value.__class__)
+    """The registered :class:`TracedType` of ``value``, or ``None``.
+
+    A class nobody registered, of a package whose engine's adapter was not
+    imported yet (an outer transform of that engine around a call of another
+    backend), has that adapter imported, once per package, and is looked up
+    again: this slow path runs only for values of no array family."""
+    traced = _TRACED_TYPES.get(value.__class__)
+    if traced is None and _TRACER_LOADER:
+        return _discovered(value)
+    return traced
+
+
+def _discovered(value: Any) -> TracedType | None:
+    cls = value.__class__
+    package = str(getattr(cls, "__module__", None) or "").partition(".")[0]
+    if not package or package in _LOOKED_UP or family_of(value) is not None:
+        return None
+    try:
+        _TRACER_LOADER[0](package)
+    finally:  # (after: another thread asking meanwhile imports too, which waits for this import)
+        _LOOKED_UP.add(package)
+    return _TRACED_TYPES.get(cls)
 
 
 def concrete(value: Any) -> Any:
     """``value``, or the array inside a registered traced value."""
-    traced = _TRACED_TYPES.get(value.__class__)
+    traced = traced_type(value)
     return value if traced is None else traced.value(value)
 
 
