@@ -835,3 +835,32 @@ def test_torch_compile_counts_the_static_value_of_the_preparation() -> None:
     with pytest.warns(di.RecompileWarning, match="context 1 is compiled in .* has taken 9 distinct values"):
         (dy,) = di.pushforward(leading_map, prep, backend, x, tx, di.Constant(9))
     np.testing.assert_allclose(dy, np.full(9, 2.0))
+
+
+def sin_times(x: Any) -> Any:
+    xp = di.array_namespace(x)
+    return xp.sin(x) * x
+
+
+def sin_times_sum(x: Any) -> Any:
+    xp = di.array_namespace(x)
+    return xp.sum(xp.sin(x) * x)
+
+
+@pytest.mark.parametrize("options", [None, {"backend": "aot_eager", "dynamic": True}], ids=["eager", "compiled"])
+def test_torch_takes_an_expanded_tangent(options: dict[str, Any] | None) -> None:
+    """An expanded tangent (a stride of 0) raised dynamo's raw TorchRuntimeError
+    ('Cannot call storage_offset() on tensor with symbolic sizes/strides', from
+    _make_dual) once the program was compiled with symbolic strides (after a
+    second shape, or dynamic=True): tangents are made dense as x is."""
+    backend = di.AutoTorch(compile=options is not None, compile_options=options)
+    x = torch.linspace(-1, 1, 6, dtype=torch.float64).reshape(2, 3)
+    expanded = torch.ones(1, 3, dtype=torch.float64).expand(2, 3)
+    dense = torch.ones(2, 3, dtype=torch.float64)
+    for operator, f in (("pushforward", sin_times), ("hvp", sin_times_sum)):
+        prep = getattr(di, f"prepare_{operator}")(f, backend, x, (x,))
+        (expected,) = getattr(di, operator)(f, prep, backend, x, (dense,))
+        (result,) = getattr(di, operator)(f, prep, backend, x, (expanded,))
+        torch.testing.assert_close(result, expected)
+        results = getattr(di, operator)(f, backend, x, (expanded, dense))
+        torch.testing.assert_close(results[0], expected)

@@ -36,16 +36,15 @@ from di.backends.torch.common import (
     as_dtype,
     dispatching,
     dynamo_compiling,
-    inside_transform,
     like,
     refusing_writes,
     requires_grad,
-    transform_of,
     without_overlap,
 )
 from di.backends.torch.compile import FALLS_BACK, UNSUPPORTED, break_in_di
 from di.backends.torch.eager import EagerPrograms
 from di.backends.torch.jacobians import batched_jvp_fails, forward_jacobian, per_tangent, reverse_jacobian
+from di.backends.torch.lazy import built_on_first_use
 from di.contexts import Context
 from di.errors import InvalidInputError, RecompileWarning
 from di.families import converter, family_of, identity
@@ -126,7 +125,11 @@ class FuncPrograms:
             if tangents is None:
                 return (xt, *values)
             if len(tangents) == 1:
-                return (xt, (like(tangents[0], xt),), *values)
+                t = like(tangents[0], xt)
+                # forward mode refuses an expanded tangent too (compiled, with dynamo's raw error)
+                return (xt, (without_overlap(t) if dense and not t.is_contiguous() else t,), *values)
+            if dense:
+                return (xt, tuple(_dense(like(t, xt)) for t in tangents), *values)
             return (xt, tuple(like(t, xt) for t in tangents), *values)
 
         def detached_arguments(x: Any, tangents: Sequence[Any] | None, values: Sequence[Any]) -> tuple[Any, ...]:
@@ -202,7 +205,7 @@ class FuncPrograms:
         def inside(x: Any, tangents: Any, contexts: Sequence[Context]) -> Programs:
             return self._func_gradient(f, x, contexts, has_aux, fast=_same)
 
-        lazy = _built_on_first_use(inside, x, None, contexts, ("gradient", "value_and_gradient"))
+        lazy = built_on_first_use(inside, x, None, contexts, ("gradient", "value_and_gradient"))
         if lazy is not None:
             return self.eager.gradient(f, x, contexts, has_aux, lazy)
 
@@ -282,7 +285,7 @@ class FuncPrograms:
         def inside(x: Any, ty: Any, contexts: Sequence[Context]) -> Programs:
             return self._func_pullback(f, x, ty, contexts, has_aux, fast=_same)
 
-        lazy = _built_on_first_use(inside, x, ty, contexts, ("pullback", "value_and_pullback"))
+        lazy = built_on_first_use(inside, x, ty, contexts, ("pullback", "value_and_pullback"))
         if lazy is not None:
             return self.eager.pullback(f, x, ty, contexts, has_aux, lazy)
 
@@ -530,65 +533,6 @@ def _run(
     return run
 
 
-def _built_on_first_use(
-    build: Callable[[Any, Any, Sequence[Context]], Programs],
-    x: Any,
-    tangents: Sequence[Any] | None,
-    contexts: Sequence[Context],
-    names: tuple[str, str],
-) -> Programs | None:
-    """The programs an eager prep runs inside ``torch.func`` transforms (and
-    ``torch.compile`` traces), built by ``build`` on their first call there
-    rather than at every preparation (most preps never run there). They are
-    built from stand-ins of the prepared arguments with the same signature and
-    no data (meta tensors, Python scalars of the same type), so the prep holds
-    none of the caller's values. ``None`` where the arguments have no such
-    stand-ins (a pytree ``x``, another family's arrays): build them now."""
-    if inside_transform():
-        return None
-    found = [_stand_in_maker(value) for value in (x, *(tangents or ()), *(c.value for c in contexts))]
-    makers = [maker for maker in found if maker is not None]
-    if len(makers) < len(found):
-        return None
-    wrappers, with_tangents = [type(c) for c in contexts], tangents is not None
-    count = len(tangents) if tangents is not None else 0  # (the closure holds no tangent)
-    built: list[Programs] = []  # (two threads may both build: the programs are the same)
-
-    def programs() -> Programs:
-        if built:
-            return built[0]
-        stand_in_x, *rest = [make() for make in makers]
-        stand_in_tangents = tuple(rest[:count]) if with_tangents else None
-        stand_in_contexts = [wrap(value) for wrap, value in zip(wrappers, rest[count:])]
-        fresh = build(stand_in_x, stand_in_tangents, stand_in_contexts)
-        if not dynamo_compiling():  # kept; a torch.compile trace builds its own (a kept one would recompile)
-            built.append(fresh)
-        return fresh
-
-    def on_first_use(name: str) -> Callable[..., Any]:
-        def run(*args: Any) -> Any:
-            return programs()[name](*args)
-
-        return run
-
-    return {name: on_first_use(name) for name in names}
-
-
-def _stand_in_maker(value: Any) -> Callable[[], Any] | None:
-    """A maker of values with ``value``'s signature and none of its data (a meta
-    tensor like a plain torch tensor, a Python scalar of its type), holding
-    only that signature; ``None`` for other values."""
-    if isinstance(value, torch.Tensor):
-        if value.__class__ is not torch.Tensor or transform_of(value):
-            return None
-        shape, dtype = tuple(value.shape), value.dtype
-        return lambda: torch.empty(shape, dtype=dtype, device="meta")
-    scalar_type = value.__class__
-    if scalar_type in (float, int, bool):
-        return scalar_type
-    return None
-
-
 def _leaves_of(structure: Structure | None) -> Callable[[Any], Any]:
     """``x`` as ``torch.func`` differentiates it: a pytree as the list of its leaves."""
     if structure is None:
@@ -633,6 +577,11 @@ def _rebuilt(structure: Structure | None) -> Callable[[Any], Any]:
 
 def _same(value: Any) -> Any:
     return value
+
+
+def _dense(tensor: Any) -> Any:
+    """``tensor``, a copy without overlap where it is not contiguous (:func:`without_overlap`)."""
+    return tensor if tensor.is_contiguous() else without_overlap(tensor)
 
 
 def _no_view(x: Any) -> Any:
