@@ -200,3 +200,44 @@ def test_a_write_into_x_is_refused_by_the_mutation_rule(backend: Any, f: Any, op
     assert "in-place operation" in str(info.value.__cause__)
     if operator != "pullback":  # (a pullback's preparation runs f once on x untraced, which writes)
         np.testing.assert_array_equal(x, [1.0, 2.0, 3.0])  # refused before the write
+
+
+# --- results of several tangents --------------------------------------------------------------
+
+
+def _sines(x: Any) -> Any:
+    xp = di.array_namespace(x)
+    return xp.sin(x) * x
+
+
+def _sines_sum(x: Any) -> Any:
+    xp = di.array_namespace(x)
+    return xp.sum(xp.sin(x) * x)
+
+
+def _several_results(backend: Any, operator: str, x: Any) -> tuple[Any, ...]:
+    tangents = (torch.ones(3, dtype=torch.float64), torch.arange(3.0, dtype=torch.float64))
+    if operator == "value_and_pullback":
+        return di.value_and_pullback(_sines, backend, x, tangents)[1]  # type: ignore[no-any-return]
+    f = _sines_sum if operator == "hvp" else _sines
+    return getattr(di, operator)(f, backend, x, tangents)  # type: ignore[no-any-return]
+
+
+@pytest.mark.parametrize("graph", [True, False], ids=["graph", "no-graph"])
+@pytest.mark.parametrize("operator", ["pushforward", "hvp", "pullback", "value_and_pullback"])
+@pytest.mark.parametrize("backend", [di.AutoTorch(), COMPILED], ids=["torch", "torch-compile"])
+def test_the_results_of_several_tangents_are_independent(backend: Any, operator: str, graph: bool) -> None:
+    """With two tangents, pushforward and hvp (and compiled pullbacks) returned
+    rows of one batched tensor (unbind's views): writing into one raised torch's
+    'Output 0 of Unbind is a view and is being modified inplace' with a graph
+    kept, and without one each kept the whole batch alive (resize_ showed the
+    other row). Each is a tensor of its own, which the caller may write into."""
+    x = torch.linspace(-1.0, 1.0, 3, dtype=torch.float64).requires_grad_(graph)
+    first, second = _several_results(backend, operator, x)
+    assert first._base is None and second._base is None
+    assert first.untyped_storage().data_ptr() != second.untyped_storage().data_ptr()
+    before = second.detach().clone()
+    with torch.no_grad():
+        first.mul_(2.0)
+        first.detach().resize_(6)
+    torch.testing.assert_close(second.detach(), before)

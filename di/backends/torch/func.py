@@ -43,7 +43,7 @@ from di.backends.torch.common import (
 )
 from di.backends.torch.compile import FALLS_BACK, UNSUPPORTED, break_in_di
 from di.backends.torch.eager import EagerPrograms
-from di.backends.torch.jacobians import batched_jvp_fails, forward_jacobian, per_tangent, reverse_jacobian
+from di.backends.torch.jacobians import batched_jvp_fails, forward_jacobian, per_tangent, reverse_jacobian, rows
 from di.backends.torch.lazy import built_on_first_use
 from di.contexts import Context
 from di.errors import InvalidInputError, RecompileWarning
@@ -318,7 +318,7 @@ class FuncPrograms:
             elif not ty:
                 cotangents = ()
             else:
-                cotangents = tuple(_func.vmap(vjp)(torch.stack(ty).to(y.dtype))[0].unbind(0))
+                cotangents = rows(_func.vmap(vjp)(torch.stack(ty).to(y.dtype))[0])
             return join((y, cotangents), *tensors)
 
         plain = plain_from_full(value_and_pullback, has_aux)

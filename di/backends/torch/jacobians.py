@@ -22,7 +22,7 @@ import torch
 
 from di.backends.torch.common import dynamo_compiling
 
-__all__ = ["batched_jvp_fails", "forward_jacobian", "per_tangent", "reverse_jacobian", "standard_basis"]
+__all__ = ["batched_jvp_fails", "forward_jacobian", "per_tangent", "reverse_jacobian", "rows", "standard_basis"]
 
 _func = torch.func
 _functorch_active: Callable[[], bool] = torch._C._are_functorch_transforms_active
@@ -57,7 +57,24 @@ def per_tangent(product: Callable[[Any], Any], tangents: Sequence[Any]) -> tuple
     """
     if batched_jvp_fails():
         return tuple(product(t) for t in tangents)
-    return tuple(_func.vmap(product)(torch.stack(tuple(tangents))).unbind(0))
+    return rows(_func.vmap(product)(torch.stack(tuple(tangents))))
+
+
+def rows(batch: Any) -> tuple[Any, ...]:
+    """The rows of ``batch`` (two or more) as tensors of their own: results the
+    caller may write into. ``unbind``'s rows are views of one storage, which torch
+    refuses to write into while they carry a graph ("Output 0 of Unbind is a
+    view") and which keep the whole batch alive. One copy per row: about 1 us
+    per row of 1e3 float64 here, 1 % of a pushforward.
+
+    Examples:
+        >>> import torch
+        >>> from di.backends.torch.jacobians import rows
+        >>> first, second = rows(torch.arange(4.0).reshape(2, 2))
+        >>> first.add_(1), second._base is None
+        (tensor([1., 2.]), True)
+    """
+    return tuple([row.clone() for row in batch.unbind(0)])
 
 
 def forward_jacobian(fy: Callable[..., Any], x: Any, has_aux: bool) -> tuple[Any, ...]:
