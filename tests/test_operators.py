@@ -744,3 +744,38 @@ def test_same_point_results_are_the_callers_own(backend: Any) -> None:
         np.testing.assert_allclose(
             np.asarray(products[0]), [0.3, 0.0, 0.0] if tangents is tx else gradient, rtol=1e-3, atol=1e-5
         )
+
+
+@pytest.mark.parametrize("backend", BACKENDS, ids=backend_id)
+def test_a_strict_prep_takes_a_memmap_for_an_ndarray_and_the_reverse(backend: Any, tmp_path: Any) -> None:
+    """A NumPy memmap (an ndarray subclass, which arrays.md says is taken) given for
+    x or a Constant value to a strict prep made with an ndarray of its shape and
+    dtype, or the reverse, was refused with a report printing two identical lines
+    ('prepared numpy float64 (3,)   given numpy float64 (3,)'). Now each serves the
+    other: f = sum(c x^2) / 2 has the gradient c x, and the hvp along t is c t."""
+
+    def weighted(x: Any, c: Any) -> Any:
+        xp = di.array_namespace(x)
+        return xp.sum(c * x * x) / 2
+
+    def memmap(name: str, values: list[float]) -> np.memmap:
+        array = np.memmap(tmp_path / name, dtype=np.float64, mode="w+", shape=(3,))
+        array[:] = values
+        return array
+
+    x, c, t = memmap("x", [1.0, 2.0, 3.0]), memmap("c", [2.0, 1.0, 0.5]), memmap("t", [1.0, 0.0, 1.0])
+    plain_x, plain_c, plain_t = np.array(x), np.array(c), np.array(t)
+    tol = tolerance(backend, 1)
+    for prepared, given in (((plain_x, plain_c), (x, c)), ((x, c), (plain_x, plain_c))):
+        prep = di.prepare_gradient(weighted, backend, prepared[0], di.Constant(prepared[1]))
+        for arguments in (given, (given[0], prepared[1]), (prepared[0], given[1])):
+            gradient = di.gradient(weighted, prep, backend, arguments[0], di.Constant(arguments[1]))
+            np.testing.assert_allclose(gradient, [2.0, 2.0, 1.5], rtol=tol, atol=tol)
+        tangents = (plain_t,) if prepared[0] is plain_x else (t,)
+        prep = di.prepare_hvp(weighted, backend, prepared[0], tangents, di.Constant(prepared[1]))
+        other = (t,) if prepared[0] is plain_x else (plain_t,)
+        (product,) = di.hvp(weighted, prep, backend, given[0], other, di.Constant(given[1]))
+        np.testing.assert_allclose(product, [2.0, 0.0, 0.5], rtol=tolerance(backend, 2), atol=tolerance(backend, 2))
+    prep = di.prepare_gradient(weighted, backend, plain_x, di.Constant(plain_c))
+    with pytest.raises(di.PreparationMismatchError, match=r"prepared numpy float64 \(3,\)   given numpy float32"):
+        di.gradient(weighted, prep, backend, np.asarray(x, dtype=np.float32), di.Constant(c))

@@ -25,6 +25,7 @@ from di.prep.signature import (
     matcher_for,
     mismatch_error,
     one_family_matcher,
+    plain,
 )
 from di.pytrees import check_flattens
 
@@ -122,13 +123,15 @@ class Prep:
         context_checks = [ArgumentCheck.of(f"context {i}", c.value, type(c)) for i, c in enumerate(contexts, start=1)]
         self.checks = (x_check, *context_checks)
         self._x_matcher = x_check.matcher
-        self._x_fields: tuple[Any, Any, Any] | None = None if family is None else get_family(family).fields(x)
+        self._x_fields: tuple[Any, Any, Any] | None = None if family is None else get_family(family).fields(plain(x))
         self._n_contexts = len(contexts)
         self._context_matchers = tuple((check.wrapper, check.matcher) for check in context_checks)
         # two or more context values of one family: compared in one loop of their family
-        self._values_matcher = one_family_matcher([c.value for c in contexts]) if len(contexts) > 1 else None
+        self._values_matcher = one_family_matcher([plain(c.value) for c in contexts]) if len(contexts) > 1 else None
         self.tangent_check = None if tangents is None else ArgumentCheck.of(tangent_label, tangents)
-        self.tangent_matchers = () if tangents is None else tuple(matcher_for(t, key_function(t)) for t in tangents)
+        self.tangent_matchers = (
+            () if tangents is None else tuple(matcher_for(plain(t), key_function(plain(t))) for t in tangents)
+        )
         self.same_point = same_point
         self.info = info
         self.runners = {name: self._runner(program) for name, program in programs.items()}
@@ -244,6 +247,7 @@ class Prep:
                         ok = False
                     if not ok:
                         fail(f, backend, x, contexts)
+                        x = plain(x)  # (accepted as the class the program was made for: a memmap as an ndarray)
                 if finish is None:
                     return program(x)
                 return finish(program(x))
@@ -263,6 +267,8 @@ class Prep:
                         ok = False
                     if not ok:
                         fail(f, backend, x, contexts)
+                        result = program(plain(x), plain(contexts[0].value))  # (as above)
+                        return result if finish is None else finish(result)
                 if finish is None:
                     return program(x, contexts[0].value)
                 return finish(program(x, contexts[0].value))
@@ -287,6 +293,8 @@ class Prep:
                     ok = False
                 if not ok:
                     fail(f, backend, x, contexts)
+                    result = program(plain(x), *[plain(context.value) for context in contexts])  # (as above)
+                    return result if finish is None else finish(result)
             if values_match is None or not strict:
                 values = [context.value for context in contexts]
             result = program(x, *values)
@@ -392,6 +400,7 @@ class Prep:
                         ok = False
                     if not ok:
                         self._refuse(f, backend, x, tangents, contexts)
+                        x, tangents = plain(x), tuple(plain(t) for t in tangents)  # (as the runners above)
                 try:
                     result = program(x, tangents)
                 except Exception as error:
@@ -414,6 +423,8 @@ class Prep:
                     ok = False
                 if not ok:
                     self._refuse(f, backend, x, tangents, contexts)
+                    x, tangents = plain(x), tuple(plain(t) for t in tangents)  # (as the runners above)
+                    contexts = [_Value(plain(context.value)) for context in contexts]
             try:
                 result = program(x, tangents, *[context.value for context in contexts])
             except Exception as error:
@@ -544,9 +555,11 @@ class Prep:
                 f"out does not fit the {what}: it must be a {spec.family} array like x, not "
                 f"{family or type(out).__name__}."
             )
-        if get_family(family).read_only(out):
+        refusal = get_family(family).read_only(out)
+        if refusal:
+            why = refusal if isinstance(refusal, str) else f"a {family} array that refuses writes"
             raise OutBufferError(
-                f"out cannot receive the {what}: it is read-only (a {family} array that refuses writes); pass a "
+                f"out cannot receive the {what}: it is read-only ({why}); pass a "
                 f"writable buffer, or call without out= and use the returned array."
             )
         out_spec = spec_of(out)
@@ -557,6 +570,16 @@ class Prep:
             raise OutBufferError(
                 f"out does not fit the {what}: it must be {spec.describe()} {like}, not {out_spec.describe()}."
             )
+
+
+class _Value:
+    """A context's value, for the program call of a runner's slow path (only the
+    value is read there)."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value: Any) -> None:
+        self.value = value
 
 
 def _contexts_match(contexts: Sequence[Any], matchers: Sequence[tuple[type | None, Any]]) -> bool:

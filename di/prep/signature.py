@@ -13,10 +13,21 @@ import threading
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
+import numpy as np
+
 from di.contexts import Context
 from di.errors import InvalidInputError, PreparationMismatchError, type_label
 from di.families import dtype_kind, families, family_of, get_family, is_floating_dtype, spec_of
-from di.pytrees import Structure, check_flattens, foreign_pytree, is_pytree, leaf_paths, traced_by, tree_flatten
+from di.pytrees import (
+    Structure,
+    check_flattens,
+    foreign_pytree,
+    is_pytree,
+    leaf_paths,
+    traced_by,
+    tree_flatten,
+    tree_map,
+)
 
 __all__ = [
     "ArgumentCheck",
@@ -35,6 +46,7 @@ __all__ = [
     "mismatch_error",
     "named_leaves",
     "one_family_matcher",
+    "plain",
     "register_traced_type",
     "set_traced_type_loader",
     "traced_type",
@@ -181,9 +193,49 @@ def _discovered(value: Any) -> TracedType | None:
 
 
 def concrete(value: Any) -> Any:
-    """``value``, or the array inside a registered traced value."""
+    """``value``, or the array inside a registered traced value, or a NumPy
+    array of a subclass as a plain ``ndarray`` (:func:`plain`)."""
     traced = traced_type(value)
-    return value if traced is None else traced.value(value)
+    return plain(value) if traced is None else traced.value(value)
+
+
+def plain(value: Any) -> Any:
+    """``value`` with its NumPy arrays of a subclass that NumPy's family takes as
+    they are (``np.memmap``, not the masked arrays and matrices it refuses) seen
+    as plain ``np.ndarray``s (views, no copy), a pytree's leaves too: a strict
+    prep records and compares them so, as the arrays the engines compute with, so
+    that a prep made with an ndarray serves a memmap of that shape and dtype, and
+    the reverse. Anything else is returned as it is.
+
+    Examples:
+        >>> import numpy as np
+        >>> from di.prep.signature import plain
+        >>> class Tagged(np.ndarray):
+        ...     pass
+        >>> type(plain(np.zeros(2).view(Tagged))).__name__, type(plain({"w": np.zeros(2).view(Tagged)})["w"]).__name__
+        ('ndarray', 'ndarray')
+    """
+    if value.__class__ is np.ndarray:
+        return value
+    if isinstance(value, np.ndarray):
+        return value.view(np.ndarray) if _plain_subclass(value) else value
+    try:
+        if not (is_pytree(value) and any(_plain_subclass(leaf) for leaf in tree_flatten(value)[0])):
+            return value
+    except (RecursionError, ValueError, TypeError):  # (one that cannot be flattened: its own check says why)
+        return value
+    return tree_map(lambda leaf: leaf.view(np.ndarray) if _plain_subclass(leaf) else leaf, value)
+
+
+def _plain_subclass(value: Any) -> bool:
+    """Whether ``value`` is a NumPy array of a subclass that NumPy's own family
+    takes as it is (no family of its own, no refusal)."""
+    return (
+        isinstance(value, np.ndarray)
+        and value.__class__ is not np.ndarray
+        and family_of(value) == "numpy"
+        and not get_family("numpy").refusal(value, "x")
+    )
 
 
 def tracing(value: Any) -> tuple[str, str]:
@@ -351,7 +403,9 @@ class ArgumentCheck:
 
     @classmethod
     def of(cls, label: str, value: Any, wrapper: type | None = None) -> ArgumentCheck:
-        """Record ``value`` (the bare value, not its context wrapper)."""
+        """Record ``value`` (the bare value, not its context wrapper), its NumPy
+        arrays of a subclass as plain ndarrays (:func:`plain`)."""
+        value = plain(value)
         key = key_function(value)
         described = describe_value(value)
         if wrapper is not None:
@@ -393,7 +447,7 @@ class ArgumentCheck:
                 if value.__class__ is not self.wrapper:
                     return False
                 value = value.value  # type: ignore[attr-defined]
-            return bool(self.key(value) == self.expected)
+            return bool(self.key(value) == self.expected or self.key(plain(value)) == self.expected)
         except Exception:
             return False
 
