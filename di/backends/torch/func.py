@@ -127,7 +127,7 @@ class FuncPrograms:
             if len(tangents) == 1:
                 t = like(tangents[0], xt)
                 # forward mode refuses an expanded tangent too (compiled, with dynamo's raw error)
-                return (xt, (without_overlap(t) if dense and not t.is_contiguous() else t,), *values)
+                return (xt, (_dense(t) if dense else t,), *values)
             if dense:
                 return (xt, tuple(_dense(like(t, xt)) for t in tangents), *values)
             return (xt, tuple(like(t, xt) for t in tangents), *values)
@@ -579,9 +579,13 @@ def _same(value: Any) -> Any:
     return value
 
 
-def _dense(tensor: Any) -> Any:
-    """``tensor``, a copy without overlap where it is not contiguous (:func:`without_overlap`)."""
-    return tensor if tensor.is_contiguous() else without_overlap(tensor)
+def _dense(tangent: Any) -> Any:
+    """A tensor ``tangent``, copied without overlap where it is not contiguous
+    (:func:`without_overlap`); anything else (a pytree cotangent, which the check
+    of ``f``'s output refuses with its remedy) as it is."""
+    if isinstance(tangent, torch.Tensor) and not tangent.is_contiguous():
+        return without_overlap(tangent)
+    return tangent
 
 
 def _no_view(x: Any) -> Any:
