@@ -241,3 +241,39 @@ def test_the_results_of_several_tangents_are_independent(backend: Any, operator:
         first.mul_(2.0)
         first.detach().resize_(6)
     torch.testing.assert_close(second.detach(), before)
+
+
+# --- out= ---------------------------------------------------------------------------------
+
+
+class _Counted:
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def __call__(self, x: Any) -> Any:
+        self.calls += 1
+        xp = di.array_namespace(x)
+        return xp.multiply(x, x)
+
+
+@pytest.mark.parametrize("operator", ["gradient", "jacobian"])
+@pytest.mark.parametrize("backend", BACKENDS, ids=backend_id)
+def test_an_expanded_out_buffer_is_refused_before_any_work(backend: Any, operator: str) -> None:
+    """An expanded torch buffer (torch.zeros(1).expand(3)) raised torch's raw
+    'more than one element of the written-to tensor refers to a single memory
+    location' after the work; as a read-only NumPy buffer, it is refused before
+    anything is written (a gradient's before f runs)."""
+    f = _Counted()
+    g = (lambda x: di.array_namespace(x).sum(f(x))) if operator == "gradient" else f
+    x = torch.tensor([1.0, 2.0, 3.0], dtype=torch.float64)
+    prep = getattr(di, f"prepare_{operator}")(g, backend, x)
+    shape = (3,) if operator == "gradient" else (3, 3)
+    out = torch.zeros(1, dtype=torch.float64).expand(*shape)
+    calls = f.calls
+    with pytest.raises(di.OutBufferError, match=r"read-only \(an expanded torch tensor.*stride of 0"):
+        getattr(di, operator)(g, prep, backend, x, out=out)
+    assert not out.any()
+    if operator == "gradient":  # (a jacobian's buffer is checked against the result: after f ran, before writing)
+        assert f.calls == calls
+    fresh = torch.zeros(shape, dtype=torch.float64)
+    assert getattr(di, operator)(g, prep, backend, x, out=fresh) is fresh  # a buffer of its own is written

@@ -264,9 +264,10 @@ class Family:
         buffer ``out`` and return ``out``."""
         raise NotImplementedError(f"{self.name} arrays are immutable: they cannot receive out=")
 
-    def read_only(self, array: Any) -> bool:
+    def read_only(self, array: Any) -> bool | str:
         """Whether ``array``, of a mutable family, refuses writes (a NumPy array
-        whose ``writeable`` flag is off): it cannot receive ``out=``."""
+        whose ``writeable`` flag is off): it cannot receive ``out=``. A string
+        says why (the error shows it)."""
         return False
 
     def placement(self, like: Any) -> Callable[[Any], Any] | None:

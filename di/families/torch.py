@@ -174,6 +174,29 @@ class TorchFamily(Family):
         out.detach().copy_(result)
         return out
 
+    def read_only(self, array: Any) -> bool | str:
+        """An expanded tensor (a stride of 0 along a dimension longer than 1:
+        several elements at one memory location) refuses writes: torch's copy
+        into it raises, after the work.
+
+        Examples:
+            >>> import torch
+            >>> from di.families.torch import FAMILY
+            >>> bool(FAMILY.read_only(torch.zeros(1).expand(3))), FAMILY.read_only(torch.zeros(3, 2).t())
+            (True, False)
+        """
+        torch = sys.modules["torch"]
+        try:  # 1: yes, 0: no, 2: too hard to tell (torch writes then, as it does)
+            overlaps = int(torch._debug_has_internal_overlap(array)) == 1
+        except (AttributeError, RuntimeError):  # (a private function: the stride test where it is gone)
+            overlaps = any(stride == 0 and size > 1 for stride, size in zip(array.stride(), array.shape))
+        if overlaps:
+            return (
+                "an expanded torch tensor: several of its elements share one memory location (a stride of 0), "
+                "and torch cannot write into it"
+            )
+        return False
+
     def sparse_matrix(self, indices: np.ndarray, indptr: np.ndarray, shape: tuple[int, int]) -> Callable[[Any], Any]:
         import torch
 
