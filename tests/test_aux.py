@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from conftest import backend_params
 from helpers import CompileCounter
 
 import di
@@ -332,3 +333,35 @@ def test_numpy_called_on_a_traced_value_is_named(backend: Any, has_aux: bool) ->
 
     with pytest.raises(di.InvalidOutputError, match="f called NumPy on a value"):
         di.jacobian(f, backend, X, has_aux=has_aux)
+
+
+@pytest.mark.parametrize("backend", backend_params())
+def test_aux_arrays_keep_the_dtype_f_computes_them_in_at_a_float32_x(backend: Any) -> None:
+    """An aux echoing a float32 x, or computed from it, came back float64 from
+    AutoFiniteDiff (f is evaluated at a float64 copy of x), float32 from every other
+    backend (aux.md: leaves come back with the dtype f computed them in)."""
+    x = np.array([0.5, -1.0, 2.0], dtype=np.float32)
+    ty = (np.ones(3, dtype=np.float32),)
+
+    def scalar(x: Any) -> Any:
+        xp = di.array_namespace(x)
+        return xp.sum(x * x), {"x": x, "double": 2 * x, "label": "seen"}
+
+    def vector(x: Any) -> Any:
+        return x * x, scalar(x)[1]
+
+    calls = {
+        "gradient": lambda: di.gradient(scalar, backend, x, has_aux=True)[1],
+        "value_and_gradient": lambda: di.value_and_gradient(scalar, backend, x, has_aux=True)[0][1],
+        "jacobian": lambda: di.jacobian(vector, backend, x, has_aux=True)[1],
+        "value_and_jacobian": lambda: di.value_and_jacobian(vector, backend, x, has_aux=True)[0][1],
+        "pushforward": lambda: di.pushforward(vector, backend, x, ty, has_aux=True)[1],
+        "pullback": lambda: di.pullback(vector, backend, x, ty, has_aux=True)[1],
+    }
+    for name, call in calls.items():
+        aux = call()
+        assert aux["label"] == "seen", name
+        for key, expected in (("x", x), ("double", 2 * x)):
+            assert isinstance(aux[key], np.ndarray) and aux[key].dtype == np.float32, (name, key, aux[key].dtype)
+            np.testing.assert_array_equal(aux[key], expected, err_msg=f"{name} {key}")
+        assert not np.shares_memory(aux["x"], x), name

@@ -203,22 +203,38 @@ class _Evaluator:
         self.number = float if getattr(y, "ndim", 0) == 0 else _number
         return float(check_output(y, point, self.backend, operator, _RULES))
 
-    def scalar_at_point(self, point: Any, values: Sequence[Any], operator: str = "gradient") -> tuple[float, Any]:
-        """``f``'s checked value at the unperturbed point, and its ``aux`` (a copy:
-        ``point`` is perturbed in place afterwards) when ``has_aux``, else ``None``."""
+    def scalar_at_point(
+        self, caller: Any, point: Any, values: Sequence[Any], operator: str = "gradient"
+    ) -> tuple[float, Any]:
+        """``f``'s checked value at the unperturbed point, and its ``aux`` (see
+        :meth:`aux_at`) when ``has_aux``, else ``None``."""
         if not self.has_aux:
             return self.scalar(point, values, operator), None
         y, aux = split_output(self.f_with_aux(point, *values), self.backend, operator)
         self.learn(y)
-        return float(check_output(y, point, self.backend, operator, _RULES)), _copied(aux)
+        return float(check_output(y, point, self.backend, operator, _RULES)), self.aux_at(
+            caller, point, aux, values, operator
+        )
 
-    def array_at_point(self, point: Any, values: Sequence[Any], operator: str) -> tuple[Any, Any]:
+    def array_at_point(self, caller: Any, point: Any, values: Sequence[Any], operator: str) -> tuple[Any, Any]:
         """``f``'s output at the unperturbed point (a float64 copy), and its ``aux``
-        (copied) when ``has_aux``, else ``None``."""
+        (see :meth:`aux_at`) when ``has_aux``, else ``None``."""
         if not self.has_aux:
             return self.array(point, values, operator), None
         y, aux = split_output(self.f_with_aux(point, *values), self.backend, operator)
-        return self.checked_array(y, operator), _copied(aux)
+        return self.checked_array(y, operator), self.aux_at(caller, point, aux, values, operator)
+
+    def aux_at(self, caller: Any, point: Any, aux: Any, values: Sequence[Any], operator: str) -> Any:
+        """``aux`` as ``f`` computes it at the caller's ``x`` (``caller``), copied
+        (``point`` is perturbed in place afterwards, and an array leaf may be a
+        view of it): ``aux`` itself, from ``f`` at the float64 ``point``, when ``x``
+        is float64; else ``f``'s own at ``x`` in ``x``'s dtype, from one more
+        evaluation there, as every other backend computes it (at the float64 point
+        an ``aux`` echoing ``x``, or computed from it, would be float64 for a
+        float32 ``x``)."""
+        if caller.dtype == point.dtype:
+            return _copied(aux)
+        return _copied(split_output(self.f_with_aux(caller, *values), self.backend, operator)[1])
 
     def array(self, point: Any, values: Sequence[Any], operator: str, copy: bool = True) -> Any:
         """``f``'s output in float64: a copy, since ``point`` is perturbed in place
@@ -344,7 +360,9 @@ class FiniteDiffAdapter(Adapter):
 
             def run(x: Any, *values: Any) -> Any:
                 caller, point, values = evaluator.inputs(x, values)
-                y0, aux = evaluator.scalar_at_point(point, values) if (at_point or point.size == 0) else (None, None)
+                y0, aux = (
+                    evaluator.scalar_at_point(caller, point, values) if (at_point or point.size == 0) else (None, None)
+                )
                 g = self._gradient(evaluator, point, values, y0).astype(caller.dtype, copy=False)
                 result = (np.asarray(y0, dtype=caller.dtype), g) if with_value else g
                 return (result, aux) if has_aux else result
@@ -397,7 +415,7 @@ class FiniteDiffAdapter(Adapter):
 
             def run(x: Any, tx: Sequence[Any], *values: Any) -> Any:
                 caller, point, values = evaluator.inputs(x, values)
-                y0, aux = evaluator.array_at_point(point, values, "pushforward") if at_point else (None, None)
+                y0, aux = evaluator.array_at_point(caller, point, values, "pushforward") if at_point else (None, None)
                 dtype = caller.dtype
                 # (a list: a StopIteration f raises inside a generator would become RuntimeError)
                 products = tuple([np.asarray(directional(point, values, t, y0), dtype=dtype) for t in tx])
@@ -428,7 +446,7 @@ class FiniteDiffAdapter(Adapter):
             caller, point, values = evaluator.inputs(x, values)
             flat = point.reshape(-1)
             at_point = with_value or not central or has_aux or flat.size == 0
-            y0, aux = evaluator.array_at_point(point, values, operator) if at_point else (None, None)
+            y0, aux = evaluator.array_at_point(caller, point, values, operator) if at_point else (None, None)
             steps = _steps(flat, evaluator.precision.first_step).tolist()
             # One row (an output of f's shape) per coordinate: contiguous writes, transposed
             # once at the end. Every output must have the first one's shape: numpy would
