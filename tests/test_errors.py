@@ -663,3 +663,27 @@ def test_out_with_a_pytree_x_says_out_takes_array_results(backend):
     message = str(info.value)
     assert "out= takes the result of an array x, not of a pytree x" in message and "immutable" not in message
     np.testing.assert_array_equal(out, np.full(2, 7.0))
+
+
+def test_sparse_products_refusing_float_name_the_compiled_backend_the_user_chose():
+    """AutoSparse(AutoJAX(jit=True)) with LocalTracerSparsity (which reads float() of
+    a traced value as the point gives it) computes its products on AutoJAX(jit=False)
+    inside AutoJAX(jit=True)'s compiled program: their refusal of float() named
+    AutoJAX(jit=False, mode=None), a backend the user never chose."""
+    pytest.importorskip("jax")
+    pytest.importorskip("scipy")
+
+    def scaled(x):
+        return x * float(x[0])
+
+    def scaled_sum(x):
+        xp = di.array_namespace(x)
+        return xp.sum(x * x) * float(x[0])
+
+    backend = di.AutoSparse(di.AutoJAX(jit=True), sparsity=di.LocalTracerSparsity())
+    for operator, f, product in ((di.jacobian, scaled, "pushforward"), (di.hessian, scaled_sum, "hvp")):
+        with pytest.raises(di.InvalidOutputError) as info:
+            operator(f, backend, np.array([1.0, 2.0, 3.0]))
+        message = str(info.value)
+        assert message.startswith(f"{product} cannot differentiate f with AutoJAX(jit=True, mode=None): "), message
+        assert "jit=False" not in message and "float()" in message

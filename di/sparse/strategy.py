@@ -40,6 +40,7 @@ from di.backends.protocol import (
     is_real_floating_array,
     is_real_scalar,
     is_static_context,
+    keeping_error,
     raise_bad_output,
     static_positions,
 )
@@ -48,7 +49,7 @@ from di.backends.selectors import AbstractBackend, AutoFastest, AutoSparse
 from di.backends.source import ProgramSource
 from di.backends.sparsity import DenseSparsity, KnownSparsity, SparsitySource
 from di.contexts import Context
-from di.errors import InvalidInputError, UnsupportedOperatorError
+from di.errors import DIError, InvalidInputError, UnsupportedOperatorError
 from di.families import converter, family_of, identity
 from di.prep.base import Prep
 from di.prep.strategy import Preparer, PrepareRequest, Strategy, StrategyInfo
@@ -636,7 +637,23 @@ class SparseSource(ProgramSource):
         what it compiles)."""
         if not self._fuses():
             return engine
-        return self.dense.compile_program(engine, x, None, contexts)
+        twin, chosen = repr(self._engine_adapter().backend), repr(self.selector.dense)
+
+        def engine_named_as_chosen(*args: Any) -> Any:
+            # the products run on the dense engine's traceable twin (AutoJAX(jit=False) inside
+            # AutoJAX(jit=True)'s compiled program): its refusals name the selector the user chose
+            try:
+                return engine(*args)
+            except DIError as err:
+                message = str(err)
+                if twin == chosen or twin not in message:
+                    raise
+                renamed = type(err)(message.replace(twin, chosen))
+                if hasattr(err, "__notes__"):
+                    renamed.__notes__ = list(err.__notes__)
+                raise renamed.with_traceback(err.__traceback__) from err.__cause__
+
+        return self.dense.compile_program(keeping_error(engine_named_as_chosen, engine), x, None, contexts)
 
 
 def _pushforwards(decompression: Decompression) -> int:
