@@ -195,11 +195,15 @@ def test_a_write_into_x_is_refused_by_the_mutation_rule(backend: Any, f: Any, op
             di.pullback(f, backend, x, (np.ones(()),))
         else:
             getattr(di, operator)(f, backend, x)
-    assert "mutation rule" in str(info.value) and operator in str(info.value)
+    assert "mutation rule" in str(info.value)
+    if operator == "pullback":  # its preparation evaluates f untraced (the output's shape): found after the write
+        assert "evaluating f untraced" in str(info.value) and "already holds what f wrote" in str(info.value)
+        assert x[0] != 1.0
+        return
+    assert operator in str(info.value)
     assert isinstance(info.value.__cause__, RuntimeError)
     assert "in-place operation" in str(info.value.__cause__)
-    if operator != "pullback":  # (a pullback's preparation runs f once on x untraced, which writes)
-        np.testing.assert_array_equal(x, [1.0, 2.0, 3.0])  # refused before the write
+    np.testing.assert_array_equal(x, [1.0, 2.0, 3.0])  # refused before the write
 
 
 # --- results of several tangents --------------------------------------------------------------
@@ -277,3 +281,50 @@ def test_an_expanded_out_buffer_is_refused_before_any_work(backend: Any, operato
         assert f.calls == calls
     fresh = torch.zeros(shape, dtype=torch.float64)
     assert getattr(di, operator)(g, prep, backend, x, out=fresh) is fresh  # a buffer of its own is written
+
+
+def _zeroes_its_first_map(x: Any) -> Any:
+    xp = di.array_namespace(x)
+    x[0] = 0.0
+    return xp.multiply(x, x)
+
+
+def _increments_map(x: Any) -> Any:
+    xp = di.array_namespace(x)
+    x += 1.0
+    return xp.multiply(x, x)
+
+
+def _writing_call(backend: Any, operator: str, x: Any) -> Any:
+    if operator in ("derivative", "second_derivative"):
+        return getattr(di, operator)(_increments_map, backend, x)
+    if operator == "pushforward":
+        return di.pushforward(_zeroes_its_first_map, backend, x, (np.ones(3),))
+    if operator == "pullback":
+        return di.pullback(_zeroes_its_first_map, backend, x, (np.ones(3),))
+    return di.jacobian(_zeroes_its_first_map, backend, x)  # (forward mode: as many outputs as inputs)
+
+
+@pytest.mark.parametrize("writable", [True, False], ids=["writable", "read-only"])
+@pytest.mark.parametrize("operator", ["pushforward", "derivative", "jacobian", "second_derivative", "pullback"])
+@pytest.mark.parametrize("backend", [di.AutoTorch(), COMPILED], ids=["torch", "torch-compile"])
+def test_a_write_into_x_under_forward_mode_is_refused(backend: Any, operator: str, writable: bool) -> None:
+    """torch's forward mode lets f write into x: pushforward and derivative gave
+    no error, and the caller's NumPy x was overwritten silently (jacobian in
+    forward mode, and f evaluated untraced at a preparation, the same; a second
+    derivative raised torch's raw 'mutate a captured Tensor'). The write is
+    found after f ran (x's version counter) and refused with InvalidInputError,
+    which says whether the caller's x holds it."""
+    start = [0.5] if operator in ("derivative", "second_derivative") else [1.0, 2.0, 3.0]
+    x = np.array(start[0] if len(start) == 1 else start)
+    x.flags.writeable = writable  # (a read-only array reaches f as a copy)
+    with pytest.raises(di.InvalidInputError, match="f wrote into x") as info:
+        _writing_call(backend, operator, x)
+    message = str(info.value)
+    assert "mutation rule" in message
+    if writable:
+        assert "The caller's x already holds what f wrote" in message
+        assert not np.array_equal(np.atleast_1d(x), start)  # (as the message says)
+    else:
+        assert "The caller's x is unchanged" in message
+        np.testing.assert_array_equal(np.atleast_1d(x), start)

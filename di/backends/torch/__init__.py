@@ -18,7 +18,15 @@ import torch
 
 from di.backends.protocol import OPERATOR_FAMILIES, Capabilities, Programs
 from di.backends.selectors import AutoTorch
-from di.backends.torch.common import TorchBase, addresses, owning, refusing_caches_inside_transforms, unshared
+from di.backends.torch.common import (
+    TorchBase,
+    addresses,
+    overwritten_error,
+    owning,
+    refusing_caches_inside_transforms,
+    unshared,
+    version_of,
+)
 from di.backends.torch.compile import TorchCompiler
 from di.backends.torch.eager import EagerPrograms
 from di.backends.torch.func import FuncPrograms
@@ -122,11 +130,28 @@ class TorchAdapter(TorchBase):
         }
 
     def prepare_value_program(self, f: Callable[..., Any], x: Any, contexts: Sequence[Context]) -> Any:
-        """``f``'s value, copied where it is an input or a view of one."""
-        value = super().prepare_value_program(f, x, contexts)
+        """``f``'s value, copied where it is an input or a view of one. ``f`` runs
+        untraced, so nothing stops a write into ``x``: one is found after ``f``
+        ran (its version counter moved) and refused with what became of ``x``."""
+        written: list[Any] = []
+
+        def watched(x: Any, *values: Any) -> Any:
+            version = version_of(x)
+            try:
+                return f(x, *values)
+            finally:
+                if version is not None and x._version != version:
+                    written.append(x)
+
+        value = super().prepare_value_program(watched, x, contexts)
+        backend = self.backend
 
         def owned_value(x: Any, *values: Any) -> Any:
-            y = value(x, *values)
+            try:
+                y = value(x, *values)
+            finally:
+                if written:  # (f's own error, if it raised after the write, is chained)
+                    raise overwritten_error(backend, "", x, written.pop())
             if isinstance(y, torch.Tensor):
                 y = unshared(y, addresses(x, values))
             return y

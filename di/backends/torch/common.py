@@ -37,6 +37,7 @@ __all__ = [
     "leaf",
     "like",
     "normal_tensors",
+    "overwritten_error",
     "owned_aux",
     "owning",
     "recording",
@@ -48,6 +49,7 @@ __all__ = [
     "storage_address",
     "transform_of",
     "unshared",
+    "version_of",
     "without_overlap",
     "write_error",
 ]
@@ -140,15 +142,68 @@ _WRITE = "leaf Variable that requires grad is being used in an in-place operatio
 ``x += 1``; "a view of a ..." for an indexed write)."""
 
 
+_CAPTURED = "that would mutate a captured Tensor"
+"""torch.func's refusal of a write, inside a transform, into a tensor made outside
+it (``x`` under a second derivative's nested ``jvp``, a ``Constant``)."""
+_RULE = (
+    "x and every Constant are read only (the mutation rule, docs/preparation.md): build a new tensor instead "
+    "(x + 1, xp.where(mask, 0.0, x)), or write into a di.Cache passed as scratch space."
+)
+
+
 def write_error(error: BaseException, backend: AbstractBackend, operator: str) -> InvalidInputError | None:
     """The :class:`di.InvalidInputError` for torch's ``error`` when it says ``f``
-    wrote into ``x`` in place, else ``None``."""
-    if not isinstance(error, RuntimeError) or _WRITE not in str(error):
+    wrote into ``x`` (or, for ``torch.func``, a tensor it did not make) in place,
+    else ``None``. torch refused the write: nothing was written."""
+    text = str(error) if isinstance(error, RuntimeError) else ""
+    if _WRITE in text:
+        what = "x"
+    elif _CAPTURED in text:
+        what = "x (or a Constant, or a tensor it closes over)"
+    else:
         return None
     return InvalidInputError(
-        f"{operator} with {backend!r}: f wrote into x in place (x[i] = ..., x += ...), which torch cannot "
-        f"differentiate. x and every Constant are read only (the mutation rule, docs/preparation.md): build a new "
-        f"tensor instead (x + 1, xp.where(mask, 0.0, x)), or write into a di.Cache passed as scratch space."
+        f"{operator} with {backend!r}: f wrote into {what} in place (x[i] = ..., x += ...), which torch cannot "
+        f"differentiate. {_RULE}"
+    )
+
+
+def version_of(tensor: Any) -> int | None:
+    """The version counter of a plain tensor (bumped by every write into its
+    memory, through any view: about 60 ns), ``None`` for anything else and for
+    an inference tensor, which keeps none."""
+    if tensor.__class__ is not torch.Tensor:
+        return None
+    try:
+        return int(tensor._version)
+    except RuntimeError:
+        return None
+
+
+def overwritten_error(backend: AbstractBackend, operator: str, x: Any, tensor: Any) -> InvalidInputError:
+    """The :class:`di.InvalidInputError` for an ``f`` found, after it ran, to have
+    written into ``tensor``, the torch ``x`` it received for the caller's ``x``
+    (torch's forward mode, and ``f`` run untraced, let it write); ``operator``
+    ``""`` for ``f`` evaluated untraced (an output's shape, at preparation). It
+    says whether the caller's ``x`` now holds the writes: it does where the two
+    share memory."""
+    if x is tensor:
+        shared: bool | None = True
+    elif isinstance(x, (torch.Tensor, np.ndarray)):
+        shared = storage_address(x) == storage_address(tensor) != 0
+    else:
+        shared = False if isinstance(x, (float, int)) else None  # (another family's memory: unknown)
+    if shared:
+        fate = "The caller's x already holds what f wrote (it shares memory with the tensor f received)"
+        if getattr(x, "ndim", None) == 0 and isinstance(x, np.ndarray):  # (di's own array for a Python float x)
+            fate = f"{fate}, unless x is a Python float"
+    elif shared is None:
+        fate = "The caller's x may already hold what f wrote, where it shares memory with the tensor f received"
+    else:
+        fate = "The caller's x is unchanged (f received a copy)"
+    where = f"{operator} with {backend!r}" if operator else f"{backend!r}, evaluating f untraced,"
+    return InvalidInputError(
+        f"{where}: f wrote into x in place (x[i] = ..., x += ...), found after f ran. {fate}. {_RULE}"
     )
 
 

@@ -34,11 +34,13 @@ from di.backends.torch.common import (
     leaf,
     like,
     normal_tensors,
+    overwritten_error,
     owned_aux,
     raise_refusal,
     recording,
     requires_grad,
     unshared,
+    version_of,
 )
 from di.contexts import Cache, Context
 from di.errors import UnsupportedContextError
@@ -445,8 +447,14 @@ def example_cotangent(adapter: TorchBase, f: Callable[..., Any], x: Any, context
     """A cotangent shaped like ``f``'s output at the prepared arguments (``f`` run
     once without recording), to compile a pullback with."""
     convert_values = adapter.torch_context_converters(x, contexts)
-    with torch.no_grad():
-        y = f(adapter.input_converters([x])[0](x).detach(), *[c(v.value) for c, v in zip(convert_values, contexts)])
+    xt = adapter.input_converters([x])[0](x).detach()
+    version = version_of(xt)
+    try:
+        with torch.no_grad():
+            y = f(xt, *[c(v.value) for c, v in zip(convert_values, contexts)])
+    finally:
+        if version is not None and xt._version != version:  # (untraced: nothing stopped the write)
+            raise overwritten_error(adapter.backend, "pullback", x, xt)
     return torch.ones_like(y[0] if isinstance(y, tuple) else y)
 
 

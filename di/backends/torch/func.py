@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import functools
 import math
-import threading
 import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -37,14 +36,17 @@ from di.backends.torch.common import (
     dispatching,
     dynamo_compiling,
     like,
+    overwritten_error,
     refusing_writes,
     requires_grad,
+    version_of,
     without_overlap,
 )
 from di.backends.torch.compile import FALLS_BACK, UNSUPPORTED, break_in_di
 from di.backends.torch.eager import EagerPrograms
 from di.backends.torch.jacobians import batched_jvp_fails, forward_jacobian, per_tangent, reverse_jacobian, rows
 from di.backends.torch.lazy import built_on_first_use
+from di.backends.torch.running import FORWARD_MODE_LOCK, running
 from di.contexts import Context
 from di.errors import InvalidInputError, RecompileWarning
 from di.families import converter, family_of, identity
@@ -53,7 +55,6 @@ from di.pytrees import Structure, is_pytree, tree_flatten
 __all__ = ["FuncPrograms"]
 
 _func = torch.func
-_FORWARD_MODE_LOCK = threading.RLock()
 
 
 class FuncPrograms:
@@ -154,10 +155,16 @@ class FuncPrograms:
             now, later = (full_core, plain_core) if combined else (plain_core, full_core)
 
             def warm_up(program: Callable[..., Any]) -> Any:
-                if program is not now or not locked:
-                    return program(*example)
-                with _FORWARD_MODE_LOCK:  # the uncompiled program, run to find f's own error: forward mode
-                    return program(*example)
+                # (run on the caller's x: a write into it, which forward mode lets f make, is said)
+                xt, version = example[0], version_of(example[0])
+                try:
+                    if program is not now or not locked:
+                        return program(*example)
+                    with FORWARD_MODE_LOCK:  # the uncompiled program, run to find f's own error: forward mode
+                        return program(*example)
+                finally:
+                    if version is not None and xt._version != version:
+                        raise overwritten_error(adapter.backend, names[1 if combined else 0], x, xt)
 
             try:
                 compiled_now, options = adapter.compiler.compile_now(now, warm_up, argnums, graph_breaks=False, x=x)
@@ -171,7 +178,7 @@ class FuncPrograms:
             )
         with_tangents = tangents is not None
         traced = {
-            name: _run(core, traced_arguments, with_tangents, locked, traced=True)
+            name: running(core, traced_arguments, with_tangents, locked, traced=True)
             for name, core in zip(names, (plain_core, full_core))
         }
         if fast is not None:
@@ -181,7 +188,8 @@ class FuncPrograms:
         as_given = keeps_graph and to_torch_x is identity and not convert_any and not with_tangents and not locked
         programs = {}
         for name, function in zip(names, (plain_function, full_function)):
-            program = function if as_given else _run(function, arguments, with_tangents, locked)
+            refuse = functools.partial(overwritten_error, adapter.backend, name)
+            program = function if as_given else running(function, arguments, with_tangents, locked, refuse=refuse)
             programs[name] = adapter.counted(dispatching(program, traced[name], name, adapter.backend), contexts, lead)
         return programs
 
@@ -498,39 +506,6 @@ class FuncPrograms:
 
         names = ("hessian", "value_gradient_and_hessian")
         return self._programs(hessian, value_gradient_and_hessian, x, None, contexts, names)
-
-
-def _run(
-    function: Callable[..., Any],
-    arguments: Callable[[Any, Sequence[Any] | None, Sequence[Any]], tuple[Any, ...]],
-    with_tangents: bool,
-    locked: bool,
-    traced: bool = False,
-) -> Callable[..., Any]:
-    """A program ``(x, [tangents,] *values)`` running ``function`` on converted
-    arguments. ``locked``: ``torch.func`` keeps its forward-mode state (dual
-    levels) per process, not per thread, so forward-mode calls from several
-    threads must take turns. ``traced``: the program runs inside a transform,
-    where a compiler tracing the call takes no lock (it cannot follow one)."""
-    lock = _FORWARD_MODE_LOCK if locked else None
-    compiling = dynamo_compiling
-    if with_tangents:
-
-        def run_with_tangents(x: Any, tangents: Sequence[Any], *values: Any) -> Any:
-            if lock is None or (traced and compiling()):
-                return function(*arguments(x, tangents, values))
-            with lock:
-                return function(*arguments(x, tangents, values))
-
-        return run_with_tangents
-
-    def run(x: Any, *values: Any) -> Any:
-        if lock is None or (traced and compiling()):
-            return function(*arguments(x, None, values))
-        with lock:
-            return function(*arguments(x, None, values))
-
-    return run
 
 
 def _leaves_of(structure: Structure | None) -> Callable[[Any], Any]:
