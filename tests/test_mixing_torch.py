@@ -316,3 +316,29 @@ def test_a_numpy_bfloat16_x_comes_back_in_bfloat16_from_torch() -> None:
     out = np.empty((2, 2), dtype=bf16)
     assert di.hessian(_bfloat16_square_sum, backend, x, out=out) is out
     check(out, [[2.0, 0.0], [0.0, 2.0]])
+
+
+def weighted_parts(x: Any) -> Any:
+    xp = di.array_namespace(x["a"])
+    return xp.sum(x["a"] ** 2) + 10.0 * xp.sum(x["b"])
+
+
+@pytest.mark.parametrize("inner", INNERS, ids=lambda b: type(b).__name__ + ("-jit" if getattr(b, "jit", 0) else ""))
+def test_torch_compile_takes_a_dict_x(inner: Any) -> None:
+    """A dict x under torch.compile raised dynamo's AttributeError ('TreeSpec'
+    object has no attribute 'num_leaves') in the registration; its leaves, in
+    torch's order (insertion: b before a here, of other shapes), reach g in di's."""
+    g = di.DifferentiateWith(weighted_parts, inner)
+
+    def step(x: Any) -> Any:
+        return g({"b": x * 1.0, "a": x[:2]})
+
+    results = []
+    for run in (step, torch.compile(step, backend="aot_eager", fullgraph=True)):
+        x = torch.arange(1.0, 4.0, dtype=torch.float64, requires_grad=True)
+        y = run(x)
+        y.backward()
+        results.append((y.detach(), x.grad))
+    for y, grad in results:  # sum(a**2) + 10 * sum(b), a = x[:2], b = x
+        close(y, torch.tensor(65.0, dtype=torch.float64), RTOL, ATOL)
+        close(grad, torch.tensor([12.0, 14.0, 10.0], dtype=torch.float64), RTOL, ATOL)

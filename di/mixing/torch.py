@@ -249,18 +249,20 @@ HOST = TorchHost()
 # implementations. The registry holds the sites compiled graphs refer to by number.
 
 _COMPILED: dict[int, _Site] = {}
+_X_ORDER: dict[int, tuple[int, ...]] = {}
 
 
 @torch._dynamo.assume_constant_result
 def _register(
     g: DifferentiateWith,
-    spec: Any,
+    skeleton: Any,
     x_meta: tuple[Any, ...],
     positions: tuple[int, ...],
     operand_meta: tuple[Any, ...],
     captured: tuple[Any, ...],
 ) -> int:
-    treedef = tree_flatten(torch_pytree.tree_unflatten([0] * len(x_meta), spec))[1]
+    order, treedef = tree_flatten(skeleton)  # (torch's positions, in di's order)
+    x_meta = tuple(x_meta[i] for i in order)
     x_specs = [(tuple(shape), str(dtype).removeprefix("torch.")) for shape, dtype, _ in x_meta]
     operand_specs = {
         i: (tuple(shape), str(dtype).removeprefix("torch.")) for i, (shape, dtype) in zip(positions, operand_meta)
@@ -269,7 +271,14 @@ def _register(
     site = _Site(g, call, [dtype for _, dtype, _ in x_meta], x_meta[0][2], len(positions))
     key = len(_COMPILED)
     _COMPILED[key] = site
+    _X_ORDER[key] = tuple(order)
     return key
+
+
+@torch._dynamo.assume_constant_result
+def _x_order(key: int) -> tuple[int, ...]:
+    """The positions, in torch's flattening of ``x``, of the leaves in di's order."""
+    return _X_ORDER[key]
 
 
 @torch._dynamo.assume_constant_result
@@ -305,7 +314,14 @@ def _compiled(g: DifferentiateWith, x: Any, values: list[Any]) -> Any:
     captured = tuple(None if i in positions else v for i, v in enumerate(values))
     x_meta = tuple((tuple(leaf.shape), leaf.dtype, leaf.device) for leaf in leaves)
     operand_meta = tuple((tuple(values[i].shape), values[i].dtype) for i in positions)
-    key = _register(g, spec, x_meta, positions, operand_meta, captured)
+    # x's structure reaches the registration as x with each leaf's position (in torch's
+    # order) in its place: a TreeSpec made while dynamo traces is a stand-in, which reaches
+    # a function called as a constant without its fields ('TreeSpec' object has no attribute
+    # 'num_leaves', for a dict x). The operators take the leaves in di's order (optree's:
+    # a dict's sorted keys), which the registration gives.
+    skeleton = torch_pytree.tree_unflatten(list(range(len(leaves))), spec)
+    key = _register(g, skeleton, x_meta, positions, operand_meta, captured)
+    leaves = [leaves[i] for i in _x_order(key)]
     outputs = torch.ops.di_mixing.value([*leaves, *operands], key)
     return torch_pytree.tree_unflatten(outputs, _output_spec(key))
 
