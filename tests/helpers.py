@@ -1,5 +1,6 @@
 """Helpers shared by the test modules (imported as ``from helpers import ...``,
-as ``functions`` is): walking a prep for arrays, counting torch.compile's work."""
+as ``functions`` is): walking a prep for arrays, counting torch.compile's work,
+small functions of x."""
 
 from __future__ import annotations
 
@@ -8,7 +9,20 @@ import types
 from pathlib import Path
 from typing import Any
 
+import di
 from di.families import family_of
+
+
+def sin_times(x: Any) -> Any:
+    """``sin(x) * x``, elementwise: a map whose jacobian is diagonal."""
+    xp = di.array_namespace(x)
+    return xp.sin(x) * x
+
+
+def sin_times_sum(x: Any) -> Any:
+    """The sum of :func:`sin_times`: a scalar with a diagonal Hessian."""
+    xp = di.array_namespace(x)
+    return xp.sum(xp.sin(x) * x)
 
 
 def reachable_arrays(root: Any) -> list[str]:

@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from helpers import CompileCounter, reachable_arrays
+from helpers import CompileCounter, reachable_arrays, sin_times, sin_times_sum
 
 import di
 from di.backends.compile import is_static_context
@@ -835,16 +835,6 @@ def test_torch_compile_counts_the_static_value_of_the_preparation() -> None:
     with pytest.warns(di.RecompileWarning, match="context 1 is compiled in .* has taken 9 distinct values"):
         (dy,) = di.pushforward(leading_map, prep, backend, x, tx, di.Constant(9))
     np.testing.assert_allclose(dy, np.full(9, 2.0))
-
-
-def sin_times(x: Any) -> Any:
-    xp = di.array_namespace(x)
-    return xp.sin(x) * x
-
-
-def sin_times_sum(x: Any) -> Any:
-    xp = di.array_namespace(x)
-    return xp.sum(xp.sin(x) * x)
 
 
 @pytest.mark.parametrize("options", [None, {"backend": "aot_eager", "dynamic": True}], ids=["eager", "compiled"])

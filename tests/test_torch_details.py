@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 import pytest
 from conftest import BACKENDS, backend_id
+from helpers import sin_times, sin_times_sum
 
 import di
 
@@ -209,21 +210,11 @@ def test_a_write_into_x_is_refused_by_the_mutation_rule(backend: Any, f: Any, op
 # --- results of several tangents --------------------------------------------------------------
 
 
-def _sines(x: Any) -> Any:
-    xp = di.array_namespace(x)
-    return xp.sin(x) * x
-
-
-def _sines_sum(x: Any) -> Any:
-    xp = di.array_namespace(x)
-    return xp.sum(xp.sin(x) * x)
-
-
 def _several_results(backend: Any, operator: str, x: Any) -> tuple[Any, ...]:
     tangents = (torch.ones(3, dtype=torch.float64), torch.arange(3.0, dtype=torch.float64))
     if operator == "value_and_pullback":
-        return di.value_and_pullback(_sines, backend, x, tangents)[1]  # type: ignore[no-any-return]
-    f = _sines_sum if operator == "hvp" else _sines
+        return di.value_and_pullback(sin_times, backend, x, tangents)[1]  # type: ignore[no-any-return]
+    f = sin_times_sum if operator == "hvp" else sin_times
     return getattr(di, operator)(f, backend, x, tangents)  # type: ignore[no-any-return]
 
 
