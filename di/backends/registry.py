@@ -232,16 +232,23 @@ def _imported(path: str, backend: AbstractBackend, what: str = "strategy") -> An
 _OWN_PACKAGE = __name__.partition(".")[0]
 
 
-def _engines(backend: Any) -> set[str]:
+def _wrapped(backend: AbstractBackend) -> list[AbstractBackend]:
+    """The backends ``backend`` wraps: its options that are selectors, or tuples or
+    lists of them (``SecondOrder``'s outer and inner, ``AutoSparse``'s dense one)."""
+    found: list[AbstractBackend] = []
+    for option in dataclasses.fields(backend) if dataclasses.is_dataclass(backend) else ():
+        value = getattr(backend, option.name)
+        parts = value if isinstance(value, (tuple, list)) else (value,)
+        found.extend(part for part in parts if isinstance(part, AbstractBackend))
+    return found
+
+
+def _engines(backend: AbstractBackend) -> set[str]:
     """The top-level packages of the engines ``backend`` names (its ``engine``, and
     those of the backends it wraps, nested as deep as they go)."""
-    if isinstance(backend, (tuple, list)):
-        return set().union(*(_engines(part) for part in backend))
-    if not isinstance(backend, AbstractBackend):
-        return set()
     found = {backend.engine.partition(".")[0]} if backend.engine else set()
-    for option in dataclasses.fields(backend) if dataclasses.is_dataclass(backend) else ():
-        found |= _engines(getattr(backend, option.name))
+    for part in _wrapped(backend):
+        found |= _engines(part)
     return found
 
 
@@ -312,10 +319,9 @@ def _missing_part(backend: AbstractBackend) -> AbstractBackend:
     """The selector whose engine is missing: ``backend``, or the backend it wraps
     (``SecondOrder``'s outer or inner one, nested as deep as they go) that is not
     installed, so that the error names that engine and its extra."""
-    for option in dataclasses.fields(backend) if dataclasses.is_dataclass(backend) else ():
-        wrapped = getattr(backend, option.name)
-        if isinstance(wrapped, AbstractBackend) and not wrapped.is_installed:
-            return _missing_part(wrapped)
+    for part in _wrapped(backend):
+        if not part.is_installed:
+            return _missing_part(part)
     return backend
 
 
