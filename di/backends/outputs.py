@@ -26,7 +26,7 @@ the contract with them, and every message comes from this module.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, ClassVar, NoReturn
 
 from di.backends.aux import split_output
@@ -280,10 +280,15 @@ def foreign_code_error(backend: AbstractBackend, operator: str, cause: str) -> I
     )
 
 
-def translated(error: BaseException, backend: AbstractBackend, operator: str, rules: OutputRules) -> BaseException:
+def translated(
+    error: BaseException, backend: AbstractBackend, operator: str, rules: OutputRules, values: Sequence[Any] = ()
+) -> BaseException:
     """The ``di`` error for an engine's ``error`` raised inside ``f`` (one of the
-    rules' :attr:`~OutputRules.conversion_errors`): ``f`` turned a traced value into
-    a Python number, or gave one to NumPy; otherwise ``error`` itself.
+    rules' :attr:`~OutputRules.conversion_errors`): the engine's own reading of it
+    (:meth:`OutputRules.translate`), or ``f`` turned a traced value into a Python
+    number, or gave one to NumPy; otherwise ``error`` itself. ``values``: the
+    context values ``f`` was called with, where the engine can tell which one the
+    error is about.
 
     Examples:
         >>> import di
@@ -292,6 +297,9 @@ def translated(error: BaseException, backend: AbstractBackend, operator: str, ru
         >>> translated(error, di.AutoFiniteDiff(), "gradient", OutputRules()) is error
         True
     """
+    own = rules.translate(error, backend, operator, values)
+    if own is not None:
+        return own
     cause = rules.is_conversion_error(error)
     if cause:
         return untraced_output_error(None, backend, operator, cause)
@@ -301,10 +309,12 @@ def translated(error: BaseException, backend: AbstractBackend, operator: str, ru
     return error
 
 
-def raise_translated(error: BaseException, backend: AbstractBackend, operator: str, rules: OutputRules) -> NoReturn:
+def raise_translated(
+    error: BaseException, backend: AbstractBackend, operator: str, rules: OutputRules, values: Sequence[Any] = ()
+) -> NoReturn:
     """Raise the :func:`translated` ``di`` error of ``error``, chained to it, or
     ``error`` itself (its type and message kept) when there is none."""
-    di_error = translated(error, backend, operator, rules)
+    di_error = translated(error, backend, operator, rules, values)
     if di_error is error:
         raise error
     raise di_error from error
@@ -350,6 +360,15 @@ class OutputRules:
     def accepts_array(self, y: Any) -> bool:
         """Whether the operators other than the scalar ones can use ``y``."""
         return is_real_floating_array(y)
+
+    def translate(
+        self, error: BaseException, backend: AbstractBackend, operator: str, values: Sequence[Any]
+    ) -> BaseException | None:
+        """The engine's own ``di`` error for ``error`` (one of
+        :attr:`conversion_errors`), which it can explain better than the generic
+        readings below (a write into ``x``; which of ``x`` and ``values`` a refused
+        value came from), or ``None``. Asked only once ``f`` raised."""
+        return None
 
     def is_conversion_error(self, error: BaseException) -> str:
         """What the engine's ``error`` (one of :attr:`conversion_errors`) says
@@ -474,7 +493,7 @@ def checking(
         try:
             output = f(x, *values)
         except conversions as err:
-            raise_translated(err, backend, operator, rules)
+            raise_translated(err, backend, operator, rules, values)
         if not has_aux:
             if accept is not None and accept(output):
                 return output

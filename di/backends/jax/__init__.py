@@ -33,7 +33,7 @@ from di.backends.compile import (
     has_static_leaves,
     static_positions,
 )
-from di.backends.jax.concretization import named, translating
+from di.backends.jax.concretization import named
 from di.backends.jax.programs import (
     RULES,
     AuxTracing,
@@ -257,7 +257,6 @@ class JAXAdapter(Adapter):
         """``f`` with its output checked for ``operator``; with ``aux``, ``f`` returns
         ``(y, aux)`` and the function returns ``(y, aux's arrays)`` (the rest of
         ``aux`` is recorded by ``aux``)."""
-        f = translating(f, self.backend, operator)
         if aux is None:
             return checking(f, self.backend, operator, RULES)
         return checking(f, self.backend, operator, RULES, has_aux=True, aux=aux.split)
@@ -293,7 +292,7 @@ class JAXAdapter(Adapter):
             )
             if aux is not None:
                 core = aux.carrying(core)
-            # named: JAX's messages then cite x and values[i], which translating maps to f's arguments
+            # named: JAX's messages then cite x and values[i], which RULES.translate maps to f's arguments
             function = jax.jit(named(core, lead), static_argnums=tuple(lead + i for i in statics))
             # jit takes numpy input itself (one transfer; pytrees of numpy leaves too): only torch
             # needs DLPack.

@@ -3,7 +3,8 @@
 Inside ``f``, ``bool()`` (an ``if``), ``float()``, ``int()``, ``.item()`` or an index
 on a value JAX traces without a concrete value raises JAX's
 ``ConcretizationTypeError`` family, whose message points into ``di``'s own
-programs. :func:`translating` turns them into :class:`di.InvalidOutputError`
+programs. :func:`concretization_error` (asked by the JAX output rules'
+``translate``) turns them into :class:`di.InvalidOutputError`
 saying what ``f`` did, to which value (``x`` or a context: under ``jax.jit`` a
 float or array context is traced too), and what to write instead.
 
@@ -17,17 +18,16 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Sequence
-from typing import Any, NoReturn
+from typing import Any
 
 import jax
 
 from di.backends.jax.programs import StaticLeaves
 from di.backends.outputs import untraced_output_error
-from di.backends.protocol import keeping_error
 from di.backends.selectors import AbstractBackend
 from di.errors import InvalidOutputError
 
-__all__ = ["CONVERSIONS", "conversion_of", "named", "translating"]
+__all__ = ["CONVERSIONS", "concretization_error", "conversion_of", "named"]
 
 CONVERSIONS = (
     ("`float` function", "float()"),
@@ -41,7 +41,6 @@ CONVERSIONS = (
 _PROGRAM = "traced_program"
 _ARGUMENTS = re.compile(r"depends on the values? of the arguments? (.+?)\.(?:\n|$)")
 _CONTEXT = re.compile(r"values\[(\d+)\]")
-_REFUSALS = (jax.errors.ConcretizationTypeError, jax.errors.TracerIntegerConversionError)
 
 
 def named(core: Callable[..., Any], lead: int) -> Callable[..., Any]:
@@ -149,30 +148,3 @@ def concretization_error(
         f"value; f receives the Python value); or keep it an array in f (xp.where(a > 0.5, y, z) rather than "
         f"if a > 0.5, a * y rather than float(a) * y); or {eager}."
     )
-
-
-def _raise(error: BaseException, backend: AbstractBackend, operator: str, values: Sequence[Any]) -> NoReturn:
-    di_error = concretization_error(error, backend, operator, values)
-    if di_error is error:
-        raise error
-    raise di_error from error
-
-
-def translating(f: Callable[..., Any], backend: AbstractBackend, operator: str) -> Callable[..., Any]:
-    """``f``, raising :func:`concretization_error`'s ``di`` error (chained to
-    JAX's) where JAX refuses ``f`` a traced value's concrete value.
-
-    Examples:
-        >>> import numpy as np, di
-        >>> from di.backends.jax.concretization import translating
-        >>> translating(lambda x, a: x * a, di.AutoJAX(), "gradient")(2.0, 3.0)
-        6.0
-    """
-
-    def translated(x: Any, *values: Any) -> Any:
-        try:
-            return f(x, *values)
-        except _REFUSALS as err:
-            _raise(err, backend, operator, values)
-
-    return keeping_error(translated, f)

@@ -19,6 +19,7 @@ from di.backends.compile import is_static_value
 from di.backends.jax.x64 import in_x64
 from di.backends.outputs import OutputRules, is_real_floating_array
 from di.backends.protocol import Program, Programs
+from di.backends.selectors import AbstractBackend
 from di.families import converter, family_of, identity
 
 __all__ = [
@@ -46,9 +47,13 @@ class _Rules(OutputRules):
     ``jax.lax.stop_gradient`` give another, or none)."""
 
     traces = True
-    # np.asarray, np.sin: a NumPy array. float(), .item(), an if: a Python value, which
-    # concretization.translating explains first (it can tell x from a context)
-    conversion_errors = (jax.errors.TracerArrayConversionError,)
+    # np.asarray, np.sin: a NumPy array. float(), .item(), an if, an index: a Python value,
+    # which translate explains (concretization.py: it tells x from a context)
+    conversion_errors = (
+        jax.errors.TracerArrayConversionError,
+        jax.errors.ConcretizationTypeError,
+        jax.errors.TracerIntegerConversionError,
+    )
 
     def is_traced(self, y: Any, x: Any) -> bool:
         leaves = jax.tree_util.tree_leaves(x)
@@ -62,6 +67,16 @@ class _Rules(OutputRules):
     def accepts_array(self, y: Any) -> bool:
         leaves = jax.tree_util.tree_leaves(y)
         return bool(leaves) and all(is_real_floating_array(leaf) for leaf in leaves)
+
+    def translate(
+        self, error: BaseException, backend: AbstractBackend, operator: str, values: Sequence[Any]
+    ) -> BaseException | None:
+        if isinstance(error, jax.errors.TracerArrayConversionError):
+            return None  # NumPy on a traced value: foreign_cause's
+        from di.backends.jax.concretization import concretization_error  # (it builds on this module)
+
+        explained = concretization_error(error, backend, operator, values)
+        return None if explained is error else explained
 
     def foreign_cause(self, error: BaseException) -> str:
         return "numpy" if isinstance(error, jax.errors.TracerArrayConversionError) else ""

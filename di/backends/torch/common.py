@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any, NoReturn
+from typing import Any
 
 import numpy as np
 import torch
@@ -12,7 +12,7 @@ import torch.autograd.forward_ad as forward_ad
 import torch.utils._pytree as torch_pytree
 
 from di.backends.compile import counting_static_values, static_positions
-from di.backends.outputs import OutputRules, raise_translated
+from di.backends.outputs import OutputRules
 from di.backends.protocol import Adapter, Program
 from di.backends.selectors import AbstractBackend, AutoTorch
 from di.backends.torch.compile import TorchCompiler
@@ -42,8 +42,6 @@ __all__ = [
     "owning",
     "recording",
     "refusing_caches_inside_transforms",
-    "raise_refusal",
-    "refusing_writes",
     "requires_grad",
     "scalar_to_tensor",
     "storage_address",
@@ -205,32 +203,6 @@ def overwritten_error(backend: AbstractBackend, operator: str, x: Any, tensor: A
     return InvalidInputError(
         f"{where}: f wrote into x in place (x[i] = ..., x += ...), found after f ran. {fate}. {_RULE}"
     )
-
-
-def refusing_writes(checked: Callable[..., Any], backend: AbstractBackend, operator: str) -> Callable[..., Any]:
-    """``checked`` (``f`` with its output checked), torch's refusal of a write into
-    ``x`` raised as :func:`write_error`, chained to torch's."""
-
-    def run(x: Any, *values: Any) -> Any:
-        try:
-            return checked(x, *values)
-        except RuntimeError as err:
-            refusal = write_error(err, backend, operator)
-            if refusal is None:
-                raise
-            raise refusal from err
-
-    return run
-
-
-def raise_refusal(error: BaseException, backend: AbstractBackend, operator: str) -> NoReturn:
-    """Raise the ``di`` error for torch's refusal ``error`` inside ``f`` (of reverse
-    mode: a write into ``x``, NumPy on a traced value), chained to it, or
-    ``error`` itself when it is another."""
-    refusal = write_error(error, backend, operator)
-    if refusal is not None:
-        raise refusal from error
-    raise_translated(error, backend, operator, REVERSE_RULES)
 
 
 _PLAIN_VALUES = frozenset({float, int, bool, str, type(None)})
@@ -480,6 +452,11 @@ class _Rules(OutputRules):
 
     def accepts_array(self, y: Any) -> bool:
         return isinstance(y, torch.Tensor) and y.is_floating_point()
+
+    def translate(
+        self, error: BaseException, backend: AbstractBackend, operator: str, values: Sequence[Any]
+    ) -> BaseException | None:
+        return write_error(error, backend, operator)  # torch refused a write into x
 
     def foreign_cause(self, error: BaseException) -> str:
         text = str(error)

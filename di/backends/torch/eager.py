@@ -24,7 +24,7 @@ from torch.autograd import forward_ad as dual
 from di.backends import fallbacks
 from di.backends.aux import split_output
 from di.backends.compile import static_argnums
-from di.backends.outputs import check_output
+from di.backends.outputs import check_output, raise_translated
 from di.backends.protocol import Programs
 from di.backends.torch.common import (
     REVERSE_RULES,
@@ -36,7 +36,6 @@ from di.backends.torch.common import (
     normal_tensors,
     overwritten_error,
     owned_aux,
-    raise_refusal,
     recording,
     requires_grad,
     unshared,
@@ -198,7 +197,7 @@ class Reverse:
                     y = check_output(y, differentiated, backend, operator, REVERSE_RULES)
                 result = backward(y, differentiated, cotangents, connect)
             except conversions as err:  # torch refused NumPy, or a write into x, inside f: say why
-                raise_refusal(err, backend, operator)
+                raise_translated(err, backend, operator, REVERSE_RULES)
             finally:
                 if caches and not connect:
                     for i in caches:
@@ -255,7 +254,7 @@ class Reverse:
                     y = check_output(y, argument, backend, operator, REVERSE_RULES)
                 return backward(y, argument, args[0] if lead else None, False)
             except conversions as err:  # torch refused NumPy, or a write into x, inside f: say why
-                raise_refusal(err, backend, operator)
+                raise_translated(err, backend, operator, REVERSE_RULES)
 
         if tree:  # results are rebuilt with x's own structure (its dict order kept)
             gradient = self._tree_gradient_program(backward, run, with_value, traced)
@@ -319,7 +318,7 @@ class Reverse:
                     y = check_output(y, differentiated, backend, operator, REVERSE_RULES)
                 result = unflatten(backward(y, differentiated, None, connect))
             except conversions as err:  # torch refused NumPy, or a write into x, inside f: say why
-                raise_refusal(err, backend, operator)
+                raise_translated(err, backend, operator, REVERSE_RULES)
             if with_value:
                 value = y if connect else y.detach()
                 if y._base is not None or y.grad_fn is None:  # a leaf of x (or a view of one): copied

@@ -37,7 +37,6 @@ from di.backends.torch.common import (
     dynamo_compiling,
     like,
     overwritten_error,
-    refusing_writes,
     requires_grad,
     version_of,
     without_overlap,
@@ -71,8 +70,7 @@ class FuncPrograms:
         """``f`` with its output checked for ``operator``; under ``has_aux`` it
         returns ``(y, aux)``, and so does the checked function."""
         accept = _traced_scalar if operator in SCALAR_OPERATORS else _float_array
-        checked = checking(f, self.adapter.backend, operator, rules, has_aux=has_aux, accept=accept)
-        return refusing_writes(checked, self.adapter.backend, operator)
+        return checking(f, self.adapter.backend, operator, rules, has_aux=has_aux, accept=accept)
 
     def _forward_rules(self) -> OutputRules:
         """Forward-mode outputs are checked for a tangent eagerly; a compiled graph
