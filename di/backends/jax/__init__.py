@@ -33,7 +33,6 @@ from di.backends.compile import (
     has_static_leaves,
     static_positions,
 )
-from di.backends.jax.concretization import named
 from di.backends.jax.programs import (
     RULES,
     AuxTracing,
@@ -43,6 +42,7 @@ from di.backends.jax.programs import (
     cast_like,
     engine_tangents,
     first_argument,
+    named,
     result,
     size,
     split,

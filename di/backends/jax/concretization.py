@@ -10,24 +10,23 @@ float or array context is traced too), and what to write instead.
 
 Which value it was is read from JAX's message ("depends on the value of the
 argument values[0]"), which names the arguments of the jitted function: every
-program ``di`` jits is :func:`named`, so that the names are always ``x``,
+program ``di`` jits is :func:`di.backends.jax.programs.named`, so that the names are always ``x``,
 ``tangents`` and ``values[i]`` (context ``i + 1``).
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import jax
 
-from di.backends.jax.programs import StaticLeaves
 from di.backends.outputs import untraced_output_error
 from di.backends.selectors import AbstractBackend
 from di.errors import InvalidOutputError
 
-__all__ = ["CONVERSIONS", "concretization_error", "conversion_of", "named"]
+__all__ = ["CONVERSIONS", "concretization_error", "conversion_of"]
 
 CONVERSIONS = (
     ("`float` function", "float()"),
@@ -41,28 +40,6 @@ CONVERSIONS = (
 _PROGRAM = "traced_program"
 _ARGUMENTS = re.compile(r"depends on the values? of the arguments? (.+?)\.(?:\n|$)")
 _CONTEXT = re.compile(r"values\[(\d+)\]")
-
-
-def named(core: Callable[..., Any], lead: int) -> Callable[..., Any]:
-    """``core`` under the one name and signature JAX's messages then cite:
-    ``traced_program(x, *values)``, or ``(x, tangents, *values)`` for ``lead == 2``;
-    a context passed as :class:`StaticLeaves` reaches ``core`` rebuilt. Only
-    traced: the compiled program runs none of it."""
-    if lead == 1:
-
-        def traced_program(x: Any, *values: Any) -> Any:
-            return core(x, *[_joined(v) for v in values])
-
-    else:
-
-        def traced_program(x: Any, tangents: Any, *values: Any) -> Any:  # type: ignore[misc]
-            return core(x, tangents, *[_joined(v) for v in values])
-
-    return traced_program
-
-
-def _joined(value: Any) -> Any:
-    return value.value() if isinstance(value, StaticLeaves) else value
 
 
 def conversion_of(error: BaseException) -> str:

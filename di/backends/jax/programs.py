@@ -16,6 +16,7 @@ import numpy as np
 
 from di.backends.aux import AuxSplit, split_aux
 from di.backends.compile import is_static_value
+from di.backends.jax.concretization import concretization_error
 from di.backends.jax.x64 import in_x64
 from di.backends.outputs import OutputRules, is_real_floating_array
 from di.backends.protocol import Program, Programs
@@ -31,6 +32,7 @@ __all__ = [
     "cast_like",
     "engine_tangents",
     "first_argument",
+    "named",
     "result",
     "size",
     "split",
@@ -73,8 +75,6 @@ class _Rules(OutputRules):
     ) -> BaseException | None:
         if isinstance(error, jax.errors.TracerArrayConversionError):
             return None  # NumPy on a traced value: foreign_cause's
-        from di.backends.jax.concretization import concretization_error  # (it builds on this module)
-
         explained = concretization_error(error, backend, operator, values)
         return None if explained is error else explained
 
@@ -399,3 +399,26 @@ def _traceable(leaf: Any) -> Any:
 jax.tree_util.register_pytree_node(
     StaticLeaves, lambda split: (split.leaves, split.static), lambda static, leaves: StaticLeaves(tuple(leaves), static)
 )
+
+
+def named(core: Callable[..., Any], lead: int) -> Callable[..., Any]:
+    """``core`` under the one name and signature JAX's messages then cite (which
+    :mod:`di.backends.jax.concretization` reads back):
+    ``traced_program(x, *values)``, or ``(x, tangents, *values)`` for ``lead == 2``;
+    a context passed as :class:`StaticLeaves` reaches ``core`` rebuilt. Only
+    traced: the compiled program runs none of it."""
+    if lead == 1:
+
+        def traced_program(x: Any, *values: Any) -> Any:
+            return core(x, *[_joined(v) for v in values])
+
+    else:
+
+        def traced_program(x: Any, tangents: Any, *values: Any) -> Any:  # type: ignore[misc]
+            return core(x, tangents, *[_joined(v) for v in values])
+
+    return traced_program
+
+
+def _joined(value: Any) -> Any:
+    return value.value() if isinstance(value, StaticLeaves) else value
