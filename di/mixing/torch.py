@@ -20,6 +20,7 @@ raise :class:`di.InvalidInputError` when torch asks for their derivative.
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Sequence
 from typing import Any
 
@@ -320,7 +321,10 @@ def _compiled(g: DifferentiateWith, x: Any, values: list[Any]) -> Any:
     # 'num_leaves', for a dict x). The operators take the leaves in di's order (optree's:
     # a dict's sorted keys), which the registration gives.
     skeleton = torch_pytree.tree_unflatten(list(range(len(leaves))), spec)
-    key = _register(g, skeleton, x_meta, positions, operand_meta, captured)
+    # operator.index makes dynamo compile the key in: the registration can end the graph, and
+    # the rest of this function then gets the key as an argument, which dynamo turns into a
+    # SymInt when a later trace (a new shape) passes another one, and a SymInt is no key.
+    key = operator.index(_register(g, skeleton, x_meta, positions, operand_meta, captured))
     leaves = [leaves[i] for i in _x_order(key)]
     outputs = torch.ops.di_mixing.value([*leaves, *operands], key)
     return torch_pytree.tree_unflatten(outputs, _output_spec(key))
