@@ -138,10 +138,14 @@ class TorchAdapter(TorchBase):
         def watched(x: Any, *values: Any) -> Any:
             version = version_of(x)
             try:
-                return f(x, *values)
-            finally:
+                y = f(x, *values)
+            except Exception:  # (a KeyboardInterrupt passes unchanged, whatever f wrote)
                 if version is not None and x._version != version:
                     written.append(x)
+                raise
+            if version is not None and x._version != version:
+                written.append(x)
+            return y
 
         value = super().prepare_value_program(watched, x, contexts)
         backend = self.backend
@@ -149,9 +153,12 @@ class TorchAdapter(TorchBase):
         def owned_value(x: Any, *values: Any) -> Any:
             try:
                 y = value(x, *values)
-            finally:
-                if written:  # (f's own error, if it raised after the write, is chained)
-                    raise overwritten_error(backend, "", x, written.pop())
+            except Exception as err:
+                if written:  # f raised after the write: its error is the cause
+                    raise overwritten_error(backend, "", x, written.pop()) from err
+                raise
+            if written:
+                raise overwritten_error(backend, "", x, written.pop())
             if isinstance(y, torch.Tensor):
                 y = unshared(y, addresses(x, values))
             return y

@@ -31,7 +31,9 @@ def running(
     where a compiler tracing the call takes no lock (it cannot follow one).
     ``refuse(x, tensor)``: the error raised when ``function`` wrote into the
     tensor it received for ``x`` (its version counter moved: torch's forward mode
-    lets ``f`` write), checked outside transforms (about 0.1 us)."""
+    lets ``f`` write), checked outside transforms (about 0.1 us); it replaces
+    ``f``'s own error (chained to it), but a ``KeyboardInterrupt`` or another
+    ``BaseException`` that is no ``Exception`` passes unchanged."""
     lock = FORWARD_MODE_LOCK if locked else None
     compiling = dynamo_compiling
     if refuse is not None and not traced:
@@ -45,14 +47,20 @@ def running(
                     version = xt._version
                 except (AttributeError, RuntimeError):  # an inference tensor keeps no count
                     version = None
-                try:  # (a raise of f's, or torch's refusal, may come after the write)
+                try:
                     if lock is None:
-                        return function(*args)
-                    with lock:
-                        return function(*args)
-                finally:
+                        result = function(*args)
+                    else:
+                        with lock:
+                            result = function(*args)
+                except Exception as err:  # (f's own error, or torch's refusal, may come after the write)
                     if version is not None and xt._version != version:
-                        raise refuse(x, xt)
+                        raise refuse(x, xt) from err
+                    raise
+                # (a KeyboardInterrupt or another BaseException passes unchanged)
+                if version is not None and xt._version != version:
+                    raise refuse(x, xt)
+                return result
 
             return run_checked_with_tangents
 
@@ -65,12 +73,17 @@ def running(
                 version = None
             try:
                 if lock is None:
-                    return function(*args)
-                with lock:
-                    return function(*args)
-            finally:
+                    result = function(*args)
+                else:
+                    with lock:
+                        result = function(*args)
+            except Exception as err:
                 if version is not None and xt._version != version:
-                    raise refuse(x, xt)
+                    raise refuse(x, xt) from err
+                raise
+            if version is not None and xt._version != version:
+                raise refuse(x, xt)
+            return result
 
         return run_checked
     if with_tangents:
