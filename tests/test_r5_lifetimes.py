@@ -43,6 +43,18 @@ def _gradient(compiled: Any, n: int = 3) -> np.ndarray:
 
 
 @pytest.mark.parametrize("inner", INNER)
+def test_compiled_g_freed_with_the_compiled_function(inner: di.AbstractBackend) -> None:
+    simulator = Simulator(2.0)
+    alive = weakref.ref(simulator)
+    g = di.DifferentiateWith(simulator, inner)
+    compiled = _compiled_loss(g)
+    np.testing.assert_allclose(_gradient(compiled), [8.0, 8.0, 8.0], rtol=1e-6)
+    del simulator, g, compiled
+    gc.collect()
+    assert alive() is None
+
+
+@pytest.mark.parametrize("inner", INNER)
 def test_compiled_g_works_while_the_compiled_function_lives(inner: di.AbstractBackend) -> None:
     simulator = Simulator(3.0)
     alive = weakref.ref(simulator)
@@ -55,3 +67,29 @@ def test_compiled_g_works_while_the_compiled_function_lives(inner: di.AbstractBa
     gc.collect()
     np.testing.assert_allclose(_gradient(compiled), [18.0, 18.0, 18.0], rtol=1e-6)
     assert alive() is not None
+
+
+def test_compiled_g_passed_as_argument_outlived_by_another() -> None:
+    first, second = (di.DifferentiateWith(Simulator(s), di.AutoFiniteDiff()) for s in (2.0, 5.0))
+    compiled = torch.compile(lambda g, t: (g(t) ** 2).sum(), backend="aot_eager")
+    t = torch.ones(3, dtype=torch.float64)
+    assert float(compiled(first, t)) == pytest.approx(12.0)
+    assert float(compiled(second, t)) == pytest.approx(75.0)
+    alive = weakref.ref(first.f)
+    del first
+    gc.collect()
+    assert alive() is None
+    assert float(compiled(second, t)) == pytest.approx(75.0)
+    third = di.DifferentiateWith(Simulator(7.0), di.AutoFiniteDiff())
+    assert float(compiled(third, t)) == pytest.approx(147.0)
+
+
+def test_backward_after_g_freed_is_explained() -> None:
+    g = di.DifferentiateWith(Simulator(3.0), di.AutoFiniteDiff())
+    compiled = _compiled_loss(g)
+    t = torch.ones(3, dtype=torch.float64, requires_grad=True)
+    loss = compiled(t)
+    del g, compiled
+    gc.collect()
+    with pytest.raises(di.DIError, match=r"has since been freed.*Keep g alive"):
+        loss.backward()

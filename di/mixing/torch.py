@@ -20,14 +20,16 @@ raise :class:`di.InvalidInputError` when torch asks for their derivative.
 
 from __future__ import annotations
 
+import itertools
 import operator
+import weakref
 from collections.abc import Sequence
 from typing import Any
 
 import torch
 import torch.utils._pytree as torch_pytree
 
-from di.errors import InvalidInputError, UnsupportedOperatorError
+from di.errors import DIError, InvalidInputError, UnsupportedOperatorError
 from di.mixing.calls import Call, handover, stack_leaves
 from di.mixing.core import DifferentiateWith, Host
 from di.pytrees import tree_flatten, tree_unflatten
@@ -39,12 +41,13 @@ class _Site:
     """One call of ``g``: its :class:`Call`, the number of ``x`` leaves and
     operands, and the dtypes and device of the leaves on both sides."""
 
-    __slots__ = ("_y_dtypes", "call", "device", "g", "nc", "nx", "x_dtypes")
+    __slots__ = ("__weakref__", "_y_dtypes", "call", "device", "g", "nc", "nx", "order", "x_dtypes")
 
     def __init__(self, g: DifferentiateWith, call: Call, x_dtypes: Sequence[Any], device: Any, nc: int) -> None:
         self.g, self.call, self.nx, self.nc = g, call, len(x_dtypes), nc
         self.x_dtypes, self.device = list(x_dtypes), device
         self._y_dtypes: list[Any] | None = None
+        self.order: tuple[int, ...] = ()  # under torch.compile: x's leaves in di's order (see _register)
 
     @property
     def y_dtypes(self) -> list[Any]:
@@ -247,10 +250,16 @@ HOST = TorchHost()
 # --- under torch.compile: one opaque operator -------------------------------------------------
 # Dynamo traces g's call up to here; what it cannot trace (signatures, preps, f) runs in the
 # registration below, called once per trace as a constant, and in the operators' real and fake
-# implementations. The registry holds the sites compiled graphs refer to by number.
+# implementations. A compiled graph refers to its site by a number, the only kind of value a
+# custom operator's argument can be that reaches the site. The registry holds sites weakly and
+# g holds its own (the compiled function's code reaches g: it closes over it, or is passed it):
+# a site lives as long as its g, so deleting g and the functions compiled around it frees g, f
+# and what f owns, as a prep's programs are freed with the prep. The numbers come from a counter
+# and are never reused: a graph kept past its g finds no site rather than another g's.
 
-_COMPILED: dict[int, _Site] = {}
-_X_ORDER: dict[int, tuple[int, ...]] = {}
+_COMPILED: weakref.WeakValueDictionary[int, _Site] = weakref.WeakValueDictionary()
+_KEYS = itertools.count()
+_SITES_ATTRIBUTE = "_di_torch_compiled_sites"  # on g: the sites its traces registered
 
 
 @torch._dynamo.assume_constant_result
@@ -270,21 +279,35 @@ def _register(
     }
     call = g.call_for(treedef, x_specs, captured, operand_specs)
     site = _Site(g, call, [dtype for _, dtype, _ in x_meta], x_meta[0][2], len(positions))
-    key = len(_COMPILED)
+    site.order = tuple(order)
+    key = next(_KEYS)
+    vars(g).setdefault(_SITES_ATTRIBUTE, []).append(site)  # the strong reference (g -> site -> g: a cycle gc frees)
     _COMPILED[key] = site
-    _X_ORDER[key] = tuple(order)
     return key
+
+
+def _site(key: int) -> _Site:
+    """The site of a compiled graph's operator; a clear error once its ``g`` is gone."""
+    site = _COMPILED.get(key)
+    if site is None:
+        raise DIError(
+            "A torch.compile'd function called a di.DifferentiateWith g that has since been freed (the graph "
+            "refers to g's registration, which lives as long as g does): a backward pass run after g and the "
+            "compiled function were deleted, or a compiled graph reused for another g. Keep g alive as long as "
+            "the compiled function and the tensors it returned are used."
+        )
+    return site
 
 
 @torch._dynamo.assume_constant_result
 def _x_order(key: int) -> tuple[int, ...]:
     """The positions, in torch's flattening of ``x``, of the leaves in di's order."""
-    return _X_ORDER[key]
+    return _site(key).order
 
 
 @torch._dynamo.assume_constant_result
 def _output_spec(key: int) -> Any:
-    output = _COMPILED[key].call.output()
+    output = _site(key).call.output()
     return torch_pytree.tree_flatten(output.unflatten([0] * len(output.specs)))[1]
 
 
@@ -332,24 +355,24 @@ def _compiled(g: DifferentiateWith, x: Any, values: list[Any]) -> Any:
 
 @torch.library.custom_op("di_mixing::value", mutates_args=())
 def _value_op(tensors: list[torch.Tensor], key: int) -> list[torch.Tensor]:
-    return list(_Value.forward(_COMPILED[key], *tensors))
+    return list(_Value.forward(_site(key), *tensors))
 
 
 @_value_op.register_fake
 def _value_fake(tensors: list[torch.Tensor], key: int) -> list[torch.Tensor]:
-    site = _COMPILED[key]
+    site = _site(key)
     specs = site.call.output().specs
     return [tensors[0].new_empty(shape, dtype=dtype) for (shape, _), dtype in zip(specs, site.y_dtypes)]
 
 
 @torch.library.custom_op("di_mixing::pullback", mutates_args=())
 def _pullback_op(tensors: list[torch.Tensor], key: int) -> list[torch.Tensor]:
-    return list(_Linear.forward(_COMPILED[key], True, "none", *tensors))
+    return list(_Linear.forward(_site(key), True, "none", *tensors))
 
 
 @_pullback_op.register_fake
 def _pullback_fake(tensors: list[torch.Tensor], key: int) -> list[torch.Tensor]:
-    return [torch.empty_like(t) for t in tensors[: _COMPILED[key].nx]]
+    return [torch.empty_like(t) for t in tensors[: _site(key).nx]]
 
 
 def _value_context(ctx: Any, inputs: tuple[Any, ...], output: Any) -> None:
@@ -359,7 +382,7 @@ def _value_context(ctx: Any, inputs: tuple[Any, ...], output: Any) -> None:
 
 
 def _value_backward(ctx: Any, cotangents: list[Any]) -> Any:
-    site = _COMPILED[ctx.key]
+    site = _site(ctx.key)
     _refuse_context_gradients(site, ctx.needs_input_grad[0][site.nx :])
     tensors = ctx.saved_tensors
     specs = site.call.output().specs
@@ -372,7 +395,7 @@ def _value_backward(ctx: Any, cotangents: list[Any]) -> Any:
 
 
 def _pullback_backward(ctx: Any, cotangents: list[Any]) -> Any:
-    raise _second_order(_COMPILED[ctx.key])
+    raise _second_order(_site(ctx.key))
 
 
 def _looped(op: Any) -> Any:
