@@ -1,5 +1,6 @@
-"""What AutoTorch lets through: an interrupt inside ``f`` propagates unchanged
-whatever ``f`` wrote."""
+"""What AutoTorch lets through and says: an interrupt inside ``f`` propagates
+unchanged whatever ``f`` wrote, and a write into ``x`` found at an untraced
+evaluation names the operator."""
 
 from __future__ import annotations
 
@@ -75,3 +76,31 @@ def test_an_interrupt_after_a_write_into_x_propagates_unchanged(backend: Any, op
     with pytest.raises(KeyboardInterrupt) as info:
         _interrupted_call(operator, f, backend, x, prep)
     assert type(info.value) is KeyboardInterrupt and info.value.args == ("ctrl-c inside f",)
+
+
+# --- the operator named for a write found at an untraced evaluation -------------------------
+
+
+def _writes_into_x(x: Any, *values: Any) -> Any:
+    x *= 1.0
+    return x * 2.0
+
+
+@pytest.mark.parametrize("cache", [False, True], ids=["no-cache", "cache"])
+@pytest.mark.parametrize("operator", ["jacobian", "pullback", "pushforward", "derivative"])
+def test_a_write_found_at_an_untraced_evaluation_names_the_operator(operator: str, cache: bool) -> None:
+    """The refusal read 'InvalidInputError: AutoTorch(...), evaluating f untraced,:
+    f wrote into x ...', naming no operator: the value program (a pullback's
+    output shape, a jacobian's output; with a Cache, every forward-mode operator's)
+    did not know which operator was being prepared."""
+    if operator in ("pushforward", "derivative") and not cache:
+        pytest.skip("without a Cache these run forward mode, whose program finds the write itself")
+    x = torch.tensor(S if operator == "derivative" else [1.0, 2.0], dtype=torch.float64)
+    contexts = (di.Cache(torch.zeros(x.shape, dtype=torch.float64)),) if cache else ()
+    args = (x, (torch.ones(x.shape, dtype=torch.float64),)) if operator in ("pushforward", "pullback") else (x,)
+    with pytest.raises(di.InvalidInputError) as info:
+        getattr(di, f"prepare_{operator}")(_writes_into_x, di.AutoTorch(), *args, *contexts)
+    message = str(info.value)
+    assert message.startswith(f"{operator} with AutoTorch(compile=False"), message
+    assert "(evaluating f untraced): f wrote into x in place" in message
+    assert "already holds what f wrote" in message

@@ -11,7 +11,9 @@ and watches recompiles; :mod:`.common` holds what they share.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import contextlib
+import threading
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import torch
@@ -93,6 +95,7 @@ class TorchAdapter(TorchBase):
         self.compiler = TorchCompiler(backend)
         self._eager = EagerPrograms(self)
         self._func = FuncPrograms(self)
+        self._preparing_now = threading.local()  # (the operator each thread prepares: :meth:`_preparing`)
 
     @property
     def native_pytrees(self) -> frozenset[str]:  # type: ignore[override]
@@ -132,8 +135,10 @@ class TorchAdapter(TorchBase):
     def prepare_value_program(self, f: Callable[..., Any], x: Any, contexts: Sequence[Context]) -> Any:
         """``f``'s value, copied where it is an input or a view of one. ``f`` runs
         untraced, so nothing stops a write into ``x``: one is found after ``f``
-        ran (its version counter moved) and refused with what became of ``x``."""
+        ran (its version counter moved) and refused with what became of ``x``,
+        naming the operator being prepared."""
         written: list[Any] = []
+        operator = getattr(self._preparing_now, "operator", "")
 
         def watched(x: Any, *values: Any) -> Any:
             version = version_of(x)
@@ -155,22 +160,43 @@ class TorchAdapter(TorchBase):
                 y = value(x, *values)
             except Exception as err:
                 if written:  # f raised after the write: its error is the cause
-                    raise overwritten_error(backend, "", x, written.pop()) from err
+                    raise overwritten_error(backend, operator, x, written.pop(), untraced=True) from err
                 raise
             if written:
-                raise overwritten_error(backend, "", x, written.pop())
+                raise overwritten_error(backend, operator, x, written.pop(), untraced=True)
             if isinstance(y, torch.Tensor):
                 y = unshared(y, addresses(x, values))
             return y
 
         return owned_value
 
+    def output_shapes(self, f: Callable[..., Any], x: Any, contexts: Sequence[Context]) -> Any:
+        """As :meth:`Adapter.output_shapes`: asked for a pullback's cotangents."""
+        with self._preparing("pullback"):
+            return super().output_shapes(f, x, contexts)
+
+    @contextlib.contextmanager
+    def _preparing(self, operator: str) -> Iterator[None]:
+        """Name ``operator`` in the errors of the value programs prepared meanwhile
+        in this thread (:meth:`prepare_value_program`): the outermost one, the
+        operator the caller asked for, when one is built from another."""
+        local = self._preparing_now
+        outermost = not getattr(local, "operator", "")
+        if outermost:
+            local.operator = operator
+        try:
+            yield
+        finally:
+            if outermost:
+                local.operator = ""
+
     # --- operators ----------------------------------------------------------------------------
 
     def prepare_gradient_programs(
         self, f: Callable[..., Any], x: Any, contexts: Sequence[Context], *, has_aux: bool = False
     ) -> Programs:
-        return self._composing(self._programs_for(contexts).gradient(f, x, contexts, has_aux), contexts, has_aux)
+        with self._preparing("gradient"):
+            return self._composing(self._programs_for(contexts).gradient(f, x, contexts, has_aux), contexts, has_aux)
 
     def prepare_pullback_programs(
         self,
@@ -181,7 +207,10 @@ class TorchAdapter(TorchBase):
         *,
         has_aux: bool = False,
     ) -> Programs:
-        return self._composing(self._programs_for(contexts).pullback(f, x, ty, contexts, has_aux), contexts, has_aux, 2)
+        with self._preparing("pullback"):
+            return self._composing(
+                self._programs_for(contexts).pullback(f, x, ty, contexts, has_aux), contexts, has_aux, 2
+            )
 
     def prepare_pushforward_programs(
         self,
@@ -192,29 +221,35 @@ class TorchAdapter(TorchBase):
         *,
         has_aux: bool = False,
     ) -> Programs:
-        return self._composing(
-            self._programs_for(contexts).pushforward(f, x, tx, contexts, has_aux), contexts, has_aux, 2
-        )
+        with self._preparing("pushforward"):
+            return self._composing(
+                self._programs_for(contexts).pushforward(f, x, tx, contexts, has_aux), contexts, has_aux, 2
+            )
 
     def prepare_jacobian_programs(
         self, f: Callable[..., Any], x: Any, contexts: Sequence[Context], *, has_aux: bool = False
     ) -> Programs:
-        return self._composing(self._programs_for(contexts).jacobian(f, x, contexts, has_aux), contexts, has_aux)
+        with self._preparing("jacobian"):
+            return self._composing(self._programs_for(contexts).jacobian(f, x, contexts, has_aux), contexts, has_aux)
 
     def prepare_derivative_programs(
         self, f: Callable[..., Any], x: Any, contexts: Sequence[Context], *, has_aux: bool = False
     ) -> Programs:
-        return self._composing(self._programs_for(contexts).derivative(f, x, contexts, has_aux), contexts, has_aux)
+        with self._preparing("derivative"):
+            return self._composing(self._programs_for(contexts).derivative(f, x, contexts, has_aux), contexts, has_aux)
 
     def prepare_second_derivative_programs(
         self, f: Callable[..., Any], x: Any, contexts: Sequence[Context]
     ) -> Programs:
-        return self._composing(self._programs_for(contexts).second_derivative(f, x, contexts), contexts)
+        with self._preparing("second_derivative"):
+            return self._composing(self._programs_for(contexts).second_derivative(f, x, contexts), contexts)
 
     def prepare_hvp_programs(
         self, f: Callable[..., Any], x: Any, tx: Sequence[Any], contexts: Sequence[Context]
     ) -> Programs:
-        return self._composing(self._programs_for(contexts).hvp(f, x, tx, contexts), contexts, lead=2)
+        with self._preparing("hvp"):
+            return self._composing(self._programs_for(contexts).hvp(f, x, tx, contexts), contexts, lead=2)
 
     def prepare_hessian_programs(self, f: Callable[..., Any], x: Any, contexts: Sequence[Context]) -> Programs:
-        return self._composing(self._programs_for(contexts).hessian(f, x, contexts), contexts)
+        with self._preparing("hessian"):
+            return self._composing(self._programs_for(contexts).hessian(f, x, contexts), contexts)

@@ -178,13 +178,25 @@ def version_of(tensor: Any) -> int | None:
         return None
 
 
-def overwritten_error(backend: AbstractBackend, operator: str, x: Any, tensor: Any) -> InvalidInputError:
+def overwritten_error(
+    backend: AbstractBackend, operator: str, x: Any, tensor: Any, *, untraced: bool = False
+) -> InvalidInputError:
     """The :class:`di.InvalidInputError` for an ``f`` found, after it ran, to have
     written into ``tensor``, the torch ``x`` it received for the caller's ``x``
-    (torch's forward mode, and ``f`` run untraced, let it write); ``operator``
-    ``""`` for ``f`` evaluated untraced (an output's shape, at preparation). It
-    says whether the caller's ``x`` now holds the writes: it does where the two
-    share memory."""
+    (torch's forward mode, and ``f`` run untraced, let it write). ``untraced``:
+    ``f`` was evaluated untraced for ``operator`` (an output's shape at
+    preparation, a value); ``operator`` ``""`` where no operator is known (a
+    strategy asked for ``f``'s value). It says whether the caller's ``x`` now
+    holds the writes: it does where the two share memory.
+
+    Examples:
+        >>> import torch, di
+        >>> from di.backends.torch.common import overwritten_error
+        >>> x = torch.zeros(2)
+        >>> message = str(overwritten_error(di.AutoTorch(), "jacobian", x, x, untraced=True))
+        >>> message.startswith("jacobian with AutoTorch("), message.split(": ")[0].endswith("(evaluating f untraced)")
+        (True, True)
+    """
     if x is tensor:
         shared: bool | None = True
     elif isinstance(x, (torch.Tensor, np.ndarray)):
@@ -199,7 +211,10 @@ def overwritten_error(backend: AbstractBackend, operator: str, x: Any, tensor: A
         fate = "The caller's x may already hold what f wrote, where it shares memory with the tensor f received"
     else:
         fate = "The caller's x is unchanged (f received a copy)"
-    where = f"{operator} with {backend!r}" if operator else f"{backend!r}, evaluating f untraced,"
+    if not operator:
+        where = f"evaluating f untraced with {backend!r}"
+    else:
+        where = f"{operator} with {backend!r}" + (" (evaluating f untraced)" if untraced else "")
     return InvalidInputError(
         f"{where}: f wrote into x in place (x[i] = ..., x += ...), found after f ran. {fate}. {_RULE}"
     )
