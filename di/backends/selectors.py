@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 import numbers
 import os
+import sys
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any, ClassVar, Literal
@@ -31,6 +32,7 @@ __all__ = [
     "SecondOrder",
     "available_backends",
     "backend",
+    "check_flag",
     "selector_classes",
 ]
 
@@ -106,6 +108,58 @@ def _redefines(cls: type, taken: type) -> bool:
     return cls.__module__ == taken.__module__ or taken.__module__.split(".")[0] != "di"
 
 
+def check_flag(owner: str, option: str, value: Any) -> bool:
+    """``value`` as a ``bool``, refusing anything but ``True`` and ``False``.
+
+    Truthiness is not enough: ``jit="False"`` or ``compile="no"`` are true
+    strings, and would quietly do the opposite of what was meant.
+
+    Args:
+        owner: what takes the option, as the message names it (``"AutoJAX"``).
+        option: the option's name.
+        value: what was given: a Python ``bool`` or a ``numpy.bool_``.
+
+    Returns:
+        ``value`` as a Python ``bool``.
+
+    Raises:
+        InvalidOptionTypeError: any other value (a ``TypeError``).
+
+    Examples:
+        >>> from di.backends.selectors import check_flag
+        >>> check_flag("AutoJAX", "jit", True)
+        True
+        >>> check_flag("AutoJAX", "jit", "no")
+        Traceback (most recent call last):
+        ...
+        di.errors.InvalidOptionTypeError: AutoJAX(jit='no'): jit takes True or False (a Python bool ...), not str
+    """
+    if value is True or value is False:
+        return value
+    numpy = sys.modules.get("numpy")  # a numpy.bool_ exists only once numpy is imported: ``import di`` stays light
+    if numpy is not None and isinstance(value, numpy.bool_):
+        return bool(value)
+    raise InvalidOptionTypeError(
+        f"{owner}({option}={value!r}): {option} takes True or False (a Python bool or numpy.bool_), "
+        f"not {type(value).__name__}"
+    )
+
+
+def _check_flags(selector: AbstractBackend, *options: str) -> None:
+    """Check a selector's boolean options, storing each as a Python ``bool``."""
+    for option in options:
+        object.__setattr__(selector, option, check_flag(type(selector).__name__, option, getattr(selector, option)))
+
+
+def _not_a_selector(value: Any) -> str:
+    """How to make a selector of ``value``, for the messages refusing it."""
+    if isinstance(value, type) and issubclass(value, AbstractBackend):
+        return f"the class {value.__name__} itself: call it, di.{value.__name__}()"
+    if isinstance(value, str):
+        return f"the name {value!r}: di.backend({value!r}) builds its selector"
+    return f"{value!r}"
+
+
 def _check_mode(mode: str | None, name: str) -> None:
     if mode not in (None, "forward", "reverse"):
         raise InvalidOptionError(f"{name}(mode={mode!r}): mode must be None, 'forward' or 'reverse'")
@@ -141,6 +195,7 @@ class AutoJAX(AbstractBackend):
     adapter: ClassVar[str] = "di.backends.jax:JAXAdapter"
 
     def __post_init__(self) -> None:
+        _check_flags(self, "jit")
         _check_mode(self.mode, "AutoJAX")
 
 
@@ -182,6 +237,7 @@ class AutoTorch(AbstractBackend):
     adapter: ClassVar[str] = "di.backends.torch:TorchAdapter"
 
     def __post_init__(self) -> None:
+        _check_flags(self, "compile", "create_graph")
         _check_mode(self.mode, "AutoTorch")
         options = self.compile_options
         if isinstance(options, Mapping):
@@ -278,6 +334,15 @@ class SecondOrder(AbstractBackend):
     engine_display: ClassVar[str] = "its two backends"
     strategy: ClassVar[str] = "di.second_order.strategy:SecondOrderStrategy"
 
+    def __post_init__(self) -> None:
+        for option in ("outer", "inner"):
+            given = getattr(self, option)
+            if not isinstance(given, AbstractBackend):
+                raise InvalidOptionTypeError(
+                    f"SecondOrder({option}=...) must be a backend selector such as di.AutoJAX(), not "
+                    f"{_not_a_selector(given)}"
+                )
+
     @property
     def is_installed(self) -> bool:
         """Whether both engines are installed."""
@@ -368,7 +433,7 @@ class AutoFastest(AbstractBackend):
                 if not isinstance(candidate, AbstractBackend) or isinstance(candidate, AutoFastest):
                     raise InvalidOptionTypeError(
                         f"AutoFastest candidates must be backend selectors such as di.AutoJAX(jit=True), other than "
-                        f"AutoFastest, not {candidate!r}"
+                        f"AutoFastest, not {_not_a_selector(candidate)}"
                     )
             object.__setattr__(self, "candidates", candidates)
         if not (isinstance(self.budget_s, (int, float)) and 0 < self.budget_s < float("inf")):
@@ -381,6 +446,7 @@ class AutoFastest(AbstractBackend):
             )
         if self.atol is not None and not (isinstance(self.atol, numbers.Real) and self.atol >= 0):
             raise InvalidOptionError(f"AutoFastest(atol={self.atol!r}): atol must be >= 0, or None to pick it by dtype")
+        _check_flags(self, "include_compiled")
         if self.cache is not None and not isinstance(self.cache, str):
             object.__setattr__(self, "cache", os.fspath(self.cache))
 
@@ -482,7 +548,8 @@ class AutoSparse(AbstractBackend):
 
         if not isinstance(self.dense, AbstractBackend) or isinstance(self.dense, AutoSparse):
             raise InvalidOptionTypeError(
-                f"AutoSparse(dense=...) must be a dense backend selector such as di.AutoJAX(), not {self.dense!r}"
+                f"AutoSparse(dense=...) must be a dense backend selector such as di.AutoJAX(), not "
+                f"{_not_a_selector(self.dense)}"
             )
         if self.sparsity is None:
             object.__setattr__(self, "sparsity", TracerSparsity())
@@ -491,6 +558,7 @@ class AutoSparse(AbstractBackend):
                 f"AutoSparse(sparsity=...) must be di.TracerSparsity(), di.LocalTracerSparsity(), "
                 f"di.DenseSparsity(...) or di.KnownSparsity(pattern), not {type(self.sparsity).__name__}"
             )
+        _check_flags(self, "dense_result")
         _check_choice("coloring", self.coloring, _SPARSE_COLORINGS)
         _check_choice("order", self.order, _SPARSE_ORDERS)
         _check_choice("mode", self.mode, _SPARSE_MODES)

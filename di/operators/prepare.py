@@ -18,7 +18,7 @@ import numpy as np
 from di.backends.aux import value_only
 from di.backends.compile import compiling_combined_first
 from di.backends.registry import get_adapter, get_strategy
-from di.backends.selectors import AbstractBackend
+from di.backends.selectors import AbstractBackend, check_flag
 from di.backends.source import ProgramSource
 from di.errors import InvalidInputError
 from di.families import family_of, get_family
@@ -60,10 +60,16 @@ def prepare_operator(
         InvalidInputError: ``f`` not callable, ``x`` not differentiable (or
             holding itself), a raw value where a context is expected, bad
             tangents, ``backend`` not a selector.
+        InvalidOptionTypeError: ``strict``, ``has_aux`` or ``value`` not
+            ``True`` or ``False``.
         BackendNotInstalledError: the engine is missing.
         UnsupportedContextError: the engine cannot use one of the contexts.
     """
     operator = OPERATORS[family]
+    owner = f"prepare_{family}_same_point" if same_point else f"prepare_{family}"
+    strict = check_flag(owner, "strict", strict)  # bool("no") is True: a string would quietly mean yes
+    has_aux = check_flag(owner, "has_aux", has_aux)
+    value = check_flag(owner, "value", value)
     if not callable(f):
         raise InvalidInputError(f"f must be callable, not {type(f).__name__}")
     _resolve(backend)  # a selector, and installed: said before anything about x
@@ -74,7 +80,7 @@ def prepare_operator(
         tangents = check_tangents(tangents, operator.tangents, family)
         if operator.tangents == "tx":
             _check_tangent_shapes(tangents, x)
-    request = PrepareRequest(family, f, x, tangents, tuple(contexts), strict, same_point, bool(has_aux), bool(value))
+    request = PrepareRequest(family, f, x, tangents, tuple(contexts), strict, same_point, has_aux, value)
     return prepare_request(backend, request)
 
 
@@ -122,6 +128,7 @@ def prepare_from_source(
         info=info or NO_INFO,
         has_aux=request.has_aux,
         explain_failure=explain,
+        traces=(source.adapter.backend, (source.family, source.adapter.backend.engine)),
     )
 
 

@@ -1,0 +1,125 @@
+"""The public surface refuses misuse early and plainly, and its objects behave like values.
+
+Selectors check their arguments when they are built (a wrapped backend that is not a selector,
+a boolean option that is not a bool), selectors survive pickle and copies, a context may not wrap
+a context, and what a prep and the operators show of themselves (``prep.info``, docstrings) reads well.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import pytest
+
+import di
+from di.errors import InvalidOptionTypeError
+
+
+def _square(x: Any) -> Any:
+    xp = di.array_namespace(x)
+    return xp.multiply(x, x)
+
+
+def _sum_of_squares(x: Any) -> Any:
+    xp = di.array_namespace(x)
+    return xp.sum(xp.multiply(x, x))
+
+
+# --- SecondOrder checks outer= and inner= when it is built ---------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("make", "fragments"),
+    [
+        (lambda: di.SecondOrder("jax", "jax"), ["SecondOrder(outer=...)", "the name 'jax'", "di.backend('jax')"]),
+        (
+            lambda: di.SecondOrder(di.AutoJAX, di.AutoJAX()),
+            ["SecondOrder(outer=...)", "the class AutoJAX itself", "call it, di.AutoJAX()"],
+        ),
+        (lambda: di.SecondOrder(di.AutoFiniteDiff(), di.AutoJAX), ["SecondOrder(inner=...)", "di.AutoJAX()"]),
+        (lambda: di.SecondOrder(inner=3), ["SecondOrder(inner=...)", "not 3"]),
+        (lambda: di.AutoSparse(di.AutoJAX), ["AutoSparse(dense=...)", "call it, di.AutoJAX()"]),
+        (lambda: di.AutoFastest([di.AutoJAX]), ["AutoFastest candidates", "call it, di.AutoJAX()"]),
+    ],
+    ids=[
+        "second-order-names",
+        "second-order-class",
+        "second-order-inner-class",
+        "second-order-int",
+        "sparse",
+        "fastest",
+    ],
+)
+def test_a_wrapped_backend_that_is_not_a_selector_is_refused_when_built(
+    make: Callable[[], Any], fragments: list[str]
+) -> None:
+    with pytest.raises(InvalidOptionTypeError) as caught:
+        make()
+    for fragment in fragments:
+        assert fragment in str(caught.value)
+
+
+def test_second_order_of_selectors_is_still_built() -> None:
+    backend = di.SecondOrder(di.AutoFiniteDiff(), di.AutoFiniteDiff(method="forward"))
+    assert backend.inner == di.AutoFiniteDiff(method="forward")
+    assert di.SecondOrder() == di.SecondOrder(di.AutoFiniteDiff(), di.AutoFiniteDiff())
+
+
+# --- boolean options take True or False only ----------------------------------------------------
+
+_FLAGS = [
+    (di.AutoJAX, "jit", {}),
+    (di.AutoTorch, "compile", {}),
+    (di.AutoTorch, "create_graph", {}),
+    (di.AutoSparse, "dense_result", {"dense": di.AutoFiniteDiff()}),
+    (di.AutoFastest, "include_compiled", {}),
+]
+
+
+@pytest.mark.parametrize(("selector", "option", "others"), _FLAGS, ids=[f"{s.__name__}-{o}" for s, o, _ in _FLAGS])
+@pytest.mark.parametrize("given", ["no", "False", "yes", 0, 1, None])
+def test_a_boolean_option_that_is_not_a_bool_is_refused(
+    selector: type[di.AbstractBackend], option: str, others: dict[str, Any], given: Any
+) -> None:
+    with pytest.raises(InvalidOptionTypeError) as caught:
+        selector(**others, **{option: given})
+    assert f"{selector.__name__}({option}={given!r}): {option} takes True or False" in str(caught.value)
+    assert "numpy.bool_" in str(caught.value)
+
+
+@pytest.mark.parametrize(("selector", "option", "others"), _FLAGS, ids=[f"{s.__name__}-{o}" for s, o, _ in _FLAGS])
+def test_a_numpy_bool_option_is_stored_as_a_bool(
+    selector: type[di.AbstractBackend], option: str, others: dict[str, Any]
+) -> None:
+    for given, expected in ((np.True_, True), (np.False_, False)):
+        built = selector(**others, **{option: given})
+        assert getattr(built, option) is expected
+        assert built == selector(**others, **{option: expected})
+        assert f"{option}={expected}" in repr(built)
+
+
+def test_backend_by_name_refuses_a_string_flag() -> None:
+    with pytest.raises(InvalidOptionTypeError, match=r"AutoJAX\(jit='no'\): jit takes True or False"):
+        di.backend("jax", jit="no")
+
+
+@pytest.mark.parametrize("option", ["strict", "has_aux", "value"])
+@pytest.mark.parametrize("given", ["no", "yes", 1, None])
+def test_a_prepare_flag_that_is_not_a_bool_is_refused(backend: di.AbstractBackend, option: str, given: Any) -> None:
+    with pytest.raises(InvalidOptionTypeError) as caught:
+        di.prepare_gradient(_sum_of_squares, backend, np.ones(3), **{option: given})
+    assert f"prepare_gradient({option}={given!r}): {option} takes True or False" in str(caught.value)
+
+
+def test_a_same_point_prepare_names_itself(backend: di.AbstractBackend) -> None:
+    with pytest.raises(InvalidOptionTypeError, match=r"prepare_hvp_same_point\(strict='no'\)"):
+        di.prepare_hvp_same_point(_sum_of_squares, backend, np.ones(3), (np.ones(3),), strict="no")
+
+
+def test_a_numpy_bool_prepare_flag_is_taken(backend: di.AbstractBackend) -> None:
+    prep = di.prepare_gradient(_sum_of_squares, backend, np.ones(3), strict=np.False_, value=np.True_)
+    assert prep.strict is False
+    x = np.array([1.0, 2.0, 3.0])
+    np.testing.assert_allclose(di.gradient(_sum_of_squares, prep, backend, x), 2 * x, rtol=1e-6)
