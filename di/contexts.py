@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from di.errors import InvalidInputError, InvalidOptionTypeError
+
 __all__ = ["Cache", "Constant", "Context"]
 
 
@@ -19,7 +21,11 @@ class Context:
     """Base class of :class:`Constant` and :class:`Cache`.
 
     Args:
-        value: the value passed to ``f``.
+        value: the value passed to ``f``; not itself a context.
+
+    Raises:
+        InvalidInputError: ``value`` is a context (``Constant(Constant(v))``):
+            ``f`` would receive the inner wrapper, not ``v``.
 
     Examples:
         >>> import di
@@ -31,7 +37,7 @@ class Context:
     kind: str = "context"
 
     def __init__(self, value: Any) -> None:
-        self.value = value
+        self.value = _unwrapped(type(self).__name__, value)
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.value!r})"
@@ -52,6 +58,10 @@ class Constant(Context):
             ``True`` forces a hashable value to be compiled in; ``False`` forces a
             Python scalar to be traced.
 
+    Raises:
+        InvalidInputError: ``value`` is itself a context.
+        InvalidOptionTypeError: ``static`` is not ``None``, ``True`` or ``False``.
+
     Examples:
         >>> import numpy as np, di
         >>> f = lambda x, a: (a * x * x).sum()
@@ -63,7 +73,9 @@ class Constant(Context):
     kind = "constant"
 
     def __init__(self, value: Any, static: bool | None = None) -> None:
-        self.value = value
+        self.value = _unwrapped("Constant", value)
+        if not (static is None or static is True or static is False):
+            static = _static_flag(static)
         self.static = static
 
     def __repr__(self) -> str:
@@ -96,3 +108,26 @@ class Cache(Context):
 
     __slots__ = ()
     kind = "cache"
+
+
+def _unwrapped(wrapper: str, value: Any) -> Any:
+    """``value``, refused when it is a context: ``f`` would receive the inner wrapper
+    object itself (``x * Constant(2.0)`` fails inside ``f``, far from the mistake)."""
+    if isinstance(value, Context):
+        inner = type(value).__name__
+        raise InvalidInputError(
+            f"di.{wrapper}({value!r}) wraps a context: f would receive the {inner} object, not its value. "
+            f"Remove the inner wrapper: di.{wrapper}(v), not di.{wrapper}(di.{inner}(v))"
+        )
+    return value
+
+
+def _static_flag(static: Any) -> bool:
+    """A ``numpy.bool_`` ``static`` as a ``bool``; anything else but ``None``, ``True``
+    and ``False`` refused (``static="no"`` is a true string, and would compile the value in)."""
+    if type(static).__module__ == "numpy" and type(static).__name__ in ("bool", "bool_"):
+        return bool(static)
+    raise InvalidOptionTypeError(
+        f"di.Constant(static={static!r}): static takes None, True or False (a Python bool or numpy.bool_), "
+        f"not {type(static).__name__}"
+    )

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 import di
-from di.errors import InvalidOptionTypeError
+from di.errors import InvalidInputError, InvalidOptionTypeError
 
 
 def _square(x: Any) -> Any:
@@ -65,6 +65,36 @@ def test_second_order_of_selectors_is_still_built() -> None:
     backend = di.SecondOrder(di.AutoFiniteDiff(), di.AutoFiniteDiff(method="forward"))
     assert backend.inner == di.AutoFiniteDiff(method="forward")
     assert di.SecondOrder() == di.SecondOrder(di.AutoFiniteDiff(), di.AutoFiniteDiff())
+
+
+# --- a context may not wrap a context -----------------------------------------------------------
+
+
+@pytest.mark.parametrize("outer", [di.Constant, di.Cache], ids=["Constant", "Cache"])
+@pytest.mark.parametrize("inner", [di.Constant, di.Cache], ids=["Constant", "Cache"])
+def test_a_context_wrapping_a_context_is_refused(outer: type[di.Context], inner: type[di.Context]) -> None:
+    with pytest.raises(InvalidInputError) as caught:
+        outer(inner(2.0))
+    message = str(caught.value)
+    assert f"di.{outer.__name__}({inner.__name__}(2.0)) wraps a context" in message
+    assert f"Remove the inner wrapper: di.{outer.__name__}(v)" in message
+
+
+def test_a_context_around_a_plain_value_still_reaches_f(backend: di.AbstractBackend) -> None:
+    def f(x: Any, c: Any) -> Any:
+        xp = di.array_namespace(x)
+        return xp.sum(x * c)
+
+    result = di.gradient(f, backend, np.array([1.0, 2.0]), di.Constant(2.0))
+    np.testing.assert_allclose(result, [2.0, 2.0], rtol=1e-6)
+
+
+@pytest.mark.parametrize("static", ["no", "False", 0, 1.0])
+def test_constant_static_takes_only_none_or_a_bool(static: Any) -> None:
+    with pytest.raises(InvalidOptionTypeError, match=r"static takes None, True or False"):
+        di.Constant(1, static=static)
+    assert di.Constant(1, static=np.True_).static is True
+    assert di.Constant(1, static=False).static is False and di.Constant(1).static is None
 
 
 # --- boolean options take True or False only ----------------------------------------------------
