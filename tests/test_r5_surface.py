@@ -7,6 +7,8 @@ a context, and what a prep and the operators show of themselves (``prep.info``, 
 
 from __future__ import annotations
 
+import copy
+import pickle
 from collections.abc import Callable
 from typing import Any
 
@@ -65,6 +67,33 @@ def test_second_order_of_selectors_is_still_built() -> None:
     backend = di.SecondOrder(di.AutoFiniteDiff(), di.AutoFiniteDiff(method="forward"))
     assert backend.inner == di.AutoFiniteDiff(method="forward")
     assert di.SecondOrder() == di.SecondOrder(di.AutoFiniteDiff(), di.AutoFiniteDiff())
+
+
+# --- a selector holding a KnownSparsity survives pickle and copies ------------------------------
+
+
+@pytest.mark.parametrize("roundtrip", [pickle.loads, copy.deepcopy, copy.copy], ids=["pickle", "deepcopy", "copy"])
+def test_known_sparsity_survives_pickle_and_copies(backend: di.AbstractBackend, roundtrip: Callable[..., Any]) -> None:
+    known = di.KnownSparsity(np.eye(3, dtype=bool), colors=[0, 0, 0])
+    sparse = di.AutoSparse(backend, sparsity=known, dense_result=True)
+    given = pickle.dumps(sparse) if roundtrip is pickle.loads else sparse
+    restored = roundtrip(given)
+    assert restored == sparse and hash(restored) == hash(sparse)
+    assert restored.sparsity == known and restored.sparsity.colors.tolist() == [0, 0, 0]
+    assert not restored.sparsity.rows.flags.writeable  # still immutable
+    with pytest.raises(AttributeError, match="immutable"):
+        restored.sparsity.shape = (1, 1)  # type: ignore[misc]
+    x = np.array([1.0, 2.0, 3.0])
+    prep = di.prepare_jacobian(_square, restored, x)
+    assert prep.colors == 1
+    np.testing.assert_allclose(di.jacobian(_square, prep, restored, x), np.diag([2.0, 4.0, 6.0]), rtol=1e-6)
+
+
+def test_known_sparsity_without_colors_copies_equal() -> None:
+    known = di.KnownSparsity(np.array([[True, False], [True, True]]))
+    for restored in (pickle.loads(pickle.dumps(known)), copy.deepcopy(known), copy.copy(known)):
+        assert restored == known and hash(restored) == hash(known)
+        assert restored.colors is None and restored.nnz == 3 and restored.shape == (2, 2)
 
 
 # --- a context may not wrap a context -----------------------------------------------------------

@@ -196,18 +196,26 @@ class KnownSparsity(SparsitySource):
         order = np.lexsort((cols, rows))
         keys = np.unique(rows[order].astype(np.int64) * max(shape[1], 1) + cols[order])
         rows, cols = np.divmod(keys, max(shape[1], 1))
-        given = None if colors is None else _colors(colors)
-        for array in (rows, cols) if given is None else (rows, cols, given):
+        self._hold(shape, rows, cols, None if colors is None else _colors(colors))
+
+    def _hold(self, shape: tuple[int, int], rows: np.ndarray, cols: np.ndarray, colors: np.ndarray | None) -> None:
+        """Set the fields once, from checked parts (``__init__``, and unpickling)."""
+        for array in (rows, cols) if colors is None else (rows, cols, colors):
             array.setflags(write=False)
         object.__setattr__(self, "shape", shape)
         object.__setattr__(self, "rows", rows)
         object.__setattr__(self, "cols", cols)
-        object.__setattr__(self, "colors", given)
-        color_bytes = b"" if given is None else given.tobytes()
+        object.__setattr__(self, "colors", colors)
+        color_bytes = b"" if colors is None else colors.tobytes()
+        # computed, never carried over: the hash of bytes differs from one process to the next
         object.__setattr__(self, "_hash", hash((shape, rows.tobytes(), cols.tobytes(), color_bytes)))
 
     def __setattr__(self, name: str, value: Any) -> None:
         raise AttributeError("KnownSparsity is immutable")
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # pickle's and copy's default would set the slots one by one, which __setattr__ refuses
+        return (_rebuild_known, (self.shape, self.rows, self.cols, self.colors))
 
     @property
     def nnz(self) -> int:
@@ -231,6 +239,17 @@ class KnownSparsity(SparsitySource):
     def __repr__(self) -> str:
         colored = "" if self.colors is None else f", colors={int(self.colors.max(initial=-1)) + 1}"
         return f"KnownSparsity(shape={self.shape}, nnz={self.nnz}{colored})"
+
+
+def _rebuild_known(
+    shape: tuple[int, int], rows: np.ndarray, cols: np.ndarray, colors: np.ndarray | None
+) -> KnownSparsity:
+    """A :class:`KnownSparsity` from the parts ``__reduce__`` gave (pickle, ``copy``)."""
+    known = KnownSparsity.__new__(KnownSparsity)
+    # copies: an unpickled array may be writable, and a copied one may share memory with the original
+    given = None if colors is None else np.array(colors)
+    known._hold((int(shape[0]), int(shape[1])), np.array(rows), np.array(cols), given)
+    return known
 
 
 def _colors(colors: Any) -> np.ndarray:
