@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import pickle
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -182,3 +183,17 @@ def test_a_numpy_bool_prepare_flag_is_taken(backend: di.AbstractBackend) -> None
     assert prep.strict is False
     x = np.array([1.0, 2.0, 3.0])
     np.testing.assert_allclose(di.gradient(_sum_of_squares, prep, backend, x), 2 * x, rtol=1e-6)
+
+
+# --- what preps and operators show of themselves ------------------------------------------------
+
+
+def test_a_dense_prep_info_has_a_readable_repr(backend: di.AbstractBackend) -> None:
+    prep = di.prepare_gradient(_sum_of_squares, backend, np.ones(3))
+    assert repr(prep.info) == "StrategyInfo(plan=None, sparsity=None, colors=None, sparse_result=False)"
+
+
+def test_no_public_docstring_has_a_doubled_blank_line() -> None:
+    doubled = re.compile(r"\n[ \t]*\n[ \t]*\n")
+    offenders = [name for name in di.__all__ if doubled.search(getattr(di, name).__doc__ or "")]
+    assert offenders == []

@@ -107,7 +107,6 @@ def prepare_hvp_same_point(
 def hvp(f: Callable[..., Any], *args: Any) -> Any:
     """Hessian-vector products of a scalar-valued ``f`` at ``x``, one per tangent in ``tx``.
 
-
     Forward over reverse where the engine can (JAX, torch.func); finite differences take
     differences of gradients.
 

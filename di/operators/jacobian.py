@@ -66,7 +66,6 @@ def prepare_jacobian(
 def jacobian(f: Callable[..., Any], *args: Any, out: Any = None, has_aux: bool = False) -> Any:
     """Jacobian of an array-to-array ``f`` at ``x``, of shape ``y.shape + x.shape``.
 
-
     Forward mode (one pushforward per input) or reverse mode (one pullback per output) is
     picked from the sizes unless the backend's ``mode`` says otherwise.
 

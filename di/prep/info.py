@@ -24,12 +24,22 @@ class StrategyInfo:
         >>> from di.prep.info import StrategyInfo
         >>> StrategyInfo().plan is None
         True
+        >>> StrategyInfo()
+        StrategyInfo(plan=None, sparsity=None, colors=None, sparse_result=False)
     """
 
     plan: Any = None
     sparsity: Any = None
     colors: int | None = None
     sparse_result: bool = False
+
+    def __repr__(self) -> str:
+        # the strategies' subclasses are dataclasses with their own repr; this one is what a
+        # dense prep's info shows, so it reads like theirs rather than as an address
+        fields = ", ".join(
+            f"{name}={getattr(self, name)!r}" for name in ("plan", "sparsity", "colors", "sparse_result")
+        )
+        return f"{type(self).__name__}({fields})"
 
 
 NO_INFO = StrategyInfo()
