@@ -1,11 +1,13 @@
-"""What AutoTorch lets through and says: an interrupt inside ``f`` propagates
-unchanged whatever ``f`` wrote, and a write into ``x`` found at an untraced
-evaluation names the operator."""
+"""What AutoTorch leaves behind, lets through and says: a ``Cache`` buffer holds no
+graph after any operator, an interrupt inside ``f`` propagates unchanged whatever
+``f`` wrote, and a write into ``x`` found at an untraced evaluation names the
+operator."""
 
 from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 import pytest
 from conftest import backend_id
 
@@ -19,7 +21,128 @@ EAGER_AND_COMPILED = [
     pytest.param(COMPILED, id="torch-compile"),
 ]
 
+X = np.array([0.3, -1.2, 2.0])
+T = np.array([1.0, 0.5, -0.25])
 S = 0.7
+
+# --- a Cache holds no graph --------------------------------------------------------------------
+
+
+def _writes_vector(x: Any, buf: Any) -> Any:
+    xp = di.array_namespace(x)
+    buf[...] = x * x
+    return xp.sin(buf) * xp.sum(x)
+
+
+def _writes_scalar(x: Any, buf: Any) -> Any:
+    xp = di.array_namespace(x)
+    buf[...] = x * x
+    return xp.sum(xp.sin(buf))
+
+
+def _writes_curve(x: Any, buf: Any) -> Any:
+    xp = di.array_namespace(x)
+    buf[...] = x * x
+    return xp.stack([xp.sin(buf), buf * x])
+
+
+def _jacobian(x: np.ndarray) -> np.ndarray:
+    return np.diag(np.cos(x * x) * 2 * x * np.sum(x)) + np.outer(np.sin(x * x), np.ones_like(x))
+
+
+def _hessian(x: np.ndarray) -> np.ndarray:
+    return np.diag(2 * np.cos(x * x) - 4 * x * x * np.sin(x * x))
+
+
+# operator -> (f, x, takes tangents, the reference of its own result)
+_CACHE_CASES: dict[str, tuple[Any, Any, bool, Any]] = {
+    "jacobian": (_writes_vector, X, False, _jacobian(X)),
+    "pushforward": (_writes_vector, X, True, _jacobian(X) @ T),
+    "pullback": (_writes_vector, X, True, _jacobian(X).T @ T),
+    "derivative": (_writes_curve, np.array(S), False, np.array([np.cos(S * S) * 2 * S, 3 * S * S])),
+    "gradient": (_writes_scalar, X, False, np.cos(X * X) * 2 * X),
+    "hvp": (_writes_scalar, X, True, _hessian(X) @ T),
+    "hessian": (_writes_scalar, X, False, _hessian(X)),
+}
+_COMBINED = {
+    "jacobian": "value_and_jacobian",
+    "pushforward": "value_and_pushforward",
+    "pullback": "value_and_pullback",
+    "derivative": "value_and_derivative",
+    "gradient": "value_and_gradient",
+    "hvp": "gradient_and_hvp",
+    "hessian": "value_gradient_and_hessian",
+}
+
+
+def _tensor(a: Any, grad: bool = False) -> Any:
+    return torch.tensor(a, dtype=torch.float64, requires_grad=grad)
+
+
+def _assert_no_graph(buf: Any) -> None:
+    assert not buf.requires_grad and buf.grad_fn is None, (buf.requires_grad, buf.grad_fn)
+    buf.numpy()  # refused for a tensor that requires grad
+
+
+def _times_constant(f: Any) -> Any:
+    """``f`` of ``x * c``, a Constant ``c`` before the buffer: what ``f`` writes
+    into the buffer depends on ``c`` (1, so the derivatives are ``f``'s)."""
+
+    def times(x: Any, c: Any, buf: Any) -> Any:
+        return f(x * c, buf)
+
+    return times
+
+
+def _own_result(operator: str, name: str, result: Any) -> Any:
+    if name != operator:
+        result = result[-1]
+    return result[0] if operator in ("pushforward", "pullback", "hvp") else result
+
+
+@pytest.mark.parametrize("combined", [False, True], ids=["plain", "combined"])
+@pytest.mark.parametrize("operator", list(_CACHE_CASES))
+@pytest.mark.parametrize("requiring", ["x", "constant"])
+@pytest.mark.parametrize("backend", EAGER_AND_COMPILED)
+def test_a_cache_holds_no_graph_after_preparation_or_call(
+    backend: Any, requiring: str, operator: str, combined: bool
+) -> None:
+    """With x (or a Constant) requiring grad, preparing a jacobian, pushforward,
+    pullback or derivative (and every call of value_gradient_and_hessian) left the
+    caller's buffer holding a graph (grad_fn CopyBackwards, numpy() refused): f's
+    untraced evaluation wrote into it and nothing detached it."""
+    if backend is COMPILED and operator in ("hvp", "hessian"):
+        pytest.skip("AutoTorch(compile=True) refuses a Cache for hvp and hessian (docs/contexts.md)")
+    f, x0, tangents, expected = _CACHE_CASES[operator]
+    x = _tensor(x0, requiring == "x")
+    contexts: tuple[Any, ...] = ()
+    if requiring == "constant":
+        f, contexts = _times_constant(f), (di.Constant(_tensor(1.0, True)),)
+    name = _COMBINED[operator] if combined else operator
+    args = (x, (_tensor(T),)) if tangents else (x,)
+    prepared = torch.zeros(x.shape, dtype=torch.float64)
+    prep = getattr(di, f"prepare_{operator}")(f, backend, *args, *contexts, di.Cache(prepared))
+    _assert_no_graph(prepared)
+    for _ in range(2):
+        given = torch.zeros(x.shape, dtype=torch.float64)
+        result = getattr(di, name)(f, prep, backend, *args, *contexts, di.Cache(given))
+        _assert_no_graph(given)
+        np.testing.assert_allclose(_own_result(operator, name, result).detach().numpy(), expected, rtol=1e-12)
+
+
+def test_a_value_that_keeps_the_graph_survives_later_writes_into_the_buffer() -> None:
+    """value_gradient_and_hessian's value kept the caller's graph through the
+    caller's buffer, which the next call overwrote: backward through the first
+    value then failed ('modified by an inplace operation'). f fills a copy now."""
+    x = _tensor(X, True)
+    prep = di.prepare_hessian(_writes_scalar, di.AutoTorch(), x, di.Cache(torch.zeros(3, dtype=torch.float64)))
+    buf = torch.zeros(3, dtype=torch.float64)
+    value, _, _ = di.value_gradient_and_hessian(_writes_scalar, prep, di.AutoTorch(), x, di.Cache(buf))
+    di.value_gradient_and_hessian(_writes_scalar, prep, di.AutoTorch(), x, di.Cache(buf))
+    (grad,) = torch.autograd.grad(value, x)
+    np.testing.assert_allclose(grad.numpy(), np.cos(X * X) * 2 * X, rtol=1e-12)
+    np.testing.assert_allclose(value.item(), np.sum(np.sin(X * X)), rtol=1e-12)
+
 
 # --- an interrupt after a write into x ------------------------------------------------------
 

@@ -26,6 +26,7 @@ from di.backends.torch.common import (
     overwritten_error,
     owning,
     refusing_caches_inside_transforms,
+    requires_grad,
     unshared,
     version_of,
 )
@@ -63,6 +64,28 @@ COMPOSITIONS = (
     ),
 )
 """What composes inside each torch transform and mode."""
+
+
+def _with_caches(run: Callable[..., Any], caches: Sequence[int], x: Any, values: Sequence[Any]) -> Any:
+    """``run(x, *values)`` with the ``Cache`` buffers (at positions ``caches``) as
+    the operators give them to ``f``: a value that keeps the caller's graph (``x``
+    or a ``Constant`` requires grad) saves what ``f`` writes, so ``f`` fills a copy
+    and the caller's buffer is left as it was; otherwise ``f`` fills the caller's
+    buffer, detached afterwards so that it holds no graph (``numpy()`` works on it)."""
+    if torch.is_grad_enabled() and (
+        requires_grad(x) or any(requires_grad(v) for i, v in enumerate(values) if i not in caches)
+    ):
+        copies = list(values)
+        for i in caches:
+            if isinstance(copies[i], torch.Tensor):
+                copies[i] = copies[i].clone()
+        return run(x, *copies)
+    try:
+        return run(x, *values)
+    finally:
+        for i in caches:
+            if isinstance(values[i], torch.Tensor):
+                values[i].detach_()
 
 
 class TorchAdapter(TorchBase):
@@ -136,11 +159,20 @@ class TorchAdapter(TorchBase):
         """``f``'s value, copied where it is an input or a view of one. ``f`` runs
         untraced, so nothing stops a write into ``x``: one is found after ``f``
         ran (its version counter moved) and refused with what became of ``x``,
-        naming the operator being prepared."""
+        naming the operator being prepared. A ``Cache`` is treated as the
+        operators treat it: detached after ``f`` ran, so it holds no graph, or,
+        where ``x`` or a ``Constant`` requires grad (the value keeps the caller's
+        graph, which saves what ``f`` wrote), left as it was, ``f`` filling a copy."""
         written: list[Any] = []
+        caches = tuple(i for i, c in enumerate(contexts) if isinstance(c, Cache))
         operator = getattr(self._preparing_now, "operator", "")
 
         def watched(x: Any, *values: Any) -> Any:
+            if caches:
+                return _with_caches(run, caches, x, values)
+            return run(x, *values)
+
+        def run(x: Any, *values: Any) -> Any:
             version = version_of(x)
             try:
                 y = f(x, *values)
