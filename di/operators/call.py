@@ -86,17 +86,22 @@ def _split_call(name: str, args: tuple[Any, ...]) -> tuple[Prep | None, Any, Any
     """Split ``(prep, backend, x, *rest)`` or ``(backend, x, *rest)``.
 
     Raises:
-        InvalidInputError: too few arguments.
+        InvalidInputError: too few arguments, naming the missing one.
     """
-    if args and isinstance(args[0], Prep):
-        if len(args) < 3:
-            raise InvalidInputError(f"{name}(f, prep, backend, x, *contexts): backend and x are missing")
-        return args[0], args[1], args[2], args[3:]
-    if len(args) < 2:
-        raise InvalidInputError(
-            f"{name}(f, backend, x, *contexts) or {name}(f, prep, backend, x, *contexts): backend and x are required"
-        )
-    return None, args[0], args[1], args[2:]
+    prepared = bool(args) and isinstance(args[0], Prep)
+    given = args[1:] if prepared else args
+    if len(given) < 2:
+        if not given:
+            missing = "backend and x are missing"
+        elif isinstance(given[0], AbstractBackend):
+            missing = "x is missing"
+        else:  # (one argument that is no selector: x, the backend left out)
+            missing = "backend is missing"
+            if prepared:
+                missing += f" (the prep's is {args[0].backend!r})"
+        form = f"{name}(f, prep, backend, x, *contexts)" if prepared else f"{name}(f, backend, x, *contexts)"
+        raise InvalidInputError(f"{form}: {missing}")
+    return (args[0] if prepared else None), given[0], given[1], given[2:]
 
 
 def run_operator(family: str, name: str, f: Callable[..., Any], args: tuple[Any, ...], out: Any, has_aux: Any) -> Any:
@@ -115,8 +120,9 @@ def run_operator(family: str, name: str, f: Callable[..., Any], args: tuple[Any,
     label = OPERATORS[family].tangents
     prep, backend, x, rest = _split_call(name, args)
     if label is not None:
-        if not rest:
-            raise InvalidInputError(f"{name}(f, [prep,] backend, x, {label}, *contexts): {label} is missing")
+        if not rest:  # (two arguments where three are due: the backend left out, or the tangents)
+            missing = label if isinstance(backend, AbstractBackend) else "backend"
+            raise InvalidInputError(f"{name}(f, [prep,] backend, x, {label}, *contexts): {missing} is missing")
         tangents, contexts = rest[0], rest[1:]
     else:
         tangents, contexts = None, rest

@@ -21,6 +21,7 @@ from di.families import dtype_kind, families, family_of, get_family, is_floating
 from di.pytrees import (
     Structure,
     check_flattens,
+    check_floating_leaves,
     foreign_pytree,
     is_pytree,
     leaf_paths,
@@ -514,6 +515,10 @@ def check_x(x: Any, operator: str) -> None:
         x = concrete(x)  # which backends take it is the operator layer's to check
         family = family_of(x)
     if family is None:
+        if not isinstance(x, (list, tuple)) or any(isinstance(item, dict) for item in x):
+            leaves, spec = tree_flatten(x)  # a container of no arrays ({"a": 1.0}): its first leaf named,
+            if leaves and not spec.is_leaf():  # as for a pytree with an array leaf (a list: the hint below)
+                check_floating_leaves(leaves, leaf_paths(x))
         hint = ""
         if isinstance(x, (list, tuple)):
             hint = " Convert it first, e.g. np.asarray(x, dtype=float)."
