@@ -237,6 +237,51 @@ def test_every_public_name_has_args_returns_raises_and_an_example() -> None:
     )
 
 
+DIRECTIVE = re.compile(r"^[ \t]*:::[ \t]+(\S+)", flags=re.MULTILINE)
+CROSS_REFERENCE = re.compile(r"\]\[(di(?:\.\w+)*)\]")
+
+
+def _directives(pages: list[Path]) -> set[str]:
+    """The paths the pages document with ``::: path`` (mkdocstrings)."""
+    return {m[1] for page in pages for m in DIRECTIVE.finditer(page.read_text(encoding="utf-8"))}
+
+
+def _resolve(path: str) -> Any:
+    """The object a dotted path names: its longest importable module, then attributes."""
+    parts = path.split(".")
+    for cut in range(len(parts), 0, -1):
+        with contextlib.suppress(ImportError):
+            found: Any = importlib.import_module(".".join(parts[:cut]))
+            for part in parts[cut:]:
+                found = getattr(found, part)
+            return found
+    raise AssertionError(f"{path} names nothing")
+
+
+def test_every_public_name_has_a_reference_entry() -> None:
+    """Each name of ``di.__all__`` has its ``::: di.<name>`` under docs/reference (the anchor that
+    ``[...][di.<name>]`` links resolve to), and every entry there names something that exists."""
+    entries = _directives(sorted((DOCS / "reference").glob("*.md")))
+    missing = sorted(name for name in di.__all__ if f"di.{name}" not in entries)
+    assert not missing, f"names of di.__all__ without a '::: di.<name>' in docs/reference: {missing}"
+    for entry in entries:
+        _resolve(entry)
+
+
+def test_every_cross_reference_names_a_documented_object() -> None:
+    """A ``[text][di.X]`` link needs an entry for ``di.X``, for an object it belongs to, or for the
+    same object under its public name; otherwise the site links nowhere."""
+    entries = _directives(PAGES)
+    objects = {id(_resolve(entry)) for entry in entries}
+    dangling = []
+    for page in PAGES:
+        for target in CROSS_REFERENCE.findall(page.read_text(encoding="utf-8")):
+            if any(target == e or target.startswith(e + ".") for e in entries) or id(_resolve(target)) in objects:
+                continue
+            dangling.append(f"{page.relative_to(DOCS)}: [{target}]")
+    assert not dangling, "cross-references to no '::: ' entry:\n" + "\n".join(dangling)
+
+
 # --- the docstrings' examples run (doctest) ------------------------------------------------------
 
 
