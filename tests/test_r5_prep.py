@@ -56,6 +56,28 @@ def _other(backend: di.AbstractBackend) -> di.AbstractBackend:
     return di.AutoFiniteDiff() if backend == forward else forward
 
 
+# --- pickling and copying a prep ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("backend", BACKENDS, ids=backend_id)
+def test_a_prep_refuses_pickling_with_a_di_error_and_copies(backend: Any) -> None:
+    """pickle.dumps(prep) raised AttributeError: Can't pickle local object 'NumpyFamily.matcher...'."""
+    f = scaled(2.0)
+    prep = di.prepare_gradient(f, backend, X)
+    with pytest.raises(di.InvalidInputError, match="a prep cannot be pickled") as raised:
+        pickle.dumps(prep)
+    assert isinstance(raised.value, TypeError) and "prepare in each process" in str(raised.value)
+    for copied in (copy.copy(prep), copy.deepcopy(prep)):
+        assert copied is not prep and copied.f is f and copied.backend == backend
+        np.testing.assert_allclose(di.gradient(f, copied, backend, X), 4.0 * X, rtol=1e-6)
+        with pytest.raises(di.PreparationMismatchError):
+            di.gradient(f, copied, backend, np.zeros(4))
+    pprep = di.prepare_pushforward(f, backend, X, (X,))
+    with pytest.raises(di.InvalidInputError, match="prepare_pushforward"):
+        pickle.dumps(pprep, protocol=pickle.HIGHEST_PROTOCOL)
+    np.testing.assert_allclose(di.pushforward(f, copy.deepcopy(pprep), backend, X, (X,))[0], 4.0 * 14.0, rtol=1e-6)
+
+
 # --- an x of Python floats in a container; missing arguments -----------------------------------------
 
 

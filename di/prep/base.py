@@ -136,6 +136,27 @@ class Prep:
         self.info = info
         self.runners = {name: self._runner(program) for name, program in programs.items()}
 
+    def __reduce_ex__(self, protocol: Any) -> Any:
+        raise InvalidInputError(
+            f"a prep cannot be pickled: it holds the programs {self.backend!r} built in this process (compiled "
+            f"code, closures over f). Pickle the selector (and f, if it pickles) instead and prepare in each "
+            f"process, di.prepare_{self.operator}(f, backend, x, ...)."
+        )
+
+    def __copy__(self) -> Prep:
+        # (copy's default goes through __reduce_ex__, which refuses pickling)
+        prep = object.__new__(self.__class__)
+        for name in Prep.__slots__:
+            setattr(prep, name, getattr(self, name))
+        return prep
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> Prep:
+        prep = object.__new__(self.__class__)
+        memo[id(self)] = prep
+        for name in Prep.__slots__:
+            setattr(prep, name, copy.deepcopy(getattr(self, name), memo))
+        return prep
+
     def __repr__(self) -> str:
         return f"Prep({self.operator}, {self.backend!r}, x={self.checks[0].description}, strict={self.strict})"
 
