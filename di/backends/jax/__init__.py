@@ -55,7 +55,7 @@ from di.backends.jax.x64 import keep_constants_per_scope, needs_x64, x64_scope
 from di.backends.outputs import checking, output_leaf_shapes
 from di.backends.protocol import OPERATOR_FAMILIES, Adapter, Capabilities, Program, Programs, plain_from_full
 from di.backends.registry import get_adapter
-from di.backends.selectors import AutoJAX
+from di.backends.selectors import AbstractBackend, AutoJAX
 from di.backends.transforms import Composition
 from di.contexts import Context
 from di.errors import InvalidOutputError
@@ -143,6 +143,20 @@ def _compiled_when_first_used(function: Any, specs: Sequence[Any], x64: bool) ->
         return compiled[0](*args)
 
     return executable
+
+
+def _lowered(function: Any, args: Sequence[Any], backend: AbstractBackend, operator: str, values: Sequence[Any]) -> Any:
+    """``function`` lowered for ``args``. Some of JAX's refusals of ``f`` come only
+    now, not while ``f`` ran (forward mode through a ``jax.custom_vjp`` function
+    under ``jax.jit`` is a primitive that refuses to be lowered): they are
+    explained here as the output rules explain them inside ``f``."""
+    try:
+        return function.lower(*args)
+    except (TypeError, NotImplementedError) as err:
+        explained = RULES.translate(err, backend, operator, values)
+        if explained is None:
+            raise
+        raise explained from err
 
 
 def _taken_by_jit(value: Any) -> bool:
@@ -271,11 +285,13 @@ class JAXAdapter(Adapter):
         on_first_use: bool = False,
         aux: AuxTracing | None = None,
         bare: bool = False,
+        operator: str = "",
     ) -> Program:
         """``core(x, [tangents,] *values)`` taking caller-family inputs and running in
         the x64 scope it needs; with jit, compiled now or, ``on_first_use``, by its
         first call (once, under a lock). With ``aux``, ``core`` returns ``(result,
-        aux's arrays)`` and the program ``(result, aux)``."""
+        aux's arrays)`` and the program ``(result, aux)``. ``operator``: the one
+        whose refusals of ``f`` found while compiling are explained."""
         values = [c.value for c in contexts]
         x64 = self.scope([x, *values]) is x64_scope
         lead = 1 if tangents is None else 2
@@ -311,7 +327,7 @@ class JAXAdapter(Adapter):
                 if tangents is not None:
                     args.insert(1, engine_tangents(tangents))
                 if not on_first_use:  # compiled now
-                    executable = _direct_call(function.lower(*args).compile())  # type: ignore[attr-defined]
+                    executable = _direct_call(_lowered(function, args, self.backend, operator, values).compile())
                 elif not statics and not partly and tangents is None and is_pytree(x):
                     executable = _compiled_when_first_used(function, _abstract(args), x64)
         by_executable = not statics and not partly and tangents is None and is_pytree(x)
@@ -362,8 +378,12 @@ class JAXAdapter(Adapter):
             plain_core = bare_single(plain_core)
         combined = combined_first()  # prepare_*(..., value=True): the value_and_* program now
         return {
-            names[0]: self._program(plain_core, x, tangents, contexts, on_first_use=combined, aux=aux, bare=bare),
-            names[1]: self._program(full_core, x, tangents, contexts, on_first_use=not combined, aux=aux),
+            names[0]: self._program(
+                plain_core, x, tangents, contexts, on_first_use=combined, aux=aux, bare=bare, operator=names[0]
+            ),
+            names[1]: self._program(
+                full_core, x, tangents, contexts, on_first_use=not combined, aux=aux, operator=names[0]
+            ),
         }
 
     def _aux(self, contexts: Sequence[Context], has_aux: bool) -> AuxTracing | None:

@@ -20,7 +20,8 @@ from di.backends.jax.concretization import concretization_error
 from di.backends.jax.x64 import in_x64
 from di.backends.outputs import OutputRules, is_real_floating_array
 from di.backends.protocol import Program, Programs
-from di.backends.selectors import AbstractBackend
+from di.backends.selectors import AbstractBackend, AutoJAX
+from di.errors import UnsupportedOperatorError
 from di.families import converter, family_of, identity
 
 __all__ = [
@@ -43,6 +44,69 @@ __all__ = [
 ]
 
 
+_CONCRETIZATION = (jax.errors.ConcretizationTypeError, jax.errors.TracerIntegerConversionError)
+
+_FORWARD = {
+    "pushforward": "uses forward mode (jax.jvp)",
+    "derivative": "uses forward mode (jax.jvp)",
+    "jacobian": "runs in forward mode here (jax.jacfwd)",
+    "second_derivative": "applies forward mode twice (jax.jvp of jax.jvp)",
+}
+"""The operators whose JAX programs differentiate ``f`` in forward mode, and how."""
+
+
+def _forward_remedy(backend: AbstractBackend, operator: str) -> str:
+    """What computes ``operator``'s result in reverse mode, which runs a custom_vjp rule."""
+    reverse = repr(AutoJAX(jit=getattr(backend, "jit", False), mode="reverse"))
+    if operator == "jacobian":
+        return f"pass {reverse}, whose jacobian is one pullback per output element"
+    if operator == "derivative":
+        return f"ask for di.jacobian(f, {reverse}, x), which for a 0-d x is the derivative"
+    if operator == "pushforward":
+        return f"ask for di.pullback, or for di.jacobian(f, {reverse}, x) and multiply it by the tangent"
+    return (
+        f"for a scalar f, ask for di.hessian(f, {backend!r}, x) (forward over reverse mode, which runs the rule; for "
+        f"a 0-d x it is the second derivative); for an array output, a reverse jacobian of a reverse jacobian: "
+        f"r = {reverse}; di.jacobian(lambda x: di.jacobian(f, r, x), r, x)"
+    )
+
+
+def custom_vjp_error(error: BaseException, backend: AbstractBackend, operator: str) -> BaseException | None:
+    """:class:`di.UnsupportedOperatorError` for JAX's refusal to differentiate a
+    ``jax.custom_vjp`` function in forward mode (a ``TypeError`` under one
+    ``jax.jvp``, a ``NotImplementedError`` about ``custom_lin`` under two), raised
+    inside ``f`` by an operator that uses forward mode; ``None`` for any other
+    error, which is then ``f``'s own.
+
+    Examples:
+        >>> import di
+        >>> from di.backends.jax.programs import custom_vjp_error
+        >>> error = TypeError("can't apply forward-mode autodiff (jvp) to a custom_vjp function.")
+        >>> type(custom_vjp_error(error, di.AutoJAX(), "pushforward")).__name__
+        'UnsupportedOperatorError'
+        >>> custom_vjp_error(error, di.AutoJAX(), "pullback") is None
+        True
+    """
+    text = str(error)
+    if isinstance(error, TypeError):
+        refused = "forward-mode autodiff (jvp) to a custom_vjp function" in text
+    else:
+        refused = isinstance(error, NotImplementedError) and "rule for 'custom_lin' not implemented" in text
+    # a reverse-mode jacobian runs no jvp: there the refusal is f's own (f calling jax.jvp)
+    reverse_jacobian = operator == "jacobian" and getattr(backend, "mode", None) == "reverse"
+    if not refused or operator not in _FORWARD or reverse_jacobian:
+        return None
+    how = _FORWARD[operator]
+    if operator == "jacobian" and getattr(backend, "mode", None) is None:
+        how += ", which AutoJAX picks when x has no more elements than f's output"
+    return UnsupportedOperatorError(
+        f"{operator} cannot differentiate f with {backend!r}: f calls a function with a jax.custom_vjp rule, which "
+        f"JAX differentiates in reverse mode only, and {operator} {how}. To fix it, "
+        f"{_forward_remedy(backend, operator)}; or give that function a jax.custom_jvp rule instead, which JAX "
+        f"applies in both modes."
+    )
+
+
 class _Rules(OutputRules):
     """JAX outputs: arrays or pytrees of them; an output computed from a traced
     ``x`` is a tracer of ``x``'s own trace type (``jnp.asarray(c)`` or
@@ -55,6 +119,10 @@ class _Rules(OutputRules):
         jax.errors.TracerArrayConversionError,
         jax.errors.ConcretizationTypeError,
         jax.errors.TracerIntegerConversionError,
+        # JAX's refusals of forward mode through a custom_vjp rule (custom_vjp_error); any
+        # other TypeError or NotImplementedError of f's is raised again as it is
+        TypeError,
+        NotImplementedError,
     )
 
     def is_traced(self, y: Any, x: Any) -> bool:
@@ -75,8 +143,10 @@ class _Rules(OutputRules):
     ) -> BaseException | None:
         if isinstance(error, jax.errors.TracerArrayConversionError):
             return None  # NumPy on a traced value: foreign_cause's
-        explained = concretization_error(error, backend, operator, values)
-        return None if explained is error else explained
+        if isinstance(error, _CONCRETIZATION):
+            explained = concretization_error(error, backend, operator, values)
+            return None if explained is error else explained
+        return custom_vjp_error(error, backend, operator)
 
     def foreign_cause(self, error: BaseException) -> str:
         return "numpy" if isinstance(error, jax.errors.TracerArrayConversionError) else ""

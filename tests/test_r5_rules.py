@@ -1,0 +1,125 @@
+"""Engines' refusals inside f read as di errors: forward mode through a JAX
+custom_vjp rule or an autograd primitive without a forward rule, a NumPy scalar
+type on an autograd value, and outputs autograd did not trace from x."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import pytest
+from conftest import BACKENDS, backend_params
+
+import di
+
+X = np.array([0.3, -1.2, 2.5])
+T = np.array([1.0, 0.5, -0.25])
+S = np.array(0.7)
+
+
+def _raises_own(
+    call: Callable[[], Any], kind: type[BaseException] | tuple[type[BaseException], ...], message: str
+) -> None:
+    """``call`` raises f's own ``kind`` error as it is: no di error, no translation."""
+    with pytest.raises(kind, match=message) as info:
+        call()
+    assert not isinstance(info.value, di.DIError)
+
+
+# --- JAX: forward mode through a custom_vjp rule -------------------------------------------------
+
+JAX_BACKENDS = [b for b in BACKENDS if isinstance(b, di.AutoJAX)]
+
+
+def _custom_vjp() -> Callable[[Any], Any]:
+    """sin(x) with a custom_vjp rule giving 3 x g (not cos): results follow the rule."""
+    import jax
+
+    @jax.custom_vjp
+    def rule(x: Any) -> Any:
+        xp = di.array_namespace(x)
+        return xp.sin(x)
+
+    def forward(x: Any) -> tuple[Any, Any]:
+        xp = di.array_namespace(x)
+        return xp.sin(x), x
+
+    def backward(x: Any, g: Any) -> tuple[Any]:
+        return (3.0 * x * g,)
+
+    rule.defvjp(forward, backward)
+    return rule
+
+
+FORWARD_CALLS: dict[str, Callable[[Callable[[Any], Any], di.AbstractBackend], Any]] = {
+    "pushforward": lambda f, b: di.pushforward(f, b, X, (T,)),
+    "value_and_pushforward": lambda f, b: di.value_and_pushforward(f, b, X, (T,)),
+    "derivative": lambda f, b: di.derivative(f, b, S),
+    "value_and_derivative": lambda f, b: di.value_and_derivative(f, b, S),
+    "jacobian": lambda f, b: di.jacobian(f, b, X),
+    "value_and_jacobian": lambda f, b: di.value_and_jacobian(f, b, X),
+    "second_derivative": lambda f, b: di.second_derivative(f, b, S),
+    "prepared pushforward": lambda f, b: di.pushforward(f, di.prepare_pushforward(f, b, X, (T,)), b, X, (T,)),
+}
+
+
+@pytest.mark.parametrize("call", list(FORWARD_CALLS), ids=list(FORWARD_CALLS))
+@pytest.mark.parametrize("backend", backend_params(JAX_BACKENDS))
+def test_jax_forward_mode_through_a_custom_vjp_rule_is_refused_by_name(backend: di.AutoJAX, call: str) -> None:
+    rule = _custom_vjp()
+    with pytest.raises(di.UnsupportedOperatorError, match=r"jax\.custom_vjp rule") as info:
+        FORWARD_CALLS[call](rule, backend)
+    message = str(info.value)
+    operator = call.split()[-1].removeprefix("value_and_")
+    assert message.startswith(f"{operator} cannot differentiate f with {backend!r}")
+    assert "jax.custom_jvp" in message
+    assert isinstance(info.value.__cause__, (TypeError, NotImplementedError))
+    assert not isinstance(info.value.__cause__, di.DIError)
+    if operator == "jacobian":
+        assert "mode='reverse'" in message and "no more elements than f's output" in message
+
+
+@pytest.mark.parametrize("backend", backend_params(JAX_BACKENDS))
+def test_jax_custom_vjp_remedies_named_by_the_refusal_follow_the_rule(backend: di.AutoJAX) -> None:
+    rule = _custom_vjp()
+    reverse = di.AutoJAX(jit=backend.jit, mode="reverse")
+    forward = di.AutoJAX(jit=backend.jit, mode="forward")
+    with pytest.raises(di.UnsupportedOperatorError, match="mode='reverse'"):
+        di.jacobian(rule, forward, X)
+    np.testing.assert_allclose(di.jacobian(rule, reverse, X), np.diag(3.0 * X))
+    np.testing.assert_allclose(di.pullback(rule, backend, X, (T,))[0], 3.0 * X * T)
+    np.testing.assert_allclose(di.jacobian(rule, reverse, S), 3.0 * S)  # the derivative's remedy
+
+    def scalar(x: Any) -> Any:
+        xp = di.array_namespace(x)
+        return xp.sum(rule(x))
+
+    # second_derivative's remedies: d/dx (3 x) = 3
+    np.testing.assert_allclose(di.hessian(scalar, backend, S), 3.0)
+    np.testing.assert_allclose(di.jacobian(lambda x: di.jacobian(rule, reverse, x), reverse, S), 3.0)
+    # and the reverse-mode operators were never refused
+    np.testing.assert_allclose(di.gradient(scalar, backend, X), 3.0 * X)
+    np.testing.assert_allclose(di.hvp(scalar, backend, X, (T,))[0], 3.0 * T)
+
+
+@pytest.mark.parametrize("backend", backend_params(JAX_BACKENDS))
+def test_jax_f_raising_its_own_type_errors_keeps_them(backend: di.AutoJAX) -> None:
+    import jax
+
+    rule = _custom_vjp()
+
+    def own_type_error(x: Any) -> Any:
+        raise TypeError("mine")
+
+    def own_not_implemented(x: Any) -> Any:
+        raise NotImplementedError("mine too")
+
+    def calls_jvp_itself(x: Any) -> Any:
+        xp = di.array_namespace(x)
+        return xp.sum(jax.jvp(rule, (x,), (x,))[1])
+
+    _raises_own(lambda: di.pushforward(own_type_error, backend, X, (T,)), TypeError, "mine")
+    _raises_own(lambda: di.derivative(own_not_implemented, backend, S), NotImplementedError, "mine too")
+    # f's own jax.jvp under a reverse-mode operator: JAX's refusal is f's, kept as it is
+    _raises_own(lambda: di.gradient(calls_jvp_itself, backend, X), (TypeError, NotImplementedError), "custom_(vjp|lin)")
