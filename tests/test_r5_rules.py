@@ -123,3 +123,75 @@ def test_jax_f_raising_its_own_type_errors_keeps_them(backend: di.AutoJAX) -> No
     _raises_own(lambda: di.derivative(own_not_implemented, backend, S), NotImplementedError, "mine too")
     # f's own jax.jvp under a reverse-mode operator: JAX's refusal is f's, kept as it is
     _raises_own(lambda: di.gradient(calls_jvp_itself, backend, X), (TypeError, NotImplementedError), "custom_(vjp|lin)")
+
+
+# --- autograd: a primitive without a forward rule; np.float64 on a box -----------------------------
+
+AUTOGRAD = [b for b in BACKENDS if isinstance(b, di.AutoAutograd)]
+
+
+def _vjp_only() -> Callable[[Any], Any]:
+    """An autograd primitive sin with a reverse rule giving 3 g and no forward rule."""
+    from autograd.extend import defvjp, primitive
+
+    @primitive
+    def vjp_only(x: Any) -> Any:
+        xp = di.array_namespace(x)
+        return xp.sin(x)
+
+    defvjp(vjp_only, lambda ans, x: lambda g: 3.0 * g)
+    return vjp_only  # type: ignore[no-any-return]
+
+
+@pytest.mark.parametrize("call", ["pushforward", "value_and_pushforward", "derivative", "value_and_derivative"])
+@pytest.mark.parametrize("backend", backend_params(AUTOGRAD))
+def test_autograd_forward_mode_through_a_vjp_only_primitive_is_refused_by_name(
+    backend: di.AutoAutograd, call: str
+) -> None:
+    vjp_only = _vjp_only()
+    with pytest.raises(di.UnsupportedOperatorError, match="no forward one") as info:
+        FORWARD_CALLS[call](vjp_only, backend)
+    message = str(info.value)
+    assert message.startswith(f"{backend!r} cannot differentiate f in forward mode: f calls vjp_only")
+    assert "autograd.extend.defjvp" in message and "ask for pullback" in message
+    assert type(info.value.__cause__) is NotImplementedError
+    # the remedies: reverse mode runs the rule
+    np.testing.assert_allclose(di.pullback(vjp_only, backend, X, (T,))[0], 3.0 * T)
+    np.testing.assert_allclose(di.jacobian(vjp_only, backend, X), 3.0 * np.eye(3))
+
+
+@pytest.mark.parametrize("backend", backend_params(AUTOGRAD))
+def test_autograd_f_raising_its_own_errors_keeps_them(backend: di.AutoAutograd) -> None:
+    def own_not_implemented(x: Any) -> Any:
+        raise NotImplementedError("JVP of nothing wrt argnums (0,) not defined")
+
+    def own_value_error(x: Any) -> Any:
+        raise ValueError("setting an array element with a sequence.")
+
+    # the same words under a reverse-mode operator are f's own
+    _raises_own(lambda: di.pullback(own_not_implemented, backend, X, (T,)), NotImplementedError, "JVP of nothing")
+    _raises_own(lambda: di.gradient(own_value_error, backend, X), ValueError, "setting an array element")
+
+
+SCALAR_CALLS: dict[str, Callable[[Callable[[Any], Any], di.AbstractBackend], Any]] = {
+    "gradient": lambda f, b: di.gradient(f, b, X),
+    "value_and_gradient": lambda f, b: di.value_and_gradient(f, b, X),
+    "hvp": lambda f, b: di.hvp(f, b, X, (T,)),
+    "hessian": lambda f, b: di.hessian(f, b, X),
+}
+
+
+@pytest.mark.parametrize("scalar_type", [np.float64, np.float32])
+@pytest.mark.parametrize("call", list(SCALAR_CALLS))
+@pytest.mark.parametrize("backend", backend_params(AUTOGRAD))
+def test_autograd_a_numpy_scalar_type_on_a_traced_value_is_refused_as_float(
+    backend: di.AutoAutograd, call: str, scalar_type: Any
+) -> None:
+    def as_numpy_scalar(x: Any) -> Any:
+        xp = di.array_namespace(x)
+        return scalar_type(xp.sum(x**2))
+
+    with pytest.raises(di.InvalidOutputError, match=r"into a Python number with float\(\)") as info:
+        SCALAR_CALLS[call](as_numpy_scalar, backend)
+    assert str(info.value).startswith(f"{call.removeprefix('value_and_')} cannot differentiate f with {backend!r}")
+    assert type(info.value.__cause__) is ValueError

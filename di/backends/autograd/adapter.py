@@ -3,6 +3,7 @@ over NumPy code."""
 
 from __future__ import annotations
 
+import re
 import threading
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -17,8 +18,10 @@ from autograd.tracer import Box, getval
 from di.backends.aux import split_output
 from di.backends.outputs import SCALAR_OPERATORS, OutputRules, checking
 from di.backends.protocol import Adapter, Capabilities, Programs
+from di.backends.selectors import AbstractBackend
 from di.backends.transforms import Composition
 from di.contexts import Context
+from di.errors import DIError, UnsupportedOperatorError
 from di.families import converter, family_of, identity
 from di.prep.signature import TracedType, register_traced_type
 from di.pytrees import register_traced_cast, tree_map
@@ -42,6 +45,34 @@ def _cast(value: Any, dtype_name: str) -> Any:
 register_traced_cast(ArrayBox, _cast)
 
 _CONVERSIONS = (("float()", "float()"), ("'item'", ".item()"), ("'tolist'", ".tolist()"), ("int()", "int()"))
+# autograd's refusal of forward mode through a primitive with a vjp rule (defvjp) and no jvp rule
+_NO_JVP = re.compile(r"JVP of (.+) wrt argnums .* not defined")
+_FORWARD_OPERATORS = frozenset({"pushforward", "derivative"})
+
+
+def _no_jvp_error(error: BaseException, backend: AbstractBackend, operator: str) -> UnsupportedOperatorError | None:
+    """:class:`di.UnsupportedOperatorError` for autograd's ``NotImplementedError``
+    about a primitive with no forward rule, met by a forward-mode operator;
+    ``None`` for any other error (``f``'s own).
+
+    Examples:
+        >>> import di
+        >>> from di.backends.autograd.adapter import _no_jvp_error
+        >>> error = NotImplementedError("JVP of p wrt argnums (0,) not defined")
+        >>> str(_no_jvp_error(error, di.AutoAutograd(), "pushforward")).split(":")[0]
+        'AutoAutograd() cannot differentiate f in forward mode'
+    """
+    match = _NO_JVP.search(str(error))
+    if match is None or isinstance(error, DIError) or operator not in _FORWARD_OPERATORS:
+        return None
+    name = match.group(1)
+    return UnsupportedOperatorError(
+        f"{backend!r} cannot differentiate f in forward mode: f calls {name}, an autograd primitive with a reverse "
+        f"rule (defvjp) and no forward one, and AutoAutograd's pushforward and derivative use autograd's forward "
+        f"mode. To fix it, ask for pullback, gradient, jacobian, hvp or hessian (reverse mode, which runs the "
+        f"rule); or give {name} a forward rule with autograd.extend.defjvp; or differentiate f with AutoJAX, "
+        f"AutoTorch or AutoFiniteDiff."
+    )
 
 
 class _Rules(OutputRules):
@@ -49,7 +80,9 @@ class _Rules(OutputRules):
     traced ``x``; read through the box (its own properties cost microseconds)."""
 
     traces = True
-    conversion_errors = (TypeError, AttributeError)
+    # NotImplementedError: a primitive without a forward rule (_no_jvp_error). ValueError:
+    # np.float64(box) (a NumPy scalar type), whose failed float() is the ValueError's cause
+    conversion_errors = (TypeError, AttributeError, NotImplementedError, ValueError)
 
     def value(self, y: Any) -> Any:
         return getval(y)
@@ -60,7 +93,18 @@ class _Rules(OutputRules):
     def scalar(self, y: Any) -> Any:
         return anp.reshape(y, ())
 
+    def translate(
+        self, error: BaseException, backend: AbstractBackend, operator: str, values: Sequence[Any]
+    ) -> BaseException | None:
+        return _no_jvp_error(error, backend, operator) if isinstance(error, NotImplementedError) else None
+
     def is_conversion_error(self, error: BaseException) -> str:
+        if isinstance(error, ValueError):
+            # np.float64(box), np.float32(box): NumPy's ValueError, caused by float(box)'s TypeError
+            cause = error.__cause__
+            if not isinstance(cause, TypeError) or "Box" not in str(cause) or "float()" not in str(cause):
+                return ""
+            return "float() (a NumPy scalar type such as np.float64(...) calls it)"
         text = str(error)
         if "Box" not in text:
             return ""
