@@ -195,3 +195,57 @@ def test_autograd_a_numpy_scalar_type_on_a_traced_value_is_refused_as_float(
         SCALAR_CALLS[call](as_numpy_scalar, backend)
     assert str(info.value).startswith(f"{call.removeprefix('value_and_')} cannot differentiate f with {backend!r}")
     assert type(info.value.__cause__) is ValueError
+
+
+# --- autograd: an array output cut off from the trace --------------------------------------------
+
+ARRAY_CALLS: dict[str, Callable[[Callable[[Any], Any], di.AbstractBackend], Any]] = {
+    "pullback": lambda f, b: di.pullback(f, b, X, (T,)),
+    "value_and_pullback": lambda f, b: di.value_and_pullback(f, b, X, (T,)),
+    "jacobian": lambda f, b: di.jacobian(f, b, X),
+    "value_and_jacobian": lambda f, b: di.value_and_jacobian(f, b, X),
+    "pushforward": lambda f, b: di.pushforward(f, b, X, (T,)),
+    "prepared pullback": lambda f, b: di.pullback(f, di.prepare_pullback(f, b, X, (T,)), b, X, (T,)),
+}
+
+
+def _cut_off(x: Any) -> Any:
+    """sin(x) computed from the value inside autograd's box: untraced, so no derivative."""
+    from autograd.tracer import getval
+
+    xp = di.array_namespace(x)
+    return xp.sin(getval(x))
+
+
+def _constant(x: Any) -> Any:
+    """Constant in x but computed from it: its derivatives are zeros."""
+    return x * 0.0 + 1.5
+
+
+@pytest.mark.parametrize("call", list(ARRAY_CALLS))
+@pytest.mark.parametrize("backend", backend_params(AUTOGRAD))
+def test_autograd_an_array_output_cut_off_from_x_is_refused_not_zeros(backend: di.AutoAutograd, call: str) -> None:
+    with pytest.raises(di.InvalidOutputError, match="not computed from x, so it carries no derivative") as info:
+        ARRAY_CALLS[call](_cut_off, backend)
+    operator = call.split()[-1].removeprefix("value_and_")
+    assert str(info.value).startswith(f"{operator} cannot differentiate f with {backend!r}")
+    assert "array of shape (3,)" in str(info.value)
+    # a constant f computed from x: zeros, as before
+    results = ARRAY_CALLS[call](_constant, backend)
+    derivative = results[-1] if call.startswith("value_and") else results
+    derivative = derivative[0] if isinstance(derivative, tuple) else derivative
+    np.testing.assert_array_equal(derivative, np.zeros_like(derivative))
+
+
+@pytest.mark.parametrize("backend", backend_params(AUTOGRAD))
+def test_autograd_second_derivative_of_an_output_traced_by_the_outer_pass_only_is_refused(
+    backend: di.AutoAutograd,
+) -> None:
+    # second_derivative nests two traces: x._value is the outer pass's box, traced by that one only
+    def outer_only(x: Any) -> Any:
+        xp = di.array_namespace(x)
+        return xp.sin(x._value) if hasattr(x, "_value") else xp.sin(x)
+
+    with pytest.raises(di.InvalidOutputError, match="not computed from x"):
+        di.second_derivative(outer_only, backend, S)
+    np.testing.assert_allclose(di.second_derivative(lambda x: x * x, backend, S), 2.0)

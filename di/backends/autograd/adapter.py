@@ -16,7 +16,7 @@ from autograd.numpy.numpy_boxes import ArrayBox
 from autograd.tracer import Box, getval
 
 from di.backends.aux import split_output
-from di.backends.outputs import SCALAR_OPERATORS, OutputRules, checking
+from di.backends.outputs import SCALAR_OPERATORS, OutputRules, checking, untraced_output_error
 from di.backends.protocol import Adapter, Capabilities, Programs
 from di.backends.selectors import AbstractBackend
 from di.backends.transforms import Composition
@@ -88,7 +88,8 @@ class _Rules(OutputRules):
         return getval(y)
 
     def is_traced(self, y: Any, x: Any) -> bool:
-        return not isinstance(x, Box) or isinstance(y, Box)
+        # autograd's own test (tracer.trace): a box of x's trace, not of an outer one
+        return not isinstance(x, Box) or (isinstance(y, Box) and y._trace == x._trace)
 
     def scalar(self, y: Any) -> Any:
         return anp.reshape(y, ())
@@ -309,8 +310,24 @@ class AutogradAdapter(Adapter):
         return inputs
 
     def _checked(self, f: Callable[..., Any], operator: str) -> Callable[..., Any]:
-        accept = _boxed_float_scalar if operator in SCALAR_OPERATORS else _boxed_float_array
-        return checking(f, self.backend, operator, _RULES, accept=accept)
+        if operator in SCALAR_OPERATORS:
+            return checking(f, self.backend, operator, _RULES, accept=_boxed_float_scalar)
+        checked = checking(f, self.backend, operator, _RULES, accept=_boxed_float_array)
+        if getattr(f, "checked_program", False):
+            return checked  # an engine's program: an untraced output is a derivative constant in x
+        backend = self.backend
+
+        def traced_output(x: Any, *values: Any) -> Any:
+            # The shared check refuses an untraced scalar only: an array that autograd did not trace
+            # from x (rebuilt from x._value, np.asarray of a getval) would give zeros, where
+            # autograd only warns "Output seems independent of input"
+            y = checked(x, *values)
+            if x.__class__ is ArrayBox and not (y.__class__ is ArrayBox and y._trace == x._trace):
+                if not _RULES.is_traced(y, x):
+                    raise untraced_output_error(y, backend, operator)
+            return y
+
+        return traced_output
 
     def prepare_gradient_programs(
         self, f: Callable[..., Any], x: Any, contexts: Sequence[Context], *, has_aux: bool = False
