@@ -56,6 +56,160 @@ def _other(backend: di.AbstractBackend) -> di.AbstractBackend:
     return di.AutoFiniteDiff() if backend == forward else forward
 
 
+# --- a strict=False prep still compares f and the backend ----------------------------------------
+
+# (prepare, call with another f, call with the prepared f, expected result for k): each runner
+_LOOSE_CALLS: dict[str, tuple[Any, ...]] = {
+    "gradient": (
+        lambda k, b, strict: di.prepare_gradient(scaled(k), b, X, strict=strict),
+        lambda f, p, b: di.gradient(f, p, b, X),
+        scaled,
+        lambda k: 2 * k * X,
+    ),
+    "value_and_gradient": (
+        lambda k, b, strict: di.prepare_gradient(scaled(k), b, X, strict=strict),
+        lambda f, p, b: di.value_and_gradient(f, p, b, X)[1],
+        scaled,
+        lambda k: 2 * k * X,
+    ),
+    "gradient one context": (
+        lambda k, b, strict: di.prepare_gradient(scaled_with(k), b, X, di.Constant(1.0), strict=strict),
+        lambda f, p, b: di.gradient(f, p, b, X, di.Constant(1.0)),
+        scaled_with,
+        lambda k: 2 * k * X,
+    ),
+    "gradient two contexts": (
+        lambda k, b, strict: di.prepare_gradient(
+            scaled_with(k), b, X, di.Constant(1.0), di.Constant(1.0), strict=strict
+        ),
+        lambda f, p, b: di.gradient(f, p, b, X, di.Constant(1.0), di.Constant(1.0)),
+        scaled_with,
+        lambda k: 2 * k * X,
+    ),
+    "gradient pytree x": (
+        lambda k, b, strict: di.prepare_gradient(scaled_tree(k), b, {"w": X}, strict=strict),
+        lambda f, p, b: di.gradient(f, p, b, {"w": X})["w"],
+        scaled_tree,
+        lambda k: 2 * k * X,
+    ),
+    "pushforward": (
+        lambda k, b, strict: di.prepare_pushforward(scaled(k), b, X, (X,), strict=strict),
+        lambda f, p, b: di.pushforward(f, p, b, X, (X,))[0],
+        scaled,
+        lambda k: 2 * k * np.sum(X * X),
+    ),
+    "gradient out=": (
+        lambda k, b, strict: di.prepare_gradient(scaled(k), b, X, strict=strict),
+        lambda f, p, b: di.gradient(f, p, b, X, out=np.zeros(3)),
+        scaled,
+        lambda k: 2 * k * X,
+    ),
+}
+
+
+def _report_rows(message: str) -> dict[str, str]:
+    rows = {}
+    for line in message.splitlines()[1:-1]:
+        label, _, rest = line.strip().partition("  ")
+        rows[label] = rest.strip()
+    return rows
+
+
+@pytest.mark.parametrize("backend", BACKENDS, ids=backend_id)
+@pytest.mark.parametrize("call", list(_LOOSE_CALLS))
+@pytest.mark.parametrize("strict", [False, True], ids=["loose", "strict"])
+def test_a_prep_refuses_another_f_strict_or_not(backend: Any, call: str, strict: bool) -> None:
+    """A strict=False prep called with another f ran the prepared f: [2, 4, 6] where f gave
+    [20, 40, 60] (28 where 280 for pushforward). It now raises the strict prep's report."""
+    prepare, run, make, expected = _LOOSE_CALLS[call]
+    prep = prepare(1.0, backend, strict)
+    with pytest.raises(di.PreparationMismatchError) as raised:
+        run(make(10.0), prep, backend)
+    rows = _report_rows(str(raised.value))
+    assert rows["f"].startswith("differs"), str(raised.value)
+    assert rows["backend"].startswith("ok"), str(raised.value)
+    if not strict:
+        assert "a strict=False prep still checks both" in str(raised.value)
+    np.testing.assert_allclose(np.asarray(run(prep.f, prep, backend)), expected(1.0), rtol=1e-6)
+    # an equal selector (not the same object) is the same backend
+    np.testing.assert_allclose(np.asarray(run(prep.f, prep, copy.copy(backend))), expected(1.0), rtol=1e-6)
+
+
+@pytest.mark.parametrize("backend", BACKENDS, ids=backend_id)
+@pytest.mark.parametrize("call", list(_LOOSE_CALLS))
+def test_a_loose_prep_refuses_another_backend(backend: Any, call: str) -> None:
+    """A strict=False prep of one backend called with another ran its own engine quietly."""
+    prepare, run, _, _ = _LOOSE_CALLS[call]
+    prep = prepare(1.0, backend, False)
+    other = _other(backend)
+    with pytest.raises(di.PreparationMismatchError) as raised:
+        run(prep.f, prep, other)
+    rows = _report_rows(str(raised.value))
+    assert rows["f"] == "ok", str(raised.value)
+    assert rows["backend"] == f"differs  prepared {backend!r}   given {other!r}", str(raised.value)
+
+
+@pytest.mark.parametrize("backend", BACKENDS, ids=backend_id)
+def test_a_loose_prep_still_takes_another_shape(backend: Any) -> None:
+    """What strict=False is for is unchanged: other x of another shape runs (a new compile on a
+    compiled backend)."""
+    f = scaled(3.0)
+    prep = di.prepare_gradient(f, backend, X, strict=False)
+    x = np.array([1.0, -1.0, 0.5, 2.0])
+    np.testing.assert_allclose(di.gradient(f, prep, backend, x), 6.0 * x, rtol=1e-6)
+
+
+# --- x and the backend swapped ----------------------------------------------------------------------
+
+_SWAPPED_CALLS: dict[str, tuple[Any, Any]] = {
+    "gradient": (
+        lambda f, b, strict: di.prepare_gradient(f, b, X, strict=strict),
+        lambda f, p, b: di.gradient(f, p, X, b),
+    ),
+    "value_and_gradient": (
+        lambda f, b, strict: di.prepare_gradient(f, b, X, strict=strict),
+        lambda f, p, b: di.value_and_gradient(f, p, X, b),
+    ),
+    "gradient out=": (
+        lambda f, b, strict: di.prepare_gradient(f, b, X, strict=strict),
+        lambda f, p, b: di.gradient(f, p, X, b, out=np.zeros(3)),
+    ),
+    "gradient one context": (
+        lambda f, b, strict: di.prepare_gradient(f, b, X, di.Constant(1.0), strict=strict),
+        lambda f, p, b: di.gradient(f, p, X, b, di.Constant(1.0)),
+    ),
+    "pushforward": (
+        lambda f, b, strict: di.prepare_pushforward(f, b, X, (X,), strict=strict),
+        lambda f, p, b: di.pushforward(f, p, X, b, (X,)),
+    ),
+}
+
+
+@pytest.mark.parametrize("backend", BACKENDS, ids=backend_id)
+@pytest.mark.parametrize("call", list(_SWAPPED_CALLS))
+@pytest.mark.parametrize("strict", [True, False], ids=["strict", "loose"])
+def test_x_and_the_backend_swapped_in_a_prepared_call_says_so(backend: Any, call: str, strict: bool) -> None:
+    """NumPy's 'truth value of an array ... is ambiguous' (strict) or the engine's own error
+    (strict=False) came through."""
+    prepare, run = _SWAPPED_CALLS[call]
+    f = scaled_with(1.0)
+    prep = prepare(f, backend, strict)
+    with pytest.raises(di.InvalidInputError) as raised:
+        run(f, prep, backend)
+    message = str(raised.value)
+    assert "argument 3, the backend, must be a backend selector such as" in message, message
+    assert repr(backend) in message and "x and the backend look swapped" in message, message
+
+
+@pytest.mark.parametrize("backend", BACKENDS, ids=backend_id)
+def test_a_prepared_call_with_no_selector_as_backend_names_it(backend: Any) -> None:
+    f = scaled(1.0)
+    prep = di.prepare_gradient(f, backend, X)
+    with pytest.raises(di.InvalidInputError, match=r"must be a backend selector such as .*, not str;") as raised:
+        di.gradient(f, prep, "jax", X)
+    assert "swapped" not in str(raised.value)
+
+
 # --- pickling and copying a prep ---------------------------------------------------------------------
 
 

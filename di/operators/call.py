@@ -18,10 +18,11 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from di.backends.selectors import AbstractBackend
-from di.errors import InvalidInputError
+from di.errors import InvalidInputError, type_label
 from di.operators.prepare import check_tangents, prepare_operator
 from di.operators.table import OPERATORS
 from di.prep.base import Prep, write_out
+from di.prep.signature import same_selector
 
 __all__ = ["operator_function", "run_operator"]
 
@@ -72,14 +73,43 @@ def operator_function(family: str) -> Callable[[F], F]:
                     and prep.has_aux is has_aux
                     and prep.same_point is None
                 ):
-                    if with_tangents:
-                        return prep.runners[name](f, args[1], args[2], args[3], args[4:])
-                    return prep.runners[name](f, args[1], args[2], args[3:])
+                    try:  # (free until something raises: the failure path only)
+                        if with_tangents:
+                            return prep.runners[name](f, args[1], args[2], args[3], args[4:])
+                        return prep.runners[name](f, args[1], args[2], args[3:])
+                    except Exception as error:
+                        _explain_failure(prep, name, args[1:], lead, error)
+                        raise
             return slow(f, args, out, has_aux)
 
         return functools.update_wrapper(dispatch, stub)  # type: ignore[return-value]
 
     return replace
+
+
+def _explain_failure(prep: Prep, name: str, args: tuple[Any, ...], lead: int, error: Exception) -> None:
+    """On a prepared call's failure path (its check or its program raised
+    ``error``): raise the error its arguments explain, chained to ``error``, or
+    return and let ``error`` through. ``args`` is ``(backend, x, [tangents,]
+    *contexts)``.
+
+    Raises:
+        InvalidInputError: the backend is no selector (x and the backend swapped).
+    """
+    backend = args[0]
+    if not isinstance(backend, AbstractBackend):
+        raise _not_a_selector(prep, name, backend, args[1] if len(args) > 1 else None) from error
+
+
+def _not_a_selector(prep: Prep, name: str, backend: Any, x: Any) -> InvalidInputError:
+    """The error for a prepared call whose third argument is no backend selector."""
+    swapped = isinstance(x, AbstractBackend)
+    why = ": x and the backend look swapped" if swapped else ""
+    return InvalidInputError(
+        f"{name}(f, prep, backend, x, ...): argument 3, the backend, must be a backend selector such as "
+        f"{prep.backend!r} (the prep's), not {type_label(backend)}{why}; call di.{name}(f, prep, "
+        f"{prep.backend!r}, x, ...)."
+    )
 
 
 def _split_call(name: str, args: tuple[Any, ...]) -> tuple[Prep | None, Any, Any, tuple[Any, ...]]:
@@ -138,6 +168,8 @@ def run_operator(family: str, name: str, f: Callable[..., Any], args: tuple[Any,
     else:
         prep.check_operator(family)
         prep.check_has_aux(has_aux)
+        if not isinstance(backend, AbstractBackend):
+            raise _not_a_selector(prep, name, backend, x)
         if label is not None and not isinstance(tangents, (tuple, list)):
             check_tangents(tangents, label, family)  # raises: say to wrap it in a tuple
         if prep.strict:
@@ -146,6 +178,8 @@ def run_operator(family: str, name: str, f: Callable[..., Any], args: tuple[Any,
                 prep.check_tangents(tangents)
             if prep.same_point is not None:
                 prep.check_same_point(x, contexts)
+        elif f is not prep.f or not same_selector(backend, prep.backend):
+            prep.check(f, backend, x, contexts)  # (not strict: another f or backend is still refused)
     if out is not None and family == "gradient":
         prep.check_out(out, name)  # shaped like x: refuse a bad buffer before computing
     program = prep.programs[name]

@@ -26,6 +26,7 @@ from di.prep.signature import (
     mismatch_error,
     one_family_matcher,
     plain,
+    same_selector,
 )
 from di.pytrees import check_flattens
 
@@ -204,7 +205,8 @@ class Prep:
     def check(self, f: Any, backend: Any, x: Any, contexts: Sequence[Any]) -> None:
         """Check a call's arguments against the prepared signature.
 
-        Costs a few hundred nanoseconds: it compares precomputed tuples.
+        Costs a few hundred nanoseconds: it compares precomputed tuples. A
+        ``strict=False`` prep asks it only when ``f`` or the backend differ.
 
         Raises:
             PreparationMismatchError: with one line per argument.
@@ -215,7 +217,7 @@ class Prep:
             # by the array inside: a prep made outside its transform serves calls inside.
             if (
                 f is self.f
-                and (backend is self.backend or backend == self.backend)
+                and same_selector(backend, self.backend)
                 and (self._x_matcher(x) or self._x_matcher(concrete(x)))
                 and len(contexts) == self._n_contexts
             ):
@@ -230,9 +232,8 @@ class Prep:
         check_flattens(x, "x")  # (the report flattens what it describes)
         check_array_kinds(x, "x")  # a masked array or matrix: why, not just "differs"
         check_contexts_wrapped(contexts)
-        raise mismatch_error(
-            self.operator, self.checks, {"f": self.f, "backend": self.backend}, f, backend, (x, *contexts)
-        )
+        prepared = {"f": self.f, "backend": self.backend}
+        raise mismatch_error(self.operator, self.checks, prepared, f, backend, (x, *contexts), self.strict)
 
     def _runner(self, program: Callable[..., Any]) -> Callable[..., Any]:
         """``run(f, backend, x, contexts)``: the strict check, the program and the
@@ -269,6 +270,8 @@ class Prep:
                     if not ok:
                         fail(f, backend, x, contexts)
                         x = plain(x)  # (accepted as the class the program was made for: a memmap as an ndarray)
+                elif f is not f0 or not (backend is backend0 or same_selector(backend, backend0)):
+                    fail(f, backend, x, contexts)  # (not strict: another f or backend is still refused)
                 if finish is None:
                     return program(x)
                 return finish(program(x))
@@ -290,6 +293,8 @@ class Prep:
                         fail(f, backend, x, contexts)
                         result = program(plain(x), plain(contexts[0].value))  # (as above)
                         return result if finish is None else finish(result)
+                elif f is not f0 or not (backend is backend0 or same_selector(backend, backend0)):
+                    fail(f, backend, x, contexts)  # (as above)
                 if finish is None:
                     return program(x, contexts[0].value)
                 return finish(program(x, contexts[0].value))
@@ -316,6 +321,8 @@ class Prep:
                     fail(f, backend, x, contexts)
                     result = program(plain(x), *[plain(context.value) for context in contexts])  # (as above)
                     return result if finish is None else finish(result)
+            elif f is not f0 or not (backend is backend0 or same_selector(backend, backend0)):
+                fail(f, backend, x, contexts)  # (as above)
             if values_match is None or not strict:
                 values = [context.value for context in contexts]
             result = program(x, *values)
@@ -349,11 +356,13 @@ class Prep:
                 return program(x, *values)
 
         def run_checked_by_program(f: Any, backend: Any, x: Any, contexts: Sequence[Any]) -> Any:
-            if strict and not (
-                f is f0
-                and (backend is backend0 or backend == backend0)
-                and len(contexts) == count
-                and all(context.__class__ is wrapper for context, wrapper in zip(contexts, wrappers))
+            # f and the backend compared strict or not; the contexts' wrappers when strict
+            if not (f is f0 and (backend is backend0 or same_selector(backend, backend0))) or (
+                strict
+                and not (
+                    len(contexts) == count
+                    and all(context.__class__ is wrapper for context, wrapper in zip(contexts, wrappers))
+                )
             ):
                 fail(f, backend, x, contexts)
             values = [context.value for context in contexts]
@@ -368,8 +377,8 @@ class Prep:
             def run_without_contexts_checked_by_program(f: Any, backend: Any, x: Any, contexts: Sequence[Any]) -> Any:
                 if contexts:  # contexts the prep was not made with: the general runner's answer
                     return run_checked_by_program(f, backend, x, contexts)
-                if strict and not (f is f0 and (backend is backend0 or backend == backend0)):
-                    fail(f, backend, x, contexts)
+                if f is not f0 or not (backend is backend0 or same_selector(backend, backend0)):
+                    fail(f, backend, x, contexts)  # (strict or not)
                 try:
                     result = call(x)
                 except refused:
@@ -382,11 +391,8 @@ class Prep:
             (wrapper1,) = wrappers
 
             def run_with_one_context_checked_by_program(f: Any, backend: Any, x: Any, contexts: Sequence[Any]) -> Any:
-                if strict and not (
-                    f is f0
-                    and (backend is backend0 or backend == backend0)
-                    and len(contexts) == 1
-                    and contexts[0].__class__ is wrapper1
+                if not (f is f0 and (backend is backend0 or same_selector(backend, backend0))) or (
+                    strict and not (len(contexts) == 1 and contexts[0].__class__ is wrapper1)
                 ):
                     fail(f, backend, x, contexts)
                 value = contexts[0].value
@@ -422,6 +428,8 @@ class Prep:
                     if not ok:
                         self._refuse(f, backend, x, tangents, contexts)
                         x, tangents = plain(x), tuple(plain(t) for t in tangents)  # (as the runners above)
+                elif f is not f0 or not (backend is backend0 or same_selector(backend, backend0)):
+                    self.check(f, backend, x, contexts)  # (not strict: another f or backend is still refused)
                 try:
                     result = program(x, tangents)
                 except Exception as error:
@@ -446,6 +454,8 @@ class Prep:
                     self._refuse(f, backend, x, tangents, contexts)
                     x, tangents = plain(x), tuple(plain(t) for t in tangents)  # (as the runners above)
                     contexts = [_Value(plain(context.value)) for context in contexts]
+            elif f is not f0 or not (backend is backend0 or same_selector(backend, backend0)):
+                self.check(f, backend, x, contexts)  # (as above)
             try:
                 result = program(x, tangents, *[context.value for context in contexts])
             except Exception as error:

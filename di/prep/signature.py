@@ -49,6 +49,7 @@ __all__ = [
     "one_family_matcher",
     "plain",
     "register_traced_type",
+    "same_selector",
     "set_traced_type_loader",
     "traced_type",
     "tracing",
@@ -256,6 +257,17 @@ def tracing(value: Any) -> tuple[str, str]:
     return transform, str(family)
 
 
+def same_selector(given: Any, prepared: Any) -> bool:
+    """Whether ``given`` is the selector ``prepared`` or equal to it (``==``); a
+    value whose ``==`` answers no truth value (an array passed as the backend) is not."""
+    if given is prepared:
+        return True
+    try:
+        return bool(given == prepared)
+    except Exception:  # an array's elementwise answer: no selector
+        return False
+
+
 def _type_key(value: Any) -> Any:
     return value.__class__
 
@@ -460,6 +472,7 @@ def mismatch_error(
     given_f: Any,
     given_backend: Any,
     given: Sequence[Any],
+    strict: bool = True,
 ) -> PreparationMismatchError:
     """Build the report for a prep used with other arguments.
 
@@ -470,11 +483,13 @@ def mismatch_error(
         given_f: the ``f`` of the call.
         given_backend: the backend of the call.
         given: ``x`` then the contexts of the call.
+        strict: whether the prep is strict (a ``strict=False`` prep checks only
+            ``f`` and the backend, and its fix line says so).
     """
     rows: list[tuple[str, str, str]] = []
     f_ok = given_f is prepared["f"]
     rows.append(("f", "ok" if f_ok else "differs", "" if f_ok else "another function than the prepared one"))
-    b_ok = given_backend == prepared["backend"]
+    b_ok = same_selector(given_backend, prepared["backend"])
     rows.append(
         (
             "backend",
@@ -495,9 +510,11 @@ def mismatch_error(
     width = max(len(label) for label, _, _ in rows)
     lines = ["this prep was made for other arguments."]
     lines += [f"  {label.ljust(width)}  {status.ljust(7)}  {detail}".rstrip() for label, status, detail in rows]
-    lines.append(
-        f"Prepare again for the new arguments (di.prepare_{operator}), or pass strict=False to skip this check."
-    )
+    if strict:
+        fix = f"Prepare again for the new arguments (di.prepare_{operator}), or pass strict=False to skip this check."
+    else:
+        fix = f"Prepare again for this f and backend (di.prepare_{operator}): a strict=False prep still checks both."
+    lines.append(fix)
     return PreparationMismatchError("\n".join(lines))
 
 
