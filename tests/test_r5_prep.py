@@ -210,6 +210,91 @@ def test_a_prepared_call_with_no_selector_as_backend_names_it(backend: Any) -> N
     assert "swapped" not in str(raised.value)
 
 
+# --- a prep inside another engine's transform ------------------------------------------------------
+
+_INSTALLED = {name: importlib.util.find_spec(name) is not None for name in ("jax", "torch", "autograd")}
+
+
+def _both(*names: str) -> Any:
+    return pytest.mark.skipif(not all(_INSTALLED[n] for n in names), reason=f"needs {' and '.join(names)}")
+
+
+def sin_weighted(x: Any) -> Any:
+    xp = di.array_namespace(x)
+    return xp.sum(xp.sin(x) * x**2)
+
+
+def _message(call: Callable[[], Any]) -> str:
+    with pytest.raises(di.InvalidInputError) as raised:
+        call()
+    return str(raised.value)
+
+
+@_both("jax", "autograd")
+@pytest.mark.parametrize("strict", [True, False], ids=["strict", "loose"])
+def test_a_jax_prep_inside_autograd_grad_is_refused_as_preparation_refuses(strict: bool) -> None:
+    """JAX's 'Error interpreting argument to stage as a JAX value' came through: the strict check
+    matches an autograd box by the array inside."""
+    jax_backend = di.AutoJAX()
+    prep = di.prepare_gradient(sin_weighted, jax_backend, X, strict=strict)
+    pprep = di.prepare_pushforward(sin_weighted, jax_backend, X, (X,), strict=strict)
+    expected = _message(
+        lambda: di.gradient(
+            lambda x: di.array_namespace(x).sum(di.gradient(sin_weighted, jax_backend, x)), di.AutoAutograd(), X
+        )
+    )
+    assert expected.startswith("x is traced by autograd.grad, and AutoJAX(")
+    for inner in (
+        lambda x: di.array_namespace(x).sum(di.gradient(sin_weighted, prep, jax_backend, x)),
+        lambda x: di.value_and_gradient(sin_weighted, prep, jax_backend, x)[0],
+        lambda x: di.array_namespace(x).sum(di.gradient(sin_weighted, prep, jax_backend, x, out=np.zeros(3))),
+        lambda x: di.pushforward(sin_weighted, pprep, jax_backend, x, (X,))[0],
+    ):
+        assert _message(lambda inner=inner: di.gradient(inner, di.AutoAutograd(), X)) == expected
+
+
+@_both("jax", "torch")
+@pytest.mark.parametrize("strict", [True, False], ids=["strict", "loose"])
+def test_a_jax_prep_inside_torch_func_jvp_is_refused_as_preparation_refuses(strict: bool) -> None:
+    """The outer AutoTorch said 'f called NumPy on a value PyTorch traces', which f never does."""
+    import torch
+
+    x = torch.tensor(X)
+    jax_backend = di.AutoJAX()
+    prep = di.prepare_gradient(sin_weighted, jax_backend, x, strict=strict)
+    expected = _message(lambda: di.jacobian(lambda x: di.gradient(sin_weighted, jax_backend, x), di.AutoTorch(), x))
+    assert expected.startswith("x is traced by torch.func.jvp")
+    actual = _message(lambda: di.jacobian(lambda x: di.gradient(sin_weighted, prep, jax_backend, x), di.AutoTorch(), x))
+    assert actual == expected
+
+
+@_both("jax")
+@pytest.mark.parametrize("strict", [True, False], ids=["strict", "loose"])
+def test_a_finitediff_prep_inside_jax_grad_is_refused_as_preparation_refuses(strict: bool) -> None:
+    """The strict check's failure path: a JAX tracer differs from the prepared NumPy array, and the
+    report said x differs instead of why."""
+    fd = di.AutoFiniteDiff()
+    prep = di.prepare_gradient(sin_weighted, fd, X, strict=strict)
+    expected = _message(
+        lambda: di.gradient(lambda x: di.array_namespace(x).sum(di.gradient(sin_weighted, fd, x)), di.AutoJAX(), X)
+    )
+    actual = _message(
+        lambda: di.gradient(
+            lambda x: di.array_namespace(x).sum(di.gradient(sin_weighted, prep, fd, x)), di.AutoJAX(), X
+        )
+    )
+    assert actual == expected and expected.startswith("x is traced by jax.grad")
+
+
+@_both("autograd")
+def test_an_autograd_prep_inside_autograd_grad_still_runs() -> None:
+    backend = di.AutoAutograd()
+    prep = di.prepare_gradient(sin_weighted, backend, X)
+    outer = di.gradient(lambda x: di.array_namespace(x).sum(di.gradient(sin_weighted, prep, backend, x)), backend, X)
+    unprepared = di.gradient(lambda x: di.array_namespace(x).sum(di.gradient(sin_weighted, backend, x)), backend, X)
+    np.testing.assert_allclose(outer, unprepared, rtol=1e-12)
+
+
 # --- pickling and copying a prep ---------------------------------------------------------------------
 
 

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from di.backends.selectors import AbstractBackend
-from di.errors import InvalidInputError, type_label
+from di.errors import InvalidInputError, PreparationMismatchError, type_label
 from di.operators.prepare import check_tangents, prepare_operator
 from di.operators.table import OPERATORS
 from di.prep.base import Prep, write_out
@@ -94,11 +94,14 @@ def _explain_failure(prep: Prep, name: str, args: tuple[Any, ...], lead: int, er
     *contexts)``.
 
     Raises:
-        InvalidInputError: the backend is no selector (x and the backend swapped).
+        InvalidInputError: the backend is no selector (x and the backend swapped),
+            or an argument is traced by another engine's transform.
     """
     backend = args[0]
     if not isinstance(backend, AbstractBackend):
         raise _not_a_selector(prep, name, backend, args[1] if len(args) > 1 else None) from error
+    tangents, contexts = (args[2], args[3:]) if lead == 4 else (None, args[2:])
+    prep.refuse_foreign_traces(args[1], tangents, contexts, error)
 
 
 def _not_a_selector(prep: Prep, name: str, backend: Any, x: Any) -> InvalidInputError:
@@ -172,19 +175,27 @@ def run_operator(family: str, name: str, f: Callable[..., Any], args: tuple[Any,
             raise _not_a_selector(prep, name, backend, x)
         if label is not None and not isinstance(tangents, (tuple, list)):
             check_tangents(tangents, label, family)  # raises: say to wrap it in a tuple
-        if prep.strict:
-            prep.check(f, backend, x, contexts)
-            if label is not None:
-                prep.check_tangents(tangents)
-            if prep.same_point is not None:
-                prep.check_same_point(x, contexts)
-        elif f is not prep.f or not same_selector(backend, prep.backend):
-            prep.check(f, backend, x, contexts)  # (not strict: another f or backend is still refused)
+        try:
+            if prep.strict:
+                prep.check(f, backend, x, contexts)
+                if label is not None:
+                    prep.check_tangents(tangents)
+                if prep.same_point is not None:
+                    prep.check_same_point(x, contexts)
+            elif f is not prep.f or not same_selector(backend, prep.backend):
+                prep.check(f, backend, x, contexts)  # (not strict: another f or backend is still refused)
+        except PreparationMismatchError as error:
+            prep.refuse_foreign_traces(x, tangents, contexts, error)  # what a traced argument's mismatch means
+            raise
     if out is not None and family == "gradient":
         prep.check_out(out, name)  # shaped like x: refuse a bad buffer before computing
     program = prep.programs[name]
     values = [c.value for c in contexts]
-    result = program(x, tangents, *values) if label is not None else program(x, *values)
+    try:
+        result = program(x, tangents, *values) if label is not None else program(x, *values)
+    except Exception as error:
+        prep.refuse_foreign_traces(x, tangents, contexts, error)  # (an unprepared call's were refused already)
+        raise
     if out is None:
         return result
     if prep.has_aux and name == family:

@@ -24,6 +24,7 @@ from di.families import converter, families, family_of, get_family, identity
 from di.operators.table import Operator
 from di.prep.base import finished, split_finish
 from di.prep.signature import checks_arguments, tracing
+from di.prep.traces import refuse_foreign_traces
 from di.pytrees import Raveler, is_pytree, tree_flatten, tree_map, tree_unflatten
 
 __all__ = ["caller_family", "caller_programs", "same_point_check"]
@@ -112,24 +113,10 @@ def _named_arguments(
 
 
 def _refuse_foreign_traces(source: ProgramSource, arguments: list[tuple[str, Any]]) -> None:
-    """Refuse, at preparation, values traced by another engine's transform (a
-    tracer of ``jax.jit`` given to a backend that computes in another family):
-    the engine would need their concrete values, which a trace does not have.
-
-    Raises:
-        InvalidInputError: naming the argument, the transform and what to do.
-    """
+    """Refuse, at preparation, values traced by another engine's transform
+    (:func:`di.prep.traces.refuse_foreign_traces`, which a prep asks again when a call fails)."""
     backend = source.adapter.backend
-    takes = (source.family, backend.engine)
-    for name, value in arguments:
-        transform, owner = tracing(value)
-        if transform and owner not in takes:
-            raise InvalidInputError(
-                f"{name} is traced by {transform}, and {backend!r} cannot run inside it: it computes with "
-                f"concrete values, which a trace does not have. Inside {transform}, use a backend of the "
-                f"engine that traces (its transforms then differentiate di's own programs), or call di outside "
-                f"the transform."
-            )
+    refuse_foreign_traces(backend, (source.family, backend.engine), arguments)
 
 
 def _refuse_trees_the_engine_cannot_flatten(source: ProgramSource, arguments: list[tuple[str, Any]]) -> None:

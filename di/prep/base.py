@@ -28,6 +28,7 @@ from di.prep.signature import (
     plain,
     same_selector,
 )
+from di.prep.traces import refuse_foreign_traces
 from di.pytrees import check_flattens
 
 if TYPE_CHECKING:
@@ -73,6 +74,7 @@ class Prep:
         "_context_matchers",
         "_explain_failure",
         "_n_contexts",
+        "_traces",
         "_values_matcher",
         "_x_fields",
         "_x_is_float",
@@ -107,8 +109,12 @@ class Prep:
         info: StrategyInfo = NO_INFO,
         has_aux: bool = False,
         explain_failure: Callable[..., str] | None = None,
+        traces: tuple[AbstractBackend, tuple[str, ...]] | None = None,
     ) -> None:
         self.operator = operator
+        # (the engine's selector, what it takes): which traced values a failed call names
+        # (refuse_foreign_traces); a strict check matches an autograd box by the array inside
+        self._traces = traces
         # explain_failure(x, values, tangents) -> why these arguments failed the program
         # ("" when it cannot tell): asked only when a program raises
         self._explain_failure = explain_failure
@@ -464,6 +470,29 @@ class Prep:
             return result if finish is None else finish(result)
 
         return run_with_tangents
+
+    def refuse_foreign_traces(
+        self, x: Any, tangents: Any, contexts: Sequence[Any], error: BaseException | None = None
+    ) -> None:
+        """On a failed call's path (``error``, the check's or the engine's): refuse
+        an argument traced by another engine's transform as preparation refuses it
+        (the strict check matches an autograd box by the array inside, a torch.func
+        tensor by its class, and lets it through to the engine).
+
+        Raises:
+            InvalidInputError: naming the argument, the transform and what to do,
+                chained to ``error``.
+        """
+        if self._traces is None:
+            return
+        label = "tx" if self.tangent_check is None else self.tangent_check.label
+        tangents = tangents if isinstance(tangents, (tuple, list)) else ()
+        arguments = [("x", x), *((f"{label}[{i}]", t) for i, t in enumerate(tangents))]
+        arguments += [(f"context {i}", getattr(c, "value", c)) for i, c in enumerate(contexts, start=1)]
+        try:
+            refuse_foreign_traces(*self._traces, arguments)
+        except InvalidInputError as refusal:
+            raise refusal from error
 
     def _explain(self, error: Exception, x: Any, tangents: Any, contexts: Sequence[Any]) -> None:
         """On the failure path of a call with tangents: raise
