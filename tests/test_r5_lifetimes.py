@@ -93,3 +93,49 @@ def test_backward_after_g_freed_is_explained() -> None:
     gc.collect()
     with pytest.raises(di.DIError, match=r"has since been freed.*Keep g alive"):
         loss.backward()
+
+
+# --- AutoTorch(compile=True) at dynamo's cap on compiles ----------------------------------------
+
+COMPILED = di.AutoTorch(compile=True, compile_options={"backend": "aot_eager"})
+
+
+def _matrix_norm(x: Any, w: Any) -> Any:
+    xp = di.array_namespace(x)
+    return xp.sum((w @ x) ** 2)
+
+
+def _scaled(scale: float) -> Any:
+    def f(x: Any) -> Any:
+        xp = di.array_namespace(x)
+        return xp.sum(x**2) * scale
+
+    return f
+
+
+def test_compiled_preps_each_have_their_own_cap() -> None:
+    # dynamo counts compiles per code object for the life of the process: with every prep
+    # compiling the same closures, the cap was reached by the preps together
+    with torch._dynamo.config.patch(accumulated_recompile_limit=2):
+        for scale in (1.0, 2.0, 3.0, 4.0):
+            f = _scaled(scale)
+            prep = di.prepare_gradient(f, COMPILED, np.ones(3))
+            np.testing.assert_allclose(di.gradient(f, prep, COMPILED, np.ones(3)), [2.0 * scale] * 3)
+
+
+def test_compiled_failing_calls_keep_f_error_at_the_cap() -> None:
+    w = di.Constant(np.ones((3, 3)))
+    with torch._dynamo.config.patch(accumulated_recompile_limit=3):
+        prep = di.prepare_gradient(_matrix_norm, COMPILED, np.ones(3), w, strict=False)
+        for _ in range(6):  # each call fails while traced, and counts toward the cap
+            with pytest.raises(RuntimeError, match="size mismatch") as caught:
+                di.gradient(_matrix_norm, prep, COMPILED, np.ones(4), w)
+            assert not isinstance(caught.value, di.RecompileLimitError)
+        np.testing.assert_allclose(di.gradient(_matrix_norm, prep, COMPILED, np.ones(3), w), [18.0] * 3)
+        # a call f can take, needing a compile the cap refuses: the limit named is the one hit
+        with pytest.raises(di.RecompileLimitError, match=r"accumulated_recompile_limit, 3\).*Prepare again"):
+            di.gradient(_matrix_norm, prep, COMPILED, np.ones(4), di.Constant(np.ones((4, 4))))
+        fresh = di.prepare_gradient(_matrix_norm, COMPILED, np.ones(4), di.Constant(np.ones((4, 4))))
+        np.testing.assert_allclose(
+            di.gradient(_matrix_norm, fresh, COMPILED, np.ones(4), di.Constant(np.ones((4, 4)))), [32.0] * 4
+        )

@@ -8,11 +8,14 @@ it): ``di`` compiles closures whose code object every prep shares, and dynamo
 counts per code object. Recompiles are watched with the shared policy
 (:class:`di.backends.compile.RecompileWatch`): warnings from the second
 unexpected recompile, and before the limit whatever the cause; at dynamo's limit
-:class:`di.RecompileLimitError` says what to change. When dynamo fails to trace
-(at preparation or at a recompile), the same program runs once uncompiled on the
-same arguments: an error ``f`` raises there reaches the caller as ``f`` raised
-it (dynamo reports it as its own "Observed exception"); only a program that runs
-eagerly gets dynamo's refusal.
+:class:`di.RecompileLimitError` says what to change, naming the limit dynamo hit
+(:func:`limit_hit`). Each compiled program compiles a copy of its function's code
+(:func:`own_code`): dynamo's overall cap counts compiles per code object. When
+dynamo fails to trace (at preparation or at a recompile) or refuses to compile
+again at a limit, the same program runs once uncompiled on the same arguments:
+an error ``f`` raises there reaches the caller as ``f`` raised it (dynamo reports
+it as its own "Observed exception"); only a program that runs eagerly gets
+dynamo's refusal.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ import inspect
 import operator
 import os
 import re
+import types
 import warnings
 from collections.abc import Callable
 from typing import Any
@@ -32,7 +36,15 @@ from di.backends.selectors import AutoTorch
 from di.errors import InvalidInputError, RecompileLimitError, RecompileWarning, UnsupportedOperatorError
 from di.pytrees import nesting_depth
 
-__all__ = ["FALLS_BACK", "ClosedOverNumpyError", "TorchCompiler", "break_in_di", "specializing"]
+__all__ = [
+    "FALLS_BACK",
+    "ClosedOverNumpyError",
+    "TorchCompiler",
+    "break_in_di",
+    "limit_hit",
+    "own_code",
+    "specializing",
+]
 
 _ISOLATES_RECOMPILES = "isolate_recompiles" in inspect.signature(torch.compile).parameters
 # dynamo records each failed guard under the compiled function's code object: di
@@ -124,7 +136,7 @@ class TorchCompiler:
                 50 levels deep), with dynamo's error as its cause."""
         options = self.options()
         fullgraph_default = "fullgraph" not in self.selector.compile_kwargs
-        traced = specializing(function, static_argnums)
+        traced = own_code(specializing(function, static_argnums))
         compiled = torch.compile(traced, **options)
         try:
             warm_up(compiled)
@@ -216,7 +228,7 @@ class TorchCompiler:
     ) -> Callable[..., Any]:
         """``torch.compile(function)`` with the options another program of the prep
         was compiled with, compiling on its first call (once, under a lock)."""
-        traced = specializing(function, static_argnums)
+        traced = own_code(specializing(function, static_argnums))
         compiled = torch.compile(traced, **options)
         return compiled_on_first_use(self.watching(compiled, traced, static_argnums, options))
 
@@ -240,39 +252,98 @@ class TorchCompiler:
         watch = RecompileWatch(backend, static_argnums, limit, skip=_SKIPPED_FRAMES)
 
         def watched(*args: Any) -> Any:
-            # dynamo appends to this list (its record for the compiled function's code
-            # object) at each recompile; looked up at each call, as torch._dynamo.reset()
-            # replaces it.
-            failures = failures_by_code[code]
-            before = len(failures)
+            # dynamo appends to its record for the compiled function's code object at each
+            # recompile; looked up at each call (torch._dynamo.reset() replaces it), and read
+            # without creating one: a record holds its code object until dynamo is reset.
+            before = len(failures_by_code.get(code, ()))
+            failure: BaseException
             try:
                 result = compiled(*args)
             except DYNAMO_ERROR as err:  # a recompile failed: f may have raised while traced
                 failure = err
-            except _RECOMPILE_LIMIT_HIT as err:
-                reason = guard_reason(failures[before]) if len(failures) > before else "unknown"
-                statics = (
-                    "A static context (an int, bool or string Constant) is compiled in, one program per value: "
-                    "pass di.Constant(value, static=False) for one that takes many values and is only used in "
-                    "arithmetic. "
-                    if static_argnums
-                    else ""
-                )
-                raise RecompileLimitError(
-                    f"{backend!r}: torch.compile reached its recompile limit ({limit()}) for f, and with "
-                    f"fullgraph=True it cannot fall back to eager. The guard that failed at each call: {reason}. "
-                    f"{statics}Keep Python side effects out of f (a global call counter, attributes it modifies) "
-                    f"and pass values that change as contexts (di.Constant(value) is traced), or use AutoTorch() "
-                    f"(eager); compile_options={{'recompile_limit': n}} raises the limit."
-                ) from err
+            except _RECOMPILE_LIMIT_HIT as err:  # dynamo refused to compile again
+                failure = err
             else:
+                failures = failures_by_code.get(code, ())
                 if len(failures) != before:
                     watch.recompiled(args, guard_reason(failures[before]))
                 return result
+            # f's own error first, as at any failed trace: the calls that led to the limit may
+            # have failed in f (each counts toward dynamo's cap), and this one may fail the same way
             self.raise_own_error(failure, lambda: function(*args), args[0] if args else None)
+            if isinstance(failure, _RECOMPILE_LIMIT_HIT):
+                failures = failures_by_code.get(code, ())
+                reason = guard_reason(failures[before]) if len(failures) > before else "unknown"
+                raise self.limit_error(failure, reason, limit, bool(static_argnums)) from failure
             raise failure
 
         return watched
+
+    def limit_error(
+        self, error: BaseException, reason: str, limit: Callable[[], int], static: bool
+    ) -> RecompileLimitError:
+        """The error for dynamo's refusal to compile a program again (``error``), naming
+        the limit that refused it (:func:`limit_hit`) and what to do about it.
+        ``reason``: the guard that failed; ``limit()``: the per-program limit in force;
+        ``static``: whether the program has static contexts, compiled in per value."""
+        name, value = limit_hit(error)
+        backend = self.selector
+        if name == "accumulated_recompile_limit":
+            return RecompileLimitError(
+                f"{backend!r}: torch.compile refused to compile f's program again: dynamo's cap on the compiles of "
+                f"one program (torch._dynamo.config.accumulated_recompile_limit, {value}) is reached. It counts "
+                f"every compile since the program was prepared, failed ones included (each call that failed while "
+                f"traced, as at shapes f cannot take), and with fullgraph=True dynamo cannot fall back to eager. "
+                f"The last guard that failed: {reason}. Prepare again (a new prep starts its own count), raise "
+                f"torch._dynamo.config.accumulated_recompile_limit, or use AutoTorch() (eager)."
+            )
+        statics = (
+            "A static context (an int, bool or string Constant) is compiled in, one program per value: pass "
+            "di.Constant(value, static=False) for one that takes many values and is only used in arithmetic. "
+            if static
+            else ""
+        )
+        return RecompileLimitError(
+            f"{backend!r}: torch.compile reached its recompile limit ({value or limit()}) for f, and with "
+            f"fullgraph=True it cannot fall back to eager. The guard that failed at each call: {reason}. "
+            f"{statics}Keep Python side effects out of f (a global call counter, attributes it modifies) and pass "
+            f"values that change as contexts (di.Constant(value) is traced), or use AutoTorch() (eager); "
+            f"compile_options={{'recompile_limit': n}} raises the limit."
+        )
+
+
+_LIMIT_HIT = re.compile(r"exceeding the (\w+) cache size limit \(currently set to (\d+)\)")
+_LIMIT_TYPE = re.compile(r"Limit type: (\w+)")
+
+
+def limit_hit(error: BaseException) -> tuple[str, int | None]:
+    """Which of dynamo's limits refused a compile (``error``, its
+    ``FailOnRecompileLimitHit``): ``"recompile_limit"`` (per program, what
+    ``compile_options={'recompile_limit': n}`` sets) or
+    ``"accumulated_recompile_limit"`` (its cap on all compiles of one code object,
+    failed ones included), with its value when dynamo says it. dynamo names it
+    only in the message of the ``Unsupported`` error the refusal is raised from;
+    without one, the per-program limit.
+
+    Examples:
+        >>> from di.backends.torch.compile import limit_hit
+        >>> cause = RuntimeError("exceeding the accumulated_recompile_limit cache size limit (currently set to 256).")
+        >>> error = RuntimeError("Hard failure due to fullgraph=True")
+        >>> error.__cause__ = cause
+        >>> limit_hit(error)
+        ('accumulated_recompile_limit', 256)
+    """
+    seen: BaseException | None = error
+    while seen is not None:
+        text = str(seen)
+        found = _LIMIT_HIT.search(text)
+        if found is not None:
+            return found.group(1), int(found.group(2))
+        named = _LIMIT_TYPE.search(text)
+        if named is not None:
+            return named.group(1), None
+        seen = seen.__cause__
+    return "recompile_limit", None
 
 
 def specializing(function: Callable[..., Any], static_argnums: tuple[int, ...]) -> Callable[..., Any]:
@@ -297,6 +368,36 @@ def specializing(function: Callable[..., Any], static_argnums: tuple[int, ...]) 
         return function(*[_constant(a) if i in positions else a for i, a in enumerate(args)])
 
     return specialized
+
+
+def own_code(function: Callable[..., Any]) -> Callable[..., Any]:
+    """``function`` with a code object of its own (a copy), for one compiled program.
+
+    dynamo counts compiles per code object, failed ones included, against
+    ``torch._dynamo.config.accumulated_recompile_limit`` (256), for the life of the
+    process, and ``isolate_recompiles`` separates only the per-program limit. Every
+    prep compiles closures of the same few code objects, so without a copy the
+    257th program compiled in a process (a prep, a recompile, a call that failed
+    while traced) was refused with that limit, whichever prep asked. A callable
+    that is not a Python function is returned as it is.
+
+    Examples:
+        >>> from di.backends.torch.compile import own_code
+        >>> def double(x):
+        ...     return 2 * x
+        >>> copy = own_code(double)
+        >>> copy(3), copy.__code__ is double.__code__
+        (6, False)
+    """
+    if type(function) is not types.FunctionType:
+        return function
+    code = function.__code__.replace()  # an equal, distinct code object
+    cells = function.__closure__
+    copy = types.FunctionType(code, function.__globals__, function.__name__, function.__defaults__, cells)
+    copy.__kwdefaults__ = function.__kwdefaults__
+    copy.__qualname__ = function.__qualname__
+    copy.__dict__.update(function.__dict__)
+    return copy
 
 
 def _constant(value: Any) -> Any:
