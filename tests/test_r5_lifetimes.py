@@ -1,6 +1,8 @@
 """How long what ``torch.compile`` sees of ``di`` lives: a ``DifferentiateWith``
 traced by dynamo (and the ``f`` and data it owns) is freed with the compiled
-function, and works as long as that function does."""
+function, and works as long as that function does; and each program
+``AutoTorch(compile=True)`` compiles has dynamo's limits to itself, a call that
+fails while traced keeping ``f``'s own error at them."""
 
 from __future__ import annotations
 
