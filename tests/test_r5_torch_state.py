@@ -1,7 +1,7 @@
 """What AutoTorch leaves behind, lets through and says: a ``Cache`` buffer holds no
 graph after any operator, an interrupt inside ``f`` propagates unchanged whatever
-``f`` wrote, and a write into ``x`` found at an untraced evaluation names the
-operator."""
+``f`` wrote, a write into ``x`` found at an untraced evaluation names the operator,
+and a ``torch.autograd.Function`` that ``torch.func`` cannot run is refused by ``di``."""
 
 from __future__ import annotations
 
@@ -227,3 +227,121 @@ def test_a_write_found_at_an_untraced_evaluation_names_the_operator(operator: st
     assert message.startswith(f"{operator} with AutoTorch(compile=False"), message
     assert "(evaluating f untraced): f wrote into x in place" in message
     assert "already holds what f wrote" in message
+
+
+# --- a torch.autograd.Function torch.func cannot run ------------------------------------------
+
+
+class _Classic(torch.autograd.Function):
+    """The classic style: forward(ctx, x) and backward only (a derivative of 3)."""
+
+    @staticmethod
+    def forward(ctx: Any, x: Any) -> Any:
+        xp = di.array_namespace(x)
+        return xp.sin(x)
+
+    @staticmethod
+    def backward(ctx: Any, g: Any) -> Any:
+        return 3.0 * g
+
+
+class _BackwardOnly(torch.autograd.Function):
+    """setup_context and backward, no jvp and no vmap rule."""
+
+    @staticmethod
+    def forward(x: Any) -> Any:
+        xp = di.array_namespace(x)
+        return xp.sin(x)
+
+    @staticmethod
+    def setup_context(ctx: Any, inputs: Any, output: Any) -> None:
+        pass
+
+    @staticmethod
+    def backward(ctx: Any, g: Any) -> Any:
+        return 3.0 * g
+
+
+class _WithJvp(_BackwardOnly):
+    """setup_context, backward and jvp, no vmap rule."""
+
+    @staticmethod
+    def jvp(ctx: Any, t: Any) -> Any:
+        return 3.0 * t
+
+
+def _through(function: Any, scalar: bool) -> Any:
+    def f(x: Any) -> Any:
+        xp = di.array_namespace(x)
+        y = function.apply(x)
+        return xp.sum(y) if scalar else y
+
+    return f
+
+
+def _call(operator: str, function: Any, backend: Any) -> Any:
+    x = torch.tensor(S if operator in ("derivative", "second_derivative") else [0.3, -1.2], dtype=torch.float64)
+    scalar = operator in ("gradient", "hvp", "hessian")
+    f, ones = _through(function, scalar), torch.ones(x.shape, dtype=torch.float64)
+    if operator in ("pushforward", "pullback", "hvp"):
+        return getattr(di, operator)(f, backend, x, (ones,))
+    if operator == "pushforward2":
+        return di.pushforward(f, backend, x, (ones, ones))
+    return getattr(di, operator)(f, backend, x)
+
+
+_REFUSED = [
+    *[
+        (_Classic, op, "reverse" if op == "jacobian-reverse" else None, "setup_context")
+        for op in ("jacobian", "jacobian-reverse", "pushforward", "derivative", "hvp", "hessian", "second_derivative")
+    ],
+    *[(_BackwardOnly, op, None, "has no jvp") for op in ("pushforward", "derivative", "hvp", "second_derivative")],
+    *[
+        (_WithJvp, op, mode, "generate_vmap_rule = True")
+        for op, mode in (("jacobian", None), ("pushforward2", None), ("hessian", None), ("hessian", "reverse"))
+    ],
+]
+
+
+@pytest.mark.parametrize(
+    ("function", "operator", "mode", "remedy"),
+    [pytest.param(*case, id=f"{case[0].__name__}-{case[1]}-{case[2]}") for case in _REFUSED],
+)
+def test_an_autograd_function_torch_func_cannot_run_is_refused_by_di(
+    function: Any, operator: str, mode: Any, remedy: str
+) -> None:
+    """A torch.autograd.Function without setup_context (the classic forward(ctx, x)),
+    without jvp, or without a vmap rule leaked torch's raw RuntimeError or
+    NotImplementedError ('must override the setup_context staticmethod', 'You
+    must implement the jvp function', 'You tried to vmap over ...'); di now says
+    which operator, what to add, and what works as it is."""
+    with pytest.raises(di.UnsupportedOperatorError) as info:
+        _call(operator.split("-")[0], function, di.AutoTorch(mode=mode))
+    message = str(info.value)
+    assert message.startswith(f"{operator.split('-')[0].rstrip('2')} with AutoTorch("), message
+    assert remedy in message
+    assert isinstance(info.value.__cause__, (RuntimeError, NotImplementedError))
+    assert "autograd.Function" in str(info.value.__cause__) or "vmap" in str(info.value.__cause__)
+
+
+def test_what_the_refusals_of_an_autograd_function_say_works_does() -> None:
+    """The remedies named: gradient and pullback run the classic style; jacobian
+    with AutoTorch(mode='reverse') runs a Function without jvp or vmap rule; its
+    custom backward (a derivative of 3) is used; generate_vmap_rule = True fixes
+    the rest. f's own NotImplementedError keeps its type."""
+    three = np.full(2, 3.0)
+    np.testing.assert_allclose(_call("gradient", _Classic, di.AutoTorch()).numpy(), three)
+    np.testing.assert_allclose(_call("pullback", _Classic, di.AutoTorch())[0].numpy(), three)
+    np.testing.assert_allclose(_call("jacobian", _BackwardOnly, di.AutoTorch(mode="reverse")).numpy(), np.diag(three))
+
+    class Batched(_WithJvp):
+        generate_vmap_rule = True
+
+    np.testing.assert_allclose(_call("jacobian", Batched, di.AutoTorch()).numpy(), np.diag(three))
+
+    def unfinished(x: Any) -> Any:
+        raise NotImplementedError("f is not written yet")
+
+    with pytest.raises(NotImplementedError, match="f is not written yet") as info:
+        di.jacobian(unfinished, di.AutoTorch(), torch.ones(2, dtype=torch.float64))
+    assert type(info.value) is NotImplementedError

@@ -31,6 +31,7 @@ __all__ = [
     "active_transform",
     "addresses",
     "as_dtype",
+    "custom_function_error",
     "dispatching",
     "forward_level",
     "inside_transform",
@@ -164,6 +165,76 @@ def write_error(error: BaseException, backend: AbstractBackend, operator: str) -
         f"{operator} with {backend!r}: f wrote into {what} in place (x[i] = ..., x += ...), which torch cannot "
         f"differentiate. {_RULE}"
     )
+
+
+_SETUP_CONTEXT = "it must override the setup_context staticmethod"
+"""torch.func's refusal of a ``torch.autograd.Function`` written in the classic
+style, ``forward(ctx, x)``, inside any of its transforms."""
+_NO_JVP = "You must implement the jvp function for custom autograd.Function"
+"""torch's refusal of a ``torch.autograd.Function`` without ``jvp`` in forward mode."""
+_NO_VMAP = "but it does not have vmap support"
+"""torch.func's refusal of a ``torch.autograd.Function`` without a vmap rule under ``vmap``
+("You tried to vmap over Name, but it does not have vmap support ...")."""
+_EXTENDING = "https://pytorch.org/docs/stable/notes/extending.func.html"
+_UNBATCHED = {
+    "jacobian": "or use AutoTorch(mode='reverse'), whose jacobian batches only the Function's backward",
+    "hessian": "or compute hvp with one tangent per call",
+    "pushforward": "or pass one tangent per call",
+    "pullback": "or pass one cotangent per call",
+    "hvp": "or pass one tangent per call",
+}
+"""What computes without batching the Function, per operator."""
+
+
+def custom_function_error(
+    error: BaseException, backend: AbstractBackend, operator: str
+) -> UnsupportedOperatorError | None:
+    """The :class:`di.UnsupportedOperatorError` for torch's refusal of a
+    ``torch.autograd.Function`` in ``f`` that ``operator``'s ``torch.func``
+    program cannot run (no ``setup_context``, no ``jvp``, no vmap rule), saying
+    what to add to it and what works as it is; ``None`` for any other error.
+
+    Examples:
+        >>> import di
+        >>> from di.backends.torch.common import custom_function_error
+        >>> error = NotImplementedError("You must implement the jvp function for custom autograd.Function to use it")
+        >>> message = str(custom_function_error(error, di.AutoTorch(), "pushforward"))
+        >>> message.startswith("pushforward with AutoTorch("), "Add a jvp staticmethod" in message
+        (True, True)
+        >>> custom_function_error(NotImplementedError("my own"), di.AutoTorch(), "pushforward") is None
+        True
+    """
+    if not isinstance(error, RuntimeError):  # (NotImplementedError is one)
+        return None
+    text = str(error)
+    where = f"{operator} with {backend!r}"
+    if _SETUP_CONTEXT in text:
+        return UnsupportedOperatorError(
+            f"{where} runs f inside torch.func transforms, which cannot run a torch.autograd.Function written "
+            f"in the classic style, forward(ctx, ...). Write forward without ctx and add a setup_context "
+            f"staticmethod (setup_context(ctx, inputs, output) saving what backward needs; see {_EXTENDING}), "
+            f"or use gradient or pullback (and their value_* forms), whose eager reverse mode runs it as it is."
+        )
+    if _NO_JVP in text:
+        instead = (
+            "or use reverse mode: pullback, or jacobian with AutoTorch(mode='reverse')"
+            if operator in ("pushforward", "derivative", "jacobian")
+            else f"{operator} differentiates forward over reverse and has no other path"
+        )
+        return UnsupportedOperatorError(
+            f"{where} runs f in forward mode, and a torch.autograd.Function in f has no jvp. Add a jvp "
+            f"staticmethod (jvp(ctx, *tangents), from what setup_context saved on ctx; see {_EXTENDING}), "
+            f"{instead}."
+        )
+    if _NO_VMAP in text:
+        name = text.split("vmap over ", 1)[1].split(",", 1)[0] if "vmap over " in text else ""
+        function = f"torch.autograd.Function {name}" if name else "a torch.autograd.Function in f"
+        instead = f", {_UNBATCHED[operator]}" if operator in _UNBATCHED else ""
+        return UnsupportedOperatorError(
+            f"{where} batches f with torch.func.vmap, and {function} has no vmap rule. Set "
+            f"generate_vmap_rule = True on it (or define its vmap staticmethod; see {_EXTENDING}){instead}."
+        )
+    return None
 
 
 def version_of(tensor: Any) -> int | None:
@@ -471,7 +542,8 @@ class _Rules(OutputRules):
     def translate(
         self, error: BaseException, backend: AbstractBackend, operator: str, values: Sequence[Any]
     ) -> BaseException | None:
-        return write_error(error, backend, operator)  # torch refused a write into x
+        # torch refused a write into x, or a torch.autograd.Function its torch.func program cannot run
+        return write_error(error, backend, operator) or custom_function_error(error, backend, operator)
 
     def foreign_cause(self, error: BaseException) -> str:
         text = str(error)
