@@ -24,7 +24,7 @@ from torch.autograd import forward_ad as dual
 from di.backends import fallbacks
 from di.backends.aux import split_output
 from di.backends.compile import static_argnums
-from di.backends.outputs import check_output, raise_translated
+from di.backends.outputs import check_output, raise_translated, untraced_output_error
 from di.backends.protocol import Programs
 from di.backends.torch.common import (
     REVERSE_RULES,
@@ -42,11 +42,19 @@ from di.backends.torch.common import (
     version_of,
 )
 from di.contexts import Cache, Context
-from di.errors import UnsupportedContextError
+from di.errors import InvalidOutputError, UnsupportedContextError
 from di.families import converter, family_of, identity
 from di.pytrees import Structure, is_pytree, tree_flatten
 
-__all__ = ["EagerPrograms", "Reverse", "alias", "example_cotangent", "gradient_backward"]
+__all__ = [
+    "EagerPrograms",
+    "Reverse",
+    "alias",
+    "example_cotangent",
+    "cut_off_error",
+    "gradient_backward",
+    "refuse_cut_off",
+]
 
 Backward = Callable[[Any, Any, Any, bool], Any]
 """``backward(y, inputs, cotangents, create_graph)``: the result of one reverse pass,
@@ -101,6 +109,9 @@ class Reverse:
         self.keeps_graph = adapter.selector.create_graph
         # A compiled f guards on its inputs' classes: it keeps taking aliases (plain tensors).
         self.own_leaves = not adapter.compiled
+        # an engine's own program (a gradient, for an outer derivative of it): an output
+        # that does not require grad is a derivative constant in x (a linear f's), not a cut
+        self.untraced = getattr(f, "checked_program", False)
 
     def tree_leaves(self, x: Any) -> tuple[list[Any], Structure]:
         """The leaves of a pytree ``x`` (one flatten per call) and its structure."""
@@ -176,6 +187,7 @@ class Reverse:
         # differentiated by the torch.func programs, which keep it: an alias would not)
         is_compiling, transforms_active = dynamo_compiling, torch._C._are_functorch_transforms_active
         conversions = REVERSE_RULES.conversion_errors
+        untraced = self.untraced
 
         def call(x: Any, cotangents: Any, values: Sequence[Any], connect: bool, leaves: Any = None) -> Any:
             if tree:
@@ -195,6 +207,8 @@ class Reverse:
                     y, aux = split_output(y, backend, operator)
                 if y.__class__ is not tensor or not y.requires_grad or (accept is not None and not accept(y)):
                     y = check_output(y, differentiated, backend, operator, REVERSE_RULES)
+                    if not untraced:
+                        refuse_cut_off(y, differentiated, backend, operator)
                 result = backward(y, differentiated, cotangents, connect)
             except conversions as err:  # torch refused NumPy, or a write into x, inside f: say why
                 raise_translated(err, backend, operator, REVERSE_RULES)
@@ -252,6 +266,8 @@ class Reverse:
                 y = f(argument)
                 if y.__class__ is not tensor or not y.requires_grad or (accept is not None and not accept(y)):
                     y = check_output(y, argument, backend, operator, REVERSE_RULES)
+                    if not untraced:
+                        refuse_cut_off(y, argument, backend, operator)
                 return backward(y, argument, args[0] if lead else None, False)
             except conversions as err:  # torch refused NumPy, or a write into x, inside f: say why
                 raise_translated(err, backend, operator, REVERSE_RULES)
@@ -340,6 +356,34 @@ def _differentiable_as_is(tensors: Sequence[Any]) -> bool:
         if not (t.requires_grad and t.is_leaf and t._backward_hooks is None and not t.is_inference()):
             return False
     return True
+
+
+def refuse_cut_off(y: Any, differentiated: Any, backend: Any, operator: str) -> None:
+    """Raise :class:`di.InvalidOutputError` for an array output (one that
+    :func:`~di.backends.outputs.check_output` accepted) that reverse mode did not
+    record from ``x``: one that does not require grad, as a ``.detach()``, a
+    tensor built anew or another engine's result leaves it. Its derivative
+    would read as zeros, which it is not; a scalar output is refused the same
+    way by ``check_output``. An ``f`` constant in ``x`` returns an array computed
+    from ``x`` (``x * 0 + c``), which is recorded and differentiates to zeros.
+
+    Raises:
+        InvalidOutputError: ``y`` was not computed from ``x``.
+    """
+    if y.__class__ is torch.Tensor and not y.requires_grad and not REVERSE_RULES.is_traced(y, differentiated):
+        raise cut_off_error(y, backend, operator)
+
+
+def cut_off_error(y: Any, backend: Any, operator: str) -> InvalidOutputError:
+    """The :class:`di.InvalidOutputError` for an array output cut off from ``x``:
+    the contract's account (:func:`~di.backends.outputs.untraced_output_error`),
+    and the remedy for the other common cut, another engine's result inside
+    ``f`` (a ``di`` call on another backend, which comes back detached)."""
+    error = untraced_output_error(y, backend, operator)
+    return InvalidOutputError(
+        f"{error} If f calls a di operator on another backend (its results come back detached), wrap that "
+        f"function g as di.DifferentiateWith(g, that_backend) so that torch can differentiate it."
+    )
 
 
 def _own_buffers(values: Sequence[Any], caches: Sequence[int]) -> tuple[Any, ...]:

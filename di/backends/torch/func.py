@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 import torch
 import torch.utils._pytree as torch_pytree
+from torch.autograd import forward_ad
 
 from di.backends import fallbacks
 from di.backends.compile import caller_stacklevel, combined_first, static_argnums
@@ -42,7 +43,7 @@ from di.backends.torch.common import (
     without_overlap,
 )
 from di.backends.torch.compile import FALLS_BACK, UNSUPPORTED, break_in_di
-from di.backends.torch.eager import EagerPrograms
+from di.backends.torch.eager import EagerPrograms, cut_off_error, refuse_cut_off
 from di.backends.torch.jacobians import batched_jvp_fails, forward_jacobian, per_tangent, reverse_jacobian, rows
 from di.backends.torch.lazy import built_on_first_use
 from di.backends.torch.running import FORWARD_MODE_LOCK, running
@@ -54,6 +55,8 @@ from di.pytrees import Structure, is_pytree, tree_flatten
 __all__ = ["FuncPrograms"]
 
 _func = torch.func
+_INDEPENDENT = "The output of f is independent of the inputs"
+"""torch's refusal, under ``torch.func.jvp(..., strict=True)``, of an output without a tangent."""
 
 
 class FuncPrograms:
@@ -68,9 +71,54 @@ class FuncPrograms:
 
     def _checked(self, f: Callable[..., Any], operator: str, rules: OutputRules, has_aux: bool = False) -> Any:
         """``f`` with its output checked for ``operator``; under ``has_aux`` it
-        returns ``(y, aux)``, and so does the checked function."""
-        accept = _traced_scalar if operator in SCALAR_OPERATORS else _float_array
-        return checking(f, self.adapter.backend, operator, rules, has_aux=has_aux, accept=accept)
+        returns ``(y, aux)``, and so does the checked function. In reverse mode an
+        array output that does not require grad was cut off from ``x`` (a
+        ``.detach()``, a tensor built anew): refused, as a scalar one is, rather
+        than differentiated into zeros (forward mode refuses it in :meth:`_jvp`)."""
+        backend = self.adapter.backend
+        if operator in SCALAR_OPERATORS:
+            return checking(f, backend, operator, rules, has_aux=has_aux, accept=_traced_scalar)
+        if rules is not REVERSE_RULES or getattr(f, "checked_program", False):
+            return checking(f, backend, operator, rules, has_aux=has_aux, accept=_float_array)
+        checked = checking(f, backend, operator, rules, has_aux=has_aux, accept=_traced_float_array)
+
+        def traced(x: Any, *values: Any) -> Any:
+            output = checked(x, *values)
+            y = output[0] if has_aux else output
+            if not y.requires_grad:  # (the common case, a recorded y, costs this look)
+                refuse_cut_off(y, x, backend, operator)
+            return output
+
+        return traced
+
+    def _jvp(self, f: Callable[..., Any], operator: str) -> Callable[..., Any]:
+        """``torch.func.jvp`` for the programs of ``operator`` (a jvp of ``f``'s own
+        output), refusing an output cut off from ``x`` with
+        :class:`di.InvalidOutputError`: one that carries no tangent (a
+        ``.detach()``, a tensor built anew) rather than a zero one (``x * 0``, an
+        ``f`` constant in ``x``). torch tells the two apart for free
+        (``strict=True``); its zeros for the first would be silent. An engine's own
+        program (a derivative constant in ``x``) is differentiated as it is."""
+        if getattr(f, "checked_program", False):
+            return _func.jvp
+        backend, jvp = self.adapter.backend, _func.jvp
+
+        def strict_jvp(fn: Callable[..., Any], primals: Any, tangents: Any, has_aux: bool = False) -> Any:
+            outputs: list[Any] = []
+
+            def recorded(x: Any) -> Any:  # (for the error's account of the output)
+                output = fn(x)
+                outputs.append(output)
+                return output
+
+            try:
+                return jvp(recorded, primals, tangents, strict=True, has_aux=has_aux)
+            except RuntimeError as err:
+                if _INDEPENDENT not in str(err) or not outputs:
+                    raise
+                raise cut_off_error(outputs[-1][0] if has_aux else outputs[-1], backend, operator) from err
+
+        return strict_jvp
 
     def _forward_rules(self) -> OutputRules:
         """Forward-mode outputs are checked for a tangent eagerly; a compiled graph
@@ -339,18 +387,19 @@ class FuncPrograms:
         self, f: Callable[..., Any], x: Any, tx: Sequence[Any], contexts: Sequence[Context], has_aux: bool
     ) -> Programs:
         checked = self._checked(f, "pushforward", self._forward_rules(), has_aux)
+        jvp = self._jvp(f, "pushforward")
         names = ("pushforward", "value_and_pushforward")
         if has_aux:
 
             def value_and_pushforward_with_aux(x: Any, tx: tuple[Any, ...], *values: Any) -> Any:
                 fy, join = _tensor_aux(checked, values)
                 if len(tx) == 1:
-                    y, dy, tensors = _func.jvp(fy, (x,), (tx[0],), has_aux=True)  # type: ignore[misc]
+                    y, dy, tensors = jvp(fy, (x,), (tx[0],), has_aux=True)  # type: ignore[misc]
                     return join((y, (as_dtype(dy, y),)), tensors)
                 y, tensors = fy(x)
                 if not tx:
                     return join((y, ()), tensors)
-                dys = per_tangent(lambda t: _product(_func.jvp(fy, (x,), (t,), has_aux=True)), tx)
+                dys = per_tangent(lambda t: _product(jvp(fy, (x,), (t,), has_aux=True)), tx)
                 return join((y, dys), tensors)
 
             plain = plain_from_full(value_and_pushforward_with_aux, has_aux=True)
@@ -361,17 +410,17 @@ class FuncPrograms:
                 return checked(x, *values)
 
             if len(tx) == 1:
-                return (_product(_func.jvp(fx, (x,), (tx[0],))),)
+                return (_product(jvp(fx, (x,), (tx[0],))),)
             if not tx:
                 return ()
-            return per_tangent(lambda t: _product(_func.jvp(fx, (x,), (t,))), tx)
+            return per_tangent(lambda t: _product(jvp(fx, (x,), (t,))), tx)
 
         def value_and_pushforward(x: Any, tx: tuple[Any, ...], *values: Any) -> Any:
             def fx(x: Any) -> Any:
                 return checked(x, *values)
 
             if len(tx) == 1:
-                y, dy = _func.jvp(fx, (x,), (tx[0],))  # type: ignore[misc]
+                y, dy = jvp(fx, (x,), (tx[0],))
                 return y, (as_dtype(dy, y),)
             return fx(x), pushforward(x, tx, *values)
 
@@ -384,9 +433,12 @@ class FuncPrograms:
         if mode is None:
             mode = "forward" if math.prod(getattr(x, "shape", ())) <= y.numel() else "reverse"
         transform = _func.jacfwd if mode == "forward" else _func.jacrev
-        batched = forward_jacobian if mode == "forward" else reverse_jacobian
+        batched: Callable[..., Any] = reverse_jacobian
+        if mode == "forward":
+            batched = functools.partial(forward_jacobian, jvp=self._jvp(f, "jacobian"))
         rules = REVERSE_RULES if mode == "reverse" else RULES  # jacfwd's vmap hides the tangents
         checked = self._checked(f, "jacobian", rules, has_aux)
+        backend, untraced = self.adapter.backend, getattr(f, "checked_program", False)
         empty = y.numel() == 0 or math.prod(getattr(x, "shape", ())) == 0
 
         def value_and_jacobian(x: Any, *values: Any) -> Any:
@@ -398,11 +450,16 @@ class FuncPrograms:
                 y, jac, *aux = batched(fy, x, has_aux)
                 return join((y, as_dtype(jac, y)), *aux)
 
+            jacobian_of = _func.jacrev if batched_jvp_fails() else transform  # (see jacobians.py)
+            forward = jacobian_of is _func.jacfwd and not untraced and not dynamo_compiling()
+
             def fx(x: Any) -> Any:  # a pytree x: torch.func's own jacobian
                 y, *tensors = _outputs(fy(x), has_aux)
+                # (jacfwd has no strict=True: an output without a tangent was cut off from x)
+                if forward and forward_ad.unpack_dual(y).tangent is None:
+                    raise cut_off_error(y, backend, "jacobian")
                 return y, (y, *tensors)
 
-            jacobian_of = _func.jacrev if batched_jvp_fails() else transform  # (see jacobians.py)
             jac, (y, *tensors) = jacobian_of(fx, has_aux=True)(x)  # y comes with the jacobian's own evaluation of f
             return join((y, as_dtype(jac, y)), *tensors)
 
@@ -412,10 +469,11 @@ class FuncPrograms:
 
     def derivative(self, f: Callable[..., Any], x: Any, contexts: Sequence[Context], has_aux: bool) -> Programs:
         checked = self._checked(f, "derivative", self._forward_rules(), has_aux)
+        jvp = self._jvp(f, "derivative")
 
         def value_and_derivative(x: Any, *values: Any) -> Any:
             fy, join = _tensor_aux(checked, values, has_aux)
-            y, dy, *tensors = _func.jvp(fy, (x,), (torch.ones_like(x),), has_aux=has_aux)  # type: ignore[misc]
+            y, dy, *tensors = jvp(fy, (x,), (torch.ones_like(x),), has_aux=has_aux)
             return join((y, as_dtype(dy, y)), *tensors)
 
         names = ("derivative", "value_and_derivative")
@@ -426,13 +484,14 @@ class FuncPrograms:
 
     def second_derivative(self, f: Callable[..., Any], x: Any, contexts: Sequence[Context]) -> Programs:
         checked = self._checked(f, "second_derivative", self._forward_rules())
+        jvp = self._jvp(f, "second_derivative")
 
         def core(x: Any, *values: Any) -> Any:
             x = _no_view(x)
             one = torch.ones_like(x)
 
             def value_and_derivative(x: Any) -> Any:
-                return _func.jvp(lambda x: checked(x, *values), (x,), (one,))
+                return jvp(lambda x: checked(x, *values), (x,), (one,))
 
             if dynamo_compiling():
                 # dynamo's fake tensors fail a jvp of a jvp whose f broadcasts the scalar x
@@ -571,6 +630,12 @@ def _traced_scalar(y: Any) -> bool:
     """The common output of a scalar operator: a 0-d float tensor reverse mode
     records (anything else gets the full check)."""
     return y.__class__ is torch.Tensor and y.requires_grad and y.ndim == 0 and y.is_floating_point()
+
+
+def _traced_float_array(y: Any) -> bool:
+    """The common output of a reverse-mode array operator: a float tensor of at
+    least one dimension that reverse mode records."""
+    return y.__class__ is torch.Tensor and y.requires_grad and y.ndim > 0 and y.is_floating_point()
 
 
 def _float_array(y: Any) -> bool:

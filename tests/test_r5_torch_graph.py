@@ -1,0 +1,134 @@
+"""AutoTorch's results and the autograd graph: an output cut off from ``x`` is
+refused rather than differentiated into zeros."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import pytest
+
+import di
+
+torch = pytest.importorskip("torch")
+torch_pytree = pytest.importorskip("torch.utils._pytree")
+
+COMPILED = di.AutoTorch(compile=True, compile_options={"backend": "aot_eager"})
+EAGER = [
+    pytest.param(di.AutoTorch(), id="torch"),
+    pytest.param(di.AutoTorch(mode="reverse"), id="torch-reverse"),
+    pytest.param(di.AutoTorch(mode="forward"), id="torch-forward"),
+]
+X = np.array([0.3, -1.2, 2.5])
+T = np.array([1.0, 0.5, -0.25])
+S = np.array(0.7)
+
+
+def _x() -> Any:
+    return torch.tensor(X)
+
+
+def _array_operators(f: Callable[..., Any], backend: Any) -> dict[str, Callable[[], Any]]:
+    """Each operator of an array output, called on ``f`` (``f(x)`` for a vector ``x``;
+    the scalar-input operators take ``f(s * x)``)."""
+    x, t = _x(), (torch.tensor(T),)
+    s = torch.tensor(S)
+
+    base = torch.tensor(X)  # (a NumPy array closed over fails dynamo's guards: a tensor)
+
+    def of_scalar(s: Any) -> Any:
+        return f(s * base)
+
+    return {
+        "pullback": lambda: di.pullback(f, backend, x, t),
+        "value_and_pullback": lambda: di.value_and_pullback(f, backend, x, t + t),
+        "pushforward": lambda: di.pushforward(f, backend, x, t),
+        "value_and_pushforward": lambda: di.value_and_pushforward(f, backend, x, t + t),
+        "pushforward_with_aux": lambda: di.pushforward(lambda x: (f(x), {"tag": 1}), backend, x, t, has_aux=True),
+        "jacobian": lambda: di.jacobian(f, backend, x),
+        "value_and_jacobian_with_aux": lambda: di.value_and_jacobian(lambda x: (f(x), 1), backend, x, has_aux=True),
+        "jacobian_of_a_dict": lambda: di.jacobian(lambda d: f(d["a"]), backend, {"a": x}),
+        "derivative": lambda: di.derivative(of_scalar, backend, s),
+        "second_derivative": lambda: di.second_derivative(of_scalar, backend, s),
+    }
+
+
+ARRAY_OPERATORS = list(_array_operators(lambda x: x, None))
+FORWARD_OPERATORS = [name for name in ARRAY_OPERATORS if "pullback" not in name and "jacobian" not in name] + [
+    "jacobian"
+]
+
+
+def cut_off(x: Any) -> Any:
+    xp = di.array_namespace(x)
+    return xp.sin(x.detach()) * 2.0  # computed from a detached x: no derivative reaches x
+
+
+def constant_in_x(x: Any) -> Any:
+    xp = di.array_namespace(x)
+    return xp.sin(x) * 0.0 + 1.5  # computed from x: a derivative of zero
+
+
+# --- an output cut off from x ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize("operator", ARRAY_OPERATORS)
+@pytest.mark.parametrize("backend", EAGER)
+def test_an_array_output_cut_off_from_x_is_refused(backend: Any, operator: str) -> None:
+    # it gave zeros: pullback, pushforward and jacobian of x.detach() * 2 were all 0
+    with pytest.raises(di.InvalidOutputError, match="not computed from x, so it carries no derivative"):
+        _array_operators(cut_off, backend)[operator]()
+
+
+@pytest.mark.parametrize("operator", FORWARD_OPERATORS)
+def test_a_compiled_forward_mode_refuses_an_output_cut_off_from_x(operator: str) -> None:
+    with pytest.raises(di.InvalidOutputError, match="not computed from x"):
+        _array_operators(cut_off, COMPILED)[operator]()
+
+
+@pytest.mark.parametrize("operator", ARRAY_OPERATORS)
+@pytest.mark.parametrize("backend", [*EAGER, pytest.param(COMPILED, id="torch-compile")])
+def test_an_array_output_constant_in_x_has_zero_derivatives(backend: Any, operator: str) -> None:
+    result = _array_operators(constant_in_x, backend)[operator]()
+    tensors = [leaf for leaf in torch_pytree.tree_leaves(result) if isinstance(leaf, torch.Tensor)]
+    values = [t for t in tensors if t.shape == (3,) and bool((t == 1.5).all())]  # the value, where returned
+    derivatives = [t for t in tensors if not any(t is v for v in values)]
+    assert derivatives and all(not t.any() for t in derivatives)
+
+
+def test_a_linear_f_has_a_zero_hessian_and_second_derivative() -> None:
+    def linear(x: Any) -> Any:
+        xp = di.array_namespace(x)
+        return xp.sum(x * 2.0)
+
+    backend = di.AutoTorch()
+    np.testing.assert_array_equal(di.hessian(linear, backend, _x()).numpy(), np.zeros((3, 3)))
+    np.testing.assert_array_equal(di.hvp(linear, backend, _x(), (torch.tensor(T),))[0].numpy(), np.zeros(3))
+    second = di.second_derivative(lambda s: s * torch.tensor(X) * 2.0, backend, torch.tensor(S))
+    np.testing.assert_array_equal(second.numpy(), np.zeros(3))
+
+
+def _sin_times_square(x: Any) -> Any:
+    xp = di.array_namespace(x)
+    return xp.sum(xp.sin(x) * x**2)
+
+
+def test_a_gradient_on_another_backend_inside_f_is_refused_with_the_remedy() -> None:
+    # an outer pullback over another engine's gradient, which comes back detached, gave zeros
+    def inner(x: Any) -> Any:
+        return di.gradient(_sin_times_square, di.AutoFiniteDiff(), x)
+
+    v = (torch.tensor([1.0, 0.5, -0.25], dtype=torch.float64),)
+    for call in (
+        lambda: di.pullback(inner, di.AutoTorch(), _x(), v),
+        lambda: di.value_and_pullback(inner, di.AutoTorch(), _x(), v),
+    ):
+        with pytest.raises(
+            di.InvalidOutputError, match=r"not computed from x.*di\.DifferentiateWith\(g, that_backend\)"
+        ):
+            call()
+    # the remedy the error names: the inner call made differentiable
+    differentiable = di.DifferentiateWith(lambda x: di.gradient(_sin_times_square, di.AutoTorch(), x), di.AutoTorch())
+    (pulled,) = di.pullback(differentiable, di.AutoTorch(), _x(), v)
+    np.testing.assert_allclose(pulled.numpy(), [1.7108, -1.1306, 2.6387], atol=1e-4)
