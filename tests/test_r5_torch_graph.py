@@ -1,5 +1,6 @@
 """AutoTorch's results and the autograd graph: an output cut off from ``x`` is
-refused rather than differentiated into zeros."""
+refused rather than differentiated into zeros, and results carry a graph only
+through ``x``, the contexts and the tangents (never to tensors ``f`` closes over)."""
 
 from __future__ import annotations
 
@@ -132,3 +133,92 @@ def test_a_gradient_on_another_backend_inside_f_is_refused_with_the_remedy() -> 
     differentiable = di.DifferentiateWith(lambda x: di.gradient(_sin_times_square, di.AutoTorch(), x), di.AutoTorch())
     (pulled,) = di.pullback(differentiable, di.AutoTorch(), _x(), v)
     np.testing.assert_allclose(pulled.numpy(), [1.7108, -1.1306, 2.6387], atol=1e-4)
+
+
+# --- graphs to tensors f closes over ------------------------------------------------------------
+
+
+def _all_operators(w: Any, backend: Any, *contexts: Any) -> dict[str, Any]:
+    """Every operator's results for functions of ``x`` that close over ``w``."""
+
+    def scalar(x: Any, *values: Any) -> Any:
+        xp = di.array_namespace(x)
+        return xp.sum(xp.sin(w * x))
+
+    def vector(x: Any, *values: Any) -> Any:
+        xp = di.array_namespace(x)
+        return xp.sin(w * x), {"w": w * 2.0}
+
+    x, t, s = _x(), (torch.tensor(T),), torch.tensor(S)
+    return {
+        "gradient": di.value_and_gradient(scalar, backend, x, *contexts),
+        "pullback": di.value_and_pullback(vector, backend, x, t, *contexts, has_aux=True),
+        "pushforward": di.value_and_pushforward(vector, backend, x, t + t, *contexts, has_aux=True),
+        "jacobian": di.value_and_jacobian(vector, backend, x, *contexts, has_aux=True),
+        "derivative": di.value_and_derivative(lambda s, *c: vector(s * x)[0], backend, s, *contexts),
+        "second_derivative": di.value_derivative_and_second_derivative(lambda s: vector(s * x)[0], backend, s),
+        "hvp": di.gradient_and_hvp(scalar, backend, x, t, *contexts),
+        "hessian": di.value_gradient_and_hessian(scalar, backend, x, *contexts),
+    }
+
+
+def _with_graph(results: Any) -> list[int]:
+    leaves = [leaf for leaf in torch_pytree.tree_leaves(results) if isinstance(leaf, torch.Tensor)]
+    return [i for i, leaf in enumerate(leaves) if leaf.requires_grad]
+
+
+@pytest.mark.parametrize("create_graph", [True, False])
+@pytest.mark.parametrize("cache", [False, True], ids=["", "cache"])
+def test_results_carry_no_graph_to_tensors_f_closes_over(create_graph: bool, cache: bool) -> None:
+    # forward-mode results (hvp, hessian, jacobian, pushforward, derivative) stayed attached to w
+    w = torch.tensor([0.5, -1.0, 2.0], dtype=torch.float64, requires_grad=True)
+    contexts = (di.Cache(torch.zeros(3, dtype=torch.float64)),) if cache else ()
+    results = _all_operators(w, di.AutoTorch(create_graph=create_graph), *contexts)
+    assert {name: _with_graph(r) for name, r in results.items()} == {name: [] for name in results}
+
+
+@pytest.mark.parametrize("operator", ["pushforward", "jacobian", "hessian", "hvp", "derivative"])
+def test_results_keep_the_graph_through_x(operator: str) -> None:
+    w = torch.tensor([0.5, -1.0, 2.0], dtype=torch.float64, requires_grad=True)
+
+    def scalar(x: Any) -> Any:
+        xp = di.array_namespace(x)
+        return xp.sum(xp.sin(w * x) * x)
+
+    def vector(x: Any) -> Any:
+        xp = di.array_namespace(x)
+        return xp.sin(w * x) * x
+
+    def native(x: Any) -> Any:
+        t = torch.tensor(T)
+        if operator == "pushforward":
+            return torch.func.jvp(vector, (x,), (t,))[1]
+        if operator == "jacobian":
+            return torch.func.jacfwd(vector)(x)
+        if operator == "hessian":
+            return torch.func.hessian(scalar)(x)
+        if operator == "hvp":
+            return torch.func.jvp(torch.func.grad(scalar), (x,), (t,))[1]
+        return torch.func.jvp(lambda s: vector(s * x), (torch.tensor(S),), (torch.tensor(1.0, dtype=torch.float64),))[1]
+
+    def ours(x: Any, backend: Any) -> Any:
+        t = (torch.tensor(T),)
+        if operator == "pushforward":
+            return di.pushforward(vector, backend, x, t)[0]
+        if operator == "jacobian":
+            return di.jacobian(vector, backend, x)
+        if operator == "hessian":
+            return di.hessian(scalar, backend, x)
+        if operator == "hvp":
+            return di.hvp(scalar, backend, x, t)[0]
+        # (x enters as a Constant: a tensor f closes over carries no graph into the results)
+        return di.derivative(lambda s, c: vector(s * c), backend, torch.tensor(S), di.Constant(x))
+
+    x = _x().requires_grad_()
+    # with x differentiable the graph is kept (to w as well, as torch.func's own result is)
+    expected = torch.autograd.grad(native(x).sum(), (x, w))
+    got = torch.autograd.grad(ours(x, di.AutoTorch()).sum(), (x, w), allow_unused=True)
+    for a, b in zip(got, expected):
+        assert a is not None
+        np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-12)
+    assert not ours(x, di.AutoTorch(create_graph=False)).requires_grad

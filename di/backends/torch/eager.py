@@ -19,6 +19,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
+import torch.utils._pytree as torch_pytree
 from torch.autograd import forward_ad as dual
 
 from di.backends import fallbacks
@@ -52,6 +53,7 @@ __all__ = [
     "alias",
     "example_cotangent",
     "cut_off_error",
+    "detaching",
     "gradient_backward",
     "refuse_cut_off",
 ]
@@ -386,6 +388,51 @@ def cut_off_error(y: Any, backend: Any, operator: str) -> InvalidOutputError:
     )
 
 
+def detaching(program: Callable[..., Any], lead: int, keeps_graph: bool) -> Callable[..., Any]:
+    """``program`` (arguments ``x``, ``lead - 1`` tangent arguments, the context
+    values), its results detached unless the call keeps the caller's graph: the
+    selector's ``create_graph`` is on, grad mode is on, and ``x``, a context value
+    or a tangent requires grad, as in eager reverse mode (:class:`Reverse`).
+    ``torch.func`` connects its results to every tensor that requires grad, those
+    ``f`` closes over too (a model's parameters): without this, a pushforward or
+    a hessian carried their graph where a gradient did not. The common call, whose
+    results require no grad, costs one look at each result."""
+    is_grad_enabled = torch.is_grad_enabled
+
+    def run(*args: Any) -> Any:
+        output = program(*args)
+        if not _requires_grad_anywhere(output):
+            return output
+        if keeps_graph and is_grad_enabled():
+            if requires_grad(args[0]) or any([requires_grad(v) for v in args[lead:]]):
+                return output
+            if lead == 2 and any([requires_grad(t) for t in args[1]]):
+                return output
+        return _detached(output)
+
+    if getattr(program, "keeps_x_structure", False):
+        run.keeps_x_structure = True  # type: ignore[attr-defined]
+    return run
+
+
+def _requires_grad_anywhere(output: Any) -> bool:
+    """Whether a tensor of ``output`` (a program's result: a tensor, tuples of them,
+    ``aux``) requires grad; tuples and tensors without torch's pytree walk."""
+    if output.__class__ is torch.Tensor:
+        return output.requires_grad
+    if output.__class__ is tuple:
+        for item in output:
+            if _requires_grad_anywhere(item):
+                return True
+        return False
+    return any(getattr(leaf, "requires_grad", False) is True for leaf in torch_pytree.tree_leaves(output))
+
+
+def _detached(output: Any) -> Any:
+    """``output`` with each of its tensors detached."""
+    return torch_pytree.tree_map(lambda item: item.detach() if isinstance(item, torch.Tensor) else item, output)
+
+
 def _own_buffers(values: Sequence[Any], caches: Sequence[int]) -> tuple[Any, ...]:
     """The context values with each ``Cache`` buffer replaced by a copy, for a call
     that keeps the caller's graph: that graph saves what ``f`` writes into the
@@ -582,7 +629,9 @@ class EagerPrograms:
         return fallbacks.derivative_programs(self.adapter, f, x, contexts, has_aux=has_aux)
 
     def hessian(self, f: Callable[..., Any], x: Any, contexts: Sequence[Context]) -> Programs:
-        return fallbacks.hessian_programs(self.adapter, f, x, contexts)
+        # (the value comes from an evaluation of f, which records what f closes over)
+        programs = fallbacks.hessian_programs(self.adapter, f, x, contexts)
+        return {name: detaching(program, 1, self.adapter.selector.create_graph) for name, program in programs.items()}
 
     def hvp(self, f: Callable[..., Any], x: Any, tx: Sequence[Any], contexts: Sequence[Context]) -> Programs:
         """hvp by reverse over reverse. Eager only: compiled graphs have no double backward."""

@@ -43,7 +43,7 @@ from di.backends.torch.common import (
     without_overlap,
 )
 from di.backends.torch.compile import FALLS_BACK, UNSUPPORTED, break_in_di
-from di.backends.torch.eager import EagerPrograms, cut_off_error, refuse_cut_off
+from di.backends.torch.eager import EagerPrograms, cut_off_error, detaching, refuse_cut_off
 from di.backends.torch.jacobians import batched_jvp_fails, forward_jacobian, per_tangent, reverse_jacobian, rows
 from di.backends.torch.lazy import built_on_first_use
 from di.backends.torch.running import FORWARD_MODE_LOCK, running
@@ -236,6 +236,7 @@ class FuncPrograms:
         for name, function in zip(names, (plain_function, full_function)):
             refuse = functools.partial(overwritten_error, adapter.backend, name)
             program = function if as_given else running(function, arguments, with_tangents, locked, refuse=refuse)
+            program = detaching(program, lead, keeps_graph)
             programs[name] = adapter.counted(dispatching(program, traced[name], name, adapter.backend), contexts, lead)
         return programs
 
