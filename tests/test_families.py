@@ -190,3 +190,12 @@ def test_a_family_of_an_ndarray_subclass_wins_over_numpy(backend: di.AbstractBac
     assert_close(gradient.view(np.ndarray), np.cos(values) * values + np.sin(values), backend, np.float64, "gradient")
     plain = di.gradient(_sine_sum, backend, values)
     assert type(plain) is np.ndarray
+
+
+@pytest.mark.parametrize("given", [3, None, "numpy", BoxedFamily], ids=["int", "none", "str", "class"])
+def test_register_family_refuses_what_is_not_a_family_with_a_di_error(given: object) -> None:
+    with pytest.raises(di.InvalidOptionTypeError, match="register_family needs an instance") as caught:
+        di.register_family(given)  # type: ignore[arg-type]
+    assert isinstance(caught.value, TypeError)
+    if given is BoxedFamily:
+        assert "pass an instance" in str(caught.value)

@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from di.errors import InvalidOptionTypeError
 from di.families.family import Family
 
 __all__ = [
@@ -99,8 +100,8 @@ def register_family(family: Family) -> Family:
         ``family``, registered under ``family.name`` (replacing one of that name).
 
     Raises:
-        TypeError: ``family`` is not a :class:`~di.families.Family` with a name
-            and a module.
+        InvalidOptionTypeError: ``family`` is not a :class:`~di.families.Family`
+            instance with a name and a module (a ``di`` error and a ``TypeError``).
 
     Examples:
         >>> import di
@@ -109,7 +110,11 @@ def register_family(family: Family) -> Family:
         True
     """
     if not isinstance(family, Family) or not family.name or not family.module:
-        raise TypeError(f"register_family needs a di.families.Family with a name and a module, not {family!r}")
+        hint = " (a class: pass an instance, MyFamily())" if isinstance(family, type) else ""
+        raise InvalidOptionTypeError(
+            f"register_family needs an instance of a di.families.Family subclass with a name and a module, "
+            f"not {family!r}{hint}"
+        )
     _FAMILIES[family.name] = family
     _FAMILY_BY_TYPE.clear()
     _CONVERTERS.clear()
