@@ -145,9 +145,6 @@ class DifferentiateWith:
             are not differentiated. Without declared contexts, any arguments after
             ``x`` count as Constants.
 
-    Returns:
-        ``g``, callable as ``g(x, *context_values)``.
-
     Raises:
         InvalidInputError: ``f`` is not callable, ``backend`` is not a selector, a
             context is not wrapped; at a call, arguments ``g`` cannot take.

@@ -152,4 +152,9 @@ def documented(function: F) -> F:
         else:
             lines.append(line)
     function.__doc__ = "\n".join(lines)
+    # the stub an operator function wraps keeps the same text: documentation tools
+    # that follow __wrapped__ (mkdocstrings does) read it there
+    wrapped = getattr(function, "__wrapped__", None)
+    if wrapped is not None and wrapped.__doc__ is not None:
+        wrapped.__doc__ = function.__doc__
     return function
