@@ -493,6 +493,8 @@ class Prep:
             refuse_foreign_traces(*self._traces, arguments)
         except InvalidInputError as refusal:
             raise refusal from error
+        except Exception:  # an argument it cannot look into (one holding itself): the call's error says why
+            return
 
     def _explain(self, error: Exception, x: Any, tangents: Any, contexts: Sequence[Any]) -> None:
         """On the failure path of a call with tangents: raise
