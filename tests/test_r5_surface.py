@@ -173,6 +173,17 @@ def test_a_prepare_flag_that_is_not_a_bool_is_refused(backend: di.AbstractBacken
     assert f"prepare_gradient({option}={given!r}): {option} takes True or False" in str(caught.value)
 
 
+@pytest.mark.parametrize("prepared", [False, True], ids=["unprepared", "prepared"])
+@pytest.mark.parametrize("given", ["no", 0, None])
+def test_a_call_has_aux_that_is_not_a_bool_is_refused(backend: di.AbstractBackend, prepared: bool, given: Any) -> None:
+    # has_aux="no" was read as true by unprepared calls (bool("no")), and f's output split as (y, aux)
+    x = np.array([1.0, 2.0, 3.0])
+    args = (di.prepare_gradient(_sum_of_squares, backend, x), backend, x) if prepared else (backend, x)
+    with pytest.raises(InvalidOptionTypeError, match=rf"gradient\(has_aux={given!r}\): has_aux takes True or False"):
+        di.gradient(_sum_of_squares, *args, has_aux=given)
+    np.testing.assert_allclose(di.gradient(_sum_of_squares, *args, has_aux=np.False_), 2 * x, rtol=1e-6)
+
+
 def test_a_same_point_prepare_names_itself(backend: di.AbstractBackend) -> None:
     with pytest.raises(InvalidOptionTypeError, match=r"prepare_hvp_same_point\(strict='no'\)"):
         di.prepare_hvp_same_point(_sum_of_squares, backend, np.ones(3), (np.ones(3),), strict="no")

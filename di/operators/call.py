@@ -17,7 +17,7 @@ import inspect
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from di.backends.selectors import AbstractBackend
+from di.backends.selectors import AbstractBackend, check_flag
 from di.errors import InvalidInputError, PreparationMismatchError, type_label
 from di.operators.prepare import check_tangents, prepare_operator
 from di.operators.table import OPERATORS
@@ -151,6 +151,7 @@ def run_operator(family: str, name: str, f: Callable[..., Any], args: tuple[Any,
         OutBufferError: ``out`` does not fit the result.
     """
     label = OPERATORS[family].tangents
+    has_aux = check_flag(name, "has_aux", has_aux)  # bool("no") is True: a string would quietly mean yes
     prep, backend, x, rest = _split_call(name, args)
     if label is not None:
         if not rest:  # (two arguments where three are due: the backend left out, or the tangents)
@@ -167,7 +168,7 @@ def run_operator(family: str, name: str, f: Callable[..., Any], args: tuple[Any,
                 f"prep = di.prepare_{family}(f, backend, {arguments}), then call di.{name}(f, prep, backend, "
                 f"{arguments})."
             )
-        prep = prepare_operator(family, f, backend, x, tangents, contexts, False, has_aux=bool(has_aux))
+        prep = prepare_operator(family, f, backend, x, tangents, contexts, False, has_aux=has_aux)
     else:
         prep.check_operator(family)
         prep.check_has_aux(has_aux)
