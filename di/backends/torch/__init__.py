@@ -20,6 +20,7 @@ import torch
 
 from di.backends.protocol import OPERATOR_FAMILIES, Capabilities, Programs
 from di.backends.selectors import AutoTorch
+from di.backends.torch.checks import refuse_what_compiling_drops
 from di.backends.torch.common import (
     TorchBase,
     addresses,
@@ -125,10 +126,20 @@ class TorchAdapter(TorchBase):
         """Eager gradients take pytrees leaf by leaf; the rest is flattened."""
         return self.capabilities.pytrees_when(self.compiled)
 
-    def _programs_for(self, contexts: Sequence[Context]) -> EagerPrograms | FuncPrograms:
+    def _programs_for(
+        self, f: Callable[..., Any], x: Any, contexts: Sequence[Context], has_aux: bool = False
+    ) -> EagerPrograms | FuncPrograms:
         """The family of programs serving these contexts: eager reverse mode with a
-        ``Cache``, ``torch.func`` otherwise."""
-        return self._eager if any(isinstance(c, Cache) for c in contexts) else self._func
+        ``Cache``, ``torch.func`` otherwise. Before ``torch.func`` programs are
+        compiled, ``f`` is checked for what dynamo's trace would silently get wrong
+        (:func:`~di.backends.torch.checks.refuse_what_compiling_drops`); compiling
+        ``f`` alone, as the programs with a ``Cache`` do, gets both right."""
+        if any(isinstance(c, Cache) for c in contexts):
+            return self._eager
+        if self.compiles_now():
+            operator = getattr(self._preparing_now, "operator", "")
+            refuse_what_compiling_drops(self, f, x, contexts, operator, has_aux)
+        return self._func
 
     def _composing(
         self, programs: Programs, contexts: Sequence[Context], has_aux: bool = False, lead: int = 1
@@ -228,7 +239,9 @@ class TorchAdapter(TorchBase):
         self, f: Callable[..., Any], x: Any, contexts: Sequence[Context], *, has_aux: bool = False
     ) -> Programs:
         with self._preparing("gradient"):
-            return self._composing(self._programs_for(contexts).gradient(f, x, contexts, has_aux), contexts, has_aux)
+            return self._composing(
+                self._programs_for(f, x, contexts, has_aux).gradient(f, x, contexts, has_aux), contexts, has_aux
+            )
 
     def prepare_pullback_programs(
         self,
@@ -241,7 +254,7 @@ class TorchAdapter(TorchBase):
     ) -> Programs:
         with self._preparing("pullback"):
             return self._composing(
-                self._programs_for(contexts).pullback(f, x, ty, contexts, has_aux), contexts, has_aux, 2
+                self._programs_for(f, x, contexts, has_aux).pullback(f, x, ty, contexts, has_aux), contexts, has_aux, 2
             )
 
     def prepare_pushforward_programs(
@@ -255,33 +268,40 @@ class TorchAdapter(TorchBase):
     ) -> Programs:
         with self._preparing("pushforward"):
             return self._composing(
-                self._programs_for(contexts).pushforward(f, x, tx, contexts, has_aux), contexts, has_aux, 2
+                self._programs_for(f, x, contexts, has_aux).pushforward(f, x, tx, contexts, has_aux),
+                contexts,
+                has_aux,
+                2,
             )
 
     def prepare_jacobian_programs(
         self, f: Callable[..., Any], x: Any, contexts: Sequence[Context], *, has_aux: bool = False
     ) -> Programs:
         with self._preparing("jacobian"):
-            return self._composing(self._programs_for(contexts).jacobian(f, x, contexts, has_aux), contexts, has_aux)
+            return self._composing(
+                self._programs_for(f, x, contexts, has_aux).jacobian(f, x, contexts, has_aux), contexts, has_aux
+            )
 
     def prepare_derivative_programs(
         self, f: Callable[..., Any], x: Any, contexts: Sequence[Context], *, has_aux: bool = False
     ) -> Programs:
         with self._preparing("derivative"):
-            return self._composing(self._programs_for(contexts).derivative(f, x, contexts, has_aux), contexts, has_aux)
+            return self._composing(
+                self._programs_for(f, x, contexts, has_aux).derivative(f, x, contexts, has_aux), contexts, has_aux
+            )
 
     def prepare_second_derivative_programs(
         self, f: Callable[..., Any], x: Any, contexts: Sequence[Context]
     ) -> Programs:
         with self._preparing("second_derivative"):
-            return self._composing(self._programs_for(contexts).second_derivative(f, x, contexts), contexts)
+            return self._composing(self._programs_for(f, x, contexts).second_derivative(f, x, contexts), contexts)
 
     def prepare_hvp_programs(
         self, f: Callable[..., Any], x: Any, tx: Sequence[Any], contexts: Sequence[Context]
     ) -> Programs:
         with self._preparing("hvp"):
-            return self._composing(self._programs_for(contexts).hvp(f, x, tx, contexts), contexts, lead=2)
+            return self._composing(self._programs_for(f, x, contexts).hvp(f, x, tx, contexts), contexts, lead=2)
 
     def prepare_hessian_programs(self, f: Callable[..., Any], x: Any, contexts: Sequence[Context]) -> Programs:
         with self._preparing("hessian"):
-            return self._composing(self._programs_for(contexts).hessian(f, x, contexts), contexts)
+            return self._composing(self._programs_for(f, x, contexts).hessian(f, x, contexts), contexts)

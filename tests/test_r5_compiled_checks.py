@@ -1,0 +1,137 @@
+"""What ``AutoTorch(compile=True)`` checks at preparation, because dynamo's trace
+of a ``torch.func`` program cannot see it (``di/backends/torch/checks.py``): a
+``torch.autograd.Function`` in ``f`` (whose own backward and jvp the compiled
+program dropped, answering the derivative of its forward: PyTorch's issue 193279)
+and an output cut off from ``x`` (answered as zeros). Both were silent wrong
+answers; eager ``AutoTorch()`` gets both right. aot_eager only, few compiles:
+the refusals come before anything is compiled."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import pytest
+
+import di
+
+torch = pytest.importorskip("torch")
+
+COMPILED = di.AutoTorch(compile=True, compile_options={"backend": "aot_eager"})
+EAGER = di.AutoTorch()
+X = [0.3, -1.2, 2.0]
+
+
+class Thrice(torch.autograd.Function):
+    """``sin`` with a custom derivative of 3 in both modes (not ``cos``)."""
+
+    @staticmethod
+    def forward(x: Any) -> Any:
+        return torch.sin(x)
+
+    @staticmethod
+    def setup_context(ctx: Any, inputs: Any, output: Any) -> None:
+        pass
+
+    @staticmethod
+    def backward(ctx: Any, g: Any) -> Any:
+        return 3.0 * g
+
+    @staticmethod
+    def jvp(ctx: Any, t: Any) -> Any:
+        return 3.0 * t
+
+    generate_vmap_rule = True
+
+
+def _thrice(x: Any) -> Any:
+    xp = di.array_namespace(x)
+    return xp.multiply(Thrice.apply(x), 1.0)
+
+
+def _thrice_sum(x: Any) -> Any:
+    xp = di.array_namespace(x)
+    return xp.sum(Thrice.apply(x))
+
+
+def _cut(x: Any) -> Any:
+    return x.detach() * 2.0  # (a .detach(): what this test is about)
+
+
+def _cut_sum(x: Any) -> Any:
+    xp = di.array_namespace(x)
+    return xp.sum(x.detach() * 2.0)
+
+
+def _zero(x: Any) -> Any:
+    return x * 0.0
+
+
+def _zero_sum(x: Any) -> Any:
+    xp = di.array_namespace(x)
+    return xp.sum(x * 0.0)
+
+
+def _calls(array_f: Callable[..., Any], scalar_f: Callable[..., Any]) -> dict[str, Callable[[Any], Any]]:
+    """Each operator, called on a backend: the scalar ``f`` for the gradient."""
+    x, t = torch.tensor(X), (torch.ones(3),)
+    return {
+        "gradient": lambda b: di.gradient(scalar_f, b, x),
+        "pullback": lambda b: di.pullback(array_f, b, x, t)[0],
+        "pushforward": lambda b: di.pushforward(array_f, b, x, t)[0],
+    }
+
+
+@pytest.mark.parametrize("operator", ["gradient", "pullback", "pushforward"])
+def test_a_custom_autograd_function_is_refused_by_a_compiled_preparation(operator: str) -> None:
+    call = _calls(_thrice, _thrice_sum)[operator]
+    with pytest.raises(di.UnsupportedOperatorError) as caught:
+        call(COMPILED)  # before: cos(x), [0.9553, 0.3624, -0.4161], the forward's derivative
+    message = str(caught.value)
+    assert message.startswith(f"{operator} with AutoTorch(compile=True")
+    assert "torch.autograd.Function Thrice" in message and "193279" in message
+    assert "Use AutoTorch() (eager)" in message
+    # the remedy named gives the Function's own derivative
+    np.testing.assert_allclose(call(EAGER).numpy(), [3.0, 3.0, 3.0])
+
+
+@pytest.mark.parametrize("operator", ["gradient", "pullback"])
+def test_an_output_cut_off_from_x_is_refused_by_a_compiled_preparation(operator: str) -> None:
+    call = _calls(_cut, _cut_sum)[operator]
+    for backend in (COMPILED, EAGER):  # before: zeros, compiled; eager refused it
+        with pytest.raises(di.InvalidOutputError, match="that was not computed from x"):
+            call(backend)
+
+
+def test_the_cut_off_part_of_an_output_with_aux_is_refused_by_a_compiled_preparation() -> None:
+    def f(x: Any) -> Any:
+        xp = di.array_namespace(x)
+        return xp.sum(x.detach() * 2.0), {"x": x}
+
+    with pytest.raises(di.InvalidOutputError, match="that was not computed from x"):
+        di.gradient(f, COMPILED, torch.tensor(X), has_aux=True)
+
+
+@pytest.mark.parametrize("operator", ["gradient", "pullback"])
+def test_an_output_constant_in_x_is_still_prepared_compiled_and_gives_zeros(operator: str) -> None:
+    call = _calls(_zero, _zero_sum)[operator]
+    np.testing.assert_array_equal(call(COMPILED).numpy(), [0.0, 0.0, 0.0])
+
+
+def test_differentiate_with_inside_a_compiled_gradient_is_not_refused() -> None:
+    # di's own Function is an opaque custom op under torch.compile: dynamo keeps its derivative
+    pytest.importorskip("autograd")
+
+    def g(x: Any) -> Any:
+        xp = di.array_namespace(x)
+        return xp.sin(x) * 2.0
+
+    wrapped = di.DifferentiateWith(g, di.AutoAutograd())
+
+    def f(x: Any) -> Any:
+        xp = di.array_namespace(x)
+        return xp.sum(wrapped(x))
+
+    x = torch.tensor(X)
+    np.testing.assert_allclose(di.gradient(f, COMPILED, x).numpy(), 2.0 * np.cos(X), rtol=1e-6)
