@@ -542,9 +542,12 @@ def example_cotangent(adapter: TorchBase, f: Callable[..., Any], x: Any, context
     try:
         with torch.no_grad():
             y = f(xt, *[c(v.value) for c, v in zip(convert_values, contexts)])
-    finally:
+    except Exception as err:  # (a KeyboardInterrupt passes unchanged, whatever f wrote)
         if version is not None and xt._version != version:  # (untraced: nothing stopped the write)
-            raise overwritten_error(adapter.backend, "pullback", x, xt)
+            raise overwritten_error(adapter.backend, "pullback", x, xt) from err
+        raise
+    if version is not None and xt._version != version:
+        raise overwritten_error(adapter.backend, "pullback", x, xt)
     return torch.ones_like(y[0] if isinstance(y, tuple) else y)
 
 

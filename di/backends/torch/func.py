@@ -205,12 +205,17 @@ class FuncPrograms:
                 xt, version = example[0], version_of(example[0])
                 try:
                     if program is not now or not locked:
-                        return program(*example)
-                    with FORWARD_MODE_LOCK:  # the uncompiled program, run to find f's own error: forward mode
-                        return program(*example)
-                finally:
+                        result = program(*example)
+                    else:
+                        with FORWARD_MODE_LOCK:  # the uncompiled program, run to find f's own error: forward mode
+                            result = program(*example)
+                except Exception as err:  # (a KeyboardInterrupt passes unchanged, whatever f wrote)
                     if version is not None and xt._version != version:
-                        raise overwritten_error(adapter.backend, names[1 if combined else 0], x, xt)
+                        raise overwritten_error(adapter.backend, names[1 if combined else 0], x, xt) from err
+                    raise
+                if version is not None and xt._version != version:
+                    raise overwritten_error(adapter.backend, names[1 if combined else 0], x, xt)
+                return result
 
             try:
                 compiled_now, options = adapter.compiler.compile_now(now, warm_up, argnums, graph_breaks=False, x=x)
