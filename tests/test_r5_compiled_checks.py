@@ -135,3 +135,28 @@ def test_differentiate_with_inside_a_compiled_gradient_is_not_refused() -> None:
 
     x = torch.tensor(X)
     np.testing.assert_allclose(di.gradient(f, COMPILED, x).numpy(), 2.0 * np.cos(X), rtol=1e-6)
+
+
+def _writes_then_interrupts(x: Any) -> Any:
+    with torch.no_grad():  # (a write torch lets through: nothing records it)
+        x.mul_(1.0)
+    raise KeyboardInterrupt("ctrl-c inside f")
+
+
+def _writes(x: Any) -> Any:
+    xp = di.array_namespace(x)
+    with torch.no_grad():
+        x.mul_(1.0)
+    return xp.sum(x * x)
+
+
+def test_the_preparation_check_lets_an_interrupt_through_and_refuses_a_write() -> None:
+    """The uncompiled evaluation that the check makes replaced a KeyboardInterrupt
+    raised after f wrote into x with di's InvalidInputError (its version check
+    raised in a finally); a write alone is refused, naming the operator."""
+    x = torch.tensor([0.3, -1.2, 2.0], dtype=torch.float64)
+    with pytest.raises(KeyboardInterrupt) as info:
+        di.prepare_gradient(_writes_then_interrupts, COMPILED, x)
+    assert type(info.value) is KeyboardInterrupt and info.value.args == ("ctrl-c inside f",)
+    with pytest.raises(di.InvalidInputError, match=r"gradient with AutoTorch.*f wrote into x"):
+        di.prepare_gradient(_writes, COMPILED, x)

@@ -25,7 +25,7 @@ from typing import Any
 import torch
 import torch.utils._pytree as torch_pytree
 
-from di.backends.torch.common import TorchBase, overwritten_error, version_of
+from di.backends.torch.common import TorchBase, overwritten_error, refusing_writes
 from di.backends.torch.eager import refuse_cut_off
 from di.contexts import Context
 from di.errors import UnsupportedOperatorError
@@ -66,16 +66,22 @@ def refuse_what_compiling_drops(
         return
     argument = aliases[0] if spec is None else tree_unflatten(spec, aliases)
     convert_values = adapter.torch_context_converters(x, contexts)
-    versions = [version_of(a) for a in differentiated]
+    refusals: list[Exception] = []
+
+    def evaluate() -> Any:
+        with torch.enable_grad():  # (untraced: nothing stops a write into x, refused after)
+            return f(argument, *[convert(c.value) for convert, c in zip(convert_values, contexts)])
+
+    def refusal(alias: Any) -> Exception:
+        refusals.append(overwritten_error(backend, operator, x, alias, untraced=True))
+        return refusals[-1]
+
     try:
-        with torch.enable_grad():
-            output = f(argument, *[convert(c.value) for convert, c in zip(convert_values, contexts)])
-    except Exception:  # f's own error, or torch's refusal: the preparation reports it as usual
-        return
-    finally:
-        for alias, version in zip(differentiated, versions):
-            if version is not None and alias._version != version:  # (untraced: nothing stopped the write)
-                raise overwritten_error(backend, operator, x, alias, untraced=True)
+        output = refusing_writes(evaluate, differentiated, refusal)
+    except Exception as err:
+        if refusals and err is refusals[-1]:
+            raise
+        return  # f's own error, or torch's refusal: the preparation reports it as usual
     if has_aux:
         if not isinstance(output, (tuple, list)) or len(output) != 2:
             return  # the preparation refuses the output's form

@@ -39,6 +39,7 @@ __all__ = [
     "like",
     "normal_tensors",
     "overwritten_error",
+    "refusing_writes",
     "owned_aux",
     "owning",
     "recording",
@@ -247,6 +248,44 @@ def version_of(tensor: Any) -> int | None:
         return int(tensor._version)
     except RuntimeError:
         return None
+
+
+def refusing_writes(call: Callable[[], Any], tensors: Sequence[Any], error: Callable[[Any], Exception]) -> Any:
+    """``call()``, refusing a write it made into one of ``tensors`` (its version
+    counter moved) with ``error(tensor)``: chained to the ``Exception`` the call
+    raised after the write, or instead of its result. A ``KeyboardInterrupt`` (a
+    ``BaseException`` that is no ``Exception``) passes unchanged, whatever was
+    written. For the untraced evaluations of ``f`` a preparation makes; the
+    per-call runners (:mod:`.running`) inline the same check.
+
+    Examples:
+        >>> import torch
+        >>> from di.backends.torch.common import refusing_writes
+        >>> t = torch.zeros(2)
+        >>> refusing_writes(lambda: t.add_(1), [t], lambda written: ValueError("written"))
+        Traceback (most recent call last):
+        ...
+        ValueError: written
+    """
+    versions = [version_of(t) for t in tensors]
+
+    def written() -> Any:
+        for tensor, version in zip(tensors, versions):
+            if version is not None and tensor._version != version:
+                return tensor
+        return None
+
+    try:
+        result = call()
+    except Exception as err:
+        tensor = written()
+        if tensor is not None:
+            raise error(tensor) from err
+        raise
+    tensor = written()
+    if tensor is not None:
+        raise error(tensor)
+    return result
 
 
 def overwritten_error(

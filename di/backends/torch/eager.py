@@ -38,9 +38,9 @@ from di.backends.torch.common import (
     overwritten_error,
     owned_aux,
     recording,
+    refusing_writes,
     requires_grad,
     unshared,
-    version_of,
 )
 from di.contexts import Cache, Context
 from di.errors import InvalidOutputError, UnsupportedContextError
@@ -538,16 +538,12 @@ def example_cotangent(adapter: TorchBase, f: Callable[..., Any], x: Any, context
     once without recording), to compile a pullback with."""
     convert_values = adapter.torch_context_converters(x, contexts)
     xt = adapter.input_converters([x])[0](x).detach()
-    version = version_of(xt)
-    try:
-        with torch.no_grad():
-            y = f(xt, *[c(v.value) for c, v in zip(convert_values, contexts)])
-    except Exception as err:  # (a KeyboardInterrupt passes unchanged, whatever f wrote)
-        if version is not None and xt._version != version:  # (untraced: nothing stopped the write)
-            raise overwritten_error(adapter.backend, "pullback", x, xt) from err
-        raise
-    if version is not None and xt._version != version:
-        raise overwritten_error(adapter.backend, "pullback", x, xt)
+
+    def evaluate() -> Any:
+        with torch.no_grad():  # (untraced: nothing stops a write into x, refused after)
+            return f(xt, *[c(v.value) for c, v in zip(convert_values, contexts)])
+
+    y = refusing_writes(evaluate, [xt], lambda written: overwritten_error(adapter.backend, "pullback", x, written))
     return torch.ones_like(y[0] if isinstance(y, tuple) else y)
 
 

@@ -38,8 +38,8 @@ from di.backends.torch.common import (
     dynamo_compiling,
     like,
     overwritten_error,
+    refusing_writes,
     requires_grad,
-    version_of,
     without_overlap,
 )
 from di.backends.torch.compile import FALLS_BACK, UNSUPPORTED, break_in_di
@@ -202,20 +202,14 @@ class FuncPrograms:
 
             def warm_up(program: Callable[..., Any]) -> Any:
                 # (run on the caller's x: a write into it, which forward mode lets f make, is said)
-                xt, version = example[0], version_of(example[0])
-                try:
+                def run() -> Any:
                     if program is not now or not locked:
-                        result = program(*example)
-                    else:
-                        with FORWARD_MODE_LOCK:  # the uncompiled program, run to find f's own error: forward mode
-                            result = program(*example)
-                except Exception as err:  # (a KeyboardInterrupt passes unchanged, whatever f wrote)
-                    if version is not None and xt._version != version:
-                        raise overwritten_error(adapter.backend, names[1 if combined else 0], x, xt) from err
-                    raise
-                if version is not None and xt._version != version:
-                    raise overwritten_error(adapter.backend, names[1 if combined else 0], x, xt)
-                return result
+                        return program(*example)
+                    with FORWARD_MODE_LOCK:  # the uncompiled program, run to find f's own error: forward mode
+                        return program(*example)
+
+                operator = names[1 if combined else 0]
+                return refusing_writes(run, example[:1], lambda xt: overwritten_error(adapter.backend, operator, x, xt))
 
             try:
                 compiled_now, options = adapter.compiler.compile_now(now, warm_up, argnums, graph_breaks=False, x=x)
