@@ -2,12 +2,16 @@
 contexts and analytic answers for every operator.
 
 :func:`default_scenarios` returns the built-in set (the :class:`Scenario` record
-itself is in :mod:`di.testing.scenario`). Every function in it is written once
-with ``xp = di.array_namespace(x)``, so the same code runs, and is differentiated
-correctly, on the arrays of every registered family and under every engine's
-tracing. The scenarios are NumPy data; :meth:`Scenario.with_family` (what
-``default_scenarios(families=...)`` calls) converts them to any registered
-family. No engine is imported here.
+itself is in :mod:`di.testing.scenario`). It is written as tables: each function
+with its analytic derivatives (an :class:`~di.testing.scenario_table.Analytic`),
+then one :class:`~di.testing.scenario_table.Row` per scenario (the operator, the
+function, how ``x``, the contexts and the tangents are drawn, the tags) in the
+groups of :data:`SCENARIO_GROUPS`, which :mod:`di.testing.scenario_table` builds.
+Every function is written once with ``xp = di.array_namespace(x)``, so the same
+code runs, and is differentiated correctly, on the arrays of every registered
+family and under every engine's tracing. The scenarios are NumPy data;
+:meth:`Scenario.with_family` (what ``default_scenarios(families=...)`` calls)
+converts them to any registered family. No engine is imported here.
 """
 
 from __future__ import annotations
@@ -19,10 +23,11 @@ from typing import Any
 import numpy as np
 
 import di
-from di.contexts import Cache, Constant, Context
+from di.contexts import Cache, Constant
 from di.families import family_of, get_family
 from di.testing.arrays import copy_tree, from_numpy_in, pytree_leaves, to_numpy, tree_map
 from di.testing.scenario import AUX_OPERATORS, OPERATORS, OperatorSpec, PrepArgs, Scenario, replace_scenario
+from di.testing.scenario_table import SAME_X, Analytic, Fixed, NaNs, Point, Row, RowGroup, Uniform
 
 __all__ = [
     "AUX_OPERATORS",
@@ -221,7 +226,7 @@ def stack_where_max(x: Any) -> Any:
     return xp.stack([xp.where(x > 0, x, x**3), xp.max(x) * x], axis=1)
 
 
-# --- analytic references (NumPy, float64) --------------------------------------------------
+# --- their analytic derivatives (NumPy, float64) -------------------------------------------------
 
 
 def _diag_tensor(values: np.ndarray) -> np.ndarray:
@@ -232,10 +237,6 @@ def _diag_tensor(values: np.ndarray) -> np.ndarray:
 
 def _sum_sin_grad(x: np.ndarray) -> np.ndarray:
     return np.cos(x) * x + np.sin(x)
-
-
-def _sum_sin_hess(x: np.ndarray) -> np.ndarray:
-    return _diag_tensor(2 * np.cos(x) - x * np.sin(x))
 
 
 def _rosenbrock_grad(x: np.ndarray) -> np.ndarray:
@@ -255,14 +256,6 @@ def _rosenbrock_hess(x: np.ndarray) -> np.ndarray:
     return h
 
 
-def _cached_sum_grad(x: np.ndarray) -> np.ndarray:
-    return 2 * x * np.sin(x) + x**2 * np.cos(x)
-
-
-def _cached_sum_hess(x: np.ndarray) -> np.ndarray:
-    return _diag_tensor(2 * np.sin(x) + 4 * x * np.cos(x) - x**2 * np.sin(x))
-
-
 def _tanh2_grad(x: np.ndarray) -> np.ndarray:
     t = np.tanh(x)
     return 2 * t * (1 - t**2)
@@ -273,594 +266,11 @@ def _tanh2_hess(x: np.ndarray) -> np.ndarray:
     return _diag_tensor(2 * (1 - t**2) * (1 - 3 * t**2))
 
 
-def _rounded(values: np.ndarray, dtype: Any) -> tuple[np.ndarray, np.ndarray]:
-    """``values`` in ``dtype`` (what the scenario holds) and that back in float64
-    (where the references are computed, so they are exact for the stored point)."""
-    stored = np.asarray(values, dtype=dtype)
-    return stored, stored.astype(np.float64)
-
-
-_SUFFIX = {np.float64: "f64", np.float32: "f32"}
-
-
-def _first_order_scenarios(rng: np.random.Generator, dtype: Any) -> list[Scenario]:
-    """Gradient, derivative, jacobian, pushforward and pullback scenarios in ``dtype``."""
-    sfx = _SUFFIX[dtype]
-    tag = {"float64" if dtype is np.float64 else "float32"}
-    out: list[Scenario] = []
-
-    def vec(n: int, low: float = -1.0, high: float = 1.0) -> tuple[np.ndarray, np.ndarray]:
-        return _rounded(rng.uniform(low, high, n), dtype)
-
-    def mat(shape: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray]:
-        return _rounded(rng.uniform(-1, 1, shape), dtype)
-
-    # gradient
-    x, x64 = vec(5)
-    out.append(Scenario("gradient", sum_sin, x, res1=_sum_sin_grad(x64), name=f"gradient/sum_sin/{sfx}", tags=tag))
-    x, x64 = vec(5)
-    a, a64 = mat((5, 5))
-    out.append(
-        Scenario(
-            "gradient",
-            quadratic,
-            x,
-            contexts=(Constant(a),),
-            res1=(a64 + a64.T) @ x64 / 2,
-            name=f"gradient/quadratic_constant/{sfx}",
-            tags=tag | {"constant"},
-        )
-    )
-    x, x64 = vec(4)
-    out.append(
-        Scenario("gradient", rosenbrock, x, res1=_rosenbrock_grad(x64), name=f"gradient/rosenbrock/{sfx}", tags=tag)
-    )
-    # derivative (scalar x)
-    x, x64 = _rounded(np.asarray(rng.uniform(-1, 1)), dtype)
-    e = np.exp(x64)
-    out.append(
-        Scenario(
-            "derivative", sin_exp, x, res1=(np.cos(x64) + np.sin(x64)) * e, name=f"derivative/sin_exp/{sfx}", tags=tag
-        )
-    )
-    c = 1.5
-    out.append(
-        Scenario(
-            "derivative",
-            scalar_to_vector,
-            x,
-            contexts=(Constant(c),),
-            res1=np.array([c * np.cos(c * x64), 3 * x64**2, -np.exp(-x64)]),
-            name=f"derivative/scalar_to_vector_constant/{sfx}",
-            tags=tag | {"constant"},
-        )
-    )
-    # jacobian
-    x, x64 = vec(4)
-    out.append(
-        Scenario(
-            "jacobian", sin_times_x, x, res1=np.diag(_sum_sin_grad(x64)), name=f"jacobian/sin_times_x/{sfx}", tags=tag
-        )
-    )
-    x, x64 = vec(5)
-    a, a64 = mat((3, 5))
-    t = np.tanh(a64 @ x64)
-    out.append(
-        Scenario(
-            "jacobian",
-            tanh_linear,
-            x,
-            contexts=(Constant(a),),
-            res1=(1 - t**2)[:, None] * a64,
-            name=f"jacobian/tanh_linear_wide/{sfx}",
-            tags=tag | {"constant"},
-        )
-    )
-    # pushforward
-    x, x64 = vec(4)
-    a, a64 = mat((3, 4))
-    tx = [vec(4) for _ in range(3)]
-    out.append(
-        Scenario(
-            "pushforward",
-            linear_of_squares,
-            x,
-            contexts=(Constant(a),),
-            tangents=tuple(t for t, _ in tx),
-            res1=tuple(a64 @ (2 * x64 * t64) for _, t64 in tx),
-            name=f"pushforward/linear_of_squares_batched/{sfx}",
-            tags=tag | {"constant"},
-        )
-    )
-    # pullback
-    x, x64 = vec(5)
-    a, a64 = mat((3, 5))
-    t = np.tanh(a64 @ x64)
-    ty = [vec(3) for _ in range(2)]
-    out.append(
-        Scenario(
-            "pullback",
-            tanh_linear,
-            x,
-            contexts=(Constant(a),),
-            tangents=tuple(w for w, _ in ty),
-            res1=tuple(a64.T @ ((1 - t**2) * w64) for _, w64 in ty),
-            name=f"pullback/tanh_linear_batched/{sfx}",
-            tags=tag | {"constant"},
-        )
-    )
-    return out
-
-
-def _second_order_scenarios(rng: np.random.Generator, dtype: Any) -> list[Scenario]:
-    """hvp, hessian and second-derivative scenarios in ``dtype``."""
-    sfx = _SUFFIX[dtype]
-    tag = {"float64" if dtype is np.float64 else "float32"}
-    out: list[Scenario] = []
-
-    def vec(n: int) -> tuple[np.ndarray, np.ndarray]:
-        return _rounded(rng.uniform(-1, 1, n), dtype)
-
-    x, x64 = vec(5)
-    v, v64 = vec(5)
-    out.append(
-        Scenario(
-            "hvp",
-            sum_sin,
-            x,
-            tangents=(v,),
-            res1=_sum_sin_grad(x64),
-            res2=(_sum_sin_hess(x64) @ v64,),
-            name=f"hvp/sum_sin/{sfx}",
-            tags=tag,
-        )
-    )
-    x, x64 = vec(4)
-    out.append(
-        Scenario(
-            "hessian",
-            rosenbrock,
-            x,
-            res1=_rosenbrock_grad(x64),
-            res2=_rosenbrock_hess(x64),
-            name=f"hessian/rosenbrock/{sfx}",
-            tags=tag,
-        )
-    )
-    x, x64 = vec(5)
-    out.append(
-        Scenario(
-            "hessian",
-            sum_sin,
-            x,
-            res1=_sum_sin_grad(x64),
-            res2=_sum_sin_hess(x64),
-            name=f"hessian/sum_sin/{sfx}",
-            tags=tag,
-        )
-    )
-    x, x64 = _rounded(np.asarray(rng.uniform(-1, 1)), dtype)
-    e = np.exp(x64)
-    out.append(
-        Scenario(
-            "second_derivative",
-            sin_exp,
-            x,
-            res1=(np.cos(x64) + np.sin(x64)) * e,
-            res2=2 * np.cos(x64) * e,
-            name=f"second_derivative/sin_exp/{sfx}",
-            tags=tag,
-        )
-    )
-    return out
-
-
-def _float64_only_scenarios(rng: np.random.Generator) -> list[Scenario]:
-    """Scenarios with caches, matrices, 0-d and 1-element points, Python floats: float64."""
-    tag = {"float64"}
-    out: list[Scenario] = []
-
-    def vec(n: int, low: float = -1.0, high: float = 1.0) -> np.ndarray:
-        return rng.uniform(low, high, n)
-
-    def mat(shape: tuple[int, ...]) -> np.ndarray:
-        return rng.uniform(-1, 1, shape)
-
-    # --- gradient
-    x, w, scale = vec(5), vec(5, 0.5, 1.5), 0.7
-    out.append(
-        Scenario(
-            "gradient",
-            weighted_exp,
-            x,
-            contexts=(Constant(w), Constant(scale)),
-            res1=w * scale * np.exp(scale * x),
-            name="gradient/weighted_exp_constants/f64",
-            tags=tag | {"constant"},
-        )
-    )
-    x = mat((2, 3))
-    out.append(
-        Scenario(
-            "gradient", sum_tanh_squared, x, res1=_tanh2_grad(x), name="gradient/matrix_tanh/f64", tags=tag | {"matrix"}
-        )
-    )
-    x = vec(5)
-    out.append(
-        Scenario(
-            "gradient",
-            cached_sum,
-            x,
-            contexts=(Cache(np.full(5, np.nan)),),
-            res1=_cached_sum_grad(x),
-            name="gradient/cached_sum/f64",
-            tags=tag | {"cache"},
-        )
-    )
-    x = np.asarray(0.3)
-    out.append(
-        Scenario(
-            "gradient",
-            square_exp,
-            x,
-            res1=(2 * x + x**2) * np.exp(x),
-            name="gradient/square_exp_0d/f64",
-            tags=tag | {"0d"},
-        )
-    )
-    x = vec(1)
-    out.append(
-        Scenario("gradient", sum_sin, x, res1=_sum_sin_grad(x), name="gradient/sum_sin_1elem/f64", tags=tag | {"1elem"})
-    )
-    # --- derivative
-    x = np.asarray(0.4)
-    m, n = mat((2, 2)), mat((2, 2))
-    out.append(
-        Scenario(
-            "derivative",
-            scalar_to_matrix,
-            x,
-            contexts=(Constant(m), Constant(n)),
-            res1=np.cos(x) * m + 2 * x * n,
-            name="derivative/scalar_to_matrix_constants/f64",
-            tags=tag | {"constant", "matrix"},
-        )
-    )
-    w = vec(3, 0.5, 2.0)
-    out.append(
-        Scenario(
-            "derivative",
-            cached_scalar_to_vector,
-            x,
-            contexts=(Constant(w), Cache(np.full(3, np.nan))),
-            res1=w * np.cos(w * x),
-            name="derivative/cached_scalar_to_vector/f64",
-            tags=tag | {"constant", "cache"},
-        )
-    )
-    out.append(
-        Scenario(
-            "derivative",
-            cubic_polynomial,
-            0.7,
-            res1=np.asarray(3 * 0.7**2 - 2),
-            name="derivative/cubic_python_float/f64",
-            tags=tag | {"python-float"},
-        )
-    )
-    # --- jacobian
-    x = vec(2)
-    b = mat((6, 2))
-    out.append(
-        Scenario(
-            "jacobian",
-            exp_linear,
-            x,
-            contexts=(Constant(b),),
-            res1=np.exp(b @ x)[:, None] * b,
-            name="jacobian/exp_linear_tall/f64",
-            tags=tag | {"constant"},
-        )
-    )
-    x, b = mat((2, 3)), mat((3, 2))
-    jac = np.einsum("ik,lj->ijkl", np.eye(2), b)  # d(x @ B)[i, j] / dx[k, l] = delta_ik B[l, j]
-    out.append(
-        Scenario(
-            "jacobian",
-            matrix_product,
-            x,
-            contexts=(Constant(b),),
-            res1=jac,
-            name="jacobian/matrix_product/f64",
-            tags=tag | {"constant", "matrix"},
-        )
-    )
-    x = vec(4)
-    out.append(
-        Scenario(
-            "jacobian",
-            cached_cube,
-            x,
-            contexts=(Cache(np.full(4, np.nan)),),
-            res1=np.diag(3 * x**2),
-            name="jacobian/cached_cube/f64",
-            tags=tag | {"cache"},
-        )
-    )
-    x = vec(3)
-    out.append(
-        Scenario(
-            "jacobian", sum_squares, x, res1=2 * x, name="jacobian/scalar_output/f64", tags=tag | {"scalar-output"}
-        )
-    )
-    # --- pushforward
-    x, v = vec(4), vec(4)
-    out.append(
-        Scenario(
-            "pushforward",
-            sin_times_x,
-            x,
-            tangents=(v,),
-            res1=(_sum_sin_grad(x) * v,),
-            name="pushforward/sin_times_x/f64",
-            tags=tag,
-        )
-    )
-    x, v1, v2 = vec(4), vec(4), vec(4)
-    out.append(
-        Scenario(
-            "pushforward",
-            sum_exp,
-            x,
-            tangents=(v1, v2),
-            res1=(np.asarray(np.exp(x) @ v1), np.asarray(np.exp(x) @ v2)),
-            name="pushforward/scalar_output_batched/f64",
-            tags=tag | {"scalar-output"},
-        )
-    )
-    x, v = mat((2, 3)), mat((2, 3))
-    out.append(
-        Scenario(
-            "pushforward",
-            tanh,
-            x,
-            tangents=(v,),
-            res1=((1 - np.tanh(x) ** 2) * v,),
-            name="pushforward/matrix_tanh/f64",
-            tags=tag | {"matrix"},
-        )
-    )
-    x, v = vec(4), vec(4)
-    out.append(
-        Scenario(
-            "pushforward",
-            cached_cube,
-            x,
-            contexts=(Cache(np.full(4, np.nan)),),
-            tangents=(v,),
-            res1=(3 * x**2 * v,),
-            name="pushforward/cached_cube/f64",
-            tags=tag | {"cache"},
-        )
-    )
-    # --- pullback
-    x, w = vec(4), vec(4)
-    out.append(
-        Scenario(
-            "pullback",
-            sin_times_x,
-            x,
-            tangents=(w,),
-            res1=(_sum_sin_grad(x) * w,),
-            name="pullback/sin_times_x/f64",
-            tags=tag,
-        )
-    )
-    x, c = vec(4), 1.3
-    out.append(
-        Scenario(
-            "pullback",
-            scaled_sum_squares,
-            x,
-            contexts=(Constant(c),),
-            tangents=(np.asarray(2.0),),
-            res1=(2.0 * 2 * c * x,),
-            name="pullback/scalar_output_constant/f64",
-            tags=tag | {"constant", "scalar-output"},
-        )
-    )
-    x, b, w = mat((2, 3)), mat((3, 2)), mat((2, 2))
-    out.append(
-        Scenario(
-            "pullback",
-            matrix_product,
-            x,
-            contexts=(Constant(b),),
-            tangents=(w,),
-            res1=(w @ b.T,),
-            name="pullback/matrix_product/f64",
-            tags=tag | {"constant", "matrix"},
-        )
-    )
-    x, w = vec(4), vec(4)
-    out.append(
-        Scenario(
-            "pullback",
-            cached_cube,
-            x,
-            contexts=(Cache(np.full(4, np.nan)),),
-            tangents=(w,),
-            res1=(3 * x**2 * w,),
-            name="pullback/cached_cube/f64",
-            tags=tag | {"cache"},
-        )
-    )
-    # --- hvp
-    x, a = vec(5), mat((5, 5))
-    sym = (a + a.T) / 2
-    v1, v2 = vec(5), vec(5)
-    out.append(
-        Scenario(
-            "hvp",
-            quadratic,
-            x,
-            contexts=(Constant(a),),
-            tangents=(v1, v2),
-            res1=sym @ x,
-            res2=(sym @ v1, sym @ v2),
-            name="hvp/quadratic_constant_batched/f64",
-            tags=tag | {"constant"},
-        )
-    )
-    x, v = vec(5), vec(5)
-    out.append(
-        Scenario(
-            "hvp",
-            cached_sum,
-            x,
-            contexts=(Cache(np.full(5, np.nan)),),
-            tangents=(v,),
-            res1=_cached_sum_grad(x),
-            res2=(_cached_sum_hess(x) @ v,),
-            name="hvp/cached_sum/f64",
-            tags=tag | {"cache"},
-        )
-    )
-    x, w, scale, v = vec(5), vec(5, 0.5, 1.5), 0.7, vec(5)
-    out.append(
-        Scenario(
-            "hvp",
-            weighted_exp,
-            x,
-            contexts=(Constant(w), Constant(scale)),
-            tangents=(v,),
-            res1=w * scale * np.exp(scale * x),
-            res2=(w * scale**2 * np.exp(scale * x) * v,),
-            name="hvp/weighted_exp_constants/f64",
-            tags=tag | {"constant"},
-        )
-    )
-    # --- hessian
-    x, a = vec(4), mat((4, 4))
-    out.append(
-        Scenario(
-            "hessian",
-            quadratic,
-            x,
-            contexts=(Constant(a),),
-            res1=(a + a.T) @ x / 2,
-            res2=(a + a.T) / 2,
-            name="hessian/quadratic_constant/f64",
-            tags=tag | {"constant"},
-        )
-    )
-    x = mat((2, 3))
-    out.append(
-        Scenario(
-            "hessian",
-            sum_tanh_squared,
-            x,
-            res1=_tanh2_grad(x),
-            res2=_tanh2_hess(x),
-            name="hessian/matrix_tanh/f64",
-            tags=tag | {"matrix"},
-        )
-    )
-    x = vec(4)
-    out.append(
-        Scenario(
-            "hessian",
-            cached_sum,
-            x,
-            contexts=(Cache(np.full(4, np.nan)),),
-            res1=_cached_sum_grad(x),
-            res2=_cached_sum_hess(x),
-            name="hessian/cached_sum/f64",
-            tags=tag | {"cache"},
-        )
-    )
-    # --- second derivative
-    x, c = np.asarray(-0.6), 1.5
-    out.append(
-        Scenario(
-            "second_derivative",
-            scalar_to_vector,
-            x,
-            contexts=(Constant(c),),
-            res1=np.array([c * np.cos(c * x), 3 * x**2, -np.exp(-x)]),
-            res2=np.array([-(c**2) * np.sin(c * x), 6 * x, np.exp(-x)]),
-            name="second_derivative/scalar_to_vector_constant/f64",
-            tags=tag | {"constant"},
-        )
-    )
-    m, n = mat((2, 2)), mat((2, 2))
-    out.append(
-        Scenario(
-            "second_derivative",
-            scalar_to_matrix,
-            x,
-            contexts=(Constant(m), Constant(n)),
-            res1=np.cos(x) * m + 2 * x * n,
-            res2=-np.sin(x) * m + 2 * n,
-            name="second_derivative/scalar_to_matrix_constants/f64",
-            tags=tag | {"constant", "matrix"},
-        )
-    )
-    w = vec(3, 0.5, 2.0)
-    out.append(
-        Scenario(
-            "second_derivative",
-            cached_scalar_to_vector,
-            x,
-            contexts=(Constant(w), Cache(np.full(3, np.nan))),
-            res1=w * np.cos(w * x),
-            res2=-(w**2) * np.sin(w * x),
-            name="second_derivative/cached_scalar_to_vector/f64",
-            tags=tag | {"constant", "cache"},
-        )
-    )
-    out.append(
-        Scenario(
-            "second_derivative",
-            cubic_polynomial,
-            -0.3,
-            res1=np.asarray(3 * 0.09 - 2),
-            res2=np.asarray(-1.8),
-            name="second_derivative/cubic_python_float/f64",
-            tags=tag | {"python-float"},
-        )
-    )
-    return out
-
-
-def _pytree_scenarios(rng: np.random.Generator) -> list[Scenario]:
-    """Gradients with respect to a dict of arrays (tagged ``"pytree"``)."""
-    out: list[Scenario] = []
-    for dtype in (np.float64, np.float32):
-        a, a64 = _rounded(rng.uniform(-1, 1, 3), dtype)
-        b, b64 = _rounded(rng.uniform(-1, 1, (2, 2)), dtype)
-        ga = 2 * a64
-        ga[0] += np.sin(b64).sum()
-        out.append(
-            Scenario(
-                "gradient",
-                pytree_sum,
-                {"a": a, "b": b},
-                res1={"a": ga, "b": a64[0] * np.cos(b64)},
-                name=f"gradient/pytree_dict/{_SUFFIX[dtype]}",
-                tags={"pytree", "float64" if dtype is np.float64 else "float32"},
-            )
-        )
-    return out
-
-
-def _away_from_kinks(rng: np.random.Generator, n: int) -> np.ndarray:
-    """``n`` values with magnitudes in [0.2, 1] at least 0.8 / n apart, random signs and at
-    least one positive: ``where(x > 0, ...)`` and ``max`` are smooth around them."""
-    magnitudes = 0.2 + 0.8 * (rng.permutation(n) + rng.uniform(0.1, 0.9, n)) / n
-    signs = np.where(rng.uniform(size=n) < 0.5, -1.0, 1.0)
-    signs[rng.integers(n)] = 1.0
-    return signs * magnitudes
+def _pytree_sum_grad(x: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    a, b = x["a"], x["b"]
+    ga = 2 * a
+    ga[0] += np.sin(b).sum()
+    return {"a": ga, "b": a[0] * np.cos(b)}
 
 
 def _concat_where_max_jacobian(x: np.ndarray) -> np.ndarray:
@@ -896,86 +306,287 @@ def _stack_where_max_jacobian(x: np.ndarray) -> np.ndarray:
     return jac
 
 
-def _push(jacobian: np.ndarray, tangent: np.ndarray) -> np.ndarray:
-    return np.tensordot(jacobian, tangent, axes=tangent.ndim)
+# Each function with its derivatives: ``first`` (gradient, derivative or jacobian) and ``second``
+# (hessian or second derivative) take f's arguments; ``push``, ``pull`` and ``hvp`` take the tangent
+# after them. Where they are left out, push and pull contract ``first`` and hvp is ``second @ v``.
+SUM_SIN = Analytic(
+    sum_sin,
+    first=_sum_sin_grad,
+    second=lambda x: _diag_tensor(2 * np.cos(x) - x * np.sin(x)),
+)
+QUADRATIC = Analytic(quadratic, first=lambda x, a: (a + a.T) @ x / 2, second=lambda x, a: (a + a.T) / 2)
+WEIGHTED_EXP = Analytic(
+    weighted_exp,
+    first=lambda x, w, scale: w * scale * np.exp(scale * x),
+    hvp=lambda x, w, scale, v: w * scale**2 * np.exp(scale * x) * v,
+)
+ROSENBROCK = Analytic(rosenbrock, first=_rosenbrock_grad, second=_rosenbrock_hess)
+SUM_TANH_SQUARED = Analytic(sum_tanh_squared, first=_tanh2_grad, second=_tanh2_hess)
+CACHED_SUM = Analytic(
+    cached_sum,
+    first=lambda x, _buf: 2 * x * np.sin(x) + x**2 * np.cos(x),
+    second=lambda x, _buf: _diag_tensor(2 * np.sin(x) + 4 * x * np.cos(x) - x**2 * np.sin(x)),
+)
+SQUARE_EXP = Analytic(square_exp, first=lambda x: (2 * x + x**2) * np.exp(x))
+PYTREE_SUM = Analytic(pytree_sum, first=_pytree_sum_grad)
+SIN_EXP = Analytic(
+    sin_exp, first=lambda x: (np.cos(x) + np.sin(x)) * np.exp(x), second=lambda x: 2 * np.cos(x) * np.exp(x)
+)
+SCALAR_TO_VECTOR = Analytic(
+    scalar_to_vector,
+    first=lambda x, c: np.array([c * np.cos(c * x), 3 * x**2, -np.exp(-x)]),
+    second=lambda x, c: np.array([-(c**2) * np.sin(c * x), 6 * x, np.exp(-x)]),
+)
+SCALAR_TO_MATRIX = Analytic(
+    scalar_to_matrix,
+    first=lambda x, m, n: np.cos(x) * m + 2 * x * n,
+    second=lambda x, m, n: -np.sin(x) * m + 2 * n,
+)
+CACHED_SCALAR_TO_VECTOR = Analytic(
+    cached_scalar_to_vector,
+    first=lambda x, w, _buf: w * np.cos(w * x),
+    second=lambda x, w, _buf: -(w**2) * np.sin(w * x),
+)
+CUBIC_POLYNOMIAL = Analytic(
+    cubic_polynomial, first=lambda x: np.asarray(3 * x**2 - 2), second=lambda x: np.asarray(6 * x)
+)
+SIN_TIMES_X = Analytic(
+    sin_times_x,
+    first=lambda x: np.diag(_sum_sin_grad(x)),
+    push=lambda x, v: _sum_sin_grad(x) * v,
+    pull=lambda x, w: _sum_sin_grad(x) * w,
+)
+TANH_LINEAR = Analytic(
+    tanh_linear,
+    first=lambda x, a: (1 - np.tanh(a @ x) ** 2)[:, None] * a,
+    pull=lambda x, a, w: a.T @ ((1 - np.tanh(a @ x) ** 2) * w),
+)
+EXP_LINEAR = Analytic(exp_linear, first=lambda x, b: np.exp(b @ x)[:, None] * b)
+MATRIX_PRODUCT = Analytic(
+    matrix_product,
+    first=lambda x, b: np.einsum("ik,lj->ijkl", np.eye(2), b),  # d(x @ B)[i, j] / dx[k, l] = delta_ik B[l, j]
+    pull=lambda x, b, w: w @ b.T,
+)
+CACHED_CUBE = Analytic(
+    cached_cube,
+    first=lambda x, _buf: np.diag(3 * x**2),
+    push=lambda x, _buf, v: 3 * x**2 * v,
+    pull=lambda x, _buf, w: 3 * x**2 * w,
+)
+SUM_SQUARES = Analytic(sum_squares, first=lambda x: 2 * x)
+LINEAR_OF_SQUARES = Analytic(linear_of_squares, push=lambda x, a, v: a @ (2 * x * v))
+SUM_EXP = Analytic(sum_exp, push=lambda x, v: np.asarray(np.exp(x) @ v))
+TANH = Analytic(tanh, push=lambda x, v: (1 - np.tanh(x) ** 2) * v)
+SCALED_SUM_SQUARES = Analytic(scaled_sum_squares, pull=lambda x, c, w: w * 2 * c * x)
+CONCAT_WHERE_MAX = Analytic(concat_where_max, first=_concat_where_max_jacobian)
+ROW_MAX_OF_PRODUCT = Analytic(row_max_of_product, first=_row_max_of_product_jacobian)
+RESHAPE_MATMUL_CONCAT = Analytic(reshape_matmul_concat, first=_reshape_matmul_concat_jacobian)
+STACK_WHERE_MAX = Analytic(stack_where_max, first=_stack_where_max_jacobian)
 
 
-def _pull(jacobian: np.ndarray, cotangent: np.ndarray) -> np.ndarray:
-    return np.tensordot(cotangent, jacobian, axes=cotangent.ndim)
+# --- the tables ------------------------------------------------------------------------------------
+# One row per scenario, named operator/label/f64 (the label defaults to f's name). Values are drawn
+# in row order (x, then the contexts, then the tangents): reordering rows moves the points.
+
+FIRST_ORDER = RowGroup(
+    dtypes=(np.float64, np.float32),
+    rows=(
+        Row("gradient", SUM_SIN, x=Uniform(5)),
+        Row("gradient", QUADRATIC, "quadratic_constant", x=Uniform(5), contexts=(Constant(Uniform(5, 5)),)),
+        Row("gradient", ROSENBROCK, x=Uniform(4)),
+        Row("derivative", SIN_EXP, x=Uniform()),
+        Row("derivative", SCALAR_TO_VECTOR, "scalar_to_vector_constant", x=SAME_X, contexts=(Constant(1.5),)),
+        Row("jacobian", SIN_TIMES_X, x=Uniform(4)),
+        Row("jacobian", TANH_LINEAR, "tanh_linear_wide", x=Uniform(5), contexts=(Constant(Uniform(3, 5)),)),
+        Row(
+            "pushforward",
+            LINEAR_OF_SQUARES,
+            "linear_of_squares_batched",
+            x=Uniform(4),
+            contexts=(Constant(Uniform(3, 4)),),
+            tangents=(Uniform(4),) * 3,
+        ),
+        Row(
+            "pullback",
+            TANH_LINEAR,
+            "tanh_linear_batched",
+            x=Uniform(5),
+            contexts=(Constant(Uniform(3, 5)),),
+            tangents=(Uniform(3),) * 2,
+        ),
+    ),
+)
+"""Gradient, derivative, jacobian, pushforward and pullback, in float64 and float32."""
+
+SECOND_ORDER = RowGroup(
+    dtypes=(np.float64, np.float32),
+    rows=(
+        Row("hvp", SUM_SIN, x=Uniform(5), tangents=(Uniform(5),)),
+        Row("hessian", ROSENBROCK, x=Uniform(4)),
+        Row("hessian", SUM_SIN, x=Uniform(5)),
+        Row("second_derivative", SIN_EXP, x=Uniform()),
+    ),
+)
+"""hvp, hessian and second derivative, in float64 and float32."""
+
+_WEIGHTS = (Constant(Uniform(5, low=0.5, high=1.5)), Constant(0.7))
+_MATRICES = (Constant(Uniform(2, 2)), Constant(Uniform(2, 2)))
+_SCALED_CACHE = (Constant(Uniform(3, low=0.5, high=2.0)), Cache(NaNs(3)))
+
+FLOAT64_ONLY = RowGroup(
+    rows=(
+        Row("gradient", WEIGHTED_EXP, "weighted_exp_constants", x=Uniform(5), contexts=_WEIGHTS),
+        Row("gradient", SUM_TANH_SQUARED, "matrix_tanh", x=Uniform(2, 3), tags=("matrix",)),
+        Row("gradient", CACHED_SUM, x=Uniform(5), contexts=(Cache(NaNs(5)),)),
+        Row("gradient", SQUARE_EXP, "square_exp_0d", x=Fixed(0.3), tags=("0d",)),
+        Row("gradient", SUM_SIN, "sum_sin_1elem", x=Uniform(1), tags=("1elem",)),
+        Row(
+            "derivative",
+            SCALAR_TO_MATRIX,
+            "scalar_to_matrix_constants",
+            x=Fixed(0.4),
+            contexts=_MATRICES,
+            tags=("matrix",),
+        ),
+        Row("derivative", CACHED_SCALAR_TO_VECTOR, x=Fixed(0.4), contexts=_SCALED_CACHE),
+        Row("derivative", CUBIC_POLYNOMIAL, "cubic_python_float", x=0.7, tags=("python-float",)),
+        Row("jacobian", EXP_LINEAR, "exp_linear_tall", x=Uniform(2), contexts=(Constant(Uniform(6, 2)),)),
+        Row(
+            "jacobian",
+            MATRIX_PRODUCT,
+            x=Uniform(2, 3),
+            contexts=(Constant(Uniform(3, 2)),),
+            tags=("matrix",),
+        ),
+        Row("jacobian", CACHED_CUBE, x=Uniform(4), contexts=(Cache(NaNs(4)),)),
+        Row("jacobian", SUM_SQUARES, "scalar_output", x=Uniform(3), tags=("scalar-output",)),
+        Row("pushforward", SIN_TIMES_X, x=Uniform(4), tangents=(Uniform(4),)),
+        Row(
+            "pushforward",
+            SUM_EXP,
+            "scalar_output_batched",
+            x=Uniform(4),
+            tangents=(Uniform(4),) * 2,
+            tags=("scalar-output",),
+        ),
+        Row(
+            "pushforward",
+            TANH,
+            "matrix_tanh",
+            x=Uniform(2, 3),
+            tangents=(Uniform(2, 3),),
+            tags=("matrix",),
+        ),
+        Row("pushforward", CACHED_CUBE, x=Uniform(4), contexts=(Cache(NaNs(4)),), tangents=(Uniform(4),)),
+        Row("pullback", SIN_TIMES_X, x=Uniform(4), tangents=(Uniform(4),)),
+        Row(
+            "pullback",
+            SCALED_SUM_SQUARES,
+            "scalar_output_constant",
+            x=Uniform(4),
+            contexts=(Constant(1.3),),
+            tangents=(Fixed(2.0),),
+            tags=("scalar-output",),
+        ),
+        Row(
+            "pullback",
+            MATRIX_PRODUCT,
+            x=Uniform(2, 3),
+            contexts=(Constant(Uniform(3, 2)),),
+            tangents=(Uniform(2, 2),),
+            tags=("matrix",),
+        ),
+        Row("pullback", CACHED_CUBE, x=Uniform(4), contexts=(Cache(NaNs(4)),), tangents=(Uniform(4),)),
+        Row(
+            "hvp",
+            QUADRATIC,
+            "quadratic_constant_batched",
+            x=Uniform(5),
+            contexts=(Constant(Uniform(5, 5)),),
+            tangents=(Uniform(5),) * 2,
+        ),
+        Row("hvp", CACHED_SUM, x=Uniform(5), contexts=(Cache(NaNs(5)),), tangents=(Uniform(5),)),
+        Row("hvp", WEIGHTED_EXP, "weighted_exp_constants", x=Uniform(5), contexts=_WEIGHTS, tangents=(Uniform(5),)),
+        Row("hessian", QUADRATIC, "quadratic_constant", x=Uniform(4), contexts=(Constant(Uniform(4, 4)),)),
+        Row("hessian", SUM_TANH_SQUARED, "matrix_tanh", x=Uniform(2, 3), tags=("matrix",)),
+        Row("hessian", CACHED_SUM, x=Uniform(4), contexts=(Cache(NaNs(4)),)),
+        Row(
+            "second_derivative",
+            SCALAR_TO_VECTOR,
+            "scalar_to_vector_constant",
+            x=Fixed(-0.6),
+            contexts=(Constant(1.5),),
+        ),
+        Row(
+            "second_derivative",
+            SCALAR_TO_MATRIX,
+            "scalar_to_matrix_constants",
+            x=Fixed(-0.6),
+            contexts=_MATRICES,
+            tags=("matrix",),
+        ),
+        Row("second_derivative", CACHED_SCALAR_TO_VECTOR, x=Fixed(-0.6), contexts=_SCALED_CACHE),
+        Row("second_derivative", CUBIC_POLYNOMIAL, "cubic_python_float", x=-0.3, tags=("python-float",)),
+    ),
+)
+"""Caches, matrices, 0-d and 1-element points, Python floats: float64 only."""
+
+PYTREE = RowGroup(
+    dtypes=(np.float64, np.float32),
+    tags=("pytree",),
+    rows=(Row("gradient", PYTREE_SUM, "pytree_dict", x={"a": Uniform(3), "b": Uniform(2, 2)}),),
+)
+"""Gradients with respect to a dict of arrays."""
 
 
-def _array_api_scenarios(rng: np.random.Generator) -> list[Scenario]:
-    """``concat``, ``stack``, ``reshape``, ``matmul``, ``where`` and ``max`` in vector->vector,
-    matrix->vector and vector->matrix functions: jacobian, pushforward and pullback (tagged
-    ``"array-api"``), at points away from the kinks of ``where`` and ``max``."""
-    out: list[Scenario] = []
+def _away_from_kinks(rng: np.random.Generator, n: int) -> np.ndarray:
+    """``n`` values with magnitudes in [0.2, 1] at least 0.8 / n apart, random signs and at
+    least one positive: ``where(x > 0, ...)`` and ``max`` are smooth around them."""
+    magnitudes = 0.2 + 0.8 * (rng.permutation(n) + rng.uniform(0.1, 0.9, n)) / n
+    signs = np.where(rng.uniform(size=n) < 0.5, -1.0, 1.0)
+    signs[rng.integers(n)] = 1.0
+    return signs * magnitudes
+
+
+def _array_api_points(rng: np.random.Generator) -> dict[str, np.ndarray]:
+    """The points of the array-api rows, away from the kinks of ``where`` and ``max``."""
     x_vec = _away_from_kinks(rng, 5)
     while True:  # the row maxima of x A must be clear winners
         x_mat, a = rng.uniform(-1, 1, (3, 4)), rng.uniform(-1, 1, (4, 2))
         if np.min(np.abs(np.diff(x_mat @ a, axis=1))) > 0.2:
             break
     x_six, b = rng.uniform(-1, 1, 6), rng.uniform(-1, 1, (3, 3))
-    x_four = _away_from_kinks(rng, 4)
-    cases: list[tuple[Callable[..., Any], np.ndarray, tuple[Context, ...], np.ndarray, str]] = [
-        (concat_where_max, x_vec, (), _concat_where_max_jacobian(x_vec), "vector"),
-        (row_max_of_product, x_mat, (Constant(a),), _row_max_of_product_jacobian(x_mat, a), "matrix"),
-        (reshape_matmul_concat, x_six, (Constant(b),), _reshape_matmul_concat_jacobian(x_six, b), "matrix"),
-        (stack_where_max, x_four, (), _stack_where_max_jacobian(x_four), "matrix"),
-    ]
-    for f, x, contexts, jac, shape_tag in cases:
-        name, tags = f.__name__, {"float64", "array-api", shape_tag} | ({"constant"} if contexts else set())
-        y_shape = jac.shape[: jac.ndim - x.ndim]
-        out.append(Scenario("jacobian", f, x, contexts=contexts, res1=jac, name=f"jacobian/{name}/f64", tags=tags))
-        tx = rng.uniform(-1, 1, (2, *x.shape))
-        out.append(
-            Scenario(
-                "pushforward",
-                f,
-                x,
-                contexts=contexts,
-                tangents=tuple(tx),
-                res1=tuple(_push(jac, t) for t in tx),
-                name=f"pushforward/{name}/f64",
-                tags=tags,
-            )
-        )
-        ty = rng.uniform(-1, 1, (2, *y_shape))
-        out.append(
-            Scenario(
-                "pullback",
-                f,
-                x,
-                contexts=contexts,
-                tangents=tuple(ty),
-                res1=tuple(_pull(jac, t) for t in ty),
-                name=f"pullback/{name}/f64",
-                tags=tags,
-            )
-        )
-    # float32: the same functions at points rounded to float32, references from the rounded values
-    x32, x64 = _rounded(x_vec, np.float32)
-    out.append(
-        Scenario(
-            "jacobian",
-            concat_where_max,
-            x32,
-            res1=_concat_where_max_jacobian(x64),
-            name="jacobian/concat_where_max/f32",
-            tags={"float32", "array-api", "vector"},
-        )
+    return {"x_vec": x_vec, "x_mat": x_mat, "a": a, "x_six": x_six, "b": b, "x_four": _away_from_kinks(rng, 4)}
+
+
+def _jacobian_pushforward_pullback(
+    function: Analytic, x: str, x_shape: tuple[int, ...], y_shape: tuple[int, ...], shape_tag: str, *contexts: str
+) -> tuple[Row, ...]:
+    """The three first-order rows of one array-api function, each pushforward and pullback with two tangents."""
+    given = tuple(Constant(Point(c)) for c in contexts)
+    tags = (shape_tag,)
+    return (
+        Row("jacobian", function, x=Point(x), contexts=given, tags=tags),
+        Row("pushforward", function, x=Point(x), contexts=given, tangents=(Uniform(*x_shape),) * 2, tags=tags),
+        Row("pullback", function, x=Point(x), contexts=given, tangents=(Uniform(*y_shape),) * 2, tags=tags),
     )
-    x32, x64 = _rounded(x_four, np.float32)
-    out.append(
-        Scenario(
-            "jacobian",
-            stack_where_max,
-            x32,
-            res1=_stack_where_max_jacobian(x64),
-            name="jacobian/stack_where_max/f32",
-            tags={"float32", "array-api", "matrix"},
-        )
-    )
-    return out
+
+
+ARRAY_API = RowGroup(
+    tags=("array-api",),
+    points=_array_api_points,
+    rows=(
+        *_jacobian_pushforward_pullback(CONCAT_WHERE_MAX, "x_vec", (5,), (6,), "vector"),
+        *_jacobian_pushforward_pullback(ROW_MAX_OF_PRODUCT, "x_mat", (3, 4), (7,), "matrix", "a"),
+        *_jacobian_pushforward_pullback(RESHAPE_MATMUL_CONCAT, "x_six", (6,), (4, 3), "matrix", "b"),
+        *_jacobian_pushforward_pullback(STACK_WHERE_MAX, "x_four", (4,), (4, 2), "matrix"),
+        # float32: the same points rounded to float32, references from the rounded values
+        Row("jacobian", CONCAT_WHERE_MAX, x=Point("x_vec"), dtype=np.float32, tags=("vector",)),
+        Row("jacobian", STACK_WHERE_MAX, x=Point("x_four"), dtype=np.float32, tags=("matrix",)),
+    ),
+)
+"""``concat``, ``stack``, ``reshape``, ``matmul``, ``where`` and ``max`` in vector->vector,
+matrix->vector and vector->matrix functions: jacobian, pushforward and pullback."""
 
 
 ScenarioGroup = Callable[[np.random.Generator], list[Scenario]]
@@ -999,12 +610,12 @@ def _aux_group(rng: np.random.Generator) -> list[Scenario]:
 #: generator (from the seed and the group's name), so adding a group moves no other group's
 #: points. A module adding scenarios adds its builder here.
 SCENARIO_GROUPS: dict[str, ScenarioGroup] = {
-    "first-order": lambda rng: _first_order_scenarios(rng, np.float64) + _first_order_scenarios(rng, np.float32),
-    "second-order": lambda rng: _second_order_scenarios(rng, np.float64) + _second_order_scenarios(rng, np.float32),
-    "float64-only": _float64_only_scenarios,
-    "array-api": _array_api_scenarios,
+    "first-order": FIRST_ORDER,
+    "second-order": SECOND_ORDER,
+    "float64-only": FLOAT64_ONLY,
+    "array-api": ARRAY_API,
     "sparse": _sparse_group,
-    "pytree": _pytree_scenarios,
+    "pytree": PYTREE,
     "aux": _aux_group,
 }
 
