@@ -182,7 +182,7 @@ def test_a_constant_computed_from_x_has_zero_derivatives(backend: Any) -> None:
     np.testing.assert_array_equal(di.hessian(constant_from_x, backend, X), np.zeros((3, 3)))
     y, g = di.value_and_gradient(constant_from_x, backend, X)
     assert float(y) == 1.5 and not g.any()
-    # ones_like is untraced there: refused as cut off (test_r5_rules, test_r5_torch_graph)
+    # ones_like is untraced there: refused as cut off (test_engine_refusals, test_torch_graph)
     if isinstance(backend, (di.AutoAutograd, di.AutoTorch)):
         with pytest.raises(di.InvalidOutputError, match="not computed from x"):
             di.jacobian(constant_vector_from_x, backend, X)
