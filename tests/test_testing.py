@@ -629,3 +629,57 @@ def test_importing_di_testing_imports_no_engine_and_di_does_not_import_it() -> N
         "assert not loaded, loaded\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+# --- the tables the built-in scenarios are written in ------------------------------------------
+
+
+def _cube(x: Any, a: Any) -> Any:
+    xp = di.array_namespace(x)
+    return xp.multiply(a, x**3)
+
+
+def test_a_table_row_rounds_its_draws_to_its_dtype_and_computes_references_from_the_rounded_values() -> None:
+    from di.testing.scenario_table import SAME_X, Analytic, Row, RowGroup, Uniform
+
+    cube = Analytic(_cube, first=lambda x, a: np.diag(3 * a * x**2), second=None)
+    group = RowGroup(
+        dtypes=(np.float64, np.float32),
+        rows=(
+            Row("jacobian", cube, x=Uniform(3), contexts=(di.Constant(Uniform(3)),)),
+            Row("pushforward", cube, x=SAME_X, contexts=(di.Constant(2.0),), tangents=(Uniform(3),) * 2),
+        ),
+    )
+    scenarios = group(np.random.default_rng(0))
+    assert [s.name for s in scenarios] == [
+        "jacobian/_cube/f64",
+        "pushforward/_cube/f64",
+        "jacobian/_cube/f32",
+        "pushforward/_cube/f32",
+    ]
+    assert [sorted(s.tags) for s in scenarios] == [["constant", "float64"]] * 2 + [["constant", "float32"]] * 2
+    for jacobian, pushforward in (scenarios[:2], scenarios[2:]):
+        assert pushforward.x is jacobian.x  # SAME_X: one point
+        x64 = jacobian.x.astype(np.float64)
+        a64 = np.asarray(jacobian.contexts[0].value, dtype=np.float64)
+        assert jacobian.contexts[0].value.dtype == jacobian.x.dtype
+        np.testing.assert_array_equal(jacobian.res1, np.diag(3 * a64 * x64**2))
+        assert pushforward.contexts[0].value == 2.0  # a Python float stays one
+        for tangent, result in zip(pushforward.tangents, pushforward.res1):
+            assert tangent.dtype == jacobian.x.dtype
+            np.testing.assert_array_equal(result, np.diag(3 * 2.0 * x64**2) @ tangent.astype(np.float64))
+    assert scenarios[0].x.dtype == np.float64 and scenarios[2].x.dtype == np.float32
+    assert not np.array_equal(scenarios[0].x, scenarios[2].x)  # one generator: the float32 points come next
+
+
+def test_a_table_row_refuses_what_it_cannot_build() -> None:
+    from di.testing.scenario_table import SAME_X, Analytic, Row, RowGroup, Uniform
+
+    only_first = Analytic(_cube, first=lambda x, a: np.diag(3 * a * x**2))
+    rng = np.random.default_rng(0)
+    with pytest.raises(ValueError, match="a hessian scenario of _cube needs its 'second' derivative"):
+        RowGroup((Row("hessian", only_first, x=Uniform(3), contexts=(di.Constant(1.0),)),)).build(rng)
+    with pytest.raises(ValueError, match="SAME_X in the first row"):
+        RowGroup((Row("jacobian", only_first, x=SAME_X, contexts=(di.Constant(1.0),)),)).build(rng)
+    with pytest.raises(TypeError, match="cannot draw 'three'"):
+        RowGroup((Row("jacobian", only_first, x="three", contexts=(di.Constant(1.0),)),)).build(rng)
