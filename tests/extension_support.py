@@ -34,7 +34,8 @@ def restored_registries() -> Iterator[None]:
     """
     tables: list[dict] = [  # type: ignore[type-arg]
         di.families.registry._FAMILIES,
-        di.backends.registry._ADAPTER_PATHS,
+        di.backends.selectors._ENGINES,
+        di.backends.selectors._BY_SELECTOR,
         di.backends.registry._ADAPTERS,
         di.backends.selectors._BY_NAME,
     ]

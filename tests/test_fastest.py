@@ -33,7 +33,7 @@ from di.backends.registry import register_backend
 from di.contexts import Context
 from di.families import family_of
 from di.fastest import strategy as fastest
-from di.plan import CandidatesDisagreeError, Plan, PlanCache, PlanRow, selector_label
+from di.fastest.plan import CandidatesDisagreeError, Plan, PlanCache, PlanRow, selector_label
 
 ROOT = Path(__file__).resolve().parents[1]
 BUDGET = 0.03

@@ -31,8 +31,8 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("testing", ("di/testing/",)),
     ("public API", ("di/__init__.py", "di/namespace.py", "di/_autograd_namespace.py", "di/mixing/")),
     ("operators", ("di/operators/",)),
-    ("strategies", ("di/sparse/", "di/second_order/", "di/fastest/", "di/plan.py")),
-    ("backends", ("di/backends/",)),
+    ("strategies", ("di/sparse/", "di/second_order/", "di/fastest/")),
+    ("backends", ("di/backends/", "di/engines/")),
     ("prep", ("di/prep/",)),
     ("families and pytrees", ("di/families/", "di/pytrees.py")),
     ("errors and contexts", ("di/errors.py", "di/contexts.py")),
@@ -160,7 +160,7 @@ def find_cycle(graph: dict[str, set[str]], nodes: set[str]) -> list[str] | None:
 
 
 def _path_module(path: str) -> str:
-    """``di/cli/`` -> ``di.cli``; ``di/__init__.py`` -> ``di``; ``di/plan.py`` -> ``di.plan``."""
+    """``di/cli/`` -> ``di.cli``; ``di/__init__.py`` -> ``di``; ``di/fastest/plan.py`` -> ``di.fastest.plan``."""
     stem = path.rstrip("/").removesuffix(".py").removesuffix("/__init__")
     return stem.replace("/", ".")
 

@@ -1,14 +1,15 @@
 """The family registry: detection by class, conversion through one hub.
 
-Built-in families are the modules of this package (one per library), found by
-listing the package folder: adding a family in-tree is adding its module, and
-out of tree calling :func:`register_family`. Importing them imports no library.
+NumPy's family, the hub, is registered here. Every other family comes with the
+engine that brings it (its record's ``family``, registered with the engine) or
+is registered from outside with :func:`register_family`; importing a family
+module imports no library. The engines are registered by a higher layer, which
+sets the loader (:func:`set_family_loader`) that this registry calls before it
+first answers about families other than NumPy.
 """
 
 from __future__ import annotations
 
-import importlib
-import os
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -28,12 +29,17 @@ __all__ = [
     "identity",
     "is_floating_dtype",
     "register_family",
+    "set_family_loader",
     "spec_of",
 ]
 
 _FAMILIES: dict[str, Family] = {}
 _FAMILY_BY_TYPE: dict[type, str | None] = {}
 _CONVERTERS: dict[tuple[str, str], Callable[[Any], Any]] = {}
+_LOADER: list[Callable[[], None]] = []
+"""The function registering the engines (and so their families), set by the
+backend registry (:func:`set_family_loader`)."""
+_LOADED: list[bool] = [False]
 
 
 class ArraySpec:
@@ -121,14 +127,24 @@ def register_family(family: Family) -> Family:
     return family
 
 
-def _load_builtin() -> None:
-    """Register the families defined by this package's modules."""
-    folder = os.path.dirname(__file__)
-    for filename in sorted(os.listdir(folder), key=lambda name: (name != "numpy.py", name)):
-        stem, extension = os.path.splitext(filename)
-        if extension == ".py" and stem not in ("__init__", "family", "registry"):
-            module = importlib.import_module(f"{__package__}.{stem}")
-            register_family(module.FAMILY)
+def set_family_loader(loader: Callable[[], None]) -> None:
+    """Set the function that registers the engines, and with them their families:
+    called once, the first time the registry is asked about a family it does not
+    know (or for all of them).
+
+    Examples:
+        >>> from di.families.registry import set_family_loader
+        >>> set_family_loader(lambda: None)
+    """
+    _LOADER[:] = [loader]
+
+
+def _load_engine_families() -> None:
+    """Have the engines registered, once (the loader itself makes a thread asking
+    meanwhile wait for the one registering them)."""
+    if not _LOADED[0] and _LOADER:
+        _LOADER[0]()
+        _LOADED[0] = True
 
 
 def families() -> tuple[Family, ...]:
@@ -139,6 +155,7 @@ def families() -> tuple[Family, ...]:
         >>> families()[0].name
         'numpy'
     """
+    _load_engine_families()
     return tuple(_FAMILIES.values())
 
 
@@ -153,7 +170,11 @@ def get_family(name: str) -> Family:
         >>> get_family("numpy").mutable
         True
     """
-    return _FAMILIES[name]
+    try:
+        return _FAMILIES[name]
+    except KeyError:
+        _load_engine_families()
+        return _FAMILIES[name]
 
 
 def family_of(value: Any) -> str | None:
@@ -182,6 +203,7 @@ def family_of(value: Any) -> str | None:
     try:
         return _FAMILY_BY_TYPE[cls]
     except KeyError:
+        _load_engine_families()
         name = _most_specific([family for family in _FAMILIES.values() if family.is_array(value)], cls)
         if name is not None or len(_FAMILY_BY_TYPE) < 256:
             _FAMILY_BY_TYPE[cls] = name
@@ -356,4 +378,10 @@ def _through_hub(source: Family, target: Family) -> Callable[[Any], Any]:
     return convert
 
 
-_load_builtin()
+def _register_numpy() -> None:
+    from di.families.numpy import FAMILY
+
+    register_family(FAMILY)
+
+
+_register_numpy()

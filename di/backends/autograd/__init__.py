@@ -1,9 +1,8 @@
-"""HIPS autograd: the adapter (:mod:`.adapter`), the array namespace ``f`` computes
-with on autograd's traced values (:mod:`.namespace`), and the table through which
-:func:`di.array_namespace` finds that namespace (:mod:`.array_api`).
+"""HIPS autograd: the adapter (:mod:`.adapter`) and the array namespace ``f`` computes
+with on autograd's traced values (:mod:`.namespace`), which :func:`di.array_namespace`
+finds through the engine's record.
 
-Importing this package imports no engine: :mod:`di.namespace` reads
-:mod:`.array_api` at ``import di``, and the adapter (which imports autograd) is
+Importing this package imports no engine: the adapter (which imports autograd) is
 loaded when a prep first needs it.
 """
 

@@ -55,9 +55,10 @@ from di.backends.jax.x64 import keep_constants_per_scope, needs_x64, x64_scope
 from di.backends.outputs import checking, output_leaf_shapes
 from di.backends.protocol import OPERATOR_FAMILIES, Adapter, Capabilities, Program, Programs, plain_from_full
 from di.backends.registry import get_adapter
-from di.backends.selectors import AbstractBackend, AutoJAX
+from di.backends.selectors import AbstractBackend
 from di.backends.transforms import Composition
 from di.contexts import Context
+from di.engines.jax.selector import AutoJAX
 from di.errors import InvalidOutputError
 from di.families import converter, family_of, identity
 from di.prep.signature import checked_by_executable, checks_arguments

@@ -20,7 +20,8 @@ from di.backends.jax.concretization import concretization_error
 from di.backends.jax.x64 import in_x64
 from di.backends.outputs import OutputRules, is_real_floating_array
 from di.backends.protocol import Program, Programs
-from di.backends.selectors import AbstractBackend, AutoJAX
+from di.backends.selectors import AbstractBackend
+from di.engines.jax.selector import AutoJAX
 from di.errors import UnsupportedOperatorError
 from di.families import converter, family_of, identity
 

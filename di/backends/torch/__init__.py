@@ -19,7 +19,6 @@ from typing import Any
 import torch
 
 from di.backends.protocol import OPERATOR_FAMILIES, Capabilities, Programs
-from di.backends.selectors import AutoTorch
 from di.backends.torch.checks import refuse_what_compiling_drops
 from di.backends.torch.common import (
     TorchBase,
@@ -36,6 +35,7 @@ from di.backends.torch.eager import EagerPrograms
 from di.backends.torch.func import FuncPrograms
 from di.backends.transforms import Composition
 from di.contexts import Cache, Context
+from di.engines.torch.selector import AutoTorch
 
 __all__ = ["COMPOSITIONS", "TorchAdapter"]
 

@@ -14,9 +14,10 @@ import torch.utils._pytree as torch_pytree
 from di.backends.compile import counting_static_values, static_positions
 from di.backends.outputs import OutputRules
 from di.backends.protocol import Adapter, Program
-from di.backends.selectors import AbstractBackend, AutoTorch
+from di.backends.selectors import AbstractBackend
 from di.backends.torch.compile import TorchCompiler
 from di.contexts import Context
+from di.engines.torch.selector import AutoTorch
 from di.errors import InvalidInputError, UnsupportedContextError, UnsupportedOperatorError
 from di.families import converter, family_of
 from di.families.torch import innermost_transform, transform_of

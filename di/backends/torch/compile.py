@@ -32,7 +32,7 @@ from typing import Any
 import torch
 
 from di.backends.compile import RecompileWatch, caller_stacklevel, compiled_on_first_use
-from di.backends.selectors import AutoTorch
+from di.engines.torch.selector import AutoTorch
 from di.errors import InvalidInputError, RecompileLimitError, RecompileWarning, UnsupportedOperatorError
 from di.pytrees import nesting_depth
 
