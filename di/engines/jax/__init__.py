@@ -14,7 +14,7 @@ __all__ = ["ENGINE", "AutoJAX"]
 ENGINE = Engine(
     name="jax",
     selectors=(AutoJAX,),
-    adapter="di.backends.jax:JAXAdapter",
+    adapter="di.engines.jax.adapter:JAXAdapter",
     display="JAX",
     labels={"jax": AutoJAX(), "jax-jit": AutoJAX(jit=True)},
     fastest=("jax-jit", "jax"),
@@ -23,8 +23,8 @@ ENGINE = Engine(
     module="jax",
     extra="jax",
     distributions=("jax", "jaxlib"),
-    family="di.families.jax:FAMILY",
-    host="di.mixing.jax:HOST",
+    family="di.engines.jax.family:FAMILY",
+    host="di.engines.jax.host:HOST",
 )
 """JAX's record: ``AutoSparse()``'s default dense backend; ``AutoFastest``
 measures ``AutoJAX(jit=True)`` and ``AutoJAX()`` by default."""

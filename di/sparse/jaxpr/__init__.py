@@ -34,7 +34,7 @@ def _traced(
     (static ones closed over), inside ``enable_x64`` when ``x`` is 64-bit."""
     import jax
 
-    from di.families.jax import is_64_bit
+    from di.engines.jax.family import is_64_bit
 
     x_dtype = np.float64 if is_64_bit(x.dtype) else np.float32
     shape = tuple(x.shape)

@@ -47,7 +47,7 @@ def conversion_of(error: BaseException) -> str:
     ``if``), ``"an index"``, a conversion such as ``"float()"``, or ``""``.
 
     Examples:
-        >>> from di.backends.jax.concretization import conversion_of
+        >>> from di.engines.jax.concretization import conversion_of
         >>> conversion_of(ValueError("The problem arose with the `float` function."))
         'float()'
     """
