@@ -366,5 +366,5 @@ def to_torch(x):
     # import torch, from jax, the name torch, "autograd", "jaxlib"; as whole words only (as the
     # reference counter does): to_torch, jax_array and PyTorch are not counted
     assert engine_mentions(source) == 5
-    assert _is_engine_home(Path("di/backends/torch/eager.py")) and _is_engine_home(Path("di/engines/jax/family.py"))
+    assert _is_engine_home(Path("di/engines/torch/eager.py")) and _is_engine_home(Path("di/engines/jax/family.py"))
     assert _is_engine_home(Path("di/backends/selectors.py")) and not _is_engine_home(Path("di/backends/fallbacks.py"))

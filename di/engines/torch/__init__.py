@@ -14,15 +14,15 @@ __all__ = ["ENGINE", "AutoTorch"]
 ENGINE = Engine(
     name="torch",
     selectors=(AutoTorch,),
-    adapter="di.backends.torch:TorchAdapter",
+    adapter="di.engines.torch.adapter:TorchAdapter",
     display="PyTorch",
     aliases=("pytorch",),
     labels={"torch": AutoTorch(), "torch-compile": AutoTorch(compile=True)},
     fastest=("torch",),
     module="torch",
     extra="torch",
-    family="di.families.torch:FAMILY",
-    host="di.mixing.torch:HOST",
+    family="di.engines.torch.family:FAMILY",
+    host="di.engines.torch.host:HOST",
 )
 """PyTorch's record: ``AutoFastest`` measures ``AutoTorch()`` by default
 (``AutoTorch(compile=True)`` costs seconds of compilation: only when listed)."""
