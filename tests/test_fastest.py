@@ -28,9 +28,9 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 import di
-from di.backends.finitediff import FiniteDiffAdapter
 from di.backends.registry import register_backend
 from di.contexts import Context
+from di.engines.finitediff.adapter import FiniteDiffAdapter
 from di.families import family_of
 from di.fastest import strategy as fastest
 from di.fastest.plan import CandidatesDisagreeError, Plan, PlanCache, PlanRow, selector_label

@@ -73,7 +73,7 @@ def register_backend(selector_type: type[AbstractBackend], adapter: str | type[A
     Examples:
         >>> import dataclasses, di
         >>> from di.backends.registry import register_backend
-        >>> from di.backends.finitediff import FiniteDiffAdapter
+        >>> from di.engines.finitediff.adapter import FiniteDiffAdapter
         >>> @dataclasses.dataclass(frozen=True)
         ... class MyFD(di.AbstractBackend):
         ...     pass

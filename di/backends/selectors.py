@@ -197,7 +197,7 @@ def register_engine(engine: Engine) -> Engine:
         >>> @dataclasses.dataclass(frozen=True)
         ... class AutoSquares(di.AbstractBackend):
         ...     pass
-        >>> adapter = "di.backends.finitediff:FiniteDiffAdapter"
+        >>> adapter = "di.engines.finitediff.adapter:FiniteDiffAdapter"
         >>> record = di.register_engine(Engine("di_doc_squares", AutoSquares, adapter))
         >>> di.backend("di_doc_squares"), AutoSquares() in di.available_backends()
         (AutoSquares(), True)

@@ -15,21 +15,21 @@ __all__ = ["ENGINE", "AutoAutograd"]
 ENGINE = Engine(
     name="autograd",
     selectors=(AutoAutograd,),
-    adapter="di.backends.autograd.adapter:AutogradAdapter",
+    adapter="di.engines.autograd.adapter:AutogradAdapter",
     display="autograd",
     fastest=("autograd",),
     module="autograd",
     extra="autograd",
-    host="di.mixing.autograd:HOST",
+    host="di.engines.autograd.host:HOST",
     # array-api-compat answers autograd.numpy for autograd's boxes; its array-API names
     # (concat, vecdot, ...) are NumPy's functions, which drop the boxes: autograd would
     # silently return zeros. di answers a namespace whose functions autograd differentiates.
     namespace=NamespaceOverride(
         replaces="autograd.numpy.numpy_wrapper",
-        build="di.backends.autograd.namespace:build_namespace",
+        build="di.engines.autograd.namespace:build_namespace",
         traced="autograd.tracer:Box",
         mixes_with="numpy",
     ),
-    traced="di.backends.autograd.adapter:traced_values",
+    traced="di.engines.autograd.adapter:traced_values",
 )
 """autograd's record."""

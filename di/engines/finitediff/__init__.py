@@ -14,7 +14,7 @@ __all__ = ["ENGINE", "AutoFiniteDiff"]
 ENGINE = Engine(
     name="finitediff",
     selectors=(AutoFiniteDiff,),
-    adapter="di.backends.finitediff:FiniteDiffAdapter",
+    adapter="di.engines.finitediff.adapter:FiniteDiffAdapter",
     display="finite differences",
     aliases=("finite_diff", "fd"),
     labels={"finitediff": AutoFiniteDiff(), "finitediff-forward": AutoFiniteDiff(method="forward")},

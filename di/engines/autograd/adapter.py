@@ -36,7 +36,7 @@ def traced_values() -> list[TracedValues]:
     transforms (second derivatives), and other backends refuse it by name.
 
     Examples:
-        >>> from di.backends.autograd.adapter import traced_values
+        >>> from di.engines.autograd.adapter import traced_values
         >>> [traced.transform for traced in traced_values()]
         ['autograd.grad']
     """
@@ -47,7 +47,7 @@ def _cast(value: Any, dtype_name: str) -> Any:
     """A box cast by the array namespace's ``astype``, which autograd differentiates
     in both modes (its own ``astype`` has no forward rule): a pytree's leaves of
     other dtypes are rebuilt so inside forward mode."""
-    from di.backends.autograd.namespace import astype  # built on first use, as di.array_namespace does
+    from di.engines.autograd.casting import astype
 
     return astype(value, dtype_name)
 
@@ -65,7 +65,7 @@ def _no_jvp_error(error: BaseException, backend: AbstractBackend, operator: str)
 
     Examples:
         >>> import di
-        >>> from di.backends.autograd.adapter import _no_jvp_error
+        >>> from di.engines.autograd.adapter import _no_jvp_error
         >>> error = NotImplementedError("JVP of p wrt argnums (0,) not defined")
         >>> str(_no_jvp_error(error, di.AutoAutograd(), "pushforward")).split(":")[0]
         'AutoAutograd() cannot differentiate f in forward mode'
