@@ -27,6 +27,7 @@ __all__ = [
     "family_of",
     "get_family",
     "identity",
+    "is_64_bit",
     "is_floating_dtype",
     "register_family",
     "set_family_loader",
@@ -254,6 +255,26 @@ def is_floating_dtype(dtype: Any) -> bool:
     if np_dtype.kind == "f":
         return True
     return np_dtype.kind == "V" and "bfloat16" in np_dtype.name  # ml_dtypes.bfloat16
+
+
+def is_64_bit(dtype: Any) -> bool:
+    """Whether a dtype of any family (or its name) has 8-byte elements (what JAX
+    keeps only inside ``jax.enable_x64``).
+
+    Examples:
+        >>> import numpy as np
+        >>> from di.families import is_64_bit
+        >>> is_64_bit(np.float64), is_64_bit("float32")
+        (True, False)
+    """
+    try:
+        return np.dtype(dtype).itemsize == 8
+    except TypeError:  # another library's dtype: its own size, else its name's
+        itemsize = getattr(dtype, "itemsize", None)
+        if isinstance(itemsize, int):
+            return itemsize == 8
+        name = str(getattr(dtype, "name", dtype)).rsplit(".", 1)[-1]
+        return name in ("float64", "int64", "uint64", "complex64")
 
 
 def dtype_kind(dtype: Any) -> str:

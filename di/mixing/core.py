@@ -33,7 +33,12 @@ __all__ = ["DifferentiateWith", "Host", "host_of"]
 
 
 class Host:
-    """What a host module offers (its ``HOST``): ``g`` as a primitive of one outer engine.
+    """What an engine offers to host ``g``: ``g`` as a primitive of that (outer) engine.
+
+    An engine's record names its host (``host="mypackage.host:HOST"``, an
+    instance of a subclass); it is imported once the engine's module is loaded
+    (a value of the engine cannot exist before). Without one, ``g`` cannot be
+    called inside the engine's transforms (on its values, ``g`` refuses them).
 
     Attributes:
         engine: the engine's module, as its selectors name it (their ``engine``).
