@@ -15,6 +15,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
+from di import loaders
 from di.contexts import Cache, Constant, Context
 from di.errors import (
     BackendNotInstalledError,
@@ -112,6 +113,17 @@ if TYPE_CHECKING:
     )
 
 __version__ = "0.1.0"
+
+
+def _register_engines() -> None:
+    """Register the engines and the array families they bring: what the family
+    registry, a lower layer, asks for before it first answers (:mod:`di.loaders`)."""
+    from di.backends.registry import register_engine_families
+
+    register_engine_families()
+
+
+loaders.set_engine_loader(_register_engines)
 
 _LAZY: dict[str, str] = {
     "register_backend": "di.backends.registry",

@@ -44,7 +44,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("backends", ("di/backends/",)),
     ("prep", ("di/prep/",)),
     ("families and pytrees", ("di/families/", "di/pytrees.py")),
-    ("errors and contexts", ("di/errors.py", "di/contexts.py")),
+    ("errors and contexts", ("di/errors.py", "di/contexts.py", "di/loaders.py")),
 )
 """The layers, top to bottom, each with its files (a path ending in ``/`` is a
 package: every module under it; a file may be a glob, which wins over the

@@ -23,12 +23,12 @@ from di.backends.selectors import (
     AbstractBackend,
     engine_of,
     engines,
+    family_of,
     on_engine_registered,
     register_engine,
     registered_for,
 )
 from di.errors import BackendNotInstalledError, InvalidInputError, InvalidOptionError, InvalidOptionTypeError
-from di.families.registry import set_family_loader
 from di.prep.signature import TracedType, register_traced_type, set_traced_type_loader
 from di.pytrees import register_traced_leaves
 
@@ -351,12 +351,25 @@ def _register_traced(record: Engine) -> None:
     _TRACED.add(record.key)
 
 
-def _load_engines_for_families() -> None:
-    engines()  # registering the engines registers the families they bring
+def register_engine_families() -> None:
+    """Register the family of every engine that brings one and that is not
+    registered yet (an engine registered before the family registry was imported
+    registered none: importing it would import NumPy for a selector). The family
+    registry asks for it, through :mod:`di.loaders`, before it first answers.
+
+    Examples:
+        >>> from di.backends.registry import register_engine_families
+        >>> register_engine_families()
+    """
+    from di.families.registry import add_engine_family, registered_names
+
+    for engine in engines():
+        family = family_of(engine)
+        if family is not None and family.name not in registered_names():  # (else replaced from outside)
+            add_engine_family(family)
 
 
 set_traced_type_loader(_import_tracers)
-set_family_loader(_load_engines_for_families)
 
 
 def _not_a_selector(backend: Any) -> InvalidInputError:

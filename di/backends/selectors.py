@@ -39,6 +39,7 @@ __all__ = [
     "default_selector",
     "engine_of",
     "engines",
+    "family_of",
     "not_a_selector",
     "on_engine_registered",
     "register_engine",
@@ -215,10 +216,9 @@ def register_engine(engine: Engine) -> Engine:
     _load_builtin()
     if engine.name:
         _claim(engine.selectors[0], (engine.name, *engine.aliases))
-    if engine.family is not None:
-        from di.families import register_family
-
-        register_family(load(engine.family) if isinstance(engine.family, str) else engine.family)
+    families = sys.modules.get("di.families.registry")
+    if engine.family is not None and families is not None:  # else registered when families are first asked
+        families.add_engine_family(family_of(engine))
     previous = _ENGINES.pop(engine.key, None)
     if previous is not None:
         for cls in previous.selectors:
@@ -230,6 +230,21 @@ def register_engine(engine: Engine) -> Engine:
     for listener in list(_LISTENERS):
         listener(engine)
     return engine
+
+
+def family_of(engine: Engine) -> Any:
+    """The :class:`di.Family` an engine brings (its record's ``family``, imported
+    from its path: a family module imports no library), or ``None``.
+
+    Examples:
+        >>> import di
+        >>> from di.backends.selectors import engine_of, family_of
+        >>> family_of(engine_of(di.AutoTorch())).name, family_of(engine_of(di.AutoFiniteDiff()))
+        ('torch', None)
+    """
+    if engine.family is None:
+        return None
+    return load(engine.family) if isinstance(engine.family, str) else engine.family
 
 
 def on_engine_registered(listener: Callable[[Engine], None]) -> None:

@@ -4,13 +4,13 @@ NumPy's family, the hub, is registered here. Every other family comes with the
 engine that brings it (its record's ``family``, registered with the engine) or
 is registered from outside with :func:`register_family`; importing a family
 module imports no library. The engines are registered by a higher layer, which
-sets the loader (:func:`set_family_loader`) that this registry calls before it
-first answers about families other than NumPy.
+this registry asks to (:func:`di.loaders.load_engines`) before it first answers.
 """
 
 from __future__ import annotations
 
 import sys
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -18,6 +18,7 @@ import numpy as np
 
 from di.errors import InvalidOptionTypeError
 from di.families.family import Family
+from di.loaders import load_engines
 
 __all__ = [
     "ArraySpec",
@@ -30,17 +31,17 @@ __all__ = [
     "is_64_bit",
     "is_floating_dtype",
     "register_family",
-    "set_family_loader",
     "spec_of",
 ]
 
 _FAMILIES: dict[str, Family] = {}
 _FAMILY_BY_TYPE: dict[type, str | None] = {}
 _CONVERTERS: dict[tuple[str, str], Callable[[Any], Any]] = {}
-_LOADER: list[Callable[[], None]] = []
-"""The function registering the engines (and so their families), set by the
-backend registry (:func:`set_family_loader`)."""
-_LOADED: list[bool] = [False]
+_LOAD_LOCK = threading.RLock()
+_loaded_into: dict[str, Family] | None = None
+"""The table the engines' families were registered into (a table put in its place,
+as a test isolating its registrations does, has them registered again)."""
+_loading = False
 
 
 class ArraySpec:
@@ -116,36 +117,64 @@ def register_family(family: Family) -> Family:
         >>> get_family("numpy") is di.register_family(get_family("numpy"))
         True
     """
+    _load_engine_families()  # the engines' first: a family registered here replaces theirs
     if not isinstance(family, Family) or not family.name or not family.module:
         hint = " (a class: pass an instance, MyFamily())" if isinstance(family, type) else ""
         raise InvalidOptionTypeError(
             f"register_family needs an instance of a di.families.Family subclass with a name and a module, "
             f"not {family!r}{hint}"
         )
+    return _add(family)
+
+
+def add_engine_family(family: Family) -> Family:
+    """Register the family an engine brings, as :func:`register_family` does but
+    without asking for the engines first: the engine registry calls it while it
+    registers them (and so holds their lock, which asking would wait for).
+
+    Examples:
+        >>> from di.families import get_family
+        >>> from di.families.registry import add_engine_family
+        >>> add_engine_family(get_family("numpy")).name
+        'numpy'
+    """
+    return _add(family)
+
+
+def registered_names() -> list[str]:
+    """The names of the families registered so far, asking for nothing.
+
+    Examples:
+        >>> from di.families.registry import registered_names
+        >>> "numpy" in registered_names()
+        True
+    """
+    return list(_FAMILIES)
+
+
+def _add(family: Family) -> Family:
     _FAMILIES[family.name] = family
     _FAMILY_BY_TYPE.clear()
     _CONVERTERS.clear()
     return family
 
 
-def set_family_loader(loader: Callable[[], None]) -> None:
-    """Set the function that registers the engines, and with them their families:
-    called once, the first time the registry is asked about a family it does not
-    know (or for all of them).
-
-    Examples:
-        >>> from di.families.registry import set_family_loader
-        >>> set_family_loader(lambda: None)
-    """
-    _LOADER[:] = [loader]
-
-
 def _load_engine_families() -> None:
-    """Have the engines registered, once (the loader itself makes a thread asking
-    meanwhile wait for the one registering them)."""
-    if not _LOADED[0] and _LOADER:
-        _LOADER[0]()
-        _LOADED[0] = True
+    """Have the engines' families registered, once, before the registry first
+    answers (a thread asking meanwhile waits; the loading thread's own questions
+    find the registry as far as it got)."""
+    global _loaded_into, _loading
+    if _loaded_into is _FAMILIES:
+        return
+    with _LOAD_LOCK:
+        if _loaded_into is _FAMILIES or _loading:
+            return
+        _loading = True
+        try:
+            load_engines()
+        finally:
+            _loading = False
+        _loaded_into = _FAMILIES
 
 
 def families() -> tuple[Family, ...]:
@@ -402,7 +431,7 @@ def _through_hub(source: Family, target: Family) -> Callable[[Any], Any]:
 def _register_numpy() -> None:
     from di.families.numpy import FAMILY
 
-    register_family(FAMILY)
+    _add(FAMILY)  # (asking for the engines here would import them while this module is half made)
 
 
 _register_numpy()
