@@ -32,7 +32,7 @@ def restored_registries() -> Iterator[None]:
     restores the registries' own tables: the one place these tests reach past the
     public API, and only to clean up after themselves.
     """
-    di.backends.selectors.engines()  # the built-in engines registered first: they stay
+    di.families.registry.families()  # the built-in engines and their families registered first: they stay
     tables: list[dict] = [  # type: ignore[type-arg]
         di.families.registry._FAMILIES,
         di.backends.selectors._ENGINES,

@@ -23,7 +23,7 @@ from di.backends.selectors import (
     AbstractBackend,
     engine_of,
     engines,
-    family_of,
+    load_family,
     on_engine_registered,
     register_engine,
     registered_for,
@@ -364,7 +364,7 @@ def register_engine_families() -> None:
     from di.families.registry import add_engine_family, registered_names
 
     for engine in engines():
-        family = family_of(engine)
+        family = load_family(engine)
         if family is not None and family.name not in registered_names():  # (else replaced from outside)
             add_engine_family(family)
 

@@ -39,11 +39,13 @@ __all__ = [
     "default_selector",
     "engine_of",
     "engines",
-    "family_of",
+    "load_family",
     "not_a_selector",
     "on_engine_registered",
     "register_engine",
+    "registered_for",
     "selector_classes",
+    "selector_names",
 ]
 
 _BY_NAME: dict[str, type[AbstractBackend]] = {}
@@ -218,7 +220,7 @@ def register_engine(engine: Engine) -> Engine:
         _claim(engine.selectors[0], (engine.name, *engine.aliases))
     families = sys.modules.get("di.families.registry")
     if engine.family is not None and families is not None:  # else registered when families are first asked
-        families.add_engine_family(family_of(engine))
+        families.add_engine_family(load_family(engine))
     previous = _ENGINES.pop(engine.key, None)
     if previous is not None:
         for cls in previous.selectors:
@@ -232,14 +234,14 @@ def register_engine(engine: Engine) -> Engine:
     return engine
 
 
-def family_of(engine: Engine) -> Any:
+def load_family(engine: Engine) -> Any:
     """The :class:`di.Family` an engine brings (its record's ``family``, imported
     from its path: a family module imports no library), or ``None``.
 
     Examples:
         >>> import di
-        >>> from di.backends.selectors import engine_of, family_of
-        >>> family_of(engine_of(di.AutoTorch())).name, family_of(engine_of(di.AutoFiniteDiff()))
+        >>> from di.backends.selectors import engine_of, load_family
+        >>> load_family(engine_of(di.AutoTorch())).name, load_family(engine_of(di.AutoFiniteDiff()))
         ('torch', None)
     """
     if engine.family is None:
