@@ -49,7 +49,7 @@ from bench.functions import FUNCTIONS
 from bench.report import format_ns, machine, versions
 from bench.timing import Settings, compare
 from di.families import converter
-from di.plan import selector_label
+from di.fastest.plan import selector_label
 
 __all__ = ["main", "run_case"]
 

@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 
 import di
-from di.plan import format_seconds
+from di.fastest.plan import format_seconds
 
 TIME_BUDGET = 0.4  # seconds of repeated calls per row
 DENSE_ONCE_FROM = 10_000  # sizes from which dense matrices are timed once (800 MB in float64)

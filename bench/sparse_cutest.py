@@ -39,7 +39,7 @@ from typing import Any
 
 import numpy as np
 
-from di.plan import format_seconds
+from di.fastest.plan import format_seconds
 
 ROUNDS = 15
 ROUND_SECONDS = 0.02  # each round's batch of calls lasts about this long

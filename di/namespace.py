@@ -2,13 +2,12 @@
 
 For most values (NumPy arrays, torch tensors, JAX arrays and tracers) it is
 array-api-compat's namespace. An engine whose traced values array-api-compat
-maps to a namespace the engine cannot differentiate declares, in an
-``array_api`` module of its package under ``di/backends/``, the namespace
-``di`` answers instead (autograd's boxes get one whose functions autograd
-differentiates: see ``di/backends/autograd/``). Those tables are found by
-listing the engine packages when ``di`` is imported, importing no engine; the
-replacement namespace is built on first use, once its engine is loaded (a traced
-value could not exist before).
+maps to a namespace the engine cannot differentiate declares, in its record
+(:class:`~di.backends.engine.NamespaceOverride`), the namespace ``di`` answers
+instead (autograd's boxes get one whose functions autograd differentiates). The
+records are read on the first call, importing no engine; the replacement
+namespace is built on first use, once its engine is loaded (a traced value could
+not exist before).
 
 Pytrees (a dict of parameters, a list of arrays, a dataclass registered with
 ``optree``) get the namespace of their array leaves.
@@ -17,11 +16,13 @@ Pytrees (a dict of parameters, a list of arrays, a dataclass registered with
 from __future__ import annotations
 
 import importlib
-import os
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from di.errors import InvalidInputError, type_label
+
+if TYPE_CHECKING:
+    from di.backends.engine import Engine
 
 __all__ = ["array_namespace"]
 
@@ -57,19 +58,29 @@ class _Override:
         return isinstance(value, traced_class)
 
 
-def _discover() -> dict[str, _Override]:
-    """The ``ARRAY_NAMESPACES`` tables of the engine packages that have one."""
-    folder = os.path.join(os.path.dirname(__file__), "backends")
-    overrides: dict[str, _Override] = {}
-    for name in sorted(os.listdir(folder)):
-        if os.path.isfile(os.path.join(folder, name, "array_api.py")):
-            table = importlib.import_module(f"di.backends.{name}.array_api").ARRAY_NAMESPACES
-            for namespace, entry in table.items():
-                overrides[namespace] = _Override(entry["build"], entry["traced"], entry.get("mixes_with", ""))
-    return overrides
+_OVERRIDES: dict[str, _Override] = {}
+"""The overrides by the name of the namespace each replaces; filled on the first
+call (:func:`_overrides`) and on each registration of an engine since."""
+_overrides_read = False
 
 
-_OVERRIDES = _discover()
+def _overrides() -> dict[str, _Override]:
+    """:data:`_OVERRIDES`, reading the engines' records the first time."""
+    global _overrides_read
+    if not _overrides_read:
+        from di.backends.selectors import engines, on_engine_registered
+
+        for engine in engines():
+            _add_override(engine)
+        on_engine_registered(_add_override)
+        _overrides_read = True
+    return _OVERRIDES
+
+
+def _add_override(engine: Engine) -> None:
+    override = engine.namespace
+    if override is not None:
+        _OVERRIDES[override.replaces] = _Override(override.build, override.traced, override.mixes_with)
 
 
 def array_namespace(*arrays: Any) -> Any:
@@ -112,10 +123,11 @@ def array_namespace(*arrays: Any) -> Any:
     """
     import array_api_compat
 
+    overrides = _OVERRIDES if _overrides_read else _overrides()
     try:
         namespace = array_api_compat.array_namespace(*arrays)
     except TypeError:  # traced values beside NumPy arrays, a pytree, or no array at all
-        for override in _OVERRIDES.values():
+        for override in overrides.values():
             if any(override.is_traced(value) for value in arrays):
                 return _checked_mix(override, arrays)
         if any(_is_container(value) for value in arrays):
@@ -123,7 +135,7 @@ def array_namespace(*arrays: Any) -> Any:
         raise
     # Checked after the fact, so that most families pay one lookup, which
     # torch.compile and jax.jit trace for free.
-    replaced = _OVERRIDES.get(getattr(namespace, "__name__", ""))
+    replaced = overrides.get(getattr(namespace, "__name__", ""))
     return namespace if replaced is None else _checked_mix(replaced, arrays)
 
 

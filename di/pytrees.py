@@ -32,7 +32,7 @@ __all__ = [
     "is_pytree",
     "leaf_paths",
     "nesting_depth",
-    "register_traced_cast",
+    "register_traced_leaves",
     "tree_flatten",
     "tree_leaves",
     "tree_map",
@@ -650,13 +650,16 @@ def _numbers_as_arrays(leaves: list[Any], xp: Any, dtype: Any) -> list[Any]:
 
 
 def _reshape(array: Any, shape: tuple[int, ...]) -> Any:
-    """``array`` (of any family, or an engine's traced value) reshaped: its own
-    ``reshape`` method where it has one, else its family namespace's function (the
-    array API has no method)."""
+    """``array`` (of any family, or a traced value) reshaped: by its own ``reshape``
+    method, else its engine's (:func:`register_traced_leaves`), else its family's."""
     method = getattr(array, "reshape", None)
     if method is not None:
         return method(shape)
-    return get_family(family_of(array) or "numpy").namespace().reshape(array, shape)
+    family = family_of(array)
+    reshape = _TRACED_RESHAPES.get(array.__class__) if family is None else None
+    if reshape is not None:  # (NumPy's would box the traced value in an object array)
+        return reshape(array, shape)
+    return get_family(family or "numpy").namespace().reshape(array, shape)
 
 
 def _cast_like(leaf: Any, dtype: Any) -> Any:
@@ -673,15 +676,22 @@ def _cast_like(leaf: Any, dtype: Any) -> Any:
 
 
 _TRACED_CASTS: dict[type, Callable[[Any, str], Any]] = {}
+_TRACED_RESHAPES: dict[type, Callable[[Any, tuple[int, ...]], Any]] = {}
 
 
-def register_traced_cast(cls: type, cast: Callable[[Any, str], Any]) -> None:
-    """Make ``cast(value, dtype_name)`` the cast of ``cls``'s values when a pytree's
-    leaves are rebuilt in their own dtypes: an engine's traced values that belong
-    to no array family (boxes around NumPy arrays), whose own ``astype`` the engine may not
-    differentiate in every mode. The engine's adapter registers it when its module
-    is imported."""
-    _TRACED_CASTS[cls] = cast
+def register_traced_leaves(
+    cls: type,
+    cast: Callable[[Any, str], Any] | None = None,
+    reshape: Callable[[Any, tuple[int, ...]], Any] | None = None,
+) -> None:
+    """How pytree leaves are rebuilt from an engine's traced values of ``cls``, of no
+    family (boxes): ``cast(value, dtype_name)``, differentiable in every mode (their
+    ``astype`` may not be), and ``reshape(value, shape)``, for values without the
+    method. The registry registers them from the engine's record (``traced``)."""
+    if cast is not None:
+        _TRACED_CASTS[cls] = cast
+    if reshape is not None:
+        _TRACED_RESHAPES[cls] = reshape
 
 
 def _dtype_name(dtype: Any) -> str:

@@ -32,9 +32,11 @@ def restored_registries() -> Iterator[None]:
     restores the registries' own tables: the one place these tests reach past the
     public API, and only to clean up after themselves.
     """
+    di.families.registry.families()  # the built-in engines and their families registered first: they stay
     tables: list[dict] = [  # type: ignore[type-arg]
         di.families.registry._FAMILIES,
-        di.backends.registry._ADAPTER_PATHS,
+        di.backends.selectors._ENGINES,
+        di.backends.selectors._BY_SELECTOR,
         di.backends.registry._ADAPTERS,
         di.backends.selectors._BY_NAME,
     ]

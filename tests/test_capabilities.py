@@ -11,10 +11,10 @@ import pytest
 
 import di
 from di.backends.fallbacks import programs
-from di.backends.finitediff import FiniteDiffAdapter
 from di.backends.protocol import OPERATOR_FAMILIES, Adapter, Capabilities, Programs
 from di.backends.registry import get_adapter, register_backend
 from di.contexts import Context
+from di.engines.finitediff.adapter import FiniteDiffAdapter
 
 
 class OldStyle(Adapter):

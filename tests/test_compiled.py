@@ -417,7 +417,7 @@ class CountingX64:
 
 
 def test_jax_jit_float64_enters_no_scope_inside_the_callers(monkeypatch: pytest.MonkeyPatch) -> None:
-    import di.backends.jax.x64 as jax_adapter
+    import di.engines.jax.x64 as jax_adapter
 
     scopes = CountingX64(jax.enable_x64)
     monkeypatch.setattr(jax_adapter, "_X64", scopes)

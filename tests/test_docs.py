@@ -126,6 +126,7 @@ def test_page_examples_run_and_print_what_the_page_says(page: Path, tmp_path: Pa
     monkeypatch.setattr(registry, "_FAMILIES", dict(registry._FAMILIES))
     monkeypatch.setattr(registry, "_FAMILY_BY_TYPE", {})
     monkeypatch.setattr(registry, "_CONVERTERS", {})
+    _isolate_engines(monkeypatch)  # and so is an engine it registers (backends.md's complex step)
     if "torch" in sys.modules:  # a reader runs a page in a fresh process: dynamo's memory of earlier
         sys.modules["torch"]._dynamo.reset()  # compiles (ints it saw change, per code object) must not leak in
     name = "docs_example_" + re.sub(r"\W", "_", _page_id(page))
@@ -292,8 +293,20 @@ def _public_modules() -> list[str]:
     return sorted(names)
 
 
+def _isolate_engines(monkeypatch: Any) -> None:
+    """Undo, after the test, the engines an example registers: a registered engine is
+    listed by di.available_backends(), which other tests of this process use."""
+    from di.backends import registry, selectors
+
+    selectors.engines()  # the built-in engines are registered first, and stay
+    for module, table in ((selectors, "_ENGINES"), (selectors, "_BY_SELECTOR"), (selectors, "_BY_NAME")):
+        monkeypatch.setattr(module, table, dict(getattr(module, table)))
+    monkeypatch.setattr(registry, "_ADAPTERS", dict(registry._ADAPTERS))
+
+
 @pytest.mark.parametrize("module_name", _public_modules())
-def test_docstring_examples(module_name: str) -> None:
+def test_docstring_examples(module_name: str, monkeypatch: Any) -> None:
+    _isolate_engines(monkeypatch)
     try:
         module = importlib.import_module(module_name)
     except ImportError as err:

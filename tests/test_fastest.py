@@ -28,12 +28,12 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 import di
-from di.backends.finitediff import FiniteDiffAdapter
 from di.backends.registry import register_backend
 from di.contexts import Context
+from di.engines.finitediff.adapter import FiniteDiffAdapter
 from di.families import family_of
 from di.fastest import strategy as fastest
-from di.plan import CandidatesDisagreeError, Plan, PlanCache, PlanRow, selector_label
+from di.fastest.plan import CandidatesDisagreeError, Plan, PlanCache, PlanRow, selector_label
 
 ROOT = Path(__file__).resolve().parents[1]
 BUDGET = 0.03

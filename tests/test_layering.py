@@ -9,9 +9,11 @@ inside a function (a lazy import is still a dependency); imports under
 still count for cycles.
 
 Also checked here: no import cycle, no module over :data:`MAX_LINES` lines
-(scenario data tables aside), and a budget of engine mentions outside the
-engines' own modules (an engine's name belongs to its own modules and the
-selectors; everything else asks the registries).
+(scenario data tables aside), and one folder per engine: each built-in engine's
+code is in ``di/engines/<name>/``, and no code outside it names the engine
+(imports, names, selector classes, strings that are not prose) except the list of
+built-in records and the public package's exports: everything else asks the
+registries.
 """
 
 from __future__ import annotations
@@ -22,6 +24,9 @@ import fnmatch
 import re
 from pathlib import Path
 
+from di.backends.engine import Engine, load
+from di.backends.registry import engines
+
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "di"
 ARCHITECTURE_PAGE = ROOT / "docs" / "architecture.md"
@@ -29,26 +34,26 @@ ARCHITECTURE_PAGE = ROOT / "docs" / "architecture.md"
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("command line", ("di/__main__.py", "di/cli/")),
     ("testing", ("di/testing/",)),
-    ("public API", ("di/__init__.py", "di/namespace.py", "di/_autograd_namespace.py", "di/mixing/")),
+    (
+        "public API",
+        ("di/__init__.py", "di/namespace.py", "di/mixing/", "di/engines/*/host.py", "di/engines/*/namespace.py"),
+    ),
     ("operators", ("di/operators/",)),
-    ("strategies", ("di/sparse/", "di/second_order/", "di/fastest/", "di/plan.py")),
+    ("strategies", ("di/sparse/", "di/second_order/", "di/fastest/")),
+    ("engines", ("di/engines/",)),
     ("backends", ("di/backends/",)),
     ("prep", ("di/prep/",)),
     ("families and pytrees", ("di/families/", "di/pytrees.py")),
-    ("errors and contexts", ("di/errors.py", "di/contexts.py")),
+    ("errors and contexts", ("di/errors.py", "di/contexts.py", "di/loaders.py")),
 )
 """The layers, top to bottom, each with its files (a path ending in ``/`` is a
-package: every module under it)."""
+package: every module under it; a file may be a glob, which wins over the
+package holding it: an engine's ``host.py`` and ``namespace.py`` use the public
+operators, as ``di.DifferentiateWith`` and ``di.array_namespace`` do)."""
 
 MAX_LINES = 700
 LONG_MODULES_ALLOWED = ("di/testing/scenarios*.py",)
 """Data tables (the default scenarios), exempt from :data:`MAX_LINES`."""
-
-ENGINES = ("torch", "jax", "autograd")
-ENGINE_WORD = re.compile(r"\b(torch|jax|jaxlib|autograd)\b", flags=re.IGNORECASE)
-ENGINE_MENTION_BUDGET = 10
-ENGINE_HOMES = ("di/backends/selectors.py",)
-"""Besides the modules and packages named for an engine, where engine names belong."""
 
 
 # --- the import graph ----------------------------------------------------------------------------
@@ -160,19 +165,23 @@ def find_cycle(graph: dict[str, set[str]], nodes: set[str]) -> list[str] | None:
 
 
 def _path_module(path: str) -> str:
-    """``di/cli/`` -> ``di.cli``; ``di/__init__.py`` -> ``di``; ``di/plan.py`` -> ``di.plan``."""
+    """``di/cli/`` -> ``di.cli``; ``di/__init__.py`` -> ``di``; ``di/fastest/plan.py`` -> ``di.fastest.plan``;
+    a glob keeps its ``*`` (``di/engines/*/host.py`` -> ``di.engines.*.host``)."""
     stem = path.rstrip("/").removesuffix(".py").removesuffix("/__init__")
     return stem.replace("/", ".")
 
 
 def layer_of(module: str) -> int | None:
-    """The index in :data:`LAYERS` of the module's layer (the longest entry that
-    contains it), or None when no entry does."""
+    """The index in :data:`LAYERS` of the module's layer: the entry naming the
+    module itself (a file, or a glob of files such as ``di/engines/*/host.py``)
+    or else the longest package entry that contains it; None when no entry does."""
     best: tuple[int, int] | None = None
     for index, (_, paths) in enumerate(LAYERS):
         for path in paths:
             entry = _path_module(path)
-            if module == entry or (path.endswith("/") and module.startswith(entry + ".")):
+            if not path.endswith("/") and fnmatch.fnmatchcase(module, entry):
+                return index
+            if path.endswith("/") and (module == entry or module.startswith(entry + ".")):
                 if best is None or len(entry) > best[1]:
                     best = (index, len(entry))
     return None if best is None else best[0]
@@ -225,14 +234,14 @@ def test_the_files_docs_architecture_walks_through_exist() -> None:
 
 
 def test_direction_check_sees_lazy_imports_and_exempts_type_checking_ones() -> None:
-    assert layer_of("di") == 2 and layer_of("di.backends.jax") == 5 and layer_of("di.families.numpy") == 7
+    assert layer_of("di") == 2 and layer_of("di.engines.jax.adapter") == 5 and layer_of("di.families.numpy") == 8
     assert layer_of("di.testing.runner") == 1 and layer_of("di.nowhere") is None
     edges = imports()
     # di/backends/registry.py imports the protocol for type checking only
     assert any(
         (e.source, e.target, e.type_only) == ("di.backends.registry", "di.backends.protocol", True) for e in edges
     )
-    lazy = [e for e in edges if e.source == "di.sparse.jaxpr" and e.target == "di.families.jax"]
+    lazy = [e for e in edges if e.source == "di.namespace" and e.target == "di.backends.selectors"]
     assert lazy and not lazy[0].type_only  # inside a function: counts
 
 
@@ -280,12 +289,36 @@ def test_no_module_is_over_the_line_limit() -> None:
     assert not long, f"modules over {MAX_LINES} lines (split them):\n" + "\n".join(long)
 
 
-# --- engine names ----------------------------------------------------------------------------
+# --- one folder per engine ----------------------------------------------------------------------
 
 
-def _is_engine_home(relative: Path) -> bool:
-    parts = [part.lower() for part in relative.parts]
-    return any(engine in part for part in parts for engine in ENGINES) or relative.as_posix() in ENGINE_HOMES
+ENGINE_LIST_HOMES = ("di/engines/__init__.py", "di/__init__.py")
+"""Where a built-in engine may be named outside its folder: the list of the built-in
+records, and the public package's one export line per engine's selector."""
+LIBRARY_USERS = {
+    "di/sparse/jaxpr/": (
+        "jax",
+        "AutoSparse's program tracer reads f's program with the jax library: a sparsity detection "
+        "method, not the JAX engine",
+    ),
+}
+"""Folders outside an engine's that may use its library (import it, call it), and why;
+they may still not reach into the engine's folder or name its selectors."""
+
+
+def builtin_engines() -> list[Engine]:
+    """The records ``di/engines/__init__.py`` lists, in its order."""
+    from di.engines import BUILTIN_ENGINES
+
+    return [load(path) for path in BUILTIN_ENGINES]
+
+
+def _engine_words(engine: Engine) -> tuple[set[str], set[str]]:
+    """``(names, classes)``: what names ``engine`` in code (its name, aliases, the
+    packages it imports, its selector classes), and its selector classes' names."""
+    classes = {cls.__name__ for cls in engine.selectors}
+    packages = {engine.module.partition(".")[0], *engine.distributions} - {""}
+    return {engine.name, *engine.aliases, *packages, *classes}, classes
 
 
 def _docstrings(tree: ast.AST) -> set[int]:
@@ -299,63 +332,136 @@ def _docstrings(tree: ast.AST) -> set[int]:
     return found
 
 
-def engine_mentions(source: str) -> int:
-    """Engine names in code: imported modules, names, attributes, function and class
-    names, and string literals that are not docstrings (comments and docstrings
-    are free)."""
+def _references(source: str, module: str) -> list[tuple[int, str]]:
+    """What code refers to, with line numbers: every module it imports (absolute),
+    dotted names (``di.AutoJAX``, ``torch.autograd.grad``), names it defines
+    (functions, classes, arguments), and string literals without spaces that are not
+    docstrings (``"jax"``, ``"di.engines.jax:ENGINE"``). Docstrings, comments and
+    messages (strings with spaces) are prose, free to mention any engine."""
     tree = ast.parse(source)
     docstrings = _docstrings(tree)
-    count = 0
+    found: list[tuple[int, str]] = []
+    is_package = module.endswith("__init__")
     for node in ast.walk(tree):
+        line = getattr(node, "lineno", 0)
         if isinstance(node, ast.Import):
-            count += sum(alias.name.split(".")[0] in ENGINES for alias in node.names)
+            found += [(line, alias.name) for alias in node.names]
         elif isinstance(node, ast.ImportFrom):
-            count += any(part in ENGINES for part in (node.module or "").split("."))
+            base = _absolute(module.removesuffix(".__init__"), is_package, node)
+            found += [(line, f"{base}.{alias.name}") for alias in node.names]
+        elif isinstance(node, ast.Attribute) and _chain(node):
+            found.append((line, _chain(node)))
         elif isinstance(node, ast.Name):
-            count += bool(ENGINE_WORD.search(node.id))
-        elif isinstance(node, ast.Attribute):
-            count += bool(ENGINE_WORD.search(node.attr))
+            found.append((line, node.id))
         elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-            count += bool(ENGINE_WORD.search(node.name))
+            found.append((line, node.name))
+        elif isinstance(node, ast.arg):
+            found.append((line, node.arg))
         elif isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings:
-            count += bool(ENGINE_WORD.search(node.value))
-    return count
+            if node.value and not re.search(r"\s", node.value):
+                found.append((line, node.value))
+    return found
 
 
-def engine_mentions_by_module() -> dict[str, int]:
-    """Engine mentions per module outside the engines' own modules, where there are any."""
-    counts = {}
-    for path in modules().values():
-        relative = path.relative_to(ROOT)
-        if not _is_engine_home(relative):
-            count = engine_mentions(path.read_text(encoding="utf-8"))
-            if count:
-                counts[relative.as_posix()] = count
-    return counts
+def _chain(node: ast.Attribute) -> str:
+    """``a.b.c`` for an attribute chain that starts at a name, else ``""``."""
+    parts = [node.attr]
+    value = node.value
+    while isinstance(value, ast.Attribute):
+        parts.append(value.attr)
+        value = value.value
+    return ".".join([value.id, *reversed(parts)]) if isinstance(value, ast.Name) else ""
 
 
-def test_engine_names_stay_in_the_engines_modules() -> None:
-    counts = engine_mentions_by_module()
-    listing = "\n".join(f"{count:4d} {module}" for module, count in sorted(counts.items(), key=lambda kv: -kv[1]))
-    assert sum(counts.values()) <= ENGINE_MENTION_BUDGET, (
-        f"{sum(counts.values())} engine mentions outside the engines' own modules (budget "
-        f"{ENGINE_MENTION_BUDGET}); ask the registries instead:\n{listing}"
+def names_engine(reference: str, engine: Engine, library_allowed: bool = False) -> bool:
+    """Whether ``reference`` names ``engine``: it starts with one of the engine's
+    words (``jax.numpy``, ``AutoJAX``, ``"finitediff"``; its packages too unless
+    ``library_allowed``), reaches into its folder (``di.engines.jax.family``), or
+    takes one of its selector classes from somewhere (``di.AutoJAX``). Another
+    library's attribute is not the engine (``torch.autograd`` is torch's)."""
+    words, classes = _engine_words(engine)
+    if library_allowed:
+        words = words - {engine.module.partition(".")[0], *engine.distributions}
+    parts = [part for part in re.split(r"[.:/()\[\],=-]", reference) if part]
+    if not parts:
+        return False
+    folder = f"di.engines.{engine.name}"
+    dotted = reference.replace("/", ".").replace(":", ".")
+    return parts[0] in words or dotted == folder or dotted.startswith(folder + ".") or bool(classes & set(parts))
+
+
+def engine_names_outside_their_folders() -> list[str]:
+    """``module:line names engine (reference)`` for every reference to a built-in
+    engine outside its folder (and the lists that name them all)."""
+    found = []
+    for engine in builtin_engines():
+        folder = f"di/engines/{engine.name}/"
+        for name, path in modules().items():
+            relative = path.relative_to(ROOT).as_posix()
+            if relative.startswith(folder) or relative in ENGINE_LIST_HOMES:
+                continue
+            allowed = any(
+                relative.startswith(f) and library == engine.name for f, (library, _) in LIBRARY_USERS.items()
+            )
+            source = path.read_text(encoding="utf-8")
+            for line, reference in _references(source, name if path.name != "__init__.py" else f"{name}.__init__"):
+                if names_engine(reference, engine, allowed):
+                    found.append(f"{relative}:{line} names {engine.name} ({reference})")
+    return sorted(set(found))
+
+
+def test_each_builtin_engines_code_is_in_its_folder() -> None:
+    for engine in builtin_engines():
+        package = f"di.engines.{engine.name}"
+        paths = [engine.adapter, engine.family, engine.host, engine.traced]
+        paths += [engine.namespace.build] if engine.namespace is not None else []
+        named = [path.partition(":")[0] for path in paths if isinstance(path, str) and path]
+        named += [cls.__module__ for cls in engine.selectors]
+        outside = [module for module in named if module != package and not module.startswith(package + ".")]
+        assert not outside, f"{engine.name}'s record names modules outside di/engines/{engine.name}/: {outside}"
+        assert (PACKAGE / "engines" / engine.name / "__init__.py").is_file()
+        assert engine.name in {e.name for e in engines()}, f"{engine.name} is not registered"
+
+
+def test_no_code_outside_an_engines_folder_names_it() -> None:
+    found = engine_names_outside_their_folders()
+    assert not found, (
+        f"{len(found)} references to built-in engines outside their folders (only "
+        f"{' and '.join(ENGINE_LIST_HOMES)} may name them); ask the registries instead:\n" + "\n".join(found)
     )
 
 
-def test_engine_mentions_are_counted_in_code_not_in_docstrings_or_comments() -> None:
-    source = '''"""A module about torch."""
+def test_engine_references_are_read_from_code_not_prose() -> None:
+    source = '''"""A module about torch and jax."""
 import torch  # jax in a comment
 from jax import numpy
 import numpy as np
 
 
-def to_torch(x):
+def to_torch(x, autograd_like):
     """Convert with torch."""
-    return torch.from_numpy(x), x.jax_array, "autograd", "PyTorch", "jaxlib"
+    message = f"use di.AutoJAX() or {x}"  # a message: prose
+    return torch.autograd.grad(x), x.jax_array, "autograd", "PyTorch", di.AutoFiniteDiff, "di.engines.jax:ENGINE"
 '''
-    # import torch, from jax, the name torch, "autograd", "jaxlib"; as whole words only (as the
-    # reference counter does): to_torch, jax_array and PyTorch are not counted
-    assert engine_mentions(source) == 5
-    assert _is_engine_home(Path("di/backends/torch/eager.py")) and _is_engine_home(Path("di/families/jax.py"))
-    assert _is_engine_home(Path("di/backends/selectors.py")) and not _is_engine_home(Path("di/backends/fallbacks.py"))
+    references = [reference for _, reference in _references(source, "di.example")]
+    records = {engine.name: engine for engine in builtin_engines()}
+    by_engine = {name: sorted({r for r in references if names_engine(r, record)}) for name, record in records.items()}
+    assert by_engine == {
+        "jax": ["di.engines.jax:ENGINE", "jax.numpy"],
+        "torch": ["torch", "torch.autograd", "torch.autograd.grad"],
+        "autograd": ["autograd"],
+        "finitediff": ["di.AutoFiniteDiff"],
+    }, by_engine
+    assert not names_engine("jax.numpy", records["jax"], library_allowed=True)
+    assert names_engine("di.engines.jax.family", records["jax"], library_allowed=True)
+
+
+def test_engine_labels_read_back_as_their_selectors() -> None:
+    from di.testing.labels import backend_label, known_labels, parse_backend
+
+    for engine in builtin_engines():
+        assert engine.labels, f"{engine.name} offers no labelled selector"
+        for label, selector in engine.labels.items():
+            assert backend_label(selector) == label and parse_backend(label) == selector
+            assert label in known_labels()
+        assert set(engine.fastest) <= set(engine.labels) and set(engine.compiled) <= set(engine.fastest)

@@ -1,7 +1,7 @@
 """``di.array_namespace``: one ``f`` for every engine, autograd included.
 
 For autograd's traced values di maps every array-API name to what autograd
-differentiates (``di/backends/autograd/namespace.py``). Each name of its tables is checked
+differentiates (``di/engines/autograd/namespace.py``). Each name of its tables is checked
 here: the value against array-api-compat's NumPy namespace on plain arrays, and
 autograd's reverse-mode jacobian and forward-mode JVP against central finite
 differences of that NumPy evaluation (independent of di's table).
@@ -27,7 +27,7 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 import di
-from di.backends.autograd import namespace as table
+from di.engines.autograd import namespace as table
 
 Fn = Callable[[Any, Any], Any]
 
@@ -482,7 +482,7 @@ def test_array_namespace_imports_neither_autograd_nor_the_table_for_other_famili
         import di
         loaded = {"import": sorted(m for m in ("array_api_compat", "autograd") if m in sys.modules)}
         di.array_namespace(np.zeros(2))
-        loaded["numpy"] = sorted(m for m in ("array_api_compat", "autograd", "di.backends.autograd.namespace")
+        loaded["numpy"] = sorted(m for m in ("array_api_compat", "autograd", "di.engines.autograd.namespace")
                                  if m in sys.modules)
         print(json.dumps(loaded))
     """
@@ -634,7 +634,7 @@ def test_autograd_boxes_are_recognised_before_the_adapter_is_imported() -> None:
             xp = di.array_namespace(x)
             return xp.sum(xp.concat([xp.sin(x), x ** 2]))
         g = autograd.grad(f)(np.array([0.0, 1.0]))
-        print(json.dumps({"g": g.tolist(), "adapter": "di.backends.autograd.adapter" in sys.modules}))
+        print(json.dumps({"g": g.tolist(), "adapter": "di.engines.autograd.adapter" in sys.modules}))
     """
     result = subprocess.run(
         [sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, timeout=120, check=True

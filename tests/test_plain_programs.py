@@ -16,10 +16,10 @@ import numpy as np
 import pytest
 
 import di
-from di.backends.finitediff import FiniteDiffAdapter
 from di.backends.protocol import Adapter, Programs
 from di.backends.registry import register_backend
 from di.contexts import Context
+from di.engines.finitediff.adapter import FiniteDiffAdapter
 
 
 class Counted:

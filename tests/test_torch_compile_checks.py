@@ -1,5 +1,5 @@
 """What ``AutoTorch(compile=True)`` checks at preparation, because dynamo's trace
-of a ``torch.func`` program cannot see it (``di/backends/torch/checks.py``): a
+of a ``torch.func`` program cannot see it (``di/engines/torch/checks.py``): a
 ``torch.autograd.Function`` in ``f`` (whose own backward and jvp the compiled
 program dropped, answering the derivative of its forward: PyTorch's issue 193279)
 and an output cut off from ``x`` (answered as zeros). Both were silent wrong

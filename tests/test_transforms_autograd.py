@@ -126,7 +126,7 @@ def test_boxes_are_refused_by_name_before_any_autograd_prep(tmp_path: Any) -> No
         "    xp = di.array_namespace(x)\n"
         "    return xp.sum(x * x)\n"
         "print(float(di.gradient(scalar, di.AutoFiniteDiff(), np.ones(2))[0]))\n"
-        "print('di.backends.autograd.adapter' in sys.modules)\n"
+        "print('di.engines.autograd.adapter' in sys.modules)\n"
         "try:\n"
         "    autograd.grad(lambda x: di.gradient(scalar, di.AutoFiniteDiff(), x)[0])(np.ones(3))\n"
         "except di.InvalidInputError as err:\n"

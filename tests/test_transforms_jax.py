@@ -2,7 +2,7 @@
 ``lax.scan`` and ``while_loop`` bodies, ``shard_map``.
 
 Every declared composition of the JAX adapter (``COMPOSITIONS`` in
-``di/backends/jax/__init__.py``, which the documentation's table shows) runs here:
+``di/engines/jax/adapter.py``, which the documentation's table shows) runs here:
 each operator, prepared strictly outside the transform and unprepared, on
 ``AutoJAX(jit=False/True)``, ``AutoSparse`` over it and ``SecondOrder(JAX, JAX)``,
 agrees with the native JAX composition; each refusal is a ``di`` error naming the

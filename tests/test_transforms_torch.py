@@ -4,7 +4,7 @@ require grad), ``no_grad``, ``inference_mode`` and ``torch.compile`` around the
 caller's code.
 
 Every declared composition of the torch adapter (``COMPOSITIONS`` in
-``di/backends/torch/__init__.py``, which the documentation's table shows) runs
+``di/engines/torch/adapter.py``, which the documentation's table shows) runs
 here: each operator, prepared strictly outside the transform and unprepared, on
 ``AutoTorch()`` and ``AutoTorch(compile=True)``, agrees with the native
 ``torch.func`` composition; each refusal is a ``di`` error naming the transform.
@@ -261,7 +261,7 @@ def test_eager_preps_build_their_torch_func_programs_on_first_use_inside_a_trans
     """An eager prep runs torch.func programs only inside transforms: they are built
     there, once, from stand-ins of the prepared arguments, and the prep holds none
     of the caller's tensors meanwhile."""
-    from di.backends.torch.func import FuncPrograms
+    from di.engines.torch.func import FuncPrograms
 
     builds: list[str] = []
     for name in ("_func_gradient", "_func_pullback"):

@@ -1,8 +1,12 @@
-"""Dispatch from selector type to adapter, with lazy imports.
+"""Dispatch from a selector to its engine's adapter, or to its strategy, with lazy imports.
 
-Built-in adapters are registered by module path, so importing ``di`` imports no
-engine; the adapter module (and its engine) is imported on first use. Third
-parties register their own selector type with :func:`register_backend`.
+Each engine is described by one :class:`~di.backends.engine.Engine` record
+(:func:`register_engine`; the table is :mod:`di.backends.selectors`); its
+adapter is a ``"module:Class"`` path, so importing ``di`` imports no engine: the
+adapter module (and its engine) is imported on first use.
+:func:`register_backend` is the shorthand that builds a minimal record from a
+selector class and an adapter. A selector that wraps other backends names its
+strategy (its ``strategy`` attribute) instead.
 """
 
 from __future__ import annotations
@@ -14,25 +18,39 @@ import importlib.util
 import sys
 from typing import TYPE_CHECKING, Any
 
-from di.backends.selectors import AbstractBackend
+from di.backends.engine import Engine, TracedValues, load
+from di.backends.selectors import (
+    AbstractBackend,
+    engine_of,
+    engines,
+    load_family,
+    on_engine_registered,
+    register_engine,
+    registered_for,
+)
 from di.errors import BackendNotInstalledError, InvalidInputError, InvalidOptionError, InvalidOptionTypeError
-from di.prep.signature import set_traced_type_loader
+from di.prep.signature import TracedType, register_traced_type, set_traced_type_loader
+from di.pytrees import register_traced_leaves
 
 if TYPE_CHECKING:
     from di.backends.protocol import Adapter
     from di.prep.strategy import Strategy
 
-__all__ = ["get_adapter", "get_strategy", "register_backend"]
+__all__ = ["engines", "get_adapter", "get_strategy", "register_backend", "register_engine"]
 
-_ADAPTER_PATHS: dict[type[AbstractBackend], str | type[Adapter]] = {}
-"""Adapters registered with :func:`register_backend`; other selectors name theirs
-(their ``adapter`` class attribute)."""
 _ADAPTERS: dict[AbstractBackend, Adapter] = {}
 _STRATEGIES: dict[type[AbstractBackend], Strategy | None] = {}
+_TRACED: set[str | type] = set()
+"""The engines (by record key) whose traced values are registered."""
 
 
 def register_backend(selector_type: type[AbstractBackend], adapter: str | type[Adapter]) -> None:
-    """Register the adapter class for a selector type.
+    """Register the adapter class for a selector type: the shorthand of
+    :func:`di.register_engine` for an engine with no hook.
+
+    The record is made from the selector class's own attributes: its ``name``
+    and ``aliases`` (when it declares them), and ``engine`` (the module that
+    means "installed"), ``engine_display`` and ``extra``.
 
     Args:
         selector_type: a frozen dataclass deriving from :class:`di.AbstractBackend`.
@@ -41,7 +59,9 @@ def register_backend(selector_type: type[AbstractBackend], adapter: str | type[A
 
     Returns:
         None. Selectors of ``selector_type`` (and of its subclasses without an
-        adapter of their own) are then served by ``adapter``.
+        engine of their own) are then served by ``adapter``; a selector class
+        with a ``name`` is listed by :func:`di.available_backends` and known by
+        that name to :func:`di.backend` and the command line.
 
     Raises:
         InvalidOptionTypeError: ``selector_type`` is not a subclass of
@@ -53,7 +73,7 @@ def register_backend(selector_type: type[AbstractBackend], adapter: str | type[A
     Examples:
         >>> import dataclasses, di
         >>> from di.backends.registry import register_backend
-        >>> from di.backends.finitediff import FiniteDiffAdapter
+        >>> from di.engines.finitediff.adapter import FiniteDiffAdapter
         >>> @dataclasses.dataclass(frozen=True)
         ... class MyFD(di.AbstractBackend):
         ...     pass
@@ -79,11 +99,33 @@ def register_backend(selector_type: type[AbstractBackend], adapter: str | type[A
             f"register_backend({selector_type.__name__}, ...) takes a subclass of "
             f"di.backends.protocol.Adapter or its 'module:Class' path, not {_describe(adapter)}{instead}"
         )
-    _ADAPTER_PATHS[selector_type] = adapter
-    set_traced_type_loader(_import_tracers)  # (the new adapter may trace a package looked up before)
+    own_name = selector_type.__dict__.get("name")
+    register_engine(
+        Engine(
+            name=own_name if isinstance(own_name, str) else "",
+            selectors=(selector_type,),
+            adapter=adapter,
+            display=selector_type.engine_display,
+            aliases=tuple(selector_type.__dict__.get("aliases", ())),
+            module=selector_type.engine,
+            extra=selector_type.extra,
+            distributions=tuple(selector_type.distributions),
+        )
+    )
+
+
+def _forget(engine: Engine) -> None:
+    """Drop what was derived from the records before ``engine`` was registered:
+    the adapters of its selector types, the strategies, the packages looked up
+    for traced values (the new engine may trace one of them)."""
     _STRATEGIES.clear()
-    for backend in [b for b in _ADAPTERS if type(b) is selector_type]:
+    _TRACED.discard(engine.key)
+    for backend in [b for b in _ADAPTERS if type(b) in engine.selectors]:
         del _ADAPTERS[backend]
+    set_traced_type_loader(_import_tracers)
+
+
+on_engine_registered(_forget)
 
 
 def get_adapter(backend: AbstractBackend) -> Adapter:
@@ -99,9 +141,12 @@ def get_adapter(backend: AbstractBackend) -> Adapter:
         pass
     if not isinstance(backend, AbstractBackend):
         raise _not_a_selector(backend)
-    adapter_class = _load(backend)
+    record = engine_of(backend)
+    adapter_class = _load(backend, record)
     adapter = adapter_class(backend)
     _check_family(adapter)
+    if record is not None:
+        _register_traced(record)  # values its engine traces are then known by class, as the adapter runs
     _ADAPTERS[backend] = adapter
     return adapter
 
@@ -152,42 +197,43 @@ def get_strategy(backend: AbstractBackend) -> Strategy | None:
     except KeyError:
         if not isinstance(backend, AbstractBackend):
             raise _not_a_selector(backend) from None
-        path = _declared(cls, "strategy")
+        path = _declared_strategy(cls)
         strategy = _STRATEGIES[cls] = None if not isinstance(path, str) else _imported(path, backend)()
     if strategy is not None and not backend.is_installed:
         raise _not_installed(backend)
     return strategy
 
 
-def _declared(cls: type[AbstractBackend], attribute: str) -> str | type[Adapter] | None:
-    """The adapter (or strategy) nearest in ``cls``'s MRO: registered with
-    :func:`register_backend`, or named by the class itself."""
+def _declared_strategy(cls: type[AbstractBackend]) -> str | None:
+    """The strategy nearest in ``cls``'s MRO: named by a class, unless an engine's
+    record names a class before it (a subclass of a strategy's selector
+    registered as an engine is that engine's)."""
     for base in cls.__mro__:
-        registered = _ADAPTER_PATHS.get(base)
-        if registered is not None:
-            return registered if attribute == "adapter" else None
-        declared = base.__dict__.get(attribute)
+        if registered_for(base) is not None:
+            return None
+        declared = base.__dict__.get("strategy")
         if declared:
             return declared  # type: ignore[no-any-return]
     return None
 
 
-def _load(backend: AbstractBackend) -> type[Adapter]:
-    target = _declared(type(backend), "adapter")
-    if target is None:
+def _load(backend: AbstractBackend, record: Engine | None) -> type[Adapter]:
+    if record is None:
         raise InvalidInputError(
             f"no adapter is registered for {type(backend).__name__}; register one with di.register_backend"
         )
-    if not isinstance(target, str):
-        return target
-    if not backend.is_installed:
-        raise _not_installed(backend)
     from di.backends.protocol import Adapter
 
-    adapter_class = _imported(target, backend, "adapter")
+    target = record.adapter
+    if isinstance(target, str):
+        if not backend.is_installed:
+            raise _not_installed(backend)
+        adapter_class = _imported(target, backend, "adapter")
+    else:
+        adapter_class = target
     if not (isinstance(adapter_class, type) and issubclass(adapter_class, Adapter)):
         raise InvalidOptionTypeError(
-            f"the adapter path {target!r} of {type(backend).__name__} names {_describe(adapter_class)}, not a "
+            f"the adapter {target!r} of {type(backend).__name__} names {_describe(adapter_class)}, not a "
             f"subclass of di.backends.protocol.Adapter"
         )
     return adapter_class
@@ -275,34 +321,52 @@ def _engine_missing(err: ImportError, backend: AbstractBackend) -> bool:
     top = name.partition(".")[0]
     if top == _OWN_PACKAGE:
         return False
-    engines = _engines(backend)
+    named = _engines(backend)
     if isinstance(err, ModuleNotFoundError):
-        if top in engines:
+        if top in named:
             return True
-        return bool(top) and (not engines or not backend.is_installed) and _not_found(top)
-    return (not name or top in engines) and any(engine not in sys.modules for engine in engines)
-
-
-def _selector_types(cls: type[AbstractBackend] = AbstractBackend) -> list[type[AbstractBackend]]:
-    """``cls`` and every selector type deriving from it, defined so far."""
-    found = [cls]
-    for subclass in cls.__subclasses__():
-        found.extend(_selector_types(subclass))
-    return found
+        return bool(top) and (not named or not backend.is_installed) and _not_found(top)
+    return (not name or top in named) and any(engine not in sys.modules for engine in named)
 
 
 def _import_tracers(package: str) -> None:
-    """Import the adapter module of every selector whose engine is the top-level
-    ``package``: an adapter registers, as it is imported, the classes of the values
-    its engine traces (:func:`di.prep.signature.register_traced_type`), which other
-    backends then refuse by name. An adapter that fails to import registers nothing."""
-    for cls in _selector_types():
-        if cls.engine.partition(".")[0] != package:
-            continue
-        target = _declared(cls, "adapter")
-        if isinstance(target, str):
+    """Register the traced values of every engine whose module is the top-level
+    ``package`` (:attr:`~di.backends.engine.Engine.traced`), which other backends
+    then refuse by name; an engine whose hook fails to import registers nothing."""
+    for record in engines():
+        if record.traced and record.module.partition(".")[0] == package:
             with contextlib.suppress(ImportError):
-                importlib.import_module(target.partition(":")[0])
+                _register_traced(record)
+
+
+def _register_traced(record: Engine) -> None:
+    """Register, once, the classes of values ``record``'s engine traces in place of
+    arrays, with how to read, cast and reshape them."""
+    if not record.traced or record.key in _TRACED:
+        return
+    found: list[TracedValues] = list(load(record.traced)())
+    for traced in found:
+        register_traced_type(TracedType(traced.cls, record.module, traced.transform, traced.value))
+        register_traced_leaves(traced.cls, traced.cast, traced.reshape)
+    _TRACED.add(record.key)
+
+
+def register_engine_families() -> None:
+    """Register the family of every engine that brings one and that is not
+    registered yet (an engine registered before the family registry was imported
+    registered none: importing it would import NumPy for a selector). The family
+    registry asks for it, through :mod:`di.loaders`, before it first answers.
+
+    Examples:
+        >>> from di.backends.registry import register_engine_families
+        >>> register_engine_families()
+    """
+    from di.families.registry import add_engine_family, registered_names
+
+    for engine in engines():
+        family = load_family(engine)
+        if family is not None and family.name not in registered_names():  # (else replaced from outside)
+            add_engine_family(family)
 
 
 set_traced_type_loader(_import_tracers)

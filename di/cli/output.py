@@ -10,7 +10,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from di.plan import format_seconds
+from di.fastest.plan import format_seconds
 
 __all__ = ["Output", "Progress", "count_cell", "number", "seconds", "short", "write_json"]
 
@@ -140,7 +140,7 @@ class Progress:
 
 def seconds(value: float | None) -> str:
     """A duration for tables: ``"8.1 us"``, ``"2.35 ms"``, ``"1.20 s"``; ``"-"`` when unknown
-    (the plan tables' format, :func:`di.plan.format_seconds`).
+    (the plan tables' format, :func:`di.fastest.plan.format_seconds`).
 
     Examples:
         >>> from di.cli.output import seconds

@@ -61,7 +61,7 @@ def run(args: argparse.Namespace, out: Output) -> int:
     """
     import di
     from di.families import converter
-    from di.plan import CandidatesDisagreeError, selector_label
+    from di.fastest.plan import CandidatesDisagreeError, selector_label
 
     problem = Problem(args)
     if args.sparse and problem.operator not in MATRIX_OPERATORS:
@@ -70,7 +70,7 @@ def run(args: argparse.Namespace, out: Output) -> int:
         candidates = parse_backends(args.backends) if args.backends else None
         if args.sparse:
             dense = list(candidates) if candidates else list(di.AutoFastest().default_candidates())
-            candidates = [*dense, *[di.AutoSparse(c) for c in dense if not isinstance(c, di.AutoSparse)]]
+            candidates = [*dense, *[di.AutoSparse(c) for c in dense if not c.sparse]]
         selector = di.AutoFastest(
             candidates,
             budget_s=args.budget,

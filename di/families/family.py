@@ -64,7 +64,20 @@ class Family:
     implement :meth:`array_types`, :meth:`to_numpy`, :meth:`from_numpy` and
     :meth:`namespace`; every other method has a default that suits a CPU
     library following the array API. Register an instance with
-    :func:`di.register_family`.
+    :func:`di.register_family`, or name it in an engine's record (its
+    ``family``), which registers it with the engine.
+
+    The optional methods a library that departs from NumPy's ways may need:
+    :meth:`index` (how ``di.AutoSparse`` gathers and scatters with NumPy
+    positions: by default the NumPy array itself, which a library that refuses
+    NumPy indices must convert), :meth:`scatter`, :meth:`sparse_matrix` (none by
+    default: ``AutoSparse`` then needs ``dense_result=True``), :meth:`write_out`
+    (``out=`` buffers), :meth:`from_dlpack` and :meth:`dlpack_source`
+    (zero-copy between libraries), :meth:`scope` (a precision or device scope
+    around an engine's call), :meth:`block` (asynchronous libraries), and the
+    description of dtypes and devices (:meth:`describe_dtype`, :meth:`device`).
+    A pytree ``x`` is rebuilt from one vector of the family with the array's own
+    ``reshape`` method, else the namespace's ``reshape``.
 
     Attributes:
         name: the family's name, as :func:`di.families.family_of` returns it.
@@ -300,9 +313,11 @@ class Family:
         )
 
     def index(self, positions: np.ndarray) -> Any:
-        """Integer NumPy ``positions`` as an index array of this family (to gather
-        or scatter with); by default the NumPy array, which array-API libraries
-        accept as an index."""
+        """Integer NumPy ``positions`` as an index array of this family, which
+        ``di.AutoSparse`` gathers the nonzeros of compressed products with (and
+        scatters with :meth:`scatter`); by default the NumPy array, which
+        array-API libraries accept as an index. Override it for a library that
+        refuses NumPy indices (MLX: ``mx.array(positions)``)."""
         return positions
 
     def scatter(self, data: Any, positions: Any, size: int) -> Any:

@@ -1,15 +1,16 @@
 """The family registry: detection by class, conversion through one hub.
 
-Built-in families are the modules of this package (one per library), found by
-listing the package folder: adding a family in-tree is adding its module, and
-out of tree calling :func:`register_family`. Importing them imports no library.
+NumPy's family, the hub, is registered here. Every other family comes with the
+engine that brings it (its record's ``family``, registered with the engine) or
+is registered from outside with :func:`register_family`; importing a family
+module imports no library. The engines are registered by a higher layer, which
+this registry asks to (:func:`di.loaders.load_engines`) before it first answers.
 """
 
 from __future__ import annotations
 
-import importlib
-import os
 import sys
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -17,6 +18,7 @@ import numpy as np
 
 from di.errors import InvalidOptionTypeError
 from di.families.family import Family
+from di.loaders import load_engines
 
 __all__ = [
     "ArraySpec",
@@ -26,6 +28,7 @@ __all__ = [
     "family_of",
     "get_family",
     "identity",
+    "is_64_bit",
     "is_floating_dtype",
     "register_family",
     "spec_of",
@@ -34,6 +37,11 @@ __all__ = [
 _FAMILIES: dict[str, Family] = {}
 _FAMILY_BY_TYPE: dict[type, str | None] = {}
 _CONVERTERS: dict[tuple[str, str], Callable[[Any], Any]] = {}
+_LOAD_LOCK = threading.RLock()
+_loaded_into: dict[str, Family] | None = None
+"""The table the engines' families were registered into (a table put in its place,
+as a test isolating its registrations does, has them registered again)."""
+_loading = False
 
 
 class ArraySpec:
@@ -109,26 +117,64 @@ def register_family(family: Family) -> Family:
         >>> get_family("numpy") is di.register_family(get_family("numpy"))
         True
     """
+    _load_engine_families()  # the engines' first: a family registered here replaces theirs
     if not isinstance(family, Family) or not family.name or not family.module:
         hint = " (a class: pass an instance, MyFamily())" if isinstance(family, type) else ""
         raise InvalidOptionTypeError(
             f"register_family needs an instance of a di.families.Family subclass with a name and a module, "
             f"not {family!r}{hint}"
         )
+    return _add(family)
+
+
+def add_engine_family(family: Family) -> Family:
+    """Register the family an engine brings, as :func:`register_family` does but
+    without asking for the engines first: the engine registry calls it while it
+    registers them (and so holds their lock, which asking would wait for).
+
+    Examples:
+        >>> from di.families import get_family
+        >>> from di.families.registry import add_engine_family
+        >>> add_engine_family(get_family("numpy")).name
+        'numpy'
+    """
+    return _add(family)
+
+
+def registered_names() -> list[str]:
+    """The names of the families registered so far, asking for nothing.
+
+    Examples:
+        >>> from di.families.registry import registered_names
+        >>> "numpy" in registered_names()
+        True
+    """
+    return list(_FAMILIES)
+
+
+def _add(family: Family) -> Family:
     _FAMILIES[family.name] = family
     _FAMILY_BY_TYPE.clear()
     _CONVERTERS.clear()
     return family
 
 
-def _load_builtin() -> None:
-    """Register the families defined by this package's modules."""
-    folder = os.path.dirname(__file__)
-    for filename in sorted(os.listdir(folder), key=lambda name: (name != "numpy.py", name)):
-        stem, extension = os.path.splitext(filename)
-        if extension == ".py" and stem not in ("__init__", "family", "registry"):
-            module = importlib.import_module(f"{__package__}.{stem}")
-            register_family(module.FAMILY)
+def _load_engine_families() -> None:
+    """Have the engines' families registered, once, before the registry first
+    answers (a thread asking meanwhile waits; the loading thread's own questions
+    find the registry as far as it got)."""
+    global _loaded_into, _loading
+    if _loaded_into is _FAMILIES:
+        return
+    with _LOAD_LOCK:
+        if _loaded_into is _FAMILIES or _loading:
+            return
+        _loading = True
+        try:
+            load_engines()
+        finally:
+            _loading = False
+        _loaded_into = _FAMILIES
 
 
 def families() -> tuple[Family, ...]:
@@ -139,6 +185,7 @@ def families() -> tuple[Family, ...]:
         >>> families()[0].name
         'numpy'
     """
+    _load_engine_families()
     return tuple(_FAMILIES.values())
 
 
@@ -153,7 +200,11 @@ def get_family(name: str) -> Family:
         >>> get_family("numpy").mutable
         True
     """
-    return _FAMILIES[name]
+    try:
+        return _FAMILIES[name]
+    except KeyError:
+        _load_engine_families()
+        return _FAMILIES[name]
 
 
 def family_of(value: Any) -> str | None:
@@ -182,6 +233,7 @@ def family_of(value: Any) -> str | None:
     try:
         return _FAMILY_BY_TYPE[cls]
     except KeyError:
+        _load_engine_families()
         name = _most_specific([family for family in _FAMILIES.values() if family.is_array(value)], cls)
         if name is not None or len(_FAMILY_BY_TYPE) < 256:
             _FAMILY_BY_TYPE[cls] = name
@@ -232,6 +284,26 @@ def is_floating_dtype(dtype: Any) -> bool:
     if np_dtype.kind == "f":
         return True
     return np_dtype.kind == "V" and "bfloat16" in np_dtype.name  # ml_dtypes.bfloat16
+
+
+def is_64_bit(dtype: Any) -> bool:
+    """Whether a dtype of any family (or its name) has 8-byte elements (what JAX
+    keeps only inside ``jax.enable_x64``).
+
+    Examples:
+        >>> import numpy as np
+        >>> from di.families import is_64_bit
+        >>> is_64_bit(np.float64), is_64_bit("float32")
+        (True, False)
+    """
+    try:
+        return np.dtype(dtype).itemsize == 8
+    except TypeError:  # another library's dtype: its own size, else its name's
+        itemsize = getattr(dtype, "itemsize", None)
+        if isinstance(itemsize, int):
+            return itemsize == 8
+        name = str(getattr(dtype, "name", dtype)).rsplit(".", 1)[-1]
+        return name in ("float64", "int64", "uint64", "complex64")
 
 
 def dtype_kind(dtype: Any) -> str:
@@ -356,4 +428,10 @@ def _through_hub(source: Family, target: Family) -> Callable[[Any], Any]:
     return convert
 
 
-_load_builtin()
+def _register_numpy() -> None:
+    from di.families.numpy import FAMILY
+
+    _add(FAMILY)  # (asking for the engines here would import them while this module is half made)
+
+
+_register_numpy()

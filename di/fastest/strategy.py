@@ -25,10 +25,10 @@ from typing import Any, NoReturn
 import numpy as np
 
 from di.backends.protocol import OPERATOR_FAMILIES
-from di.backends.selectors import AbstractBackend, AutoFastest
+from di.backends.selectors import AbstractBackend
 from di.errors import BackendNotInstalledError
 from di.families import families, family_of, get_family
-from di.plan import (
+from di.fastest.plan import (
     CandidatesDisagreeError,
     Plan,
     PlanCache,
@@ -39,6 +39,7 @@ from di.plan import (
     function_name,
     selector_label,
 )
+from di.fastest.selector import AutoFastest
 from di.prep.base import Prep
 from di.prep.signature import describe_value
 from di.prep.strategy import Preparer, PrepareRequest, Strategy, StrategyInfo

@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 
 from di.backends.registry import get_adapter, get_strategy
-from di.backends.selectors import AbstractBackend, AutoSparse
+from di.backends.selectors import AbstractBackend
 from di.contexts import Constant, Context
 from di.errors import InvalidInputError
 from di.families import converter, family_of, get_family, identity, is_floating_dtype
@@ -220,6 +220,8 @@ class Signature:
                     f"floating-point arrays. Pass integer or boolean data as a di.Constant."
                 )
         self.family = engine_family(backend)
+        strategy = get_strategy(backend)
+        self._products_as_jacobian = strategy is not None and strategy.products_as_jacobian(backend)
         self.output: OutputSpec | None = None
         self._raveled: Callable[..., Any] | None = None
         self._preps: dict[tuple[str, int], Prep] = {}
@@ -309,11 +311,12 @@ class Signature:
         return prep
 
     def _jacobian_shaped(self, count: int) -> bool:
-        """Whether ``count`` products are better served by one Jacobian: an
-        :class:`di.AutoSparse` inner backend, several products, one array in and out."""
+        """Whether ``count`` products are better served by one Jacobian: an inner
+        backend whose strategy says so (:class:`di.AutoSparse`), several products,
+        one array in and out."""
         output = self.output
         return (
-            isinstance(self.backend, AutoSparse)
+            self._products_as_jacobian
             and count > 1
             and len(self.x_specs) == 1
             and output is not None

@@ -2,9 +2,9 @@
 
 The engine-free core. ``g = DifferentiateWith(f, backend, *contexts)`` is a
 callable with ``f``'s signature. When it is called, the values it receives say
-which engine (if any) is tracing it: each *host* (a module of this package named
-for an engine, imported only once that engine is loaded) recognises its engine's
-values. The host makes ``g`` a primitive of its engine whose derivatives come
+which engine (if any) is tracing it: each *host* (an engine's, named by its
+record's ``host`` and imported only once that engine is loaded) recognises its
+engine's values. The host makes ``g`` a primitive of its engine whose derivatives come
 from ``backend`` through ``di``'s prepared pullbacks and pushforwards
 (:mod:`di.mixing.calls`). Called with NumPy arrays or Python floats, ``g`` is
 ``f`` itself, run on its engine's arrays; called by the engine ``f`` is written
@@ -13,8 +13,6 @@ for, ``g`` is ``f`` and that engine differentiates it natively.
 
 from __future__ import annotations
 
-import importlib
-import os
 import sys
 import threading
 from collections.abc import Callable, Sequence
@@ -22,7 +20,8 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from di.backends.selectors import AbstractBackend
+from di.backends.engine import load
+from di.backends.selectors import AbstractBackend, engines, on_engine_registered
 from di.contexts import Constant, Context
 from di.errors import DIError, InvalidInputError, type_label
 from di.families import converter, families, family_of, get_family, spec_of
@@ -34,7 +33,12 @@ __all__ = ["DifferentiateWith", "Host", "host_of"]
 
 
 class Host:
-    """What a host module offers (its ``HOST``): ``g`` as a primitive of one outer engine.
+    """What an engine offers to host ``g``: ``g`` as a primitive of that (outer) engine.
+
+    An engine's record names its host (``host="mypackage.host:HOST"``, an
+    instance of a subclass); it is imported once the engine's module is loaded
+    (a value of the engine cannot exist before). Without one, ``g`` cannot be
+    called inside the engine's transforms (on its values, ``g`` refuses them).
 
     Attributes:
         engine: the engine's module, as its selectors name it (their ``engine``).
@@ -58,20 +62,28 @@ class Host:
         raise NotImplementedError
 
 
-def _host_stems() -> tuple[str, ...]:
-    """The host modules of this package: each is named for the engine it hosts in."""
-    folder = os.path.dirname(__file__)
-    return tuple(
-        sorted(
-            name[:-3]
-            for name in os.listdir(folder)
-            if name.endswith(".py") and name[:-3] not in ("__init__", "core", "calls")
-        )
-    )
-
-
-_HOST_STEMS = _host_stems()
 _HOST_BY_CLASS: dict[type, Host | None] = {}
+_HOSTS: dict[str, Host] = {}
+"""The hosts imported so far, by their path."""
+
+
+def _forget_classes(engine: Any) -> None:
+    _HOST_BY_CLASS.clear()  # a class seen before may be the new engine's
+
+
+on_engine_registered(_forget_classes)
+
+
+def hosting_engines() -> list[str]:
+    """The names of the engines that host :class:`DifferentiateWith` (their
+    records name a ``host``), in alphabetical order.
+
+    Examples:
+        >>> from di.mixing.core import hosting_engines
+        >>> hosting_engines()
+        ['autograd', 'jax', 'torch']
+    """
+    return sorted(engine.name for engine in engines() if engine.host)
 
 
 def host_of(value: Any) -> Host | None:
@@ -105,14 +117,14 @@ def loaded_hosts() -> list[Host]:
     time (a compiler tracing a call finds them already imported, by
     :class:`DifferentiateWith` or an earlier call)."""
     hosts = []
-    for stem in _HOST_STEMS:
-        if stem in sys.modules:
-            module = sys.modules.get(f"{__package__}.{stem}")
-            if module is None:
-                module = importlib.import_module(f"{__package__}.{stem}")
-                for cls in module.HOST.classes:
-                    _HOST_BY_CLASS[cls] = module.HOST
-            hosts.append(module.HOST)
+    for engine in engines():
+        if engine.host and engine.module.partition(".")[0] in sys.modules:
+            host = _HOSTS.get(engine.host)
+            if host is None:
+                host = _HOSTS[engine.host] = load(engine.host)
+                for cls in host.classes:
+                    _HOST_BY_CLASS[cls] = host
+            hosts.append(host)
     return hosts
 
 
@@ -227,9 +239,10 @@ class DifferentiateWith:
             if found is None:
                 family = family_of(leaf)
                 if family not in (None, "numpy") and family != self.family:
+                    hosts = ", ".join(hosting_engines())
                     raise DIError(
                         f"{self!r} was called with {get_family(family).display} arrays, an engine di cannot host it in "
-                        f"(it hosts {', '.join(_HOST_STEMS)}). Call it with NumPy arrays, or differentiate f with di "
+                        f"(it hosts {hosts}). Call it with NumPy arrays, or differentiate f with di "
                         f"directly: di.gradient(f, {self.backend!r}, x)."
                     )
             elif host is not None and found is not host:

@@ -191,7 +191,7 @@ class Prep:
 
     @property
     def plan(self) -> Any:
-        """For a prep made with :class:`di.AutoFastest`: the :class:`di.plan.Plan`
+        """For a prep made with :class:`di.AutoFastest`: the :class:`di.fastest.plan.Plan`
         saying which candidate backend it runs and why; ``None`` otherwise."""
         return self.info.plan
 

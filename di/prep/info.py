@@ -14,7 +14,7 @@ class StrategyInfo:
     class's empty instance.
 
     Attributes:
-        plan: the :class:`di.plan.Plan` of an :class:`di.AutoFastest` prep.
+        plan: the :class:`di.fastest.plan.Plan` of an :class:`di.AutoFastest` prep.
         sparsity: the sparsity pattern of an :class:`di.AutoSparse` jacobian or
             hessian prep.
         colors: its number of colors (pushforwards, pullbacks or hvps per call).

@@ -101,6 +101,12 @@ class Strategy:
         wrapped one), or ``None`` when it depends on the arguments (a planner)."""
         return None
 
+    def products_as_jacobian(self, backend: AbstractBackend) -> bool:
+        """Whether several pushforwards or pullbacks at one point cost less as one
+        Jacobian of ``backend`` (a sparse one: colored), which
+        :class:`di.DifferentiateWith` then computes instead; ``False`` by default."""
+        return False
+
     def support(self, backend: AbstractBackend) -> dict[str, str]:
         """For each operator family, how ``backend`` computes it, in words (the
         documentation's support tables show it)."""

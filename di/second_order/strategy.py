@@ -18,13 +18,14 @@ from di.backends.outputs import OutputRules, check_output
 from di.backends.protocol import OPERATOR_FAMILIES as FAMILIES
 from di.backends.protocol import Adapter, Programs, checked_program, keeping_error
 from di.backends.registry import get_adapter, get_strategy
-from di.backends.selectors import AbstractBackend, AutoFastest, AutoSparse, SecondOrder, available_backends
+from di.backends.selectors import AbstractBackend, available_backends
 from di.backends.source import ProgramSource
 from di.contexts import Context
 from di.errors import UnsupportedOperatorError
 from di.families import converter, family_of, get_family, identity, is_floating_dtype
 from di.prep.base import Prep
 from di.prep.strategy import Preparer, PrepareRequest, Strategy
+from di.second_order.selector import SecondOrder
 
 __all__ = ["SecondOrderSource", "SecondOrderStrategy", "supported_pairs"]
 
@@ -33,26 +34,30 @@ SECOND_ORDER = frozenset({"hvp", "hessian", "second_derivative"})
 
 def first_order_backend(backend: AbstractBackend, whole: SecondOrder) -> AbstractBackend:
     """The engine backend whose programs ``backend``'s first-order operators run:
+    ``backend`` itself, or the one its strategy wraps (:meth:`Strategy.engine`:
     the innermost ``inner`` of nested SecondOrders, the dense backend of an
-    AutoSparse.
+    AutoSparse).
 
     Raises:
         UnsupportedOperatorError: ``backend`` chooses among whole preps
-            (:class:`di.AutoFastest`) and has no programs of its own.
+            (:class:`di.AutoFastest`: its strategy wraps no one backend) and has no
+            programs of its own.
     """
     while True:
-        if isinstance(backend, SecondOrder):
+        if isinstance(backend, SecondOrder):  # unwrapped here, so that a refusal names the whole
             backend = backend.inner
-        elif isinstance(backend, AutoSparse):
-            backend = backend.dense
-        elif isinstance(backend, AutoFastest) or get_strategy(backend) is not None:
+            continue
+        strategy = get_strategy(backend)
+        if strategy is None:
+            return backend
+        wrapped = strategy.engine(backend)
+        if wrapped is None:
             raise UnsupportedOperatorError(
                 f"{whole!r}: {backend!r} cannot be a part of SecondOrder, because it chooses among whole preps "
                 f"and has no programs of its own to differentiate. Put SecondOrder backends among its candidates "
                 f"instead, e.g. AutoFastest(candidates=[SecondOrder(AutoFiniteDiff(), AutoJAX()), AutoJAX()])."
             )
-        else:
-            return backend
+        backend = wrapped
 
 
 def supported_pairs(backends: list[AbstractBackend] | None = None) -> list[tuple[AbstractBackend, AbstractBackend]]:

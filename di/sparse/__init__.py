@@ -1,7 +1,7 @@
 """Sparse Jacobians and Hessians for :class:`di.AutoSparse`: sparsity sources,
 detection, coloring and decompression.
 
-* :mod:`di.backends.sparsity`: ``TracerSparsity``, ``LocalTracerSparsity``,
+* :mod:`di.sparse.sources`: ``TracerSparsity``, ``LocalTracerSparsity``,
   ``DenseSparsity``, ``KnownSparsity`` (import-light: numpy only).
 * :mod:`di.sparse.detection`: which tracer reads the pattern.
 * :mod:`di.sparse.jaxpr`: the pattern of ``f`` from its JAX program (``TracerSparsity(method="program")``).

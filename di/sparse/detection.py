@@ -6,13 +6,13 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from di.backends.sparsity import LocalTracerSparsity, SparsitySource, TracerSparsity
 from di.contexts import Context
 from di.errors import InvalidInputError
 from di.families import family_of, get_family
 from di.sparse.arrays import array_pattern
 from di.sparse.jaxpr import installed as program_tracer_installed
 from di.sparse.patterns import Detection
+from di.sparse.sources import LocalTracerSparsity, SparsitySource, TracerSparsity
 
 __all__ = ["TRACED", "traced", "tracer_method"]
 

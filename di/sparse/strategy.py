@@ -45,9 +45,8 @@ from di.backends.protocol import (
     static_positions,
 )
 from di.backends.registry import get_adapter, get_strategy
-from di.backends.selectors import AbstractBackend, AutoFastest, AutoSparse
+from di.backends.selectors import AbstractBackend
 from di.backends.source import ProgramSource
-from di.backends.sparsity import DenseSparsity, KnownSparsity, SparsitySource
 from di.contexts import Context
 from di.errors import DIError, InvalidInputError, UnsupportedOperatorError
 from di.families import converter, family_of, identity
@@ -60,6 +59,8 @@ from di.sparse.decompression import Decompression, seeds
 from di.sparse.detection import TRACED, traced
 from di.sparse.layout import leaf_columns, leaf_layout
 from di.sparse.patterns import Detection, as_pattern, symmetrize
+from di.sparse.selector import AutoSparse
+from di.sparse.sources import DenseSparsity, KnownSparsity, SparsitySource
 
 __all__ = ["SparseInfo", "SparseSource", "SparseStrategy"]
 
@@ -127,6 +128,9 @@ class SparseStrategy(Strategy):
         assert isinstance(backend, AutoSparse)
         return backend.dense
 
+    def products_as_jacobian(self, backend: AbstractBackend) -> bool:
+        return True  # several products at one point: one colored Jacobian
+
     def support(self, backend: AbstractBackend) -> dict[str, str]:
         colored = {
             "jacobian": "sparse (colored pushforwards, pullbacks or both)",
@@ -138,13 +142,14 @@ class SparseStrategy(Strategy):
         """The colored prep for ``jacobian`` and ``hessian``, the dense backend's otherwise.
 
         Raises:
-            UnsupportedOperatorError: the dense backend is :class:`di.AutoFastest`,
-                which chooses among whole preps and has no programs to color; for
+            UnsupportedOperatorError: the dense backend chooses among whole preps
+                (:class:`di.AutoFastest`) and has no programs to color; for
                 ``jacobian`` and ``hessian``, a :class:`di.SecondOrder`, which
                 combines two engines' programs.
         """
         assert isinstance(backend, AutoSparse)
-        if isinstance(backend.dense, AutoFastest):
+        dense_strategy = get_strategy(backend.dense)
+        if dense_strategy is not None and dense_strategy.engine(backend.dense) is None:  # chooses per argument
             raise UnsupportedOperatorError(
                 f"{backend!r}: {backend.dense!r} cannot be a part of AutoSparse, because it chooses among whole "
                 f"preps and has no programs of its own to color. Put AutoSparse backends among its candidates "
@@ -152,7 +157,7 @@ class SparseStrategy(Strategy):
             )
         if request.operator not in ("jacobian", "hessian") or request.same_point:
             return preparer.with_backend(backend.dense).with_backend(backend)
-        if get_strategy(backend.dense) is not None:  # SecondOrder: two engines' programs, no one adapter
+        if dense_strategy is not None:  # SecondOrder: two engines' programs, no one adapter
             raise UnsupportedOperatorError(
                 f"{backend!r}: {backend.dense!r} cannot be AutoSparse's dense backend, because AutoSparse colors "
                 f"the products (pushforwards, pullbacks, hvps) of one engine's programs and {backend.dense!r} "

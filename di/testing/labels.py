@@ -1,7 +1,9 @@
 """Short labels for backend selectors (``jax-jit``, ``finitediff-forward``), and back.
 
-A label is built from what every selector declares, so a selector defined out of
-tree gets labels by the same rule as the built-in ones:
+An engine's record names the labelled selectors it offers
+(:attr:`~di.backends.engine.Engine.labels`); each is built from what every
+selector declares, so a selector defined out of tree gets labels by the same
+rule as the built-in ones:
 
 * the selector's ``name`` (the name :func:`di.backend` knows it by);
 * then, in field order, ``-<option>`` for each boolean option set to ``True``
@@ -13,7 +15,7 @@ tree gets labels by the same rule as the built-in ones:
 
 A selector class without a ``name`` of its own is labelled by its ``repr``.
 :func:`parse_backend` reads every label back, and :func:`known_labels` lists the
-short ones.
+short ones: the engines' labels, then those the rule gives besides.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ import re
 import typing
 from typing import Any
 
-from di.backends.selectors import AbstractBackend
+from di.backends.selectors import AbstractBackend, registered_for, selector_names
 
 __all__ = ["backend_label", "known_labels", "parse_backend"]
 
@@ -33,8 +35,12 @@ _QUOTED = re.compile(r"'([A-Za-z0-9_]+)'")
 
 
 def _own_name(cls: type) -> str:
-    """The ``name`` a selector class declares itself (an inherited one would
-    read back as the parent class)."""
+    """The name a selector class has itself: its engine's, for the first selector
+    class an engine's record names, or the ``name`` it declares (an inherited one
+    would read back as the parent class)."""
+    record = registered_for(cls)
+    if record is not None and record.name and record.selectors[0] is cls:
+        return record.name
     name = cls.__dict__.get("name", "")
     return name if isinstance(name, str) else ""
 
@@ -107,17 +113,8 @@ def backend_label(backend: Any) -> str:
 
 def _named_selectors() -> dict[str, type[AbstractBackend]]:
     """Every selector class with a name of its own, by name and alias (lower case),
-    in the order they were defined (built-in ones first)."""
-    found: dict[str, type[AbstractBackend]] = {}
-    pending = list(AbstractBackend.__subclasses__())
-    while pending:
-        cls = pending.pop(0)
-        pending.extend(cls.__subclasses__())
-        name = _own_name(cls)
-        if name:
-            for key in (name, *cls.__dict__.get("aliases", ())):
-                found.setdefault(key.lower(), cls)
-    return found
+    the built-in ones first."""
+    return selector_names()
 
 
 def _choices(cls: type, field: dataclasses.Field[Any]) -> list[str]:
@@ -164,13 +161,16 @@ def known_labels() -> list[str]:
     labels: list[str] = []
     for cls in dict.fromkeys(_named_selectors().values()):
         name = _own_name(cls)
+        record = registered_for(cls)
+        if record is not None and record.selectors[0] is cls:
+            labels += record.labels
         labels.append(name)
         for field in _fields(cls):
             if _is_flag(field):
                 labels.append(f"{name}-{field.name}")
             elif _is_choice(field):
                 labels += [f"{name}-{value}" for value in _choices(cls, field) if value != field.default]
-    return labels
+    return list(dict.fromkeys(labels))
 
 
 def _aliases() -> list[str]:

@@ -4,37 +4,44 @@ from __future__ import annotations
 
 from typing import Any
 
-from di.backends.selectors import AutoFiniteDiff
+from di.backends.selectors import AbstractBackend, registered_for
 from di.testing.arrays import dtype_name
 
 __all__ = ["default_tolerances"]
 
 
-def _finite_difference_methods(backend: Any) -> list[str]:
-    """The finite-difference methods a backend (or a combination of backends) uses."""
-    if isinstance(backend, AutoFiniteDiff):
-        return [backend.method]
-    methods: list[str] = []
+def _approximations(backend: Any, order: int) -> list[tuple[float, float]]:
+    """The ``(rtol, atol)`` of each approximating engine a backend (or a combination
+    of backends) uses: what the nearest record in its selector class's MRO that
+    declares ``tolerances`` says (a subclass of an engine's selector approximates
+    as that engine does)."""
+    if isinstance(backend, AbstractBackend):
+        for base in type(backend).__mro__:
+            record = registered_for(base)
+            if record is not None and record.tolerances is not None:
+                return [record.tolerances(backend, order)]
+    found: list[tuple[float, float]] = []
     for attribute in ("outer", "inner", "dense"):
         inner = getattr(backend, attribute, None)
         if inner is not None and inner is not backend:
-            methods += _finite_difference_methods(inner)
-    return methods
+            found += _approximations(inner, order)
+    return found
 
 
 def default_tolerances(backend: Any, dtype: Any, order: int = 1) -> tuple[float, float]:
     """The default ``(rtol, atol)`` for a backend, a dtype and a derivative order.
 
     Automatic differentiation is exact up to rounding: float64 gets ``rtol=1e-9``,
-    float32 ``2e-4``, float16/bfloat16 ``1e-2``. Finite differences add their
+    float32 ``2e-4``, float16/bfloat16 ``1e-2``. An engine that approximates says
+    how much it adds in its record (``tolerances``: finite differences add their
     truncation and cancellation error, more for forward than central differences
-    and more for second order; the looser of the two applies. A result passes
+    and more for second order); the looser of the two applies. A result passes
     when its NaN and infinite entries are the reference's and, over the finite
     entries, ``max|result - reference| <= atol + rtol * max|reference|``.
 
     Args:
-        backend: the backend selector (finite differences are recognised inside
-            combinations with ``outer``/``inner`` attributes too).
+        backend: the backend selector (approximating engines are recognised
+            inside combinations with ``outer``/``inner``/``dense`` attributes too).
         dtype: the dtype of ``x`` (of any array family), or its name.
         order: 1 for first-order operators, 2 for second-order ones.
 
@@ -54,10 +61,6 @@ def default_tolerances(backend: Any, dtype: Any, order: int = 1) -> tuple[float,
         rtol, atol = 2e-4, 1e-7
     else:
         rtol, atol = 1e-9, 1e-12
-    for method in _finite_difference_methods(backend):
-        if method == "forward":
-            fd_rtol, fd_atol = (1e-5, 1e-8) if order == 1 else (1e-3, 1e-6)
-        else:
-            fd_rtol, fd_atol = (1e-6, 1e-9) if order == 1 else (1e-4, 1e-7)
-        rtol, atol = max(rtol, fd_rtol), max(atol, fd_atol)
+    for engine_rtol, engine_atol in _approximations(backend, order):
+        rtol, atol = max(rtol, engine_rtol), max(atol, engine_atol)
     return rtol, atol

@@ -34,7 +34,7 @@ def _traced(
     (static ones closed over), inside ``enable_x64`` when ``x`` is 64-bit."""
     import jax
 
-    from di.families.jax import is_64_bit
+    from di.families import is_64_bit
 
     x_dtype = np.float64 if is_64_bit(x.dtype) else np.float32
     shape = tuple(x.shape)
@@ -63,7 +63,8 @@ def _abstract(value: Any, x_dtype: Any) -> Any:
         return jax.ShapeDtypeStruct((), np.bool_)
     if isinstance(value, int):
         return jax.ShapeDtypeStruct((), np.int64 if x_dtype == np.float64 else np.int32)
-    dtype = np.dtype(str(value.dtype).replace("torch.", "").replace("bfloat16", "float32"))
+    name = str(getattr(value.dtype, "name", value.dtype)).rsplit(".", 1)[-1]  # without a library's prefix
+    dtype = np.dtype(name.replace("bfloat16", "float32"))
     return jax.tree_util.tree_map(lambda leaf: jax.ShapeDtypeStruct(tuple(leaf.shape), dtype), value)
 
 

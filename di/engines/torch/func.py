@@ -28,7 +28,8 @@ from di.backends import fallbacks
 from di.backends.compile import caller_stacklevel, combined_first, static_argnums
 from di.backends.outputs import SCALAR_OPERATORS, OutputRules, checking
 from di.backends.protocol import Programs, plain_from_full
-from di.backends.torch.common import (
+from di.contexts import Context
+from di.engines.torch.common import (
     FORWARD_RULES,
     REVERSE_RULES,
     RULES,
@@ -42,12 +43,11 @@ from di.backends.torch.common import (
     requires_grad,
     without_overlap,
 )
-from di.backends.torch.compile import FALLS_BACK, UNSUPPORTED, break_in_di
-from di.backends.torch.eager import EagerPrograms, cut_off_error, detaching, refuse_cut_off
-from di.backends.torch.jacobians import batched_jvp_fails, forward_jacobian, per_tangent, reverse_jacobian, rows
-from di.backends.torch.lazy import built_on_first_use
-from di.backends.torch.running import FORWARD_MODE_LOCK, running
-from di.contexts import Context
+from di.engines.torch.compile import FALLS_BACK, UNSUPPORTED, break_in_di
+from di.engines.torch.eager import EagerPrograms, cut_off_error, detaching, refuse_cut_off
+from di.engines.torch.jacobians import batched_jvp_fails, forward_jacobian, per_tangent, reverse_jacobian, rows
+from di.engines.torch.lazy import built_on_first_use
+from di.engines.torch.running import FORWARD_MODE_LOCK, running
 from di.errors import InvalidInputError, RecompileWarning
 from di.families import converter, family_of, identity
 from di.pytrees import Structure, is_pytree, tree_flatten

@@ -32,7 +32,7 @@ from typing import Any
 import torch
 
 from di.backends.compile import RecompileWatch, caller_stacklevel, compiled_on_first_use
-from di.backends.selectors import AutoTorch
+from di.engines.torch.selector import AutoTorch
 from di.errors import InvalidInputError, RecompileLimitError, RecompileWarning, UnsupportedOperatorError
 from di.pytrees import nesting_depth
 
@@ -326,7 +326,7 @@ def limit_hit(error: BaseException) -> tuple[str, int | None]:
     without one, the per-program limit.
 
     Examples:
-        >>> from di.backends.torch.compile import limit_hit
+        >>> from di.engines.torch.compile import limit_hit
         >>> cause = RuntimeError("exceeding the accumulated_recompile_limit cache size limit (currently set to 256).")
         >>> error = RuntimeError("Hard failure due to fullgraph=True")
         >>> error.__cause__ = cause
@@ -356,7 +356,7 @@ def specializing(function: Callable[..., Any], static_argnums: tuple[int, ...]) 
     program runs none of this Python; ``function`` itself when nothing is static.
 
     Examples:
-        >>> from di.backends.torch.compile import specializing
+        >>> from di.engines.torch.compile import specializing
         >>> specializing(lambda x, n: x * n, (1,))(2.0, 3)
         6.0
     """
@@ -382,7 +382,7 @@ def own_code(function: Callable[..., Any]) -> Callable[..., Any]:
     that is not a Python function is returned as it is.
 
     Examples:
-        >>> from di.backends.torch.compile import own_code
+        >>> from di.engines.torch.compile import own_code
         >>> def double(x):
         ...     return 2 * x
         >>> copy = own_code(double)

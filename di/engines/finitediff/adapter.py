@@ -27,8 +27,8 @@ import numpy as np
 from di.backends.aux import split_output, value_only
 from di.backends.outputs import OutputRules, check_output, raise_bad_output
 from di.backends.protocol import Adapter, Capabilities, Program, Programs
-from di.backends.selectors import AutoFiniteDiff
 from di.contexts import Cache, Context
+from di.engines.finitediff.selector import AutoFiniteDiff
 from di.errors import InvalidOutputError
 from di.families import converter, family_of, get_family, identity, is_floating_dtype
 from di.pytrees import tree_map

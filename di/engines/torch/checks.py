@@ -5,7 +5,7 @@ silently wrong that eager mode gets right:
 
 * an output cut off from ``x`` (``x.detach() * 2``, another engine's result):
   inside the trace ``x`` itself reads ``requires_grad=False``, so the check that
-  refuses the cut eagerly (:func:`~di.backends.torch.eager.refuse_cut_off`)
+  refuses the cut eagerly (:func:`~di.engines.torch.eager.refuse_cut_off`)
   cannot tell, and the derivative comes out as zeros;
 * a ``torch.autograd.Function``: dynamo traces its ``forward`` and differentiates
   that, dropping the Function's own ``backward`` and ``jvp`` under a ``torch.func``
@@ -25,16 +25,16 @@ from typing import Any
 import torch
 import torch.utils._pytree as torch_pytree
 
-from di.backends.torch.common import TorchBase, overwritten_error, refusing_writes
-from di.backends.torch.eager import refuse_cut_off
 from di.contexts import Context
+from di.engines.torch.common import TorchBase, overwritten_error, refusing_writes
+from di.engines.torch.eager import refuse_cut_off
 from di.errors import UnsupportedOperatorError
 from di.pytrees import is_pytree, tree_flatten, tree_unflatten
 
 __all__ = ["custom_function", "refuse_what_compiling_drops"]
 
-_MIXING = __name__.split(".")[0] + ".mixing."
-"""Where ``di.DifferentiateWith``'s host Functions live (named, not imported: a higher layer)."""
+_HOST = __name__.rpartition(".")[0] + ".host"
+"""Where ``di.DifferentiateWith``'s torch Functions live (named, not imported: a higher layer)."""
 _CLASSIC_SETUP = torch.autograd.Function.setup_context
 
 
@@ -116,7 +116,7 @@ def custom_function(outputs: Sequence[Any]) -> str:
 
     Examples:
         >>> import torch
-        >>> from di.backends.torch.checks import custom_function
+        >>> from di.engines.torch.checks import custom_function
         >>> class Twice(torch.autograd.Function):
         ...     @staticmethod
         ...     def forward(x):
@@ -139,7 +139,7 @@ def custom_function(outputs: Sequence[Any]) -> str:
         node = stack.pop()
         if isinstance(node, torch.autograd.function.BackwardCFunction):
             function = node._forward_cls  # type: ignore[attr-defined]
-            own = function.__module__.startswith(_MIXING)
+            own = function.__module__ == _HOST
             if not own and function.setup_context is not _CLASSIC_SETUP:
                 return str(function.__qualname__)
         for following, _ in node.next_functions:

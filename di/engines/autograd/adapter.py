@@ -16,6 +16,7 @@ from autograd.numpy.numpy_boxes import ArrayBox
 from autograd.tracer import Box, getval
 
 from di.backends.aux import split_output
+from di.backends.engine import TracedValues
 from di.backends.outputs import SCALAR_OPERATORS, OutputRules, checking, untraced_output_error
 from di.backends.protocol import Adapter, Capabilities, Programs
 from di.backends.selectors import AbstractBackend
@@ -23,26 +24,33 @@ from di.backends.transforms import Composition
 from di.contexts import Context
 from di.errors import DIError, UnsupportedOperatorError
 from di.families import converter, family_of, identity
-from di.prep.signature import TracedType, register_traced_type
-from di.pytrees import register_traced_cast, tree_map
+from di.pytrees import tree_map
 
-__all__ = ["AutogradAdapter"]
+__all__ = ["AutogradAdapter", "traced_values"]
 
-# Inside an outer autograd transform (autograd.grad of a function calling di), x is a box:
-# AutoAutograd nests its transforms (second derivatives), and other backends refuse it.
-register_traced_type(TracedType(ArrayBox, "autograd", "autograd.grad", getval))
+
+def traced_values() -> list[TracedValues]:
+    """The values autograd traces in place of arrays (its record's ``traced`` hook):
+    boxes around NumPy arrays. Inside an outer autograd transform (``autograd.grad``
+    of a function calling ``di``), ``x`` is a box: ``AutoAutograd`` nests its
+    transforms (second derivatives), and other backends refuse it by name.
+
+    Examples:
+        >>> from di.engines.autograd.adapter import traced_values
+        >>> [traced.transform for traced in traced_values()]
+        ['autograd.grad']
+    """
+    return [TracedValues(ArrayBox, "autograd.grad", getval, cast=_cast)]
 
 
 def _cast(value: Any, dtype_name: str) -> Any:
     """A box cast by the array namespace's ``astype``, which autograd differentiates
     in both modes (its own ``astype`` has no forward rule): a pytree's leaves of
     other dtypes are rebuilt so inside forward mode."""
-    from di.backends.autograd.namespace import astype  # built on first use, as di.array_namespace does
+    from di.engines.autograd.casting import astype
 
     return astype(value, dtype_name)
 
-
-register_traced_cast(ArrayBox, _cast)
 
 _CONVERSIONS = (("float()", "float()"), ("'item'", ".item()"), ("'tolist'", ".tolist()"), ("int()", "int()"))
 # autograd's refusal of forward mode through a primitive with a vjp rule (defvjp) and no jvp rule
@@ -57,7 +65,7 @@ def _no_jvp_error(error: BaseException, backend: AbstractBackend, operator: str)
 
     Examples:
         >>> import di
-        >>> from di.backends.autograd.adapter import _no_jvp_error
+        >>> from di.engines.autograd.adapter import _no_jvp_error
         >>> error = NotImplementedError("JVP of p wrt argnums (0,) not defined")
         >>> str(_no_jvp_error(error, di.AutoAutograd(), "pushforward")).split(":")[0]
         'AutoAutograd() cannot differentiate f in forward mode'

@@ -1,7 +1,7 @@
 """The array API over ``autograd.numpy``, for ``f`` evaluated on autograd's boxes.
 
 Imported only by :func:`di.array_namespace` (through the table of
-:mod:`di.backends.autograd.array_api`), once it has seen an autograd ``ArrayBox``
+:mod:`di.engines.autograd.array_api`), once it has seen an autograd ``ArrayBox``
 (so autograd is already imported). Three tables say what each
 array-API name becomes:
 
@@ -33,6 +33,8 @@ from autograd.core import JVPNode, primitive_jvps, primitive_vjps
 from autograd.extend import Box, defjvp, defjvp_argnums, defvjp, defvjp_argnums, primitive
 from autograd.tracer import getval
 
+from di.engines.autograd.casting import astype
+from di.engines.autograd.casting import cast as _cast
 from di.errors import UnsupportedOperatorError
 
 __all__ = ["DIFFERENTIABLE", "NO_DERIVATIVE", "REVERSE_ONLY", "AutogradNamespace", "build_namespace"]
@@ -41,17 +43,6 @@ _OTHER_ENGINES = "AutoJAX, AutoTorch or AutoFiniteDiff"
 
 
 # --- adapters: the array-API signature over autograd.numpy's differentiable functions ------------
-
-
-@primitive
-def _cast(x: Any, dtype: Any) -> Any:
-    return np.asarray(x).astype(dtype)
-
-
-# autograd's own astype has no forward-mode rule; this cast has both, and its rules use
-# the cast itself, so it nests (hvp, hessian).
-defvjp(_cast, lambda ans, x, dtype: lambda g: _cast(g, np.result_type(x)))
-defjvp(_cast, lambda g, ans, x, dtype: _cast(g, dtype))
 
 
 def _in_dtype(derivative: Any, like: Any) -> Any:
@@ -80,12 +71,6 @@ def _in_value_dtype(function: Callable[..., Any]) -> Callable[..., Any]:
 _KEEPING_DTYPE = {
     name: _in_value_dtype(getattr(anp, name)) for name in ("log2", "log10", "max", "maximum", "min", "minimum")
 }
-
-
-def astype(x: Any, dtype: Any, /, *, copy: bool = True, device: Any = None) -> Any:
-    if not np.issubdtype(dtype, np.inexact):  # integer and boolean results carry no derivative
-        return np.asarray(getval(x)).astype(dtype)
-    return _cast(x, dtype)
 
 
 def concat(arrays: Sequence[Any], /, *, axis: int | None = 0) -> Any:

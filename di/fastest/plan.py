@@ -6,7 +6,7 @@ candidates' selectors, never an array. :class:`PlanCache` remembers plans in a
 JSON file so a later process skips the measurement.
 
 Examples:
-    >>> from di.plan import Plan, PlanRow
+    >>> from di.fastest.plan import Plan, PlanRow
     >>> import di
     >>> plan = Plan("gradient", "x numpy float64 (3,)", (
     ...     PlanRow(di.AutoFiniteDiff(), "chosen", 2.5e-5, 40),
@@ -71,7 +71,7 @@ class CandidatesDisagreeError(DIError, ValueError):
         plan: the :class:`Plan` with every candidate marked ``disagreed``.
 
     Examples:
-        >>> from di.plan import CandidatesDisagreeError
+        >>> from di.fastest.plan import CandidatesDisagreeError
         >>> import di
         >>> issubclass(CandidatesDisagreeError, di.DIError)
         True
@@ -87,7 +87,7 @@ def selector_label(selector: AbstractBackend) -> str:
 
     Examples:
         >>> import di
-        >>> from di.plan import selector_label
+        >>> from di.fastest.plan import selector_label
         >>> selector_label(di.AutoJAX(jit=True)), selector_label(di.AutoTorch())
         ('AutoJAX(jit=True)', 'AutoTorch()')
     """
@@ -112,7 +112,7 @@ def format_seconds(seconds: float | None) -> str:
     """A duration for tables: ``"8.1 us"``, ``"2.35 ms"``, ``"1.20 s"``; ``"-"`` when unknown.
 
     Examples:
-        >>> from di.plan import format_seconds
+        >>> from di.fastest.plan import format_seconds
         >>> format_seconds(8.1e-6), format_seconds(None)
         ('8.1 us', '-')
     """
@@ -141,7 +141,7 @@ class PlanRow:
 
     Examples:
         >>> import di
-        >>> from di.plan import PlanRow
+        >>> from di.fastest.plan import PlanRow
         >>> PlanRow(di.AutoTorch(), "failed", None, 0, "ImportError: no torch").label
         'AutoTorch()'
     """
@@ -175,7 +175,7 @@ class Plan:
 
     Examples:
         >>> import di
-        >>> from di.plan import Plan, PlanRow
+        >>> from di.fastest.plan import Plan, PlanRow
         >>> plan = Plan("gradient", "x numpy float64 (3,)", (PlanRow(di.AutoFiniteDiff(), "chosen", 1e-5, 9),))
         >>> plan.chosen, plan.status_of(di.AutoFiniteDiff())
         (AutoFiniteDiff(method='central', step=None), 'chosen')
@@ -313,9 +313,9 @@ def function_name(f: Callable[..., Any]) -> str:
     ``functools.partial``, of the class for a callable object).
 
     Examples:
-        >>> from di.plan import function_name, format_seconds
+        >>> from di.fastest.plan import function_name, format_seconds
         >>> function_name(format_seconds)
-        'di.plan:format_seconds'
+        'di.fastest.plan:format_seconds'
     """
     target: Any = getattr(f, "func", f)  # functools.partial
     if not hasattr(target, "__qualname__"):
@@ -338,7 +338,7 @@ def function_fingerprint(f: Callable[..., Any]) -> str:
     of its previous body; ``""`` for callables without Python bytecode.
 
     Examples:
-        >>> from di.plan import function_fingerprint
+        >>> from di.fastest.plan import function_fingerprint
         >>> function_fingerprint(lambda x: x + 1) == function_fingerprint(lambda x: x + 1)
         True
         >>> function_fingerprint(lambda x: x + 1) == function_fingerprint(lambda x: x + 2)
@@ -368,7 +368,7 @@ def engine_versions(candidates: Sequence[AbstractBackend] = ()) -> dict[str, str
         ``distributions`` (or ``engine``), those installed.
 
     Examples:
-        >>> from di.plan import engine_versions
+        >>> from di.fastest.plan import engine_versions
         >>> "numpy" in engine_versions()
         True
     """
@@ -407,7 +407,7 @@ class PlanCache:
 
     Examples:
         >>> import tempfile, os
-        >>> from di.plan import PlanCache
+        >>> from di.fastest.plan import PlanCache
         >>> cache = PlanCache(os.path.join(tempfile.mkdtemp(), "plans.json"))
         >>> cache.store("k", {"engines": {"numpy": "2"}, "plan": {}})
         >>> cache.lookup("k", {"numpy": "2"})

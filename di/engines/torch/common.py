@@ -14,12 +14,13 @@ import torch.utils._pytree as torch_pytree
 from di.backends.compile import counting_static_values, static_positions
 from di.backends.outputs import OutputRules
 from di.backends.protocol import Adapter, Program
-from di.backends.selectors import AbstractBackend, AutoTorch
-from di.backends.torch.compile import TorchCompiler
+from di.backends.selectors import AbstractBackend
 from di.contexts import Context
+from di.engines.torch.compile import TorchCompiler
+from di.engines.torch.family import innermost_transform, transform_of
+from di.engines.torch.selector import AutoTorch
 from di.errors import InvalidInputError, UnsupportedContextError, UnsupportedOperatorError
 from di.families import converter, family_of
-from di.families.torch import innermost_transform, transform_of
 from di.pytrees import is_pytree, tree_leaves, tree_map
 
 __all__ = [
@@ -197,7 +198,7 @@ def custom_function_error(
 
     Examples:
         >>> import di
-        >>> from di.backends.torch.common import custom_function_error
+        >>> from di.engines.torch.common import custom_function_error
         >>> error = NotImplementedError("You must implement the jvp function for custom autograd.Function to use it")
         >>> message = str(custom_function_error(error, di.AutoTorch(), "pushforward"))
         >>> message.startswith("pushforward with AutoTorch("), "Add a jvp staticmethod" in message
@@ -260,7 +261,7 @@ def refusing_writes(call: Callable[[], Any], tensors: Sequence[Any], error: Call
 
     Examples:
         >>> import torch
-        >>> from di.backends.torch.common import refusing_writes
+        >>> from di.engines.torch.common import refusing_writes
         >>> t = torch.zeros(2)
         >>> refusing_writes(lambda: t.add_(1), [t], lambda written: ValueError("written"))
         Traceback (most recent call last):
@@ -301,7 +302,7 @@ def overwritten_error(
 
     Examples:
         >>> import torch, di
-        >>> from di.backends.torch.common import overwritten_error
+        >>> from di.engines.torch.common import overwritten_error
         >>> x = torch.zeros(2)
         >>> message = str(overwritten_error(di.AutoTorch(), "jacobian", x, x, untraced=True))
         >>> message.startswith("jacobian with AutoTorch("), message.split(": ")[0].endswith("(evaluating f untraced)")
@@ -406,7 +407,7 @@ def without_overlap(tensor: Any) -> Any:
 
     Examples:
         >>> import torch
-        >>> from di.backends.torch.common import without_overlap
+        >>> from di.engines.torch.common import without_overlap
         >>> without_overlap(torch.ones(1).expand(3)).stride(), without_overlap(torch.ones(2, 3).t()).stride()
         ((1,), (1, 3))
     """
@@ -423,7 +424,7 @@ def storage_address(value: Any) -> int:
 
     Examples:
         >>> import numpy as np, torch
-        >>> from di.backends.torch.common import storage_address
+        >>> from di.engines.torch.common import storage_address
         >>> a = np.zeros(3)
         >>> storage_address(torch.from_numpy(a)[1:]) == storage_address(a), storage_address("a")
         (True, 0)

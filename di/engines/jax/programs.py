@@ -16,11 +16,12 @@ import numpy as np
 
 from di.backends.aux import AuxSplit, split_aux
 from di.backends.compile import is_static_value
-from di.backends.jax.concretization import concretization_error
-from di.backends.jax.x64 import in_x64
 from di.backends.outputs import OutputRules, is_real_floating_array
 from di.backends.protocol import Program, Programs
-from di.backends.selectors import AbstractBackend, AutoJAX
+from di.backends.selectors import AbstractBackend
+from di.engines.jax.concretization import concretization_error
+from di.engines.jax.selector import AutoJAX
+from di.engines.jax.x64 import in_x64
 from di.errors import UnsupportedOperatorError
 from di.families import converter, family_of, identity
 
@@ -80,7 +81,7 @@ def custom_vjp_error(error: BaseException, backend: AbstractBackend, operator: s
 
     Examples:
         >>> import di
-        >>> from di.backends.jax.programs import custom_vjp_error
+        >>> from di.engines.jax.programs import custom_vjp_error
         >>> error = TypeError("can't apply forward-mode autodiff (jvp) to a custom_vjp function.")
         >>> type(custom_vjp_error(error, di.AutoJAX(), "pushforward")).__name__
         'UnsupportedOperatorError'
@@ -428,7 +429,7 @@ class StaticLeaves:
     :meth:`value` rebuilds the context inside the trace.
 
     Examples:
-        >>> from di.backends.jax.programs import StaticLeaves
+        >>> from di.engines.jax.programs import StaticLeaves
         >>> split = StaticLeaves.split({"n": 2, "a": 0.5, "method": "fast"})
         >>> split.leaves, split.value()
         ((0.5,), {'a': 0.5, 'method': 'fast', 'n': 2})
@@ -473,7 +474,7 @@ jax.tree_util.register_pytree_node(
 
 def named(core: Callable[..., Any], lead: int) -> Callable[..., Any]:
     """``core`` under the one name and signature JAX's messages then cite (which
-    :mod:`di.backends.jax.concretization` reads back):
+    :mod:`di.engines.jax.concretization` reads back):
     ``traced_program(x, *values)``, or ``(x, tangents, *values)`` for ``lead == 2``;
     a context passed as :class:`StaticLeaves` reaches ``core`` rebuilt. Only
     traced: the compiled program runs none of it."""

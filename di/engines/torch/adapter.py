@@ -19,9 +19,10 @@ from typing import Any
 import torch
 
 from di.backends.protocol import OPERATOR_FAMILIES, Capabilities, Programs
-from di.backends.selectors import AutoTorch
-from di.backends.torch.checks import refuse_what_compiling_drops
-from di.backends.torch.common import (
+from di.backends.transforms import Composition
+from di.contexts import Cache, Context
+from di.engines.torch.checks import refuse_what_compiling_drops
+from di.engines.torch.common import (
     TorchBase,
     addresses,
     overwritten_error,
@@ -31,11 +32,10 @@ from di.backends.torch.common import (
     unshared,
     version_of,
 )
-from di.backends.torch.compile import TorchCompiler
-from di.backends.torch.eager import EagerPrograms
-from di.backends.torch.func import FuncPrograms
-from di.backends.transforms import Composition
-from di.contexts import Cache, Context
+from di.engines.torch.compile import TorchCompiler
+from di.engines.torch.eager import EagerPrograms
+from di.engines.torch.func import FuncPrograms
+from di.engines.torch.selector import AutoTorch
 
 __all__ = ["COMPOSITIONS", "TorchAdapter"]
 
@@ -132,7 +132,7 @@ class TorchAdapter(TorchBase):
         """The family of programs serving these contexts: eager reverse mode with a
         ``Cache``, ``torch.func`` otherwise. Before ``torch.func`` programs are
         compiled, ``f`` is checked for what dynamo's trace would silently get wrong
-        (:func:`~di.backends.torch.checks.refuse_what_compiling_drops`); compiling
+        (:func:`~di.engines.torch.checks.refuse_what_compiling_drops`); compiling
         ``f`` alone, as the programs with a ``Cache`` do, gets both right."""
         if any(isinstance(c, Cache) for c in contexts):
             return self._eager
@@ -148,7 +148,7 @@ class TorchAdapter(TorchBase):
         when they write into a ``Cache`` (the ``torch.func`` programs, which
         compose with transforms, cannot write into buffers). The ``torch.func``
         programs' values and ``aux`` are copied where they share an input's memory
-        (:func:`~di.backends.torch.common.owning`); the eager reverse-mode ones
+        (:func:`~di.engines.torch.common.owning`); the eager reverse-mode ones
         (every program with a ``Cache``, the eager gradient and pullback) see to
         it themselves."""
         if any(isinstance(c, Cache) for c in contexts):

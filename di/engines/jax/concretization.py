@@ -10,7 +10,7 @@ float or array context is traced too), and what to write instead.
 
 Which value it was is read from JAX's message ("depends on the value of the
 argument values[0]"), which names the arguments of the jitted function: every
-program ``di`` jits is :func:`di.backends.jax.programs.named`, so that the names are always ``x``,
+program ``di`` jits is :func:`di.engines.jax.programs.named`, so that the names are always ``x``,
 ``tangents`` and ``values[i]`` (context ``i + 1``).
 """
 
@@ -47,7 +47,7 @@ def conversion_of(error: BaseException) -> str:
     ``if``), ``"an index"``, a conversion such as ``"float()"``, or ``""``.
 
     Examples:
-        >>> from di.backends.jax.concretization import conversion_of
+        >>> from di.engines.jax.concretization import conversion_of
         >>> conversion_of(ValueError("The problem arose with the `float` function."))
         'float()'
     """

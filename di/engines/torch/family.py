@@ -181,7 +181,7 @@ class TorchFamily(Family):
 
         Examples:
             >>> import torch
-            >>> from di.families.torch import FAMILY
+            >>> from di.engines.torch.family import FAMILY
             >>> bool(FAMILY.read_only(torch.zeros(1).expand(3))), FAMILY.read_only(torch.zeros(3, 2).t())
             (True, False)
         """

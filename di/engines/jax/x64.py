@@ -32,8 +32,7 @@ try:
 except ImportError:  # pragma: no cover - another JAX layout
     _dtypes = _literals = None  # type: ignore[assignment]
 
-from di.families import family_of
-from di.families.jax import is_64_bit
+from di.families import family_of, is_64_bit
 
 __all__ = ["in_x64", "keep_constants_per_scope", "needs_x64", "x64_scope"]
 

@@ -20,7 +20,7 @@ from typing import Any
 
 import torch
 
-from di.backends.torch.common import dynamo_compiling
+from di.engines.torch.common import dynamo_compiling
 
 __all__ = ["batched_jvp_fails", "forward_jacobian", "per_tangent", "reverse_jacobian", "rows", "standard_basis"]
 
@@ -36,7 +36,7 @@ def batched_jvp_fails() -> bool:
     eagerly, and under ``torch.compile`` alone, everything does.
 
     Examples:
-        >>> from di.backends.torch.jacobians import batched_jvp_fails
+        >>> from di.engines.torch.jacobians import batched_jvp_fails
         >>> batched_jvp_fails()
         False
     """
@@ -50,7 +50,7 @@ def per_tangent(product: Callable[[Any], Any], tangents: Sequence[Any]) -> tuple
 
     Examples:
         >>> import torch
-        >>> from di.backends.torch.jacobians import per_tangent
+        >>> from di.engines.torch.jacobians import per_tangent
         >>> x = torch.tensor([1.0, 2.0])
         >>> per_tangent(lambda t: torch.func.jvp(torch.sin, (x,), (t,))[1], (torch.ones(2), x))
         (tensor([ 0.5403, -0.4161]), tensor([ 0.5403, -0.8323]))
@@ -69,7 +69,7 @@ def rows(batch: Any) -> tuple[Any, ...]:
 
     Examples:
         >>> import torch
-        >>> from di.backends.torch.jacobians import rows
+        >>> from di.engines.torch.jacobians import rows
         >>> first, second = rows(torch.arange(4.0).reshape(2, 2))
         >>> first.add_(1), second._base is None
         (tensor([1., 2.]), True)
@@ -94,7 +94,7 @@ def forward_jacobian(
 
     Examples:
         >>> import torch
-        >>> from di.backends.torch.jacobians import forward_jacobian
+        >>> from di.engines.torch.jacobians import forward_jacobian
         >>> y, jac = forward_jacobian(lambda x: x**2, torch.tensor([1.0, 3.0]), False)
         >>> y, jac
         (tensor([1., 9.]), tensor([[2., 0.],
@@ -125,7 +125,7 @@ def standard_basis(like: Any) -> Any:
 
     Examples:
         >>> import torch
-        >>> from di.backends.torch.jacobians import standard_basis
+        >>> from di.engines.torch.jacobians import standard_basis
         >>> standard_basis(torch.zeros(2, 1, dtype=torch.float64))
         tensor([[[1.],
                  [0.]],
@@ -148,7 +148,7 @@ def reverse_jacobian(fy: Callable[..., Any], x: Any, has_aux: bool) -> tuple[Any
 
     Examples:
         >>> import torch
-        >>> from di.backends.torch.jacobians import reverse_jacobian
+        >>> from di.engines.torch.jacobians import reverse_jacobian
         >>> y, jac = reverse_jacobian(lambda x: x.sum(0), torch.ones(2, 2), False)
         >>> jac.shape
         torch.Size([2, 2, 2])

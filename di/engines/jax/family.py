@@ -17,8 +17,9 @@ from typing import Any
 import numpy as np
 
 from di.families.family import Family, Matcher, by_numpy, extended_precision
+from di.families.registry import is_64_bit
 
-__all__ = ["FAMILY", "JaxFamily", "is_64_bit", "transform_of"]
+__all__ = ["FAMILY", "JaxFamily", "transform_of"]
 
 
 _TRACES = {
@@ -47,19 +48,6 @@ def _array_types() -> tuple[type, ...]:
     import jax
 
     return (jax.Array, jax.core.Tracer)
-
-
-def is_64_bit(dtype: Any) -> bool:
-    """Whether a dtype of any family (or its name) has 8-byte elements: what JAX
-    only keeps inside ``jax.enable_x64``."""
-    try:
-        return np.dtype(dtype).itemsize == 8
-    except TypeError:  # another library's dtype: its own size, else its name's
-        itemsize = getattr(dtype, "itemsize", None)
-        if isinstance(itemsize, int):
-            return itemsize == 8
-        name = str(getattr(dtype, "name", dtype)).rsplit(".", 1)[-1]
-        return name in ("float64", "int64", "uint64", "complex64")
 
 
 def _default_device() -> Any:

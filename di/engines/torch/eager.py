@@ -27,7 +27,8 @@ from di.backends.aux import split_output
 from di.backends.compile import static_argnums
 from di.backends.outputs import check_output, raise_translated, untraced_output_error
 from di.backends.protocol import Programs
-from di.backends.torch.common import (
+from di.contexts import Cache, Context
+from di.engines.torch.common import (
     REVERSE_RULES,
     TorchBase,
     addresses,
@@ -42,7 +43,6 @@ from di.backends.torch.common import (
     requires_grad,
     unshared,
 )
-from di.contexts import Cache, Context
 from di.errors import InvalidOutputError, UnsupportedContextError
 from di.families import converter, family_of, identity
 from di.pytrees import Structure, is_pytree, tree_flatten

@@ -33,7 +33,13 @@ from di.backends.compile import (
     has_static_leaves,
     static_positions,
 )
-from di.backends.jax.programs import (
+from di.backends.outputs import checking, output_leaf_shapes
+from di.backends.protocol import OPERATOR_FAMILIES, Adapter, Capabilities, Program, Programs, plain_from_full
+from di.backends.registry import get_adapter
+from di.backends.selectors import AbstractBackend
+from di.backends.transforms import Composition
+from di.contexts import Context
+from di.engines.jax.programs import (
     RULES,
     AuxTracing,
     StaticLeaves,
@@ -51,13 +57,8 @@ from di.backends.jax.programs import (
     value_only,
     wrap,
 )
-from di.backends.jax.x64 import keep_constants_per_scope, needs_x64, x64_scope
-from di.backends.outputs import checking, output_leaf_shapes
-from di.backends.protocol import OPERATOR_FAMILIES, Adapter, Capabilities, Program, Programs, plain_from_full
-from di.backends.registry import get_adapter
-from di.backends.selectors import AbstractBackend, AutoJAX
-from di.backends.transforms import Composition
-from di.contexts import Context
+from di.engines.jax.selector import AutoJAX
+from di.engines.jax.x64 import keep_constants_per_scope, needs_x64, x64_scope
 from di.errors import InvalidOutputError
 from di.families import converter, family_of, identity
 from di.prep.signature import checked_by_executable, checks_arguments

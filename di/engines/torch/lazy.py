@@ -10,8 +10,8 @@ from typing import Any
 import torch
 
 from di.backends.protocol import Programs
-from di.backends.torch.common import dynamo_compiling, inside_transform, transform_of
 from di.contexts import Context
+from di.engines.torch.common import dynamo_compiling, inside_transform, transform_of
 
 __all__ = ["built_on_first_use", "stand_in_maker"]
 
