@@ -22,7 +22,7 @@ from di.errors import InvalidInputError, PreparationMismatchError, type_label
 from di.operators.prepare import check_tangents, prepare_operator
 from di.operators.table import OPERATORS
 from di.prep.base import Prep, write_out
-from di.prep.signature import same_selector
+from di.prep.matching import same_selector
 
 __all__ = ["operator_function", "run_operator"]
 

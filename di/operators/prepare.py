@@ -24,18 +24,18 @@ from di.errors import InvalidInputError
 from di.families import family_of, get_family
 from di.operators.programs import caller_programs, same_point_check
 from di.operators.table import OPERATORS, Operator
-from di.prep.base import Prep
-from di.prep.signature import (
+from di.prep.arguments import (
     check_array_kinds,
     check_contexts_wrapped,
     check_tangent_dtypes,
     check_x,
     check_x_leaves,
-    concrete,
-    describe_value,
     named_leaves,
 )
+from di.prep.base import Prep
+from di.prep.description import describe_value
 from di.prep.strategy import NO_INFO, PrepareRequest, StrategyInfo
+from di.prep.traced import concrete
 from di.pytrees import Raveler, check_flattens, check_floating_leaves, is_pytree, leaf_paths, tree_flatten, tree_map
 
 __all__ = ["check_tangents", "prepare_operator", "prepare_request"]

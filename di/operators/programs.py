@@ -23,7 +23,8 @@ from di.errors import InvalidInputError, UnsupportedOperatorError
 from di.families import converter, families, family_of, get_family, identity
 from di.operators.table import Operator
 from di.prep.base import finished, split_finish
-from di.prep.signature import checks_arguments, tracing
+from di.prep.own_checks import checks_arguments
+from di.prep.traced import tracing
 from di.prep.traces import refuse_foreign_traces
 from di.pytrees import Raveler, is_pytree, tree_flatten, tree_map, tree_unflatten
 

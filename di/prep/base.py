@@ -11,23 +11,13 @@ import numpy as np
 from di.contexts import Context
 from di.errors import DIError, InvalidInputError, OutBufferError
 from di.families import ArraySpec, family_of, get_family, spec_of
+from di.prep.arguments import check_array_kinds, check_contexts_wrapped, check_tangent_dtypes
 from di.prep.info import NO_INFO, StrategyInfo
-from di.prep.signature import (
-    ArgumentCheck,
-    ArgumentsRejected,
-    check_array_kinds,
-    check_contexts_wrapped,
-    check_tangent_dtypes,
-    checks_arguments,
-    compiling_again,
-    concrete,
-    key_function,
-    matcher_for,
-    mismatch_error,
-    one_family_matcher,
-    plain,
-    same_selector,
-)
+from di.prep.matching import key_function, matcher_for, one_family_matcher, same_selector
+from di.prep.own_checks import ArgumentsRejected, checks_arguments, compiling_again
+from di.prep.report import mismatch_error
+from di.prep.signature import ArgumentCheck
+from di.prep.traced import concrete, plain
 from di.prep.traces import refuse_foreign_traces
 from di.pytrees import check_flattens
 
