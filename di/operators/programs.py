@@ -22,7 +22,7 @@ from di.contexts import Constant, Context
 from di.errors import InvalidInputError, UnsupportedOperatorError
 from di.families import converter, families, family_of, get_family, identity
 from di.operators.table import Operator
-from di.prep.base import finished, split_finish
+from di.prep.finish import finished, split_finish
 from di.prep.own_checks import checks_arguments
 from di.prep.traced import tracing
 from di.prep.traces import refuse_foreign_traces

@@ -6,28 +6,22 @@ import copy
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
 from di.contexts import Context
-from di.errors import DIError, InvalidInputError, OutBufferError
+from di.errors import DIError, InvalidInputError
 from di.families import ArraySpec, family_of, get_family, spec_of
-from di.prep.arguments import check_array_kinds, check_contexts_wrapped, check_tangent_dtypes
+from di.prep.finish import Finish, split_finish
 from di.prep.info import NO_INFO, StrategyInfo
 from di.prep.matching import key_function, matcher_for, one_family_matcher, same_selector
 from di.prep.own_checks import ArgumentsRejected, checks_arguments, compiling_again
-from di.prep.report import mismatch_error
+from di.prep.report import has_aux_error, other_point_error, refuse_arguments, refuse_tangents
 from di.prep.signature import ArgumentCheck
 from di.prep.traced import concrete, plain
 from di.prep.traces import refuse_foreign_traces
-from di.pytrees import check_flattens
 
 if TYPE_CHECKING:
     from di.backends.selectors import AbstractBackend
 
-__all__ = ["Prep", "finished", "split_finish"]
-
-Finish = Callable[[Any], Any]
-"""What turns a program's result into the caller's (its array family, its layout)."""
+__all__ = ["Prep"]
 
 
 class Prep:
@@ -67,7 +61,6 @@ class Prep:
         "_traces",
         "_values_matcher",
         "_x_fields",
-        "_x_is_float",
         "_x_matcher",
         "backend",
         "checks",
@@ -81,6 +74,7 @@ class Prep:
         "strict",
         "tangent_check",
         "tangent_matchers",
+        "x_is_float",
         "x_spec",
     )
 
@@ -115,7 +109,7 @@ class Prep:
         self.programs = programs
         family = family_of(x)
         self.x_spec: ArraySpec | None = spec_of(x) if family is not None else None
-        self._x_is_float = isinstance(x, float)  # its results are 0-d NumPy float64 arrays, writable
+        self.x_is_float = isinstance(x, float)  # its results are 0-d NumPy float64 arrays, writable
         x_check = ArgumentCheck.of("x", x)
         context_checks = [ArgumentCheck.of(f"context {i}", c.value, type(c)) for i, c in enumerate(contexts, start=1)]
         self.checks = (x_check, *context_checks)
@@ -225,11 +219,8 @@ class Prep:
                     return
         except Exception:  # a key function failing means the argument differs
             pass
-        check_flattens(x, "x")  # (the report flattens what it describes)
-        check_array_kinds(x, "x")  # a masked array or matrix: why, not just "differs"
-        check_contexts_wrapped(contexts)
         prepared = {"f": self.f, "backend": self.backend}
-        raise mismatch_error(self.operator, self.checks, prepared, f, backend, (x, *contexts), self.strict)
+        refuse_arguments(self.operator, self.checks, prepared, self.strict, f, backend, x, contexts)
 
     def _runner(self, program: Callable[..., Any]) -> Callable[..., Any]:
         """``run(f, backend, x, contexts)``: the strict check, the program and the
@@ -525,12 +516,7 @@ class Prep:
             return
         if isinstance(tangents, tuple) and check.matches(tuple(concrete(t) for t in tangents)):
             return  # traced tangents (autograd's boxes), compared by the arrays inside
-        for index, tangent in enumerate(tangents):
-            check_flattens(tangent, f"{check.label}[{index}]")
-        check_tangent_dtypes(tangents, check.label)  # a complex one: say so, not just "differs"
-        raise mismatch_error(
-            self.operator, (check,), {"f": self.f, "backend": self.backend}, self.f, self.backend, (tangents,)
-        )
+        refuse_tangents(self.operator, check, {"f": self.f, "backend": self.backend}, tangents)
 
     def check_same_point(self, x: Any, contexts: Sequence[Any]) -> None:
         """For same-point preps: refuse another ``x`` or other ``Constant`` values.
@@ -539,14 +525,7 @@ class Prep:
             PreparationMismatchError: the point differs (compared by value).
         """
         if self.same_point is not None and not self.same_point(x, contexts):
-            from di.errors import PreparationMismatchError
-
-            raise PreparationMismatchError(
-                f"this prep was made by prepare_{self.operator}_same_point at one point, and this call gives "
-                f"another x or other Constant values. Prepare again at the new point "
-                f"(di.prepare_{self.operator}_same_point), or use di.prepare_{self.operator} for a prep that "
-                f"serves every point."
-            )
+            raise other_point_error(self.operator)
 
     def check_has_aux(self, has_aux: Any) -> None:
         """Refuse a call whose ``has_aux`` differs from the prepared one (the
@@ -557,14 +536,7 @@ class Prep:
             PreparationMismatchError: with a ``has_aux`` row.
         """
         if bool(has_aux) != self.has_aux:
-            from di.errors import PreparationMismatchError
-
-            raise PreparationMismatchError(
-                "this prep was made for other arguments.\n"
-                f"  has_aux  differs  prepared {self.has_aux}   given {bool(has_aux)}\n"
-                f"Prepare again with has_aux={bool(has_aux)} (di.prepare_{self.operator}), or call with "
-                f"has_aux={self.has_aux}."
-            )
+            raise has_aux_error(self.operator, self.has_aux, bool(has_aux))
 
     def check_operator(self, operator: str) -> None:
         """Refuse a prep made for another operator family."""
@@ -573,54 +545,6 @@ class Prep:
             raise InvalidInputError(
                 f"this prep was made by prepare_{self.operator}, not prepare_{operator}; "
                 f"call di.prepare_{operator}(f, backend, x, {tangents}*contexts) for {operator}."
-            )
-
-    def check_out(self, out: Any, what: str, result: Any = None) -> None:
-        """Refuse an ``out=`` buffer that cannot receive the result: a ``result``
-        when given, else an array like ``x`` (the gradient).
-
-        Raises:
-            OutBufferError: family, shape or dtype differ, ``out`` is read-only,
-                or ``x`` is a JAX array.
-        """
-        if self.info.sparse_result:
-            raise OutBufferError(
-                f"out does not fit the {what}: {self.backend!r} returns a sparse matrix, which cannot be written "
-                f"into a dense buffer. Call without out=, or use AutoSparse(..., dense_result=True)."
-            )
-        spec = self.x_spec
-        if spec is None and self._x_is_float:  # results come back as NumPy float64 arrays
-            spec = ArraySpec("numpy", (), np.dtype(np.float64), None)
-        family = family_of(out)
-        if spec is None:
-            raise OutBufferError(
-                f"out does not fit the {what}: out= takes the result of an array x, not of a pytree x (whose "
-                f"result is a pytree); call without out= and use the returned pytree."
-            )
-        if not get_family(spec.family).mutable:
-            raise OutBufferError(
-                f"out does not fit the {what}: x is a {get_family(spec.family).display} array, whose results are "
-                f"immutable; call without out= and use the returned array."
-            )
-        if family != spec.family:
-            raise OutBufferError(
-                f"out does not fit the {what}: it must be a {spec.family} array like x, not "
-                f"{family or type(out).__name__}."
-            )
-        refusal = get_family(family).read_only(out)
-        if refusal:
-            why = refusal if isinstance(refusal, str) else f"a {family} array that refuses writes"
-            raise OutBufferError(
-                f"out cannot receive the {what}: it is read-only ({why}); pass a "
-                f"writable buffer, or call without out= and use the returned array."
-            )
-        out_spec = spec_of(out)
-        like = "like x"
-        if result is not None:
-            spec, like = spec_of(result), "like the result"
-        if out_spec.shape != spec.shape or out_spec.dtype != spec.dtype or out_spec.device != spec.device:
-            raise OutBufferError(
-                f"out does not fit the {what}: it must be {spec.describe()} {like}, not {out_spec.describe()}."
             )
 
 
@@ -640,45 +564,3 @@ def _contexts_match(contexts: Sequence[Any], matchers: Sequence[tuple[type | Non
         if context.__class__ is not wrapper or not matches(context.value):  # type: ignore[attr-defined]
             return False
     return True
-
-
-def finished(program: Callable[..., Any], finish: Finish) -> Callable[..., Any]:
-    """``program`` followed by ``finish`` (the conversion of its result for the
-    caller), as one function that keeps its two parts: a prep's runner calls them
-    itself, one Python call fewer on the hot path.
-
-    Examples:
-        >>> from di.prep.base import finished, split_finish
-        >>> run = finished(lambda x: x + 1, str)
-        >>> run(1), split_finish(run)[1] is str
-        ('2', True)
-    """
-
-    inner, first = split_finish(program)
-    if first is not None:  # one finish after the other, around the innermost program
-        program, finish = inner, _then(first, finish)
-
-    def run(*args: Any) -> Any:
-        return finish(program(*args))
-
-    run.finish_parts = (program, finish)  # type: ignore[attr-defined]
-    return run
-
-
-def _then(first: Finish, second: Finish) -> Finish:
-    def both(result: Any) -> Any:
-        return second(first(result))
-
-    return both
-
-
-def split_finish(program: Callable[..., Any]) -> tuple[Callable[..., Any], Finish | None]:
-    """``(program, finish)`` of a program made by :func:`finished`, else
-    ``(program, None)``."""
-    parts = getattr(program, "finish_parts", None)
-    return (program, None) if parts is None else parts
-
-
-def write_out(out: Any, result: Any) -> Any:
-    """Copy ``result`` into the caller's buffer ``out`` and return it."""
-    return get_family(family_of(out) or "numpy").write_out(out, result)

@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NoReturn
 
 from di.errors import PreparationMismatchError
+from di.prep.arguments import check_array_kinds, check_contexts_wrapped, check_tangent_dtypes
 from di.prep.description import describe_value
 from di.prep.matching import same_selector
 from di.prep.signature import ArgumentCheck
+from di.pytrees import check_flattens
 
-__all__ = ["mismatch_error"]
+__all__ = ["has_aux_error", "mismatch_error", "other_point_error", "refuse_arguments", "refuse_tangents"]
 
 
 def mismatch_error(
@@ -64,3 +66,73 @@ def mismatch_error(
         fix = f"Prepare again for this f and backend (di.prepare_{operator}): a strict=False prep still checks both."
     lines.append(fix)
     return PreparationMismatchError("\n".join(lines))
+
+
+def refuse_arguments(
+    operator: str,
+    checks: Sequence[ArgumentCheck],
+    prepared: dict[str, Any],
+    strict: bool,
+    f: Any,
+    backend: Any,
+    x: Any,
+    contexts: Sequence[Any],
+) -> NoReturn:
+    """Raise the error saying why a call's ``f``, ``backend``, ``x`` and contexts do
+    not fit a prep (its strict check said no): what makes an argument unusable
+    (one that does not flatten, an array of a kind no engine reads as ``f`` does,
+    a raw value where a context is due), else the report.
+
+    Args:
+        operator: the prep's operator family.
+        checks: its ``x`` and context checks.
+        prepared: ``{"f": ..., "backend": ...}`` as prepared.
+        strict: whether the prep is strict.
+        f: the call's ``f``.
+        backend: the call's backend.
+        x: the call's ``x``.
+        contexts: the call's contexts.
+
+    Raises:
+        InvalidInputError: an argument no prep could take.
+        PreparationMismatchError: the report, one line per argument.
+    """
+    check_flattens(x, "x")  # (the report flattens what it describes)
+    check_array_kinds(x, "x")  # a masked array or matrix: why, not just "differs"
+    check_contexts_wrapped(contexts)
+    raise mismatch_error(operator, checks, prepared, f, backend, (x, *contexts), strict)
+
+
+def refuse_tangents(operator: str, check: ArgumentCheck, prepared: dict[str, Any], tangents: Any) -> NoReturn:
+    """Raise the error saying why a call's tangents (or cotangents) do not fit the
+    prepared ones (``check``): one holding complex numbers or no numbers, else the
+    report.
+
+    Raises:
+        InvalidInputError: a tangent of no real numbers, or one that does not flatten.
+        PreparationMismatchError: their number, family, shape or dtype differ.
+    """
+    for index, tangent in enumerate(tangents):
+        check_flattens(tangent, f"{check.label}[{index}]")
+    check_tangent_dtypes(tangents, check.label)  # a complex one: say so, not just "differs"
+    raise mismatch_error(operator, (check,), prepared, prepared["f"], prepared["backend"], (tangents,))
+
+
+def other_point_error(operator: str) -> PreparationMismatchError:
+    """The error for a same-point prep called at another point."""
+    return PreparationMismatchError(
+        f"this prep was made by prepare_{operator}_same_point at one point, and this call gives "
+        f"another x or other Constant values. Prepare again at the new point "
+        f"(di.prepare_{operator}_same_point), or use di.prepare_{operator} for a prep that "
+        f"serves every point."
+    )
+
+
+def has_aux_error(operator: str, prepared: bool, given: bool) -> PreparationMismatchError:
+    """The report for a call whose ``has_aux`` differs from the prepared one."""
+    return PreparationMismatchError(
+        "this prep was made for other arguments.\n"
+        f"  has_aux  differs  prepared {prepared}   given {given}\n"
+        f"Prepare again with has_aux={given} (di.prepare_{operator}), or call with "
+        f"has_aux={prepared}."
+    )
