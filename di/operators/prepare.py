@@ -17,6 +17,7 @@ import numpy as np
 
 from di.backends.aux import value_only
 from di.backends.compile import compiling_combined_first
+from di.backends.protocol import Adapter
 from di.backends.registry import get_adapter, get_strategy
 from di.backends.selectors import AbstractBackend, check_flag
 from di.backends.source import ProgramSource
@@ -34,11 +35,14 @@ from di.prep.arguments import (
 )
 from di.prep.base import Prep
 from di.prep.description import describe_value
-from di.prep.strategy import NO_INFO, PrepareRequest, StrategyInfo
+from di.prep.strategy import NO_INFO, PrepareRequest, Strategy, StrategyInfo
 from di.prep.traced import concrete
 from di.pytrees import Raveler, check_flattens, check_floating_leaves, is_pytree, leaf_paths, tree_flatten, tree_map
 
 __all__ = ["check_tangents", "prepare_operator", "prepare_request"]
+
+Resolved = tuple[Strategy | None, Adapter | None]
+"""What a selector resolves to: its strategy, or its adapter (the other ``None``)."""
 
 
 def prepare_operator(
@@ -72,7 +76,7 @@ def prepare_operator(
     value = check_flag(owner, "value", value)
     if not callable(f):
         raise InvalidInputError(f"f must be callable, not {type(f).__name__}")
-    _resolve(backend)  # a selector, and installed: said before anything about x
+    resolved = _resolve(backend)  # a selector, and installed: said before anything about x
     check_flattens(x, "x")
     _check_x(operator, x)
     check_contexts_wrapped(contexts)
@@ -81,16 +85,21 @@ def prepare_operator(
         if operator.tangents == "tx":
             _check_tangent_shapes(tangents, x)
     request = PrepareRequest(family, f, x, tangents, tuple(contexts), strict, same_point, has_aux, value)
-    return prepare_request(backend, request)
+    return _prepare(backend, resolved, request)
 
 
 def prepare_request(backend: AbstractBackend, request: PrepareRequest) -> Prep:
     """Prepare a checked request: through the selector's strategy if it names
     one, else from its adapter's programs."""
-    strategy = get_strategy(backend)
+    return _prepare(backend, _resolve(backend), request)
+
+
+def _prepare(backend: AbstractBackend, resolved: Resolved, request: PrepareRequest) -> Prep:
+    """:func:`prepare_request` with the selector's strategy or adapter found."""
+    strategy, adapter = resolved
     if strategy is not None:
         return strategy.prepare(backend, request, _Preparer(request))
-    return prepare_from_source(ProgramSource(get_adapter(backend)), backend, request)
+    return prepare_from_source(ProgramSource(adapter), backend, request)  # type: ignore[arg-type]
 
 
 def prepare_from_source(
@@ -162,9 +171,17 @@ class _Preparer:
         return call
 
 
-def _resolve(backend: Any) -> None:
-    if get_strategy(backend) is None:
-        get_adapter(backend)
+def _resolve(backend: Any) -> Resolved:
+    """``(strategy, None)`` for a selector that names a strategy, else ``(None,
+    adapter)``: asked once per preparation, and first (the error for no selector,
+    or for an engine that is not installed, comes before anything about ``x``).
+
+    Raises:
+        InvalidInputError: ``backend`` is not a backend selector.
+        BackendNotInstalledError: the engine is not installed.
+    """
+    strategy = get_strategy(backend)
+    return (None, get_adapter(backend)) if strategy is None else (strategy, None)
 
 
 def _check_x(operator: Operator, x: Any) -> None:
