@@ -22,6 +22,7 @@ from di.contexts import Constant, Context
 from di.errors import InvalidInputError, UnsupportedOperatorError
 from di.families import converter, families, family_of, get_family, identity
 from di.operators.table import Operator
+from di.prep.facts import ArgumentFacts, Facts
 from di.prep.finish import finished, split_finish
 from di.prep.own_checks import checks_arguments
 from di.prep.traced import tracing
@@ -33,15 +34,17 @@ __all__ = ["caller_family", "caller_programs", "same_point_check"]
 Programs = dict[str, Callable[..., Any]]
 
 
-def caller_family(source: ProgramSource, x: Any) -> str:
+def caller_family(source: ProgramSource, x: Any, facts: Facts | None = None) -> str:
     """The array family results go back in: ``x``'s, or its leaves' (as the engine
-    flattens the pytree).
+    flattens the pytree); ``facts``, when given, are ``x``'s.
 
     Raises:
         InvalidInputError: leaves of several families.
     """
-    if not is_pytree(x):
-        return family_of(x) or "numpy"
+    if facts is None:
+        facts = Facts("x", x)
+    if not facts.pytree:
+        return facts.family or "numpy"
     families: set[str | None] = set()
     source.tree_map(lambda leaf: families.add(family_of(leaf)), x)
     families.discard(None)
@@ -62,15 +65,20 @@ def caller_programs(
     tangents: tuple[Any, ...] | None,
     contexts: Sequence[Context],
     has_aux: bool,
+    facts: ArgumentFacts,
 ) -> Programs:
     """The programs of a prep of ``operator`` (``key`` is the operator family, or
     its same-point form) from ``source``: results in the caller's family, shaped
-    like ``x``, ``aux`` in JAX's layout."""
-    arguments = _named_arguments(x, tangents, contexts, operator.tangents or "tx")
+    like ``x``, ``aux`` in JAX's layout. ``facts`` are those of ``x`` and the
+    contexts' values."""
+    label = operator.tangents or "tx"
+    tangent_facts = [Facts(f"{label}[{i}]", t) for i, t in enumerate(tangents or ())]
+    arguments = [facts.x, *tangent_facts, *facts.values]
     _refuse_foreign_traces(source, arguments)
     _refuse_trees_the_engine_cannot_flatten(source, arguments)
-    family = caller_family(source, x)
-    if is_pytree(x) and not source.takes_pytree(operator.family, x):
+    family = caller_family(source, x, facts.x)
+    pytree = facts.x.pytree
+    if pytree and not source.takes_pytree(operator.family, x):
         programs = _raveled(operator, source, key, f, x, tangents, contexts, has_aux)
     else:
         output = None
@@ -82,17 +90,19 @@ def caller_programs(
         engine = source.programs(key, f, _as_array(x), contexts, tangents, has_aux=has_aux)
         to_caller: Callable[[Any], Any] = identity
         if source.converts_results:
-            if is_pytree(x):
+            if pytree:
                 to_caller = _tree_converter(source, family)
             else:
-                to_caller = _restoring_bfloat16(source, x, _nested(_placed(converter(source.family, family), x)))
+                placed = _placed(converter(source.family, family), x, facts.x.family)
+                to_caller = _restoring_bfloat16(source, x, _nested(placed))
         programs = {name: _converted(_from_float(x, engine[name]), to_caller, has_aux) for name in operator.names}
-        if to_caller is not identity and not is_pytree(x) and not has_aux and operator.family in _ARRAY_RESULTS:
+        if to_caller is not identity and not pytree and not has_aux and operator.family in _ARRAY_RESULTS:
             # the plain operator's result is one array like x (or its square): converted at once
             plain = operator.names[0]
-            array_to_caller = _restoring_bfloat16(source, x, _placed(converter(source.family, family), x))
+            placed = _placed(converter(source.family, family), x, facts.x.family)
+            array_to_caller = _restoring_bfloat16(source, x, placed)
             programs[plain] = _converted(_from_float(x, engine[plain]), array_to_caller, False)
-        if is_pytree(x) or output is not None:
+        if pytree or output is not None:
             programs = _in_caller_order(operator, programs, x, has_aux, output)
         if has_aux:
             programs = _aux_layout(operator, programs, source.family, family)
@@ -105,22 +115,21 @@ def caller_programs(
     return programs
 
 
-def _named_arguments(
-    x: Any, tangents: tuple[Any, ...] | None, contexts: Sequence[Context], label: str
-) -> list[tuple[str, Any]]:
-    """``x``, the tangents and the context values, each with the name errors give it."""
-    arguments = [("x", x), *((f"{label}[{i}]", t) for i, t in enumerate(tangents or ()))]
-    return arguments + [(f"context {i}", c.value) for i, c in enumerate(contexts, start=1)]
-
-
-def _refuse_foreign_traces(source: ProgramSource, arguments: list[tuple[str, Any]]) -> None:
+def _refuse_foreign_traces(source: ProgramSource, arguments: Sequence[Facts]) -> None:
     """Refuse, at preparation, values traced by another engine's transform
-    (:func:`di.prep.traces.refuse_foreign_traces`, which a prep asks again when a call fails)."""
+    (:func:`di.prep.traces.refuse_foreign_traces`, which a prep asks again when a call
+    fails); an array its family says is concrete needs no asking."""
     backend = source.adapter.backend
-    refuse_foreign_traces(backend, (source.family, backend.engine), arguments)
+    named = [
+        (argument.name, argument.value)
+        for argument in arguments
+        if argument.family is None or get_family(argument.family).traced_by(argument.value)
+    ]
+    if named:
+        refuse_foreign_traces(backend, (source.family, backend.engine), named)
 
 
-def _refuse_trees_the_engine_cannot_flatten(source: ProgramSource, arguments: list[tuple[str, Any]]) -> None:
+def _refuse_trees_the_engine_cannot_flatten(source: ProgramSource, arguments: Sequence[Facts]) -> None:
     """Refuse, at preparation, a pytree argument that an engine flattening pytrees
     with a registry of its own cannot flatten (one that sorts a dict's keys, given
     keys that do not sort, such as ``1`` and ``"a"``); other engines take any
@@ -132,9 +141,10 @@ def _refuse_trees_the_engine_cannot_flatten(source: ProgramSource, arguments: li
     """
     if not source.checks_own_pytrees:
         return
-    for name, value in arguments:
-        if not is_pytree(value):
+    for argument in arguments:
+        if not argument.pytree:
             continue
+        name, value = argument.name, argument.value
         try:
             source.tree_map(identity, value)
         except (ValueError, TypeError) as err:
@@ -188,14 +198,13 @@ def _nested(to_caller: Callable[[Any], Any]) -> Callable[[Any], Any]:
     return convert
 
 
-def _placed(to_caller: Callable[[Any], Any], x: Any) -> Callable[[Any], Any]:
+def _placed(to_caller: Callable[[Any], Any], x: Any, family: str | None) -> Callable[[Any], Any]:
     """``to_caller`` (a conversion from an engine of another family), followed by
     the placement of the caller's family: results go where the array ``x`` lives
     (its device, its sharding), not where the conversion puts them. Unchanged
     where the family needs none (one place, or ``x`` there already), and for a
     pytree ``x`` (its leaves may live in several places: results keep the
-    conversion's)."""
-    family = family_of(x)
+    conversion's). ``family`` is ``x``'s."""
     if to_caller is identity or family is None:
         return to_caller
     place = get_family(family).placement(x)

@@ -11,8 +11,9 @@ from di.contexts import Context
 from di.errors import InvalidInputError, type_label
 from di.families import dtype_kind, families, family_of, get_family, is_floating_dtype
 from di.prep.description import describe_value
+from di.prep.facts import Facts
 from di.prep.traced import concrete, traced_type
-from di.pytrees import check_flattens, check_floating_leaves, is_pytree, leaf_paths, tree_flatten
+from di.pytrees import check_flattens, check_floating_leaves, leaf_paths, tree_flatten
 
 __all__ = [
     "check_array_kinds",
@@ -21,6 +22,10 @@ __all__ = [
     "check_x",
     "check_x_leaves",
     "named_leaves",
+    "refuse_array_kinds",
+    "refuse_storage_leaves",
+    "refuse_x",
+    "wrapped_values",
 ]
 
 
@@ -31,9 +36,19 @@ def check_x(x: Any, operator: str) -> None:
         InvalidInputError: ``x`` is not an array or Python float, or its dtype is
             not real floating point.
     """
+    refuse_x(Facts("x", x), operator)
+
+
+def refuse_x(facts: Facts, operator: str) -> None:
+    """:func:`check_x` of ``x``'s :class:`~di.prep.facts.Facts`.
+
+    Raises:
+        InvalidInputError: ``x`` is not an array or Python float, or its dtype is
+            not real floating point.
+    """
+    x, family = facts.value, facts.family
     if isinstance(x, float):
         return
-    family = family_of(x)
     if family is None and traced_type(x) is not None:
         x = concrete(x)  # which backends take it is the operator layer's to check
         family = family_of(x)
@@ -81,8 +96,17 @@ def check_array_kinds(value: Any, name: str) -> None:
         InvalidInputError: naming the argument (or the pytree leaf's path), what
             it is and what to pass instead.
     """
-    for path, leaf in named_leaves(value, name):
-        family = family_of(leaf)
+    refuse_array_kinds(Facts(name, value))
+
+
+def refuse_array_kinds(facts: Facts) -> None:
+    """:func:`check_array_kinds` of an argument's :class:`~di.prep.facts.Facts`.
+
+    Raises:
+        InvalidInputError: naming the argument (or the pytree leaf's path), what
+            it is and what to pass instead.
+    """
+    for path, leaf, family in facts.leaves:
         reason = get_family(family).refusal(leaf, path) if family is not None else ""
         if reason:
             raise InvalidInputError(reason)
@@ -100,11 +124,7 @@ def named_leaves(value: Any, name: str) -> list[tuple[str, Any]]:
         >>> named_leaves(2.0, "context 1")
         []
     """
-    if family_of(value) is not None:
-        return [(name, value)]
-    if is_pytree(value):
-        return list(zip(leaf_paths(value, name), tree_flatten(value)[0]))
-    return []
+    return [(path, leaf) for path, leaf, _ in Facts(name, value).leaves]
 
 
 def _refuse_storage_format(family: str, name: str, path: str, operator: str) -> None:
@@ -130,8 +150,16 @@ def check_x_leaves(x: Any, operator: str) -> None:
     Raises:
         InvalidInputError: naming the leaf, its dtype and the cast to make.
     """
-    for path, leaf in named_leaves(x, "x"):
-        family = family_of(leaf)
+    refuse_storage_leaves(Facts("x", x), operator)
+
+
+def refuse_storage_leaves(facts: Facts, operator: str) -> None:
+    """:func:`check_x_leaves` of ``x``'s :class:`~di.prep.facts.Facts`.
+
+    Raises:
+        InvalidInputError: naming the leaf, its dtype and the cast to make.
+    """
+    for path, leaf, family in facts.leaves:
         if family is not None:
             _refuse_storage_format(family, get_family(family).describe_dtype(leaf.dtype), path, operator)
 
@@ -152,10 +180,9 @@ def check_tangent_dtypes(tangents: Sequence[Any], label: str) -> None:
     """
     word = "cotangents" if label == "ty" else "tangents"
     for index, tangent in enumerate(tangents):
-        name = f"{label}[{index}]"
-        check_array_kinds(tangent, name)
-        for path, leaf in named_leaves(tangent, name):
-            family = family_of(leaf)
+        facts = Facts(f"{label}[{index}]", tangent)
+        refuse_array_kinds(facts)
+        for path, leaf, family in facts.leaves:
             if family is None:
                 continue
             kind = dtype_kind(leaf.dtype)
@@ -188,6 +215,18 @@ def check_contexts_wrapped(contexts: Sequence[Any]) -> None:
         InvalidInputError: a raw value where a ``Constant`` or ``Cache`` is expected,
             or a value that holds itself.
     """
+    wrapped_values(contexts)
+
+
+def wrapped_values(contexts: Sequence[Any]) -> tuple[Facts, ...]:
+    """:func:`check_contexts_wrapped`, answering the
+    :class:`~di.prep.facts.Facts` of the contexts' values (``"context 1"``, ...).
+
+    Raises:
+        InvalidInputError: a raw value where a ``Constant`` or ``Cache`` is expected,
+            or a value that holds itself.
+    """
+    values = []
     for index, context in enumerate(contexts, start=1):
         if not isinstance(context, Context):
             raise InvalidInputError(
@@ -195,4 +234,7 @@ def check_contexts_wrapped(contexts: Sequence[Any]) -> None:
                 f"as di.Constant(value) (read-only) or di.Cache(value) (scratch)."
             )
         check_flattens(context.value, f"context {index}")
-        check_array_kinds(context.value, f"context {index}")
+        facts = Facts(f"context {index}", context.value)
+        refuse_array_kinds(facts)
+        values.append(facts)
+    return tuple(values)

@@ -8,7 +8,8 @@ from typing import TYPE_CHECKING, Any
 
 from di.contexts import Context
 from di.errors import DIError, InvalidInputError
-from di.families import ArraySpec, family_of, spec_of
+from di.families import ArraySpec, family_of
+from di.prep.facts import ArgumentFacts
 from di.prep.info import NO_INFO, StrategyInfo
 from di.prep.matching import key_function, matcher_for, same_selector
 from di.prep.report import has_aux_error, other_point_error, refuse_arguments, refuse_tangents
@@ -90,6 +91,7 @@ class Prep:
         has_aux: bool = False,
         explain_failure: Callable[..., str] | None = None,
         traces: tuple[AbstractBackend, tuple[str, ...]] | None = None,
+        facts: ArgumentFacts | None = None,
     ) -> None:
         self.operator = operator
         # (the engine's selector, what it takes): which traced values a failed call names
@@ -103,22 +105,25 @@ class Prep:
         self.backend = backend
         self.strict = strict
         self.programs = programs
-        family = family_of(x)
-        self.x_spec: ArraySpec | None = spec_of(x) if family is not None else None
+        if facts is None:
+            facts = ArgumentFacts.of(x, contexts)
+        self.x_spec: ArraySpec | None = facts.x.spec
         self.x_is_float = isinstance(x, float)  # its results are 0-d NumPy float64 arrays, writable
-        x_check = ArgumentCheck.of("x", x)
-        context_checks = [ArgumentCheck.of(f"context {i}", c.value, type(c)) for i, c in enumerate(contexts, start=1)]
+        x_check = ArgumentCheck.of("x", x, facts=facts.x)
+        context_checks = [
+            ArgumentCheck.of(f"context {i}", c.value, type(c), value)
+            for i, (c, value) in enumerate(zip(contexts, facts.values), start=1)
+        ]
         self.checks = (x_check, *context_checks)
         # how the runners compare each argument with the prepared one (see di.prep.runners)
-        self.x_test = Compared(plain(x), x_check.matcher)
+        self.x_test = Compared(facts.x.plain, x_check.matcher, facts.x.family)
         self.context_tests = tuple(
-            (type(c), Compared(plain(c.value), check.matcher)) for c, check in zip(contexts, context_checks)
+            (type(c), Compared(value.plain, check.matcher, value.family))
+            for c, value, check in zip(contexts, facts.values, context_checks)
         )
         self.tangent_check = None if tangents is None else ArgumentCheck.of(tangent_label, tangents)
-        self.tangent_tests = (
-            ()
-            if tangents is None
-            else tuple(Compared(plain(t), matcher_for(plain(t), key_function(plain(t)))) for t in tangents)
+        self.tangent_tests = tuple(
+            Compared(t, matcher_for(t, key_function(t)), family_of(t)) for t in map(plain, tangents or ())
         )
         self.same_point = same_point
         self.info = info

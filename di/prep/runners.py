@@ -22,9 +22,9 @@ from __future__ import annotations
 import linecache
 import os
 from collections.abc import Callable, Sequence
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
-from di.families import family_of, get_family
+from di.families import get_family
 from di.prep.finish import Finish, split_finish
 from di.prep.matching import Matcher, same_selector
 from di.prep.own_checks import ArgumentsRejected, checks_arguments, compiling_again
@@ -41,18 +41,18 @@ class Compared:
     Args:
         value: the prepared argument, as the prep sees it (:func:`~di.prep.traced.plain`).
         matcher: the predicate recognising arguments like it.
+        family: its array family's name, ``None`` for other values.
 
     Examples:
         >>> import numpy as np
         >>> from di.prep.runners import Compared
-        >>> Compared(np.zeros(3), lambda given: False).fields
+        >>> Compared(np.zeros(3), lambda given: False, "numpy").fields
         (<class 'numpy.ndarray'>, (3,), dtype('float64'))
     """
 
     __slots__ = ("fields", "matcher")
 
-    def __init__(self, value: Any, matcher: Matcher) -> None:
-        family = family_of(value)
+    def __init__(self, value: Any, matcher: Matcher, family: str | None) -> None:
         self.fields: tuple[type, Any, Any] | None = None if family is None else get_family(family).fields(value)
         self.matcher = matcher
 
@@ -107,11 +107,18 @@ def runner(prep: Prepared, program: Callable[..., Any]) -> Callable[..., Any]:
         return program
     checked = checks_arguments(program)
     program, finish = split_finish(program)
-    shape = _Shape(prep, program, finish, checked)
-    factory = _FACTORIES.get(shape.key)
+    if prep.tangent_check is not None:
+        kind = _WITH_TANGENTS
+    elif checked and prep.x_spec is None:  # a pytree x, compared by the program itself
+        kind = _CHECKED_BY_PROGRAM
+    else:
+        kind = _PLAIN
+    key, constants = _shape_and_constants(prep, kind, program, finish)
+    factory = _FACTORIES.get(key)
     if factory is None:
-        factory = _FACTORIES[shape.key] = _compiled(_source(shape), shape.name)
-    return factory(*shape.constants)  # type: ignore[no-any-return]
+        shape = _Shape(*key)
+        factory = _FACTORIES[key] = _compiled(_source(shape), shape.name)
+    return factory(*constants)
 
 
 # --- the template --------------------------------------------------------------------------------
@@ -120,101 +127,129 @@ _SAME_F_AND_BACKEND = "f is f0 and (backend is backend0 or same_selector(backend
 """The comparison every runner makes, strict or not: a ``strict=False`` prep leaves
 ``x``, the contexts and the tangents to the engine, never the function it runs."""
 
+_PLAIN, _CHECKED_BY_PROGRAM, _WITH_TANGENTS = "", "checked_by_program", "with_tangents"
+"""The kinds of runner: of a program taking ``x`` and the context values; of one
+that compares a pytree ``x`` with the prepared one itself (an ahead-of-time
+compiled executable); of one taking tangents too."""
 
-class _Shape:
-    """What a runner's source depends on (:attr:`key`), the names it gives the
-    constants it closes over (:attr:`names`) and their values (:attr:`constants`),
-    gathered in one pass over the prep."""
 
-    __slots__ = ("checked", "constants", "contexts", "finish", "key", "name", "names", "strict", "tangents", "tests")
+class _Shape(NamedTuple):
+    """What a runner's source depends on (the key of its compiled factory)."""
 
-    def __init__(self, prep: Prepared, program: Callable[..., Any], finish: Finish | None, checked: bool) -> None:
-        self.strict, self.finish = prep.strict, finish is not None
-        self.contexts = len(prep.context_tests)
-        self.tangents = None if prep.tangent_check is None else len(prep.tangent_tests)
-        # a program that compares a pytree x itself (an ahead-of-time compiled executable)
-        self.checked = checked and self.tangents is None and prep.x_spec is None
-        self.names: list[str] = []
-        self.constants: list[Any] = []
-        self.tests: list[str] = []  # the strict comparison of x, the tangents and the contexts
-        self._constant("f0", prep.f)
-        self._constant("backend0", prep.backend)
-        self._constant("same_selector", same_selector)
-        self._constant("fail", prep.check)
-        if finish is not None:
-            self._constant("finish", finish)
-        if self.checked:
-            self._checked_by_program(prep, program, finish)
-        elif self.tangents is not None:
-            self._with_tangents(prep, program, finish)
-        else:
-            self._constant("program", program)
-            if self.strict:
-                self._constant("mismatched", _mismatched(prep, program, finish))
-        if self.strict and not self.checked:
-            self._test("x", "x", prep.x_test)
-            for index, tangent in enumerate(prep.tangent_tests):
-                self._test(f"tangent{index}", f"tangents[{index}]", tangent)
-        for index, (wrapper, value) in enumerate(prep.context_tests):
-            self._constant(f"wrapper{index}", wrapper)
-            if self.strict and not self.checked:
-                self.tests.append(f"contexts[{index}].__class__ is wrapper{index}")
-                self._test(f"value{index}", f"contexts[{index}].value", value)
-        kind = "checked_by_program" if self.checked else "with_tangents" if self.tangents is not None else ""
-        self.name = "_".join(filter(None, ("run", "strict" if self.strict else "loose", kind, f"{self.contexts}c")))
-        self.key = (self.name, self.tangents, self.finish, tuple(self.tests))
+    strict: bool
+    kind: str
+    finish: bool  # whether the program's result is finished (di.prep.finish)
+    tangents: int
+    contexts: int
+    inline: tuple[bool, ...]  # for each argument compared (x, the tangents, the context values): fields inline?
 
-    def _constant(self, name: str, value: Any) -> None:
-        self.names.append(name)
-        self.constants.append(value)
+    @property
+    def compares(self) -> bool:
+        """Whether the runner compares ``x``, the tangents and the context values."""
+        return self.strict and self.kind != _CHECKED_BY_PROGRAM
 
-    def _test(self, name: str, expression: str, compared: Compared) -> None:
-        """Compare the argument ``expression`` with the prepared one, as ``compared``
-        says, as ``name``: bound to it where it is read again (a context's value,
-        which the call passes on; fields read inline)."""
-        if compared.fields is None:
-            self._constant(f"{name}_matches", compared.matcher)
-            read = f"{name} := {expression}" if name.startswith("value") else expression
-            self.tests.append(f"{name}_matches({read})")
-            return
-        bound = expression if name == expression else f"({name} := {expression})"
-        for field, value in zip(("cls", "shape", "dtype"), compared.fields):
-            self._constant(f"{name}_{field}", value)
-        self.tests.append(
-            f"{bound}.__class__ is {name}_cls and {name}.shape == {name}_shape and {name}.dtype == {name}_dtype"
-        )
+    @property
+    def name(self) -> str:
+        strictness = "strict" if self.strict else "loose"
+        return "_".join(filter(None, ("run", strictness, self.kind, f"{self.contexts}c")))
 
-    def _checked_by_program(self, prep: Prepared, program: Callable[..., Any], finish: Finish | None) -> None:
+
+def _shape_and_constants(
+    prep: Prepared, kind: str, program: Callable[..., Any], finish: Finish | None
+) -> tuple[tuple[Any, ...], list[Any]]:
+    """The fields of a runner's :class:`_Shape` (a plain tuple: the key of its
+    factory) and the constants it closes over, in the order of the parameters of
+    its factory (:func:`_parameters`); asked at each preparation, so it builds no
+    source."""
+    strict = prep.strict
+    constants: list[Any] = [prep.f, prep.backend, same_selector, prep.check]
+    if kind == _CHECKED_BY_PROGRAM:
         # The executable itself when the program exposes it (a Python call fewer): it
         # refuses other arguments with a TypeError, which the program turns into
         # ArgumentsRejected (or, within compiling_again, into a new compile).
         executable = getattr(program, "executable", None)
-        refused: tuple[type[Exception], ...] = (ArgumentsRejected,)
-        if executable is not None:
-            refused = (TypeError, ArgumentsRejected)
-        self._constant("call", program if executable is None else executable)
-        self._constant("refused", refused)
-        self._constant("rejected", _rejected(prep, program))
+        refused = (ArgumentsRejected,) if executable is None else (TypeError, ArgumentsRejected)
+        constants += (program if executable is None else executable, refused, _rejected(prep, program))
+    elif kind == _WITH_TANGENTS:
+        constants += (program, prep.refuse_tangent_call, prep.explain_error)
+        if strict:
+            constants.append(_mismatched_with_tangents(prep, program, finish))
+    else:
+        constants.append(program)
+        if strict:
+            constants.append(_mismatched(prep, program, finish))
+    if finish is not None:
+        constants.append(finish)
+    compares = strict and kind != _CHECKED_BY_PROGRAM
+    inline: list[bool] = []
+    tests = (prep.x_test, *prep.tangent_tests) if compares else ()
+    for test in tests:
+        fields = test.fields
+        constants.extend((test.matcher,) if fields is None else fields)
+        inline.append(fields is not None)
+    for wrapper, test in prep.context_tests:
+        constants.append(wrapper)
+        if compares:
+            fields = test.fields
+            constants.extend((test.matcher,) if fields is None else fields)
+            inline.append(fields is not None)
+    key = (strict, kind, finish is not None, len(prep.tangent_tests), len(prep.context_tests), tuple(inline))
+    return key, constants
 
-    def _with_tangents(self, prep: Prepared, program: Callable[..., Any], finish: Finish | None) -> None:
-        self._constant("program", program)
-        self._constant("refuse", prep.refuse_tangent_call)
-        self._constant("explain", prep.explain_error)
-        if self.strict:
-            self._constant("mismatched", _mismatched_with_tangents(prep, program, finish))
+
+def _parameters(shape: _Shape) -> tuple[list[str], list[str]]:
+    """The names of a runner's constants (the parameters of its factory, in the
+    order of :func:`_shape_and_constants`), and its strict comparison of ``x``, the
+    tangents and the context values, one test each."""
+    names = ["f0", "backend0", "same_selector", "fail"]
+    if shape.kind == _CHECKED_BY_PROGRAM:
+        names += ["call", "refused", "rejected"]
+    elif shape.kind == _WITH_TANGENTS:
+        names += ["program", "refuse", "explain", *(["mismatched"] if shape.strict else [])]
+    else:
+        names += ["program", *(["mismatched"] if shape.strict else [])]
+    if shape.finish:
+        names.append("finish")
+    tests: list[str] = []
+    inline = iter(shape.inline)
+
+    def compare(name: str, expression: str) -> None:
+        # bound to name where it is read again: a context's value (the call passes it
+        # on), fields read inline
+        if next(inline):
+            names.extend(f"{name}_{field}" for field in ("cls", "shape", "dtype"))
+            bound = expression if name == expression else f"({name} := {expression})"
+            tests.append(
+                f"{bound}.__class__ is {name}_cls and {name}.shape == {name}_shape and {name}.dtype == {name}_dtype"
+            )
+        else:
+            names.append(f"{name}_matches")
+            tests.append(f"{name}_matches({f'{name} := ' if name.startswith('value') else ''}{expression})")
+
+    if shape.compares:
+        compare("x", "x")
+        for index in range(shape.tangents):
+            compare(f"tangent{index}", f"tangents[{index}]")
+    for index in range(shape.contexts):
+        names.append(f"wrapper{index}")
+        if shape.compares:
+            tests.append(f"contexts[{index}].__class__ is wrapper{index}")
+            compare(f"value{index}", f"contexts[{index}].value")
+    return names, tests
 
 
 def _source(shape: _Shape) -> str:
     """The source of a runner of ``shape``: ``make(*constants)``, returning the runner."""
-    tangents = shape.tangents is not None
+    names, tests = _parameters(shape)
+    tangents = shape.kind == _WITH_TANGENTS
     arguments = "f, backend, x, tangents, contexts" if tangents else "f, backend, x, contexts"
     count = "not contexts" if shape.contexts == 0 else f"len(contexts) == {shape.contexts}"
     values = _values(shape)
     body: list[str] = []
-    if shape.strict and not shape.checked:
+    if shape.compares:
         # one comparison of everything; any difference (or a comparison that raises)
         # goes to the slow path, which reports it or runs the arguments as the prep sees them
-        tests = [_SAME_F_AND_BACKEND, count, *shape.tests]
+        tests = [_SAME_F_AND_BACKEND, count, *tests]
         if tangents:
             tests[1:1] = ["tangents.__class__ is tuple", f"len(tangents) == {shape.tangents}"]
         body += [
@@ -234,7 +269,7 @@ def _source(shape: _Shape) -> str:
             same = " and ".join([same, count, *wrappers])
         body += [f"if not ({same}):", "    fail(f, backend, x, contexts)"]
     result = "finish(result)" if shape.finish else "result"
-    if shape.checked:
+    if shape.kind == _CHECKED_BY_PROGRAM:
         call = f"call(x{values})"
         if not shape.strict and shape.contexts == 0:  # (contexts the prep was not made with: passed on)
             call += " if contexts else call(x)"
@@ -257,7 +292,7 @@ def _source(shape: _Shape) -> str:
     else:
         call = f"program(x{values})"
         body.append(f"return finish({call})" if shape.finish else f"return {call}")
-    lines = [f"def make({', '.join(shape.names)}):", f"    def {shape.name}({arguments}):"]
+    lines = [f"def make({', '.join(names)}):", f"    def {shape.name}({arguments}):"]
     lines += [f"        {line}" for line in body]
     lines.append(f"    return {shape.name}")
     return "\n".join(lines) + "\n"
@@ -274,18 +309,17 @@ def _values(shape: _Shape) -> str:
     otherwise (and, for a program that checks its own arguments, whenever the call
     gives any)."""
     if shape.strict:
-        read = "contexts[{}].value" if shape.checked else "value{}"
+        read = "value{}" if shape.compares else "contexts[{}].value"
         return "".join(f", {read.format(index)}" for index in range(shape.contexts))
-    every = ", *[context.value for context in contexts]"
-    if shape.tangents is None and shape.contexts == 1:
+    if shape.kind != _WITH_TANGENTS and shape.contexts == 1:
         return ", contexts[0].value"
-    if shape.contexts == 0 and shape.tangents in (None, 1) and not shape.checked:
+    if shape.contexts == 0 and (shape.kind == _PLAIN or (shape.kind == _WITH_TANGENTS and shape.tangents == 1)):
         return ""
-    return every
+    return ", *[context.value for context in contexts]"
 
 
 _FACTORIES: dict[tuple[Any, ...], Callable[..., Callable[..., Any]]] = {}
-"""The compiled factory of each runner shape met in this process."""
+"""The compiled factory of each runner shape met in this process, by the shape's fields."""
 
 
 def _compiled(source: str, name: str) -> Callable[..., Callable[..., Any]]:

@@ -14,6 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from di.contexts import Context
+from di.families import ArraySpec, get_family
 from di.prep.arguments import (
     check_array_kinds,
     check_contexts_wrapped,
@@ -23,6 +24,7 @@ from di.prep.arguments import (
     named_leaves,
 )
 from di.prep.description import describe_value
+from di.prep.facts import Facts
 from di.prep.matching import KeyFunction, Matcher, key_function, matcher_for, one_family_matcher, same_selector
 from di.prep.own_checks import ArgumentsRejected, checked_by_executable, checks_arguments, compiling_again
 from di.prep.traced import (
@@ -74,29 +76,55 @@ class ArgumentCheck:
         description: the human description at preparation.
     """
 
-    __slots__ = ("description", "expected", "key", "label", "leaves", "matcher", "wrapper")
+    __slots__ = ("_annotation", "_description", "_spec", "expected", "key", "label", "leaves", "matcher", "wrapper")
 
-    def __init__(self, label: str, wrapper: type | None, key: KeyFunction, expected: Any, description: str) -> None:
+    def __init__(
+        self, label: str, wrapper: type | None, key: KeyFunction, expected: Any, description: str | ArraySpec
+    ) -> None:
         self.label = label
         self.wrapper = wrapper
         self.key = key
         self.expected = expected
-        self.description = description
+        # an array's description is written when first read (a report, a repr): its spec and
+        # annotation, recorded at preparation, hold all it says
+        self._description = description if isinstance(description, str) else None
+        self._spec = None if isinstance(description, str) else description
+        self._annotation = ""
         self.leaves: tuple[Any, list[tuple[KeyFunction, Any, str]]] | None = None
         self.matcher: Matcher = lambda given: bool(key(given) == expected)
 
+    @property
+    def description(self) -> str:
+        """The human description at preparation (``"Constant numpy float64 (3,)"``)."""
+        if self._description is None:
+            assert self._spec is not None
+            described = self._spec.describe()
+            if self._annotation:
+                described = f"{described} ({self._annotation})"
+            self._description = described if self.wrapper is None else f"{self.wrapper.__name__} {described}"
+        return self._description
+
     @classmethod
-    def of(cls, label: str, value: Any, wrapper: type | None = None) -> ArgumentCheck:
+    def of(cls, label: str, value: Any, wrapper: type | None = None, facts: Facts | None = None) -> ArgumentCheck:
         """Record ``value`` (the bare value, not its context wrapper), its NumPy
-        arrays of a subclass as plain ndarrays (:func:`plain`)."""
-        value = plain(value)
+        arrays of a subclass as plain ndarrays (:func:`plain`); ``facts``, when
+        given, are ``value``'s (:class:`~di.prep.facts.Facts`)."""
+        if facts is None:
+            facts = Facts(label, value)
+        value = facts.plain
+        if facts.family is not None:  # an array: as its family keys, matches and describes it
+            family = get_family(facts.family)
+            array = cls(label, wrapper, family.key, family.key(value), facts.spec)  # type: ignore[arg-type]
+            array._annotation = family.annotation(value)
+            array.matcher = family.matcher(value)
+            return array
         key = key_function(value)
         described = describe_value(value)
         if wrapper is not None:
             described = f"{wrapper.__name__} {described}"
         check = cls(label, wrapper, key, key(value), described)
         check.matcher = matcher_for(value, key)
-        if is_pytree(value):
+        if facts.pytree:
             leaves, spec = tree_flatten(value)
             check.leaves = (
                 spec,
