@@ -23,7 +23,8 @@ from di.backends.selectors import AbstractBackend, check_flag
 from di.backends.source import ProgramSource
 from di.errors import InvalidInputError
 from di.families import family_of, get_family
-from di.operators.programs import caller_programs, same_point_check
+from di.operators.programs import caller_programs
+from di.operators.same_point import same_point_check
 from di.operators.table import OPERATORS, Operator
 from di.prep.arguments import check_tangent_dtypes, refuse_array_kinds, refuse_storage_leaves, refuse_x, wrapped_values
 from di.prep.base import Prep

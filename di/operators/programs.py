@@ -9,7 +9,6 @@ wrappers add a function call or two per prepared call and nothing else.
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -18,18 +17,18 @@ import numpy as np
 from di.backends.aux import aux_converter
 from di.backends.fallbacks import with_aux
 from di.backends.source import ProgramSource
-from di.contexts import Constant, Context
-from di.errors import InvalidInputError, UnsupportedOperatorError
-from di.families import converter, families, family_of, get_family, identity
+from di.contexts import Context
+from di.errors import InvalidInputError
+from di.families import converter, family_of, get_family, identity
+from di.operators.order import OutputOrder, in_caller_order
 from di.operators.table import Operator
 from di.prep.facts import ArgumentFacts, Facts
-from di.prep.finish import finished, split_finish
+from di.prep.finish import finished
 from di.prep.own_checks import checks_arguments
-from di.prep.traced import tracing
 from di.prep.traces import refuse_foreign_traces
-from di.pytrees import Raveler, is_pytree, tree_flatten, tree_map, tree_unflatten
+from di.pytrees import Raveler, tree_map
 
-__all__ = ["caller_family", "caller_programs", "same_point_check"]
+__all__ = ["caller_family", "caller_programs"]
 
 Programs = dict[str, Callable[..., Any]]
 
@@ -85,7 +84,7 @@ def caller_programs(
         if source.checks_own_pytrees and any(
             part.startswith("Y") for name in operator.names for part in operator.layout(name)
         ):
-            output = _OutputOrder()  # an engine with a pytree registry of its own may sort f's dicts
+            output = OutputOrder()  # an engine with a pytree registry of its own may sort f's dicts
             f = output.recording(f, has_aux)
         engine = source.programs(key, f, _as_array(x), contexts, tangents, has_aux=has_aux)
         to_caller: Callable[[Any], Any] = identity
@@ -103,7 +102,7 @@ def caller_programs(
             array_to_caller = _restoring_bfloat16(source, x, placed)
             programs[plain] = _converted(_from_float(x, engine[plain]), array_to_caller, False)
         if pytree or output is not None:
-            programs = _in_caller_order(operator, programs, x, has_aux, output)
+            programs = in_caller_order(operator, programs, x, has_aux, output)
         if has_aux:
             programs = _aux_layout(operator, programs, source.family, family)
         for name in operator.names:  # the runner then leaves x's check to the program
@@ -258,196 +257,6 @@ def _converted(program: Callable[..., Any], convert: Callable[[Any], Any], has_a
     return finished(program, with_aux(has_aux, convert))
 
 
-class _OutputOrder:
-    """``f``'s output structure (dict key order included), read from its first call
-    by an engine that rebuilds outputs in an order of its own (JAX sorts dicts)."""
-
-    def __init__(self) -> None:
-        self.spec: Any = None
-
-    def recording(self, f: Callable[..., Any], has_aux: bool) -> Callable[..., Any]:
-        @functools.wraps(f)
-        def recorded(*args: Any, **kwargs: Any) -> Any:
-            output = f(*args, **kwargs)
-            if self.spec is None:
-                y = output[0] if has_aux and isinstance(output, tuple) and len(output) == 2 else output
-                try:
-                    self.spec = tree_flatten(y)[1]
-                except Exception:  # (f's output is then checked, and refused, by the engine)
-                    pass
-            return output
-
-        return recorded
-
-
-def _in_caller_order(
-    operator: Operator, programs: Programs, x: Any, has_aux: bool, output: _OutputOrder | None
-) -> Programs:
-    """Give results the exact structure of ``x`` and of ``f``'s output wherever they
-    hold them, at any depth (a Jacobian of a pytree output is ``f``'s structure
-    holding ``x``'s, a Hessian ``x``'s holding ``x``'s): an engine such as JAX
-    rebuilds dicts with sorted keys; the caller's key order is kept. ``f``'s
-    order is known from ``output`` (engines that keep it need none)."""
-    x_spec = tree_flatten(x)[1] if is_pytree(x) else None
-    if x_spec is not None and x_spec.is_leaf():  # a node only the engine knows: the engine's structure
-        return programs
-    x_skeleton = 0 if x_spec is None else _skeleton(x_spec)
-    x_in_order = x_spec is None or _sorted_layout(_layout(x_skeleton))  # as any engine returns it
-
-    def skeleton(part: str, given: Any) -> Any:
-        """A tree of the structure ``part`` of the result must have (``given``: that part)."""
-        if part == "-":
-            return 0
-        if part == "X":
-            return x_skeleton
-        if part == "X*":
-            return tuple(x_skeleton for _ in given)
-        if part == "XX":
-            return x_skeleton if x_spec is None else _skeleton(x_spec, x_skeleton)
-        y_spec = None if output is None else output.spec
-        if y_spec is None:  # f's order unknown: kept by the engine (YX: of an array output)
-            return x_skeleton if part == "YX" else given
-        if part == "Y":
-            return _skeleton(y_spec)
-        if part == "Y*":
-            return tuple(_skeleton(y_spec) for _ in given)
-        return _skeleton(y_spec, x_skeleton)  # YX
-
-    def expected(layout: tuple[str, ...], result: Any) -> Any:
-        if len(layout) == 1:
-            return tree_flatten(skeleton(layout[0], result))[1]
-        if not isinstance(result, tuple) or len(result) != len(layout):
-            raise _OtherStructure
-        return tree_flatten(tuple(skeleton(part, given) for part, given in zip(layout, result)))[1]
-
-    def wrap(name: str, program: Callable[..., Any]) -> Callable[..., Any]:
-        layout = operator.layout(name)
-        follows_f = output is not None and any(part.startswith("Y") for part in layout)
-        if not layout or getattr(program, "keeps_x_structure", False):
-            return program
-        if x_in_order and (not follows_f or _known_in_order(output)):
-            return program
-        specs: dict[Any, Any] = {}  # the expected structure, by tangent count
-
-        def restructure(result: Any, convert_leaf: Callable[[Any], Any] | None = None) -> Any:
-            count = None
-            if layout[-1].endswith("*"):  # one tangent or more
-                items = result if len(layout) == 1 else result[-1] if isinstance(result, tuple) else None
-                count = len(items) if isinstance(items, tuple) else None
-            spec = specs.get(count) if output is None or output.spec is not None else None
-            if spec is None:
-                spec = specs[count] = expected(layout, result)
-            leaves, result_spec = tree_flatten(result)
-            if result_spec != spec:  # (equal specs may differ in dict key order, which is what is fixed)
-                raise _OtherStructure
-            if convert_leaf is not None:
-                leaves = [convert_leaf(leaf) for leaf in leaves]
-            return tree_unflatten(spec, leaves)
-
-        inner, convert = split_finish(program)
-        convert_leaf = getattr(convert, "convert_leaf", None)
-        if convert_leaf is not None and not has_aux:
-            # results converted leaf by leaf: converted and put in order in one pass
-
-            def converted_in_order(result: Any) -> Any:
-                try:
-                    return restructure(result, convert_leaf)
-                except _OtherStructure:  # a non-strict prep called with another x: converted as it is
-                    return convert(result)  # type: ignore[misc]
-
-            return finished(inner, converted_in_order)
-
-        finish = with_aux(has_aux, restructure)
-        # An engine that keeps the structures needs no rebuilding: the first result says
-        # so, for every later one (the program's output structure follows its input's,
-        # which the prep fixes).
-        rebuild: list[bool | None] = [None]
-
-        def ordered(result: Any) -> Any:
-            if rebuild[0] is False:
-                return result
-            try:
-                fixed = finish(result)
-            except _OtherStructure:  # a non-strict prep called with another x: as the engine returns it
-                return result
-            if rebuild[0] is None:
-                rebuild[0] = _layout(fixed) != _layout(result)
-            return fixed
-
-        return finished(program, ordered)
-
-    return {name: wrap(name, program) for name, program in programs.items()}
-
-
-def _known_in_order(output: _OutputOrder | None) -> bool:
-    """Whether ``f``'s output is known, at preparation, to be as any engine returns it."""
-    if output is None:
-        return True
-    spec = output.spec
-    return spec is not None and _sorted_layout(_layout(_skeleton(spec)))
-
-
-def _skeleton(spec: Any, leaf: Any = 0) -> Any:
-    """The tree of structure ``spec`` with ``leaf`` in every place (``0``, or another
-    skeleton: ``x``'s in each place of a Hessian)."""
-    return tree_unflatten(spec, [leaf] * spec.num_leaves)
-
-
-class _Opaque:
-    """The layout of a node :func:`_layout` does not read: unequal to everything."""
-
-    def __eq__(self, other: object) -> bool:
-        return False
-
-    __hash__ = None  # type: ignore[assignment]
-
-
-class _OtherStructure(Exception):
-    """A result whose structure is not the prepared ``x``'s (other keys, other
-    leaves): it is not given the prepared key order, which would rename its keys."""
-
-
-def _sorted_layout(layout: tuple[Any, ...]) -> bool:
-    """Whether a :func:`_layout` has dict, list and tuple nodes only, each dict's keys
-    in sorted order."""
-    for node in layout:
-        if node is None:
-            continue
-        if node.__class__ is not tuple:  # opaque
-            return False
-        kind, keys = node
-        if kind is dict:
-            try:
-                if list(keys) != sorted(keys):
-                    return False
-            except TypeError:  # keys that do not compare
-                return False
-    return True
-
-
-def _layout(tree: Any) -> tuple[Any, ...]:
-    """The container types and dict key orders of a result, leaves left out, node by
-    node in depth-first order (a walk without recursion, so that trees nest as deep
-    as the engines take them; a node of another kind is opaque: the result is then
-    always rebuilt)."""
-    layout: list[Any] = []
-    pending = [tree]
-    while pending:
-        node = pending.pop()
-        kind = node.__class__
-        if kind is dict:
-            layout.append((dict, tuple(node)))
-            pending.extend(reversed(node.values()))
-        elif kind is list or kind is tuple:
-            layout.append((kind, len(node)))
-            pending.extend(reversed(node))
-        elif node is None or family_of(node) is not None or isinstance(node, (float, int)):
-            layout.append(None)
-        else:
-            layout.append(_Opaque())
-    return tuple(layout)
-
-
 def _raveled(
     operator: Operator,
     source: ProgramSource,
@@ -538,106 +347,3 @@ def _aux_layout(operator: Operator, programs: Programs, engine_family: str, fami
         return combined
 
     return {name: wrap(name, program) for name, program in programs.items()}
-
-
-def _traced_point_error(transform: str) -> UnsupportedOperatorError:
-    """Same-point preps hold the point's values, which a value traced by an engine
-    transform does not have."""
-    return UnsupportedOperatorError(
-        f"a same-point prep (prepare_pullback_same_point, prepare_hvp_same_point) cannot be made or called "
-        f"inside {transform}: it compares the point by value, and the transform traces x without one. Use "
-        f"di.prepare_pullback or di.prepare_hvp, whose preps serve every point, inside transforms (or call the "
-        f"operator unprepared)."
-    )
-
-
-def _graph_point_error(library: str) -> UnsupportedOperatorError:
-    """Same-point preps compute at preparation: their results cannot carry the
-    graph of an input that records one."""
-    return UnsupportedOperatorError(
-        f"a same-point prep (prepare_pullback_same_point, prepare_hvp_same_point) cannot take an x or Constant "
-        f"that requires grad (it records a {library} graph for differentiation): it computes its result at "
-        f"preparation, which cannot carry the call's graph. Use di.prepare_pullback or di.prepare_hvp, whose "
-        f"results do, or pass detached values."
-    )
-
-
-def same_point_check(x: Any, contexts: Sequence[Any]) -> Callable[[Any, Sequence[Any]], bool]:
-    """A by-value check that a call is at the prepared point (``x`` and every
-    ``Constant``), for same-point preps. Holds NumPy copies of the point: of an
-    array, or of each array leaf of a pytree, whose structure it keeps too.
-
-    Examples:
-        >>> import numpy as np
-        >>> from di.operators.programs import same_point_check
-        >>> at_point = same_point_check(np.ones(2), ())
-        >>> at_point(np.ones(2), ()), at_point(np.zeros(2), ())
-        (True, False)
-        >>> point = {"w": np.ones(2)}
-        >>> at_point = same_point_check(point, ())
-        >>> point["w"][0] = 2.0  # changed in place: the copy keeps the prepared values
-        >>> at_point(point, ()), at_point({"w": np.ones(2)}, ())
-        (False, True)
-    """
-
-    def snapshot(value: Any) -> Any:
-        transform, _ = tracing(value)
-        if transform:
-            raise _traced_point_error(transform)
-        family = family_of(value)
-        if family is None:
-            tree = _tree_of(value)
-            return value if tree is None else _Snapshot(tree[0], [snapshot(leaf) for leaf in tree[1]])
-        if get_family(family).records_graph(value):
-            raise _graph_point_error(get_family(family).display)
-        return np.array(converter(family, "numpy")(value), copy=True)
-
-    x_copy = snapshot(x)
-    constants = [(i, snapshot(c.value)) for i, c in enumerate(contexts) if isinstance(c, Constant)]
-
-    def equal(a: Any, b: Any) -> bool:
-        if isinstance(b, np.ndarray):
-            transform, _ = tracing(a)
-            if transform:  # (an engine's traced value that is no array: autograd's boxes)
-                raise _traced_point_error(transform)
-            return family_of(a) is not None and np.array_equal(snapshot(a), b, equal_nan=True)
-        if isinstance(b, _Snapshot):
-            tree = _tree_of(a) if family_of(a) is None else None
-            return (
-                tree is not None
-                and tree[0] == b.structure
-                and all(equal(leaf, held) for leaf, held in zip(tree[1], b.leaves, strict=True))
-            )
-        try:
-            return bool(a == b)
-        except (TypeError, ValueError):  # an object whose == gives no truth value
-            return False
-
-    def at_point(x: Any, given: Sequence[Any]) -> bool:
-        return equal(x, x_copy) and all(equal(given[i].value, value) for i, value in constants)
-
-    return at_point
-
-
-class _Snapshot:
-    """A same-point prep's copy of a pytree: its structure and a copy of each leaf."""
-
-    __slots__ = ("leaves", "structure")
-
-    def __init__(self, structure: Any, leaves: list[Any]) -> None:
-        self.structure = structure
-        self.leaves = leaves
-
-
-def _tree_of(value: Any) -> tuple[Any, list[Any]] | None:
-    """``(structure, leaves)`` of a container (``optree``'s, or one that an array
-    library registers: its type and leaf count then stand for its structure);
-    ``None`` for a single value."""
-    leaves, spec = tree_flatten(value)
-    if not spec.is_leaf():
-        return spec, leaves
-    for family in families():
-        foreign = family.foreign_leaves(value)
-        if foreign is not None:
-            return (family.name, type(value), len(foreign)), foreign
-    return None
