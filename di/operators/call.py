@@ -22,7 +22,6 @@ from di.errors import InvalidInputError, PreparationMismatchError, type_label
 from di.operators.prepare import check_tangents, prepare_operator
 from di.operators.table import OPERATORS
 from di.prep.base import Prep
-from di.prep.matching import same_selector
 from di.prep.out import check_out, write_out
 
 __all__ = ["operator_function", "run_operator"]
@@ -184,7 +183,7 @@ def run_operator(family: str, name: str, f: Callable[..., Any], args: tuple[Any,
                     prep.check_tangents(tangents)
                 if prep.same_point is not None:
                     prep.check_same_point(x, contexts)
-            elif f is not prep.f or not same_selector(backend, prep.backend):
+            elif not prep.serves(f, backend):
                 prep.check(f, backend, x, contexts)  # (not strict: another f or backend is still refused)
         except PreparationMismatchError as error:
             prep.refuse_foreign_traces(x, tangents, contexts, error)  # what a traced argument's mismatch means

@@ -194,6 +194,20 @@ class Prep:
         i.e. of pushforwards, pullbacks or hvps per call; ``None`` for other preps."""
         return self.info.colors
 
+    def serves(self, f: Any, backend: Any) -> bool:
+        """Whether a call of ``f`` on ``backend`` may use this prep at all, strict or
+        not: the prepared ``f`` and the prepared selector (or one equal to it). The
+        runners make the same comparison inline (:mod:`di.prep.runners`).
+
+        Examples:
+            >>> import numpy as np, di
+            >>> f = lambda x: (x * x).sum()
+            >>> prep = di.prepare_gradient(f, di.AutoFiniteDiff(), np.zeros(2), strict=False)
+            >>> prep.serves(f, di.AutoFiniteDiff()), prep.serves(f, di.AutoFiniteDiff(method="forward"))
+            (True, False)
+        """
+        return f is self.f and same_selector(backend, self.backend)
+
     def check(self, f: Any, backend: Any, x: Any, contexts: Sequence[Any]) -> None:
         """Check a call's arguments against the prepared signature.
 
@@ -209,8 +223,7 @@ class Prep:
             # by the array inside: a prep made outside its transform serves calls inside.
             x_matches = self.x_test.matcher
             if (
-                f is self.f
-                and same_selector(backend, self.backend)
+                self.serves(f, backend)
                 and (x_matches(x) or x_matches(concrete(x)))
                 and len(contexts) == len(self.context_tests)
             ):

@@ -125,7 +125,8 @@ def runner(prep: Prepared, program: Callable[..., Any]) -> Callable[..., Any]:
 
 _SAME_F_AND_BACKEND = "f is f0 and (backend is backend0 or same_selector(backend, backend0))"
 """The comparison every runner makes, strict or not: a ``strict=False`` prep leaves
-``x``, the contexts and the tangents to the engine, never the function it runs."""
+``x``, the contexts and the tangents to the engine, never the function it runs
+(:meth:`di.prep.base.Prep.serves`, inline)."""
 
 _PLAIN, _CHECKED_BY_PROGRAM, _WITH_TANGENTS = "", "checked_by_program", "with_tangents"
 """The kinds of runner: of a program taking ``x`` and the context values; of one
