@@ -682,7 +682,7 @@ def test_torch_compile_inductor_matches_eager() -> None:
 
 def test_reachable_arrays_finds_a_held_array() -> None:
     """The walker used above can fail: it sees an array held in a di closure."""
-    from di.operators.programs import same_point_check
+    from di.operators.same_point import same_point_check
 
     held = same_point_check(np.ones(2), ())  # a same-point prep keeps a copy of its point
     assert reachable_arrays({"program": held}) == ["prep['program'].<x_copy>"]

@@ -21,8 +21,8 @@ from di.backends.selectors import AbstractBackend, check_flag
 from di.errors import InvalidInputError, PreparationMismatchError, type_label
 from di.operators.prepare import check_tangents, prepare_operator
 from di.operators.table import OPERATORS
-from di.prep.base import Prep, write_out
-from di.prep.signature import same_selector
+from di.prep.base import Prep
+from di.prep.out import check_out, write_out
 
 __all__ = ["operator_function", "run_operator"]
 
@@ -183,13 +183,13 @@ def run_operator(family: str, name: str, f: Callable[..., Any], args: tuple[Any,
                     prep.check_tangents(tangents)
                 if prep.same_point is not None:
                     prep.check_same_point(x, contexts)
-            elif f is not prep.f or not same_selector(backend, prep.backend):
+            elif not prep.serves(f, backend):
                 prep.check(f, backend, x, contexts)  # (not strict: another f or backend is still refused)
         except PreparationMismatchError as error:
             prep.refuse_foreign_traces(x, tangents, contexts, error)  # what a traced argument's mismatch means
             raise
     if out is not None and family == "gradient":
-        prep.check_out(out, name)  # shaped like x: refuse a bad buffer before computing
+        check_out(prep, out, name)  # shaped like x: refuse a bad buffer before computing
     program = prep.programs[name]
     values = [c.value for c in contexts]
     try:
@@ -208,7 +208,7 @@ def run_operator(family: str, name: str, f: Callable[..., Any], args: tuple[Any,
 def _write_result(prep: Prep, out: Any, name: str, result: Any) -> Any:
     """Check ``out`` against the operator's own result and copy it there."""
     if isinstance(result, tuple):
-        prep.check_out(out, name, result[-1])
+        check_out(prep, out, name, result[-1])
         return (*result[:-1], write_out(out, result[-1]))
-    prep.check_out(out, name, result)
+    check_out(prep, out, name, result)
     return write_out(out, result)

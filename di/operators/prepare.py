@@ -17,28 +17,27 @@ import numpy as np
 
 from di.backends.aux import value_only
 from di.backends.compile import compiling_combined_first
+from di.backends.protocol import Adapter
 from di.backends.registry import get_adapter, get_strategy
 from di.backends.selectors import AbstractBackend, check_flag
 from di.backends.source import ProgramSource
 from di.errors import InvalidInputError
 from di.families import family_of, get_family
-from di.operators.programs import caller_programs, same_point_check
+from di.operators.programs import caller_programs
+from di.operators.same_point import same_point_check
 from di.operators.table import OPERATORS, Operator
+from di.prep.arguments import check_tangent_dtypes, refuse_array_kinds, refuse_storage_leaves, refuse_x, wrapped_values
 from di.prep.base import Prep
-from di.prep.signature import (
-    check_array_kinds,
-    check_contexts_wrapped,
-    check_tangent_dtypes,
-    check_x,
-    check_x_leaves,
-    concrete,
-    describe_value,
-    named_leaves,
-)
-from di.prep.strategy import NO_INFO, PrepareRequest, StrategyInfo
+from di.prep.description import describe_value
+from di.prep.facts import ArgumentFacts, Facts
+from di.prep.strategy import NO_INFO, PrepareRequest, Strategy, StrategyInfo
+from di.prep.traced import concrete
 from di.pytrees import Raveler, check_flattens, check_floating_leaves, is_pytree, leaf_paths, tree_flatten, tree_map
 
 __all__ = ["check_tangents", "prepare_operator", "prepare_request"]
+
+Resolved = tuple[Strategy | None, Adapter | None]
+"""What a selector resolves to: its strategy, or its adapter (the other ``None``)."""
 
 
 def prepare_operator(
@@ -72,25 +71,32 @@ def prepare_operator(
     value = check_flag(owner, "value", value)
     if not callable(f):
         raise InvalidInputError(f"f must be callable, not {type(f).__name__}")
-    _resolve(backend)  # a selector, and installed: said before anything about x
+    resolved = _resolve(backend)  # a selector, and installed: said before anything about x
     check_flattens(x, "x")
-    _check_x(operator, x)
-    check_contexts_wrapped(contexts)
+    x_facts = Facts("x", x)  # what the preparation asks of x, and below of each context's value
+    _check_x(operator, x_facts)
+    values = wrapped_values(contexts)
     if operator.tangents is not None:
         tangents = check_tangents(tangents, operator.tangents, family)
         if operator.tangents == "tx":
-            _check_tangent_shapes(tangents, x)
-    request = PrepareRequest(family, f, x, tangents, tuple(contexts), strict, same_point, has_aux, value)
-    return prepare_request(backend, request)
+            _check_tangent_shapes(tangents, x_facts)
+    facts = ArgumentFacts(x_facts, values)
+    request = PrepareRequest(family, f, x, tangents, tuple(contexts), strict, same_point, has_aux, value, facts)
+    return _prepare(backend, resolved, request)
 
 
 def prepare_request(backend: AbstractBackend, request: PrepareRequest) -> Prep:
     """Prepare a checked request: through the selector's strategy if it names
     one, else from its adapter's programs."""
-    strategy = get_strategy(backend)
+    return _prepare(backend, _resolve(backend), request)
+
+
+def _prepare(backend: AbstractBackend, resolved: Resolved, request: PrepareRequest) -> Prep:
+    """:func:`prepare_request` with the selector's strategy or adapter found."""
+    strategy, adapter = resolved
     if strategy is not None:
         return strategy.prepare(backend, request, _Preparer(request))
-    return prepare_from_source(ProgramSource(get_adapter(backend)), backend, request)
+    return prepare_from_source(ProgramSource(adapter), backend, request)  # type: ignore[arg-type]
 
 
 def prepare_from_source(
@@ -99,9 +105,10 @@ def prepare_from_source(
     """The prep of ``request`` from ``source``'s programs, answering to ``backend``."""
     operator = OPERATORS[request.operator]
     x, contexts, tangents = request.x, request.contexts, request.tangents
+    facts = _facts(request)
     source.check_contexts(contexts)
-    _check_engine_dtypes(source, backend, x, contexts)
-    if is_pytree(x):  # every leaf checked, the first bad one named
+    _check_engine_dtypes(source, backend, facts)
+    if facts.x.pytree:  # every leaf checked, the first bad one named
         if source.checks_own_pytrees:
             _check_engine_leaves(x)
         else:
@@ -112,7 +119,7 @@ def prepare_from_source(
         explain = _cotangent_explainer(source, request)
     with compiling_combined_first(request.value):
         programs = caller_programs(
-            operator, source, request.operator_key, request.f, x, tangents, contexts, request.has_aux
+            operator, source, request.operator_key, request.f, x, tangents, contexts, request.has_aux, facts
         )
     return Prep(
         request.operator,
@@ -129,7 +136,22 @@ def prepare_from_source(
         has_aux=request.has_aux,
         explain_failure=explain,
         traces=(source.adapter.backend, (source.family, source.adapter.backend.engine)),
+        facts=facts,
     )
+
+
+def _facts(request: PrepareRequest) -> ArgumentFacts:
+    """The facts of the request's ``x`` and context values: those its preparation
+    found, unless the request was made otherwise (or changed since)."""
+    facts = request.facts
+    if (
+        facts is None
+        or facts.x.value is not request.x
+        or len(facts.values) != len(request.contexts)
+        or any(value.value is not context.value for value, context in zip(facts.values, request.contexts))
+    ):
+        return ArgumentFacts.of(request.x, request.contexts)
+    return facts
 
 
 class _Preparer:
@@ -162,19 +184,28 @@ class _Preparer:
         return call
 
 
-def _resolve(backend: Any) -> None:
-    if get_strategy(backend) is None:
-        get_adapter(backend)
+def _resolve(backend: Any) -> Resolved:
+    """``(strategy, None)`` for a selector that names a strategy, else ``(None,
+    adapter)``: asked once per preparation, and first (the error for no selector,
+    or for an engine that is not installed, comes before anything about ``x``).
+
+    Raises:
+        InvalidInputError: ``backend`` is not a backend selector.
+        BackendNotInstalledError: the engine is not installed.
+    """
+    strategy = get_strategy(backend)
+    return (None, get_adapter(backend)) if strategy is None else (strategy, None)
 
 
-def _check_x(operator: Operator, x: Any) -> None:
-    check_array_kinds(x, "x")  # (a pytree's leaves too)
-    if is_pytree(x):
+def _check_x(operator: Operator, facts: Facts) -> None:
+    x = facts.value
+    refuse_array_kinds(facts)  # (a pytree's leaves too)
+    if facts.pytree:
         if operator.scalar_x:
             raise InvalidInputError(f"{operator.family} needs a scalar x (a 0-d array or a float), not a pytree")
-        check_x_leaves(x, operator.family)
+        refuse_storage_leaves(facts, operator.family)
         return
-    check_x(x, operator.family)
+    refuse_x(facts, operator.family)
     if operator.scalar_x and _shape_of(x) != ():
         raise InvalidInputError(
             f"{operator.family} needs a scalar x (a 0-d array or a float), not shape {tuple(x.shape)}; "
@@ -205,19 +236,20 @@ def check_tangents(tangents: Any, label: str, operator: str) -> tuple[Any, ...]:
     return tuple(tangents)
 
 
-def _check_tangent_shapes(tangents: Sequence[Any], x: Any) -> None:
+def _check_tangent_shapes(tangents: Sequence[Any], facts: Facts) -> None:
     """Refuse tangents not shaped like ``x``: of another shape than an array ``x``,
     of another structure than a pytree ``x`` or with a leaf of another shape than
     ``x``'s (an engine would raise its own error, a flattening one a prep's).
 
     Raises:
         InvalidInputError: naming ``tx[i]`` (and the leaf), what it is and what
-            ``x`` is.
+            ``x`` is (``facts`` are ``x``'s).
     """
-    if is_pytree(x):
+    x = facts.value
+    if facts.pytree:
         _check_tangent_trees(tangents, x)
         return
-    if family_of(x) is None:  # a Python float, or an engine's traced value: no shape to compare with
+    if facts.family is None:  # a Python float, or an engine's traced value: no shape to compare with
         return
     x_shape = tuple(x.shape)
     for index, tangent in enumerate(tangents):
@@ -303,7 +335,7 @@ def _check_engine_leaves(x: Any) -> None:
     check_floating_leaves([leaf for leaf, _ in arrays], [path for _, path in arrays])
 
 
-def _check_engine_dtypes(source: ProgramSource, backend: AbstractBackend, x: Any, contexts: Sequence[Any]) -> None:
+def _check_engine_dtypes(source: ProgramSource, backend: AbstractBackend, facts: ArgumentFacts) -> None:
     """Refuse, at preparation, arrays (``x``, context values) of a dtype the
     engine's family cannot hold (NumPy's extended precision on an engine that
     computes in another family), which would reach the engine as its own error.
@@ -312,12 +344,11 @@ def _check_engine_dtypes(source: ProgramSource, backend: AbstractBackend, x: Any
         InvalidInputError: naming the backend, the argument, the dtype and the fix.
     """
     engine = get_family(source.adapter.family)
-    named = [("x", x), *((f"context {i}", c.value) for i, c in enumerate(contexts, start=1))]
-    for name, value in named:
-        for _, leaf in named_leaves(value, name):
-            family = family_of(leaf)
+    for argument in (facts.x, *facts.values):
+        for _, leaf, family in argument.leaves:
             if family is None or family == engine.name or engine.takes_dtype(leaf.dtype):
                 continue
+            name = argument.name
             dtype, display = get_family(family).describe_dtype(leaf.dtype), engine.display or engine.name
             array = name if " " not in name else "value"
             raise InvalidInputError(

@@ -9,7 +9,6 @@ wrappers add a function call or two per prepared call and nothing else.
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -18,29 +17,33 @@ import numpy as np
 from di.backends.aux import aux_converter
 from di.backends.fallbacks import with_aux
 from di.backends.source import ProgramSource
-from di.contexts import Constant, Context
-from di.errors import InvalidInputError, UnsupportedOperatorError
-from di.families import converter, families, family_of, get_family, identity
+from di.contexts import Context
+from di.errors import InvalidInputError
+from di.families import converter, family_of, get_family, identity
+from di.operators.order import OutputOrder, in_caller_order
 from di.operators.table import Operator
-from di.prep.base import finished, split_finish
-from di.prep.signature import checks_arguments, tracing
+from di.prep.facts import ArgumentFacts, Facts
+from di.prep.finish import finished
+from di.prep.own_checks import checks_arguments
 from di.prep.traces import refuse_foreign_traces
-from di.pytrees import Raveler, is_pytree, tree_flatten, tree_map, tree_unflatten
+from di.pytrees import Raveler, tree_map
 
-__all__ = ["caller_family", "caller_programs", "same_point_check"]
+__all__ = ["caller_family", "caller_programs"]
 
 Programs = dict[str, Callable[..., Any]]
 
 
-def caller_family(source: ProgramSource, x: Any) -> str:
+def caller_family(source: ProgramSource, x: Any, facts: Facts | None = None) -> str:
     """The array family results go back in: ``x``'s, or its leaves' (as the engine
-    flattens the pytree).
+    flattens the pytree); ``facts``, when given, are ``x``'s.
 
     Raises:
         InvalidInputError: leaves of several families.
     """
-    if not is_pytree(x):
-        return family_of(x) or "numpy"
+    if facts is None:
+        facts = Facts("x", x)
+    if not facts.pytree:
+        return facts.family or "numpy"
     families: set[str | None] = set()
     source.tree_map(lambda leaf: families.add(family_of(leaf)), x)
     families.discard(None)
@@ -61,38 +64,45 @@ def caller_programs(
     tangents: tuple[Any, ...] | None,
     contexts: Sequence[Context],
     has_aux: bool,
+    facts: ArgumentFacts,
 ) -> Programs:
     """The programs of a prep of ``operator`` (``key`` is the operator family, or
     its same-point form) from ``source``: results in the caller's family, shaped
-    like ``x``, ``aux`` in JAX's layout."""
-    arguments = _named_arguments(x, tangents, contexts, operator.tangents or "tx")
+    like ``x``, ``aux`` in JAX's layout. ``facts`` are those of ``x`` and the
+    contexts' values."""
+    label = operator.tangents or "tx"
+    tangent_facts = [Facts(f"{label}[{i}]", t) for i, t in enumerate(tangents or ())]
+    arguments = [facts.x, *tangent_facts, *facts.values]
     _refuse_foreign_traces(source, arguments)
     _refuse_trees_the_engine_cannot_flatten(source, arguments)
-    family = caller_family(source, x)
-    if is_pytree(x) and not source.takes_pytree(operator.family, x):
+    family = caller_family(source, x, facts.x)
+    pytree = facts.x.pytree
+    if pytree and not source.takes_pytree(operator.family, x):
         programs = _raveled(operator, source, key, f, x, tangents, contexts, has_aux)
     else:
         output = None
         if source.checks_own_pytrees and any(
             part.startswith("Y") for name in operator.names for part in operator.layout(name)
         ):
-            output = _OutputOrder()  # an engine with a pytree registry of its own may sort f's dicts
+            output = OutputOrder()  # an engine with a pytree registry of its own may sort f's dicts
             f = output.recording(f, has_aux)
         engine = source.programs(key, f, _as_array(x), contexts, tangents, has_aux=has_aux)
         to_caller: Callable[[Any], Any] = identity
         if source.converts_results:
-            if is_pytree(x):
+            if pytree:
                 to_caller = _tree_converter(source, family)
             else:
-                to_caller = _restoring_bfloat16(source, x, _nested(_placed(converter(source.family, family), x)))
+                placed = _placed(converter(source.family, family), x, facts.x.family)
+                to_caller = _restoring_bfloat16(source, x, _nested(placed))
         programs = {name: _converted(_from_float(x, engine[name]), to_caller, has_aux) for name in operator.names}
-        if to_caller is not identity and not is_pytree(x) and not has_aux and operator.family in _ARRAY_RESULTS:
+        if to_caller is not identity and not pytree and not has_aux and operator.family in _ARRAY_RESULTS:
             # the plain operator's result is one array like x (or its square): converted at once
             plain = operator.names[0]
-            array_to_caller = _restoring_bfloat16(source, x, _placed(converter(source.family, family), x))
+            placed = _placed(converter(source.family, family), x, facts.x.family)
+            array_to_caller = _restoring_bfloat16(source, x, placed)
             programs[plain] = _converted(_from_float(x, engine[plain]), array_to_caller, False)
-        if is_pytree(x) or output is not None:
-            programs = _in_caller_order(operator, programs, x, has_aux, output)
+        if pytree or output is not None:
+            programs = in_caller_order(operator, programs, x, has_aux, output)
         if has_aux:
             programs = _aux_layout(operator, programs, source.family, family)
         for name in operator.names:  # the runner then leaves x's check to the program
@@ -104,22 +114,21 @@ def caller_programs(
     return programs
 
 
-def _named_arguments(
-    x: Any, tangents: tuple[Any, ...] | None, contexts: Sequence[Context], label: str
-) -> list[tuple[str, Any]]:
-    """``x``, the tangents and the context values, each with the name errors give it."""
-    arguments = [("x", x), *((f"{label}[{i}]", t) for i, t in enumerate(tangents or ()))]
-    return arguments + [(f"context {i}", c.value) for i, c in enumerate(contexts, start=1)]
-
-
-def _refuse_foreign_traces(source: ProgramSource, arguments: list[tuple[str, Any]]) -> None:
+def _refuse_foreign_traces(source: ProgramSource, arguments: Sequence[Facts]) -> None:
     """Refuse, at preparation, values traced by another engine's transform
-    (:func:`di.prep.traces.refuse_foreign_traces`, which a prep asks again when a call fails)."""
+    (:func:`di.prep.traces.refuse_foreign_traces`, which a prep asks again when a call
+    fails); an array its family says is concrete needs no asking."""
     backend = source.adapter.backend
-    refuse_foreign_traces(backend, (source.family, backend.engine), arguments)
+    named = [
+        (argument.name, argument.value)
+        for argument in arguments
+        if argument.family is None or get_family(argument.family).traced_by(argument.value)
+    ]
+    if named:
+        refuse_foreign_traces(backend, (source.family, backend.engine), named)
 
 
-def _refuse_trees_the_engine_cannot_flatten(source: ProgramSource, arguments: list[tuple[str, Any]]) -> None:
+def _refuse_trees_the_engine_cannot_flatten(source: ProgramSource, arguments: Sequence[Facts]) -> None:
     """Refuse, at preparation, a pytree argument that an engine flattening pytrees
     with a registry of its own cannot flatten (one that sorts a dict's keys, given
     keys that do not sort, such as ``1`` and ``"a"``); other engines take any
@@ -131,9 +140,10 @@ def _refuse_trees_the_engine_cannot_flatten(source: ProgramSource, arguments: li
     """
     if not source.checks_own_pytrees:
         return
-    for name, value in arguments:
-        if not is_pytree(value):
+    for argument in arguments:
+        if not argument.pytree:
             continue
+        name, value = argument.name, argument.value
         try:
             source.tree_map(identity, value)
         except (ValueError, TypeError) as err:
@@ -187,14 +197,13 @@ def _nested(to_caller: Callable[[Any], Any]) -> Callable[[Any], Any]:
     return convert
 
 
-def _placed(to_caller: Callable[[Any], Any], x: Any) -> Callable[[Any], Any]:
+def _placed(to_caller: Callable[[Any], Any], x: Any, family: str | None) -> Callable[[Any], Any]:
     """``to_caller`` (a conversion from an engine of another family), followed by
     the placement of the caller's family: results go where the array ``x`` lives
     (its device, its sharding), not where the conversion puts them. Unchanged
     where the family needs none (one place, or ``x`` there already), and for a
     pytree ``x`` (its leaves may live in several places: results keep the
-    conversion's)."""
-    family = family_of(x)
+    conversion's). ``family`` is ``x``'s."""
     if to_caller is identity or family is None:
         return to_caller
     place = get_family(family).placement(x)
@@ -246,196 +255,6 @@ def _converted(program: Callable[..., Any], convert: Callable[[Any], Any], has_a
     if convert is identity:
         return program
     return finished(program, with_aux(has_aux, convert))
-
-
-class _OutputOrder:
-    """``f``'s output structure (dict key order included), read from its first call
-    by an engine that rebuilds outputs in an order of its own (JAX sorts dicts)."""
-
-    def __init__(self) -> None:
-        self.spec: Any = None
-
-    def recording(self, f: Callable[..., Any], has_aux: bool) -> Callable[..., Any]:
-        @functools.wraps(f)
-        def recorded(*args: Any, **kwargs: Any) -> Any:
-            output = f(*args, **kwargs)
-            if self.spec is None:
-                y = output[0] if has_aux and isinstance(output, tuple) and len(output) == 2 else output
-                try:
-                    self.spec = tree_flatten(y)[1]
-                except Exception:  # (f's output is then checked, and refused, by the engine)
-                    pass
-            return output
-
-        return recorded
-
-
-def _in_caller_order(
-    operator: Operator, programs: Programs, x: Any, has_aux: bool, output: _OutputOrder | None
-) -> Programs:
-    """Give results the exact structure of ``x`` and of ``f``'s output wherever they
-    hold them, at any depth (a Jacobian of a pytree output is ``f``'s structure
-    holding ``x``'s, a Hessian ``x``'s holding ``x``'s): an engine such as JAX
-    rebuilds dicts with sorted keys; the caller's key order is kept. ``f``'s
-    order is known from ``output`` (engines that keep it need none)."""
-    x_spec = tree_flatten(x)[1] if is_pytree(x) else None
-    if x_spec is not None and x_spec.is_leaf():  # a node only the engine knows: the engine's structure
-        return programs
-    x_skeleton = 0 if x_spec is None else _skeleton(x_spec)
-    x_in_order = x_spec is None or _sorted_layout(_layout(x_skeleton))  # as any engine returns it
-
-    def skeleton(part: str, given: Any) -> Any:
-        """A tree of the structure ``part`` of the result must have (``given``: that part)."""
-        if part == "-":
-            return 0
-        if part == "X":
-            return x_skeleton
-        if part == "X*":
-            return tuple(x_skeleton for _ in given)
-        if part == "XX":
-            return x_skeleton if x_spec is None else _skeleton(x_spec, x_skeleton)
-        y_spec = None if output is None else output.spec
-        if y_spec is None:  # f's order unknown: kept by the engine (YX: of an array output)
-            return x_skeleton if part == "YX" else given
-        if part == "Y":
-            return _skeleton(y_spec)
-        if part == "Y*":
-            return tuple(_skeleton(y_spec) for _ in given)
-        return _skeleton(y_spec, x_skeleton)  # YX
-
-    def expected(layout: tuple[str, ...], result: Any) -> Any:
-        if len(layout) == 1:
-            return tree_flatten(skeleton(layout[0], result))[1]
-        if not isinstance(result, tuple) or len(result) != len(layout):
-            raise _OtherStructure
-        return tree_flatten(tuple(skeleton(part, given) for part, given in zip(layout, result)))[1]
-
-    def wrap(name: str, program: Callable[..., Any]) -> Callable[..., Any]:
-        layout = operator.layout(name)
-        follows_f = output is not None and any(part.startswith("Y") for part in layout)
-        if not layout or getattr(program, "keeps_x_structure", False):
-            return program
-        if x_in_order and (not follows_f or _known_in_order(output)):
-            return program
-        specs: dict[Any, Any] = {}  # the expected structure, by tangent count
-
-        def restructure(result: Any, convert_leaf: Callable[[Any], Any] | None = None) -> Any:
-            count = None
-            if layout[-1].endswith("*"):  # one tangent or more
-                items = result if len(layout) == 1 else result[-1] if isinstance(result, tuple) else None
-                count = len(items) if isinstance(items, tuple) else None
-            spec = specs.get(count) if output is None or output.spec is not None else None
-            if spec is None:
-                spec = specs[count] = expected(layout, result)
-            leaves, result_spec = tree_flatten(result)
-            if result_spec != spec:  # (equal specs may differ in dict key order, which is what is fixed)
-                raise _OtherStructure
-            if convert_leaf is not None:
-                leaves = [convert_leaf(leaf) for leaf in leaves]
-            return tree_unflatten(spec, leaves)
-
-        inner, convert = split_finish(program)
-        convert_leaf = getattr(convert, "convert_leaf", None)
-        if convert_leaf is not None and not has_aux:
-            # results converted leaf by leaf: converted and put in order in one pass
-
-            def converted_in_order(result: Any) -> Any:
-                try:
-                    return restructure(result, convert_leaf)
-                except _OtherStructure:  # a non-strict prep called with another x: converted as it is
-                    return convert(result)  # type: ignore[misc]
-
-            return finished(inner, converted_in_order)
-
-        finish = with_aux(has_aux, restructure)
-        # An engine that keeps the structures needs no rebuilding: the first result says
-        # so, for every later one (the program's output structure follows its input's,
-        # which the prep fixes).
-        rebuild: list[bool | None] = [None]
-
-        def ordered(result: Any) -> Any:
-            if rebuild[0] is False:
-                return result
-            try:
-                fixed = finish(result)
-            except _OtherStructure:  # a non-strict prep called with another x: as the engine returns it
-                return result
-            if rebuild[0] is None:
-                rebuild[0] = _layout(fixed) != _layout(result)
-            return fixed
-
-        return finished(program, ordered)
-
-    return {name: wrap(name, program) for name, program in programs.items()}
-
-
-def _known_in_order(output: _OutputOrder | None) -> bool:
-    """Whether ``f``'s output is known, at preparation, to be as any engine returns it."""
-    if output is None:
-        return True
-    spec = output.spec
-    return spec is not None and _sorted_layout(_layout(_skeleton(spec)))
-
-
-def _skeleton(spec: Any, leaf: Any = 0) -> Any:
-    """The tree of structure ``spec`` with ``leaf`` in every place (``0``, or another
-    skeleton: ``x``'s in each place of a Hessian)."""
-    return tree_unflatten(spec, [leaf] * spec.num_leaves)
-
-
-class _Opaque:
-    """The layout of a node :func:`_layout` does not read: unequal to everything."""
-
-    def __eq__(self, other: object) -> bool:
-        return False
-
-    __hash__ = None  # type: ignore[assignment]
-
-
-class _OtherStructure(Exception):
-    """A result whose structure is not the prepared ``x``'s (other keys, other
-    leaves): it is not given the prepared key order, which would rename its keys."""
-
-
-def _sorted_layout(layout: tuple[Any, ...]) -> bool:
-    """Whether a :func:`_layout` has dict, list and tuple nodes only, each dict's keys
-    in sorted order."""
-    for node in layout:
-        if node is None:
-            continue
-        if node.__class__ is not tuple:  # opaque
-            return False
-        kind, keys = node
-        if kind is dict:
-            try:
-                if list(keys) != sorted(keys):
-                    return False
-            except TypeError:  # keys that do not compare
-                return False
-    return True
-
-
-def _layout(tree: Any) -> tuple[Any, ...]:
-    """The container types and dict key orders of a result, leaves left out, node by
-    node in depth-first order (a walk without recursion, so that trees nest as deep
-    as the engines take them; a node of another kind is opaque: the result is then
-    always rebuilt)."""
-    layout: list[Any] = []
-    pending = [tree]
-    while pending:
-        node = pending.pop()
-        kind = node.__class__
-        if kind is dict:
-            layout.append((dict, tuple(node)))
-            pending.extend(reversed(node.values()))
-        elif kind is list or kind is tuple:
-            layout.append((kind, len(node)))
-            pending.extend(reversed(node))
-        elif node is None or family_of(node) is not None or isinstance(node, (float, int)):
-            layout.append(None)
-        else:
-            layout.append(_Opaque())
-    return tuple(layout)
 
 
 def _raveled(
@@ -528,106 +347,3 @@ def _aux_layout(operator: Operator, programs: Programs, engine_family: str, fami
         return combined
 
     return {name: wrap(name, program) for name, program in programs.items()}
-
-
-def _traced_point_error(transform: str) -> UnsupportedOperatorError:
-    """Same-point preps hold the point's values, which a value traced by an engine
-    transform does not have."""
-    return UnsupportedOperatorError(
-        f"a same-point prep (prepare_pullback_same_point, prepare_hvp_same_point) cannot be made or called "
-        f"inside {transform}: it compares the point by value, and the transform traces x without one. Use "
-        f"di.prepare_pullback or di.prepare_hvp, whose preps serve every point, inside transforms (or call the "
-        f"operator unprepared)."
-    )
-
-
-def _graph_point_error(library: str) -> UnsupportedOperatorError:
-    """Same-point preps compute at preparation: their results cannot carry the
-    graph of an input that records one."""
-    return UnsupportedOperatorError(
-        f"a same-point prep (prepare_pullback_same_point, prepare_hvp_same_point) cannot take an x or Constant "
-        f"that requires grad (it records a {library} graph for differentiation): it computes its result at "
-        f"preparation, which cannot carry the call's graph. Use di.prepare_pullback or di.prepare_hvp, whose "
-        f"results do, or pass detached values."
-    )
-
-
-def same_point_check(x: Any, contexts: Sequence[Any]) -> Callable[[Any, Sequence[Any]], bool]:
-    """A by-value check that a call is at the prepared point (``x`` and every
-    ``Constant``), for same-point preps. Holds NumPy copies of the point: of an
-    array, or of each array leaf of a pytree, whose structure it keeps too.
-
-    Examples:
-        >>> import numpy as np
-        >>> from di.operators.programs import same_point_check
-        >>> at_point = same_point_check(np.ones(2), ())
-        >>> at_point(np.ones(2), ()), at_point(np.zeros(2), ())
-        (True, False)
-        >>> point = {"w": np.ones(2)}
-        >>> at_point = same_point_check(point, ())
-        >>> point["w"][0] = 2.0  # changed in place: the copy keeps the prepared values
-        >>> at_point(point, ()), at_point({"w": np.ones(2)}, ())
-        (False, True)
-    """
-
-    def snapshot(value: Any) -> Any:
-        transform, _ = tracing(value)
-        if transform:
-            raise _traced_point_error(transform)
-        family = family_of(value)
-        if family is None:
-            tree = _tree_of(value)
-            return value if tree is None else _Snapshot(tree[0], [snapshot(leaf) for leaf in tree[1]])
-        if get_family(family).records_graph(value):
-            raise _graph_point_error(get_family(family).display)
-        return np.array(converter(family, "numpy")(value), copy=True)
-
-    x_copy = snapshot(x)
-    constants = [(i, snapshot(c.value)) for i, c in enumerate(contexts) if isinstance(c, Constant)]
-
-    def equal(a: Any, b: Any) -> bool:
-        if isinstance(b, np.ndarray):
-            transform, _ = tracing(a)
-            if transform:  # (an engine's traced value that is no array: autograd's boxes)
-                raise _traced_point_error(transform)
-            return family_of(a) is not None and np.array_equal(snapshot(a), b, equal_nan=True)
-        if isinstance(b, _Snapshot):
-            tree = _tree_of(a) if family_of(a) is None else None
-            return (
-                tree is not None
-                and tree[0] == b.structure
-                and all(equal(leaf, held) for leaf, held in zip(tree[1], b.leaves, strict=True))
-            )
-        try:
-            return bool(a == b)
-        except (TypeError, ValueError):  # an object whose == gives no truth value
-            return False
-
-    def at_point(x: Any, given: Sequence[Any]) -> bool:
-        return equal(x, x_copy) and all(equal(given[i].value, value) for i, value in constants)
-
-    return at_point
-
-
-class _Snapshot:
-    """A same-point prep's copy of a pytree: its structure and a copy of each leaf."""
-
-    __slots__ = ("leaves", "structure")
-
-    def __init__(self, structure: Any, leaves: list[Any]) -> None:
-        self.structure = structure
-        self.leaves = leaves
-
-
-def _tree_of(value: Any) -> tuple[Any, list[Any]] | None:
-    """``(structure, leaves)`` of a container (``optree``'s, or one that an array
-    library registers: its type and leaf count then stand for its structure);
-    ``None`` for a single value."""
-    leaves, spec = tree_flatten(value)
-    if not spec.is_leaf():
-        return spec, leaves
-    for family in families():
-        foreign = family.foreign_leaves(value)
-        if foreign is not None:
-            return (family.name, type(value), len(foreign)), foreign
-    return None

@@ -6,38 +6,22 @@ import copy
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
 from di.contexts import Context
-from di.errors import DIError, InvalidInputError, OutBufferError
-from di.families import ArraySpec, family_of, get_family, spec_of
+from di.errors import DIError, InvalidInputError
+from di.families import ArraySpec, family_of
+from di.prep.facts import ArgumentFacts
 from di.prep.info import NO_INFO, StrategyInfo
-from di.prep.signature import (
-    ArgumentCheck,
-    ArgumentsRejected,
-    check_array_kinds,
-    check_contexts_wrapped,
-    check_tangent_dtypes,
-    checks_arguments,
-    compiling_again,
-    concrete,
-    key_function,
-    matcher_for,
-    mismatch_error,
-    one_family_matcher,
-    plain,
-    same_selector,
-)
+from di.prep.matching import key_function, matcher_for, same_selector
+from di.prep.report import has_aux_error, other_point_error, refuse_arguments, refuse_tangents
+from di.prep.runners import Compared, runner
+from di.prep.signature import ArgumentCheck
+from di.prep.traced import concrete, plain
 from di.prep.traces import refuse_foreign_traces
-from di.pytrees import check_flattens
 
 if TYPE_CHECKING:
     from di.backends.selectors import AbstractBackend
 
-__all__ = ["Prep", "finished", "split_finish"]
-
-Finish = Callable[[Any], Any]
-"""What turns a program's result into the caller's (its array family, its layout)."""
+__all__ = ["Prep"]
 
 
 class Prep:
@@ -71,16 +55,11 @@ class Prep:
     """
 
     __slots__ = (
-        "_context_matchers",
         "_explain_failure",
-        "_n_contexts",
         "_traces",
-        "_values_matcher",
-        "_x_fields",
-        "_x_is_float",
-        "_x_matcher",
         "backend",
         "checks",
+        "context_tests",
         "f",
         "has_aux",
         "info",
@@ -90,8 +69,10 @@ class Prep:
         "same_point",
         "strict",
         "tangent_check",
-        "tangent_matchers",
+        "tangent_tests",
+        "x_is_float",
         "x_spec",
+        "x_test",
     )
 
     def __init__(
@@ -110,6 +91,7 @@ class Prep:
         has_aux: bool = False,
         explain_failure: Callable[..., str] | None = None,
         traces: tuple[AbstractBackend, tuple[str, ...]] | None = None,
+        facts: ArgumentFacts | None = None,
     ) -> None:
         self.operator = operator
         # (the engine's selector, what it takes): which traced values a failed call names
@@ -123,25 +105,29 @@ class Prep:
         self.backend = backend
         self.strict = strict
         self.programs = programs
-        family = family_of(x)
-        self.x_spec: ArraySpec | None = spec_of(x) if family is not None else None
-        self._x_is_float = isinstance(x, float)  # its results are 0-d NumPy float64 arrays, writable
-        x_check = ArgumentCheck.of("x", x)
-        context_checks = [ArgumentCheck.of(f"context {i}", c.value, type(c)) for i, c in enumerate(contexts, start=1)]
+        if facts is None:
+            facts = ArgumentFacts.of(x, contexts)
+        self.x_spec: ArraySpec | None = facts.x.spec
+        self.x_is_float = isinstance(x, float)  # its results are 0-d NumPy float64 arrays, writable
+        x_check = ArgumentCheck.of("x", x, facts=facts.x)
+        context_checks = [
+            ArgumentCheck.of(f"context {i}", c.value, type(c), value)
+            for i, (c, value) in enumerate(zip(contexts, facts.values), start=1)
+        ]
         self.checks = (x_check, *context_checks)
-        self._x_matcher = x_check.matcher
-        self._x_fields: tuple[Any, Any, Any] | None = None if family is None else get_family(family).fields(plain(x))
-        self._n_contexts = len(contexts)
-        self._context_matchers = tuple((check.wrapper, check.matcher) for check in context_checks)
-        # two or more context values of one family: compared in one loop of their family
-        self._values_matcher = one_family_matcher([plain(c.value) for c in contexts]) if len(contexts) > 1 else None
+        # how the runners compare each argument with the prepared one (see di.prep.runners)
+        self.x_test = Compared(facts.x.plain, x_check.matcher, facts.x.family)
+        self.context_tests = tuple(
+            (type(c), Compared(value.plain, check.matcher, value.family))
+            for c, value, check in zip(contexts, facts.values, context_checks)
+        )
         self.tangent_check = None if tangents is None else ArgumentCheck.of(tangent_label, tangents)
-        self.tangent_matchers = (
-            () if tangents is None else tuple(matcher_for(plain(t), key_function(plain(t))) for t in tangents)
+        self.tangent_tests = tuple(
+            Compared(t, matcher_for(t, key_function(t)), family_of(t)) for t in map(plain, tangents or ())
         )
         self.same_point = same_point
         self.info = info
-        self.runners = {name: self._runner(program) for name, program in programs.items()}
+        self.runners = {name: runner(self, program) for name, program in programs.items()}
 
     def __reduce_ex__(self, protocol: Any) -> Any:
         raise InvalidInputError(
@@ -186,7 +172,7 @@ class Prep:
         prep.backend = backend
         if info is not None:
             prep.info = info
-        prep.runners = {name: prep._runner(program) for name, program in self.programs.items()}
+        prep.runners = {name: runner(prep, program) for name, program in self.programs.items()}
         return prep
 
     @property
@@ -208,6 +194,20 @@ class Prep:
         i.e. of pushforwards, pullbacks or hvps per call; ``None`` for other preps."""
         return self.info.colors
 
+    def serves(self, f: Any, backend: Any) -> bool:
+        """Whether a call of ``f`` on ``backend`` may use this prep at all, strict or
+        not: the prepared ``f`` and the prepared selector (or one equal to it). The
+        runners make the same comparison inline (:mod:`di.prep.runners`).
+
+        Examples:
+            >>> import numpy as np, di
+            >>> f = lambda x: (x * x).sum()
+            >>> prep = di.prepare_gradient(f, di.AutoFiniteDiff(), np.zeros(2), strict=False)
+            >>> prep.serves(f, di.AutoFiniteDiff()), prep.serves(f, di.AutoFiniteDiff(method="forward"))
+            (True, False)
+        """
+        return f is self.f and same_selector(backend, self.backend)
+
     def check(self, f: Any, backend: Any, x: Any, contexts: Sequence[Any]) -> None:
         """Check a call's arguments against the prepared signature.
 
@@ -221,255 +221,22 @@ class Prep:
         try:
             # An engine's traced value that is no array (autograd's boxes) is compared
             # by the array inside: a prep made outside its transform serves calls inside.
+            x_matches = self.x_test.matcher
             if (
-                f is self.f
-                and same_selector(backend, self.backend)
-                and (self._x_matcher(x) or self._x_matcher(concrete(x)))
-                and len(contexts) == self._n_contexts
+                self.serves(f, backend)
+                and (x_matches(x) or x_matches(concrete(x)))
+                and len(contexts) == len(self.context_tests)
             ):
-                for context, (wrapper, matches) in zip(contexts, self._context_matchers):
+                for context, (wrapper, test) in zip(contexts, self.context_tests):
                     value = context.value  # type: ignore[attr-defined]
-                    if context.__class__ is not wrapper or not (matches(value) or matches(concrete(value))):
+                    if context.__class__ is not wrapper or not (test.matcher(value) or test.matcher(concrete(value))):
                         break
                 else:
                     return
         except Exception:  # a key function failing means the argument differs
             pass
-        check_flattens(x, "x")  # (the report flattens what it describes)
-        check_array_kinds(x, "x")  # a masked array or matrix: why, not just "differs"
-        check_contexts_wrapped(contexts)
         prepared = {"f": self.f, "backend": self.backend}
-        raise mismatch_error(self.operator, self.checks, prepared, f, backend, (x, *contexts), self.strict)
-
-    def _runner(self, program: Callable[..., Any]) -> Callable[..., Any]:
-        """``run(f, backend, x, contexts)``: the strict check, the program and the
-        conversion of its result for the caller (see :func:`finished`) in one
-        closure, specialised at preparation (the hot path of a prepared call).
-        Operators with tangents call the program themselves."""
-        if self.same_point is not None:
-            return program
-        checked = checks_arguments(program)
-        program, finish = split_finish(program)
-        f0, backend0, x_matches = self.f, self.backend, self._x_matcher
-        context_matchers, count, strict, fail = self._context_matchers, self._n_contexts, self.strict, self.check
-        if self.tangent_check is not None:
-            return self._tangent_runner(program, finish)
-        if checked and self.x_spec is None:
-            return self._checked_by_program(program, finish)
-
-        if count == 0:
-            # x compared inline when its family's matcher is class, shape and dtype (a
-            # Python call fewer), else by the matcher
-            inline = self._x_fields is not None
-            cls, shape, dtype = self._x_fields or (None, None, None)
-
-            def run_without_contexts(f: Any, backend: Any, x: Any, contexts: Sequence[Any]) -> Any:
-                if strict:
-                    try:
-                        ok = f is f0 and (backend is backend0 or backend == backend0) and not contexts
-                        if inline:
-                            ok = ok and x.__class__ is cls and x.shape == shape and x.dtype == dtype
-                        else:
-                            ok = ok and x_matches(x)
-                    except Exception:
-                        ok = False
-                    if not ok:
-                        fail(f, backend, x, contexts)
-                        x = plain(x)  # (accepted as the class the program was made for: a memmap as an ndarray)
-                elif f is not f0 or not (backend is backend0 or same_selector(backend, backend0)):
-                    fail(f, backend, x, contexts)  # (not strict: another f or backend is still refused)
-                if finish is None:
-                    return program(x)
-                return finish(program(x))
-
-            return run_without_contexts
-
-        if count == 1:
-            ((wrapper1, matches1),) = context_matchers
-
-            def run_with_one_context(f: Any, backend: Any, x: Any, contexts: Sequence[Any]) -> Any:
-                if strict:
-                    try:
-                        ok = f is f0 and (backend is backend0 or backend == backend0) and len(contexts) == 1
-                        ok = ok and x_matches(x) and contexts[0].__class__ is wrapper1
-                        ok = ok and matches1(contexts[0].value)
-                    except Exception:
-                        ok = False
-                    if not ok:
-                        fail(f, backend, x, contexts)
-                        result = program(plain(x), plain(contexts[0].value))  # (as above)
-                        return result if finish is None else finish(result)
-                elif f is not f0 or not (backend is backend0 or same_selector(backend, backend0)):
-                    fail(f, backend, x, contexts)  # (as above)
-                if finish is None:
-                    return program(x, contexts[0].value)
-                return finish(program(x, contexts[0].value))
-
-            return run_with_one_context
-
-        # Values that are arrays of one family: the wrappers compared as one list, the
-        # values in one loop of their family (torch reads each tensor's fields inline);
-        # otherwise one loop over both.
-        wrappers, values_match = [wrapper for wrapper, _ in context_matchers], self._values_matcher
-
-        def run(f: Any, backend: Any, x: Any, contexts: Sequence[Any]) -> Any:
-            if strict:
-                try:
-                    ok = f is f0 and (backend is backend0 or backend == backend0) and len(contexts) == count
-                    if values_match is None:
-                        ok = ok and x_matches(x) and _contexts_match(contexts, context_matchers)
-                    else:
-                        values = [context.value for context in contexts]
-                        ok = ok and list(map(type, contexts)) == wrappers and x_matches(x) and values_match(values)
-                except Exception:
-                    ok = False
-                if not ok:
-                    fail(f, backend, x, contexts)
-                    result = program(plain(x), *[plain(context.value) for context in contexts])  # (as above)
-                    return result if finish is None else finish(result)
-            elif f is not f0 or not (backend is backend0 or same_selector(backend, backend0)):
-                fail(f, backend, x, contexts)  # (as above)
-            if values_match is None or not strict:
-                values = [context.value for context in contexts]
-            result = program(x, *values)
-            return result if finish is None else finish(result)
-
-        return run
-
-    def _checked_by_program(self, program: Callable[..., Any], finish: Finish | None) -> Callable[..., Any]:
-        """The runner of a program that compares a pytree ``x`` with the prepared one
-        itself (an ahead-of-time compiled executable): the strict check compares the
-        rest, and a refused ``x`` gets the mismatch report (strict) or a new compile."""
-        f0, backend0, strict, fail = self.f, self.backend, self.strict, self.check
-        # The program compares the context values too (they are its arguments): the
-        # check here is their wrappers'.
-        wrappers, count = tuple(wrapper for wrapper, _ in self._context_matchers), self._n_contexts
-
-        # The executable itself when the program exposes it (a Python call fewer): it
-        # refuses other arguments with a TypeError, which the program turns into
-        # ArgumentsRejected (or, within compiling_again, into a new compile).
-        executable = getattr(program, "executable", None)
-        refused: tuple[type[Exception], ...]
-        if executable is not None:
-            call, refused = executable, (TypeError, ArgumentsRejected)
-        else:
-            call, refused = program, (ArgumentsRejected,)
-
-        def rejected(f: Any, backend: Any, x: Any, contexts: Sequence[Any], values: Sequence[Any]) -> Any:
-            if strict:
-                fail(f, backend, x, contexts)  # the report, when an argument differs as the check sees it
-            with compiling_again():  # (a difference only the compiler sees, such as a weak type)
-                return program(x, *values)
-
-        def run_checked_by_program(f: Any, backend: Any, x: Any, contexts: Sequence[Any]) -> Any:
-            # f and the backend compared strict or not; the contexts' wrappers when strict
-            if not (f is f0 and (backend is backend0 or same_selector(backend, backend0))) or (
-                strict
-                and not (
-                    len(contexts) == count
-                    and all(context.__class__ is wrapper for context, wrapper in zip(contexts, wrappers))
-                )
-            ):
-                fail(f, backend, x, contexts)
-            values = [context.value for context in contexts]
-            try:
-                result = call(x, *values)
-            except refused:
-                result = rejected(f, backend, x, contexts, values)
-            return result if finish is None else finish(result)
-
-        if count == 0:  # the common case, unrolled: no generator, no list of values
-
-            def run_without_contexts_checked_by_program(f: Any, backend: Any, x: Any, contexts: Sequence[Any]) -> Any:
-                if contexts:  # contexts the prep was not made with: the general runner's answer
-                    return run_checked_by_program(f, backend, x, contexts)
-                if f is not f0 or not (backend is backend0 or same_selector(backend, backend0)):
-                    fail(f, backend, x, contexts)  # (strict or not)
-                try:
-                    result = call(x)
-                except refused:
-                    result = rejected(f, backend, x, contexts, ())
-                return result if finish is None else finish(result)
-
-            return run_without_contexts_checked_by_program
-
-        if count == 1:
-            (wrapper1,) = wrappers
-
-            def run_with_one_context_checked_by_program(f: Any, backend: Any, x: Any, contexts: Sequence[Any]) -> Any:
-                if not (f is f0 and (backend is backend0 or same_selector(backend, backend0))) or (
-                    strict and not (len(contexts) == 1 and contexts[0].__class__ is wrapper1)
-                ):
-                    fail(f, backend, x, contexts)
-                value = contexts[0].value
-                try:
-                    result = call(x, value)
-                except refused:
-                    result = rejected(f, backend, x, contexts, (value,))
-                return result if finish is None else finish(result)
-
-            return run_with_one_context_checked_by_program
-        return run_checked_by_program
-
-    def _tangent_runner(self, program: Callable[..., Any], finish: Finish | None) -> Callable[..., Any]:
-        """``run(f, backend, x, tangents, contexts)`` for operators with tangents:
-        the same one-closure hot path, the tangents checked element by element."""
-        f0, backend0, x_matches = self.f, self.backend, self._x_matcher
-        context_matchers, count, strict = self._context_matchers, self._n_contexts, self.strict
-        tangent_matchers = self.tangent_matchers
-        n_tangents = len(tangent_matchers)
-        explain = self._explain
-        if n_tangents == 1 and count == 0:  # the common case, unrolled: no generator, no context list
-            ((tangent_matches),) = tangent_matchers
-
-            def run_with_one_tangent(f: Any, backend: Any, x: Any, tangents: Any, contexts: Sequence[Any]) -> Any:
-                if tangents.__class__ is not tuple:
-                    self._refuse(f, backend, x, tangents, contexts)
-                if strict:
-                    try:
-                        ok = f is f0 and (backend is backend0 or backend == backend0) and not contexts
-                        ok = ok and x_matches(x) and len(tangents) == 1 and tangent_matches(tangents[0])
-                    except Exception:
-                        ok = False
-                    if not ok:
-                        self._refuse(f, backend, x, tangents, contexts)
-                        x, tangents = plain(x), tuple(plain(t) for t in tangents)  # (as the runners above)
-                elif f is not f0 or not (backend is backend0 or same_selector(backend, backend0)):
-                    self.check(f, backend, x, contexts)  # (not strict: another f or backend is still refused)
-                try:
-                    result = program(x, tangents)
-                except Exception as error:
-                    explain(error, x, tangents, contexts)
-                    raise
-                return result if finish is None else finish(result)
-
-            return run_with_one_tangent
-
-        def run_with_tangents(f: Any, backend: Any, x: Any, tangents: Any, contexts: Sequence[Any]) -> Any:
-            if tangents.__class__ is not tuple:
-                self._refuse(f, backend, x, tangents, contexts)
-            if strict:
-                try:
-                    ok = f is f0 and (backend is backend0 or backend == backend0) and len(contexts) == count
-                    ok = ok and x_matches(x) and len(tangents) == n_tangents
-                    ok = ok and all(matches(t) for t, matches in zip(tangents, tangent_matchers))
-                    ok = ok and _contexts_match(contexts, context_matchers)
-                except Exception:
-                    ok = False
-                if not ok:
-                    self._refuse(f, backend, x, tangents, contexts)
-                    x, tangents = plain(x), tuple(plain(t) for t in tangents)  # (as the runners above)
-                    contexts = [_Value(plain(context.value)) for context in contexts]
-            elif f is not f0 or not (backend is backend0 or same_selector(backend, backend0)):
-                self.check(f, backend, x, contexts)  # (as above)
-            try:
-                result = program(x, tangents, *[context.value for context in contexts])
-            except Exception as error:
-                explain(error, x, tangents, contexts)
-                raise
-            return result if finish is None else finish(result)
-
-        return run_with_tangents
+        refuse_arguments(self.operator, self.checks, prepared, self.strict, f, backend, x, contexts)
 
     def refuse_foreign_traces(
         self, x: Any, tangents: Any, contexts: Sequence[Any], error: BaseException | None = None
@@ -496,7 +263,7 @@ class Prep:
         except Exception:  # an argument it cannot look into (one holding itself): the call's error says why
             return
 
-    def _explain(self, error: Exception, x: Any, tangents: Any, contexts: Sequence[Any]) -> None:
+    def explain_error(self, error: Exception, x: Any, tangents: Any, contexts: Sequence[Any]) -> None:
         """On the failure path of a call with tangents: raise
         :class:`InvalidInputError` (chained to the engine's ``error``) when the
         arguments explain it (cotangents no longer shaped like ``f``'s output,
@@ -508,8 +275,9 @@ class Prep:
         if message:
             raise InvalidInputError(message) from error
 
-    def _refuse(self, f: Any, backend: Any, x: Any, tangents: Any, contexts: Sequence[Any]) -> None:
-        """Raise the error that explains why a call with tangents does not fit."""
+    def refuse_tangent_call(self, f: Any, backend: Any, x: Any, tangents: Any, contexts: Sequence[Any]) -> None:
+        """Raise the error that explains why a call with tangents does not fit: tangents
+        that are no tuple, or (strict) arguments that differ from the prepared ones."""
         assert self.tangent_check is not None
         label = self.tangent_check.label
         if not isinstance(tangents, (tuple, list)):
@@ -535,12 +303,7 @@ class Prep:
             return
         if isinstance(tangents, tuple) and check.matches(tuple(concrete(t) for t in tangents)):
             return  # traced tangents (autograd's boxes), compared by the arrays inside
-        for index, tangent in enumerate(tangents):
-            check_flattens(tangent, f"{check.label}[{index}]")
-        check_tangent_dtypes(tangents, check.label)  # a complex one: say so, not just "differs"
-        raise mismatch_error(
-            self.operator, (check,), {"f": self.f, "backend": self.backend}, self.f, self.backend, (tangents,)
-        )
+        refuse_tangents(self.operator, check, {"f": self.f, "backend": self.backend}, tangents)
 
     def check_same_point(self, x: Any, contexts: Sequence[Any]) -> None:
         """For same-point preps: refuse another ``x`` or other ``Constant`` values.
@@ -549,14 +312,7 @@ class Prep:
             PreparationMismatchError: the point differs (compared by value).
         """
         if self.same_point is not None and not self.same_point(x, contexts):
-            from di.errors import PreparationMismatchError
-
-            raise PreparationMismatchError(
-                f"this prep was made by prepare_{self.operator}_same_point at one point, and this call gives "
-                f"another x or other Constant values. Prepare again at the new point "
-                f"(di.prepare_{self.operator}_same_point), or use di.prepare_{self.operator} for a prep that "
-                f"serves every point."
-            )
+            raise other_point_error(self.operator)
 
     def check_has_aux(self, has_aux: Any) -> None:
         """Refuse a call whose ``has_aux`` differs from the prepared one (the
@@ -567,14 +323,7 @@ class Prep:
             PreparationMismatchError: with a ``has_aux`` row.
         """
         if bool(has_aux) != self.has_aux:
-            from di.errors import PreparationMismatchError
-
-            raise PreparationMismatchError(
-                "this prep was made for other arguments.\n"
-                f"  has_aux  differs  prepared {self.has_aux}   given {bool(has_aux)}\n"
-                f"Prepare again with has_aux={bool(has_aux)} (di.prepare_{self.operator}), or call with "
-                f"has_aux={self.has_aux}."
-            )
+            raise has_aux_error(self.operator, self.has_aux, bool(has_aux))
 
     def check_operator(self, operator: str) -> None:
         """Refuse a prep made for another operator family."""
@@ -584,111 +333,3 @@ class Prep:
                 f"this prep was made by prepare_{self.operator}, not prepare_{operator}; "
                 f"call di.prepare_{operator}(f, backend, x, {tangents}*contexts) for {operator}."
             )
-
-    def check_out(self, out: Any, what: str, result: Any = None) -> None:
-        """Refuse an ``out=`` buffer that cannot receive the result: a ``result``
-        when given, else an array like ``x`` (the gradient).
-
-        Raises:
-            OutBufferError: family, shape or dtype differ, ``out`` is read-only,
-                or ``x`` is a JAX array.
-        """
-        if self.info.sparse_result:
-            raise OutBufferError(
-                f"out does not fit the {what}: {self.backend!r} returns a sparse matrix, which cannot be written "
-                f"into a dense buffer. Call without out=, or use AutoSparse(..., dense_result=True)."
-            )
-        spec = self.x_spec
-        if spec is None and self._x_is_float:  # results come back as NumPy float64 arrays
-            spec = ArraySpec("numpy", (), np.dtype(np.float64), None)
-        family = family_of(out)
-        if spec is None:
-            raise OutBufferError(
-                f"out does not fit the {what}: out= takes the result of an array x, not of a pytree x (whose "
-                f"result is a pytree); call without out= and use the returned pytree."
-            )
-        if not get_family(spec.family).mutable:
-            raise OutBufferError(
-                f"out does not fit the {what}: x is a {get_family(spec.family).display} array, whose results are "
-                f"immutable; call without out= and use the returned array."
-            )
-        if family != spec.family:
-            raise OutBufferError(
-                f"out does not fit the {what}: it must be a {spec.family} array like x, not "
-                f"{family or type(out).__name__}."
-            )
-        refusal = get_family(family).read_only(out)
-        if refusal:
-            why = refusal if isinstance(refusal, str) else f"a {family} array that refuses writes"
-            raise OutBufferError(
-                f"out cannot receive the {what}: it is read-only ({why}); pass a "
-                f"writable buffer, or call without out= and use the returned array."
-            )
-        out_spec = spec_of(out)
-        like = "like x"
-        if result is not None:
-            spec, like = spec_of(result), "like the result"
-        if out_spec.shape != spec.shape or out_spec.dtype != spec.dtype or out_spec.device != spec.device:
-            raise OutBufferError(
-                f"out does not fit the {what}: it must be {spec.describe()} {like}, not {out_spec.describe()}."
-            )
-
-
-class _Value:
-    """A context's value, for the program call of a runner's slow path (only the
-    value is read there)."""
-
-    __slots__ = ("value",)
-
-    def __init__(self, value: Any) -> None:
-        self.value = value
-
-
-def _contexts_match(contexts: Sequence[Any], matchers: Sequence[tuple[type | None, Any]]) -> bool:
-    """Whether each context has the prepared wrapper class and a matching value."""
-    for context, (wrapper, matches) in zip(contexts, matchers):
-        if context.__class__ is not wrapper or not matches(context.value):  # type: ignore[attr-defined]
-            return False
-    return True
-
-
-def finished(program: Callable[..., Any], finish: Finish) -> Callable[..., Any]:
-    """``program`` followed by ``finish`` (the conversion of its result for the
-    caller), as one function that keeps its two parts: a prep's runner calls them
-    itself, one Python call fewer on the hot path.
-
-    Examples:
-        >>> from di.prep.base import finished, split_finish
-        >>> run = finished(lambda x: x + 1, str)
-        >>> run(1), split_finish(run)[1] is str
-        ('2', True)
-    """
-
-    inner, first = split_finish(program)
-    if first is not None:  # one finish after the other, around the innermost program
-        program, finish = inner, _then(first, finish)
-
-    def run(*args: Any) -> Any:
-        return finish(program(*args))
-
-    run.finish_parts = (program, finish)  # type: ignore[attr-defined]
-    return run
-
-
-def _then(first: Finish, second: Finish) -> Finish:
-    def both(result: Any) -> Any:
-        return second(first(result))
-
-    return both
-
-
-def split_finish(program: Callable[..., Any]) -> tuple[Callable[..., Any], Finish | None]:
-    """``(program, finish)`` of a program made by :func:`finished`, else
-    ``(program, None)``."""
-    parts = getattr(program, "finish_parts", None)
-    return (program, None) if parts is None else parts
-
-
-def write_out(out: Any, result: Any) -> Any:
-    """Copy ``result`` into the caller's buffer ``out`` and return it."""
-    return get_family(family_of(out) or "numpy").write_out(out, result)

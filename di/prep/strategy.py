@@ -16,10 +16,11 @@ returns the instance.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 from di.prep.base import Prep
+from di.prep.facts import ArgumentFacts
 from di.prep.info import NO_INFO, StrategyInfo
 
 if TYPE_CHECKING:
@@ -46,6 +47,9 @@ class PrepareRequest:
         has_aux: whether ``f`` returns ``(y, aux)``.
         value: whether the caller runs the combined form (``value_and_*``):
             compiled backends compile it ahead of time, the plain one lazily.
+        facts: what the preparation found of ``x`` and the contexts' values
+            (:class:`~di.prep.facts.ArgumentFacts`), for the steps after it to ask
+            no more.
 
     Examples:
         >>> import numpy as np
@@ -63,6 +67,7 @@ class PrepareRequest:
     same_point: bool = False
     has_aux: bool = False
     value: bool = False
+    facts: ArgumentFacts | None = field(default=None, compare=False, repr=False)
 
     @property
     def operator_key(self) -> str:

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from di.errors import InvalidInputError
-from di.prep.signature import tracing
+from di.prep.traced import tracing
 
 __all__ = ["refuse_foreign_traces"]
 

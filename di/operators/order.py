@@ -1,0 +1,209 @@
+"""Results in the caller's order: an engine that rebuilds pytrees in an order of
+its own (JAX sorts a dict's keys) has its results given the exact structure of
+``x`` and of ``f``'s output wherever they hold them."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import Any
+
+from di.backends.fallbacks import with_aux
+from di.families import family_of
+from di.operators.table import Operator
+from di.prep.finish import finished, split_finish
+from di.pytrees import is_pytree, tree_flatten, tree_unflatten
+
+__all__ = ["OutputOrder", "in_caller_order"]
+
+Programs = dict[str, Callable[..., Any]]
+
+
+class OutputOrder:
+    """``f``'s output structure (dict key order included), read from its first call
+    by an engine that rebuilds outputs in an order of its own (JAX sorts dicts)."""
+
+    def __init__(self) -> None:
+        self.spec: Any = None
+
+    def recording(self, f: Callable[..., Any], has_aux: bool) -> Callable[..., Any]:
+        @functools.wraps(f)
+        def recorded(*args: Any, **kwargs: Any) -> Any:
+            output = f(*args, **kwargs)
+            if self.spec is None:
+                y = output[0] if has_aux and isinstance(output, tuple) and len(output) == 2 else output
+                try:
+                    self.spec = tree_flatten(y)[1]
+                except Exception:  # (f's output is then checked, and refused, by the engine)
+                    pass
+            return output
+
+        return recorded
+
+
+def in_caller_order(
+    operator: Operator, programs: Programs, x: Any, has_aux: bool, output: OutputOrder | None
+) -> Programs:
+    """Give results the exact structure of ``x`` and of ``f``'s output wherever they
+    hold them, at any depth (a Jacobian of a pytree output is ``f``'s structure
+    holding ``x``'s, a Hessian ``x``'s holding ``x``'s): an engine such as JAX
+    rebuilds dicts with sorted keys; the caller's key order is kept. ``f``'s
+    order is known from ``output`` (engines that keep it need none)."""
+    x_spec = tree_flatten(x)[1] if is_pytree(x) else None
+    if x_spec is not None and x_spec.is_leaf():  # a node only the engine knows: the engine's structure
+        return programs
+    x_skeleton = 0 if x_spec is None else _skeleton(x_spec)
+    x_in_order = x_spec is None or _sorted_layout(_layout(x_skeleton))  # as any engine returns it
+
+    def skeleton(part: str, given: Any) -> Any:
+        """A tree of the structure ``part`` of the result must have (``given``: that part)."""
+        if part == "-":
+            return 0
+        if part == "X":
+            return x_skeleton
+        if part == "X*":
+            return tuple(x_skeleton for _ in given)
+        if part == "XX":
+            return x_skeleton if x_spec is None else _skeleton(x_spec, x_skeleton)
+        y_spec = None if output is None else output.spec
+        if y_spec is None:  # f's order unknown: kept by the engine (YX: of an array output)
+            return x_skeleton if part == "YX" else given
+        if part == "Y":
+            return _skeleton(y_spec)
+        if part == "Y*":
+            return tuple(_skeleton(y_spec) for _ in given)
+        return _skeleton(y_spec, x_skeleton)  # YX
+
+    def expected(layout: tuple[str, ...], result: Any) -> Any:
+        if len(layout) == 1:
+            return tree_flatten(skeleton(layout[0], result))[1]
+        if not isinstance(result, tuple) or len(result) != len(layout):
+            raise _OtherStructure
+        return tree_flatten(tuple(skeleton(part, given) for part, given in zip(layout, result)))[1]
+
+    def wrap(name: str, program: Callable[..., Any]) -> Callable[..., Any]:
+        layout = operator.layout(name)
+        follows_f = output is not None and any(part.startswith("Y") for part in layout)
+        if not layout or getattr(program, "keeps_x_structure", False):
+            return program
+        if x_in_order and (not follows_f or _known_in_order(output)):
+            return program
+        specs: dict[Any, Any] = {}  # the expected structure, by tangent count
+
+        def restructure(result: Any, convert_leaf: Callable[[Any], Any] | None = None) -> Any:
+            count = None
+            if layout[-1].endswith("*"):  # one tangent or more
+                items = result if len(layout) == 1 else result[-1] if isinstance(result, tuple) else None
+                count = len(items) if isinstance(items, tuple) else None
+            spec = specs.get(count) if output is None or output.spec is not None else None
+            if spec is None:
+                spec = specs[count] = expected(layout, result)
+            leaves, result_spec = tree_flatten(result)
+            if result_spec != spec:  # (equal specs may differ in dict key order, which is what is fixed)
+                raise _OtherStructure
+            if convert_leaf is not None:
+                leaves = [convert_leaf(leaf) for leaf in leaves]
+            return tree_unflatten(spec, leaves)
+
+        inner, convert = split_finish(program)
+        convert_leaf = getattr(convert, "convert_leaf", None)
+        if convert_leaf is not None and not has_aux:
+            # results converted leaf by leaf: converted and put in order in one pass
+
+            def converted_in_order(result: Any) -> Any:
+                try:
+                    return restructure(result, convert_leaf)
+                except _OtherStructure:  # a non-strict prep called with another x: converted as it is
+                    return convert(result)  # type: ignore[misc]
+
+            return finished(inner, converted_in_order)
+
+        finish = with_aux(has_aux, restructure)
+        # An engine that keeps the structures needs no rebuilding: the first result says
+        # so, for every later one (the program's output structure follows its input's,
+        # which the prep fixes).
+        rebuild: list[bool | None] = [None]
+
+        def ordered(result: Any) -> Any:
+            if rebuild[0] is False:
+                return result
+            try:
+                fixed = finish(result)
+            except _OtherStructure:  # a non-strict prep called with another x: as the engine returns it
+                return result
+            if rebuild[0] is None:
+                rebuild[0] = _layout(fixed) != _layout(result)
+            return fixed
+
+        return finished(program, ordered)
+
+    return {name: wrap(name, program) for name, program in programs.items()}
+
+
+def _known_in_order(output: OutputOrder | None) -> bool:
+    """Whether ``f``'s output is known, at preparation, to be as any engine returns it."""
+    if output is None:
+        return True
+    spec = output.spec
+    return spec is not None and _sorted_layout(_layout(_skeleton(spec)))
+
+
+def _skeleton(spec: Any, leaf: Any = 0) -> Any:
+    """The tree of structure ``spec`` with ``leaf`` in every place (``0``, or another
+    skeleton: ``x``'s in each place of a Hessian)."""
+    return tree_unflatten(spec, [leaf] * spec.num_leaves)
+
+
+class _Opaque:
+    """The layout of a node :func:`_layout` does not read: unequal to everything."""
+
+    def __eq__(self, other: object) -> bool:
+        return False
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+class _OtherStructure(Exception):
+    """A result whose structure is not the prepared ``x``'s (other keys, other
+    leaves): it is not given the prepared key order, which would rename its keys."""
+
+
+def _sorted_layout(layout: tuple[Any, ...]) -> bool:
+    """Whether a :func:`_layout` has dict, list and tuple nodes only, each dict's keys
+    in sorted order."""
+    for node in layout:
+        if node is None:
+            continue
+        if node.__class__ is not tuple:  # opaque
+            return False
+        kind, keys = node
+        if kind is dict:
+            try:
+                if list(keys) != sorted(keys):
+                    return False
+            except TypeError:  # keys that do not compare
+                return False
+    return True
+
+
+def _layout(tree: Any) -> tuple[Any, ...]:
+    """The container types and dict key orders of a result, leaves left out, node by
+    node in depth-first order (a walk without recursion, so that trees nest as deep
+    as the engines take them; a node of another kind is opaque: the result is then
+    always rebuilt)."""
+    layout: list[Any] = []
+    pending = [tree]
+    while pending:
+        node = pending.pop()
+        kind = node.__class__
+        if kind is dict:
+            layout.append((dict, tuple(node)))
+            pending.extend(reversed(node.values()))
+        elif kind is list or kind is tuple:
+            layout.append((kind, len(node)))
+            pending.extend(reversed(node))
+        elif node is None or family_of(node) is not None or isinstance(node, (float, int)):
+            layout.append(None)
+        else:
+            layout.append(_Opaque())
+    return tuple(layout)

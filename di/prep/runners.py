@@ -1,0 +1,395 @@
+"""The runners of a prep: for each of its programs, the one function a prepared
+call enters (``run(f, backend, x, contexts)``, or ``run(f, backend, x, tangents,
+contexts)`` for the operators with tangents), which compares the call's
+arguments with the prepared ones, runs the program and finishes its result.
+
+They are the hot path of a prepared call, whose own cost is a few hundred
+nanoseconds: every Python call and every branch is a visible part of it. So each
+runner is generated at preparation from one template (:func:`_source`) for its
+shape (strict or not; how many contexts and tangents; whether the program checks
+``x`` itself; whether its result is finished; which arguments are compared field
+by field inline and which by their matcher), and holds no branch or call its
+shape does not need. The comparison of ``f`` and the backend, which every runner
+makes, strict or not, is written once (:data:`_SAME_F_AND_BACKEND`); so is each
+other part of the template. The source of each shape is compiled once per
+process; a runner is a closure over the prep's constants, like a hand-written
+one. What a runner does when its comparison fails (the report, or the program on
+the arguments as the prep sees them) is ordinary Python, below the template.
+"""
+
+from __future__ import annotations
+
+import linecache
+import os
+from collections.abc import Callable, Sequence
+from typing import Any, NamedTuple, Protocol
+
+from di.families import get_family
+from di.prep.finish import Finish, split_finish
+from di.prep.matching import Matcher, same_selector
+from di.prep.own_checks import ArgumentsRejected, checks_arguments, compiling_again
+from di.prep.traced import plain
+
+__all__ = ["Compared", "Prepared", "runner"]
+
+
+class Compared:
+    """How a runner compares one argument of a call with the prepared one: by its
+    class, shape and dtype read inline when its family's matcher compares exactly
+    those (:meth:`di.Family.fields`: a Python call fewer), else by the matcher.
+
+    Args:
+        value: the prepared argument, as the prep sees it (:func:`~di.prep.traced.plain`).
+        matcher: the predicate recognising arguments like it.
+        family: its array family's name, ``None`` for other values.
+
+    Examples:
+        >>> import numpy as np
+        >>> from di.prep.runners import Compared
+        >>> Compared(np.zeros(3), lambda given: False, "numpy").fields
+        (<class 'numpy.ndarray'>, (3,), dtype('float64'))
+    """
+
+    __slots__ = ("fields", "matcher")
+
+    def __init__(self, value: Any, matcher: Matcher, family: str | None) -> None:
+        self.fields: tuple[type, Any, Any] | None = None if family is None else get_family(family).fields(value)
+        self.matcher = matcher
+
+
+class Prepared(Protocol):
+    """What a runner reads of its prep (:class:`di.prep.base.Prep`)."""
+
+    f: Callable[..., Any]
+    backend: Any
+    strict: bool
+    same_point: Callable[[Any, Sequence[Any]], bool] | None
+    x_spec: Any
+    tangent_check: Any
+    x_test: Compared
+    tangent_tests: tuple[Compared, ...]
+    context_tests: tuple[tuple[type, Compared], ...]
+
+    def check(self, f: Any, backend: Any, x: Any, contexts: Sequence[Any]) -> None:
+        """Raise the report when the arguments differ from the prepared ones."""
+
+    def refuse_tangent_call(self, f: Any, backend: Any, x: Any, tangents: Any, contexts: Sequence[Any]) -> None:
+        """The same with tangents (and tangents that are no tuple)."""
+
+    def explain_error(self, error: Exception, x: Any, tangents: Any, contexts: Sequence[Any]) -> None:
+        """Raise the error the arguments explain when the program raised ``error``."""
+
+
+def runner(prep: Prepared, program: Callable[..., Any]) -> Callable[..., Any]:
+    """The runner of ``program`` on ``prep``: its strict check (or, not strict, the
+    comparison of ``f`` and the backend), the program and the conversion of its
+    result for the caller, in one function specialised at preparation. A
+    same-point prep's runner is the program itself (its call path checks the
+    point).
+
+    Args:
+        prep: the prep, whose signature and selector the runner compares with.
+        program: one of its programs.
+
+    Returns:
+        ``run(f, backend, x, contexts)``, or ``run(f, backend, x, tangents,
+        contexts)`` when the prep has tangents.
+
+    Examples:
+        >>> import numpy as np, di
+        >>> f = lambda x: (x * x).sum()
+        >>> prep = di.prepare_gradient(f, di.AutoFiniteDiff(), np.zeros(2))
+        >>> run = prep.runners["gradient"]
+        >>> run(f, di.AutoFiniteDiff(), np.array([1.0, 2.0]), ()).round(6)
+        array([2., 4.])
+    """
+    if prep.same_point is not None:
+        return program
+    checked = checks_arguments(program)
+    program, finish = split_finish(program)
+    if prep.tangent_check is not None:
+        kind = _WITH_TANGENTS
+    elif checked and prep.x_spec is None:  # a pytree x, compared by the program itself
+        kind = _CHECKED_BY_PROGRAM
+    else:
+        kind = _PLAIN
+    key, constants = _shape_and_constants(prep, kind, program, finish)
+    factory = _FACTORIES.get(key)
+    if factory is None:
+        shape = _Shape(*key)
+        factory = _FACTORIES[key] = _compiled(_source(shape), shape.name)
+    return factory(*constants)
+
+
+# --- the template --------------------------------------------------------------------------------
+
+_SAME_F_AND_BACKEND = "f is f0 and (backend is backend0 or same_selector(backend, backend0))"
+"""The comparison every runner makes, strict or not: a ``strict=False`` prep leaves
+``x``, the contexts and the tangents to the engine, never the function it runs
+(:meth:`di.prep.base.Prep.serves`, inline)."""
+
+_PLAIN, _CHECKED_BY_PROGRAM, _WITH_TANGENTS = "", "checked_by_program", "with_tangents"
+"""The kinds of runner: of a program taking ``x`` and the context values; of one
+that compares a pytree ``x`` with the prepared one itself (an ahead-of-time
+compiled executable); of one taking tangents too."""
+
+
+class _Shape(NamedTuple):
+    """What a runner's source depends on (the key of its compiled factory)."""
+
+    strict: bool
+    kind: str
+    finish: bool  # whether the program's result is finished (di.prep.finish)
+    tangents: int
+    contexts: int
+    inline: tuple[bool, ...]  # for each argument compared (x, the tangents, the context values): fields inline?
+
+    @property
+    def compares(self) -> bool:
+        """Whether the runner compares ``x``, the tangents and the context values."""
+        return self.strict and self.kind != _CHECKED_BY_PROGRAM
+
+    @property
+    def name(self) -> str:
+        strictness = "strict" if self.strict else "loose"
+        return "_".join(filter(None, ("run", strictness, self.kind, f"{self.contexts}c")))
+
+
+def _shape_and_constants(
+    prep: Prepared, kind: str, program: Callable[..., Any], finish: Finish | None
+) -> tuple[tuple[Any, ...], list[Any]]:
+    """The fields of a runner's :class:`_Shape` (a plain tuple: the key of its
+    factory) and the constants it closes over, in the order of the parameters of
+    its factory (:func:`_parameters`); asked at each preparation, so it builds no
+    source."""
+    strict = prep.strict
+    constants: list[Any] = [prep.f, prep.backend, same_selector, prep.check]
+    if kind == _CHECKED_BY_PROGRAM:
+        # The executable itself when the program exposes it (a Python call fewer): it
+        # refuses other arguments with a TypeError, which the program turns into
+        # ArgumentsRejected (or, within compiling_again, into a new compile).
+        executable = getattr(program, "executable", None)
+        refused = (ArgumentsRejected,) if executable is None else (TypeError, ArgumentsRejected)
+        constants += (program if executable is None else executable, refused, _rejected(prep, program))
+    elif kind == _WITH_TANGENTS:
+        constants += (program, prep.refuse_tangent_call, prep.explain_error)
+        if strict:
+            constants.append(_mismatched_with_tangents(prep, program, finish))
+    else:
+        constants.append(program)
+        if strict:
+            constants.append(_mismatched(prep, program, finish))
+    if finish is not None:
+        constants.append(finish)
+    compares = strict and kind != _CHECKED_BY_PROGRAM
+    inline: list[bool] = []
+    tests = (prep.x_test, *prep.tangent_tests) if compares else ()
+    for test in tests:
+        fields = test.fields
+        constants.extend((test.matcher,) if fields is None else fields)
+        inline.append(fields is not None)
+    for wrapper, test in prep.context_tests:
+        constants.append(wrapper)
+        if compares:
+            fields = test.fields
+            constants.extend((test.matcher,) if fields is None else fields)
+            inline.append(fields is not None)
+    key = (strict, kind, finish is not None, len(prep.tangent_tests), len(prep.context_tests), tuple(inline))
+    return key, constants
+
+
+def _parameters(shape: _Shape) -> tuple[list[str], list[str]]:
+    """The names of a runner's constants (the parameters of its factory, in the
+    order of :func:`_shape_and_constants`), and its strict comparison of ``x``, the
+    tangents and the context values, one test each."""
+    names = ["f0", "backend0", "same_selector", "fail"]
+    if shape.kind == _CHECKED_BY_PROGRAM:
+        names += ["call", "refused", "rejected"]
+    elif shape.kind == _WITH_TANGENTS:
+        names += ["program", "refuse", "explain", *(["mismatched"] if shape.strict else [])]
+    else:
+        names += ["program", *(["mismatched"] if shape.strict else [])]
+    if shape.finish:
+        names.append("finish")
+    tests: list[str] = []
+    inline = iter(shape.inline)
+
+    def compare(name: str, expression: str) -> None:
+        # bound to name where it is read again: a context's value (the call passes it
+        # on), fields read inline
+        if next(inline):
+            names.extend(f"{name}_{field}" for field in ("cls", "shape", "dtype"))
+            bound = expression if name == expression else f"({name} := {expression})"
+            tests.append(
+                f"{bound}.__class__ is {name}_cls and {name}.shape == {name}_shape and {name}.dtype == {name}_dtype"
+            )
+        else:
+            names.append(f"{name}_matches")
+            tests.append(f"{name}_matches({f'{name} := ' if name.startswith('value') else ''}{expression})")
+
+    if shape.compares:
+        compare("x", "x")
+        for index in range(shape.tangents):
+            compare(f"tangent{index}", f"tangents[{index}]")
+    for index in range(shape.contexts):
+        names.append(f"wrapper{index}")
+        if shape.compares:
+            tests.append(f"contexts[{index}].__class__ is wrapper{index}")
+            compare(f"value{index}", f"contexts[{index}].value")
+    return names, tests
+
+
+def _source(shape: _Shape) -> str:
+    """The source of a runner of ``shape``: ``make(*constants)``, returning the runner."""
+    names, tests = _parameters(shape)
+    tangents = shape.kind == _WITH_TANGENTS
+    arguments = "f, backend, x, tangents, contexts" if tangents else "f, backend, x, contexts"
+    count = "not contexts" if shape.contexts == 0 else f"len(contexts) == {shape.contexts}"
+    values = _values(shape)
+    body: list[str] = []
+    if shape.compares:
+        # one comparison of everything; any difference (or a comparison that raises)
+        # goes to the slow path, which reports it or runs the arguments as the prep sees them
+        tests = [_SAME_F_AND_BACKEND, count, *tests]
+        if tangents:
+            tests[1:1] = ["tangents.__class__ is tuple", f"len(tangents) == {shape.tangents}"]
+        body += [
+            "try:",
+            "    ok = " + " and ".join(tests),
+            "except Exception:",
+            "    ok = False",
+            "if not ok:",
+            f"    return mismatched({arguments})",
+        ]
+    else:
+        if tangents:
+            body += ["if tangents.__class__ is not tuple:", f"    refuse({arguments})"]
+        same = _SAME_F_AND_BACKEND
+        if shape.strict:  # (a program that compares x and the values itself: here, the contexts' wrappers)
+            wrappers = [f"contexts[{index}].__class__ is wrapper{index}" for index in range(shape.contexts)]
+            same = " and ".join([same, count, *wrappers])
+        body += [f"if not ({same}):", "    fail(f, backend, x, contexts)"]
+    result = "finish(result)" if shape.finish else "result"
+    if shape.kind == _CHECKED_BY_PROGRAM:
+        call = f"call(x{values})"
+        if not shape.strict and shape.contexts == 0:  # (contexts the prep was not made with: passed on)
+            call += " if contexts else call(x)"
+        body += [
+            "try:",
+            f"    result = {call}",
+            "except refused:",
+            f"    result = rejected(f, backend, x, contexts, ({values[2:]}{',' if values else ''}))",
+            f"return {result}",
+        ]
+    elif tangents:
+        body += [
+            "try:",
+            f"    result = program(x, tangents{values})",
+            "except Exception as error:",
+            "    explain(error, x, tangents, contexts)",
+            "    raise",
+            f"return {result}",
+        ]
+    else:
+        call = f"program(x{values})"
+        body.append(f"return finish({call})" if shape.finish else f"return {call}")
+    lines = [f"def make({', '.join(names)}):", f"    def {shape.name}({arguments}):"]
+    lines += [f"        {line}" for line in body]
+    lines.append(f"    return {shape.name}")
+    return "\n".join(lines) + "\n"
+
+
+def _values(shape: _Shape) -> str:
+    """The context values a runner passes the program, after ``x`` (and the tangents).
+
+    Strict, they are the values it compared (bound as it compared them; a program
+    that checks its own arguments reads them from the contexts). A ``strict=False``
+    prep leaves the contexts to the engine and passes what the hand-written runners
+    passed: the first value for a prep of one context (without tangents), none for
+    a prep of none (without tangents, or with one tangent), every value given
+    otherwise (and, for a program that checks its own arguments, whenever the call
+    gives any)."""
+    if shape.strict:
+        read = "value{}" if shape.compares else "contexts[{}].value"
+        return "".join(f", {read.format(index)}" for index in range(shape.contexts))
+    if shape.kind != _WITH_TANGENTS and shape.contexts == 1:
+        return ", contexts[0].value"
+    if shape.contexts == 0 and (shape.kind == _PLAIN or (shape.kind == _WITH_TANGENTS and shape.tangents == 1)):
+        return ""
+    return ", *[context.value for context in contexts]"
+
+
+_FACTORIES: dict[tuple[Any, ...], Callable[..., Callable[..., Any]]] = {}
+"""The compiled factory of each runner shape met in this process, by the shape's fields."""
+
+
+def _compiled(source: str, name: str) -> Callable[..., Callable[..., Any]]:
+    """Compile a runner's source; its lines are given to :mod:`linecache` under a
+    name beside this module, so a traceback through a runner shows them."""
+    filename = os.path.join(os.path.dirname(__file__), f"<{name} {len(_FACTORIES)}>")
+    linecache.cache[filename] = (len(source), None, source.splitlines(keepends=True), filename)
+    namespace: dict[str, Any] = {"__name__": __name__}
+    exec(compile(source, filename, "exec"), namespace)
+    return namespace["make"]  # type: ignore[no-any-return]
+
+
+# --- the slow paths ------------------------------------------------------------------------------
+
+
+def _mismatched(prep: Prepared, program: Callable[..., Any], finish: Finish | None) -> Callable[..., Any]:
+    """What a strict runner does when its comparison fails: the prep's check raises
+    the report, or finds that the arguments fit after all (a memmap where an
+    ndarray was prepared, an engine's traced value holding an array like the
+    prepared one), and the program runs on them as the prep sees them."""
+    check = prep.check
+
+    def mismatched(f: Any, backend: Any, x: Any, contexts: Sequence[Any]) -> Any:
+        check(f, backend, x, contexts)
+        result = program(plain(x), *[plain(context.value) for context in contexts])
+        return result if finish is None else finish(result)
+
+    return mismatched
+
+
+def _mismatched_with_tangents(prep: Prepared, program: Callable[..., Any], finish: Finish | None) -> Callable[..., Any]:
+    """:func:`_mismatched` for a runner with tangents."""
+    refuse, explain = prep.refuse_tangent_call, prep.explain_error
+
+    def mismatched(f: Any, backend: Any, x: Any, tangents: Any, contexts: Sequence[Any]) -> Any:
+        refuse(f, backend, x, tangents, contexts)
+        x, tangents = plain(x), tuple(plain(t) for t in tangents)
+        values = [plain(context.value) for context in contexts]
+        try:
+            result = program(x, tangents, *values)
+        except Exception as error:
+            explain(error, x, tangents, [_Value(value) for value in values])
+            raise
+        return result if finish is None else finish(result)
+
+    return mismatched
+
+
+def _rejected(prep: Prepared, program: Callable[..., Any]) -> Callable[..., Any]:
+    """What a runner does when a program that checks its own arguments refuses a
+    call's: a strict prep reports the difference its check sees, and a difference
+    only the compiler sees (such as a weak type), or any for a non-strict prep,
+    is compiled again."""
+    check, strict = prep.check, prep.strict
+
+    def rejected(f: Any, backend: Any, x: Any, contexts: Sequence[Any], values: Sequence[Any]) -> Any:
+        if strict:
+            check(f, backend, x, contexts)
+        with compiling_again():
+            return program(x, *values)
+
+    return rejected
+
+
+class _Value:
+    """A context's value, for :meth:`di.prep.base.Prep.explain_error` on the slow
+    path (only the value is read there)."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value: Any) -> None:
+        self.value = value
