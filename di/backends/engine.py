@@ -24,19 +24,21 @@ The hooks, each optional, and what ``di`` does without one:
   ``"module:NAME"`` path to the instance (imported when the engine is
   registered: a family module imports no library) or the instance. Default:
   none (the engine computes in a family registered otherwise, NumPy's say).
-* ``host``: the ``"module:NAME"`` of the :class:`di.mixing.core.Host` that makes
-  :class:`di.DifferentiateWith` a primitive of this engine, imported once
-  ``module`` is loaded. Default: none (``DifferentiateWith`` cannot be called
-  inside this engine's transforms).
+* ``host``: the :class:`di.mixing.core.Host` that makes
+  :class:`di.DifferentiateWith` a primitive of this engine: the instance, or its
+  ``"module:NAME"`` path, imported once ``module`` is loaded (at once for an
+  engine that needs no library). Default: none (``DifferentiateWith`` cannot be
+  called inside this engine's transforms).
 * ``namespace``: a :class:`NamespaceOverride`, the namespace
   :func:`di.array_namespace` answers for the engine's traced values where
   array-api-compat's would not be differentiated. Default: none
   (array-api-compat's namespace).
-* ``traced``: the ``"module:function"`` returning the :class:`TracedValues` of
-  the engine: classes of values it traces that belong to no array family (boxes
-  around NumPy arrays), with how to read, cast and reshape them. Imported when
-  such a value is first met or the adapter is loaded. Default: none (every value
-  the engine traces is an array of its family).
+* ``traced``: the function returning the :class:`TracedValues` of the engine
+  (or its ``"module:function"`` path): classes of values it traces that belong to
+  no array family (boxes around NumPy arrays), with how to read, cast and
+  reshape them. Called (imported) when the adapter is loaded or, for an engine
+  with a ``module``, when such a value of that module is first met. Default:
+  none (every value the engine traces is an array of its family).
 * ``tolerances``: ``(selector, order) -> (rtol, atol)``, the error an engine
   that approximates (finite differences) makes at derivative order ``order``,
   which :func:`di.testing.default_tolerances` allows on top of rounding.
@@ -52,7 +54,7 @@ programs.
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
@@ -165,15 +167,18 @@ class Engine:
         distributions: the installed distributions whose versions a cached plan
             depends on; by default ``module``'s top-level package.
         family: its array family, if it brings one (a path or the instance).
-        host: its ``DifferentiateWith`` host (a ``"module:NAME"`` path).
+        host: its ``DifferentiateWith`` host (the instance or its
+            ``"module:NAME"`` path).
         namespace: its :class:`NamespaceOverride`.
-        traced: its ``"module:function"`` returning :class:`TracedValues`.
+        traced: its function returning :class:`TracedValues` (or the
+            function's ``"module:function"`` path).
         tolerances: ``(selector, order) -> (rtol, atol)`` for an approximating
             engine.
 
     Raises:
         InvalidOptionTypeError: a selector that is not a class, an adapter that
-            is neither a class nor a path (a ``TypeError``).
+            is neither a class nor a path, a host without ``owns`` and ``call``,
+            a ``traced`` that is neither callable nor a path (a ``TypeError``).
         InvalidOptionError: a malformed path, or ``fastest``/``compiled``
             naming a label the engine does not offer (a ``ValueError``).
 
@@ -201,9 +206,9 @@ class Engine:
     extra: str = ""
     distributions: tuple[str, ...] = ()
     family: Any = None
-    host: str = ""
+    host: Any = ""
     namespace: NamespaceOverride | None = None
-    traced: str = ""
+    traced: str | Callable[[], Iterable[TracedValues]] = ""
     tolerances: Callable[[Any, int], tuple[float, float]] | None = None
 
     def __post_init__(self) -> None:
@@ -221,8 +226,18 @@ class Engine:
                 f"{type(self.adapter).__name__}"
             )
         for option in ("host", "traced"):
-            if getattr(self, option):
+            if isinstance(getattr(self, option), str) and getattr(self, option):
                 _check_path(f"Engine({self.name!r}, {option}=...)", getattr(self, option))
+        if not isinstance(self.host, str) and not all(callable(getattr(self.host, m, None)) for m in ("owns", "call")):
+            raise InvalidOptionTypeError(
+                f"Engine({self.name!r}): host takes a di.mixing.core.Host instance or its 'module:NAME' path, not "
+                f"{type(self.host).__name__}"
+            )
+        if not isinstance(self.traced, str) and not callable(self.traced):
+            raise InvalidOptionTypeError(
+                f"Engine({self.name!r}): traced takes a function returning TracedValues or its 'module:function' "
+                f"path, not {type(self.traced).__name__}"
+            )
         if isinstance(self.family, str):
             _check_path(f"Engine({self.name!r}, family=...)", self.family)
         object.__setattr__(self, "display", self.display or self.name)

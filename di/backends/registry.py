@@ -344,9 +344,10 @@ def _register_traced(record: Engine) -> None:
     arrays, with how to read, cast and reshape them."""
     if not record.traced or record.key in _TRACED:
         return
-    found: list[TracedValues] = list(load(record.traced)())
+    hook = load(record.traced) if isinstance(record.traced, str) else record.traced
+    found: list[TracedValues] = list(hook())
     for traced in found:
-        register_traced_type(TracedType(traced.cls, record.module, traced.transform, traced.value))
+        register_traced_type(TracedType(traced.cls, record.name, traced.transform, traced.value))
         register_traced_leaves(traced.cls, traced.cast, traced.reshape)
     _TRACED.add(record.key)
 

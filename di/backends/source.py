@@ -16,6 +16,7 @@ from typing import Any
 
 from di.backends import fallbacks
 from di.backends.protocol import Adapter, Programs
+from di.backends.selectors import engine_of
 from di.contexts import Context
 
 __all__ = ["ProgramSource"]
@@ -49,6 +50,14 @@ class ProgramSource:
     def __init__(self, adapter: Adapter) -> None:
         self.adapter = adapter
         self.family = adapter.family
+
+    @property
+    def takes(self) -> tuple[str, str]:
+        """What the engine runs on besides concrete arrays: its family's arrays,
+        traced or not, and the traced values of its own engine (its record's
+        name, as :class:`~di.backends.engine.TracedValues` are registered under)."""
+        record = engine_of(self.adapter.backend)
+        return self.family, record.name if record is not None else ""
 
     @property
     def evaluates_in_float64(self) -> bool:

@@ -20,8 +20,8 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from di.backends.engine import load
-from di.backends.selectors import AbstractBackend, engines, on_engine_registered
+from di.backends.engine import Engine, load
+from di.backends.selectors import AbstractBackend, engine_of, engines, on_engine_registered
 from di.contexts import Constant, Context
 from di.errors import DIError, InvalidInputError, type_label
 from di.families import converter, families, family_of, get_family, spec_of
@@ -35,20 +35,22 @@ __all__ = ["DifferentiateWith", "Host", "host_of"]
 class Host:
     """What an engine offers to host ``g``: ``g`` as a primitive of that (outer) engine.
 
-    An engine's record names its host (``host="mypackage.host:HOST"``, an
-    instance of a subclass); it is imported once the engine's module is loaded
-    (a value of the engine cannot exist before). Without one, ``g`` cannot be
-    called inside the engine's transforms (on its values, ``g`` refuses them).
+    An engine's record names its host (``host=HOST`` or
+    ``host="mypackage.host:HOST"``, an instance of a subclass); a path is
+    imported once the engine's module is loaded (a value of the engine cannot
+    exist before), or when first needed for an engine that needs no library.
+    Without one, ``g`` cannot be called inside the engine's transforms (on its
+    values, ``g`` refuses them). Called by the engine ``f`` is written for (the
+    engine of ``g``'s backend), ``g`` is ``f``: that engine's host is not asked.
 
     Attributes:
-        engine: the engine's module, as its selectors name it (their ``engine``).
-        display: the engine's name as people write it, for messages.
+        display: the engine's name as people write it, for messages (by
+            default the host's class name).
         classes: classes of the engine's values known when the host is imported
             (recognised from then on by a dictionary lookup, which a compiler
             tracing ``g`` follows without a guard on anything else).
     """
 
-    engine: ClassVar[str] = ""
     display: ClassVar[str] = ""
     classes: tuple[type, ...] = ()
 
@@ -63,8 +65,8 @@ class Host:
 
 
 _HOST_BY_CLASS: dict[type, Host | None] = {}
-_HOSTS: dict[str, Host] = {}
-"""The hosts imported so far, by their path."""
+_HOSTS: dict[Any, Host] = {}
+"""The hosts loaded so far, by what records name them with (a path, or the instance)."""
 
 
 def _forget_classes(engine: Any) -> None:
@@ -118,14 +120,23 @@ def loaded_hosts() -> list[Host]:
     :class:`DifferentiateWith` or an earlier call)."""
     hosts = []
     for engine in engines():
-        if engine.host and engine.module.partition(".")[0] in sys.modules:
-            host = _HOSTS.get(engine.host)
-            if host is None:
-                host = _HOSTS[engine.host] = load(engine.host)
-                for cls in host.classes:
-                    _HOST_BY_CLASS[cls] = host
-            hosts.append(host)
+        if engine.host and (not engine.module or engine.module.partition(".")[0] in sys.modules):
+            hosts.append(_loaded(engine))
     return hosts
+
+
+def _loaded(engine: Engine) -> Host:
+    """The host ``engine``'s record names, imported (or taken as it is) once."""
+    host = _HOSTS.get(engine.host)
+    if host is None:
+        host = _HOSTS[engine.host] = load(engine.host) if isinstance(engine.host, str) else engine.host
+        for cls in host.classes:
+            _HOST_BY_CLASS[cls] = host
+    return host
+
+
+def _display(host: Host) -> str:
+    return host.display or type(host).__name__
 
 
 class DifferentiateWith:
@@ -186,8 +197,10 @@ class DifferentiateWith:
         self._kinds = tuple((type(c), getattr(c, "static", None)) for c in contexts)
         self.family = engine_family(backend)  # the array family f computes in (imports its engine)
         engine = engine_backend(backend)
-        self._engine = "" if engine is None else type(engine).engine
+        record = None if engine is None else engine_of(engine)
         loaded_hosts()
+        # f's own engine (loaded above, as f's family was found) differentiates f natively
+        self._own_host = _loaded(record) if record is not None and record.host else None
         self._signatures: dict[Any, Signature] = {}
         self._lock = threading.Lock()
         self.__wrapped__ = f
@@ -208,7 +221,7 @@ class DifferentiateWith:
         host = self._host(leaves, values)
         if host is None:
             return self._evaluate(x, leaves, treedef, values)
-        if host.engine == self._engine:  # f's own engine differentiates it natively
+        if host is self._own_host:  # f's own engine differentiates it natively
             return self.f(x, *values)
         return host.call(self, x, leaves, treedef, values)
 
@@ -247,15 +260,16 @@ class DifferentiateWith:
                     )
             elif host is not None and found is not host:
                 raise DIError(
-                    f"{self!r} was called with an x holding values of two engines, {host.display} and "
-                    f"{found.display}: give it the values of the engine that differentiates it, and convert the others."
+                    f"{self!r} was called with an x holding values of two engines, {_display(host)} and "
+                    f"{_display(found)}: give it the values of the engine that differentiates it, and convert the "
+                    f"others."
                 )
             else:
                 host = found
         if host is None:
             for value in values:
                 found = host_of(value)
-                if found is not None and found.engine != self._engine:
+                if found is not None and found is not self._own_host:
                     return found
         return host
 

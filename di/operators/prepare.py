@@ -135,7 +135,7 @@ def prepare_from_source(
         info=info or NO_INFO,
         has_aux=request.has_aux,
         explain_failure=explain,
-        traces=(source.adapter.backend, (source.family, source.adapter.backend.engine)),
+        traces=(source.adapter.backend, source.takes),
         facts=facts,
     )
 

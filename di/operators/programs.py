@@ -125,7 +125,7 @@ def _refuse_foreign_traces(source: ProgramSource, arguments: Sequence[Facts]) ->
         if argument.family is None or get_family(argument.family).traced_by(argument.value)
     ]
     if named:
-        refuse_foreign_traces(backend, (source.family, backend.engine), named)
+        refuse_foreign_traces(backend, source.takes, named)
 
 
 def _refuse_trees_the_engine_cannot_flatten(source: ProgramSource, arguments: Sequence[Facts]) -> None:

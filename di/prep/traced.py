@@ -38,7 +38,7 @@ class TracedType:
 
     Args:
         cls: the class of the traced values.
-        engine: the engine that can take them (a selector's ``engine``).
+        engine: the name of the engine that can take them (its record's).
         transform: the transform that makes them, as a user writes it.
         value: the concrete array inside a traced value.
     """

@@ -147,7 +147,6 @@ defjvp_argnums(_linear, _linear_jvp)
 class AutogradHost(Host):
     """``g`` inside autograd's reverse and forward modes (see the module's description)."""
 
-    engine = "autograd"
     display = "autograd"
 
     def owns(self, value: Any) -> bool:

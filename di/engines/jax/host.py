@@ -257,7 +257,6 @@ def _as_jax_outputs(leaves: Sequence[Any], output: Any) -> list[Any]:
 class JaxHost(Host):
     """``g`` inside JAX's transforms (see the module's description)."""
 
-    engine = "jax"
     display = "JAX"
 
     def owns(self, value: Any) -> bool:

@@ -212,7 +212,6 @@ class TorchHost(Host):
     """``g`` inside torch's autograd, forward-mode AD, ``torch.func`` and
     ``torch.compile`` (see the module's description)."""
 
-    engine = "torch"
     display = "PyTorch"
     classes = (torch.Tensor, torch.nn.Parameter)
 
