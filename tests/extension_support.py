@@ -87,13 +87,18 @@ def _imported_names(code: str) -> set[tuple[str, str]]:
     return names
 
 
-def assert_page_shows(code: str, source: str | Path, page: Path = DOCS_PAGE) -> None:
+def assert_page_shows(code: str, source: str | Path, page: Path = DOCS_PAGE, after: str | None = None) -> None:
     """Fail, with a diff against the closest block, unless ``code`` is exactly one
-    of the page's ``python`` blocks and every line of the block before it (the
-    page's imports for it) is a line of ``source``, the test module."""
+    of the page's ``python`` blocks and every name the block before it imports
+    (the page's imports for it) is imported by ``source``, the test module; or,
+    with ``after``, unless ``code`` is a block that comes after the block ``after``
+    (the code shown in several blocks, with prose between them)."""
     blocks = python_blocks(page)
     if code in blocks:
         index = blocks.index(code)
+        if after is not None:
+            assert after in blocks[:index], f"{page.name}: the block shown after the code it follows is not"
+            return
         shown = _imported_names(blocks[index - 1]) if index else set()
         missing = sorted(shown - _imported_names(Path(source).read_text(encoding="utf-8")))
         assert shown and not missing, f"{page.name}: the imports shown before the code are not the test's: {missing}"

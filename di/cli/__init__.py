@@ -21,7 +21,9 @@ Commands:
   :mod:`di.cli.plan`.
 
 ``di`` and ``check`` take ``--backends`` (labels such as ``jax-jit`` or
-``finitediff-forward``, see :mod:`di.testing.labels`), ``--json FILE`` (the rows)
+``finitediff-forward``, see :mod:`di.testing.labels`), ``--engine MODULE:NAME``
+(an engine from outside ``di``, its record registered first; ``plan`` takes it
+too), ``--json FILE`` (the rows)
 and ``--plot FILE.png --sizes 10,1000,100000`` (median time per prepared call
 against input size, log-log, one line per backend; needs matplotlib). Exit
 status 2 for a usage error (bad option, import failure).
@@ -60,6 +62,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """
     from di.cli import check, plan, scenarios
     from di.cli.arguments import build_parser, check_arguments
+    from di.cli.functions import register_engines
     from di.cli.output import Output
 
     arguments = list(sys.argv[1:] if argv is None else argv)
@@ -73,6 +76,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     runners = {"check": check.run, "plan": plan.run, None: scenarios.run}
     try:
         check_arguments(args)
+        register_engines(args.engines)
         return runners[args.command](args, out)
     except UsageError as err:
         print(f"di: error: {err}", file=sys.stderr)

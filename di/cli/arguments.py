@@ -6,7 +6,7 @@ import argparse
 import math
 from pathlib import Path
 
-from di.cli.common import UsageError, parse_sizes
+from di.cli.common import UsageError, add_engine_option, parse_sizes
 
 __all__ = ["COMMANDS", "build_parser", "check_arguments"]
 
@@ -26,6 +26,7 @@ def _backends_help() -> str:
 def common_options() -> argparse.ArgumentParser:
     """The options of the scenario table and of ``check``."""
     common = argparse.ArgumentParser(add_help=False)
+    add_engine_option(common)
     common.add_argument("--backends", help=_backends_help())
     common.add_argument("--json", metavar="FILE", help="write the rows as JSON to FILE")
     common.add_argument(

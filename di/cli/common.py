@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 from typing import Any
 
 __all__ = [
@@ -9,6 +10,7 @@ __all__ = [
     "EXIT_OK",
     "EXIT_USAGE",
     "UsageError",
+    "add_engine_option",
     "default_backends",
     "parse_backends",
     "parse_shape",
@@ -41,6 +43,18 @@ def split(text: str) -> list[str]:
             current += char
     parts.append(current)
     return [p.strip() for p in parts if p.strip()]
+
+
+def add_engine_option(parser: argparse.ArgumentParser) -> None:
+    """``--engine MODULE:NAME``: an engine from outside ``di``, registered before ``--backends`` is read."""
+    parser.add_argument(
+        "--engine",
+        dest="engines",
+        action="append",
+        metavar="MODULE:NAME",
+        help="register the engine whose record (a di.backends.engine.Engine) is NAME in MODULE (a dotted module or "
+        "a path to a .py file) before reading --backends; repeat it for several engines",
+    )
 
 
 def default_backends() -> list[Any]:

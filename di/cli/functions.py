@@ -28,6 +28,7 @@ __all__ = [
     "load_object",
     "output_shape",
     "point",
+    "register_engines",
 ]
 
 OPTIONS = {"constant": "--constant", "cache": "--cache-buffer"}
@@ -78,6 +79,33 @@ def load_object(spec: str, what: str = "function") -> Any:
         public = sorted(n for n in vars(module) if not n.startswith("_") and callable(getattr(module, n)))
         hint = f"; it has: {', '.join(public[:12])}" if public else ""
         raise UsageError(f"module {module_name!r} has no {what} {name!r}{hint}") from None
+
+
+def register_engines(specs: list[str] | None) -> None:
+    """Register the engines ``--engine`` names, each a ``MODULE:NAME`` of an
+    :class:`~di.backends.engine.Engine` record (:func:`di.register_engine`).
+
+    Raises:
+        UsageError: a spec that does not import, or names something else than a record.
+
+    Examples:
+        >>> from di.cli.functions import register_engines
+        >>> register_engines(["di.engines.finitediff:ENGINE"])
+        >>> register_engines(["math:pi"])
+        Traceback (most recent call last):
+        ...
+        di.cli.common.UsageError: --engine math:pi names a float, not an engine record (di.backends.engine.Engine)
+    """
+    from di.backends.engine import Engine
+    from di.backends.selectors import register_engine
+
+    for spec in specs or ():
+        record = load_object(spec, "engine")
+        if not isinstance(record, Engine):
+            raise UsageError(
+                f"--engine {spec} names a {type(record).__name__}, not an engine record (di.backends.engine.Engine)"
+            )
+        register_engine(record)
 
 
 def point(shape: tuple[int, ...], dtype: str, seed: int) -> Any:

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from di.cli.check import Problem, add_function_arguments
-from di.cli.common import EXIT_DISAGREE, EXIT_OK, UsageError, parse_backends
+from di.cli.common import EXIT_DISAGREE, EXIT_OK, UsageError, add_engine_option, parse_backends
 from di.cli.output import Output
 from di.cli.sweep import MATRIX_OPERATORS
 
@@ -28,6 +28,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="array family of x and of the array contexts (default: %(default)s)",
     )
     parser.add_argument("--budget", type=float, default=1.0, help="seconds spent timing the candidates (default 1)")
+    add_engine_option(parser)
     parser.add_argument("--backends", help="the candidates, comma-separated as for check (default: AutoFastest's)")
     parser.add_argument("--rtol", type=float, help="relative agreement tolerance (default: by dtype)")
     parser.add_argument("--atol", type=float, help="absolute agreement tolerance (default: by dtype)")
