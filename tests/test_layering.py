@@ -221,18 +221,6 @@ def test_the_layer_map_is_the_one_docs_architecture_shows() -> None:
     assert tuple(rows) == LAYERS, "docs/architecture.md's layer table and LAYERS differ"
 
 
-def test_the_files_docs_architecture_walks_through_exist() -> None:
-    """Outside the layer table (which names the target layout), every ``di/...``
-    path the page names is a file or package of the code as it is."""
-    text = ARCHITECTURE_PAGE.read_text(encoding="utf-8")
-    prose = "\n".join(line for line in text.splitlines() if not line.startswith("|"))
-    prose = prose.split("## One call, end to end", 1)[1]
-    named = set(re.findall(r"`(di/[\w/]+(?:\.py)?)`", prose))
-    assert named, "the page names no file"
-    missing = sorted(path for path in named if not (ROOT / path).exists())
-    assert not missing, f"docs/architecture.md names files that do not exist: {missing}"
-
-
 def test_direction_check_sees_lazy_imports_and_exempts_type_checking_ones() -> None:
     assert layer_of("di") == 2 and layer_of("di.engines.jax.adapter") == 5 and layer_of("di.families.numpy") == 8
     assert layer_of("di.testing.runner") == 1 and layer_of("di.nowhere") is None
