@@ -145,8 +145,9 @@ def where(condition: Any, a: Any, b: Any) -> Dual:
     return Dual(np.where(condition, a.value, b.value), np.where(condition, a.tangent, b.tangent))
 
 
-def maximum(x: Dual, axis: int | None = None, keepdims: bool = False) -> Dual:
+def maximum(x: Any, axis: int | None = None, keepdims: bool = False) -> Dual:
     """The largest values, with the tangents of the elements they are."""
+    x = dual(x)
     if axis is None:
         return maximum(x.reshape((-1,)), 0, keepdims)
     index = np.expand_dims(np.argmax(x.value, axis=axis), axis)

@@ -3,8 +3,8 @@
 The engine-free core. ``g = DifferentiateWith(f, backend, *contexts)`` is a
 callable with ``f``'s signature. When it is called, the values it receives say
 which engine (if any) is tracing it: each *host* (an engine's, named by its
-record's ``host`` and imported only once that engine is loaded) recognises its
-engine's values. The host makes ``g`` a primitive of its engine whose derivatives come
+record's ``host``; a path is imported only once that engine is loaded)
+recognises its engine's values. The host makes ``g`` a primitive of its engine whose derivatives come
 from ``backend`` through ``di``'s prepared pullbacks and pushforwards
 (:mod:`di.mixing.calls`). Called with NumPy arrays or Python floats, ``g`` is
 ``f`` itself, run on its engine's arrays; called by the engine ``f`` is written
