@@ -22,7 +22,6 @@ made at preparation (programs convert tangents from any family).
 
 from __future__ import annotations
 
-import inspect
 import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NoReturn
@@ -164,7 +163,7 @@ def jacobian_programs(
     x_shape = _shape(x)
     y_prep = _output_of(adapter, f, x, contexts, has_aux)
     y_shape = _shape(y_prep)
-    xp = get_family(adapter.family).namespace()
+    xp = get_family(adapter.capabilities.family).namespace()
     scope = adapter.scope([x, *_values(contexts)])
     if forward is None:
         forward = prefers_forward(adapter, math.prod(x_shape), math.prod(y_shape))
@@ -206,7 +205,7 @@ def jacobian_programs(
 
 
 def _engine_tangent(adapter: Adapter) -> Callable[[Any], Any]:
-    family = adapter.family
+    family = adapter.capabilities.family
 
     def to_engine(tangent: Any) -> Any:
         return converter(family_of(tangent), family)(tangent)
@@ -236,7 +235,7 @@ def pushforward_programs(
     ``J @ t`` per tangent."""
     jacobians = _jacobians(adapter, f, x, contexts, False, has_aux)
     value_and_jacobian, jacobian = jacobians["value_and_jacobian"], jacobians["jacobian"]
-    xp = get_family(adapter.family).namespace()
+    xp = get_family(adapter.capabilities.family).namespace()
     to_engine = _engine_tangent(adapter)
     x_ndim = len(_shape(x))
     scope = adapter.scope([x, *_values(contexts)])
@@ -272,7 +271,7 @@ def pullback_programs(
     ``t @ J`` per cotangent."""
     jacobians = _jacobians(adapter, f, x, contexts, True, has_aux)
     value_and_jacobian, jacobian = jacobians["value_and_jacobian"], jacobians["jacobian"]
-    xp = get_family(adapter.family).namespace()
+    xp = get_family(adapter.capabilities.family).namespace()
     to_engine = _engine_tangent(adapter)
     x_ndim = len(_shape(x))
     scope = adapter.scope([x, *_values(contexts)])
@@ -361,9 +360,10 @@ def _with_one_seed(primitive: Programs, name: str, seed: tuple[Any], names: tupl
 def _in_engine(adapter: Adapter, x: Any, contexts: Sequence[Context]) -> tuple[Any, list[Context]]:
     """``x`` and the contexts converted to the engine's family, for preparing an
     inner program that the engine will differentiate again."""
+    family = adapter.capabilities.family
     with adapter.scope([x, *_values(contexts)])():
-        x_engine = converter(family_of(x), adapter.family)(np.asarray(x) if isinstance(x, float) else x)
-        engine_contexts = [rewrap_context(c, converter(family_of(c.value), adapter.family)(c.value)) for c in contexts]
+        x_engine = converter(family_of(x), family)(np.asarray(x) if isinstance(x, float) else x)
+        engine_contexts = [rewrap_context(c, converter(family_of(c.value), family)(c.value)) for c in contexts]
     return x_engine, engine_contexts
 
 
@@ -394,7 +394,7 @@ def hessian_programs(adapter: Adapter, f: Callable[..., Any], x: Any, contexts: 
     tangents = unit_arrays(x_shape, numpy_dtype(x))
     gradient_and_hvp = programs(adapter, "hvp", f, x, contexts, tangents)["gradient_and_hvp"]
     value = adapter.prepare_value_program(f, x, contexts)
-    xp = get_family(adapter.family).namespace()
+    xp = get_family(adapter.capabilities.family).namespace()
     scope = adapter.scope([x, *_values(contexts)])
 
     def gradient_and_hessian(x: Any, *values: Any) -> Any:
@@ -441,7 +441,7 @@ def _fresh(adapter: Adapter) -> Callable[[Any], Any]:
     a mutable family's caller may write into it, and an immutable one's may free
     it (JAX's ``delete()``, or donating it to a jitted call), which must not
     break the prep's next call. Every family copies (on the array's device)."""
-    xp = get_family(adapter.family).namespace()
+    xp = get_family(adapter.capabilities.family).namespace()
     return lambda array: xp.asarray(array, copy=True)
 
 
@@ -471,7 +471,7 @@ def pullback_same_point_programs(
     each call contracts new cotangents with it."""
     values = _values(contexts)
     y, jac = programs(adapter, "jacobian", f, x, contexts)["value_and_jacobian"](x, *values)
-    xp = get_family(adapter.family).namespace()
+    xp = get_family(adapter.capabilities.family).namespace()
     to_engine, fresh = _engine_tangent(adapter), _fresh(adapter)
     scope = adapter.scope([x, *values])
 
@@ -494,7 +494,7 @@ def hvp_same_point_programs(
     call contracts new tangents with it."""
     values = _values(contexts)
     _, g, hessian = programs(adapter, "hessian", f, x, contexts)["value_gradient_and_hessian"](x, *values)
-    xp = get_family(adapter.family).namespace()
+    xp = get_family(adapter.capabilities.family).namespace()
     to_engine, fresh = _engine_tangent(adapter), _fresh(adapter)
     scope = adapter.scope([x, *values])
     x_ndim = len(_shape(x))
@@ -613,11 +613,10 @@ def programs(
         raise UnsupportedOperatorError(f"{operator} does not take has_aux: f must return its output alone.")
     if adapter.has_native(operator):
         method = getattr(adapter, f"prepare_{operator}_programs")
-        if has_aux and "has_aux" not in inspect.signature(method).parameters:
+        if has_aux and operator not in adapter.capabilities.aux:
             raise UnsupportedOperatorError(
-                f"{adapter.backend!r} does not support has_aux for {operator}: its adapter's "
-                f"prepare_{operator}_programs takes no has_aux. Call f without auxiliary outputs, or use "
-                f"another backend."
+                f"{adapter.backend!r} does not support has_aux for {operator}: its adapter's capabilities do not "
+                f"list {operator} in aux. Call f without auxiliary outputs, or use another backend."
             )
         built = method(*arguments, **options)
         _check_programs(adapter, operator, built)

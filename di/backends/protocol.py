@@ -16,7 +16,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, ClassVar
+from typing import Any
 
 from di.backends.compile import (
     counting_static_values,
@@ -137,12 +137,14 @@ _DIFFERENTIATES = ("none", "own", "any")
 class Capabilities:
     """What an adapter can do, declared once on its class (``capabilities = ...``).
 
-    The documentation's support tables, the fallbacks' choice between native and
-    generic programs, the refusal of unsupported contexts and
-    :class:`di.SecondOrder`'s check of its pair all read this record, so what an
-    engine declares is what ``di`` does. ``native`` is never written by hand: it
-    is filled, when the class is created, with the operators whose
-    ``prepare_<operator>_programs`` method the class implements.
+    This record is the only declaration of what an adapter offers: the
+    documentation's support tables, the fallbacks' choice between native and
+    generic programs, the refusal of unsupported contexts and of ``has_aux``,
+    the operator layer's conversions and :class:`di.SecondOrder`'s check of its
+    pair all read it, so what an engine declares is what ``di`` does. Only
+    ``native`` is not declared: which operators an adapter implements is its
+    implementation, so the field is filled, when the class is created, with the
+    operators whose ``prepare_<operator>_programs`` method the class overrides.
 
     Attributes:
         family: the array family the engine computes in.
@@ -156,6 +158,10 @@ class Capabilities:
         pytrees: the operator families whose programs take a pytree ``x``
             themselves (the others see it flattened into one vector).
         compiled_pytrees: the same when compiled, if it differs.
+        aux: the operator families (of :data:`AUX_FAMILIES`) whose native
+            programs take ``has_aux``; ``has_aux=True`` for another native
+            family is refused at preparation. An operator the fallbacks build
+            takes it when the primitive it is built from does.
         float64: whether the engine evaluates ``f`` in float64 whatever ``x``'s
             dtype (finite differences).
         differentiates: which programs, as :class:`di.SecondOrder`'s outer
@@ -183,6 +189,7 @@ class Capabilities:
     compile_option: str = ""
     pytrees: frozenset[str] = frozenset()
     compiled_pytrees: frozenset[str] | None = None
+    aux: frozenset[str] = frozenset()
     float64: bool = False
     differentiates: str = "none"
     transforms: tuple[str, ...] = field(default=())
@@ -191,6 +198,11 @@ class Capabilities:
     def __post_init__(self) -> None:
         if self.differentiates not in _DIFFERENTIATES:
             raise InvalidOptionError(f"Capabilities(differentiates={self.differentiates!r}): one of {_DIFFERENTIATES}")
+        if not self.aux <= AUX_FAMILIES:
+            raise InvalidOptionError(
+                f"Capabilities(aux=...): {sorted(self.aux - AUX_FAMILIES)} take no has_aux; "
+                f"aux names operator families among {sorted(AUX_FAMILIES)}"
+            )
         if self.compositions:
             object.__setattr__(self, "transforms", tuple(c.transform for c in self.compositions))
 
@@ -220,14 +232,15 @@ class Capabilities:
         return self.compiled_pytrees if compiled and self.compiled_pytrees is not None else self.pytrees
 
 
-# The attributes other modules read on adapters, mirrored from the record at class
-# creation (plain attributes: a wrapping adapter may set its own per instance).
-_MIRRORED = {
+# What adapters declared as class attributes before the record held it all, and
+# the record's field each is now: a class still setting one is refused, naming it.
+_DECLARED_IN_RECORD = {
     "family": "family",
     "supports_cache": "cache",
     "cache_note": "cache_note",
     "evaluates_in_float64": "float64",
     "native_pytrees": "pytrees",
+    "differentiates_any_program": "differentiates",
 }
 
 
@@ -251,37 +264,30 @@ class Adapter:
     A *program* takes ``x`` (and tangents) and the context values as the caller
     passes them, in any array family, and returns engine-family arrays.
 
-    The record's fields are also plain attributes (``family``,
-    ``supports_cache``, ``cache_note``, ``evaluates_in_float64``,
-    ``native_pytrees``), set from it when the class is created; a class that
-    sets those attributes itself instead of declaring a record gets a record
-    made from them.
+    An instance may hold a record of its own (``self.capabilities = ...`` in
+    ``__init__``) where its selector decides what the class cannot, such as the
+    array family it computes in.
 
     Examples:
         >>> from di.backends.registry import get_adapter
         >>> import di
-        >>> get_adapter(di.AutoFiniteDiff()).family
+        >>> get_adapter(di.AutoFiniteDiff()).capabilities.family
         'numpy'
     """
 
-    capabilities: ClassVar[Capabilities] = Capabilities()
-    family: ClassVar[str] = "numpy"
-    supports_cache: ClassVar[bool] = True
-    cache_note: ClassVar[str] = ""
-    evaluates_in_float64: ClassVar[bool] = False
-    native_pytrees: ClassVar[frozenset[str]] = frozenset()
+    capabilities: Capabilities = Capabilities()
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
-        own = {name: cls.__dict__[name] for name in _MIRRORED if name in cls.__dict__}
-        declared = {_MIRRORED[name]: value for name, value in own.items() if not isinstance(value, property)}
-        if cls.__dict__.get("differentiates_any_program"):
-            declared["differentiates"] = "any"
+        stale = [name for name in _DECLARED_IN_RECORD if name in cls.__dict__]
+        if stale:
+            fields = ", ".join(f"{_DECLARED_IN_RECORD[name]}=..." for name in stale)
+            raise InvalidOptionError(
+                f"{cls.__name__} sets {', '.join(stale)}: an adapter declares what it offers in its record alone. "
+                f"Write capabilities = Capabilities({fields}) (di.backends.protocol.Capabilities) instead."
+            )
         native = frozenset(op for op in (*OPERATOR_FAMILIES, *SAME_POINT_FAMILIES) if _implements(cls, op))
-        cls.capabilities = replace(cls.capabilities, native=native, **declared)
-        for name, field_name in _MIRRORED.items():
-            if name not in own:
-                setattr(cls, name, getattr(cls.capabilities, field_name))
+        cls.capabilities = replace(cls.capabilities, native=native)
 
     def __init__(self, backend: AbstractBackend) -> None:
         self.backend = backend
@@ -293,8 +299,8 @@ class Adapter:
         return bool(option) and bool(getattr(self.backend, option, False))
 
     def instance_capabilities(self) -> Capabilities:
-        """The record as this adapter has it: the class's, with the attributes a
-        wrapping adapter (a strategy) sets per instance from the adapters it wraps.
+        """The record as this adapter has it: what depends on its selector
+        (``pytrees`` when it compiles) resolved, ``compiled_pytrees`` folded in.
 
         Examples:
             >>> import di
@@ -302,21 +308,13 @@ class Adapter:
             >>> get_adapter(di.AutoAutograd()).instance_capabilities().cache
             False
         """
-        return replace(
-            self.capabilities,
-            family=self.family,
-            cache=self.supports_cache,
-            cache_note=self.cache_note,
-            float64=self.evaluates_in_float64,
-            pytrees=frozenset(self.native_pytrees),
-            compiled_pytrees=None,
-        )
+        record = self.capabilities
+        return replace(record, pytrees=record.pytrees_when(self.compiled), compiled_pytrees=None)
 
-    @property
-    def differentiates_any_program(self) -> bool:
-        """Whether, as :class:`di.SecondOrder`'s outer backend, the engine
-        differentiates any program (it only evaluates them: finite differences)."""
-        return self.capabilities.differentiates == "any"
+    def takes_pytrees_natively(self, operator: str) -> bool:
+        """Whether ``operator``'s programs take a pytree ``x`` themselves, as this
+        adapter's selector (compiled or not) runs them."""
+        return operator in self.capabilities.pytrees_when(self.compiled)
 
     # --- checks made at preparation ---------------------------------------------
 
@@ -327,8 +325,9 @@ class Adapter:
             UnsupportedContextError: a ``Cache`` on an engine that cannot write
                 into arrays.
         """
-        if not self.supports_cache and any(isinstance(c, Cache) for c in contexts):
-            raise UnsupportedContextError(f"{self.backend!r} cannot use Cache contexts: {self.cache_note}")
+        record = self.capabilities
+        if not record.cache and any(isinstance(c, Cache) for c in contexts):
+            raise UnsupportedContextError(f"{self.backend!r} cannot use Cache contexts: {record.cache_note}")
 
     # --- helpers for subclasses -------------------------------------------------
 
@@ -343,11 +342,11 @@ class Adapter:
 
     def _input_converter(self, value: Any) -> Callable[[Any], Any]:
         if not is_pytree(value):
-            return converter(family_of(value), self.family)
+            return converter(family_of(value), self.capabilities.family)
+        family = self.capabilities.family
         leaves, _ = tree_flatten(value)
-        if all(family_of(leaf) in (None, self.family) for leaf in leaves):
+        if all(family_of(leaf) in (None, family) for leaf in leaves):
             return identity
-        family = self.family
 
         def convert_leaves(tree: Any) -> Any:
             return self.tree_map(lambda leaf: converter(family_of(leaf), family)(leaf), tree)
@@ -494,8 +493,8 @@ class Adapter:
     # The first-order families (AUX_FAMILIES) take ``has_aux``: f then returns
     # (y, aux), only y is differentiated, and both programs return (result, aux),
     # result being what they return without it and aux computed by the same
-    # evaluation of f (see di.backends.aux). An adapter whose method lacks the
-    # keyword does not support auxiliary outputs for that family.
+    # evaluation of f (see di.backends.aux), for the families its record lists in
+    # ``aux``; the others are refused before the method is called.
 
     def prepare_pushforward_programs(
         self,

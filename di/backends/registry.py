@@ -169,11 +169,13 @@ def _check_family(adapter: Adapter) -> None:
     from di.families import families
 
     known = [family.name for family in families()]
-    if adapter.family not in known:
+    family = adapter.capabilities.family
+    if family not in known:
         raise InvalidOptionError(
             f"{type(adapter).__name__} (the adapter of {type(adapter.backend).__name__}) computes in the array "
-            f"family {adapter.family!r}, which is not registered; known families: {', '.join(known)}. "
-            f"Register it with di.register_family first, or set the adapter's family to one of those."
+            f"family {family!r}, which is not registered; known families: {', '.join(known)}. "
+            f"Register it with di.register_family first, or set the family of the adapter's capabilities to one "
+            f"of those."
         )
 
 

@@ -106,7 +106,7 @@ def engine_family(backend: AbstractBackend) -> str:
         ('numpy', 'numpy')
     """
     engine = engine_backend(backend)
-    return "numpy" if engine is None else get_adapter(engine).family
+    return "numpy" if engine is None else get_adapter(engine).capabilities.family
 
 
 def handover(value: Any, family: str) -> Any:

@@ -343,7 +343,7 @@ def _check_engine_dtypes(source: ProgramSource, backend: AbstractBackend, facts:
     Raises:
         InvalidInputError: naming the backend, the argument, the dtype and the fix.
     """
-    engine = get_family(source.adapter.family)
+    engine = get_family(source.adapter.capabilities.family)
     for argument in (facts.x, *facts.values):
         for _, leaf, family in argument.leaves:
             if family is None or family == engine.name or engine.takes_dtype(leaf.dtype):

@@ -271,7 +271,7 @@ def _raveled(
     tangents shaped like it) are flattened into one vector, ``f`` sees the pytree
     again, and results shaped like ``x`` are unflattened leaf by leaf."""
     raveler = Raveler(x)
-    cast_leaves = not source.evaluates_in_float64
+    cast_leaves = not source.adapter.capabilities.float64
 
     split = source.adapter.split_vector if len(raveler.sizes) > 1 else None
 

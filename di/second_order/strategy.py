@@ -169,7 +169,7 @@ class SecondOrderSource(ProgramSource):
         raise UnsupportedOperatorError(f"{outer.backend!r}: SecondOrder prepares {operator} on its inner backend")
 
     def _float64(self) -> bool:
-        return self.adapter.evaluates_in_float64
+        return self.adapter.capabilities.float64
 
     def _inner_value(
         self, operator: str, f: Callable[..., Any], x: Any, contexts: Sequence[Context]
@@ -183,8 +183,8 @@ class SecondOrderSource(ProgramSource):
         The inner derivative program, called first, checked ``f``'s output by its
         engine's rules: here only its shape is made the operator's."""
         program = self.inner.prepare_value_program(f, x, contexts)
-        convert = converter(self.inner.family, self.adapter.family)
-        own = get_family(self.adapter.family).copy if convert is identity else identity
+        convert = converter(self.inner.capabilities.family, self.adapter.capabilities.family)
+        own = get_family(self.adapter.capabilities.family).copy if convert is identity else identity
         backend, rules = self.inner.backend, OutputRules()
 
         def value(x: Any, *values: Any) -> Any:
@@ -199,15 +199,14 @@ class SecondOrderSource(ProgramSource):
         function the outer backend can differentiate: prepared for arguments in the
         outer family (float64 when the outer engine evaluates in float64), which is
         what the outer adapter calls it with, and returning results in that family."""
-        widen = _widening(self.adapter.family) if self._float64() else identity
-        x_outer = widen(converter(family_of(x), self.adapter.family)(x)) if not isinstance(x, float) else x
-        outer_contexts = [
-            rewrap_context(c, widen(converter(family_of(c.value), self.adapter.family)(c.value))) for c in contexts
-        ]
+        outer = self.adapter.capabilities.family
+        widen = _widening(outer) if self._float64() else identity
+        x_outer = widen(converter(family_of(x), outer)(x)) if not isinstance(x, float) else x
+        outer_contexts = [rewrap_context(c, widen(converter(family_of(c.value), outer)(c.value))) for c in contexts]
         inner = fallbacks.programs(self.inner, operator, f, x_outer, outer_contexts)[operator]
         if widen is identity:
             return checked_program(self._in_outer_family(inner))
-        to_outer = converter(self.inner.family, self.adapter.family)
+        to_outer = converter(self.inner.capabilities.family, self.adapter.capabilities.family)
 
         def in_float64(x: Any, *values: Any) -> Any:
             return to_outer(inner(x, *[widen(v) for v in values]))
@@ -215,7 +214,7 @@ class SecondOrderSource(ProgramSource):
         return checked_program(keeping_error(in_float64, inner))
 
     def _in_outer_family(self, program: Callable[..., Any]) -> Callable[..., Any]:
-        convert = converter(self.inner.family, self.adapter.family)
+        convert = converter(self.inner.capabilities.family, self.adapter.capabilities.family)
         if convert is identity:
             return program
 

@@ -280,7 +280,7 @@ class SparseSource(ProgramSource):
         layout = leaf_layout(x)
 
         def flat_f(vector: Any, *values: Any) -> Any:
-            return f(layout.unravel(vector, cast=not self.evaluates_in_float64), *values)
+            return f(layout.unravel(vector, cast=not self.adapter.capabilities.float64), *values)
 
         flat_x = layout.ravel(x)
         if operator == "jacobian":
@@ -465,7 +465,7 @@ class SparseSource(ProgramSource):
         backend = source.backend if source.backend is not None else self.selector.dense
         adapter = get_adapter(backend)
         dense = fallbacks.programs(adapter, operator, f, x, contexts)[operator]
-        to_numpy = converter(adapter.family, "numpy")
+        to_numpy = converter(adapter.capabilities.family, "numpy")
         rng = np.random.default_rng(_DENSE_SEED)
         family = family_of(x) or "numpy"
         nonzero = np.zeros(shape, dtype=bool)
@@ -574,10 +574,10 @@ class SparseSource(ProgramSource):
         """``engine(x, *values) -> (y, data)`` in the engine's family."""
         adapter = self._engine_adapter()
         x_engine, engine_contexts = self._engine_arguments(x, contexts)
-        gather = gatherer(adapter.family, None if decompression.substitution else decompression.index)
+        gather = gatherer(adapter.capabilities.family, None if decompression.substitution else decompression.index)
         if decompression.n_colors == 0:
             value = adapter.prepare_value_program(f, x_engine, engine_contexts)
-            empty = empty_data(adapter.family, y_dtype)
+            empty = empty_data(adapter.capabilities.family, y_dtype)
 
             def without_colors(x: Any, *values: Any) -> Any:
                 return value(x, *values), empty
@@ -617,10 +617,10 @@ class SparseSource(ProgramSource):
         adapter = self._engine_adapter()
         x_engine, engine_contexts = self._engine_arguments(x, contexts)
         value = adapter.prepare_value_program(f, x_engine, engine_contexts)
-        gather = gatherer(adapter.family, None if decompression.substitution else decompression.index)
+        gather = gatherer(adapter.capabilities.family, None if decompression.substitution else decompression.index)
         if decompression.n_colors == 0:
             gradient = fallbacks.programs(adapter, "gradient", f, x_engine, engine_contexts)["gradient"]
-            empty = empty_data(adapter.family, numpy_dtype(x))
+            empty = empty_data(adapter.capabilities.family, numpy_dtype(x))
 
             def without_colors(x: Any, *values: Any) -> Any:
                 return value(x, *values), gradient(x, *values), empty

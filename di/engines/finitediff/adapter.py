@@ -26,7 +26,7 @@ import numpy as np
 
 from di.backends.aux import split_output, value_only
 from di.backends.outputs import OutputRules, check_output, raise_bad_output
-from di.backends.protocol import Adapter, Capabilities, Program, Programs
+from di.backends.protocol import AUX_FAMILIES, Adapter, Capabilities, Program, Programs
 from di.contexts import Cache, Context
 from di.engines.finitediff.selector import AutoFiniteDiff
 from di.errors import InvalidOutputError
@@ -294,6 +294,7 @@ class FiniteDiffAdapter(Adapter):
 
     capabilities = Capabilities(
         float64=True,
+        aux=AUX_FAMILIES,
         differentiates="any",
         cache_note="f receives numpy buffers as the caller's memory (immutable arrays as writable copies).",
     )

@@ -34,7 +34,15 @@ from di.backends.compile import (
     static_positions,
 )
 from di.backends.outputs import checking, output_leaf_shapes
-from di.backends.protocol import OPERATOR_FAMILIES, Adapter, Capabilities, Program, Programs, plain_from_full
+from di.backends.protocol import (
+    AUX_FAMILIES,
+    OPERATOR_FAMILIES,
+    Adapter,
+    Capabilities,
+    Program,
+    Programs,
+    plain_from_full,
+)
 from di.backends.registry import get_adapter
 from di.backends.selectors import AbstractBackend
 from di.backends.transforms import Composition
@@ -203,6 +211,7 @@ class JAXAdapter(Adapter):
         family="jax",
         compile_option="jit",
         pytrees=frozenset(OPERATOR_FAMILIES),
+        aux=AUX_FAMILIES,
         cache_note="JAX arrays are immutable: f receives the cache as an array it must not write into.",
         differentiates="own",  # it traces the programs of JAX adapters; others cannot take its tracers
         compositions=COMPOSITIONS,

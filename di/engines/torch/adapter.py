@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-from di.backends.protocol import OPERATOR_FAMILIES, Capabilities, Programs
+from di.backends.protocol import AUX_FAMILIES, OPERATOR_FAMILIES, Capabilities, Programs
 from di.backends.transforms import Composition
 from di.contexts import Cache, Context
 from di.engines.torch.checks import refuse_what_compiling_drops
@@ -106,6 +106,7 @@ class TorchAdapter(TorchBase):
         compile_option="compile",
         pytrees=frozenset({"gradient"}),
         compiled_pytrees=frozenset({"gradient"}),
+        aux=AUX_FAMILIES,
         cache_note=(
             "f receives the caller's buffer (numpy buffers through torch.from_numpy, sharing memory), detached after "
             "the call; operators torch.func cannot run on buffers are built from reverse mode."
@@ -120,11 +121,6 @@ class TorchAdapter(TorchBase):
         self._eager = EagerPrograms(self)
         self._func = FuncPrograms(self)
         self._preparing_now = threading.local()  # (the operator each thread prepares: :meth:`_preparing`)
-
-    @property
-    def native_pytrees(self) -> frozenset[str]:  # type: ignore[override]
-        """Eager gradients take pytrees leaf by leaf; the rest is flattened."""
-        return self.capabilities.pytrees_when(self.compiled)
 
     def _programs_for(
         self, f: Callable[..., Any], x: Any, contexts: Sequence[Context], has_aux: bool = False
