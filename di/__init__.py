@@ -35,12 +35,12 @@ from di.errors import (
 if TYPE_CHECKING:
     from di.backends.registry import (
         register_backend,
-        register_engine,
     )
     from di.backends.selectors import (
         AbstractBackend,
         available_backends,
         backend,
+        register_engine,
     )
     from di.engines.autograd.selector import AutoAutograd
     from di.engines.finitediff.selector import AutoFiniteDiff
@@ -51,7 +51,7 @@ if TYPE_CHECKING:
         register_family,
     )
     from di.fastest.selector import AutoFastest
-    from di.mixing import (
+    from di.mixing.core import (
         DifferentiateWith,
     )
     from di.namespace import (
@@ -127,7 +127,7 @@ loaders.set_engine_loader(_register_engines)
 
 _LAZY: dict[str, str] = {
     "register_backend": "di.backends.registry",
-    "register_engine": "di.backends.registry",
+    "register_engine": "di.backends.selectors",
     "AbstractBackend": "di.backends.selectors",
     "AutoFastest": "di.fastest.selector",
     "AutoSparse": "di.sparse.selector",
@@ -146,7 +146,7 @@ _LAZY: dict[str, str] = {
     "TracerSparsity": "di.sparse.sources",
     "Family": "di.families",
     "register_family": "di.families",
-    "DifferentiateWith": "di.mixing",
+    "DifferentiateWith": "di.mixing.core",
     "array_namespace": "di.namespace",
     "derivative": "di.operators.derivative",
     "prepare_derivative": "di.operators.derivative",

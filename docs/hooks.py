@@ -203,7 +203,7 @@ def second_order_table() -> str:
     (``Capabilities.differentiates``, through ``Adapter.differentiates_programs_of``,
     the check made at preparation)."""
     import di
-    from di.second_order import supported_pairs
+    from di.second_order.strategy import supported_pairs
 
     engines = [di.AutoJAX(), di.AutoTorch(), di.AutoAutograd(), di.AutoFiniteDiff()]
     pairs = set(supported_pairs(engines))

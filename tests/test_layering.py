@@ -25,7 +25,7 @@ import re
 from pathlib import Path
 
 from di.backends.engine import Engine, load
-from di.backends.registry import engines
+from di.backends.selectors import engines
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "di"

@@ -18,17 +18,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from di.backends.compile import (
-    counting_static_values,
-    is_static_context,
-    static_positions,
-)
 from di.backends.outputs import (
-    describe_output,
-    is_real_floating_array,
-    is_real_scalar,
     output_leaf_shapes,
-    raise_bad_output,
 )
 from di.backends.selectors import AbstractBackend
 from di.backends.transforms import Composition
@@ -47,15 +38,6 @@ __all__ = [
     "Programs",
     "keeping_error",
     "plain_from_full",
-    # re-exported from di.backends.compile and di.backends.outputs, where they live
-    "counting_static_values",
-    "describe_output",
-    "is_real_floating_array",
-    "is_real_scalar",
-    "is_static_context",
-    "output_leaf_shapes",
-    "raise_bad_output",
-    "static_positions",
 ]
 
 Program = Callable[..., Any]

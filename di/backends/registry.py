@@ -29,14 +29,14 @@ from di.backends.selectors import (
     registered_for,
 )
 from di.errors import BackendNotInstalledError, InvalidInputError, InvalidOptionError, InvalidOptionTypeError
-from di.prep.signature import TracedType, register_traced_type, set_traced_type_loader
+from di.prep.traced import TracedType, register_traced_type, set_traced_type_loader
 from di.pytrees import register_traced_leaves
 
 if TYPE_CHECKING:
     from di.backends.protocol import Adapter
     from di.prep.strategy import Strategy
 
-__all__ = ["engines", "get_adapter", "get_strategy", "register_backend", "register_engine"]
+__all__ = ["get_adapter", "get_strategy", "register_backend"]
 
 _ADAPTERS: dict[AbstractBackend, Adapter] = {}
 _STRATEGIES: dict[type[AbstractBackend], Strategy | None] = {}

@@ -41,8 +41,9 @@ from di.fastest.plan import (
 )
 from di.fastest.selector import AutoFastest
 from di.prep.base import Prep
-from di.prep.signature import describe_value
-from di.prep.strategy import Preparer, PrepareRequest, Strategy, StrategyInfo
+from di.prep.description import describe_value
+from di.prep.info import StrategyInfo
+from di.prep.strategy import Preparer, PrepareRequest, Strategy
 from di.pytrees import is_pytree, tree_leaves
 
 __all__ = [

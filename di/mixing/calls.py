@@ -1,4 +1,4 @@
-"""What a :class:`~di.mixing.DifferentiateWith` knows of ``f`` at one input signature.
+"""What a :class:`~di.mixing.core.DifferentiateWith` knows of ``f`` at one input signature.
 
 A host (the module that makes ``g`` differentiable inside one outer engine) hands
 ``f``'s arguments across as flat lists of leaves, in its own engine's arrays.

@@ -30,7 +30,8 @@ from di.prep.arguments import check_tangent_dtypes, refuse_array_kinds, refuse_s
 from di.prep.base import Prep
 from di.prep.description import describe_value
 from di.prep.facts import ArgumentFacts, Facts
-from di.prep.strategy import NO_INFO, PrepareRequest, Strategy, StrategyInfo
+from di.prep.info import NO_INFO, StrategyInfo
+from di.prep.strategy import PrepareRequest, Strategy
 from di.prep.traced import concrete
 from di.pytrees import Raveler, check_flattens, check_floating_leaves, is_pytree, leaf_paths, tree_flatten, tree_map
 

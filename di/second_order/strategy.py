@@ -73,7 +73,7 @@ def supported_pairs(backends: list[AbstractBackend] | None = None) -> list[tuple
 
     Examples:
         >>> import di
-        >>> from di.second_order import supported_pairs
+        >>> from di.second_order.strategy import supported_pairs
         >>> supported_pairs([di.AutoFiniteDiff()])
         [(AutoFiniteDiff(method='central', step=None), AutoFiniteDiff(method='central', step=None))]
     """

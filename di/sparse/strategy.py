@@ -32,18 +32,9 @@ import numpy as np
 import scipy.sparse as sp
 
 from di.backends import fallbacks
-from di.backends.protocol import (
-    OPERATOR_FAMILIES,
-    Adapter,
-    Programs,
-    counting_static_values,
-    is_real_floating_array,
-    is_real_scalar,
-    is_static_context,
-    keeping_error,
-    raise_bad_output,
-    static_positions,
-)
+from di.backends.compile import counting_static_values, is_static_context, static_positions
+from di.backends.outputs import is_real_floating_array, is_real_scalar, raise_bad_output
+from di.backends.protocol import OPERATOR_FAMILIES, Adapter, Programs, keeping_error
 from di.backends.registry import get_adapter, get_strategy
 from di.backends.selectors import AbstractBackend
 from di.backends.source import ProgramSource
@@ -51,7 +42,8 @@ from di.contexts import Context
 from di.errors import DIError, InvalidInputError, UnsupportedOperatorError
 from di.families import converter, family_of, identity
 from di.prep.base import Prep
-from di.prep.strategy import Preparer, PrepareRequest, Strategy, StrategyInfo
+from di.prep.info import StrategyInfo
+from di.prep.strategy import Preparer, PrepareRequest, Strategy
 from di.pytrees import is_pytree
 from di.sparse.assembly import assembler, chunks, empty_data, gatherer, numpy_dtype, solver
 from di.sparse.choice import Choice, hessian_decompression, jacobian_decompression

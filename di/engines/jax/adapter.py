@@ -69,10 +69,10 @@ from di.engines.jax.selector import AutoJAX
 from di.engines.jax.x64 import keep_constants_per_scope, needs_x64, x64_scope
 from di.errors import InvalidOutputError
 from di.families import converter, family_of, identity
-from di.prep.signature import checked_by_executable, checks_arguments
+from di.prep.own_checks import checked_by_executable, checks_arguments
 from di.pytrees import is_pytree
 
-__all__ = ["COMPOSITIONS", "JAXAdapter", "needs_x64"]
+__all__ = ["COMPOSITIONS", "JAXAdapter"]
 
 keep_constants_per_scope()
 

@@ -17,7 +17,7 @@ from di.backends.protocol import Adapter, Program
 from di.backends.selectors import AbstractBackend
 from di.contexts import Context
 from di.engines.torch.compile import TorchCompiler
-from di.engines.torch.family import innermost_transform, transform_of
+from di.engines.torch.family import innermost_transform
 from di.engines.torch.selector import AutoTorch
 from di.errors import InvalidInputError, UnsupportedContextError, UnsupportedOperatorError
 from di.families import converter, family_of
@@ -48,7 +48,6 @@ __all__ = [
     "requires_grad",
     "scalar_to_tensor",
     "storage_address",
-    "transform_of",
     "unshared",
     "version_of",
     "without_overlap",
