@@ -431,6 +431,36 @@ def test_no_code_outside_an_engines_folder_names_it() -> None:
     )
 
 
+def test_a_builtin_engine_is_named_on_one_line_of_each_list() -> None:
+    """Adding an engine in tree touches its folder and two lines elsewhere: its record's
+    path in ``di/engines/__init__.py`` and its selector's export in ``di/__init__.py``."""
+    for engine in builtin_engines():
+        for home in ENGINE_LIST_HOMES:
+            path = ROOT / home
+            references = _references(path.read_text(encoding="utf-8"), f"{_module_name(path)}.__init__")
+            lines = sorted({line for line, reference in references if names_engine(reference, engine)})
+            assert len(lines) == 1, f"{home} names {engine.name} on lines {lines}: one line per engine"
+
+
+def test_the_public_package_exports_the_selectors_the_records_name() -> None:
+    """``di/__init__.py``'s one line per engine (for type checkers) imports exactly the
+    built-in records' selector classes, and ``di.<name>`` is each (through its record)."""
+    import di
+    from di.backends.selectors import builtin_selectors
+
+    tree = ast.parse((PACKAGE / "__init__.py").read_text(encoding="utf-8"))
+    exported = {
+        alias.name: node.module
+        for node in ast.walk(tree)
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("di.engines.")
+        for alias in node.names
+        if alias.asname == alias.name  # the redundant alias: a re-export
+    }
+    classes = builtin_selectors()
+    assert exported == {name: cls.__module__ for name, cls in classes.items()}
+    assert [name for name, cls in classes.items() if getattr(di, name) is not cls or name not in di.__all__] == []
+
+
 def test_engine_references_are_read_from_code_not_prose() -> None:
     source = '''"""A module about torch and jax."""
 import torch  # jax in a comment
