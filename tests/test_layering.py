@@ -43,7 +43,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("engines", ("di/engines/",)),
     ("backends", ("di/backends/",)),
     ("prep", ("di/prep/",)),
-    ("families and pytrees", ("di/families/", "di/pytrees.py")),
+    ("families and pytrees", ("di/families/", "di/pytrees/")),
     ("errors and contexts", ("di/errors.py", "di/contexts.py", "di/loaders.py")),
 )
 """The layers, top to bottom, each with its files (a path ending in ``/`` is a

@@ -30,7 +30,7 @@ from di.backends.selectors import (
 )
 from di.errors import BackendNotInstalledError, InvalidInputError, InvalidOptionError, InvalidOptionTypeError
 from di.prep.traced import TracedType, register_traced_type, set_traced_type_loader
-from di.pytrees import register_traced_leaves
+from di.pytrees.ravel import register_traced_leaves
 
 if TYPE_CHECKING:
     from di.backends.protocol import Adapter

@@ -33,7 +33,8 @@ from di.prep.facts import ArgumentFacts, Facts
 from di.prep.info import NO_INFO, StrategyInfo
 from di.prep.strategy import PrepareRequest, Strategy
 from di.prep.traced import concrete
-from di.pytrees import Raveler, check_flattens, check_floating_leaves, is_pytree, leaf_paths, tree_flatten, tree_map
+from di.pytrees import check_flattens, is_pytree, leaf_paths, tree_flatten, tree_map
+from di.pytrees.ravel import Raveler, check_floating_leaves
 
 __all__ = ["check_tangents", "prepare_operator", "prepare_request"]
 

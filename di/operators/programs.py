@@ -26,7 +26,8 @@ from di.prep.facts import ArgumentFacts, Facts
 from di.prep.finish import finished
 from di.prep.own_checks import checks_arguments
 from di.prep.traces import refuse_foreign_traces
-from di.pytrees import Raveler, tree_map
+from di.pytrees import tree_map
+from di.pytrees.ravel import Raveler
 
 __all__ = ["caller_family", "caller_programs"]
 

@@ -45,7 +45,8 @@ from di.engines.torch.common import (
 )
 from di.errors import InvalidOutputError, UnsupportedContextError
 from di.families import converter, family_of, identity
-from di.pytrees import Structure, is_pytree, tree_flatten
+from di.pytrees import is_pytree, tree_flatten
+from di.pytrees.structure import Structure
 
 __all__ = [
     "EagerPrograms",

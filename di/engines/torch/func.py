@@ -50,7 +50,8 @@ from di.engines.torch.lazy import built_on_first_use
 from di.engines.torch.running import FORWARD_MODE_LOCK, running
 from di.errors import InvalidInputError, RecompileWarning
 from di.families import converter, family_of, identity
-from di.pytrees import Structure, is_pytree, tree_flatten
+from di.pytrees import is_pytree, tree_flatten
+from di.pytrees.structure import Structure
 
 __all__ = ["FuncPrograms"]
 
