@@ -6,7 +6,11 @@ prep: with a ``Cache`` (which ``torch.func`` cannot write traced values into)
 every operator is built from eager reverse mode (:mod:`.eager`), otherwise from
 ``torch.func`` (:mod:`.func`), whose eager gradient and pullback are the reverse
 mode of :mod:`.eager` all the same (the faster path). :mod:`.compile` compiles
-and watches recompiles; :mod:`.common` holds what they share.
+and watches recompiles. What both kinds of program share has a module per concern:
+where the call runs (:mod:`.transforms`), tensors as autograd takes them
+(:mod:`.tensors`), results that own their memory (:mod:`.memory`), torch's output
+rules and refusals (:mod:`.rules`), and what the programs ask of the adapter
+(:mod:`.base`).
 """
 
 from __future__ import annotations
@@ -21,21 +25,16 @@ import torch
 from di.backends.protocol import AUX_FAMILIES, OPERATOR_FAMILIES, Capabilities, Programs
 from di.backends.transforms import Composition
 from di.contexts import Cache, Context
+from di.engines.torch.base import TorchBase
 from di.engines.torch.checks import refuse_what_compiling_drops
-from di.engines.torch.common import (
-    TorchBase,
-    addresses,
-    overwritten_error,
-    owning,
-    refusing_caches_inside_transforms,
-    requires_grad,
-    unshared,
-    version_of,
-)
 from di.engines.torch.compile import TorchCompiler
 from di.engines.torch.eager import EagerPrograms
 from di.engines.torch.func import FuncPrograms
+from di.engines.torch.memory import addresses, owning, unshared
+from di.engines.torch.rules import overwritten_error, version_of
 from di.engines.torch.selector import AutoTorch
+from di.engines.torch.tensors import requires_grad
+from di.engines.torch.transforms import refusing_caches_inside_transforms
 
 __all__ = ["COMPOSITIONS", "TorchAdapter"]
 
@@ -144,7 +143,7 @@ class TorchAdapter(TorchBase):
         when they write into a ``Cache`` (the ``torch.func`` programs, which
         compose with transforms, cannot write into buffers). The ``torch.func``
         programs' values and ``aux`` are copied where they share an input's memory
-        (:func:`~di.engines.torch.common.owning`); the eager reverse-mode ones
+        (:func:`~di.engines.torch.memory.owning`); the eager reverse-mode ones
         (every program with a ``Cache``, the eager gradient and pullback) see to
         it themselves."""
         if any(isinstance(c, Cache) for c in contexts):

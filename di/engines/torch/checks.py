@@ -26,8 +26,9 @@ import torch
 import torch.utils._pytree as torch_pytree
 
 from di.contexts import Context
-from di.engines.torch.common import TorchBase, overwritten_error, refusing_writes
+from di.engines.torch.base import TorchBase
 from di.engines.torch.eager import refuse_cut_off
+from di.engines.torch.rules import overwritten_error, refusing_writes
 from di.errors import UnsupportedOperatorError
 from di.pytrees import is_pytree, tree_flatten, tree_unflatten
 

@@ -28,21 +28,11 @@ from di.backends.compile import static_argnums
 from di.backends.outputs import check_output, raise_translated, untraced_output_error
 from di.backends.protocol import Programs
 from di.contexts import Cache, Context
-from di.engines.torch.common import (
-    REVERSE_RULES,
-    TorchBase,
-    addresses,
-    dynamo_compiling,
-    leaf,
-    like,
-    normal_tensors,
-    overwritten_error,
-    owned_aux,
-    recording,
-    refusing_writes,
-    requires_grad,
-    unshared,
-)
+from di.engines.torch.base import TorchBase
+from di.engines.torch.memory import addresses, owned_aux, unshared
+from di.engines.torch.rules import REVERSE_RULES, overwritten_error, refusing_writes
+from di.engines.torch.tensors import leaf, like, normal_tensors, recording, requires_grad
+from di.engines.torch.transforms import dynamo_compiling
 from di.errors import InvalidOutputError, UnsupportedContextError
 from di.families import converter, family_of, identity
 from di.pytrees import is_pytree, tree_flatten
