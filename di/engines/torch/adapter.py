@@ -3,14 +3,14 @@ the rest, and ``torch.compile`` of ``torch.func`` programs when asked.
 
 The adapter decides once, from the contexts, which family of programs serves a
 prep: with a ``Cache`` (which ``torch.func`` cannot write traced values into)
-every operator is built from eager reverse mode (:mod:`.eager`), otherwise from
-``torch.func`` (:mod:`.func`), whose eager gradient and pullback are the reverse
-mode of :mod:`.eager` all the same (the faster path). :mod:`.compile` compiles
-and watches recompiles. What both kinds of program share has a module per concern:
-where the call runs (:mod:`.transforms`), tensors as autograd takes them
-(:mod:`.tensors`), results that own their memory (:mod:`.memory`), torch's output
-rules and refusals (:mod:`.rules`), and what the programs ask of the adapter
-(:mod:`.base`).
+every operator is built from eager reverse mode (:mod:`.eager`, over the one
+reverse-mode sequence of :mod:`.reverse`), otherwise from ``torch.func``
+(:mod:`.func`), whose eager gradient and pullback are that reverse mode all the
+same (the faster path). :mod:`.compile` compiles and watches recompiles. What the
+programs share has a module per concern: where the call runs
+(:mod:`.transforms`), tensors as autograd takes them (:mod:`.tensors`), results
+the caller owns (:mod:`.ownership`), torch's output rules and refusals
+(:mod:`.rules`), and what the programs ask of the adapter (:mod:`.base`).
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from di.engines.torch.checks import refuse_what_compiling_drops
 from di.engines.torch.compile import TorchCompiler
 from di.engines.torch.eager import EagerPrograms
 from di.engines.torch.func import FuncPrograms
-from di.engines.torch.memory import addresses, owning, unshared
+from di.engines.torch.ownership import addresses, owning, unshared
 from di.engines.torch.rules import overwritten_error, version_of
 from di.engines.torch.selector import AutoTorch
 from di.engines.torch.tensors import requires_grad
@@ -143,7 +143,7 @@ class TorchAdapter(TorchBase):
         when they write into a ``Cache`` (the ``torch.func`` programs, which
         compose with transforms, cannot write into buffers). The ``torch.func``
         programs' values and ``aux`` are copied where they share an input's memory
-        (:func:`~di.engines.torch.memory.owning`); the eager reverse-mode ones
+        (:func:`~di.engines.torch.ownership.owning`); the eager reverse-mode ones
         (every program with a ``Cache``, the eager gradient and pullback) see to
         it themselves."""
         if any(isinstance(c, Cache) for c in contexts):

@@ -31,11 +31,19 @@ from di.backends.protocol import Programs, plain_from_full
 from di.contexts import Context
 from di.engines.torch.base import TorchBase
 from di.engines.torch.compile import FALLS_BACK, UNSUPPORTED, break_in_di
-from di.engines.torch.eager import EagerPrograms, cut_off_error, detaching, refuse_cut_off
+from di.engines.torch.eager import EagerPrograms
 from di.engines.torch.jacobians import batched_jvp_fails, forward_jacobian, per_tangent, reverse_jacobian, rows
 from di.engines.torch.lazy import built_on_first_use
-from di.engines.torch.memory import without_overlap
-from di.engines.torch.rules import FORWARD_RULES, REVERSE_RULES, RULES, overwritten_error, refusing_writes
+from di.engines.torch.ownership import detaching, without_overlap
+from di.engines.torch.rules import (
+    FORWARD_RULES,
+    REVERSE_RULES,
+    RULES,
+    cut_off_error,
+    overwritten_error,
+    refuse_cut_off,
+    refusing_writes,
+)
 from di.engines.torch.running import FORWARD_MODE_LOCK, running
 from di.engines.torch.tensors import as_dtype, like, requires_grad
 from di.engines.torch.transforms import dispatching, dynamo_compiling

@@ -1,8 +1,8 @@
 """What torch's outputs and refusals mean to ``di``: the output rules of its
 programs (:data:`RULES`, and the reverse- and forward-mode ones), and torch's
 errors inside ``f`` read as ``di`` errors: a write into ``x`` (refused by torch,
-or found after ``f`` ran) and a ``torch.autograd.Function`` that a ``torch.func``
-program cannot run.
+or found after ``f`` ran), a ``torch.autograd.Function`` that a ``torch.func``
+program cannot run, and an output cut off from ``x`` (:func:`refuse_cut_off`).
 """
 
 from __future__ import annotations
@@ -14,18 +14,20 @@ import numpy as np
 import torch
 import torch.autograd.forward_ad as forward_ad
 
-from di.backends.outputs import OutputRules
+from di.backends.outputs import OutputRules, untraced_output_error
 from di.backends.selectors import AbstractBackend
-from di.engines.torch.memory import storage_address
+from di.engines.torch.ownership import storage_address
 from di.engines.torch.transforms import dynamo_compiling
-from di.errors import InvalidInputError, UnsupportedOperatorError
+from di.errors import InvalidInputError, InvalidOutputError, UnsupportedOperatorError
 
 __all__ = [
     "FORWARD_RULES",
     "REVERSE_RULES",
     "RULES",
     "custom_function_error",
+    "cut_off_error",
     "overwritten_error",
+    "refuse_cut_off",
     "refusing_writes",
     "version_of",
     "write_error",
@@ -286,3 +288,31 @@ RULES = _Rules()
 """Outputs of programs whose tracing ``di`` cannot inspect (compiled forward mode)."""
 REVERSE_RULES = _ReverseRules()
 FORWARD_RULES = _ForwardRules()
+
+
+def refuse_cut_off(y: Any, differentiated: Any, backend: Any, operator: str) -> None:
+    """Raise :class:`di.InvalidOutputError` for an array output (one that
+    :func:`~di.backends.outputs.check_output` accepted) that reverse mode did not
+    record from ``x``: one that does not require grad, as a ``.detach()``, a
+    tensor built anew or another engine's result leaves it. Its derivative
+    would read as zeros, which it is not; a scalar output is refused the same
+    way by ``check_output``. An ``f`` constant in ``x`` returns an array computed
+    from ``x`` (``x * 0 + c``), which is recorded and differentiates to zeros.
+
+    Raises:
+        InvalidOutputError: ``y`` was not computed from ``x``.
+    """
+    if y.__class__ is torch.Tensor and not y.requires_grad and not REVERSE_RULES.is_traced(y, differentiated):
+        raise cut_off_error(y, backend, operator)
+
+
+def cut_off_error(y: Any, backend: Any, operator: str) -> InvalidOutputError:
+    """The :class:`di.InvalidOutputError` for an array output cut off from ``x``:
+    the contract's account (:func:`~di.backends.outputs.untraced_output_error`),
+    and the remedy for the other common cut, another engine's result inside
+    ``f`` (a ``di`` call on another backend, which comes back detached)."""
+    error = untraced_output_error(y, backend, operator)
+    return InvalidOutputError(
+        f"{error} If f calls a di operator on another backend (its results come back detached), wrap that "
+        f"function g as di.DifferentiateWith(g, that_backend) so that torch can differentiate it."
+    )

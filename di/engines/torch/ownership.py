@@ -1,6 +1,7 @@
-"""Results that own their memory: ``torch.func`` returns an output that is
-``f``'s input (or a view of it) as it is, so a result sharing the memory of
-``x``, a context value or a tangent is copied (:func:`owning`); and inputs whose
+"""Results the caller owns: ``torch.func`` returns an output that is ``f``'s input
+(or a view of it) as it is, so a result sharing the memory of ``x``, a context
+value or a tangent is copied (:func:`owning`); a result carries the caller's
+graph only where the call keeps it (:func:`detaching`); and inputs whose
 elements share memory are made contiguous for forward mode (:func:`without_overlap`).
 """
 
@@ -14,10 +15,11 @@ import torch
 import torch.utils._pytree as torch_pytree
 
 from di.backends.protocol import Program
+from di.engines.torch.tensors import requires_grad
 from di.engines.torch.transforms import dynamo_compiling, functorch_active
 from di.pytrees import is_pytree, tree_leaves
 
-__all__ = ["addresses", "owned_aux", "owning", "storage_address", "unshared", "without_overlap"]
+__all__ = ["addresses", "detaching", "owned_aux", "owning", "storage_address", "unshared", "without_overlap"]
 
 
 def without_overlap(tensor: Any) -> Any:
@@ -28,7 +30,7 @@ def without_overlap(tensor: Any) -> Any:
 
     Examples:
         >>> import torch
-        >>> from di.engines.torch.memory import without_overlap
+        >>> from di.engines.torch.ownership import without_overlap
         >>> without_overlap(torch.ones(1).expand(3)).stride(), without_overlap(torch.ones(2, 3).t()).stride()
         ((1,), (1, 3))
     """
@@ -45,7 +47,7 @@ def storage_address(value: Any) -> int:
 
     Examples:
         >>> import numpy as np, torch
-        >>> from di.engines.torch.memory import storage_address
+        >>> from di.engines.torch.ownership import storage_address
         >>> a = np.zeros(3)
         >>> storage_address(torch.from_numpy(a)[1:]) == storage_address(a), storage_address("a")
         (True, 0)
@@ -150,3 +152,48 @@ def owning(program: Program, lead: int, with_value: bool, has_aux: bool, product
     if getattr(program, "keeps_x_structure", False):
         run.keeps_x_structure = True  # type: ignore[attr-defined]
     return run
+
+
+def detaching(program: Callable[..., Any], lead: int, keeps_graph: bool) -> Callable[..., Any]:
+    """``program`` (arguments ``x``, ``lead - 1`` tangent arguments, the context
+    values), its results detached unless the call keeps the caller's graph: the
+    selector's ``create_graph`` is on, grad mode is on, and ``x``, a context value
+    or a tangent requires grad, as in eager reverse mode (:class:`Reverse`).
+    ``torch.func`` connects its results to every tensor that requires grad, those
+    ``f`` closes over too (a model's parameters): without this, a pushforward or
+    a hessian carried their graph where a gradient did not. The common call, whose
+    results require no grad, costs one look at each result."""
+    is_grad_enabled = torch.is_grad_enabled
+
+    def run(*args: Any) -> Any:
+        output = program(*args)
+        if not _requires_grad_anywhere(output):
+            return output
+        if keeps_graph and is_grad_enabled():
+            if requires_grad(args[0]) or any([requires_grad(v) for v in args[lead:]]):
+                return output
+            if lead == 2 and any([requires_grad(t) for t in args[1]]):
+                return output
+        return _detached(output)
+
+    if getattr(program, "keeps_x_structure", False):
+        run.keeps_x_structure = True  # type: ignore[attr-defined]
+    return run
+
+
+def _requires_grad_anywhere(output: Any) -> bool:
+    """Whether a tensor of ``output`` (a program's result: a tensor, tuples of them,
+    ``aux``) requires grad; tuples and tensors without torch's pytree walk."""
+    if output.__class__ is torch.Tensor:
+        return output.requires_grad
+    if output.__class__ is tuple:
+        for item in output:
+            if _requires_grad_anywhere(item):
+                return True
+        return False
+    return any(getattr(leaf, "requires_grad", False) is True for leaf in torch_pytree.tree_leaves(output))
+
+
+def _detached(output: Any) -> Any:
+    """``output`` with each of its tensors detached."""
+    return torch_pytree.tree_map(lambda item: item.detach() if isinstance(item, torch.Tensor) else item, output)
