@@ -3,7 +3,7 @@
 1. Support tables. A line ``<!-- di:table NAME -->`` in a page is replaced, at build
    time, by a Markdown table generated from the code: each backend's adapter
    (``di.backends.registry.get_adapter(selector)``) and the capabilities record it
-   declares (``di.backends.protocol.Capabilities``, as the adapter instance has it:
+   declares (``di.backends.capabilities.Capabilities``, as the adapter instance has it:
    ``Adapter.instance_capabilities()``): the operators it implements natively or
    builds from its primitives (``Capabilities.support()``; a strategy that wraps
    other backends describes itself with ``support()``), whether it takes ``Cache``
@@ -108,7 +108,7 @@ def support(selector: Any) -> dict[str, str]:
 def native_pytrees(selector: Any) -> dict[str, str]:
     """Per operator family: ``"native"`` when the engine takes a pytree ``x`` itself,
     ``"flattened"`` when ``di`` flattens it, ``"refused"`` for sparse operators."""
-    from di.backends.protocol import OPERATOR_FAMILIES
+    from di.backends.capabilities import OPERATOR_FAMILIES
 
     native, how = record(selector).pytrees, support(selector)
     return {
@@ -141,7 +141,7 @@ def operators_table() -> str:
     The column of a compiled selector repeats the eager one's (same adapter); it
     is kept so the table reads as "what can I call on this selector".
     """
-    from di.backends.protocol import OPERATOR_FAMILIES
+    from di.backends.capabilities import OPERATOR_FAMILIES
 
     columns = [s for s in selectors() if not adapter(s).compiled]
     supports = {label(s): support(s) for s in columns}
@@ -208,7 +208,7 @@ def options_table() -> str:
 def pytrees_table() -> str:
     """Operator families x backends: does the engine take a pytree ``x`` itself, or does ``di``
     flatten it into one vector (``Capabilities.pytrees``)?"""
-    from di.backends.protocol import OPERATOR_FAMILIES
+    from di.backends.capabilities import OPERATOR_FAMILIES
 
     columns = selectors()
     how = {label(s): native_pytrees(s) for s in columns}
@@ -257,7 +257,7 @@ def transforms_table() -> str:
     """Engine transforms x what runs inside them (``Capabilities.compositions``, the
     records the tests in ``tests/test_transforms_*.py`` run): the operators,
     unprepared calls, same-point preps, ``Cache`` contexts, and a note."""
-    from di.backends.protocol import OPERATOR_FAMILIES
+    from di.backends.capabilities import OPERATOR_FAMILIES
 
     rows = []
     for engine, selectors_ in transform_engines():

@@ -10,8 +10,9 @@ import numpy as np
 import pytest
 
 import di
+from di.backends.capabilities import OPERATOR_FAMILIES, Capabilities
 from di.backends.fallbacks import programs
-from di.backends.protocol import OPERATOR_FAMILIES, Adapter, Capabilities, Programs
+from di.backends.protocol import Adapter, Programs
 from di.backends.registry import get_adapter, register_backend
 from di.contexts import Context
 from di.engines.finitediff.adapter import FiniteDiffAdapter

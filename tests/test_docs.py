@@ -340,7 +340,7 @@ def test_operator_table_is_what_the_adapters_declare() -> None:
     pytest.importorskip("jax")
     pytest.importorskip("torch")
     pytest.importorskip("autograd")
-    from di.backends.protocol import OPERATOR_FAMILIES
+    from di.backends.capabilities import OPERATOR_FAMILIES
 
     hooks = docs_hooks()
     rows = _table_rows(hooks.operators_table())

@@ -23,8 +23,9 @@ import pytest
 from extension_support import assert_page_shows, claim_backend_name, excerpt, python_blocks, restored_registries
 
 import di
+from di.backends.capabilities import Capabilities
 from di.backends.outputs import is_real_floating_array, raise_bad_output
-from di.backends.protocol import Adapter, Capabilities, Programs
+from di.backends.protocol import Adapter, Programs
 from di.backends.registry import get_adapter
 from di.families import converter, family_of
 from di.testing import default_scenarios, test_differentiation

@@ -28,15 +28,8 @@ from typing import Any, NoReturn
 
 import numpy as np
 
-from di.backends.protocol import (
-    AUX_FAMILIES,
-    OPERATOR_FAMILIES,
-    SECOND_ORDER_FAMILIES,
-    Adapter,
-    Program,
-    Programs,
-    keeping_error,
-)
+from di.backends.capabilities import AUX_FAMILIES, OPERATOR_FAMILIES, SECOND_ORDER_FAMILIES
+from di.backends.protocol import Adapter, Program, Programs, keeping_error
 from di.contexts import Constant, Context
 from di.errors import InvalidOptionTypeError, InvalidOutputError, UnsupportedOperatorError
 from di.families import converter, family_of, get_family
@@ -587,7 +580,7 @@ def programs(
         tangents: the tangents (``pushforward``, ``hvp``) or cotangents
             (``pullback``) of operators that take them.
         has_aux: ``f`` returns ``(y, aux)`` (first-order families only, see
-            :data:`di.backends.protocol.AUX_FAMILIES`); the programs then return
+            :data:`di.backends.capabilities.AUX_FAMILIES`); the programs then return
             ``(result, aux)``.
 
     Returns:

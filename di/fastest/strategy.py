@@ -24,7 +24,7 @@ from typing import Any, NoReturn
 
 import numpy as np
 
-from di.backends.protocol import OPERATOR_FAMILIES
+from di.backends.capabilities import OPERATOR_FAMILIES
 from di.backends.selectors import AbstractBackend
 from di.errors import BackendNotInstalledError
 from di.families import families, family_of, get_family

@@ -13,9 +13,9 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from di.backends import fallbacks
+from di.backends.capabilities import OPERATOR_FAMILIES as FAMILIES
 from di.backends.fallbacks import rewrap_context
 from di.backends.outputs import OutputRules, check_output
-from di.backends.protocol import OPERATOR_FAMILIES as FAMILIES
 from di.backends.protocol import Adapter, Programs, checked_program, keeping_error
 from di.backends.registry import get_adapter, get_strategy
 from di.backends.selectors import AbstractBackend, available_backends

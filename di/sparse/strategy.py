@@ -32,9 +32,10 @@ import numpy as np
 import scipy.sparse as sp
 
 from di.backends import fallbacks
+from di.backends.capabilities import OPERATOR_FAMILIES
 from di.backends.compile import counting_static_values, is_static_context, static_positions
 from di.backends.outputs import is_real_floating_array, is_real_scalar, raise_bad_output
-from di.backends.protocol import OPERATOR_FAMILIES, Adapter, Programs, keeping_error
+from di.backends.protocol import Adapter, Programs, keeping_error
 from di.backends.registry import get_adapter, get_strategy
 from di.backends.selectors import AbstractBackend
 from di.backends.source import ProgramSource

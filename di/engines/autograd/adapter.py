@@ -16,9 +16,10 @@ from autograd.numpy.numpy_boxes import ArrayBox
 from autograd.tracer import Box, getval
 
 from di.backends.aux import split_output
+from di.backends.capabilities import AUX_FAMILIES, Capabilities
 from di.backends.engine import TracedValues
 from di.backends.outputs import SCALAR_OPERATORS, OutputRules, checking, untraced_output_error
-from di.backends.protocol import AUX_FAMILIES, Adapter, Capabilities, Programs
+from di.backends.protocol import Adapter, Programs
 from di.backends.selectors import AbstractBackend
 from di.backends.transforms import Composition
 from di.contexts import Context

@@ -25,8 +25,9 @@ from typing import Any
 import numpy as np
 
 from di.backends.aux import split_output, value_only
+from di.backends.capabilities import AUX_FAMILIES, Capabilities
 from di.backends.outputs import OutputRules, check_output, raise_bad_output
-from di.backends.protocol import AUX_FAMILIES, Adapter, Capabilities, Program, Programs
+from di.backends.protocol import Adapter, Program, Programs
 from di.contexts import Cache, Context
 from di.engines.finitediff.selector import AutoFiniteDiff
 from di.errors import InvalidOutputError

@@ -26,6 +26,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from di.backends.aux import outputs
+from di.backends.capabilities import AUX_FAMILIES, OPERATOR_FAMILIES, Capabilities
 from di.backends.compile import (
     combined_first,
     compiled_on_first_use,
@@ -34,15 +35,7 @@ from di.backends.compile import (
     static_positions,
 )
 from di.backends.outputs import checking, output_leaf_shapes
-from di.backends.protocol import (
-    AUX_FAMILIES,
-    OPERATOR_FAMILIES,
-    Adapter,
-    Capabilities,
-    Program,
-    Programs,
-    plain_from_full,
-)
+from di.backends.protocol import Adapter, Program, Programs, plain_from_full
 from di.backends.registry import get_adapter
 from di.backends.selectors import AbstractBackend
 from di.backends.transforms import Composition

@@ -22,7 +22,8 @@ from typing import Any
 
 import torch
 
-from di.backends.protocol import AUX_FAMILIES, OPERATOR_FAMILIES, Capabilities, Programs
+from di.backends.capabilities import AUX_FAMILIES, OPERATOR_FAMILIES, Capabilities
+from di.backends.protocol import Programs
 from di.backends.transforms import Composition
 from di.contexts import Cache, Context
 from di.engines.torch.base import TorchBase
