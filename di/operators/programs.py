@@ -14,8 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from di.backends.aux import aux_converter
-from di.backends.fallbacks import with_aux
+from di.backends.aux import aux_converter, with_aux
 from di.backends.source import ProgramSource
 from di.contexts import Context
 from di.errors import InvalidInputError

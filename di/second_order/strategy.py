@@ -14,13 +14,12 @@ from typing import Any
 
 from di.backends import fallbacks
 from di.backends.capabilities import OPERATOR_FAMILIES as FAMILIES
-from di.backends.fallbacks import rewrap_context
 from di.backends.outputs import OutputRules, check_output
 from di.backends.protocol import Adapter, Programs, checked_program, keeping_error
 from di.backends.registry import get_adapter, get_strategy
 from di.backends.selectors import AbstractBackend, available_backends
 from di.backends.source import ProgramSource
-from di.contexts import Context
+from di.contexts import Context, rewrap_context
 from di.errors import UnsupportedOperatorError
 from di.families import converter, family_of, get_family, identity, is_floating_dtype
 from di.prep.base import Prep

@@ -39,7 +39,7 @@ from di.backends.protocol import Adapter, Programs, keeping_error
 from di.backends.registry import get_adapter, get_strategy
 from di.backends.selectors import AbstractBackend
 from di.backends.source import ProgramSource
-from di.contexts import Context
+from di.contexts import Context, rewrap_context
 from di.errors import DIError, InvalidInputError, UnsupportedOperatorError
 from di.families import converter, family_of, identity
 from di.prep.base import Prep
@@ -244,7 +244,7 @@ class SparseSource(ProgramSource):
                 return found
             with lock:
                 if key(values) not in by_value:
-                    again = [fallbacks.rewrap_context(c, v) for c, v in zip(contexts, values)]
+                    again = [rewrap_context(c, v) for c, v in zip(contexts, values)]
                     info = self.info
                     by_value[key(values)] = self._colored(operator, f, x, again)
                     self.info = info
@@ -512,7 +512,7 @@ class SparseSource(ProgramSource):
         values = [x, *[c.value for c in contexts]]
         with self.dense.scope(values)():
             converted = [convert(v) for convert, v in zip(self.dense.input_converters(values), values)]
-        return converted[0], [fallbacks.rewrap_context(c, v) for c, v in zip(contexts, converted[1:])]
+        return converted[0], [rewrap_context(c, v) for c, v in zip(contexts, converted[1:])]
 
     def _batched(
         self,

@@ -25,8 +25,8 @@ import torch
 import torch.utils._pytree as torch_pytree
 from torch.autograd import forward_ad
 
-from di.backends import fallbacks
 from di.backends.compile import caller_stacklevel
+from di.backends.derived import evaluate_output
 from di.backends.protocol import Programs, plain_from_full
 from di.contexts import Context
 from di.engines.torch.base import TorchBase
@@ -244,7 +244,7 @@ class FuncPrograms(FuncBuilder):
         return self._programs(pushforward, value_and_pushforward, x, tx, contexts, names)
 
     def jacobian(self, f: Callable[..., Any], x: Any, contexts: Sequence[Context], has_aux: bool) -> Programs:
-        y = fallbacks.evaluate_output(self.adapter, self._checked(f, "jacobian", RULES, has_aux), x, contexts)
+        y = evaluate_output(self.adapter, self._checked(f, "jacobian", RULES, has_aux), x, contexts)
         y = y[0] if has_aux else y
         mode = self.adapter.selector.mode
         if mode is None:
