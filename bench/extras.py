@@ -10,7 +10,7 @@ import subprocess
 import sys
 import tempfile
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from time import perf_counter_ns
 from typing import Any
 
@@ -52,7 +52,7 @@ class ZeroAdapter(Adapter):
     def __init__(self, backend: di.AbstractBackend) -> None:
         super().__init__(backend)
         assert isinstance(backend, ZeroBackend)
-        self.family = backend.family  # type: ignore[misc]
+        self.capabilities = replace(self.capabilities, family=backend.family)
         self.constants: dict[tuple[Any, ...], tuple[Any, Any]] = {}
 
     def prepare_gradient_programs(self, f: Callable[..., Any], x: Any, contexts: Sequence[Any]) -> dict[str, Program]:

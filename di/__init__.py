@@ -16,101 +16,77 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 from di import loaders
-from di.contexts import Cache, Constant, Context
-from di.errors import (
-    BackendNotInstalledError,
-    DIError,
-    InvalidInputError,
-    InvalidOptionError,
-    InvalidOptionTypeError,
-    InvalidOutputError,
-    OutBufferError,
-    PreparationMismatchError,
-    RecompileLimitError,
-    RecompileWarning,
-    UnsupportedContextError,
-    UnsupportedOperatorError,
-)
+from di.contexts import Cache as Cache
+from di.contexts import Constant as Constant
+from di.contexts import Context as Context
+from di.errors import BackendNotInstalledError as BackendNotInstalledError
+from di.errors import DIError as DIError
+from di.errors import InvalidInputError as InvalidInputError
+from di.errors import InvalidOptionError as InvalidOptionError
+from di.errors import InvalidOptionTypeError as InvalidOptionTypeError
+from di.errors import InvalidOutputError as InvalidOutputError
+from di.errors import OutBufferError as OutBufferError
+from di.errors import PreparationMismatchError as PreparationMismatchError
+from di.errors import RecompileLimitError as RecompileLimitError
+from di.errors import RecompileWarning as RecompileWarning
+from di.errors import UnsupportedContextError as UnsupportedContextError
+from di.errors import UnsupportedOperatorError as UnsupportedOperatorError
 
+# For type checkers, every other public name (the redundant alias marks a re-export). At run time
+# each is imported on first use (_LAZY), and a built-in engine's selector is found through its
+# engine's record: its one line here is, with its record's path in di/engines/__init__.py, the
+# only mention of a built-in engine outside its folder.
 if TYPE_CHECKING:
-    from di.backends.registry import (
-        register_backend,
-        register_engine,
-    )
-    from di.backends.selectors import (
-        AbstractBackend,
-        available_backends,
-        backend,
-    )
-    from di.engines.autograd.selector import AutoAutograd
-    from di.engines.finitediff.selector import AutoFiniteDiff
-    from di.engines.jax.selector import AutoJAX
-    from di.engines.torch.selector import AutoTorch
-    from di.families import (
-        Family,
-        register_family,
-    )
-    from di.fastest.selector import AutoFastest
-    from di.mixing import (
-        DifferentiateWith,
-    )
-    from di.namespace import (
-        array_namespace,
-    )
-    from di.operators.derivative import (
-        derivative,
-        prepare_derivative,
-        value_and_derivative,
-    )
-    from di.operators.gradient import (
-        gradient,
-        prepare_gradient,
-        value_and_gradient,
-    )
-    from di.operators.hessian import (
-        hessian,
-        prepare_hessian,
-        value_gradient_and_hessian,
-    )
-    from di.operators.hvp import (
-        gradient_and_hvp,
-        hvp,
-        prepare_hvp,
-        prepare_hvp_same_point,
-    )
-    from di.operators.jacobian import (
-        jacobian,
-        prepare_jacobian,
-        value_and_jacobian,
-    )
-    from di.operators.pullback import (
-        prepare_pullback,
-        prepare_pullback_same_point,
-        pullback,
-        value_and_pullback,
-    )
-    from di.operators.pushforward import (
-        prepare_pushforward,
-        pushforward,
-        value_and_pushforward,
-    )
+    from di.backends.registry import register_backend as register_backend
+    from di.backends.selectors import AbstractBackend as AbstractBackend
+    from di.backends.selectors import available_backends as available_backends
+    from di.backends.selectors import backend as backend
+    from di.backends.selectors import register_engine as register_engine
+    from di.engines.autograd.selector import AutoAutograd as AutoAutograd
+    from di.engines.finitediff.selector import AutoFiniteDiff as AutoFiniteDiff
+    from di.engines.jax.selector import AutoJAX as AutoJAX
+    from di.engines.torch.selector import AutoTorch as AutoTorch
+    from di.families import Family as Family
+    from di.families import register_family as register_family
+    from di.fastest.selector import AutoFastest as AutoFastest
+    from di.mixing.core import DifferentiateWith as DifferentiateWith
+    from di.namespace import array_namespace as array_namespace
+    from di.operators.derivative import derivative as derivative
+    from di.operators.derivative import prepare_derivative as prepare_derivative
+    from di.operators.derivative import value_and_derivative as value_and_derivative
+    from di.operators.gradient import gradient as gradient
+    from di.operators.gradient import prepare_gradient as prepare_gradient
+    from di.operators.gradient import value_and_gradient as value_and_gradient
+    from di.operators.hessian import hessian as hessian
+    from di.operators.hessian import prepare_hessian as prepare_hessian
+    from di.operators.hessian import value_gradient_and_hessian as value_gradient_and_hessian
+    from di.operators.hvp import gradient_and_hvp as gradient_and_hvp
+    from di.operators.hvp import hvp as hvp
+    from di.operators.hvp import prepare_hvp as prepare_hvp
+    from di.operators.hvp import prepare_hvp_same_point as prepare_hvp_same_point
+    from di.operators.jacobian import jacobian as jacobian
+    from di.operators.jacobian import prepare_jacobian as prepare_jacobian
+    from di.operators.jacobian import value_and_jacobian as value_and_jacobian
+    from di.operators.pullback import prepare_pullback as prepare_pullback
+    from di.operators.pullback import prepare_pullback_same_point as prepare_pullback_same_point
+    from di.operators.pullback import pullback as pullback
+    from di.operators.pullback import value_and_pullback as value_and_pullback
+    from di.operators.pushforward import prepare_pushforward as prepare_pushforward
+    from di.operators.pushforward import pushforward as pushforward
+    from di.operators.pushforward import value_and_pushforward as value_and_pushforward
+    from di.operators.second_derivative import prepare_second_derivative as prepare_second_derivative
+    from di.operators.second_derivative import second_derivative as second_derivative
     from di.operators.second_derivative import (
-        prepare_second_derivative,
-        second_derivative,
-        value_derivative_and_second_derivative,
+        value_derivative_and_second_derivative as value_derivative_and_second_derivative,
     )
-    from di.prep.base import (
-        Prep,
-    )
-    from di.second_order.selector import SecondOrder
-    from di.sparse.selector import AutoSparse
-    from di.sparse.sources import (
-        DenseSparsity,
-        KnownSparsity,
-        LocalTracerSparsity,
-        SparsitySource,
-        TracerSparsity,
-    )
+    from di.prep.base import Prep as Prep
+    from di.second_order.selector import SecondOrder as SecondOrder
+    from di.sparse.selector import AutoSparse as AutoSparse
+    from di.sparse.sources import DenseSparsity as DenseSparsity
+    from di.sparse.sources import KnownSparsity as KnownSparsity
+    from di.sparse.sources import LocalTracerSparsity as LocalTracerSparsity
+    from di.sparse.sources import SparsitySource as SparsitySource
+    from di.sparse.sources import TracerSparsity as TracerSparsity
 
 __version__ = "0.1.0"
 
@@ -127,16 +103,11 @@ loaders.set_engine_loader(_register_engines)
 
 _LAZY: dict[str, str] = {
     "register_backend": "di.backends.registry",
-    "register_engine": "di.backends.registry",
+    "register_engine": "di.backends.selectors",
     "AbstractBackend": "di.backends.selectors",
     "AutoFastest": "di.fastest.selector",
     "AutoSparse": "di.sparse.selector",
     "SecondOrder": "di.second_order.selector",
-    # the built-in engines' selectors: one line each, the one place outside an engine's folder naming it
-    "AutoAutograd": "di.engines.autograd.selector",
-    "AutoFiniteDiff": "di.engines.finitediff.selector",
-    "AutoJAX": "di.engines.jax.selector",
-    "AutoTorch": "di.engines.torch.selector",
     "available_backends": "di.backends.selectors",
     "backend": "di.backends.selectors",
     "DenseSparsity": "di.sparse.sources",
@@ -146,7 +117,7 @@ _LAZY: dict[str, str] = {
     "TracerSparsity": "di.sparse.sources",
     "Family": "di.families",
     "register_family": "di.families",
-    "DifferentiateWith": "di.mixing",
+    "DifferentiateWith": "di.mixing.core",
     "array_namespace": "di.namespace",
     "derivative": "di.operators.derivative",
     "prepare_derivative": "di.operators.derivative",
@@ -177,87 +148,49 @@ _LAZY: dict[str, str] = {
     "Prep": "di.prep.base",
 }
 """Where each public name is defined: imported on first use, so that ``import di``
-costs next to nothing (and imports no engine)."""
+costs next to nothing (and imports no engine). The built-in engines' selectors are
+not here: their records name them (:func:`di.backends.selectors.builtin_selectors`)."""
 
-__all__ = [
-    "AbstractBackend",
-    "AutoAutograd",
-    "AutoFastest",
-    "AutoFiniteDiff",
-    "AutoJAX",
-    "AutoSparse",
-    "AutoTorch",
-    "BackendNotInstalledError",
-    "Cache",
-    "Constant",
-    "Context",
-    "DIError",
-    "DenseSparsity",
-    "DifferentiateWith",
-    "Family",
-    "InvalidInputError",
-    "InvalidOptionError",
-    "InvalidOptionTypeError",
-    "InvalidOutputError",
-    "KnownSparsity",
-    "LocalTracerSparsity",
-    "OutBufferError",
-    "Prep",
-    "PreparationMismatchError",
-    "RecompileLimitError",
-    "RecompileWarning",
-    "SecondOrder",
-    "SparsitySource",
-    "TracerSparsity",
-    "UnsupportedContextError",
-    "UnsupportedOperatorError",
-    "array_namespace",
-    "available_backends",
-    "backend",
-    "derivative",
-    "gradient",
-    "gradient_and_hvp",
-    "hessian",
-    "hvp",
-    "jacobian",
-    "prepare_derivative",
-    "prepare_gradient",
-    "prepare_hessian",
-    "prepare_hvp",
-    "prepare_hvp_same_point",
-    "prepare_jacobian",
-    "prepare_pullback",
-    "prepare_pullback_same_point",
-    "prepare_pushforward",
-    "prepare_second_derivative",
-    "pullback",
-    "pushforward",
-    "register_backend",
-    "register_engine",
-    "register_family",
-    "second_derivative",
-    "value_and_derivative",
-    "value_and_gradient",
-    "value_and_jacobian",
-    "value_and_pullback",
-    "value_and_pushforward",
-    "value_derivative_and_second_derivative",
-    "value_gradient_and_hessian",
-]
+
+def _public_names() -> list[str]:
+    """``di.__all__``: the errors and contexts imported above, the names of
+    :data:`_LAZY` and the built-in engines' selectors (found when first asked, so
+    that ``import di`` reads no engine record)."""
+    from di.backends.selectors import builtin_selectors
+
+    eager = [
+        name
+        for name, value in globals().items()
+        if not name.startswith("_") and getattr(value, "__module__", None) in ("di.errors", "di.contexts")
+    ]
+    return sorted({*eager, *_LAZY, *builtin_selectors()})
 
 
 def __getattr__(name: str) -> Any:
     """A public name (or a subpackage) of ``di``, imported on its first use."""
     module = _LAZY.get(name)
-    if module is None:
+    if module is not None:
+        value = getattr(importlib.import_module(module), name)
+    elif name == "__all__":
+        value = _public_names()
+    elif name.startswith("__"):
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    else:
         try:
             return importlib.import_module(f"{__name__}.{name}")
         except ModuleNotFoundError:
+            pass
+        from di.backends.selectors import builtin_selectors
+
+        value = builtin_selectors().get(name)
+        if value is None:
             raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None
-    value = getattr(importlib.import_module(module), name)
     globals()[name] = value  # later lookups find it directly
     return value
 
 
 def __dir__() -> list[str]:
-    return sorted({*globals(), *__all__})
+    """``dir(di)``: what the module holds and every public name, imported or not
+    (documentation tools list a module's members so)."""
+    public = globals().get("__all__") or __getattr__("__all__")
+    return sorted({*globals(), "__all__", *public})

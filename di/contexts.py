@@ -14,7 +14,7 @@ from typing import Any
 
 from di.errors import InvalidInputError, InvalidOptionTypeError
 
-__all__ = ["Cache", "Constant", "Context"]
+__all__ = ["Cache", "Constant", "Context", "rewrap_context"]
 
 
 class Context:
@@ -131,3 +131,10 @@ def _static_flag(static: Any) -> bool:
         f"di.Constant(static={static!r}): static takes None, True or False (a Python bool or numpy.bool_), "
         f"not {type(static).__name__}"
     )
+
+
+def rewrap_context(context: Context, value: Any) -> Context:
+    """The same kind of context (and ``static`` flag) around another value."""
+    if isinstance(context, Constant):
+        return Constant(value, static=context.static)
+    return type(context)(value)

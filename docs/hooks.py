@@ -3,7 +3,7 @@
 1. Support tables. A line ``<!-- di:table NAME -->`` in a page is replaced, at build
    time, by a Markdown table generated from the code: each backend's adapter
    (``di.backends.registry.get_adapter(selector)``) and the capabilities record it
-   declares (``di.backends.protocol.Capabilities``, as the adapter instance has it:
+   declares (``di.backends.capabilities.Capabilities``, as the adapter instance has it:
    ``Adapter.instance_capabilities()``): the operators it implements natively or
    builds from its primitives (``Capabilities.support()``; a strategy that wraps
    other backends describes itself with ``support()``), whether it takes ``Cache``
@@ -34,20 +34,39 @@ log = logging.getLogger("mkdocs.hooks.di")
 MARKER = re.compile(r"^<!-- di:table (?P<name>[\w-]+) -->[ \t]*$", flags=re.MULTILINE)
 
 
-def selectors() -> list[Any]:
-    """The backend selectors the tables describe, one column or row each."""
+def builtin_engines() -> list[Any]:
+    """The built-in engines' records (``di/engines/__init__.py``), in their order."""
+    from di.backends.engine import load
+    from di.engines import BUILTIN_ENGINES
+
+    return [load(path) for path in BUILTIN_ENGINES]
+
+
+def engine_defaults() -> list[Any]:
+    """Each built-in engine's default selector (its first label's)."""
+    return [engine.default for engine in builtin_engines()]
+
+
+def strategies() -> list[Any]:
+    """The strategies' selectors the tables show: ``SecondOrder`` (its default outer
+    backend over the first engine) and ``AutoSparse`` (over its default dense backend)."""
     import di
 
-    return [
-        di.AutoJAX(),
-        di.AutoJAX(jit=True),
-        di.AutoTorch(),
-        di.AutoTorch(compile=True),
-        di.AutoAutograd(),
-        di.AutoFiniteDiff(),
-        di.SecondOrder(di.AutoFiniteDiff(), di.AutoJAX()),
-        di.AutoSparse(di.AutoJAX()),
-    ]
+    return [di.SecondOrder(inner=engine_defaults()[0]), di.AutoSparse()]
+
+
+def selectors() -> list[Any]:
+    """The backend selectors the tables describe, one column or row each: the
+    labelled selectors of the built-in engines (their records' ``labels``), then
+    the strategies'. A label whose selector has the adapter of an earlier one, and
+    compiles as it does, is left out: every row of it would repeat that one's
+    (finite differences' forward method)."""
+    shown: dict[tuple[type, bool], Any] = {}
+    for engine in builtin_engines():
+        for selector in engine.labels.values():
+            engine_adapter = adapter(selector)
+            shown.setdefault((type(engine_adapter), engine_adapter.compiled), selector)
+    return [*shown.values(), *strategies()]
 
 
 def label(selector: Any) -> str:
@@ -89,7 +108,7 @@ def support(selector: Any) -> dict[str, str]:
 def native_pytrees(selector: Any) -> dict[str, str]:
     """Per operator family: ``"native"`` when the engine takes a pytree ``x`` itself,
     ``"flattened"`` when ``di`` flattens it, ``"refused"`` for sparse operators."""
-    from di.backends.protocol import OPERATOR_FAMILIES
+    from di.backends.capabilities import OPERATOR_FAMILIES
 
     native, how = record(selector).pytrees, support(selector)
     return {
@@ -122,7 +141,7 @@ def operators_table() -> str:
     The column of a compiled selector repeats the eager one's (same adapter); it
     is kept so the table reads as "what can I call on this selector".
     """
-    from di.backends.protocol import OPERATOR_FAMILIES
+    from di.backends.capabilities import OPERATOR_FAMILIES
 
     columns = [s for s in selectors() if not adapter(s).compiled]
     supports = {label(s): support(s) for s in columns}
@@ -171,10 +190,9 @@ def backends_table() -> str:
 
 def options_table() -> str:
     """Selector classes and their options (dataclass fields with defaults)."""
-    import di
-
+    classes = [cls for engine in builtin_engines() for cls in engine.selectors] + [type(s) for s in strategies()]
     rows = []
-    for cls in (di.AutoJAX, di.AutoTorch, di.AutoAutograd, di.AutoFiniteDiff, di.SecondOrder, di.AutoSparse):
+    for cls in classes:
         options = []
         for field in dataclasses.fields(cls):
             if field.default is not dataclasses.MISSING:
@@ -190,7 +208,7 @@ def options_table() -> str:
 def pytrees_table() -> str:
     """Operator families x backends: does the engine take a pytree ``x`` itself, or does ``di``
     flatten it into one vector (``Capabilities.pytrees``)?"""
-    from di.backends.protocol import OPERATOR_FAMILIES
+    from di.backends.capabilities import OPERATOR_FAMILIES
 
     columns = selectors()
     how = {label(s): native_pytrees(s) for s in columns}
@@ -202,10 +220,9 @@ def second_order_table() -> str:
     """Outer x inner backends of ``SecondOrder``: which pairs compute second order
     (``Capabilities.differentiates``, through ``Adapter.differentiates_programs_of``,
     the check made at preparation)."""
-    import di
-    from di.second_order import supported_pairs
+    from di.second_order.strategy import supported_pairs
 
-    engines = [di.AutoJAX(), di.AutoTorch(), di.AutoAutograd(), di.AutoFiniteDiff()]
+    engines = engine_defaults()
     pairs = set(supported_pairs(engines))
     rows = [
         [_code(label(outer)), *("supported" if (outer, inner) in pairs else "refused" for inner in engines)]
@@ -215,30 +232,32 @@ def second_order_table() -> str:
 
 
 def transform_engines() -> list[tuple[Any, list[Any]]]:
-    """Each engine that composes with transforms, as one of its selectors, and the
-    selectors (strategies over it included) whose calls follow its records."""
+    """Each engine that composes with transforms, as its default selector, and the
+    selectors whose calls follow its records: its labelled ones, ``AutoSparse``
+    over it where it is the default dense backend, and ``SecondOrder`` of it over
+    itself where it differentiates its own programs."""
     import di
 
-    return [
-        (
-            di.AutoJAX(),
-            [
-                di.AutoJAX(),
-                di.AutoJAX(jit=True),
-                di.AutoSparse(di.AutoJAX()),
-                di.SecondOrder(di.AutoJAX(), di.AutoJAX()),
-            ],
-        ),
-        (di.AutoTorch(), [di.AutoTorch(), di.AutoTorch(compile=True)]),
-        (di.AutoAutograd(), [di.AutoAutograd()]),
-    ]
+    found = []
+    for engine in builtin_engines():
+        default = engine.default
+        capabilities = record(default)
+        if not capabilities.compositions:
+            continue
+        over = list(engine.labels.values())
+        if di.AutoSparse().dense == default:
+            over.append(di.AutoSparse(default))
+        if capabilities.differentiates == "own":
+            over.append(di.SecondOrder(default, default))
+        found.append((default, over))
+    return found
 
 
 def transforms_table() -> str:
     """Engine transforms x what runs inside them (``Capabilities.compositions``, the
     records the tests in ``tests/test_transforms_*.py`` run): the operators,
     unprepared calls, same-point preps, ``Cache`` contexts, and a note."""
-    from di.backends.protocol import OPERATOR_FAMILIES
+    from di.backends.capabilities import OPERATOR_FAMILIES
 
     rows = []
     for engine, selectors_ in transform_engines():

@@ -10,19 +10,20 @@ import numpy as np
 import pytest
 
 import di
+from di.backends.capabilities import OPERATOR_FAMILIES, Capabilities
 from di.backends.fallbacks import programs
-from di.backends.protocol import OPERATOR_FAMILIES, Adapter, Capabilities, Programs
+from di.backends.protocol import Adapter, Programs
 from di.backends.registry import get_adapter, register_backend
 from di.contexts import Context
 from di.engines.finitediff.adapter import FiniteDiffAdapter
 
 
-class OldStyle(Adapter):
-    """An out-of-tree adapter written before the record: attributes and one primitive."""
+class OnePrimitive(Adapter):
+    """An out-of-tree adapter: its record and one primitive."""
 
-    family = "numpy"
-    supports_cache = False
-    cache_note = "no buffers here"
+    capabilities = Capabilities(
+        family="numpy", cache=False, cache_note="no buffers here", aux=frozenset({"pushforward"})
+    )
 
     def prepare_pushforward_programs(
         self, f: Callable[..., Any], x: Any, tx: Sequence[Any], contexts: Sequence[Context], *, has_aux: bool = False
@@ -31,37 +32,65 @@ class OldStyle(Adapter):
 
 
 @dataclasses.dataclass(frozen=True)
-class OldStyleBackend(di.AbstractBackend):
+class OnePrimitiveBackend(di.AbstractBackend):
     pass
 
 
-register_backend(OldStyleBackend, OldStyle)
+register_backend(OnePrimitiveBackend, OnePrimitive)
 
 
-def test_the_record_is_made_from_the_methods_and_old_attributes() -> None:
-    record = OldStyle.capabilities
+def test_the_record_is_declared_and_its_native_operators_are_the_methods() -> None:
+    record = OnePrimitive.capabilities
     assert record.native == frozenset({"pushforward"})
     assert (record.family, record.cache, record.cache_note) == ("numpy", False, "no buffers here")
     # second order from first would nest the engine in itself, which it does not say it can
     nested = {"hvp", "hessian", "second_derivative"}
-    assert OldStyle.support() == {
+    assert OnePrimitive.support() == {
         family: "native" if family == "pushforward" else "unsupported" if family in nested else "fallback"
         for family in OPERATOR_FAMILIES
     }
     with pytest.raises(di.UnsupportedContextError, match="no buffers here"):
-        di.gradient(lambda x: (x * x).sum(), OldStyleBackend(), np.ones(2), di.Cache(np.zeros(2)))
-    np.testing.assert_allclose(di.gradient(lambda x: (x * x).sum(), OldStyleBackend(), np.array([1.0, 2.0])), [2, 4])
+        di.gradient(lambda x: (x * x).sum(), OnePrimitiveBackend(), np.ones(2), di.Cache(np.zeros(2)))
+    gradient = di.gradient(lambda x: (x * x).sum(), OnePrimitiveBackend(), np.array([1.0, 2.0]))
+    np.testing.assert_allclose(gradient, [2, 4])
 
 
-def test_a_declared_record_sets_the_attributes_other_modules_read() -> None:
+def test_the_record_is_the_only_declaration() -> None:
     class Declared(Adapter):
         capabilities = Capabilities(family="numpy", cache=False, cache_note="read only", float64=True)
 
-    assert (Declared.family, Declared.supports_cache, Declared.cache_note) == ("numpy", False, "read only")
-    assert Declared.evaluates_in_float64 and Declared.capabilities.native == frozenset()
+    assert Declared.capabilities.native == frozenset()
+    for name in ("family", "supports_cache", "cache_note", "evaluates_in_float64", "native_pytrees"):
+        assert not hasattr(Declared, name), name  # read from the record, nowhere else
     adapter = Declared(di.AutoFiniteDiff())
-    adapter.supports_cache = True  # a wrapping strategy sets its own per instance
+    assert adapter.instance_capabilities() == Declared.capabilities
+    adapter.capabilities = dataclasses.replace(Declared.capabilities, cache=True)  # an instance's own record
     assert adapter.instance_capabilities().cache and not Declared.capabilities.cache
+
+
+def test_attributes_declaring_what_the_record_holds_are_refused() -> None:
+    with pytest.raises(di.InvalidOptionError, match=r"Capabilities\(family=\.\.\., cache=\.\.\.\)"):
+
+        class Attributes(Adapter):
+            family = "numpy"
+            supports_cache = False
+
+
+def test_has_aux_is_refused_where_the_record_does_not_list_it() -> None:
+    class NoAux(OnePrimitive):
+        capabilities = Capabilities(family="numpy")
+
+    no_aux, declared = _selector(), _selector()
+    register_backend(no_aux, NoAux)
+    register_backend(declared, OnePrimitive)
+    with pytest.raises(di.UnsupportedOperatorError, match="capabilities do not list pushforward in aux"):
+        di.gradient(lambda x: ((x * x).sum(), x), no_aux(), np.ones(2), has_aux=True)
+    x = np.array([1.0, 2.0])
+    g, aux = di.gradient(lambda x: ((x * x).sum(), x), declared(), x, has_aux=True)  # the same f and call
+    np.testing.assert_allclose(g, [2.0, 4.0], rtol=1e-6)
+    np.testing.assert_array_equal(aux, x)
+    with pytest.raises(di.InvalidOptionError, match="take no has_aux"):
+        Capabilities(aux=frozenset({"hvp"}))
 
 
 def test_the_records_of_the_engines() -> None:
@@ -73,9 +102,9 @@ def test_the_records_of_the_engines() -> None:
     assert records[di.AutoTorch()].compile_option == "compile"
     assert not records[di.AutoAutograd()].cache
     assert get_adapter(di.AutoFiniteDiff()).capabilities.differentiates == "any"
-    assert get_adapter(di.AutoTorch()).native_pytrees == {"gradient"}
+    assert get_adapter(di.AutoTorch()).instance_capabilities().pytrees == {"gradient"}
     # compiled gradients take pytrees leaf by leaf too (flattened inside the graph; issue 23)
-    assert get_adapter(di.AutoTorch(compile=True)).native_pytrees == {"gradient"}
+    assert get_adapter(di.AutoTorch(compile=True)).instance_capabilities().pytrees == {"gradient"}
     assert get_adapter(di.AutoJAX(jit=True)).compiled and not get_adapter(di.AutoJAX()).compiled
     with pytest.raises(ValueError, match="differentiates"):
         Capabilities(differentiates="some")
@@ -157,13 +186,13 @@ def _selector() -> type[di.AbstractBackend]:
 def test_register_backend_refuses_what_cannot_serve() -> None:
     selector = _selector()
     with pytest.raises(di.InvalidOptionTypeError, match=r"subclass of di\.AbstractBackend .* not the class int"):
-        register_backend(int, OldStyle)  # type: ignore[arg-type]
+        register_backend(int, OnePrimitive)  # type: ignore[arg-type]
     with pytest.raises(
         di.InvalidOptionTypeError, match=r"subclass of di\.backends\.protocol\.Adapter .* the class dict"
     ):
         register_backend(selector, dict)  # type: ignore[arg-type]
-    with pytest.raises(di.InvalidOptionTypeError, match="an instance of OldStyle \\(pass the class itself"):
-        register_backend(selector, OldStyle(selector()))  # type: ignore[arg-type]
+    with pytest.raises(di.InvalidOptionTypeError, match="an instance of OnePrimitive \\(pass the class itself"):
+        register_backend(selector, OnePrimitive(selector()))  # type: ignore[arg-type]
     with pytest.raises(di.InvalidOptionError, match="an adapter path is 'module:Class'"):
         register_backend(selector, "mypackage.adapter")
     # nothing was registered by the refused calls
@@ -209,7 +238,7 @@ class _ReturnsNone(Adapter):
 
 
 class _UnknownFamily(Adapter):
-    family = "di_test_no_such_family"
+    capabilities = Capabilities(family="di_test_no_such_family")
 
     def prepare_pushforward_programs(
         self, f: Callable[..., Any], x: Any, tx: Sequence[Any], contexts: Sequence[Context]

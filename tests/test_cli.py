@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 import di
-from di.cli import PLOT_DPI, PLOT_SIZE_INCHES, main
+from di.cli import main
+from di.cli.sweep import PLOT_DPI, PLOT_SIZE_INCHES
 
 ROOT = Path(__file__).resolve().parents[1]
 

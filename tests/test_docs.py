@@ -340,7 +340,7 @@ def test_operator_table_is_what_the_adapters_declare() -> None:
     pytest.importorskip("jax")
     pytest.importorskip("torch")
     pytest.importorskip("autograd")
-    from di.backends.protocol import OPERATOR_FAMILIES
+    from di.backends.capabilities import OPERATOR_FAMILIES
 
     hooks = docs_hooks()
     rows = _table_rows(hooks.operators_table())
@@ -373,7 +373,7 @@ def test_pytree_table_follows_the_adapters_declarations() -> None:
     header, by_operator = rows[0], {row[0].strip("`"): row for row in rows[2:]}
     for selector in hooks.selectors():
         index = header.index(f"`{hooks.label(selector)}`")
-        native = hooks.adapter(selector).native_pytrees
+        native = hooks.adapter(selector).instance_capabilities().pytrees
         sparse = hooks.support(selector)
         for family, row in by_operator.items():
             expected = "native" if family in native else "flattened"

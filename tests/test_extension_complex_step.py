@@ -23,7 +23,9 @@ import pytest
 from extension_support import assert_page_shows, claim_backend_name, excerpt, python_blocks, restored_registries
 
 import di
-from di.backends.protocol import Adapter, Capabilities, Programs, is_real_floating_array, raise_bad_output
+from di.backends.capabilities import Capabilities
+from di.backends.outputs import is_real_floating_array, raise_bad_output
+from di.backends.protocol import Adapter, Programs
 from di.backends.registry import get_adapter
 from di.families import converter, family_of
 from di.testing import default_scenarios, test_differentiation
@@ -49,7 +51,7 @@ class AutoComplexStep(di.AbstractBackend):
 class ComplexStepAdapter(Adapter):
     """One primitive, the pushforward; di builds every other first-order operator from it."""
 
-    capabilities = Capabilities(family="numpy")  # the array family the engine computes in
+    capabilities = Capabilities(family="numpy")  # what it offers: the array family it computes in
 
     def prepare_pushforward_programs(
         self, f: Callable[..., Any], x: Any, tx: Sequence[Any], contexts: Sequence[di.Context]

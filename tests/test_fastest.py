@@ -32,6 +32,7 @@ from di.backends.registry import register_backend
 from di.contexts import Context
 from di.engines.finitediff.adapter import FiniteDiffAdapter
 from di.families import family_of
+from di.fastest import agreement, timing
 from di.fastest import strategy as fastest
 from di.fastest.plan import CandidatesDisagreeError, Plan, PlanCache, PlanRow, selector_label
 
@@ -156,7 +157,7 @@ def test_picks_the_fastest_of_backends_with_known_costs() -> None:
         "Sleepy()": "chosen",
         "Sleepy(delay=0.002)": "slower",
     }
-    assert all(row.median_s is not None and row.samples >= fastest.MIN_ROUNDS for row in prep.plan.rows)
+    assert all(row.median_s is not None and row.samples >= timing.MIN_ROUNDS for row in prep.plan.rows)
     np.testing.assert_allclose(di.gradient(squares, prep, backend, np.array([1.0, -2.0, 3.0])), [2, -4, 6], rtol=1e-8)
 
 
@@ -419,19 +420,19 @@ def test_plan_json_roundtrip_matches_candidates_by_repr() -> None:
 )
 def test_relative_difference_is_symmetric_scale_free_and_zero_on_itself(a: np.ndarray, scale: float) -> None:
     b = a * (1 + 1e-3) + 1e-3
-    assert fastest.relative_difference([a], [a]) == 0.0
-    assert fastest.relative_difference([a], [b]) == fastest.relative_difference([b], [a])
-    assert fastest.relative_difference([a * scale], [b * scale]) == pytest.approx(
-        fastest.relative_difference([a], [b]), rel=1e-6, abs=1e-12
+    assert agreement.relative_difference([a], [a]) == 0.0
+    assert agreement.relative_difference([a], [b]) == agreement.relative_difference([b], [a])
+    assert agreement.relative_difference([a * scale], [b * scale]) == pytest.approx(
+        agreement.relative_difference([a], [b]), rel=1e-6, abs=1e-12
     )
-    assert fastest.relative_difference([a], [a[:-1]]) == float("inf")
+    assert agreement.relative_difference([a], [a[:-1]]) == float("inf")
 
 
 def test_relative_difference_of_non_finite_entries() -> None:
     nan, inf = float("nan"), float("inf")
-    assert fastest.relative_difference([np.array([nan, inf, 1.0])], [np.array([nan, inf, 1.0])]) == 0.0
-    assert fastest.relative_difference([np.array([nan, 1.0])], [np.array([0.0, 1.0])]) == inf
-    assert fastest.relative_difference([np.array([0.0])], [np.array([1e-300])]) == 1.0
+    assert agreement.relative_difference([np.array([nan, inf, 1.0])], [np.array([nan, inf, 1.0])]) == 0.0
+    assert agreement.relative_difference([np.array([nan, 1.0])], [np.array([0.0, 1.0])]) == inf
+    assert agreement.relative_difference([np.array([0.0])], [np.array([1e-300])]) == 1.0
 
 
 # --- the selector ---------------------------------------------------------------------------------

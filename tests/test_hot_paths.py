@@ -22,7 +22,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import di
-from di.pytrees import Structure
+from di.pytrees.structure import Structure
 
 jax = pytest.importorskip("jax")
 torch = pytest.importorskip("torch")

@@ -16,7 +16,8 @@ import numpy as np
 import pytest
 
 import di
-from di.backends.protocol import Adapter, Capabilities, Programs
+from di.backends.capabilities import Capabilities
+from di.backends.protocol import Adapter, Programs
 from di.backends.registry import get_adapter, register_backend
 from di.contexts import Context
 

@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 import di
+from di.backends.capabilities import Capabilities
 from di.backends.protocol import Adapter, Programs
 from di.backends.registry import register_backend
 from di.contexts import Context
@@ -161,7 +162,7 @@ def _recorded(programs: Programs) -> Programs:
 
 
 class PullbackOnlyAdapter(Adapter):
-    family = "numpy"
+    capabilities = Capabilities(family="numpy", aux=frozenset({"pullback"}))
 
     def prepare_pullback_programs(
         self, f: Callable[..., Any], x: Any, ty: Sequence[Any], contexts: Sequence[Context], *, has_aux: bool = False
@@ -171,7 +172,7 @@ class PullbackOnlyAdapter(Adapter):
 
 
 class PushforwardOnlyAdapter(Adapter):
-    family = "numpy"
+    capabilities = Capabilities(family="numpy", aux=frozenset({"pushforward"}))
 
     def prepare_pushforward_programs(
         self, f: Callable[..., Any], x: Any, tx: Sequence[Any], contexts: Sequence[Context], *, has_aux: bool = False

@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 import di
-from di.cli import EXIT_DISAGREE, EXIT_OK, EXIT_USAGE, main
+from di.cli import main
+from di.cli.common import EXIT_DISAGREE, EXIT_OK, EXIT_USAGE
 
 ROOT = Path(__file__).resolve().parents[1]
 FD_CANDIDATES = "finitediff,finitediff-forward"

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import di
-from di.second_order import supported_pairs
+from di.second_order.strategy import supported_pairs
 
 pytest.importorskip("jax")
 pytest.importorskip("torch")

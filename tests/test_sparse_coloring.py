@@ -15,7 +15,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import di
-from di.cli import EXIT_OK, main
+from di.cli import main
+from di.cli.common import EXIT_OK
 from di.sparse import coloring, decompression, kernels
 from di.testing import default_tolerances
 from di.testing.sparse_scenarios import arrowhead, arrowhead_energy, laplacian_2d, tridiagonal

@@ -13,7 +13,7 @@ import pytest
 from helpers import docs_hooks
 
 import di
-from di.backends.protocol import OPERATOR_FAMILIES, Capabilities
+from di.backends.capabilities import OPERATOR_FAMILIES, Capabilities
 from di.backends.registry import get_adapter
 from di.backends.transforms import ASPECTS, BREAKS, REFUSALS, Composition
 

@@ -486,12 +486,12 @@ def test_a_graph_break_in_di_is_named_as_di_s_own(monkeypatch: Any) -> None:
     graph in di: the warning (and the error, where a break is fatal) says so. (The
     gradient of a dataclass goes through di's pytree code; a dict's goes to
     torch.func as it is. Every tree is walked here, none gets written functions.)"""
-    import di.pytrees
+    import di.pytrees.structure
 
-    monkeypatch.setattr(di.pytrees, "_unflatten", torch._dynamo.disable(di.pytrees._unflatten))
-    monkeypatch.setattr(di.pytrees, "_written", lambda root: None)
+    monkeypatch.setattr(di.pytrees.structure, "_unflatten", torch._dynamo.disable(di.pytrees.structure._unflatten))
+    monkeypatch.setattr(di.pytrees.structure, "_written", lambda root: None)
     backend = di.AutoTorch(compile=True, compile_options={"backend": "eager"})
-    own = r"[Tt]he break is in di's own code \(di/pytrees.py:\d+ in unflatten\)"
+    own = r"[Tt]he break is in di's own code \(di/pytrees/structure.py:\d+ in unflatten\)"
     with pytest.warns(di.RecompileWarning, match=own):
         prep = di.prepare_gradient(tree_scalar, backend, _tree("dataclass"))
     np.testing.assert_allclose(

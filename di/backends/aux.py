@@ -27,7 +27,7 @@ from di.errors import InvalidOutputError
 from di.families import converter, family_of
 from di.pytrees import tree_flatten, tree_map
 
-__all__ = ["AuxSplit", "aux_converter", "outputs", "split_aux", "split_output", "value_only"]
+__all__ = ["AuxSplit", "aux_converter", "outputs", "split_aux", "split_output", "value_only", "with_aux"]
 
 
 def split_output(output: Any, backend: AbstractBackend, operator: str) -> tuple[Any, Any]:
@@ -152,3 +152,16 @@ def outputs(output: Any, has_aux: bool) -> tuple[Any, ...]:
         ((1.0,), (1.0, ('a',)))
     """
     return output if has_aux else (output,)  # type: ignore[no-any-return]
+
+
+def with_aux(has_aux: bool, finish: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    """``finish`` applied to a program's result, leaving its ``aux`` (when it has
+    one: a ``(result, aux)`` pair) as it is."""
+    if not has_aux:
+        return finish
+
+    def finish_result(output: Any) -> Any:
+        result, aux = output
+        return finish(result), aux
+
+    return finish_result

@@ -17,28 +17,33 @@ fallback below:
 
 Every program here takes and returns what adapter programs do: caller-family
 inputs, engine-family outputs. Unit tangents and cotangents are numpy arrays
-made at preparation (programs convert tangents from any family).
+made at preparation (programs convert tangents from any family). The pieces the
+fallbacks are made of (the basis, the direction, errors named for the operator
+asked) are in :mod:`di.backends.derived`.
 """
 
 from __future__ import annotations
 
-import inspect
 import math
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, NoReturn
+from typing import Any
 
 import numpy as np
 
-from di.backends.protocol import (
-    AUX_FAMILIES,
-    OPERATOR_FAMILIES,
-    SECOND_ORDER_FAMILIES,
-    Adapter,
-    Program,
-    Programs,
-    keeping_error,
+from di.backends.aux import with_aux
+from di.backends.capabilities import AUX_FAMILIES, OPERATOR_FAMILIES, SECOND_ORDER_FAMILIES
+from di.backends.derived import (
+    engine_tangent,
+    fresh_copy,
+    numpy_dtype,
+    output_of,
+    prefers_forward,
+    raise_as,
+    reported_as,
+    unit_arrays,
 )
-from di.contexts import Constant, Context
+from di.backends.protocol import Adapter, Programs, keeping_error
+from di.contexts import Context, rewrap_context
 from di.errors import InvalidOptionTypeError, InvalidOutputError, UnsupportedOperatorError
 from di.families import converter, family_of, get_family
 
@@ -49,27 +54,11 @@ __all__ = [
     "hessian_programs",
     "hvp_programs",
     "jacobian_programs",
-    "numpy_dtype",
     "programs",
     "pullback_programs",
     "pushforward_programs",
     "second_derivative_programs",
-    "unit_arrays",
 ]
-
-
-def numpy_dtype(value: Any) -> Any:
-    """The numpy dtype matching an array's dtype, whatever its family."""
-    if isinstance(value, float):
-        return np.dtype(np.float64)
-    family = family_of(value)
-    return np.dtype(get_family(family).describe_dtype(value.dtype) if family else str(value.dtype))
-
-
-def unit_arrays(shape: tuple[int, ...], dtype: Any) -> tuple[Any, ...]:
-    """The ``prod(shape)`` unit arrays of ``shape`` (the standard basis), in numpy."""
-    size = math.prod(shape)
-    return tuple(np.eye(size, dtype=dtype).reshape((size, *shape)))
 
 
 def _shape(value: Any) -> tuple[int, ...]:
@@ -78,76 +67,6 @@ def _shape(value: Any) -> tuple[int, ...]:
 
 def _values(contexts: Sequence[Context]) -> list[Any]:
     return [c.value for c in contexts]
-
-
-def evaluate_output(adapter: Adapter, f: Callable[..., Any], x: Any, contexts: Sequence[Context]) -> Any:
-    """Evaluate ``f`` once at the prepared arguments (engine family), to learn the
-    shape and dtype of its output."""
-    return adapter.prepare_value_program(f, x, contexts)(x, *_values(contexts))
-
-
-def prefers_forward(adapter: Adapter, n_inputs: int, n_outputs: int) -> bool:
-    """Forward mode costs one pass per input, reverse one per output: pick the
-    cheaper one, unless the selector's ``mode`` or the adapter's primitives decide."""
-    mode = getattr(adapter.backend, "mode", None)
-    if not adapter.has_native("pullback"):
-        return True
-    if not adapter.has_native("pushforward"):
-        return False
-    if mode is not None:
-        return bool(mode == "forward")
-    return n_inputs <= n_outputs
-
-
-def with_aux(has_aux: bool, finish: Callable[[Any], Any]) -> Callable[[Any], Any]:
-    """``finish`` applied to a program's result, leaving its ``aux`` (when it has
-    one: a ``(result, aux)`` pair) as it is."""
-    if not has_aux:
-        return finish
-
-    def finish_result(output: Any) -> Any:
-        result, aux = output
-        return finish(result), aux
-
-    return finish_result
-
-
-def raise_as(operator: str, primitives: tuple[str, ...], error: InvalidOutputError) -> NoReturn:
-    """Raise ``error``, raised by the program of a primitive (``primitives``) that
-    ``operator``'s fallback runs, as ``operator``'s own: the caller asked for
-    ``derivative``, not for the ``pushforward`` it is built from. The engine's
-    check stays the only one (this runs only once it refused); an error whose
-    message names no such primitive is raised as it is."""
-    message = str(error)
-    for primitive in primitives:
-        if message.startswith(f"{primitive} "):
-            body = message[len(primitive) :].replace(f"di.{primitive}(", f"di.{operator}(")
-            renamed = type(error)(operator + body)
-            if hasattr(error, "__notes__"):
-                renamed.__notes__ = list(error.__notes__)
-            # the engine's cause (if any) stays the cause: the primitive's message would only repeat this one
-            raise renamed.with_traceback(error.__traceback__) from error.__cause__
-    raise error
-
-
-def reported_as(operator: str, primitives: tuple[str, ...], program: Program) -> Program:
-    """``program`` (a fallback of ``operator`` built from ``primitives``' programs)
-    with the errors about ``f``'s output those programs raise naming ``operator``
-    (:func:`raise_as`)."""
-
-    def program_of_operator(*args: Any) -> Any:
-        try:
-            return program(*args)
-        except InvalidOutputError as err:
-            raise_as(operator, primitives, err)
-
-    return keeping_error(program_of_operator, program)
-
-
-def _output_of(adapter: Adapter, f: Callable[..., Any], x: Any, contexts: Sequence[Context], has_aux: bool) -> Any:
-    """``f``'s output ``y`` at the prepared arguments (engine family)."""
-    y = evaluate_output(adapter, f, x, contexts)
-    return y[0] if has_aux and isinstance(y, tuple) and len(y) == 2 else y
 
 
 def jacobian_programs(
@@ -162,9 +81,9 @@ def jacobian_programs(
     """``jacobian`` / ``value_and_jacobian`` from pushforwards (``forward=True``) or
     pullbacks (``False``); ``None`` picks with :func:`prefers_forward`."""
     x_shape = _shape(x)
-    y_prep = _output_of(adapter, f, x, contexts, has_aux)
+    y_prep = output_of(adapter, f, x, contexts, has_aux)
     y_shape = _shape(y_prep)
-    xp = get_family(adapter.family).namespace()
+    xp = get_family(adapter.capabilities.family).namespace()
     scope = adapter.scope([x, *_values(contexts)])
     if forward is None:
         forward = prefers_forward(adapter, math.prod(x_shape), math.prod(y_shape))
@@ -205,15 +124,6 @@ def jacobian_programs(
     return {"jacobian": jacobian, "value_and_jacobian": value_and_jacobian}
 
 
-def _engine_tangent(adapter: Adapter) -> Callable[[Any], Any]:
-    family = adapter.family
-
-    def to_engine(tangent: Any) -> Any:
-        return converter(family_of(tangent), family)(tangent)
-
-    return to_engine
-
-
 def _jacobians(
     adapter: Adapter, f: Callable[..., Any], x: Any, contexts: Sequence[Context], forward: bool, has_aux: bool
 ) -> Programs:
@@ -236,8 +146,8 @@ def pushforward_programs(
     ``J @ t`` per tangent."""
     jacobians = _jacobians(adapter, f, x, contexts, False, has_aux)
     value_and_jacobian, jacobian = jacobians["value_and_jacobian"], jacobians["jacobian"]
-    xp = get_family(adapter.family).namespace()
-    to_engine = _engine_tangent(adapter)
+    xp = get_family(adapter.capabilities.family).namespace()
+    to_engine = engine_tangent(adapter)
     x_ndim = len(_shape(x))
     scope = adapter.scope([x, *_values(contexts)])
 
@@ -272,8 +182,8 @@ def pullback_programs(
     ``t @ J`` per cotangent."""
     jacobians = _jacobians(adapter, f, x, contexts, True, has_aux)
     value_and_jacobian, jacobian = jacobians["value_and_jacobian"], jacobians["jacobian"]
-    xp = get_family(adapter.family).namespace()
-    to_engine = _engine_tangent(adapter)
+    xp = get_family(adapter.capabilities.family).namespace()
+    to_engine = engine_tangent(adapter)
     x_ndim = len(_shape(x))
     scope = adapter.scope([x, *_values(contexts)])
 
@@ -300,7 +210,7 @@ def gradient_programs(
 ) -> Programs:
     """``gradient``: one pullback of the cotangent 1, or the forward jacobian's row."""
     if adapter.has_native("pullback"):
-        one = (np.ones((), dtype=numpy_dtype(_output_of(adapter, f, x, contexts, has_aux))),)
+        one = (np.ones((), dtype=numpy_dtype(output_of(adapter, f, x, contexts, has_aux))),)
         pullback = programs(adapter, "pullback", f, x, contexts, one, has_aux=has_aux)
         return _with_one_seed(pullback, "pullback", one, ("gradient", "value_and_gradient"), has_aux)
 
@@ -361,17 +271,11 @@ def _with_one_seed(primitive: Programs, name: str, seed: tuple[Any], names: tupl
 def _in_engine(adapter: Adapter, x: Any, contexts: Sequence[Context]) -> tuple[Any, list[Context]]:
     """``x`` and the contexts converted to the engine's family, for preparing an
     inner program that the engine will differentiate again."""
+    family = adapter.capabilities.family
     with adapter.scope([x, *_values(contexts)])():
-        x_engine = converter(family_of(x), adapter.family)(np.asarray(x) if isinstance(x, float) else x)
-        engine_contexts = [rewrap_context(c, converter(family_of(c.value), adapter.family)(c.value)) for c in contexts]
+        x_engine = converter(family_of(x), family)(np.asarray(x) if isinstance(x, float) else x)
+        engine_contexts = [rewrap_context(c, converter(family_of(c.value), family)(c.value)) for c in contexts]
     return x_engine, engine_contexts
-
-
-def rewrap_context(context: Context, value: Any) -> Context:
-    """The same kind of context (and ``static`` flag) around another value."""
-    if isinstance(context, Constant):
-        return Constant(value, static=context.static)
-    return type(context)(value)
 
 
 def hvp_programs(
@@ -394,7 +298,7 @@ def hessian_programs(adapter: Adapter, f: Callable[..., Any], x: Any, contexts: 
     tangents = unit_arrays(x_shape, numpy_dtype(x))
     gradient_and_hvp = programs(adapter, "hvp", f, x, contexts, tangents)["gradient_and_hvp"]
     value = adapter.prepare_value_program(f, x, contexts)
-    xp = get_family(adapter.family).namespace()
+    xp = get_family(adapter.capabilities.family).namespace()
     scope = adapter.scope([x, *_values(contexts)])
 
     def gradient_and_hessian(x: Any, *values: Any) -> Any:
@@ -436,15 +340,6 @@ def second_derivative_programs(
     }
 
 
-def _fresh(adapter: Adapter) -> Callable[[Any], Any]:
-    """A copy of an array made at preparation, for a result the caller will own:
-    a mutable family's caller may write into it, and an immutable one's may free
-    it (JAX's ``delete()``, or donating it to a jitted call), which must not
-    break the prep's next call. Every family copies (on the array's device)."""
-    xp = get_family(adapter.family).namespace()
-    return lambda array: xp.asarray(array, copy=True)
-
-
 _SAME_POINT = frozenset({"pullback_same_point", "hvp_same_point"})
 
 
@@ -454,7 +349,7 @@ def _handing_out_copies(adapter: Adapter, operator: str, built: Programs, prepar
     copy on each call, as the fallbacks below do: a native program may return the
     array it keeps, and a caller freeing it would break the prep for good."""
     plain, full = _PROGRAM_NAMES[operator]
-    program, fresh, scope = built[full], _fresh(adapter), adapter.scope(prepared)
+    program, fresh, scope = built[full], fresh_copy(adapter), adapter.scope(prepared)
 
     def copying(x: Any, tangents: Sequence[Any], *values: Any) -> Any:
         first, products = program(x, tangents, *values)
@@ -471,8 +366,8 @@ def pullback_same_point_programs(
     each call contracts new cotangents with it."""
     values = _values(contexts)
     y, jac = programs(adapter, "jacobian", f, x, contexts)["value_and_jacobian"](x, *values)
-    xp = get_family(adapter.family).namespace()
-    to_engine, fresh = _engine_tangent(adapter), _fresh(adapter)
+    xp = get_family(adapter.capabilities.family).namespace()
+    to_engine, fresh = engine_tangent(adapter), fresh_copy(adapter)
     scope = adapter.scope([x, *values])
 
     def value_and_pullback(x: Any, ty: Sequence[Any], *values: Any) -> Any:
@@ -494,8 +389,8 @@ def hvp_same_point_programs(
     call contracts new tangents with it."""
     values = _values(contexts)
     _, g, hessian = programs(adapter, "hessian", f, x, contexts)["value_gradient_and_hessian"](x, *values)
-    xp = get_family(adapter.family).namespace()
-    to_engine, fresh = _engine_tangent(adapter), _fresh(adapter)
+    xp = get_family(adapter.capabilities.family).namespace()
+    to_engine, fresh = engine_tangent(adapter), fresh_copy(adapter)
     scope = adapter.scope([x, *values])
     x_ndim = len(_shape(x))
 
@@ -587,7 +482,7 @@ def programs(
         tangents: the tangents (``pushforward``, ``hvp``) or cotangents
             (``pullback``) of operators that take them.
         has_aux: ``f`` returns ``(y, aux)`` (first-order families only, see
-            :data:`di.backends.protocol.AUX_FAMILIES`); the programs then return
+            :data:`di.backends.capabilities.AUX_FAMILIES`); the programs then return
             ``(result, aux)``.
 
     Returns:
@@ -613,11 +508,10 @@ def programs(
         raise UnsupportedOperatorError(f"{operator} does not take has_aux: f must return its output alone.")
     if adapter.has_native(operator):
         method = getattr(adapter, f"prepare_{operator}_programs")
-        if has_aux and "has_aux" not in inspect.signature(method).parameters:
+        if has_aux and operator not in adapter.capabilities.aux:
             raise UnsupportedOperatorError(
-                f"{adapter.backend!r} does not support has_aux for {operator}: its adapter's "
-                f"prepare_{operator}_programs takes no has_aux. Call f without auxiliary outputs, or use "
-                f"another backend."
+                f"{adapter.backend!r} does not support has_aux for {operator}: its adapter's capabilities do not "
+                f"list {operator} in aux. Call f without auxiliary outputs, or use another backend."
             )
         built = method(*arguments, **options)
         _check_programs(adapter, operator, built)

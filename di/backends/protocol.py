@@ -15,48 +15,20 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
-from typing import Any, ClassVar
+from dataclasses import replace
+from typing import Any
 
-from di.backends.compile import (
-    counting_static_values,
-    is_static_context,
-    static_positions,
-)
+from di.backends.capabilities import OPERATOR_FAMILIES, SAME_POINT_FAMILIES, Capabilities
 from di.backends.outputs import (
-    describe_output,
-    is_real_floating_array,
-    is_real_scalar,
     output_leaf_shapes,
-    raise_bad_output,
 )
 from di.backends.selectors import AbstractBackend
-from di.backends.transforms import Composition
 from di.contexts import Cache, Context
 from di.errors import InvalidOptionError, UnsupportedContextError, UnsupportedOperatorError
 from di.families import converter, family_of, identity
 from di.pytrees import is_pytree, tree_flatten, tree_map
 
-__all__ = [
-    "AUX_FAMILIES",
-    "OPERATOR_FAMILIES",
-    "SAME_POINT_FAMILIES",
-    "Adapter",
-    "Capabilities",
-    "Program",
-    "Programs",
-    "keeping_error",
-    "plain_from_full",
-    # re-exported from di.backends.compile and di.backends.outputs, where they live
-    "counting_static_values",
-    "describe_output",
-    "is_real_floating_array",
-    "is_real_scalar",
-    "is_static_context",
-    "output_leaf_shapes",
-    "raise_bad_output",
-    "static_positions",
-]
+__all__ = ["Adapter", "Program", "Programs", "keeping_error", "plain_from_full"]
 
 Program = Callable[..., Any]
 Programs = dict[str, Program]
@@ -107,127 +79,15 @@ def checked_program(program: Callable[..., Any]) -> Callable[..., Any]:
     return keeping_error(marked, program)
 
 
-SECOND_ORDER_FAMILIES = frozenset({"hvp", "hessian", "second_derivative"})
-"""The operator families the fallbacks build by differentiating the engine's own
-first-order programs."""
-
-AUX_FAMILIES = frozenset({"derivative", "gradient", "jacobian", "pushforward", "pullback"})
-"""The operator families that take ``has_aux`` (auxiliary outputs of ``f``)."""
-
-OPERATOR_FAMILIES: dict[str, tuple[str, ...]] = {
-    "derivative": ("derivative", "value_and_derivative"),
-    "gradient": ("gradient", "value_and_gradient"),
-    "jacobian": ("jacobian", "value_and_jacobian"),
-    "pushforward": ("pushforward", "value_and_pushforward"),
-    "pullback": ("pullback", "value_and_pullback"),
-    "hvp": ("hvp", "gradient_and_hvp"),
-    "hessian": ("hessian", "value_gradient_and_hessian"),
-    "second_derivative": ("second_derivative", "value_derivative_and_second_derivative"),
-}
-"""Each operator family and the programs a prep of it holds: the plain operator
-first, then its combined (``value_and_*``) form."""
-
-SAME_POINT_FAMILIES = ("pullback_same_point", "hvp_same_point")
-"""The operators prepared at one point (``prepare_<name>_programs`` too)."""
-
-_DIFFERENTIATES = ("none", "own", "any")
-
-
-@dataclass(frozen=True)
-class Capabilities:
-    """What an adapter can do, declared once on its class (``capabilities = ...``).
-
-    The documentation's support tables, the fallbacks' choice between native and
-    generic programs, the refusal of unsupported contexts and
-    :class:`di.SecondOrder`'s check of its pair all read this record, so what an
-    engine declares is what ``di`` does. ``native`` is never written by hand: it
-    is filled, when the class is created, with the operators whose
-    ``prepare_<operator>_programs`` method the class implements.
-
-    Attributes:
-        family: the array family the engine computes in.
-        native: the operator families (and same-point operators) the adapter
-            implements itself; the others are built from its primitives.
-        cache: whether ``f`` may receive :class:`di.Cache` contexts.
-        cache_note: what to know about ``Cache`` on this engine (why it is
-            refused, or how buffers reach ``f``).
-        compile_option: the selector option that compiles (``"jit"``,
-            ``"compile"``), or ``""`` for an engine that never compiles.
-        pytrees: the operator families whose programs take a pytree ``x``
-            themselves (the others see it flattened into one vector).
-        compiled_pytrees: the same when compiled, if it differs.
-        float64: whether the engine evaluates ``f`` in float64 whatever ``x``'s
-            dtype (finite differences).
-        differentiates: which programs, as :class:`di.SecondOrder`'s outer
-            backend, the engine differentiates: ``"any"`` (it only evaluates
-            them), ``"own"`` (those of adapters of its own class, which it
-            traces) or ``"none"``.
-        transforms: the engine's own transforms and modes a ``di`` call can run
-            inside (the names of :attr:`compositions`; set from them).
-        compositions: for each of those transforms, what composes inside it and
-            what is refused (:class:`di.backends.transforms.Composition`), each
-            combination tested (``tests/test_transforms_*.py``).
-
-    Examples:
-        >>> import di
-        >>> from di.backends.registry import get_adapter
-        >>> record = get_adapter(di.AutoFiniteDiff()).capabilities
-        >>> record.differentiates, record.support()["derivative"]
-        ('any', 'fallback')
-    """
-
-    family: str = "numpy"
-    native: frozenset[str] = frozenset()
-    cache: bool = True
-    cache_note: str = ""
-    compile_option: str = ""
-    pytrees: frozenset[str] = frozenset()
-    compiled_pytrees: frozenset[str] | None = None
-    float64: bool = False
-    differentiates: str = "none"
-    transforms: tuple[str, ...] = field(default=())
-    compositions: tuple[Composition, ...] = field(default=())
-
-    def __post_init__(self) -> None:
-        if self.differentiates not in _DIFFERENTIATES:
-            raise InvalidOptionError(f"Capabilities(differentiates={self.differentiates!r}): one of {_DIFFERENTIATES}")
-        if self.compositions:
-            object.__setattr__(self, "transforms", tuple(c.transform for c in self.compositions))
-
-    @property
-    def has_primitive(self) -> bool:
-        """Whether a pushforward or a pullback is native: every other operator is
-        then built from it."""
-        return "pushforward" in self.native or "pullback" in self.native
-
-    def support(self) -> dict[str, str]:
-        """For each operator family: ``"native"``, ``"fallback"`` or ``"unsupported"``.
-        The second-order fallbacks differentiate the engine's own first-order
-        programs, so they need an engine that does (``differentiates`` other
-        than ``"none"``)."""
-        fallback = "fallback" if self.has_primitive else "unsupported"
-        nested = fallback if self.differentiates != "none" else "unsupported"
-        support = {
-            family: "native" if family in self.native else nested if family in SECOND_ORDER_FAMILIES else fallback
-            for family in OPERATOR_FAMILIES
-        }
-        if support["hessian"] == "unsupported" and "hvp" in self.native:
-            support["hessian"] = "fallback"  # the hvps of the unit tangents
-        return support
-
-    def pytrees_when(self, compiled: bool) -> frozenset[str]:
-        """The operator families taking a pytree ``x`` natively, eager or compiled."""
-        return self.compiled_pytrees if compiled and self.compiled_pytrees is not None else self.pytrees
-
-
-# The attributes other modules read on adapters, mirrored from the record at class
-# creation (plain attributes: a wrapping adapter may set its own per instance).
-_MIRRORED = {
+# What adapters declared as class attributes before the record held it all, and
+# the record's field each is now: a class still setting one is refused, naming it.
+_DECLARED_IN_RECORD = {
     "family": "family",
     "supports_cache": "cache",
     "cache_note": "cache_note",
     "evaluates_in_float64": "float64",
     "native_pytrees": "pytrees",
+    "differentiates_any_program": "differentiates",
 }
 
 
@@ -239,7 +99,7 @@ def _implements(cls: type, operator: str) -> bool:
 class Adapter:
     """Base class of the engine-specific code behind a backend selector.
 
-    Subclasses declare their :class:`Capabilities` (``capabilities = ...``) and
+    Subclasses declare their :class:`~di.backends.capabilities.Capabilities` (``capabilities = ...``) and
     implement at least one primitive, :meth:`prepare_pushforward_programs` or
     :meth:`prepare_pullback_programs`; every other operator then works through
     :func:`di.backends.fallbacks.programs`, and overriding its
@@ -251,37 +111,30 @@ class Adapter:
     A *program* takes ``x`` (and tangents) and the context values as the caller
     passes them, in any array family, and returns engine-family arrays.
 
-    The record's fields are also plain attributes (``family``,
-    ``supports_cache``, ``cache_note``, ``evaluates_in_float64``,
-    ``native_pytrees``), set from it when the class is created; a class that
-    sets those attributes itself instead of declaring a record gets a record
-    made from them.
+    An instance may hold a record of its own (``self.capabilities = ...`` in
+    ``__init__``) where its selector decides what the class cannot, such as the
+    array family it computes in.
 
     Examples:
         >>> from di.backends.registry import get_adapter
         >>> import di
-        >>> get_adapter(di.AutoFiniteDiff()).family
+        >>> get_adapter(di.AutoFiniteDiff()).capabilities.family
         'numpy'
     """
 
-    capabilities: ClassVar[Capabilities] = Capabilities()
-    family: ClassVar[str] = "numpy"
-    supports_cache: ClassVar[bool] = True
-    cache_note: ClassVar[str] = ""
-    evaluates_in_float64: ClassVar[bool] = False
-    native_pytrees: ClassVar[frozenset[str]] = frozenset()
+    capabilities: Capabilities = Capabilities()
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
-        own = {name: cls.__dict__[name] for name in _MIRRORED if name in cls.__dict__}
-        declared = {_MIRRORED[name]: value for name, value in own.items() if not isinstance(value, property)}
-        if cls.__dict__.get("differentiates_any_program"):
-            declared["differentiates"] = "any"
+        stale = [name for name in _DECLARED_IN_RECORD if name in cls.__dict__]
+        if stale:
+            fields = ", ".join(f"{_DECLARED_IN_RECORD[name]}=..." for name in stale)
+            raise InvalidOptionError(
+                f"{cls.__name__} sets {', '.join(stale)}: an adapter declares what it offers in its record alone. "
+                f"Write capabilities = Capabilities({fields}) (di.backends.capabilities.Capabilities) instead."
+            )
         native = frozenset(op for op in (*OPERATOR_FAMILIES, *SAME_POINT_FAMILIES) if _implements(cls, op))
-        cls.capabilities = replace(cls.capabilities, native=native, **declared)
-        for name, field_name in _MIRRORED.items():
-            if name not in own:
-                setattr(cls, name, getattr(cls.capabilities, field_name))
+        cls.capabilities = replace(cls.capabilities, native=native)
 
     def __init__(self, backend: AbstractBackend) -> None:
         self.backend = backend
@@ -293,8 +146,8 @@ class Adapter:
         return bool(option) and bool(getattr(self.backend, option, False))
 
     def instance_capabilities(self) -> Capabilities:
-        """The record as this adapter has it: the class's, with the attributes a
-        wrapping adapter (a strategy) sets per instance from the adapters it wraps.
+        """The record as this adapter has it: what depends on its selector
+        (``pytrees`` when it compiles) resolved, ``compiled_pytrees`` folded in.
 
         Examples:
             >>> import di
@@ -302,21 +155,13 @@ class Adapter:
             >>> get_adapter(di.AutoAutograd()).instance_capabilities().cache
             False
         """
-        return replace(
-            self.capabilities,
-            family=self.family,
-            cache=self.supports_cache,
-            cache_note=self.cache_note,
-            float64=self.evaluates_in_float64,
-            pytrees=frozenset(self.native_pytrees),
-            compiled_pytrees=None,
-        )
+        record = self.capabilities
+        return replace(record, pytrees=record.pytrees_when(self.compiled), compiled_pytrees=None)
 
-    @property
-    def differentiates_any_program(self) -> bool:
-        """Whether, as :class:`di.SecondOrder`'s outer backend, the engine
-        differentiates any program (it only evaluates them: finite differences)."""
-        return self.capabilities.differentiates == "any"
+    def takes_pytrees_natively(self, operator: str) -> bool:
+        """Whether ``operator``'s programs take a pytree ``x`` themselves, as this
+        adapter's selector (compiled or not) runs them."""
+        return operator in self.capabilities.pytrees_when(self.compiled)
 
     # --- checks made at preparation ---------------------------------------------
 
@@ -327,8 +172,9 @@ class Adapter:
             UnsupportedContextError: a ``Cache`` on an engine that cannot write
                 into arrays.
         """
-        if not self.supports_cache and any(isinstance(c, Cache) for c in contexts):
-            raise UnsupportedContextError(f"{self.backend!r} cannot use Cache contexts: {self.cache_note}")
+        record = self.capabilities
+        if not record.cache and any(isinstance(c, Cache) for c in contexts):
+            raise UnsupportedContextError(f"{self.backend!r} cannot use Cache contexts: {record.cache_note}")
 
     # --- helpers for subclasses -------------------------------------------------
 
@@ -343,11 +189,11 @@ class Adapter:
 
     def _input_converter(self, value: Any) -> Callable[[Any], Any]:
         if not is_pytree(value):
-            return converter(family_of(value), self.family)
+            return converter(family_of(value), self.capabilities.family)
+        family = self.capabilities.family
         leaves, _ = tree_flatten(value)
-        if all(family_of(leaf) in (None, self.family) for leaf in leaves):
+        if all(family_of(leaf) in (None, family) for leaf in leaves):
             return identity
-        family = self.family
 
         def convert_leaves(tree: Any) -> Any:
             return self.tree_map(lambda leaf: converter(family_of(leaf), family)(leaf), tree)
@@ -457,7 +303,7 @@ class Adapter:
     @classmethod
     def support(cls) -> dict[str, str]:
         """For each operator family: ``"native"``, ``"fallback"`` or ``"unsupported"``
-        (:meth:`Capabilities.support`); the documentation's tables show it."""
+        (:meth:`~di.backends.capabilities.Capabilities.support`); the documentation's tables show it."""
         return cls.capabilities.support()
 
     # --- primitives ---------------------------------------------------------------
@@ -494,8 +340,8 @@ class Adapter:
     # The first-order families (AUX_FAMILIES) take ``has_aux``: f then returns
     # (y, aux), only y is differentiated, and both programs return (result, aux),
     # result being what they return without it and aux computed by the same
-    # evaluation of f (see di.backends.aux). An adapter whose method lacks the
-    # keyword does not support auxiliary outputs for that family.
+    # evaluation of f (see di.backends.aux), for the families its record lists in
+    # ``aux``; the others are refused before the method is called.
 
     def prepare_pushforward_programs(
         self,

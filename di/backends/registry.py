@@ -29,14 +29,14 @@ from di.backends.selectors import (
     registered_for,
 )
 from di.errors import BackendNotInstalledError, InvalidInputError, InvalidOptionError, InvalidOptionTypeError
-from di.prep.signature import TracedType, register_traced_type, set_traced_type_loader
-from di.pytrees import register_traced_leaves
+from di.prep.traced import TracedType, register_traced_type, set_traced_type_loader
+from di.pytrees.ravel import register_traced_leaves
 
 if TYPE_CHECKING:
     from di.backends.protocol import Adapter
     from di.prep.strategy import Strategy
 
-__all__ = ["engines", "get_adapter", "get_strategy", "register_backend", "register_engine"]
+__all__ = ["get_adapter", "get_strategy", "register_backend"]
 
 _ADAPTERS: dict[AbstractBackend, Adapter] = {}
 _STRATEGIES: dict[type[AbstractBackend], Strategy | None] = {}
@@ -169,11 +169,13 @@ def _check_family(adapter: Adapter) -> None:
     from di.families import families
 
     known = [family.name for family in families()]
-    if adapter.family not in known:
+    family = adapter.capabilities.family
+    if family not in known:
         raise InvalidOptionError(
             f"{type(adapter).__name__} (the adapter of {type(adapter.backend).__name__}) computes in the array "
-            f"family {adapter.family!r}, which is not registered; known families: {', '.join(known)}. "
-            f"Register it with di.register_family first, or set the adapter's family to one of those."
+            f"family {family!r}, which is not registered; known families: {', '.join(known)}. "
+            f"Register it with di.register_family first, or set the family of the adapter's capabilities to one "
+            f"of those."
         )
 
 

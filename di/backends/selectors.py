@@ -32,6 +32,7 @@ from di.errors import InvalidOptionError, InvalidOptionTypeError
 __all__ = [
     "AbstractBackend",
     "available_backends",
+    "builtin_selectors",
     "backend",
     "check_flag",
     "check_flags",
@@ -273,6 +274,21 @@ def _load_builtin() -> None:
             _builtin_state = "unloaded"
             raise
         _builtin_state = "loaded"
+
+
+def builtin_selectors() -> dict[str, type[AbstractBackend]]:
+    """The selector classes of the built-in engines (the records
+    ``di/engines/__init__.py`` lists), by class name: the names ``di`` exports
+    them under. Reads the records only (no engine, no registration).
+
+    Examples:
+        >>> import di
+        >>> from di.backends.selectors import builtin_selectors
+        >>> builtin_selectors()["AutoFiniteDiff"] is di.AutoFiniteDiff
+        True
+    """
+    records = [load(path) for path in importlib.import_module("di.engines").BUILTIN_ENGINES]
+    return {cls.__name__: cls for record in records for cls in record.selectors}
 
 
 def engines() -> tuple[Engine, ...]:

@@ -49,7 +49,7 @@ class ProgramSource:
 
     def __init__(self, adapter: Adapter) -> None:
         self.adapter = adapter
-        self.family = adapter.family
+        self.family = adapter.capabilities.family
 
     @property
     def takes(self) -> tuple[str, str]:
@@ -62,7 +62,7 @@ class ProgramSource:
     @property
     def evaluates_in_float64(self) -> bool:
         """Whether ``f`` is evaluated in float64 whatever the input dtype."""
-        return self.adapter.evaluates_in_float64
+        return self.adapter.capabilities.float64
 
     @property
     def checks_own_pytrees(self) -> bool:
@@ -77,7 +77,7 @@ class ProgramSource:
     def takes_pytree(self, operator: str, x: Any) -> bool:
         """Whether ``operator``'s programs take the pytree ``x`` as it is (else the
         operator layer flattens it into one vector)."""
-        return operator in self.adapter.native_pytrees and self.adapter.takes_pytree(x)
+        return self.adapter.takes_pytrees_natively(operator) and self.adapter.takes_pytree(x)
 
     def tree_map(self, function: Callable[[Any], Any], tree: Any) -> Any:
         """Map over the leaves of ``tree`` as the engine sees pytrees."""

@@ -1,6 +1,6 @@
 """What ``di`` does inside an engine's own transforms: one record per transform.
 
-An engine's adapter declares, in its :class:`~di.backends.protocol.Capabilities`
+An engine's adapter declares, in its :class:`~di.backends.capabilities.Capabilities`
 (``compositions=...``), each transform or mode of its engine that a ``di`` call
 may run inside (``jit``, ``vmap``, ``grad``, a grad mode, a compiler tracing the
 caller's code) and what, inside it, is refused. Everything else composes: every
@@ -56,7 +56,7 @@ ASPECTS: tuple[str, ...] = (
     "unprepared",
 )
 """What a composition says yes or no to: each operator family (those of
-:data:`di.backends.protocol.OPERATOR_FAMILIES`, in its order: a test keeps them
+:data:`di.backends.capabilities.OPERATOR_FAMILIES`, in its order: a test keeps them
 equal), then same-point preps, ``Cache`` contexts and unprepared calls."""
 
 

@@ -34,10 +34,9 @@ from __future__ import annotations
 import sys
 from collections.abc import Sequence
 
-from di.cli.common import EXIT_DISAGREE, EXIT_OK, EXIT_USAGE, UsageError
-from di.cli.sweep import PLOT_DPI, PLOT_SIZE_INCHES
+from di.cli.common import EXIT_USAGE, UsageError
 
-__all__ = ["EXIT_DISAGREE", "EXIT_OK", "EXIT_USAGE", "PLOT_DPI", "PLOT_SIZE_INCHES", "UsageError", "main"]
+__all__ = ["main"]
 
 
 def main(argv: Sequence[str] | None = None) -> int:

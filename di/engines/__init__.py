@@ -5,7 +5,9 @@ Each package holds all of its engine's code (selector, adapter, array family,
 one :class:`~di.backends.engine.Engine` record that describes it. This list is
 all ``di`` knows of them: the registry registers these records the first time it
 is asked, through :func:`di.register_engine`, exactly as an engine from outside
-registers its own.
+registers its own, and ``di.AutoJAX`` and the like are found through them. An
+engine added in tree is its folder, one line here and one in ``di/__init__.py``
+(its selector's import for type checkers); ``tests/test_layering.py`` holds it.
 """
 
 from __future__ import annotations

@@ -6,17 +6,17 @@ backend, runs each once on the given arguments, keeps those whose results agree
 with the majority's, times them (whole prepared ``di`` calls, in interleaved
 rounds, median per candidate) and returns the winner's
 :class:`~di.prep.base.Prep`, answering to the AutoFastest selector, so every call
-on it is exactly a call of the winner's prep. The engines know nothing of it.
+on it is exactly a call of the winner's prep. How results are compared is
+:mod:`di.fastest.agreement`; how calls are timed, :mod:`di.fastest.timing`; the
+plans and their cache, :mod:`di.fastest.plan`. The engines know nothing of it.
 """
 
 from __future__ import annotations
 
 import datetime
-import gc
 import itertools
 import math
 import statistics
-import time
 import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -24,10 +24,11 @@ from typing import Any, NoReturn
 
 import numpy as np
 
-from di.backends.protocol import OPERATOR_FAMILIES
+from di.backends.capabilities import OPERATOR_FAMILIES
 from di.backends.selectors import AbstractBackend
 from di.errors import BackendNotInstalledError
-from di.families import families, family_of, get_family
+from di.families import family_of
+from di.fastest.agreement import agree, default_tolerances, float64_leaves, leaf_differences, relative_difference
 from di.fastest.plan import (
     CandidatesDisagreeError,
     Plan,
@@ -40,34 +41,16 @@ from di.fastest.plan import (
     selector_label,
 )
 from di.fastest.selector import AutoFastest
+from di.fastest.timing import time_interleaved, waiting
 from di.prep.base import Prep
-from di.prep.signature import describe_value
-from di.prep.strategy import Preparer, PrepareRequest, Strategy, StrategyInfo
+from di.prep.description import describe_value
+from di.prep.info import StrategyInfo
+from di.prep.strategy import Preparer, PrepareRequest, Strategy
 from di.pytrees import is_pytree, tree_leaves
 
-__all__ = [
-    "FastestInfo",
-    "FastestStrategy",
-    "agree",
-    "default_tolerances",
-    "finite_entry_difference",
-    "relative_difference",
-    "time_interleaved",
-]
+__all__ = ["FastestInfo", "FastestStrategy"]
 
 PrepareWith = Callable[[AbstractBackend], Prep]
-
-BLOCK_S = 1e-3
-"""Target duration of one timed block of back-to-back calls: long enough to
-resolve microsecond calls, short enough that most blocks escape preemption."""
-MIN_ROUNDS = 5
-MAX_ROUNDS = 5000
-RACE_FACTOR = 2.0
-"""Once a quarter of the budget is spent, a candidate whose fastest block is this
-many times slower than the best candidate's median stops being timed (it is
-``slower`` whatever the remaining rounds say). Its fastest block, not its median:
-a machine's hiccups only ever make blocks slower, so one slow phase cannot knock
-the true winner out of the race."""
 
 
 @dataclass(frozen=True)
@@ -254,166 +237,14 @@ def _prepare_and_check(entry: _Candidate, call: _Call, prepare_with: PrepareWith
         stage = "first call"
         run = call.runner(entry.prep, entry.backend)
         result = run()
-        entry.run = _waiting(run, result)
+        entry.run = waiting(run, result)
         stage = "reading the result"
-        entry.leaves, entry.dtypes = _float64_leaves(result)
+        entry.leaves, entry.dtypes = float64_leaves(result)
     except Exception as err:
         entry.status, entry.reason = "failed", f"{stage}: {type(err).__name__}: {err}"
         entry.prep = entry.run = None
         return err
     return None
-
-
-def _waiting(run: Callable[[], Any], result: Any) -> Callable[[], Any]:
-    """The candidate's call, waiting for its result where the engine computes
-    asynchronously (as the result's families say), so timings count the work done."""
-    arrays = [leaf for leaf in tree_leaves(result) if family_of(leaf) is not None]
-    if not arrays:
-        return run
-
-    def run_and_wait() -> Any:
-        result = run()
-        for leaf in tree_leaves(result):
-            family = family_of(leaf)
-            if family is not None:
-                get_family(family).block(leaf)
-        return result
-
-    return run_and_wait
-
-
-def _float64_leaves(result: Any) -> tuple[list[np.ndarray], list[str]]:
-    """The result's arrays as float64 NumPy arrays, and their dtypes' names."""
-    leaves = tree_leaves(result)
-    if any(family_of(leaf) is None and not isinstance(leaf, float) for leaf in leaves):
-        leaves = _foreign_leaves(result) or leaves
-    arrays, dtypes = [], []
-    for leaf in leaves:
-        leaf = _densified(leaf)
-        family = family_of(leaf)
-        if family is not None:
-            record = get_family(family)
-            arrays.append(np.asarray(record.to_numpy(leaf)).astype(np.float64))
-            dtypes.append(record.describe_dtype(leaf.dtype))
-        elif isinstance(leaf, float):
-            arrays.append(np.asarray(leaf, dtype=np.float64))
-            dtypes.append("float")
-        else:
-            raise TypeError(f"the result holds a {type(leaf).__name__}, not an array")
-    return arrays, dtypes
-
-
-def _densified(leaf: Any) -> Any:
-    """A sparse-matrix result (``di.AutoSparse``'s, in any family) as a dense array of
-    its family, so that it compares with dense candidates' results entry by entry
-    (flattened: a sparse Jacobian is 2-D where a dense one has ``x``'s shape)."""
-    if getattr(leaf, "is_sparse", False) or getattr(leaf, "is_sparse_csr", False):
-        return leaf.to_dense()
-    if family_of(leaf) is None and hasattr(leaf, "todense"):
-        dense = leaf.todense()
-        return np.asarray(dense) if family_of(dense) is None else dense
-    return leaf
-
-
-def _foreign_leaves(result: Any) -> list[Any] | None:
-    """The leaves of a result whose nodes only an engine's pytree registry knows."""
-    for record in families():
-        leaves = record.foreign_leaves(result)
-        if leaves is not None:
-            return leaves
-    return None
-
-
-def default_tolerances(dtypes: Sequence[str]) -> tuple[float, float]:
-    """``(rtol, atol)`` for comparing results of these dtypes: those of the least precise.
-
-    Examples:
-        >>> from di.fastest.strategy import default_tolerances
-        >>> default_tolerances(["float64"]), default_tolerances(["float64", "float32"])
-        ((1e-05, 1e-08), (0.001, 0.0001))
-    """
-    if any(("16" in dtype) for dtype in dtypes):
-        return 3e-2, 1e-2
-    if any(dtype == "float32" for dtype in dtypes):
-        return 1e-3, 1e-4
-    return 1e-5, 1e-8
-
-
-def finite_entry_difference(a: np.ndarray, b: np.ndarray) -> tuple[float, float, float] | None:
-    """Two arrays of one shape compared entry by entry: ``(the largest absolute
-    difference, the largest |a|, the largest |b|)`` over the entries where both are
-    finite; ``None`` when their non-finite entries differ (NaN against NaN and equal
-    infinities are equal; a finite entry against a non-finite one differs).
-
-    Examples:
-        >>> import numpy as np
-        >>> from di.fastest.strategy import finite_entry_difference
-        >>> finite_entry_difference(np.array([np.inf, 1.0]), np.array([np.inf, 3.0]))
-        (2.0, 1.0, 3.0)
-        >>> finite_entry_difference(np.array([np.nan, 1.0]), np.array([np.inf, 1.0])) is None
-        True
-    """
-    finite = np.isfinite(a) & np.isfinite(b)
-    same = (a == b) | (np.isnan(a) & np.isnan(b))
-    if np.any(~finite & ~same):
-        return None
-    a, b = a[finite], b[finite]
-    difference = float(np.max(np.abs(a - b), initial=0.0))
-    return difference, float(np.max(np.abs(a), initial=0.0)), float(np.max(np.abs(b), initial=0.0))
-
-
-def _leaf_differences(a: Sequence[np.ndarray], b: Sequence[np.ndarray]) -> list[tuple[float, float]] | None:
-    """For each pair of leaves: the largest absolute difference and the largest
-    absolute entry (finite entries); ``None`` when the leaves' number or shapes
-    differ, or non-finite entries do (see :func:`finite_entry_difference`)."""
-    if len(a) != len(b):
-        return None
-    found = []
-    for left, right in zip(a, b):
-        if left.shape != right.shape:
-            if left.size != right.size:
-                return None
-            left, right = left.reshape(-1), right.reshape(-1)  # a sparse 2-D result against a dense one
-        compared = finite_entry_difference(left, right)
-        if compared is None:
-            return None
-        difference, left_scale, right_scale = compared
-        found.append((difference, max(left_scale, right_scale)))
-    return found
-
-
-def agree(a: Sequence[np.ndarray], b: Sequence[np.ndarray], rtol: float, atol: float) -> bool:
-    """Whether two results agree: on every leaf, the largest difference is at most
-    ``rtol`` times the largest entry plus ``atol``.
-
-    Examples:
-        >>> import numpy as np
-        >>> from di.fastest.strategy import agree
-        >>> agree([np.array([1.0, 2.0])], [np.array([1.0, 2.00001])], 1e-5, 1e-8)
-        True
-        >>> agree([np.array([0.0, 1e-12])], [np.array([0.0, -1e-12])], 1e-5, 1e-8)  # noise around zero
-        True
-        >>> agree([np.array([1.0, 2.0])], [np.array([1.0, 3.0])], 1e-5, 1e-8)
-        False
-    """
-    pairs = _leaf_differences(a, b)
-    return pairs is not None and all(difference <= rtol * scale + atol for difference, scale in pairs)
-
-
-def relative_difference(a: Sequence[np.ndarray], b: Sequence[np.ndarray]) -> float:
-    """The largest difference between two results, relative to their largest entry
-    (``inf`` when their shapes or non-finite entries differ).
-
-    Examples:
-        >>> import numpy as np
-        >>> from di.fastest.strategy import relative_difference
-        >>> relative_difference([np.array([1.0, 2.0])], [np.array([1.0, 2.2])])  # doctest: +ELLIPSIS
-        0.0909...
-    """
-    pairs = _leaf_differences(a, b)
-    if pairs is None:
-        return math.inf
-    return max((d / s if d else 0.0) if s else (math.inf if d else 0.0) for d, s in pairs) if pairs else 0.0
 
 
 def _vote(ran: list[_Candidate], rtol: float | None, atol: float | None) -> None:
@@ -452,99 +283,9 @@ def _difference_reason(reference: _Candidate, entry: _Candidate, rtol: float, at
     if shapes != expected:
         return f"its result's shapes {shapes} differ from {name}'s {expected}"
     difference = relative_difference(entry.leaves or [], reference.leaves or [])
-    if math.isinf(difference) and _leaf_differences(entry.leaves or [], reference.leaves or []) is None:
+    if math.isinf(difference) and leaf_differences(entry.leaves or [], reference.leaves or []) is None:
         return f"its result's NaN or infinite entries differ from {name}'s"
     return f"differs from {name} by {difference:.1e} of the largest entry (rtol {rtol:g}, atol {atol:g})"
-
-
-def time_interleaved(
-    calls: Sequence[Callable[[], Any]], budget_s: float
-) -> tuple[list[list[float]], list[Exception | None]]:
-    """Per-call seconds of each call, measured in interleaved rounds.
-
-    Each round times one block of back-to-back calls of every candidate still in
-    the race (the block length set per candidate so a block lasts about
-    :data:`BLOCK_S`; an untimed call first, so a block measures the engine's
-    steady state, not its waking up after another engine), starting with a
-    different candidate each round, so drift in the machine's load hits them
-    alike. Rounds go on until ``budget_s`` is spent (at least :data:`MIN_ROUNDS`,
-    at most :data:`MAX_ROUNDS`); once a quarter of it is, a candidate whose
-    fastest block is :data:`RACE_FACTOR` times the best median stops being timed,
-    and the timing ends when one candidate is left. A call that raises stops
-    being timed, its error kept.
-
-    Args:
-        calls: zero-argument callables, already warmed up.
-        budget_s: seconds to spend.
-
-    Returns:
-        One list of per-call seconds (one per block) for each call, and the
-        error each call raised (``None`` for those that never did).
-
-    Examples:
-        >>> from di.fastest.strategy import time_interleaved
-        >>> samples, errors = time_interleaved([lambda: sum(range(10)), lambda: 1 / 0], 0.01)
-        >>> len(samples[0]) >= 5, samples[1], errors[0], type(errors[1]).__name__
-        (True, [], None, 'ZeroDivisionError')
-    """
-    start_time = time.perf_counter()
-    race_from, deadline = start_time + budget_s / 4, start_time + budget_s
-    samples: list[list[float]] = [[] for _ in calls]
-    errors: list[Exception | None] = [None] * len(calls)
-    sizes = [1] * len(calls)
-    for i, call in enumerate(calls):
-        try:
-            sizes[i] = max(1, math.ceil(BLOCK_S / max(_estimate(call), 1e-9)))
-        except Exception as err:
-            errors[i] = err
-    racing = [i for i in range(len(calls)) if errors[i] is None]
-    gc.collect(1)  # the young generations only: a full collection costs long with engines loaded
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        for round_index in range(MAX_ROUNDS):
-            if not racing:
-                break
-            start = round_index % len(racing)
-            for i in racing[start:] + racing[:start]:
-                try:
-                    samples[i].append(_block(calls[i], sizes[i]))
-                except Exception as err:
-                    errors[i] = err
-            racing = [i for i in racing if errors[i] is None]
-            if round_index + 1 < MIN_ROUNDS or not racing:
-                continue
-            now = time.perf_counter()
-            if now >= deadline or len(racing) == 1:
-                break
-            if now >= race_from:
-                best = min(statistics.median(samples[i]) for i in racing)
-                racing = [i for i in racing if min(samples[i]) <= RACE_FACTOR * best]
-    finally:
-        if was_enabled:
-            gc.enable()
-    return samples, errors
-
-
-def _block(call: Callable[[], Any], count: int) -> float:
-    """Per-call seconds of ``count`` back-to-back calls, after one untimed call: the
-    engine that ran before may have let this one's worker threads sleep and its
-    data leave the caches, a cost the caller's repeated calls never pay."""
-    call()
-    start = time.perf_counter()
-    for _ in itertools.repeat(None, count):
-        call()
-    return (time.perf_counter() - start) / count
-
-
-def _estimate(call: Callable[[], Any]) -> float:
-    """A rough per-call time, from blocks grown until they last a quarter of :data:`BLOCK_S`."""
-    count = 1
-    while True:
-        per_call = _block(call, count)
-        if per_call * count >= BLOCK_S / 4 or count >= 1 << 16:
-            return per_call
-        count *= 4
 
 
 def _make_plan(call: _Call, entries: Sequence[_Candidate], selector: AutoFastest) -> Plan:

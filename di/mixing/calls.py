@@ -1,4 +1,4 @@
-"""What a :class:`~di.mixing.DifferentiateWith` knows of ``f`` at one input signature.
+"""What a :class:`~di.mixing.core.DifferentiateWith` knows of ``f`` at one input signature.
 
 A host (the module that makes ``g`` differentiable inside one outer engine) hands
 ``f``'s arguments across as flat lists of leaves, in its own engine's arrays.
@@ -106,7 +106,7 @@ def engine_family(backend: AbstractBackend) -> str:
         ('numpy', 'numpy')
     """
     engine = engine_backend(backend)
-    return "numpy" if engine is None else get_adapter(engine).family
+    return "numpy" if engine is None else get_adapter(engine).capabilities.family
 
 
 def handover(value: Any, family: str) -> Any:

@@ -26,7 +26,8 @@ from di.contexts import Constant, Context
 from di.errors import DIError, InvalidInputError, type_label
 from di.families import converter, families, family_of, get_family, spec_of
 from di.mixing.calls import Call, Signature, Spec, engine_backend, engine_family, to_family
-from di.prep.signature import check_contexts_wrapped, describe_value
+from di.prep.arguments import check_contexts_wrapped
+from di.prep.description import describe_value
 from di.pytrees import tree_flatten, tree_map, tree_unflatten
 
 __all__ = ["DifferentiateWith", "Host", "host_of"]

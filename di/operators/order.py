@@ -8,7 +8,7 @@ import functools
 from collections.abc import Callable
 from typing import Any
 
-from di.backends.fallbacks import with_aux
+from di.backends.aux import with_aux
 from di.families import family_of
 from di.operators.table import Operator
 from di.prep.finish import finished, split_finish

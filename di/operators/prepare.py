@@ -30,9 +30,11 @@ from di.prep.arguments import check_tangent_dtypes, refuse_array_kinds, refuse_s
 from di.prep.base import Prep
 from di.prep.description import describe_value
 from di.prep.facts import ArgumentFacts, Facts
-from di.prep.strategy import NO_INFO, PrepareRequest, Strategy, StrategyInfo
+from di.prep.info import NO_INFO, StrategyInfo
+from di.prep.strategy import PrepareRequest, Strategy
 from di.prep.traced import concrete
-from di.pytrees import Raveler, check_flattens, check_floating_leaves, is_pytree, leaf_paths, tree_flatten, tree_map
+from di.pytrees import check_flattens, is_pytree, leaf_paths, tree_flatten, tree_map
+from di.pytrees.ravel import Raveler, check_floating_leaves
 
 __all__ = ["check_tangents", "prepare_operator", "prepare_request"]
 
@@ -343,7 +345,7 @@ def _check_engine_dtypes(source: ProgramSource, backend: AbstractBackend, facts:
     Raises:
         InvalidInputError: naming the backend, the argument, the dtype and the fix.
     """
-    engine = get_family(source.adapter.family)
+    engine = get_family(source.adapter.capabilities.family)
     for argument in (facts.x, *facts.values):
         for _, leaf, family in argument.leaves:
             if family is None or family == engine.name or engine.takes_dtype(leaf.dtype):

@@ -14,8 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from di.backends.aux import aux_converter
-from di.backends.fallbacks import with_aux
+from di.backends.aux import aux_converter, with_aux
 from di.backends.source import ProgramSource
 from di.contexts import Context
 from di.errors import InvalidInputError
@@ -26,7 +25,8 @@ from di.prep.facts import ArgumentFacts, Facts
 from di.prep.finish import finished
 from di.prep.own_checks import checks_arguments
 from di.prep.traces import refuse_foreign_traces
-from di.pytrees import Raveler, tree_map
+from di.pytrees import tree_map
+from di.pytrees.ravel import Raveler
 
 __all__ = ["caller_family", "caller_programs"]
 
@@ -271,7 +271,7 @@ def _raveled(
     tangents shaped like it) are flattened into one vector, ``f`` sees the pytree
     again, and results shaped like ``x`` are unflattened leaf by leaf."""
     raveler = Raveler(x)
-    cast_leaves = not source.evaluates_in_float64
+    cast_leaves = not source.adapter.capabilities.float64
 
     split = source.adapter.split_vector if len(raveler.sizes) > 1 else None
 

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from di.backends.protocol import AUX_FAMILIES, OPERATOR_FAMILIES
+from di.backends.capabilities import AUX_FAMILIES, OPERATOR_FAMILIES
 
 __all__ = ["OPERATORS", "Operator", "documented"]
 

@@ -13,7 +13,8 @@ from di.families import dtype_kind, families, family_of, get_family, is_floating
 from di.prep.description import describe_value
 from di.prep.facts import Facts
 from di.prep.traced import concrete, traced_type
-from di.pytrees import check_flattens, check_floating_leaves, leaf_paths, tree_flatten
+from di.pytrees import check_flattens, leaf_paths, tree_flatten
+from di.pytrees.ravel import check_floating_leaves
 
 __all__ = [
     "check_array_kinds",

@@ -14,7 +14,8 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from di.families import family_of, get_family
-from di.pytrees import Structure, is_pytree, tree_flatten
+from di.pytrees import is_pytree, tree_flatten
+from di.pytrees.structure import Structure
 
 __all__ = ["KeyFunction", "Matcher", "key_function", "matcher_for", "one_family_matcher", "same_selector"]
 

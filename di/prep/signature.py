@@ -1,12 +1,6 @@
 """The signature a prep records of one argument (:class:`ArgumentCheck`): how a
 later call's argument is recognised, how the prepared one is described, and why
 another differs.
-
-The names of this module's former concerns are found here too, as their
-importers know them: the traced values (:mod:`di.prep.traced`), the keys and
-matchers (:mod:`di.prep.matching`), the descriptions (:mod:`di.prep.description`),
-the argument checks (:mod:`di.prep.arguments`) and the programs that check their
-own arguments (:mod:`di.prep.own_checks`).
 """
 
 from __future__ import annotations
@@ -15,54 +9,13 @@ from typing import Any
 
 from di.contexts import Context
 from di.families import ArraySpec, get_family
-from di.prep.arguments import (
-    check_array_kinds,
-    check_contexts_wrapped,
-    check_tangent_dtypes,
-    check_x,
-    check_x_leaves,
-    named_leaves,
-)
 from di.prep.description import describe_value
 from di.prep.facts import Facts
-from di.prep.matching import KeyFunction, Matcher, key_function, matcher_for, one_family_matcher, same_selector
-from di.prep.own_checks import ArgumentsRejected, checked_by_executable, checks_arguments, compiling_again
-from di.prep.traced import (
-    TracedType,
-    concrete,
-    plain,
-    register_traced_type,
-    set_traced_type_loader,
-    traced_type,
-    tracing,
-)
+from di.prep.matching import KeyFunction, Matcher, key_function, matcher_for
+from di.prep.traced import plain
 from di.pytrees import is_pytree, leaf_paths, tree_flatten
 
-__all__ = [
-    "ArgumentCheck",
-    "ArgumentsRejected",
-    "TracedType",
-    "check_array_kinds",
-    "check_contexts_wrapped",
-    "check_tangent_dtypes",
-    "check_x",
-    "check_x_leaves",
-    "checked_by_executable",
-    "checks_arguments",
-    "compiling_again",
-    "concrete",
-    "describe_value",
-    "key_function",
-    "matcher_for",
-    "named_leaves",
-    "one_family_matcher",
-    "plain",
-    "register_traced_type",
-    "same_selector",
-    "set_traced_type_loader",
-    "traced_type",
-    "tracing",
-]
+__all__ = ["ArgumentCheck"]
 
 
 class ArgumentCheck:

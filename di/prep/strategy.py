@@ -21,14 +21,14 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from di.prep.base import Prep
 from di.prep.facts import ArgumentFacts
-from di.prep.info import NO_INFO, StrategyInfo
+from di.prep.info import StrategyInfo
 
 if TYPE_CHECKING:
     from di.backends.selectors import AbstractBackend
     from di.backends.source import ProgramSource
     from di.contexts import Context
 
-__all__ = ["NO_INFO", "PrepareRequest", "Preparer", "Strategy", "StrategyInfo"]
+__all__ = ["PrepareRequest", "Preparer", "Strategy"]
 
 
 @dataclass(frozen=True)

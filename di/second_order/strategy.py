@@ -13,14 +13,13 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from di.backends import fallbacks
-from di.backends.fallbacks import rewrap_context
+from di.backends.capabilities import OPERATOR_FAMILIES as FAMILIES
 from di.backends.outputs import OutputRules, check_output
-from di.backends.protocol import OPERATOR_FAMILIES as FAMILIES
 from di.backends.protocol import Adapter, Programs, checked_program, keeping_error
 from di.backends.registry import get_adapter, get_strategy
 from di.backends.selectors import AbstractBackend, available_backends
 from di.backends.source import ProgramSource
-from di.contexts import Context
+from di.contexts import Context, rewrap_context
 from di.errors import UnsupportedOperatorError
 from di.families import converter, family_of, get_family, identity, is_floating_dtype
 from di.prep.base import Prep
@@ -73,7 +72,7 @@ def supported_pairs(backends: list[AbstractBackend] | None = None) -> list[tuple
 
     Examples:
         >>> import di
-        >>> from di.second_order import supported_pairs
+        >>> from di.second_order.strategy import supported_pairs
         >>> supported_pairs([di.AutoFiniteDiff()])
         [(AutoFiniteDiff(method='central', step=None), AutoFiniteDiff(method='central', step=None))]
     """
@@ -169,7 +168,7 @@ class SecondOrderSource(ProgramSource):
         raise UnsupportedOperatorError(f"{outer.backend!r}: SecondOrder prepares {operator} on its inner backend")
 
     def _float64(self) -> bool:
-        return self.adapter.evaluates_in_float64
+        return self.adapter.capabilities.float64
 
     def _inner_value(
         self, operator: str, f: Callable[..., Any], x: Any, contexts: Sequence[Context]
@@ -183,8 +182,8 @@ class SecondOrderSource(ProgramSource):
         The inner derivative program, called first, checked ``f``'s output by its
         engine's rules: here only its shape is made the operator's."""
         program = self.inner.prepare_value_program(f, x, contexts)
-        convert = converter(self.inner.family, self.adapter.family)
-        own = get_family(self.adapter.family).copy if convert is identity else identity
+        convert = converter(self.inner.capabilities.family, self.adapter.capabilities.family)
+        own = get_family(self.adapter.capabilities.family).copy if convert is identity else identity
         backend, rules = self.inner.backend, OutputRules()
 
         def value(x: Any, *values: Any) -> Any:
@@ -199,15 +198,14 @@ class SecondOrderSource(ProgramSource):
         function the outer backend can differentiate: prepared for arguments in the
         outer family (float64 when the outer engine evaluates in float64), which is
         what the outer adapter calls it with, and returning results in that family."""
-        widen = _widening(self.adapter.family) if self._float64() else identity
-        x_outer = widen(converter(family_of(x), self.adapter.family)(x)) if not isinstance(x, float) else x
-        outer_contexts = [
-            rewrap_context(c, widen(converter(family_of(c.value), self.adapter.family)(c.value))) for c in contexts
-        ]
+        outer = self.adapter.capabilities.family
+        widen = _widening(outer) if self._float64() else identity
+        x_outer = widen(converter(family_of(x), outer)(x)) if not isinstance(x, float) else x
+        outer_contexts = [rewrap_context(c, widen(converter(family_of(c.value), outer)(c.value))) for c in contexts]
         inner = fallbacks.programs(self.inner, operator, f, x_outer, outer_contexts)[operator]
         if widen is identity:
             return checked_program(self._in_outer_family(inner))
-        to_outer = converter(self.inner.family, self.adapter.family)
+        to_outer = converter(self.inner.capabilities.family, self.adapter.capabilities.family)
 
         def in_float64(x: Any, *values: Any) -> Any:
             return to_outer(inner(x, *[widen(v) for v in values]))
@@ -215,7 +213,7 @@ class SecondOrderSource(ProgramSource):
         return checked_program(keeping_error(in_float64, inner))
 
     def _in_outer_family(self, program: Callable[..., Any]) -> Callable[..., Any]:
-        convert = converter(self.inner.family, self.adapter.family)
+        convert = converter(self.inner.capabilities.family, self.adapter.capabilities.family)
         if convert is identity:
             return program
 

@@ -8,6 +8,8 @@ detection, coloring and decompression.
 * :mod:`di.sparse.arrays`: the pattern of ``f`` run on traced arrays of the array API
   (``TracerSparsity(method="arrays")``, :class:`di.LocalTracerSparsity`), second order for Hessians.
 * :mod:`di.sparse.strategy`: the preparation hook of :class:`di.AutoSparse`;
+  :mod:`di.sparse.colored`: its colored jacobian and hessian programs, whose engine
+  side (the batched products and the gather) is :mod:`di.sparse.products`;
   :mod:`di.sparse.choice` picks the coloring, :mod:`di.sparse.assembly` gathers the result.
 * :mod:`di.sparse.coloring`, :mod:`di.sparse.kernels`: greedy column, row, star,
   acyclic and bidirectional colorings and their orders (Numba when installed).

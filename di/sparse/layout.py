@@ -12,7 +12,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from di.pytrees import Raveler, Structure
+from di.pytrees.ravel import Raveler
+from di.pytrees.structure import Structure
 
 __all__ = ["CallerOrder", "caller_order", "leaf_columns", "leaf_layout"]
 
@@ -60,12 +61,12 @@ def caller_order(x: Any) -> list[int]:
 
 
 class CallerOrder:
-    """A :class:`~di.pytrees.Raveler` over ``x``'s leaves taken in the caller's order
+    """A :class:`~di.pytrees.ravel.Raveler` over ``x``'s leaves taken in the caller's order
     (:func:`caller_order`): the vector's entries are the leaves in that order, and
     the pytrees it builds are shaped like ``x`` (its dicts in the caller's key order).
 
     Args:
-        x: the pytree (checked by :class:`~di.pytrees.Raveler`, naming its leaves).
+        x: the pytree (checked by :class:`~di.pytrees.ravel.Raveler`, naming its leaves).
         order: :func:`caller_order` of ``x``.
     """
 
@@ -108,7 +109,7 @@ class CallerOrder:
 
 def leaf_layout(x: Any) -> Raveler | CallerOrder:
     """The flattening of ``x`` whose vector holds the leaves in the caller's order:
-    ``di``'s :class:`~di.pytrees.Raveler` where that is ``optree``'s order (no dict
+    ``di``'s :class:`~di.pytrees.ravel.Raveler` where that is ``optree``'s order (no dict
     out of sorted order), else a :class:`CallerOrder`.
 
     Examples:

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from di.families import family_of, get_family
-from di.fastest.strategy import finite_entry_difference
+from di.fastest.agreement import finite_entry_difference
 from di.testing.arrays import dtype_name, pytree_leaves, records_graph, sparse_to_numpy, to_numpy
 
 __all__ = ["compare", "max_error", "same"]

@@ -26,7 +26,7 @@ from typing import Any
 
 from di.backends.selectors import AbstractBackend
 from di.testing.runner import FAILED, PREP_MODES, SKIPPED, Case, CaseResult, iter_cases, run_case
-from di.testing.scenarios import Scenario
+from di.testing.scenario import Scenario
 
 __all__ = ["check_case", "differentiation_params", "make_test", "parametrize_differentiation"]
 

@@ -40,7 +40,7 @@ from di.backends.selectors import AbstractBackend
 from di.contexts import Cache, Constant, Context
 from di.testing.arrays import copy_tree, records_graph
 from di.testing.compare import compare, expected_family_and_dtype, max_error, same
-from di.testing.labels import backend_label, parse_backend
+from di.testing.labels import backend_label
 from di.testing.scenario import Scenario
 from di.testing.scenarios import default_scenarios
 from di.testing.tolerances import default_tolerances
@@ -50,10 +50,7 @@ __all__ = [
     "Case",
     "CaseResult",
     "DifferentiationReport",
-    "backend_label",
-    "default_tolerances",
     "iter_cases",
-    "parse_backend",
     "pytrees_supported",
     "run_case",
     "test_differentiation",

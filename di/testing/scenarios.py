@@ -25,25 +25,11 @@ import numpy as np
 import di
 from di.contexts import Cache, Constant
 from di.families import family_of, get_family
-from di.testing.arrays import copy_tree, from_numpy_in, pytree_leaves, to_numpy, tree_map
-from di.testing.scenario import AUX_OPERATORS, OPERATORS, OperatorSpec, PrepArgs, Scenario, replace_scenario
+from di.testing.arrays import from_numpy_in
+from di.testing.scenario import OPERATORS, Scenario
 from di.testing.scenario_table import SAME_X, Analytic, Fixed, NaNs, Point, Row, RowGroup, Uniform
 
-__all__ = [
-    "AUX_OPERATORS",
-    "OPERATORS",
-    "SCENARIO_GROUPS",
-    "OperatorSpec",
-    "PrepArgs",
-    "Scenario",
-    "ScenarioGroup",
-    "copy_tree",
-    "default_scenarios",
-    "pytree_leaves",
-    "replace_scenario",
-    "to_numpy",
-    "tree_map",
-]
+__all__ = ["SCENARIO_GROUPS", "ScenarioGroup", "default_scenarios"]
 
 
 # --- the functions, written once with the array API --------------------------------------

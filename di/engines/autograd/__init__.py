@@ -10,7 +10,7 @@ from __future__ import annotations
 from di.backends.engine import Engine, NamespaceOverride
 from di.engines.autograd.selector import AutoAutograd
 
-__all__ = ["ENGINE", "AutoAutograd"]
+__all__ = ["ENGINE"]
 
 ENGINE = Engine(
     name="autograd",

@@ -16,9 +16,10 @@ from autograd.numpy.numpy_boxes import ArrayBox
 from autograd.tracer import Box, getval
 
 from di.backends.aux import split_output
+from di.backends.capabilities import AUX_FAMILIES, Capabilities
 from di.backends.engine import TracedValues
 from di.backends.outputs import SCALAR_OPERATORS, OutputRules, checking, untraced_output_error
-from di.backends.protocol import Adapter, Capabilities, Programs
+from di.backends.protocol import Adapter, Programs
 from di.backends.selectors import AbstractBackend
 from di.backends.transforms import Composition
 from di.contexts import Context
@@ -268,6 +269,7 @@ class AutogradAdapter(Adapter):
                 "AutoAutograd's own transforms nest, so second derivatives are autograd's.",
             ),
         ),
+        aux=AUX_FAMILIES,
         cache=False,
         cache_note=(
             "autograd cannot write traced values into arrays. Use AutoTorch, AutoJAX or AutoFiniteDiff, "

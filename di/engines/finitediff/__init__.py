@@ -9,7 +9,7 @@ from __future__ import annotations
 from di.backends.engine import Engine
 from di.engines.finitediff.selector import AutoFiniteDiff, tolerances
 
-__all__ = ["ENGINE", "AutoFiniteDiff"]
+__all__ = ["ENGINE"]
 
 ENGINE = Engine(
     name="finitediff",

@@ -9,7 +9,7 @@ from __future__ import annotations
 from di.backends.engine import Engine
 from di.engines.jax.selector import AutoJAX
 
-__all__ = ["ENGINE", "AutoJAX"]
+__all__ = ["ENGINE"]
 
 ENGINE = Engine(
     name="jax",

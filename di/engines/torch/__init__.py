@@ -9,7 +9,7 @@ from __future__ import annotations
 from di.backends.engine import Engine
 from di.engines.torch.selector import AutoTorch
 
-__all__ = ["ENGINE", "AutoTorch"]
+__all__ = ["ENGINE"]
 
 ENGINE = Engine(
     name="torch",

@@ -3,10 +3,14 @@ the rest, and ``torch.compile`` of ``torch.func`` programs when asked.
 
 The adapter decides once, from the contexts, which family of programs serves a
 prep: with a ``Cache`` (which ``torch.func`` cannot write traced values into)
-every operator is built from eager reverse mode (:mod:`.eager`), otherwise from
-``torch.func`` (:mod:`.func`), whose eager gradient and pullback are the reverse
-mode of :mod:`.eager` all the same (the faster path). :mod:`.compile` compiles
-and watches recompiles; :mod:`.common` holds what they share.
+every operator is built from eager reverse mode (:mod:`.eager`, over the one
+reverse-mode sequence of :mod:`.reverse`), otherwise from ``torch.func``
+(:mod:`.func`), whose eager gradient and pullback are that reverse mode all the
+same (the faster path). :mod:`.compile` compiles and watches recompiles. What the
+programs share has a module per concern: where the call runs
+(:mod:`.transforms`), tensors as autograd takes them (:mod:`.tensors`), results
+the caller owns (:mod:`.ownership`), torch's output rules and refusals
+(:mod:`.rules`), and what the programs ask of the adapter (:mod:`.base`).
 """
 
 from __future__ import annotations
@@ -18,24 +22,20 @@ from typing import Any
 
 import torch
 
-from di.backends.protocol import OPERATOR_FAMILIES, Capabilities, Programs
+from di.backends.capabilities import AUX_FAMILIES, OPERATOR_FAMILIES, Capabilities
+from di.backends.protocol import Programs
 from di.backends.transforms import Composition
 from di.contexts import Cache, Context
+from di.engines.torch.base import TorchBase
 from di.engines.torch.checks import refuse_what_compiling_drops
-from di.engines.torch.common import (
-    TorchBase,
-    addresses,
-    overwritten_error,
-    owning,
-    refusing_caches_inside_transforms,
-    requires_grad,
-    unshared,
-    version_of,
-)
 from di.engines.torch.compile import TorchCompiler
 from di.engines.torch.eager import EagerPrograms
 from di.engines.torch.func import FuncPrograms
+from di.engines.torch.ownership import addresses, owning, unshared
+from di.engines.torch.rules import overwritten_error, version_of
 from di.engines.torch.selector import AutoTorch
+from di.engines.torch.tensors import requires_grad
+from di.engines.torch.transforms import refusing_caches_inside_transforms
 
 __all__ = ["COMPOSITIONS", "TorchAdapter"]
 
@@ -106,6 +106,7 @@ class TorchAdapter(TorchBase):
         compile_option="compile",
         pytrees=frozenset({"gradient"}),
         compiled_pytrees=frozenset({"gradient"}),
+        aux=AUX_FAMILIES,
         cache_note=(
             "f receives the caller's buffer (numpy buffers through torch.from_numpy, sharing memory), detached after "
             "the call; operators torch.func cannot run on buffers are built from reverse mode."
@@ -120,11 +121,6 @@ class TorchAdapter(TorchBase):
         self._eager = EagerPrograms(self)
         self._func = FuncPrograms(self)
         self._preparing_now = threading.local()  # (the operator each thread prepares: :meth:`_preparing`)
-
-    @property
-    def native_pytrees(self) -> frozenset[str]:  # type: ignore[override]
-        """Eager gradients take pytrees leaf by leaf; the rest is flattened."""
-        return self.capabilities.pytrees_when(self.compiled)
 
     def _programs_for(
         self, f: Callable[..., Any], x: Any, contexts: Sequence[Context], has_aux: bool = False
@@ -148,7 +144,7 @@ class TorchAdapter(TorchBase):
         when they write into a ``Cache`` (the ``torch.func`` programs, which
         compose with transforms, cannot write into buffers). The ``torch.func``
         programs' values and ``aux`` are copied where they share an input's memory
-        (:func:`~di.engines.torch.common.owning`); the eager reverse-mode ones
+        (:func:`~di.engines.torch.ownership.owning`); the eager reverse-mode ones
         (every program with a ``Cache``, the eager gradient and pullback) see to
         it themselves."""
         if any(isinstance(c, Cache) for c in contexts):

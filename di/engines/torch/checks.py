@@ -5,7 +5,7 @@ silently wrong that eager mode gets right:
 
 * an output cut off from ``x`` (``x.detach() * 2``, another engine's result):
   inside the trace ``x`` itself reads ``requires_grad=False``, so the check that
-  refuses the cut eagerly (:func:`~di.engines.torch.eager.refuse_cut_off`)
+  refuses the cut eagerly (:func:`~di.engines.torch.rules.refuse_cut_off`)
   cannot tell, and the derivative comes out as zeros;
 * a ``torch.autograd.Function``: dynamo traces its ``forward`` and differentiates
   that, dropping the Function's own ``backward`` and ``jvp`` under a ``torch.func``
@@ -26,8 +26,8 @@ import torch
 import torch.utils._pytree as torch_pytree
 
 from di.contexts import Context
-from di.engines.torch.common import TorchBase, overwritten_error, refusing_writes
-from di.engines.torch.eager import refuse_cut_off
+from di.engines.torch.base import TorchBase
+from di.engines.torch.rules import overwritten_error, refuse_cut_off, refusing_writes
 from di.errors import UnsupportedOperatorError
 from di.pytrees import is_pytree, tree_flatten, tree_unflatten
 

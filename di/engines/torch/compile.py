@@ -34,7 +34,7 @@ import torch
 from di.backends.compile import RecompileWatch, caller_stacklevel, compiled_on_first_use
 from di.engines.torch.selector import AutoTorch
 from di.errors import InvalidInputError, RecompileLimitError, RecompileWarning, UnsupportedOperatorError
-from di.pytrees import nesting_depth
+from di.pytrees.structure import nesting_depth
 
 __all__ = [
     "FALLS_BACK",
@@ -414,7 +414,7 @@ _DI_FOLDER = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__f
 
 
 def break_in_di(error: BaseException) -> str:
-    """Where dynamo's graph break ``error`` happened (``"di/pytrees.py:120 in
+    """Where dynamo's graph break ``error`` happened (``"di/pytrees/structure.py:120 in
     unflatten"``) when it happened in ``di``'s own code rather than in ``f`` or a
     library ``f`` calls; ``""`` otherwise (or when dynamo does not say)."""
     stack = getattr(error, "real_stack", None) or []

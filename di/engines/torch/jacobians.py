@@ -20,12 +20,11 @@ from typing import Any
 
 import torch
 
-from di.engines.torch.common import dynamo_compiling
+from di.engines.torch.transforms import dynamo_compiling, functorch_active
 
 __all__ = ["batched_jvp_fails", "forward_jacobian", "per_tangent", "reverse_jacobian", "rows", "standard_basis"]
 
 _func = torch.func
-_functorch_active: Callable[[], bool] = torch._C._are_functorch_transforms_active
 
 
 def batched_jvp_fails() -> bool:
@@ -40,7 +39,7 @@ def batched_jvp_fails() -> bool:
         >>> batched_jvp_fails()
         False
     """
-    return dynamo_compiling() and _functorch_active()
+    return dynamo_compiling() and functorch_active()
 
 
 def per_tangent(product: Callable[[Any], Any], tangents: Sequence[Any]) -> tuple[Any, ...]:

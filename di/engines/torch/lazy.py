@@ -11,7 +11,8 @@ import torch
 
 from di.backends.protocol import Programs
 from di.contexts import Context
-from di.engines.torch.common import dynamo_compiling, inside_transform, transform_of
+from di.engines.torch.family import transform_of
+from di.engines.torch.transforms import dynamo_compiling, inside_transform
 
 __all__ = ["built_on_first_use", "stand_in_maker"]
 

@@ -8,7 +8,7 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from di.engines.torch.common import dynamo_compiling
+from di.engines.torch.transforms import dynamo_compiling
 
 __all__ = ["FORWARD_MODE_LOCK", "running"]
 

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
-from di.backends.protocol import is_static_context
+from di.backends.compile import is_static_context
 from di.contexts import Context
 from di.errors import DIError, InvalidInputError
 from di.families import converter, family_of

@@ -19,20 +19,23 @@ import types
 from collections.abc import Callable
 from typing import Any
 
+import array_api_compat.numpy
 import numpy as np
 
 from di.sparse.arrays import namespace
-from di.sparse.arrays.namespace import _np_xp, _numpy, _positions, _reduced, _reduction, _rows, _tape, _value
+from di.sparse.arrays.rules import computed, positions_of, reduced, reduction, rows_at, tape_of, value_of
 from di.sparse.arrays.tracer import Traced
 
 __all__ = ["fft", "linalg"]
+
+_np_xp: Any = array_api_compat.numpy
 
 
 def _whole(function: Callable[..., Any], *, linear: bool) -> Callable[..., Any]:
     """Every output element depending on every element of every traced argument."""
 
     def rule(*arguments: Any, **options: Any) -> Any:
-        tape = _tape(arguments)
+        tape = tape_of(arguments)
         if tape is None:
             return function(*arguments, **options)
         traced = [a for a in arguments if isinstance(a, Traced)]
@@ -41,7 +44,7 @@ def _whole(function: Callable[..., Any], *, linear: bool) -> Callable[..., Any]:
         result = _evaluated(function, arguments, options)
         outputs = result if isinstance(result, tuple) else (result,)
         every = np.ones((1, joined.size), dtype=np.bool_)
-        spread = [_reduced(joined, every, np.asarray(out), nonlinear=not linear, broadcast=True) for out in outputs]
+        spread = [reduced(joined, every, np.asarray(out), nonlinear=not linear, broadcast=True) for out in outputs]
         if not isinstance(result, tuple):
             return spread[0]
         return type(result)(*spread) if hasattr(result, "_fields") else tuple(spread)
@@ -55,7 +58,7 @@ def _evaluated(function: Callable[..., Any], arguments: tuple[Any, ...], options
     and the point's values fail (a singular matrix), of random values of the same
     shapes, which give the output's shape."""
     try:
-        return _numpy(function, *[_value(a) for a in arguments], **options)
+        return computed(function, *[value_of(a) for a in arguments], **options)
     except Exception:
         if all(a.known or a.tape.local for a in arguments if isinstance(a, Traced)):
             raise
@@ -63,10 +66,10 @@ def _evaluated(function: Callable[..., Any], arguments: tuple[Any, ...], options
         stand_ins = [
             rng.standard_normal(a.shape).astype(a.dtype)
             if isinstance(a, Traced) and not (a.known or a.tape.local)
-            else _value(a)
+            else value_of(a)
             for a in arguments
         ]
-        return _numpy(function, *stand_ins, **options)
+        return computed(function, *stand_ins, **options)
 
 
 def _along_axis(function: Callable[..., Any]) -> Callable[..., Any]:
@@ -75,13 +78,13 @@ def _along_axis(function: Callable[..., Any]) -> Callable[..., Any]:
     def rule(x: Any, /, *args: Any, axis: int = -1, **options: Any) -> Any:
         if not isinstance(x, Traced):
             return function(x, *args, axis=axis, **options)
-        value = np.asarray(_numpy(function, x.value, *args, axis=axis, **options))
+        value = np.asarray(computed(function, x.value, *args, axis=axis, **options))
         axis = axis % x.ndim
-        groups = np.moveaxis(_positions(x), axis, -1).reshape(-1, x.shape[axis])
-        lines = _reduced(x, groups, np.zeros(groups.shape[0]), nonlinear=False)
+        groups = np.moveaxis(positions_of(x), axis, -1).reshape(-1, x.shape[axis])
+        lines = reduced(x, groups, np.zeros(groups.shape[0]), nonlinear=False)
         moved_shape = (*np.delete(np.asarray(value.shape), axis), value.shape[axis])
         line_index = np.broadcast_to(np.arange(groups.shape[0]).reshape(*moved_shape[:-1], 1), moved_shape)
-        return _rows(lines, np.moveaxis(line_index, -1, axis), value)
+        return rows_at(lines, np.moveaxis(line_index, -1, axis), value)
 
     rule.__name__ = function.__name__
     return rule
@@ -91,7 +94,7 @@ def _shift(function: Callable[..., Any]) -> Callable[..., Any]:
     def rule(x: Any, /, *, axes: Any = None) -> Any:
         if not isinstance(x, Traced):
             return function(x, axes=axes)
-        return _rows(x, function(_positions(x), axes=axes), function(x.value, axes=axes))
+        return rows_at(x, function(positions_of(x), axes=axes), function(x.value, axes=axes))
 
     return rule
 
@@ -99,8 +102,8 @@ def _shift(function: Callable[..., Any]) -> Callable[..., Any]:
 def _diagonal(x: Any, /, *, offset: int = 0) -> Any:
     if not isinstance(x, Traced):
         return np.diagonal(x, offset=offset, axis1=-2, axis2=-1)
-    positions = np.diagonal(_positions(x), offset=offset, axis1=-2, axis2=-1)
-    return _rows(x, positions, np.diagonal(x.value, offset=offset, axis1=-2, axis2=-1))
+    positions = np.diagonal(positions_of(x), offset=offset, axis1=-2, axis2=-1)
+    return rows_at(x, positions, np.diagonal(x.value, offset=offset, axis1=-2, axis2=-1))
 
 
 def _trace(x: Any, /, *, offset: int = 0, dtype: Any = None) -> Any:
@@ -114,7 +117,7 @@ _MATRIX_FUNCTIONS = (
 
 linalg = types.SimpleNamespace(
     **{name: _whole(getattr(_np_xp.linalg, name), linear=False) for name in _MATRIX_FUNCTIONS},
-    vector_norm=_reduction(True, _np_xp.linalg.vector_norm),
+    vector_norm=reduction(True, _np_xp.linalg.vector_norm),
     diagonal=_diagonal,
     trace=_trace,
     matmul=namespace.matmul,

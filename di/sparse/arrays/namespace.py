@@ -26,7 +26,26 @@ import numpy as np
 import scipy.sparse as sp
 
 from di.sparse.arrays import tracer as _tracer
-from di.sparse.arrays.tracer import Tape, Traced, cross, select, union
+
+# The rules' helpers under private names: this module's public names are the namespace's.
+from di.sparse.arrays.rules import along_lines as _lines
+from di.sparse.arrays.rules import binary as _binary
+from di.sparse.arrays.rules import computed as _numpy
+from di.sparse.arrays.rules import elementwise as _elementwise
+from di.sparse.arrays.rules import everything as _everything
+from di.sparse.arrays.rules import joined as _joined
+from di.sparse.arrays.rules import lift as _lift
+from di.sparse.arrays.rules import linear_map as _linear_map
+from di.sparse.arrays.rules import positions_of as _positions
+from di.sparse.arrays.rules import rearranged as _rearranged
+from di.sparse.arrays.rules import reduced as _reduced
+from di.sparse.arrays.rules import reduction as _reduction
+from di.sparse.arrays.rules import rows_at as _rows
+from di.sparse.arrays.rules import tape_of as _tape
+from di.sparse.arrays.rules import unary as _unary
+from di.sparse.arrays.rules import value_of as _value
+from di.sparse.arrays.rules import zero_reduction as _zero_reduction
+from di.sparse.arrays.tracer import Tape, Traced, cross, union
 
 _np_xp: Any = array_api_compat.numpy
 
@@ -41,129 +60,7 @@ finfo, iinfo, isdtype, can_cast = _np_xp.finfo, _np_xp.iinfo, _np_xp.isdtype, _n
 # --- helpers ---------------------------------------------------------------------------
 
 
-def _tape(arguments: Sequence[Any]) -> Tape | None:
-    for argument in arguments:
-        if isinstance(argument, Traced):
-            return argument.tape
-        if isinstance(argument, (list, tuple)):
-            found = _tape(argument)
-            if found is not None:
-                return found
-    return None
-
-
-def _lift(value: Any, tape: Tape) -> Traced:
-    if isinstance(value, Traced):
-        return value
-    return Traced(np.asarray(value), None, None, True, tape)
-
-
-def _value(value: Any) -> Any:
-    return value.value if isinstance(value, Traced) else value
-
-
-def _positions(t: Traced) -> np.ndarray:
-    return np.arange(t.size).reshape(t.shape)
-
-
-def _known(arguments: Sequence[Traced]) -> bool:
-    return builtins.all(a.known for a in arguments)
-
-
-def _rows(t: Traced, positions: np.ndarray, value: np.ndarray, known: bool | None = None) -> Traced:
-    """``t``'s rows at ``positions`` (``-1``: none), with the value given."""
-    n = t.tape.n
-    first = select(t.first, positions, n)
-    second = select(t.second, positions, n * n)
-    return Traced(value, first, second, t.known if known is None else known, t.tape)
-
-
-def _numpy(function: Callable[..., Any], *values: Any, **options: Any) -> Any:
-    with np.errstate(all="ignore"):
-        return function(*values, **options)
-
-
-def _rearranged(function: Callable[..., Any], t: Traced, *args: Any, **options: Any) -> Traced:
-    """``function`` (a rearrangement: reshape, indexing, ...) applied to ``t``."""
-    positions = function(_positions(t), *args, **options)
-    return _rows(t, np.asarray(positions), np.asarray(function(t.value, *args, **options)))
-
-
-def _joined(function: Callable[..., Any], arrays: Sequence[Any], **options: Any) -> Traced:
-    """``function`` (concat, stack, ...) of several arrays, as one rearrangement."""
-    tape = _tape(arrays)
-    assert tape is not None
-    lifted = [_lift(a, tape) for a in arrays]
-    offsets = np.cumsum([0, *[a.size for a in lifted]])
-    positions = function([_positions(a) + offset for a, offset in zip(lifted, offsets)], **options)
-    n = tape.n
-    first = _stack_rows([a.first for a in lifted], lifted, n)
-    second = _stack_rows([a.second for a in lifted], lifted, n * n)
-    joined = Traced(np.zeros(0), first, second, _known(lifted), tape)
-    return _rows(joined, np.asarray(positions), np.asarray(function([a.value for a in lifted], **options)))
-
-
-def _stack_rows(matrices: Sequence[sp.csr_array | None], arrays: Sequence[Traced], columns: int) -> Any:
-    if builtins.all(m is None for m in matrices):
-        return None
-    blocks = [m if m is not None else sp.csr_array((a.size, columns), dtype=np.bool_) for m, a in zip(matrices, arrays)]
-    return sp.csr_array(sp.vstack(blocks, format="csr"))
-
-
 # --- elementwise -------------------------------------------------------------------------
-
-_PAIRS: dict[str, Callable[[int], list[tuple[int, int]]]] = {
-    "linear": lambda k: [],
-    "piecewise": lambda k: [],
-    "product": lambda k: [(0, 1)],
-    "quotient": lambda k: [(0, 1), (1, 1)],
-    "nonlinear": lambda k: [(i, j) for i in range(k) for j in range(i, k)],
-}
-
-
-def _elementwise(kind: str, function: Callable[..., Any], *arguments: Any, **options: Any) -> Any:
-    tape = _tape(arguments)
-    if tape is None:
-        return _numpy(function, *arguments, **options)
-    lifted = [_lift(a, tape) for a in arguments]
-    value = np.asarray(_numpy(function, *[a.value for a in lifted], **options))
-    known = _known(lifted)
-    if kind == "zero":
-        return Traced(value, None, None, known, tape)
-    shape = value.shape
-    broadcast = [np.broadcast_to(_positions(a), shape) for a in lifted]
-    if kind == "product":  # a constant zero factor removes the dependence
-        zero = np.zeros(shape, dtype=np.bool_)
-        for a in lifted:
-            if a.first is None and a.known:
-                zero |= np.broadcast_to(a.value == 0, shape)
-        broadcast = [np.where(zero, -1, p) for p in broadcast]
-    n = tape.n
-    firsts = [select(a.first, p, n) for a, p in zip(lifted, broadcast)]
-    first = union(firsts)
-    second = None
-    if tape.second_order:
-        parts = [select(a.second, p, n * n) for a, p in zip(lifted, broadcast)]
-        for i, j in _PAIRS[kind](len(lifted)):
-            parts.append(cross(firsts[i], firsts[j], n))
-        second = union(parts)
-    return Traced(value, first, second, known, tape)
-
-
-def _unary(kind: str, function: Callable[..., Any]) -> Callable[..., Any]:
-    def rule(x: Any, /, **options: Any) -> Any:
-        return _elementwise(kind, function, x, **options)
-
-    rule.__name__ = function.__name__
-    return rule
-
-
-def _binary(kind: str, function: Callable[..., Any]) -> Callable[..., Any]:
-    def rule(x1: Any, x2: Any, /, **options: Any) -> Any:
-        return _elementwise(kind, function, x1, x2, **options)
-
-    rule.__name__ = function.__name__
-    return rule
 
 
 _UNARY = {
@@ -345,57 +242,7 @@ def take_along_axis(x: Any, indices: Any, /, *, axis: int = -1) -> Any:
     return _everything(x, np.take_along_axis(x.value, index, axis=axis), "take_along_axis with indices computed from x")
 
 
-def _everything(x: Traced, value: np.ndarray, why: str) -> Traced:
-    """Each output element depending on every element of ``x``, with a note."""
-    x.tape.note(f"{why}: every output element taken to depend on every element of the indexed array")
-    return _reduced(x, np.zeros((1, x.size), dtype=np.bool_) | True, value, nonlinear=False, broadcast=True)
-
-
 # --- reductions and lines ------------------------------------------------------------------
-
-
-def _reduced(x: Traced, groups: np.ndarray, value: np.ndarray, *, nonlinear: bool, broadcast: bool = False) -> Traced:
-    """Output element ``o`` depends on the positions ``groups[o]`` of ``x`` (a
-    boolean mask over all positions when ``broadcast``: one group for every output)."""
-    n = x.tape.n
-    if broadcast:
-        reducer = sp.csr_array(groups)
-    else:
-        count = groups.shape[1]
-        rows = np.repeat(np.arange(groups.shape[0]), count)
-        data = np.ones(rows.size, dtype=np.bool_)
-        reducer = sp.csr_array((data, (rows, groups.reshape(-1))), shape=(groups.shape[0], x.size))
-    first = None if x.first is None else sp.csr_array(reducer @ x.first, dtype=np.bool_)
-    second = None if x.second is None else sp.csr_array(reducer @ x.second, dtype=np.bool_)
-    if nonlinear and x.tape.second_order:
-        second = union([second, cross(first, first, n)])
-    if broadcast:
-        every = np.zeros(value.shape, dtype=np.int64)
-        spread = Traced(np.zeros(1), first, second, x.known, x.tape)
-        return _rows(spread, every, value)
-    return Traced(value, first, second, x.known, x.tape)
-
-
-def _axes(x: Traced, axis: int | Sequence[int] | None) -> tuple[int, ...]:
-    if axis is None:
-        return tuple(range(x.ndim))
-    axes = (axis,) if isinstance(axis, int) else tuple(axis)
-    return tuple(a % builtins.max(x.ndim, 1) for a in axes)
-
-
-def _reduction(nonlinear: bool, function: Callable[..., Any]) -> Callable[..., Any]:
-    def rule(x: Any, /, *, axis: Any = None, keepdims: bool = False, **options: Any) -> Any:
-        if not isinstance(x, Traced):
-            return function(x, axis=axis, keepdims=keepdims, **options)
-        axes = _axes(x, axis)
-        value = np.asarray(_numpy(function, x.value, axis=axes, keepdims=keepdims, **options))
-        kept = [a for a in range(x.ndim) if a not in axes]
-        positions = np.transpose(_positions(x), (*kept, *axes))
-        groups = positions.reshape(value.size, -1)
-        return _reduced(x, groups, value, nonlinear=nonlinear)
-
-    rule.__name__ = function.__name__
-    return rule
 
 
 sum = _reduction(False, np.sum)
@@ -407,27 +254,9 @@ std = _reduction(True, np.std)
 var = _reduction(True, np.var)
 
 
-def _zero_reduction(function: Callable[..., Any]) -> Callable[..., Any]:
-    def rule(x: Any, /, **options: Any) -> Any:
-        return _elementwise("zero", lambda v: function(v, **options), x)
-
-    return rule
-
-
 argmax, argmin = _zero_reduction(np.argmax), _zero_reduction(np.argmin)
 all, any = _zero_reduction(np.all), _zero_reduction(np.any)
 count_nonzero, argsort = _zero_reduction(np.count_nonzero), _zero_reduction(np.argsort)
-
-
-def _lines(x: Traced, axis: int, value: np.ndarray, *, nonlinear: bool) -> Traced:
-    """Each output element depending on its whole line of ``x`` along ``axis``."""
-    axis = axis % x.ndim
-    positions = np.moveaxis(_positions(x), axis, -1)
-    groups = positions.reshape(-1, x.shape[axis])
-    lines = _reduced(x, groups, np.zeros(groups.shape[0]), nonlinear=nonlinear)
-    line_of = np.empty(x.size, dtype=np.int64)
-    line_of[groups.reshape(-1)] = np.repeat(np.arange(groups.shape[0]), groups.shape[1])
-    return _rows(lines, line_of.reshape(x.shape), value)
 
 
 def sort(x: Any, /, *, axis: int = -1, descending: bool = False, stable: bool = True) -> Any:
@@ -512,12 +341,6 @@ def matmul(x1: Any, x2: Any, /) -> Any:
     right = b if b.ndim > 1 else expand_dims(b, axis=1)
     product = multiply(expand_dims(left, axis=-1), expand_dims(right, axis=-3))
     return reshape(sum(product, axis=-2), value.shape)
-
-
-def _linear_map(x: Traced, reducer: sp.csr_array, value: np.ndarray) -> Traced:
-    first = None if x.first is None else sp.csr_array(reducer @ x.first, dtype=np.bool_)
-    second = None if x.second is None else sp.csr_array(reducer @ x.second, dtype=np.bool_)
-    return Traced(value, first, second, x.known, x.tape)
 
 
 def tensordot(x1: Any, x2: Any, /, *, axes: Any = 2) -> Any:

@@ -11,13 +11,13 @@ from typing import Any
 
 import numpy as np
 
-from di.backends.protocol import is_static_context
+from di.backends.compile import is_static_context
 from di.contexts import Context
 from di.errors import BackendNotInstalledError, InvalidInputError
 from di.sparse.jaxpr.interpreter import interpret
 from di.sparse.patterns import Detection, symmetrize
 
-__all__ = ["hessian_pattern", "installed", "interpret", "jacobian_pattern", "traced_pattern"]
+__all__ = ["hessian_pattern", "installed", "jacobian_pattern", "traced_pattern"]
 
 
 def installed() -> bool:

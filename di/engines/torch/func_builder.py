@@ -1,0 +1,262 @@
+"""A prep's programs from pure ``torch.func`` functions (:class:`FuncBuilder`).
+
+Each operator family of :mod:`.func` is two pure functions of ``(x, [tangents,]
+*values)``: the plain operator's, returning its result alone, and the
+``value_and_*`` one. The builder turns them into the prep's programs: ``f``'s
+output checked for the operator (reverse mode refusing an output cut off from
+``x``, forward mode through a strict ``jvp``), compiled on a compiled backend
+(the first at preparation, the second on its first call), the inputs converted,
+detached and made dense, and, inside a ``torch.func`` transform or a
+``torch.compile`` trace of the caller's code, the functions run as given.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+
+from di.backends.compile import combined_first, static_argnums
+from di.backends.outputs import SCALAR_OPERATORS, OutputRules, checking
+from di.backends.protocol import Programs
+from di.contexts import Context
+from di.engines.torch.base import TorchBase
+from di.engines.torch.compile import UNSUPPORTED
+from di.engines.torch.ownership import detaching, without_overlap
+from di.engines.torch.rules import (
+    FORWARD_RULES,
+    REVERSE_RULES,
+    RULES,
+    cut_off_error,
+    overwritten_error,
+    refuse_cut_off,
+    refusing_writes,
+)
+from di.engines.torch.running import FORWARD_MODE_LOCK, running
+from di.engines.torch.tensors import like, requires_grad
+from di.engines.torch.transforms import dispatching
+from di.families import identity
+
+__all__ = ["FuncBuilder"]
+
+
+_func = torch.func
+_INDEPENDENT = "The output of f is independent of the inputs"
+"""torch's refusal, under ``torch.func.jvp(..., strict=True)``, of an output without a tangent."""
+
+
+class FuncBuilder:
+    """Builds a prep's programs from pure ``torch.func`` functions of ``(x,
+    [tangents,] *values)``: ``f``'s output checked for the operator, forward mode
+    that refuses an output cut off from ``x``, compiled at preparation on a
+    compiled backend, and run as given inside ``torch.func`` transforms and
+    ``torch.compile`` traces of the caller's code.
+
+    Args:
+        adapter: the torch adapter whose selector, compiler and converters the
+            programs use.
+    """
+
+    def __init__(self, adapter: TorchBase) -> None:
+        self.adapter = adapter
+
+    # --- building programs ---------------------------------------------------------------
+
+    def _checked(self, f: Callable[..., Any], operator: str, rules: OutputRules, has_aux: bool = False) -> Any:
+        """``f`` with its output checked for ``operator``; under ``has_aux`` it
+        returns ``(y, aux)``, and so does the checked function. In reverse mode an
+        array output that does not require grad was cut off from ``x`` (a
+        ``.detach()``, a tensor built anew): refused, as a scalar one is, rather
+        than differentiated into zeros (forward mode refuses it in :meth:`_jvp`)."""
+        backend = self.adapter.backend
+        if operator in SCALAR_OPERATORS:
+            return checking(f, backend, operator, rules, has_aux=has_aux, accept=_traced_scalar)
+        if rules is not REVERSE_RULES or getattr(f, "checked_program", False):
+            return checking(f, backend, operator, rules, has_aux=has_aux, accept=_float_array)
+        checked = checking(f, backend, operator, rules, has_aux=has_aux, accept=_traced_float_array)
+
+        def traced(x: Any, *values: Any) -> Any:
+            output = checked(x, *values)
+            y = output[0] if has_aux else output
+            if not y.requires_grad:  # (the common case, a recorded y, costs this look)
+                refuse_cut_off(y, x, backend, operator)
+            return output
+
+        return traced
+
+    def _jvp(self, f: Callable[..., Any], operator: str) -> Callable[..., Any]:
+        """``torch.func.jvp`` for the programs of ``operator`` (a jvp of ``f``'s own
+        output), refusing an output cut off from ``x`` with
+        :class:`di.InvalidOutputError`: one that carries no tangent (a
+        ``.detach()``, a tensor built anew) rather than a zero one (``x * 0``, an
+        ``f`` constant in ``x``). torch tells the two apart for free
+        (``strict=True``); its zeros for the first would be silent. An engine's own
+        program (a derivative constant in ``x``) is differentiated as it is."""
+        if getattr(f, "checked_program", False):
+            return _func.jvp
+        backend, jvp = self.adapter.backend, _func.jvp
+
+        def strict_jvp(fn: Callable[..., Any], primals: Any, tangents: Any, has_aux: bool = False) -> Any:
+            outputs: list[Any] = []
+
+            def recorded(x: Any) -> Any:  # (for the error's account of the output)
+                output = fn(x)
+                outputs.append(output)
+                return output
+
+            try:
+                return jvp(recorded, primals, tangents, strict=True, has_aux=has_aux)
+            except RuntimeError as err:
+                if _INDEPENDENT not in str(err) or not outputs:
+                    raise
+                raise cut_off_error(outputs[-1][0] if has_aux else outputs[-1], backend, operator) from err
+
+        return strict_jvp
+
+    def _forward_rules(self) -> OutputRules:
+        """Forward-mode outputs are checked for a tangent eagerly; a compiled graph
+        cannot read it."""
+        return RULES if self.adapter.compiled else FORWARD_RULES
+
+    def _programs(
+        self,
+        plain_core: Callable[..., Any],
+        full_core: Callable[..., Any],
+        x: Any,
+        tangents: Sequence[Any] | None,
+        contexts: Sequence[Context],
+        names: tuple[str, str],
+        *,
+        locked: bool = True,
+        fast: Callable[[Programs], Programs] | None = None,
+        refuse_breaks: bool = True,
+    ) -> Programs:
+        """The plain and the ``value_and_*`` programs of an operator family from two
+        pure ``torch.func`` functions of ``(x, [tangents,] *values)``, the first
+        returning the plain operator's result alone. Compiled, the first compiles
+        at preparation and the second on its first call (the other way round in a
+        preparation for the combined form, ``value=True``). ``locked``: the functions
+        use forward mode, whose state ``torch.func`` keeps per process.
+        ``refuse_breaks``: a graph break in ``f`` raises
+        :class:`di.UnsupportedOperatorError` (else dynamo's own error, for a caller
+        that falls back to compiling ``f`` alone).
+
+        Inside a ``torch.func`` transform or a ``torch.compile`` trace of the
+        caller's code, the programs run the functions themselves, uncompiled, on
+        the inputs as given (which the transform differentiates or batches);
+        elsewhere they run the functions, compiled on a compiled backend. ``fast``
+        (eager reverse mode) builds, from those inside programs, programs that
+        run them there and its own elsewhere, which are returned instead."""
+        adapter = self.adapter
+        to_torch_x = adapter.input_converters([x])[0]
+        convert_values = adapter.torch_context_converters(x, contexts)
+        convert_any = any(convert is not identity for convert in convert_values)
+        keeps_graph = adapter.selector.create_graph
+        lead = 1 if tangents is None else 2
+
+        def converted_arguments(
+            x: Any, tangents: Sequence[Any] | None, values: Sequence[Any], dense: bool = True
+        ) -> tuple[Any, ...]:
+            xt = x if to_torch_x is identity else to_torch_x(x)
+            if dense and xt.__class__ is torch.Tensor and not xt.is_contiguous():
+                xt = without_overlap(xt)
+            if convert_any:
+                values = [convert(v) for convert, v in zip(convert_values, values)]
+            if tangents is None:
+                return (xt, *values)
+            if len(tangents) == 1:
+                t = like(tangents[0], xt)
+                # forward mode refuses an expanded tangent too (compiled, with dynamo's raw error)
+                return (xt, (_dense(t) if dense else t,), *values)
+            if dense:
+                return (xt, tuple(_dense(like(t, xt)) for t in tangents), *values)
+            return (xt, tuple(like(t, xt) for t in tangents), *values)
+
+        def detached_arguments(x: Any, tangents: Sequence[Any] | None, values: Sequence[Any]) -> tuple[Any, ...]:
+            # results never carry the caller's graph
+            x = x.detach() if requires_grad(x) else x
+            values = [v.detach() if requires_grad(v) else v for v in values]
+            if tangents is not None:
+                tangents = [t.detach() if requires_grad(t) else t for t in tangents]
+            return converted_arguments(x, tangents, values)
+
+        arguments = converted_arguments if keeps_graph else detached_arguments
+        # an x whose elements share memory is made dense outside transforms; inside, the
+        # transform's own tensors are taken as they are
+        traced_arguments = functools.partial(converted_arguments, dense=False)
+
+        plain_function, full_function = plain_core, full_core
+        if adapter.compiles_now() and fast is None:
+            example = arguments(x, tangents, [c.value for c in contexts])
+            argnums = static_argnums(contexts, adapter.backend, lead)
+            # prepare_*(..., value=True) compiles the value_and_* program now, the plain one when first used
+            combined = combined_first()
+            now, later = (full_core, plain_core) if combined else (plain_core, full_core)
+
+            def warm_up(program: Callable[..., Any]) -> Any:
+                # (run on the caller's x: a write into it, which forward mode lets f make, is said)
+                def run() -> Any:
+                    if program is not now or not locked:
+                        return program(*example)
+                    with FORWARD_MODE_LOCK:  # the uncompiled program, run to find f's own error: forward mode
+                        return program(*example)
+
+                operator = names[1 if combined else 0]
+                return refusing_writes(run, example[:1], lambda xt: overwritten_error(adapter.backend, operator, x, xt))
+
+            try:
+                compiled_now, options = adapter.compiler.compile_now(now, warm_up, argnums, graph_breaks=False, x=x)
+            except UNSUPPORTED as err:
+                if not refuse_breaks:
+                    raise
+                raise adapter.compiler.one_graph_error(names[1 if combined else 0], err) from err
+            compiled_later = adapter.compiler.compile_on_first_use(later, options, argnums)
+            plain_function, full_function = (
+                (compiled_later, compiled_now) if combined else (compiled_now, compiled_later)
+            )
+        with_tangents = tangents is not None
+        traced = {
+            name: running(core, traced_arguments, with_tangents, locked, traced=True)
+            for name, core in zip(names, (plain_core, full_core))
+        }
+        if fast is not None:
+            return fast(traced)
+        # Inputs taken as they are (nothing to convert or detach, no tangents, no lock):
+        # the function itself, two Python calls fewer per prepared call.
+        as_given = keeps_graph and to_torch_x is identity and not convert_any and not with_tangents and not locked
+        programs = {}
+        for name, function in zip(names, (plain_function, full_function)):
+            refuse = functools.partial(overwritten_error, adapter.backend, name)
+            program = function if as_given else running(function, arguments, with_tangents, locked, refuse=refuse)
+            program = detaching(program, lead, keeps_graph)
+            programs[name] = adapter.counted(dispatching(program, traced[name], name, adapter.backend), contexts, lead)
+        return programs
+
+
+def _dense(tangent: Any) -> Any:
+    """A tensor ``tangent``, copied without overlap where it is not contiguous
+    (:func:`without_overlap`); anything else (a pytree cotangent, which the check
+    of ``f``'s output refuses with its remedy) as it is."""
+    if isinstance(tangent, torch.Tensor) and not tangent.is_contiguous():
+        return without_overlap(tangent)
+    return tangent
+
+
+def _traced_scalar(y: Any) -> bool:
+    """The common output of a scalar operator: a 0-d float tensor reverse mode
+    records (anything else gets the full check)."""
+    return y.__class__ is torch.Tensor and y.requires_grad and y.ndim == 0 and y.is_floating_point()
+
+
+def _traced_float_array(y: Any) -> bool:
+    """The common output of a reverse-mode array operator: a float tensor of at
+    least one dimension that reverse mode records."""
+    return y.__class__ is torch.Tensor and y.requires_grad and y.ndim > 0 and y.is_floating_point()
+
+
+def _float_array(y: Any) -> bool:
+    """The common output of the other operators: a float tensor of at least one
+    dimension (a 0-d one gets the full check, which looks for its tangent)."""
+    return y.__class__ is torch.Tensor and y.ndim > 0 and y.is_floating_point()
