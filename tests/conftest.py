@@ -16,6 +16,12 @@ from functions import SCENARIOS, Scenario
 from hypothesis import settings
 
 import di
+from di.backends.protocol import Capabilities
+from di.backends.registry import engines, get_adapter
+from di.backends.selectors import engine_of, load_family
+from di.families import family_of, get_family
+from di.testing import approximates, backend_label, default_tolerances, engine_backends
+from di.testing.arrays import to_numpy as _testing_to_numpy
 
 # --- hypothesis -------------------------------------------------------------------
 
@@ -27,49 +33,116 @@ settings.register_profile("random")
 settings.load_profile("random" if os.environ.get("DI_HYPOTHESIS_RANDOM") else "seeded")
 
 # --- backends ---------------------------------------------------------------------
+#
+# The every-backend matrices, read from the engine registry (di.testing.engine_backends): an
+# engine registered with di.register_engine joins every test below by registering, with no edit
+# to the tests. Each behaviour test picks the leanest matrix that covers its subject, so the suite
+# stays fast as engines are added; no engine is ever left out of a behaviour.
 
-_CANDIDATES: tuple[tuple[di.AbstractBackend, str], ...] = (
-    (di.AutoJAX(), "jax"),
-    (di.AutoJAX(jit=True), "jax-jit"),
-    (di.AutoTorch(), "torch"),
-    (di.AutoAutograd(), "autograd"),
-    (di.AutoFiniteDiff(), "fd-central"),
-    (di.AutoFiniteDiff(method="forward"), "fd-forward"),
-)
+ENGINES: list[di.AbstractBackend] = engine_backends(compiled=False)
+"""Each installed engine's default selector: the matrix of behaviours that do not depend on how
+the engine builds or compiles its programs (what is refused before any program runs, conversions
+between array families, the public surface). A compiled variant there would repeat its engine."""
 
-BACKENDS: list[di.AbstractBackend] = [b for b, _ in _CANDIDATES if b.is_installed]
-_IDS = {b: name for b, name in _CANDIDATES}
+BACKENDS: list[di.AbstractBackend] = engine_backends()
+"""ENGINES and each engine's compiled selectors (those its record declares ``compiled``):
+the matrix of behaviours a compiled program could change (the operators' results, contexts
+traced or compiled in, what f raises, preparations and their reuse, outputs)."""
+
+APPROXIMATIONS: list[di.AbstractBackend] = [b for b in engine_backends(every_label=True) if approximates(b)]
+"""Every labelled selector of an engine that approximates (central and forward differences).
+A further scheme changes the accuracy and the points f is evaluated at, nothing else: tests
+of those opt in with ``BACKENDS_AND_SCHEMES``."""
+
+BACKENDS_AND_SCHEMES: list[di.AbstractBackend] = list(dict.fromkeys([*BACKENDS, *APPROXIMATIONS]))
+"""BACKENDS and every scheme of the approximating engines: for tests of accuracy."""
 
 # The reference among the backends: exact (AD) derivatives.
-AD_BACKENDS = [b for b in BACKENDS if not isinstance(b, di.AutoFiniteDiff)]
-
-FAMILIES = ["numpy"] + [name for name, b in (("torch", di.AutoTorch()), ("jax", di.AutoJAX())) if b.is_installed]
+AD_BACKENDS = [b for b in BACKENDS if not approximates(b)]
 
 
-def backend_id(backend: Any) -> str:
-    """A short test id for a selector."""
-    return _IDS.get(backend, repr(backend))
-
-
-def backend_params(backends: Iterable[di.AbstractBackend] | None = None) -> list[Any]:
-    """``pytest.param`` per backend, with readable ids."""
-    return [pytest.param(b, id=backend_id(b)) for b in (BACKENDS if backends is None else backends)]
+def capabilities(backend: di.AbstractBackend) -> Capabilities:
+    """What the backend's adapter declares it offers (imports its engine)."""
+    return get_adapter(backend).capabilities
 
 
 def can_write_cache(backend: di.AbstractBackend) -> bool:
-    """Whether ``f`` may write into a ``Cache`` with ``buf[...] = ...`` on this backend."""
-    return isinstance(backend, (di.AutoTorch, di.AutoFiniteDiff))
+    """Whether ``f`` may write into a ``Cache`` with ``buf[...] = ...`` on this backend: its
+    engine takes caches, and the arrays it computes with can be written in place."""
+    declared = capabilities(backend)
+    return declared.cache and get_family(declared.family).mutable
+
+
+def evaluates_only(backend: di.AbstractBackend) -> bool:
+    """Whether the engine only evaluates ``f`` (finite differences) rather than tracing it: it
+    cannot tell an output computed from ``x`` from one that is not, and differentiates any
+    program as ``SecondOrder``'s outer backend."""
+    return capabilities(backend).differentiates == "any"
+
+
+# The selectors, by label, whose traced values convert with float() (eager torch's tensors): a
+# float() of a value computed from x slips through them unseen. No capability declares it.
+LETS_FLOAT_THROUGH = {"torch"}
+
+
+def refuses_float(backend: di.AbstractBackend) -> bool:
+    """Whether the engine itself refuses ``float()`` of a value it traces (``f`` computed a Python
+    number from ``x``): an engine that traces, unless its traced values convert."""
+    return not evaluates_only(backend) and backend_label(backend) not in LETS_FLOAT_THROUGH
+
+
+def compiles(backend: di.AbstractBackend) -> bool:
+    """Whether the selector compiles its programs at preparation (its engine's compile option
+    is on)."""
+    option = capabilities(backend).compile_option
+    return bool(option) and bool(getattr(backend, option, False))
+
+
+def engine_name(backend: di.AbstractBackend) -> str:
+    """The name of the backend's engine (``"jax"``): for the few expectations no capability
+    declares, listed by engine in the test that holds them."""
+    record = engine_of(backend)
+    return record.name if record is not None else ""
+
+
+def engine_family(backend: di.AbstractBackend) -> str:
+    """The array family the engine computes in (``"numpy"`` for an engine that brings none)."""
+    return capabilities(backend).family
+
+
+FAMILIES = list(
+    dict.fromkeys(
+        [
+            "numpy",
+            *(family.name for engine in engines() if engine.is_installed() and (family := load_family(engine))),
+        ]
+    )
+)
+"""The array families of the installed engines, NumPy first."""
+
+
+def backend_id(backend: Any) -> str:
+    """A short test id for a selector: its label (``jax-jit``, ``finitediff-forward``)."""
+    return backend_label(backend)
+
+
+def backend_params(backends: Iterable[di.AbstractBackend] | None = None) -> list[Any]:
+    """``pytest.param`` per backend, with readable ids (default: BACKENDS)."""
+    return [pytest.param(b, id=backend_id(b)) for b in (BACKENDS if backends is None else backends)]
 
 
 def supports(backend: di.AbstractBackend, scenario: Scenario) -> bool:
-    """Whether the scenario can run on the backend (JAX and autograd cannot write into
-    arrays; autograd refuses ``Cache`` altogether)."""
+    """Whether the scenario can run on the backend (one that writes into a ``Cache`` needs an
+    engine that can: JAX's arrays are immutable, autograd refuses ``Cache`` altogether)."""
     return not scenario.writes_cache or can_write_cache(backend)
 
 
-def backend_scenario_params(scenarios: Iterable[Scenario] = SCENARIOS) -> list[Any]:
-    """``pytest.param(backend, scenario)`` for every supported pair."""
-    return [pytest.param(b, s, id=f"{backend_id(b)}-{s.name}") for s in scenarios for b in BACKENDS if supports(b, s)]
+def backend_scenario_params(
+    scenarios: Iterable[Scenario] = SCENARIOS, backends: Iterable[di.AbstractBackend] | None = None
+) -> list[Any]:
+    """``pytest.param(backend, scenario)`` for every supported pair (default: BACKENDS)."""
+    chosen = list(BACKENDS if backends is None else backends)
+    return [pytest.param(b, s, id=f"{backend_id(b)}-{s.name}") for s in scenarios for b in chosen if supports(b, s)]
 
 
 def scenario_params(scenarios: Iterable[Scenario] = SCENARIOS) -> list[Any]:
@@ -78,17 +151,25 @@ def scenario_params(scenarios: Iterable[Scenario] = SCENARIOS) -> list[Any]:
 
 @pytest.fixture
 def backends() -> list[di.AbstractBackend]:
-    """Every installed backend selector under test."""
-    return list(BACKENDS)
+    """Every installed backend selector under test, with every scheme of the approximating ones."""
+    return list(BACKENDS_AND_SCHEMES)
 
 
 @pytest.fixture(params=backend_params())
 def backend(request: pytest.FixtureRequest) -> di.AbstractBackend:
-    """Each installed backend selector in turn."""
+    """Each backend of BACKENDS in turn."""
     return request.param
 
 
 # --- tolerances ---------------------------------------------------------------------
+
+
+# The errors measured on this suite's scenarios, by label: tighter than what the engines' records
+# allow in general (di.testing.default_tolerances), which other approximating engines get.
+_MEASURED_TOLERANCES = {
+    "finitediff": (1e-7, 1e-8),  # O(h^2) with h ~ eps**(1/3): measured worst ~1e-8
+    "finitediff-forward": (1e-5, 1e-5),  # O(h) truncation, h ~ sqrt(eps): measured worst ~6e-6
+}
 
 
 def tolerance(backend: di.AbstractBackend, dtype: Any) -> tuple[float, float]:
@@ -97,11 +178,9 @@ def tolerance(backend: di.AbstractBackend, dtype: Any) -> tuple[float, float]:
     :func:`assert_close`)."""
     if np.dtype(to_numpy_dtype(dtype)) == np.float32:
         return 1e-4, 1e-5
-    if isinstance(backend, di.AutoFiniteDiff):
-        if backend.method == "forward":
-            return 1e-5, 1e-5  # O(h) truncation, h ~ sqrt(eps): measured worst ~6e-6
-        return 1e-7, 1e-8  # O(h^2) with h ~ eps**(1/3): measured worst ~1e-8
-    return 1e-10, 1e-12
+    if not approximates(backend):
+        return 1e-10, 1e-12
+    return _MEASURED_TOLERANCES.get(backend_label(backend)) or default_tolerances(backend, dtype)
 
 
 def to_numpy_dtype(dtype: Any) -> Any:
@@ -129,52 +208,25 @@ def assert_close(actual: Any, expected: Any, backend: di.AbstractBackend, dtype:
 
 
 def family(value: Any) -> str:
-    """``"numpy"``, ``"torch"`` or ``"jax"`` for an array (numpy scalars are numpy),
+    """The array family of a value (``"numpy"``, ``"torch"``, ...; numpy scalars are numpy),
     else the type's name."""
-    if isinstance(value, (np.ndarray, np.generic)):
-        return "numpy"
-    try:
-        import torch
-
-        if isinstance(value, torch.Tensor):
-            return "torch"
-    except ImportError:  # pragma: no cover - torch missing
-        pass
-    try:
-        import jax
-
-        if isinstance(value, jax.Array):
-            return "jax"
-    except ImportError:  # pragma: no cover - jax missing
-        pass
-    return type(value).__name__
+    return family_of(value) or type(value).__name__
 
 
 def to_numpy(value: Any) -> np.ndarray:
     """A numpy copy of an array of any family (or of a Python scalar)."""
-    if family(value) == "torch":
-        return value.detach().cpu().numpy().copy()
-    return np.array(value, copy=True)
+    return np.array(_testing_to_numpy(value), copy=True)
 
 
 def as_family(x: np.ndarray, name: str) -> Any:
-    """A copy of the numpy array ``x`` in family ``name``, with the same dtype (JAX
-    arrays are made inside a scoped ``jax.enable_x64`` so float64 stays float64)."""
-    if name == "numpy":
-        return np.array(x, copy=True)
-    if name == "torch":
-        import torch
-
-        return torch.from_numpy(np.array(x, copy=True))
-    if name == "jax":
-        import jax
-        import jax.numpy as jnp
-
-        with jax.enable_x64(True):
-            result = jnp.asarray(np.array(x, copy=True))
-        assert result.dtype == x.dtype
-        return result
-    raise ValueError(name)
+    """A copy of the numpy array ``x`` in family ``name``, with the same dtype (float64 stays
+    float64 in every family, JAX's included)."""
+    target = get_family(name)
+    # the scope in which the family keeps 8-byte components (complex128's too: JAX's x64)
+    with target.scope(("float64",) if x.dtype.itemsize >= 8 else ()):
+        result = target.from_numpy(np.array(x, copy=True))
+    assert dtype_name(result) == x.dtype.name, (name, dtype_name(result), x.dtype)
+    return result
 
 
 def dtype_name(value: Any) -> str:

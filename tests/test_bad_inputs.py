@@ -25,9 +25,22 @@ from typing import Any
 import array_api_compat
 import numpy as np
 import pytest
-from conftest import AD_BACKENDS, BACKENDS, FAMILIES, as_family, backend_id, family, to_numpy
+from conftest import (
+    BACKENDS,
+    BACKENDS_AND_SCHEMES,
+    ENGINES,
+    FAMILIES,
+    as_family,
+    backend_id,
+    backend_params,
+    engine_family,
+    engine_name,
+    family,
+    to_numpy,
+)
 
 import di
+from di.testing import approximates
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -183,7 +196,14 @@ def params(test: str, *axes: list[tuple[str, Any]]) -> list[Any]:
     return [pytest.param(*values, id="-".join(ids)) for ids, values in combos]
 
 
+# Most bad inputs are refused before an engine runs, whether its programs are compiled or not:
+# those tests run on each engine's default selector (ENGINE_AXIS). The tests of what f returns or
+# raises, of prepared programs and of the numbers they compute add the compiled ones (BACKEND_AXIS).
+# What f returns, and the numbers at non-finite points, are checked where f is evaluated, which a
+# difference scheme decides (central differences never evaluate f at x): those add every scheme.
+ENGINE_AXIS = [(backend_id(b), b) for b in ENGINES]
 BACKEND_AXIS = [(backend_id(b), b) for b in BACKENDS]
+SCHEME_AXIS = [(backend_id(b), b) for b in BACKENDS_AND_SCHEMES]
 OP_AXIS = [(op.name, op) for op in OTHER_OPS]
 ALL_OP_AXIS = [(op.name, op) for op in OPS.values()]
 
@@ -223,9 +243,9 @@ _BAD_X = {name: (make, fixes) for name, make, fixes in _bad_xs()}
 
 def _x_params() -> list[Any]:
     """Every (backend, operator, x) case; for gradient only what test_errors.py leaves out."""
-    result = params("x", BACKEND_AXIS, OP_AXIS, [(k, k) for k in _BAD_X])
+    result = params("x", ENGINE_AXIS, OP_AXIS, [(k, k) for k in _BAD_X])
     new_for_gradient = [(k, k) for k in _BAD_X if k in ("object-array", "torch-bool")]
-    return result + params("x", BACKEND_AXIS, [("gradient", OPS["gradient"])], new_for_gradient)
+    return result + params("x", ENGINE_AXIS, [("gradient", OPS["gradient"])], new_for_gradient)
 
 
 @pytest.mark.parametrize(("backend", "op", "kind"), _x_params())
@@ -287,7 +307,7 @@ def _output_params() -> list[Any]:
     result = []
     for op in OPS.values():
         kinds = [(name, name) for name, _, _ in _bad_outputs(op) if op.name != "gradient" or name == "object"]
-        result += params("output", BACKEND_AXIS, [(op.name, op)], kinds)
+        result += params("output", SCHEME_AXIS, [(op.name, op)], kinds)
     return result
 
 
@@ -457,7 +477,7 @@ def _context_args():
     return a, b
 
 
-@pytest.mark.parametrize(("backend", "op"), params("contexts", BACKEND_AXIS, OP_AXIS))
+@pytest.mark.parametrize(("backend", "op"), params("contexts", ENGINE_AXIS, OP_AXIS))
 def test_wrong_number_of_contexts_for_a_prep(backend, op):
     a, b = _context_args()
     x = np.array([0.5, 1.0, -1.5])
@@ -476,7 +496,7 @@ def test_wrong_number_of_contexts_for_a_prep(backend, op):
     watch.check()
 
 
-@pytest.mark.parametrize(("backend", "op"), params("contexts", BACKEND_AXIS, ALL_OP_AXIS))
+@pytest.mark.parametrize(("backend", "op"), params("contexts", ENGINE_AXIS, ALL_OP_AXIS))
 def test_contexts_in_the_wrong_order_for_a_prep(backend, op):
     a, b = _context_args()
     x = np.array([0.5, 1.0, -1.5])
@@ -494,6 +514,7 @@ def test_contexts_in_the_wrong_order_for_a_prep(backend, op):
     watch.check()
 
 
+@pytest.mark.parametrize("backend", backend_params(ENGINES))
 def test_wrong_number_of_contexts_without_a_prep_is_fs_own_error(backend):
     """Without a prep there is nothing to compare with: f's own TypeError names the missing argument."""
     a, _b = _context_args()
@@ -503,7 +524,7 @@ def test_wrong_number_of_contexts_without_a_prep_is_fs_own_error(backend):
     assert not isinstance(info.value, di.DIError)
 
 
-@pytest.mark.parametrize(("backend", "op"), params("unwrapped", BACKEND_AXIS, OP_AXIS))
+@pytest.mark.parametrize(("backend", "op"), params("unwrapped", ENGINE_AXIS, OP_AXIS))
 @pytest.mark.parametrize("position", [1, 2])
 def test_an_unwrapped_value_where_a_context_is_expected(backend, op, position):
     a, b = _context_args()
@@ -522,6 +543,7 @@ def test_an_unwrapped_value_where_a_context_is_expected(backend, op, position):
     watch.check()
 
 
+@pytest.mark.parametrize("backend", backend_params(ENGINES))
 def test_an_unwrapped_float_where_a_context_is_expected(backend):
     x = np.array([0.5, 1.0, -1.5])
 
@@ -555,7 +577,7 @@ def _other_backend(backend: Any) -> Any:
 
 
 @pytest.mark.parametrize(
-    ("backend", "op", "case"), params("prep", BACKEND_AXIS, ALL_OP_AXIS, [("other-operator", None)])
+    ("backend", "op", "case"), params("prep", ENGINE_AXIS, ALL_OP_AXIS, [("other-operator", None)])
 )
 def test_a_prep_from_another_operator(backend, op, case):
     x = np.array([0.5, 1.0, -1.5])
@@ -573,7 +595,7 @@ def test_a_prep_from_another_operator(backend, op, case):
     watch.check()
 
 
-@pytest.mark.parametrize(("backend", "op"), params("prep", BACKEND_AXIS, OP_AXIS))
+@pytest.mark.parametrize(("backend", "op"), params("prep", ENGINE_AXIS, OP_AXIS))
 def test_a_prep_for_another_f_or_backend(backend, op):
     x = np.array([0.5, 1.0, -1.5])
     prep = prepare(op, good_f(op), backend, x)
@@ -625,7 +647,7 @@ def test_a_prep_for_another_signature_of_x(backend, op, kind, make, shown):
 _TANGENT_OPS = [(op.name, op) for op in OTHER_OPS if op.tangent]
 
 
-@pytest.mark.parametrize(("backend", "op"), params("tangents", BACKEND_AXIS, _TANGENT_OPS))
+@pytest.mark.parametrize(("backend", "op"), params("tangents", ENGINE_AXIS, _TANGENT_OPS))
 def test_a_prep_for_other_tangents(backend, op):
     x = np.array([0.5, 1.0, -1.5])
     prep = prepare(op, good_f(op), backend, x)
@@ -642,7 +664,7 @@ def test_a_prep_for_other_tangents(backend, op):
             suggests(message, f"di.prepare_{op.name}")
 
 
-@pytest.mark.parametrize(("backend", "op"), params("bare-tangent", BACKEND_AXIS, _TANGENT_OPS))
+@pytest.mark.parametrize(("backend", "op"), params("bare-tangent", ENGINE_AXIS, _TANGENT_OPS))
 def test_a_bare_tangent_instead_of_a_tuple(backend, op):
     """Unprepared and prepared calls alike say to wrap the tangent in a tuple."""
     x = np.array([0.5, 1.0, -1.5])
@@ -656,7 +678,7 @@ def test_a_bare_tangent_instead_of_a_tuple(backend, op):
         suggests(str(info.value), "tuple")
 
 
-@pytest.mark.parametrize(("backend", "op"), params("tangent-shape", BACKEND_AXIS, _TANGENT_OPS))
+@pytest.mark.parametrize(("backend", "op"), params("tangent-shape", ENGINE_AXIS, _TANGENT_OPS))
 def test_an_unprepared_tangent_of_the_wrong_shape(backend, op):
     """A tangent that does not fit x (tx) or f(x) (ty) is refused naming it, not answered with the engine's
     own error or, worse, a result of the wrong shape."""
@@ -703,7 +725,7 @@ def _bad_outs(x_family: str) -> list[tuple[str, Callable[[], Any], str]]:
     return cases
 
 
-@pytest.mark.parametrize(("backend", "combined"), params("out", BACKEND_AXIS, [("plain", False), ("value_and", True)]))
+@pytest.mark.parametrize(("backend", "combined"), params("out", ENGINE_AXIS, [("plain", False), ("value_and", True)]))
 @pytest.mark.parametrize(("kind", "make", "shown"), [pytest.param(*c, id=c[0]) for c in _bad_outs("numpy")])
 def test_out_that_does_not_fit_the_jacobian(backend, combined, kind, make, shown):
     x = np.array([0.5, 1.0, -1.5])
@@ -722,7 +744,7 @@ def test_out_that_does_not_fit_the_jacobian(backend, combined, kind, make, shown
     watch.check()
 
 
-@pytest.mark.parametrize("backend", params("out-jax", BACKEND_AXIS))
+@pytest.mark.parametrize("backend", params("out-jax", ENGINE_AXIS))
 def test_out_for_a_jax_x_is_refused(backend):
     if "jax" not in FAMILIES:
         pytest.skip("jax is not installed")
@@ -737,7 +759,7 @@ def test_out_for_a_jax_x_is_refused(backend):
     watch.check()
 
 
-@pytest.mark.parametrize("backend", params("out-torch", BACKEND_AXIS))
+@pytest.mark.parametrize("backend", params("out-torch", ENGINE_AXIS))
 def test_out_of_the_numpy_family_for_a_torch_x(backend):
     if "torch" not in FAMILIES:
         pytest.skip("torch is not installed")
@@ -759,10 +781,10 @@ def test_out_of_the_numpy_family_for_a_torch_x(backend):
 
 # --- NaN and Inf propagate -------------------------------------------------------------------------------------------
 
-_EXACT = [b for b in BACKENDS if not isinstance(b, di.AutoFiniteDiff)]
+_EXACT = [b for b in BACKENDS_AND_SCHEMES if not approximates(b)]
 
 
-@pytest.mark.parametrize(("backend", "op"), params("nan", BACKEND_AXIS, ALL_OP_AXIS))
+@pytest.mark.parametrize(("backend", "op"), params("nan", SCHEME_AXIS, ALL_OP_AXIS))
 def test_nan_and_inf_in_x_propagate_without_error(backend, op):
     x = np.array([np.nan, np.inf, -np.inf, 1.5, -0.5])
     v = np.array([1.0, 1.0, 1.0, 2.0, 3.0])
@@ -798,6 +820,7 @@ def test_nan_and_inf_in_x_propagate_without_error(backend, op):
     watch.check()
 
 
+@pytest.mark.parametrize("backend", backend_params(BACKENDS_AND_SCHEMES))
 def test_nan_in_a_constant_propagates(backend):
     x = np.array([0.5, 1.0, -1.5])
     c = di.Constant(np.array([1.0, np.nan, 2.0]))
@@ -876,7 +899,7 @@ def test_every_operator_of_a_backend_whose_engine_is_missing(engine, selectors, 
 # --- arguments that hold themselves ------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("backend", BACKENDS, ids=backend_id)
+@pytest.mark.parametrize("backend", ENGINES, ids=backend_id)
 @pytest.mark.parametrize("argument", ["x", "context 1", "tx[0]"])
 def test_an_argument_that_holds_itself_is_refused_naming_it(backend: Any, argument: str) -> None:
     """optree cannot flatten a list inside itself: a di error names the argument,
@@ -912,7 +935,7 @@ def test_an_argument_that_holds_itself_is_refused_naming_it(backend: Any, argume
         assert isinstance(info.value.__cause__, RecursionError)
 
 
-@pytest.mark.parametrize("backend", BACKENDS, ids=backend_id)
+@pytest.mark.parametrize("backend", ENGINES, ids=backend_id)
 def test_a_tangent_that_is_not_an_array_shaped_like_x_is_named(backend: Any) -> None:
     """A list of NumPy scalars is a pytree, not an array shaped like x: the error
     says what it is and how to convert it (it said 'not ()' before)."""
@@ -947,7 +970,7 @@ def _tangents_unlike_a_pytree_x() -> list[Any]:
     ]
 
 
-@pytest.mark.parametrize("backend", BACKENDS, ids=backend_id)
+@pytest.mark.parametrize("backend", ENGINES, ids=backend_id)
 @pytest.mark.parametrize("operator", list(_PYTREE_TANGENT_OPS))
 @pytest.mark.parametrize(("tangent", "words"), _tangents_unlike_a_pytree_x())
 def test_a_tangent_unlike_a_pytree_x_is_named_by_its_path(backend, operator, tangent, words):
@@ -977,7 +1000,7 @@ def test_a_tangent_unlike_a_pytree_x_is_named_by_its_path(backend, operator, tan
     watch.check()
 
 
-@pytest.mark.parametrize("backend", BACKENDS, ids=backend_id)
+@pytest.mark.parametrize("backend", ENGINES, ids=backend_id)
 def test_a_read_only_out_is_refused_before_f_runs(backend: Any) -> None:
     """A NumPy buffer whose writeable flag is off: OutBufferError up front (it was
     NumPy's ValueError from the copy, after the work), prepared or not; a prepared
@@ -1005,7 +1028,7 @@ def test_a_read_only_out_is_refused_before_f_runs(backend: Any) -> None:
     assert np.array_equal(out, np.full(3, 7.0))
 
 
-@pytest.mark.parametrize("backend", BACKENDS, ids=backend_id)
+@pytest.mark.parametrize("backend", ENGINES, ids=backend_id)
 def test_out_for_a_python_float_x_receives_the_result(backend: Any) -> None:
     """A Python float x gives writable 0-d NumPy float64 results (operators.md), so
     out= takes a NumPy buffer of the result's shape; it was refused saying the
@@ -1072,7 +1095,7 @@ def _odd_tangents() -> list[tuple[str, Callable[[], Any], tuple[str, ...]]]:
     return cases
 
 
-@pytest.mark.parametrize("backend", BACKENDS, ids=backend_id)
+@pytest.mark.parametrize("backend", ENGINES, ids=backend_id)
 @pytest.mark.parametrize("operator", list(_TANGENT_OPS))
 @pytest.mark.parametrize(("kind", "make", "words"), [pytest.param(*c, id=c[0]) for c in _odd_tangents()])
 def test_a_complex_or_non_numeric_tangent_is_refused_naming_it(backend, operator, kind, make, words):
@@ -1097,7 +1120,7 @@ def test_a_complex_or_non_numeric_tangent_is_refused_naming_it(backend, operator
     watch.check()
 
 
-@pytest.mark.parametrize("backend", BACKENDS, ids=backend_id)
+@pytest.mark.parametrize("backend", ENGINES, ids=backend_id)
 def test_a_complex_leaf_of_a_pytree_tangent_is_named_by_its_path(backend):
     x = {"a": np.array([1.0, 2.0]), "b": np.array(0.5)}
 
@@ -1143,7 +1166,7 @@ _SUBCLASSES = [
 ]
 
 
-@pytest.mark.parametrize("backend", BACKENDS, ids=backend_id)
+@pytest.mark.parametrize("backend", ENGINES, ids=backend_id)
 @pytest.mark.parametrize(("make", "words"), _SUBCLASSES)
 def test_a_masked_array_or_matrix_is_refused_wherever_it_is_passed(backend, make, words):
     """A masked x lost its mask on AutoTorch, AutoJAX() and finite differences
@@ -1219,10 +1242,10 @@ def test_an_error_of_f_in_a_prepared_pullback_is_not_taken_for_a_cotangent_error
 
 
 def _dtype_backends() -> list[Any]:
-    """Every backend, and strategies over each engine that computes in another family."""
-    extra = [di.SecondOrder(di.AutoFiniteDiff(), b) for b in AD_BACKENDS if not isinstance(b, di.AutoAutograd)]
-    extra += [di.AutoSparse(b) for b in AD_BACKENDS if isinstance(b, di.AutoJAX) and not b.jit]
-    return [pytest.param(b, id=backend_id(b)[:40]) for b in [*BACKENDS, *extra]]
+    """Every engine, and strategies over each engine that computes in another family than NumPy's."""
+    others = [b for b in ENGINES if engine_family(b) != "numpy"]
+    extra = [di.SecondOrder(di.AutoFiniteDiff(), b) for b in others] + [di.AutoSparse(b) for b in others]
+    return [pytest.param(b, id=backend_id(b)[:40]) for b in [*ENGINES, *extra]]
 
 
 @pytest.mark.parametrize("backend", _dtype_backends())
@@ -1237,7 +1260,7 @@ def test_an_extended_precision_x_computes_or_is_refused_naming_the_backend(backe
     if isinstance(backend, di.SecondOrder):  # finite differences outside evaluate the inner gradient in float64
         h = di.hessian(_sum_of_squares, backend, x)
         np.testing.assert_allclose(np.asarray(h, dtype=np.float64), 2 * np.eye(3), rtol=1e-5, atol=1e-5)
-    if isinstance(takes, (di.AutoAutograd, di.AutoFiniteDiff)):
+    if engine_family(takes) == "numpy":
         g = di.gradient(_sum_of_squares, backend, x)
         assert g.dtype == np.longdouble
         np.testing.assert_allclose(g.astype(np.float64), [2.0, 4.0, 6.0], rtol=1e-6)
@@ -1251,7 +1274,7 @@ def test_an_extended_precision_x_computes_or_is_refused_naming_the_backend(backe
         names(message, type(takes).__name__, str(np.dtype(np.longdouble)), "float64")
 
 
-@pytest.mark.parametrize("backend", BACKENDS, ids=backend_id)
+@pytest.mark.parametrize("backend", ENGINES, ids=backend_id)
 @pytest.mark.parametrize("x_family", [name for name in FAMILIES if name != "numpy"])
 def test_a_float8_x_is_refused_on_every_backend(backend, x_family):
     """A torch float8 x raised torch's own 'Got unsupported ScalarType
@@ -1291,7 +1314,7 @@ def test_a_torch_bfloat16_x_through_finite_differences_over_jax() -> None:
     np.testing.assert_allclose(to_numpy(h.float()), 2 * np.eye(3), rtol=2e-2, atol=0.1)
 
 
-@pytest.mark.parametrize("backend", [b for b in BACKENDS if isinstance(b, di.AutoJAX)], ids=backend_id)
+@pytest.mark.parametrize("backend", [b for b in BACKENDS if engine_name(b) == "jax"], ids=backend_id)
 def test_a_cotangent_of_another_structure_than_fs_output_is_named(backend):
     """Pytree outputs (AutoJAX): a cotangent is compared with f's output by
     structure and shapes. A one-leaf dict output and an array cotangent of its

@@ -22,24 +22,16 @@ from typing import Any
 
 import numpy as np
 import pytest
-from conftest import backend_id
+from conftest import BACKENDS, backend_params, evaluates_only, refuses_float
 from transform_cases import applier
 
 import di
 from di.backends.registry import get_adapter
+from di.testing import approximates
 
-BACKENDS = [
-    b
-    for b in (di.AutoJAX(), di.AutoJAX(jit=True), di.AutoTorch(), di.AutoAutograd(), di.AutoFiniteDiff())
-    if b.is_installed
-]
-TRACING = [b for b in BACKENDS if not isinstance(b, di.AutoFiniteDiff)]
+TRACING = [b for b in BACKENDS if not evaluates_only(b)]
 X = np.array([0.5, 1.0, 2.0])
 V = np.array([1.0, -1.0, 0.5])
-
-
-def _params(backends: list[di.AbstractBackend]) -> list[Any]:
-    return [pytest.param(b, id=backend_id(b)) for b in backends]
 
 
 def _family_values(name: str, x: np.ndarray) -> Any:
@@ -65,7 +57,7 @@ def one_element(shape: tuple[int, ...]) -> Callable[[Any], Any]:
 
 
 @pytest.mark.parametrize("shape", [(1,), (1, 1)], ids=["1", "1x1"])
-@pytest.mark.parametrize("backend", _params(BACKENDS))
+@pytest.mark.parametrize("backend", backend_params(BACKENDS))
 def test_a_one_element_output_is_a_scalar(backend: Any, shape: tuple[int, ...]) -> None:
     f = one_element(shape)
     np.testing.assert_allclose(di.gradient(f, backend, X), 2 * X, rtol=1e-6)
@@ -80,7 +72,7 @@ def test_a_one_element_output_is_a_scalar(backend: Any, shape: tuple[int, ...]) 
 
 
 @pytest.mark.parametrize("family", ["numpy", "torch"])
-@pytest.mark.parametrize("backend", _params(BACKENDS))
+@pytest.mark.parametrize("backend", backend_params(BACKENDS))
 def test_the_value_of_value_and_gradient_is_a_0d_array_of_the_callers_family(backend: Any, family: str) -> None:
     x = _family_values(family, X)
     for f in (one_element(()), one_element((1,))):
@@ -128,7 +120,7 @@ UNTRACED = {"float()": with_float, ".item()": with_item, "Python float": python_
 
 
 @pytest.mark.parametrize("kind", sorted(UNTRACED))
-@pytest.mark.parametrize("backend", _params(TRACING))
+@pytest.mark.parametrize("backend", backend_params(TRACING))
 def test_a_tracing_engine_refuses_what_it_did_not_compute_from_x(backend: Any, kind: str) -> None:
     f = UNTRACED[kind]
     for call in (
@@ -146,7 +138,7 @@ def test_a_tracing_engine_refuses_what_it_did_not_compute_from_x(backend: Any, k
         assert "xp.sum(x) * 0 + c" in message, message
 
 
-@pytest.mark.parametrize("backend", _params(TRACING))
+@pytest.mark.parametrize("backend", backend_params(TRACING))
 def test_a_detached_scalar_is_refused(backend: Any) -> None:
     detach = _detach(backend)
 
@@ -161,7 +153,7 @@ def test_a_detached_scalar_is_refused(backend: Any) -> None:
 
 # Eager torch lets float() through: an output that also depends on x directly then misses
 # the float's share of the derivative, which no check can see (compiled.md says so).
-@pytest.mark.parametrize("backend", _params([b for b in TRACING if not isinstance(b, di.AutoTorch)]))
+@pytest.mark.parametrize("backend", backend_params([b for b in TRACING if refuses_float(b)]))
 def test_float_inside_a_jacobian_is_refused(backend: Any) -> None:
     def f(x: Any) -> Any:
         return x * float((x**2).sum())
@@ -176,7 +168,7 @@ def constant_vector_from_x(x: Any) -> Any:
     return xp.ones_like(x) * 1.5
 
 
-@pytest.mark.parametrize("backend", _params(BACKENDS))
+@pytest.mark.parametrize("backend", backend_params(BACKENDS))
 def test_a_constant_computed_from_x_has_zero_derivatives(backend: Any) -> None:
     np.testing.assert_array_equal(di.gradient(constant_from_x, backend, X), np.zeros(3))
     np.testing.assert_array_equal(di.hessian(constant_from_x, backend, X), np.zeros((3, 3)))
@@ -319,7 +311,7 @@ def with_aux(x: Any) -> Any:
 
 
 @pytest.mark.parametrize("family", ["numpy", "torch"])
-@pytest.mark.parametrize("backend", _params(BACKENDS))
+@pytest.mark.parametrize("backend", backend_params(BACKENDS))
 def test_aux_arrays_come_back_in_the_callers_family(backend: Any, family: str) -> None:
     x = _family_values(family, X)
     _, plain_aux = di.gradient(with_aux, backend, x, has_aux=True)
@@ -381,7 +373,7 @@ def _arrays(result: Any) -> Iterator[Any]:
 
 
 @pytest.mark.parametrize("operator", sorted(OPERATORS))
-@pytest.mark.parametrize("backend", _params(BACKENDS))
+@pytest.mark.parametrize("backend", backend_params(BACKENDS))
 def test_results_are_writable_arrays_the_caller_owns(backend: Any, operator: str) -> None:
     prepare, plain, combined, f, x, extra = OPERATORS[operator]
     prep = prepare(f, backend, x, *extra)
@@ -423,7 +415,7 @@ ALTERNATING = {
 
 
 @pytest.mark.parametrize("operator", sorted(ALTERNATING))
-@pytest.mark.parametrize("backend", _params(BACKENDS))
+@pytest.mark.parametrize("backend", backend_params(BACKENDS))
 def test_float32_and_float64_preps_alternate(backend: Any, operator: str, capfd: pytest.CaptureFixture[str]) -> None:
     prepare, call, f, expected = ALTERNATING[operator]
     x64 = np.linspace(-1.0, 1.0, 5)
@@ -434,7 +426,7 @@ def test_float32_and_float64_preps_alternate(backend: Any, operator: str, capfd:
             preps[dtype] = prepare(f, backend, x)
         result = call(f, preps[dtype], backend, x)
         assert result.dtype == dtype
-        tolerance = 1e-5 if dtype == np.float32 or isinstance(backend, di.AutoFiniteDiff) else 1e-12
+        tolerance = 1e-5 if dtype == np.float32 or approximates(backend) else 1e-12
         np.testing.assert_allclose(result, expected(x64), rtol=tolerance, atol=tolerance)
     assert "ExecutePrepareWithOomRetries" not in capfd.readouterr().err  # XLA's log of a failed run
 
@@ -488,7 +480,7 @@ def _run_inside(transform: str, backend: Any) -> Any:
     return apply(lambda x: di.gradient(cube_sum, backend, x), point), apply(lambda x: 3 * x**2, point)
 
 
-@pytest.mark.parametrize("backend", _params([b for b in BACKENDS if get_adapter(b).capabilities.transforms]))
+@pytest.mark.parametrize("backend", backend_params([b for b in BACKENDS if get_adapter(b).capabilities.transforms]))
 def test_the_declared_transforms_run_a_di_call(backend: Any) -> None:
     for transform in get_adapter(backend).capabilities.transforms:
         result, expected = _run_inside(transform, backend)

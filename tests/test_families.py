@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from conftest import assert_close, backend_params
+from conftest import ENGINES, assert_close, backend_params
 from extension_support import restored_registries
 
 import di
@@ -111,7 +111,7 @@ def _sine_times(x: Any) -> Any:
 
 
 @pytest.mark.usefixtures("boxed_family")
-@pytest.mark.parametrize("backend", backend_params())
+@pytest.mark.parametrize("backend", backend_params(ENGINES))  # (conversions: compiled or not alike)
 def test_a_family_without_dlpack_reaches_every_engine_through_numpy(backend: di.AbstractBackend) -> None:
     values = np.array([0.3, -1.2, 2.5])
     x = Boxed(values.copy())
@@ -180,7 +180,7 @@ def tagged_family() -> Iterator[None]:
 
 
 @pytest.mark.usefixtures("tagged_family")
-@pytest.mark.parametrize("backend", backend_params())
+@pytest.mark.parametrize("backend", backend_params(ENGINES))  # (conversions: compiled or not alike)
 def test_a_family_of_an_ndarray_subclass_wins_over_numpy(backend: di.AbstractBackend) -> None:
     values = np.array([0.3, -1.2, 2.5])
     x = values.copy().view(Tagged)

@@ -10,7 +10,10 @@ import numpy as np
 import pytest
 from conftest import (
     AD_BACKENDS,
+    APPROXIMATIONS,
     BACKENDS,
+    BACKENDS_AND_SCHEMES,
+    ENGINES,
     FAMILIES,
     as_family,
     assert_close,
@@ -18,6 +21,7 @@ from conftest import (
     backend_params,
     backend_scenario_params,
     dtype_name,
+    engine_family,
     family,
     scenario_params,
     supports,
@@ -29,11 +33,17 @@ from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
 import di
+from di.backends.registry import engines
+from di.backends.selectors import engine_of
+from di.testing import approximates
 
 # --- every backend against the analytic answer ------------------------------------------
+#
+# Accuracy is what a difference scheme changes: these run every scheme of the approximating
+# engines (forward differences too) besides every engine and its compiled variant.
 
 
-@pytest.mark.parametrize(("backend", "scenario"), backend_scenario_params())
+@pytest.mark.parametrize(("backend", "scenario"), backend_scenario_params(backends=BACKENDS_AND_SCHEMES))
 def test_unprepared_matches_analytic(backend, scenario):
     x, contexts = scenario.build()
     value, grad = scenario.expected(x, contexts)
@@ -46,7 +56,7 @@ def test_unprepared_matches_analytic(backend, scenario):
     assert_close(g, grad, backend, x.dtype, "gradient of value_and_gradient")
 
 
-@pytest.mark.parametrize(("backend", "scenario"), backend_scenario_params())
+@pytest.mark.parametrize(("backend", "scenario"), backend_scenario_params(backends=BACKENDS_AND_SCHEMES))
 def test_prepared_twice_matches_analytic(backend, scenario):
     x, contexts = scenario.build()
     value, grad = scenario.expected(x, contexts)
@@ -64,7 +74,7 @@ def test_prepared_twice_matches_analytic(backend, scenario):
 # --- prep reuse: execution values are the ones used -----------------------------------------
 
 
-@pytest.mark.parametrize(("backend", "scenario"), backend_scenario_params())
+@pytest.mark.parametrize(("backend", "scenario"), backend_scenario_params(backends=BACKENDS_AND_SCHEMES))
 def test_prep_on_zeros_and_negated_constants_answers_with_execution_values(backend, scenario):
     x, contexts = scenario.build(seed=1)
     prep = di.prepare_gradient(scenario.f, backend, np.zeros_like(x), *negated(contexts))
@@ -142,7 +152,7 @@ def test_property_random_inputs_every_backend_agrees_with_analytic(x, a):
     contexts = (di.Constant(a), di.Constant(b))
     value, grad = s.expected(x, contexts)
     gradients = {}
-    for backend in BACKENDS:
+    for backend in BACKENDS_AND_SCHEMES:
         y, g = di.value_and_gradient(s.f, _quadratic_prep(backend), backend, x, *contexts)
         assert_close(g, grad, backend, x.dtype, "gradient")
         assert_close(y, value, backend, x.dtype, "value")
@@ -162,7 +172,7 @@ def _float32_prep(backend):
 def test_property_float32_random_x(x):
     s = scenario("sin_squared_plus_float")
     _, grad = s.expected(x, ())
-    for backend in BACKENDS:
+    for backend in BACKENDS_AND_SCHEMES:
         g = di.gradient(s.f, _float32_prep(backend), backend, x)
         assert g.dtype == np.float32
         assert_close(g, grad, backend, np.float32, "float32 gradient")
@@ -227,7 +237,8 @@ def test_torch_x_that_requires_grad(backend):
     torch = pytest.importorskip("torch")
     x = torch.tensor([1.0, -2.0, 3.0], dtype=torch.float64, requires_grad=True)
     g = di.gradient(scenario("sum_squares").f, backend, x)
-    assert family(g) == "torch" and g.requires_grad == isinstance(backend, di.AutoTorch)
+    # (a result of an engine computing in torch's family is a torch operation)
+    assert family(g) == "torch" and g.requires_grad == (engine_family(backend) == "torch")
     assert_close(g, 2.0 * x.detach().numpy(), backend, np.float64)
     assert x.grad is None, "di accumulated into the caller's x.grad"
 
@@ -303,6 +314,7 @@ def _bad_outs(x_np):
     return cases
 
 
+@pytest.mark.parametrize("backend", backend_params(ENGINES))  # refused before any program runs
 def test_out_that_does_not_fit_is_refused_and_untouched(backend):
     s = scenario("sum_squares")
     x_np, _ = s.build()
@@ -320,6 +332,7 @@ def test_out_that_does_not_fit_is_refused_and_untouched(backend):
             assert to_numpy(out).dtype == before.dtype
 
 
+@pytest.mark.parametrize("backend", backend_params(ENGINES))  # refused before any program runs
 def test_out_refused_for_jax_x(backend):
     pytest.importorskip("jax")
     s = scenario("sum_squares")
@@ -371,13 +384,23 @@ def test_out_for_0d_x(backend, scenario_):
     assert_close(out, grad, backend, x.dtype)
 
 
-def test_backend_params_cover_every_engine():
-    # The suite means to test every installed engine; guard against a silently empty list.
-    names = {backend_id(b) for b in BACKENDS}
-    assert {"fd-central", "fd-forward"} <= names
-    for selector, name in ((di.AutoJAX(), "jax"), (di.AutoTorch(), "torch"), (di.AutoAutograd(), "autograd")):
-        assert (name in names) == selector.is_installed
-    assert len(backend_params()) == len(BACKENDS)
+def test_the_matrices_cover_every_installed_engine():
+    """The suite means to test every installed engine, as the registry lists them: guard
+    against a silently empty or partial list."""
+    installed = [e for e in engines() if e.default is not None and e.default.is_installed]
+    assert len(installed) >= 2 and any(e.module == "" for e in installed)  # one needs no library: always there
+    for engine in installed:
+        assert engine.default in ENGINES and engine.default in BACKENDS
+        assert [engine.labels[label] for label in engine.compiled] == [
+            b for b in BACKENDS if engine_of(b) is engine and b != engine.default
+        ]
+        if engine.tolerances is not None:
+            assert set(engine.labels.values()) <= set(APPROXIMATIONS)
+    assert ENGINES == di.available_backends()
+    assert AD_BACKENDS and all(b in BACKENDS and not approximates(b) for b in AD_BACKENDS)
+    assert len(backend_params()) == len(BACKENDS) and len(set(map(backend_id, BACKENDS_AND_SCHEMES))) == len(
+        BACKENDS_AND_SCHEMES
+    )
 
 
 # --- layouts, scalars and threads ------------------------------------------------------------------

@@ -18,19 +18,27 @@ from typing import Any
 import numpy as np
 import optree
 import pytest
+from conftest import BACKENDS, backend_id, capabilities, compiles, engine_family
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import di
+from di.families import get_family
 from di.pytrees.structure import Structure
 
 jax = pytest.importorskip("jax")
 torch = pytest.importorskip("torch")
 jnp = jax.numpy
 
-BACKENDS = [di.AutoJAX(), di.AutoJAX(jit=True), di.AutoTorch(), di.AutoAutograd(), di.AutoFiniteDiff()]
-IDS = ["jax", "jax-jit", "torch", "autograd", "finitediff"]
-TO_FAMILY = {"jax": jnp.asarray, "jax-jit": jnp.asarray, "torch": torch.from_numpy}
+
+def takes_pytree_gradients(backend: Any) -> bool:
+    """Whether the engine's gradient programs take a pytree x as it is (else di flattens it
+    into one vector with the prepared layout)."""
+    return "gradient" in capabilities(backend).pytrees_when(compiles(backend))
+
+
+TREE_TAKERS = [b for b in BACKENDS if takes_pytree_gradients(b)]
+FLATTENERS = [b for b in BACKENDS if not takes_pytree_gradients(b)]
 
 
 def weighted(p: Any, c: Any) -> Any:
@@ -39,8 +47,16 @@ def weighted(p: Any, c: Any) -> Any:
     return xp.sum(c * p["w"] ** 2) + xp.sum(p["b"] ** 3)
 
 
+# JAX arrays in JAX's default precision (float32), which the compiled-JAX tests below prepare with.
+TO_FAMILY = {"jax": jnp.asarray}
+
+
+def _convert(family: str) -> Any:
+    return TO_FAMILY.get(family, get_family(family).from_numpy)
+
+
 def _tree(family: str, w: list[float], b: list[float]) -> dict[str, Any]:
-    convert = TO_FAMILY.get(family, np.asarray)
+    convert = _convert(family)
     return {"w": convert(np.array(w)), "b": convert(np.array(b))}
 
 
@@ -48,9 +64,9 @@ def _numpy(value: Any) -> np.ndarray:
     return np.asarray(value.detach() if hasattr(value, "detach") else value)
 
 
-@pytest.mark.parametrize("backend", BACKENDS[:3], ids=IDS[:3])
-def test_a_non_strict_prep_takes_another_shape_of_pytree(backend: Any, request: Any) -> None:
-    family = request.node.callspec.id
+@pytest.mark.parametrize("backend", TREE_TAKERS, ids=backend_id)
+def test_a_non_strict_prep_takes_another_shape_of_pytree(backend: Any) -> None:
+    family = engine_family(backend)
     c = di.Constant(2.0)
     prep = di.prepare_gradient(weighted, backend, _tree(family, [1.0, 2.0], [0.5]), c, strict=False)
     for w, b in (([1.0, 2.0], [0.5]), ([3.0, -1.0, 0.5], [1.0, 2.0]), ([1.0, 2.0], [0.5])):
@@ -59,7 +75,7 @@ def test_a_non_strict_prep_takes_another_shape_of_pytree(backend: Any, request: 
         np.testing.assert_allclose(_numpy(g["b"]), 3 * np.array(b) ** 2, rtol=1e-6)
 
 
-@pytest.mark.parametrize("backend", BACKENDS[3:], ids=IDS[3:])
+@pytest.mark.parametrize("backend", FLATTENERS, ids=backend_id)
 def test_a_flattening_backend_refuses_another_shape_of_pytree_even_without_the_check(backend: Any) -> None:
     """Engines that take one vector flatten x with the prepared layout: leaves of other
     shapes are refused (before this, their results came back in the prepared shapes)."""
@@ -508,15 +524,15 @@ def test_jax_tangents_are_cast_to_x_dtype_unless_they_have_it(backend: Any) -> N
 
 @pytest.mark.parametrize(
     "backend",
-    [*BACKENDS[:3], di.AutoTorch(compile=True, compile_options={"backend": "eager"})],
-    ids=[*IDS[:3], "torch-compile"],
+    [*TREE_TAKERS, di.AutoTorch(compile=True, compile_options={"backend": "eager"})],
+    ids=backend_id,
 )
 def test_a_non_strict_prep_given_other_keys_keeps_them(backend: Any) -> None:
     """A non-strict prep of ``{"w", "b"}`` called with ``{"c", "w"}``: the result has
     the call's keys (before, the prepared key order was imposed on it, which renamed
     ``c`` to ``b`` on JAX; compiled torch refused the dict)."""
-    family = "torch" if isinstance(backend, di.AutoTorch) else "jax"
-    convert = TO_FAMILY[family]
+    family = engine_family(backend)
+    convert = _convert(family)
 
     def f(p: Any) -> Any:
         xp = di.array_namespace(p["w"])

@@ -22,7 +22,7 @@ import numpy as np
 import optree
 import pytest
 from autograd.differential_operators import make_jvp, make_vjp
-from conftest import assert_close, backend_params
+from conftest import ENGINES, assert_close, backend_params
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
@@ -593,7 +593,7 @@ class _Unregistered:
         self.w = w
 
 
-@pytest.mark.parametrize("backend", backend_params())
+@pytest.mark.parametrize("backend", backend_params(ENGINES))  # (the namespace of a compiled variant's values alike)
 def test_a_dataclass_registered_with_optree_gets_the_namespace_of_its_leaves(backend: di.AbstractBackend) -> None:
     """docs/arrays.md lists dataclasses registered as pytrees as valid x; f asks di.array_namespace of x
     itself (it raised 'Params is not a supported array type': only dicts, lists and tuples were asked for

@@ -14,30 +14,26 @@ from typing import Any
 import array_api_compat
 import numpy as np
 import pytest
+from conftest import BACKENDS, backend_id, engine_family
 
 import di
 from di.backends.capabilities import Capabilities
 from di.backends.protocol import Adapter, Programs
 from di.backends.registry import get_adapter, register_backend
 from di.contexts import Context
+from di.families import get_family
+from di.testing import approximates
 
 jax = pytest.importorskip("jax")
 torch = pytest.importorskip("torch")
 jnp = jax.numpy
 
-BACKENDS = [
-    di.AutoJAX(),
-    di.AutoJAX(jit=True),
-    di.AutoTorch(),
-    di.AutoAutograd(),
-    di.AutoFiniteDiff(),
-]
 SECOND_ORDER_BACKENDS = [*BACKENDS, di.SecondOrder(di.AutoFiniteDiff(), di.AutoJAX())]
 PREP_MODES = ["unprepared", "prepared", "prepared-twice"]
 
 
 def tolerance(backend: Any, order: int) -> float:
-    if isinstance(backend, di.AutoFiniteDiff) or isinstance(backend, di.SecondOrder):
+    if approximates(backend):
         return 1e-6 if order == 1 else 2e-5
     return 1e-10
 
@@ -225,10 +221,6 @@ def check(result: Any, expected: Any, tol: float, like: Any = X) -> None:
     assert type(result) is np.ndarray, f"expected a numpy array, got {type(result).__name__}"
     assert result.dtype == like.dtype
     np.testing.assert_allclose(result, expected, rtol=tol, atol=tol)
-
-
-def backend_id(backend: Any) -> str:
-    return repr(backend).replace(" ", "")
 
 
 @pytest.mark.parametrize("mode", PREP_MODES)
@@ -464,9 +456,7 @@ def test_native_support_is_declared() -> None:
     assert get_adapter(di.AutoFiniteDiff()).support()["derivative"] == "fallback"
 
 
-@pytest.mark.parametrize(
-    "backend", [di.AutoJAX(), di.AutoJAX(jit=True), di.AutoTorch(), di.AutoFiniteDiff()], ids=backend_id
-)
+@pytest.mark.parametrize("backend", BACKENDS, ids=backend_id)
 def test_same_point_preparation(backend: Any) -> None:
     jac = ARRAY_CASES[0].first(X, A)
     prep = di.prepare_pullback_same_point(mixed, backend, X, (np.ones(2),), di.Constant(A))
@@ -713,8 +703,7 @@ def test_same_point_results_are_the_callers_own(backend: Any) -> None:
     for good ('Array has been deleted'). Freeing or writing into a result leaves the
     next call's answer as it was: at x = [.1, .2, .3], f = sum(x^3)/2 is 0.018, its
     gradient 1.5 x^2 = [.015, .06, .135] and the hvp along e0 3 x0 e0 = [.3, 0, 0]."""
-    kind = "jax" if isinstance(backend, di.AutoJAX) else "torch" if isinstance(backend, di.AutoTorch) else "numpy"
-    lift = {"jax": jnp.asarray, "torch": torch.from_numpy, "numpy": np.asarray}[kind]
+    lift = get_family(engine_family(backend) if not isinstance(backend, di.SecondOrder) else "numpy").from_numpy
     x = lift(np.array([0.1, 0.2, 0.3], dtype=np.float32))
     tx, ty = (lift(np.array([1.0, 0.0, 0.0], dtype=np.float32)),), (lift(np.array(1.0, dtype=np.float32)),)
 

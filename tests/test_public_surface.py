@@ -15,9 +15,17 @@ from typing import Any
 
 import numpy as np
 import pytest
+from conftest import ENGINES, backend_params
 
 import di
 from di.errors import InvalidInputError, InvalidOptionTypeError
+
+
+@pytest.fixture(params=backend_params(ENGINES))
+def backend(request: pytest.FixtureRequest) -> di.AbstractBackend:
+    """Each engine's default selector: what these tests check is refused, or kept, before any
+    program runs, compiled or not."""
+    return request.param  # type: ignore[no-any-return]
 
 
 def _square(x: Any) -> Any:

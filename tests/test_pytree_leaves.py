@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from conftest import assert_close
+from conftest import BACKENDS, assert_close, backend_id
 
 import di
 
@@ -78,15 +78,11 @@ def _coupled(x: Any) -> Any:
 @pytest.mark.parametrize(
     "backend",
     [
-        di.AutoJAX(),
-        di.AutoJAX(jit=True),
-        di.AutoTorch(),
+        *BACKENDS,
         di.AutoTorch(compile=True, compile_options={"backend": "eager"}),
-        di.AutoAutograd(),
-        di.AutoFiniteDiff(),
         di.SecondOrder(di.AutoFiniteDiff(), di.AutoJAX()),
     ],
-    ids=lambda backend: repr(backend)[:40],
+    ids=lambda backend: backend_id(backend)[:40],
 )
 def test_hessian_blocks_of_mixed_leaves_take_the_dtype_of_their_row(backend: Any) -> None:
     """Block [i][j] of a hessian differentiates the gradient's leaf i: it has leaf

@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 import pytest
 import scipy.sparse as sp
+from conftest import AD_BACKENDS, BACKENDS, backend_params
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -162,7 +163,7 @@ def test_grid_patterns_get_five_colors(m: int) -> None:
 def test_arrowhead_jacobian_takes_three_products_bidirectionally() -> None:
     x = np.linspace(-1, 1, 40)
     reference = di.jacobian(arrowhead, di.AutoTorch(), x)
-    for dense in (di.AutoJAX(jit=True), di.AutoTorch(), di.AutoAutograd()):
+    for dense in AD_BACKENDS:  # (exact: compared to rounding)
         backend = di.AutoSparse(dense, mode="bidirectional")
         prep = di.prepare_jacobian(arrowhead, backend, x)
         assert prep.colors <= 3 and prep.info.mode == "bidirectional" and prep.info.n_forward >= 1
@@ -175,11 +176,7 @@ def test_arrowhead_jacobian_takes_three_products_bidirectionally() -> None:
 # --- the backend: acyclic, chunks, given colorings, pytrees ---------------------------------------------
 
 
-@pytest.mark.parametrize(
-    "dense",
-    [di.AutoJAX(jit=True), di.AutoJAX(), di.AutoTorch(), di.AutoAutograd()],
-    ids=["jax-jit", "jax", "torch", "autograd"],
-)
+@pytest.mark.parametrize("dense", backend_params(AD_BACKENDS))  # (exact: compared to rounding)
 def test_acyclic_hessians_and_chunks_agree_with_dense(dense: di.AbstractBackend) -> None:
     x = np.linspace(-1, 1, 12)
     reference = di.hessian(arrowhead_energy, di.AutoTorch(), x)
@@ -264,7 +261,7 @@ def test_the_brusselator_is_detected_exactly_on_every_engine(stacked: bool) -> N
 
     u = np.random.default_rng(0).uniform(0.5, 1.5, 2 * 8 * 8)
     reference = di.jacobian(rhs, di.AutoTorch(), u)
-    for dense in (di.AutoJAX(jit=True), di.AutoTorch(), di.AutoAutograd(), di.AutoFiniteDiff()):
+    for dense in BACKENDS:
         backend = di.AutoSparse(dense)
         prep = di.prepare_jacobian(rhs, backend, u)
         assert prep.info.notes == () and prep.sparsity.nnz == 2 * 64 * 5 + 2 * 64

@@ -10,18 +10,23 @@ from typing import Any, ClassVar
 
 import numpy as np
 import pytest
+from conftest import ENGINES, FAMILIES, compiles, engine_name
+from extension_support import restored_registries
 
 import di
+from di.backends.engine import Engine
 from di.families import Family
 from di.testing import (
     OPERATORS,
     PREP_MODES,
     Case,
     Scenario,
+    approximates,
     backend_label,
     benchmark_differentiation,
     default_scenarios,
     default_tolerances,
+    engine_backends,
     parse_backend,
     pytree_leaves,
     pytrees_supported,
@@ -32,17 +37,17 @@ from di.testing import (
 from di.testing.benchmark import BENCHMARK_COLUMNS
 from di.testing.compare import compare
 from di.testing.labels import known_labels
-from di.testing.pytest_plugin import check_case, make_test, parametrize_differentiation
+from di.testing.pytest_plugin import backend_params, check_case, make_test, parametrize_differentiation
 
-BACKENDS: list[Any] = list(di.available_backends())
-if di.AutoJAX() in BACKENDS:
-    BACKENDS.append(di.AutoJAX(jit=True))
+BACKENDS = engine_backends()  # each installed engine's default and compiled selectors
+# The selectors whose unprepared calls compile (or, for eager JAX, trace) every time, at ~0.1 s each.
+SLOW_UNPREPARED = [b for b in BACKENDS if compiles(b) or engine_name(b) == "jax"]
 
 SCENARIOS = default_scenarios()
 
 
-# One scenario per operator: JAX compiles at every unprepared call (~0.1 s), so the JAX
-# backends run the unprepared mode on these only, and every scenario prepared (twice:
+# One scenario per operator: JAX compiles at every unprepared call (~0.1 s), so SLOW_UNPREPARED
+# runs the unprepared mode on these only, and every scenario prepared (twice:
 # the first call is what "prepared" checks, the second checks reuse).
 UNPREPARED_SUBSET = [next(s for s in SCENARIOS if s.operator == operator) for operator in OPERATORS]
 
@@ -189,7 +194,7 @@ def _report(backend: Any, scenarios: list[Scenario], prep_modes: tuple[str, ...]
 
 @pytest.mark.parametrize("backend", BACKENDS, ids=backend_label)
 def test_every_backend_agrees_with_the_default_scenarios(backend: Any) -> None:
-    if isinstance(backend, di.AutoJAX):
+    if backend in SLOW_UNPREPARED:
         report = _report(backend, SCENARIOS, ("prepared-twice",))
         report.results += _report(backend, UNPREPARED_SUBSET, ("unprepared",)).results
     else:
@@ -202,13 +207,11 @@ def test_every_backend_agrees_with_the_default_scenarios(backend: Any) -> None:
     _fail_unless_known(report)
 
 
-@pytest.mark.parametrize("family", ["torch", "jax"])
+@pytest.mark.parametrize("family", [name for name in FAMILIES if name != "numpy"])
 def test_inputs_of_every_family_give_results_in_that_family(family: str) -> None:
-    pytest.importorskip(family)
     scenarios = default_scenarios(operators=["gradient", "pullback"], include_pytrees=False, families=(family,))
     scenarios = [s for s in scenarios if "float64" in s.tags]
-    eager = [b for b in BACKENDS if b != di.AutoJAX(jit=True)]  # compiled JAX: covered by the numpy family
-    report = _report(eager, scenarios, ("prepared-twice",))
+    report = _report(ENGINES, scenarios, ("prepared-twice",))  # (compiled variants: covered by the numpy family)
     _fail_unless_known(report)
 
 
@@ -268,7 +271,7 @@ def test_non_finite_references_are_matched_entry_for_entry(
 
 def test_a_wrong_result_beside_an_infinite_reference_fails() -> None:
     x = np.array([0.0, 1.0])
-    backends = [b for b in BACKENDS if not isinstance(b, di.AutoFiniteDiff)][:1]  # AD gives the infinite entry
+    backends = [b for b in BACKENDS if not approximates(b)][:1]  # AD gives the infinite entry
     if not backends:
         pytest.skip("no automatic differentiation backend installed")
     right = Scenario("gradient", _sum_sqrt, x, res1=np.array([np.inf, 0.5]), name="gradient/sqrt")
@@ -430,6 +433,54 @@ def test_pytest_helper_skips_and_fails_through_pytest() -> None:
     wrong = replace_scenario(good, res1=good.res1 * 2, name="gradient/wrong")
     with pytest.raises(AssertionError, match="finitediff \\| gradient/wrong \\| prepared"):
         check_case(Case(di.AutoFiniteDiff(), wrong, "prepared"))
+
+
+def test_an_engine_joins_the_test_matrices_by_registering() -> None:
+    """engine_backends and backend_params read the registry: an engine registered from
+    outside gives its default selector, then the ones its record declares compiled;
+    every_label gives all its labelled selectors; an engine that is not installed is left
+    out; one declaring tolerances approximates."""
+
+    @dataclasses.dataclass(frozen=True)
+    class AutoOutside(di.AbstractBackend):
+        compile: bool = False
+        slow: bool = False
+
+    @dataclasses.dataclass(frozen=True)
+    class AutoAbsent(di.AbstractBackend):
+        pass
+
+    @dataclasses.dataclass(frozen=True)
+    class AutoApproximate(di.AbstractBackend):
+        pass
+
+    plain, compiled, slow = AutoOutside(), AutoOutside(compile=True), AutoOutside(slow=True)
+    adapter = "di.engines.finitediff.adapter:FiniteDiffAdapter"  # (never loaded here)
+    labels = {"outside": plain, "outside-compile": compiled, "outside-slow": slow}
+    with restored_registries():
+        before = engine_backends(every_label=True)
+        di.register_engine(
+            Engine(
+                "outside",
+                AutoOutside,
+                adapter,
+                labels=labels,
+                fastest=("outside-compile",),
+                compiled=("outside-compile",),
+            )
+        )
+        di.register_engine(Engine("absent", AutoAbsent, adapter, module="no_such_module_of_di_tests"))
+        assert engine_backends(compiled=False)[-1] == plain and AutoAbsent() not in engine_backends(every_label=True)
+        assert engine_backends()[-2:] == [plain, compiled]
+        assert engine_backends(every_label=True) == [*before, plain, compiled, slow]
+        params = backend_params()
+        assert [p.values[0] for p in params] == engine_backends()
+        assert [p.id for p in params][-2:] == ["outside", "outside-compile"]
+        assert not approximates(plain)
+        approximate = Engine("approximate", AutoApproximate, adapter, tolerances=lambda selector, order: (1e-3, 1e-6))
+        di.register_engine(approximate)
+        assert approximates(AutoApproximate()) and approximates(di.SecondOrder(AutoApproximate(), plain))
+    assert plain not in engine_backends(every_label=True)
 
 
 def test_test_differentiation_is_not_collected_by_pytest() -> None:

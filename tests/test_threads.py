@@ -18,7 +18,7 @@ from typing import Any
 import array_api_compat
 import numpy as np
 import pytest
-from conftest import BACKENDS, FAMILIES, as_family, backend_params, to_numpy
+from conftest import BACKENDS, FAMILIES, as_family, backend_params, compiles, engine_name, evaluates_only, to_numpy
 
 import di
 
@@ -28,7 +28,7 @@ THREADS = 8
 def calls_per_thread(backend: Any) -> int:
     """200, or 25 where a call costs milliseconds: finite differences (many evaluations of f) and
     eager JAX (which traces f on every call)."""
-    slow = isinstance(backend, di.AutoFiniteDiff) or (isinstance(backend, di.AutoJAX) and not backend.jit)
+    slow = evaluates_only(backend) or (engine_name(backend) == "jax" and not compiles(backend))
     return 25 if slow else 200
 
 
@@ -39,7 +39,7 @@ TORCH_FORWARD_MODE_THREADS_BUG = False
 
 
 def _known(backend: Any, operator: str) -> list[Any]:
-    if TORCH_FORWARD_MODE_THREADS_BUG and isinstance(backend, di.AutoTorch) and operator in ("jacobian", "hvp"):
+    if TORCH_FORWARD_MODE_THREADS_BUG and engine_name(backend) == "torch" and operator in ("jacobian", "hvp"):
         reason = "AutoTorch forward mode (torch.func.jvp/jacfwd) is not thread-safe: 'no level exists'"
         return [pytest.mark.xfail(reason=reason, strict=False)]
     return []
@@ -174,7 +174,7 @@ def test_a_prep_for_another_family_shared_by_8_threads(backend: Any, family_name
 
 def test_threads_do_not_see_each_others_mismatch_errors() -> None:
     """A thread using a prep wrongly gets its own error while the others keep getting results."""
-    backend = next(b for b in BACKENDS if isinstance(b, di.AutoFiniteDiff))
+    backend = next(b for b in BACKENDS if evaluates_only(b))
     n = 8
     a = di.Constant(np.ones(n))
     prep = di.prepare_gradient(weighted, backend, np.zeros(n), a, di.Constant(0.5))

@@ -8,6 +8,8 @@ DifferentiationInterfaceTest.jl.
   raise an ``AssertionError`` listing every failure.
 * :func:`benchmark_differentiation`: time prepared and unprepared calls and count
   calls of ``f``.
+* :func:`engine_backends`: every installed engine's selectors, read from the
+  engine registry, to parametrise tests of your own over.
 * :mod:`di.testing.pytest_plugin`: one pytest case per combination.
 
 Importing this package imports no engine; ``import di`` does not import it.
@@ -23,6 +25,7 @@ Examples:
 from di.testing.arrays import pytree_leaves
 from di.testing.benchmark import benchmark_differentiation
 from di.testing.labels import backend_label, parse_backend
+from di.testing.matrix import engine_backends
 from di.testing.runner import (
     PREP_MODES,
     Case,
@@ -35,7 +38,7 @@ from di.testing.runner import (
 )
 from di.testing.scenario import OPERATORS, OperatorSpec, PrepArgs, Scenario, replace_scenario
 from di.testing.scenarios import default_scenarios
-from di.testing.tolerances import default_tolerances
+from di.testing.tolerances import approximates, default_tolerances
 
 __all__ = [
     "OPERATORS",
@@ -46,10 +49,12 @@ __all__ = [
     "OperatorSpec",
     "PrepArgs",
     "Scenario",
+    "approximates",
     "backend_label",
     "benchmark_differentiation",
     "default_scenarios",
     "default_tolerances",
+    "engine_backends",
     "iter_cases",
     "parse_backend",
     "pytree_leaves",

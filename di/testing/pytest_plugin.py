@@ -15,6 +15,11 @@ Example (in a user's test module)::
     # or, in one line:
     test_all = make_test([di.AutoJAX(), di.AutoFiniteDiff()])
 
+    # a test of your own on every installed engine (and each compiled variant):
+    @pytest.mark.parametrize("backend", backend_params())
+    def test_my_loss(backend):
+        ...
+
 Skipped combinations (operator not in this ``di``, context unsupported by the
 backend, engine missing) are reported by pytest as skipped, with the reason.
 """
@@ -25,10 +30,44 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from di.backends.selectors import AbstractBackend
+from di.testing.labels import backend_label
+from di.testing.matrix import engine_backends
 from di.testing.runner import FAILED, PREP_MODES, SKIPPED, Case, CaseResult, iter_cases, run_case
 from di.testing.scenario import Scenario
 
-__all__ = ["check_case", "differentiation_params", "make_test", "parametrize_differentiation"]
+__all__ = ["backend_params", "check_case", "differentiation_params", "make_test", "parametrize_differentiation"]
+
+
+def backend_params(backends: Iterable[AbstractBackend] | None = None) -> list[Any]:
+    """One ``pytest.param`` per backend selector, with its label as the test id.
+
+    For a test of your own that takes a ``backend`` argument: with no argument,
+    every installed engine's default and compiled selectors
+    (:func:`~di.testing.engine_backends`), so an engine installed or registered
+    later joins the test without an edit.
+
+    Args:
+        backends: the selectors (default: :func:`~di.testing.engine_backends`).
+
+    Returns:
+        A list of ``pytest.param(selector, id=label)``.
+
+    Examples:
+        >>> import di
+        >>> from di.testing.pytest_plugin import backend_params
+        >>> [param.id for param in backend_params([di.AutoFiniteDiff(), di.AutoFiniteDiff(method="forward")])]
+        ['finitediff', 'finitediff-forward']
+
+        In a test module::
+
+            @pytest.mark.parametrize("backend", backend_params())
+            def test_my_loss(backend):
+                np.testing.assert_allclose(di.gradient(loss, backend, x), expected_gradient)
+    """
+    import pytest
+
+    chosen = engine_backends() if backends is None else backends
+    return [pytest.param(backend, id=backend_label(backend)) for backend in chosen]
 
 
 def differentiation_params(

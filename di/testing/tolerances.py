@@ -7,7 +7,7 @@ from typing import Any
 from di.backends.selectors import AbstractBackend, registered_for
 from di.testing.arrays import dtype_name
 
-__all__ = ["default_tolerances"]
+__all__ = ["approximates", "default_tolerances"]
 
 
 def _approximations(backend: Any, order: int) -> list[tuple[float, float]]:
@@ -26,6 +26,30 @@ def _approximations(backend: Any, order: int) -> list[tuple[float, float]]:
         if inner is not None and inner is not backend:
             found += _approximations(inner, order)
     return found
+
+
+def approximates(backend: Any) -> bool:
+    """Whether a backend approximates derivatives rather than computing them exactly.
+
+    An engine that approximates says so in its record (its ``tolerances``);
+    a combination (:class:`di.SecondOrder`, :class:`di.AutoSparse`) approximates
+    when an engine inside it does.
+
+    Args:
+        backend: a backend selector, or a combination of them.
+
+    Returns:
+        ``True`` for finite differences and combinations using them.
+
+    Examples:
+        >>> import di
+        >>> from di.testing import approximates
+        >>> approximates(di.AutoFiniteDiff()), approximates(di.SecondOrder(di.AutoFiniteDiff(), di.AutoJAX()))
+        (True, True)
+        >>> approximates(di.AutoJAX(jit=True))
+        False
+    """
+    return bool(_approximations(backend, 1))
 
 
 def default_tolerances(backend: Any, dtype: Any, order: int = 1) -> tuple[float, float]:
