@@ -24,7 +24,7 @@ from di.engines.torch.rules import REVERSE_RULES
 from di.engines.torch.tensors import as_dtype
 from di.pytrees import is_pytree
 
-__all__ = ["BATCHED_HESSIAN_MAX_N", "SecondOrderPrograms", "same"]
+__all__ = ["BATCHED_HESSIAN_MAX_N", "SecondOrderPrograms", "same", "spelled"]
 
 _func = torch.func
 
@@ -36,6 +36,21 @@ above it, ``torch.func``'s reverse over reverse (see :meth:`SecondOrderPrograms.
 def same(value: Any) -> Any:
     """``value`` itself (the programs inside transforms are the ``torch.func`` ones as they are)."""
     return value
+
+
+_DOUBLE_BACKWARD = "double backward (torch.autograd.grad of the gradient along each tangent)"
+_FORWARD_OVER_REVERSE = "torch.func.jvp(torch.func.grad(f)) (forward over reverse)"
+_BATCHED_DOUBLE_BACKWARD = "double backward batched over the standard basis (autograd.grad, is_grads_batched=True)"
+_JACREV_OF_GRAD = "torch.func.vjp(torch.func.grad(f)) batched over the standard basis (reverse over reverse)"
+_JACFWD_OF_GRAD = "torch.func.jvp(torch.func.grad(f)) batched over the standard basis (forward over reverse)"
+
+
+def spelled(programs: Programs, spelling: str) -> Programs:
+    """``programs``, each saying which program the prep runs outside transforms
+    (``prep.info.program``)."""
+    for program in programs.values():
+        program.spelling = spelling  # type: ignore[attr-defined]
+    return programs
 
 
 class SecondOrderPrograms(FuncBuilder):
@@ -51,7 +66,7 @@ class SecondOrderPrograms(FuncBuilder):
         cannot run: the ``torch.func`` forward-over-reverse programs serve those,
         built on their first use there."""
         if self.adapter.compiled or is_pytree(x):
-            return self._func_hvp(f, x, tx, contexts)
+            return spelled(self._func_hvp(f, x, tx, contexts), _FORWARD_OVER_REVERSE + self._compiled_note())
 
         def inside(x: Any, tx: Any, contexts: Sequence[Context]) -> Programs:
             return self._func_hvp(f, x, tx, contexts, fast=same)
@@ -59,12 +74,15 @@ class SecondOrderPrograms(FuncBuilder):
         names = ("hvp", "gradient_and_hvp")
         lazy = built_on_first_use(inside, x, tx, contexts, names)
         if lazy is not None:
-            return self.eager.hvp(f, x, tx, contexts, lazy)
+            return spelled(self.eager.hvp(f, x, tx, contexts, lazy), _DOUBLE_BACKWARD)
 
         def eager(traced: Programs) -> Programs:
             return self.eager.hvp(f, x, tx, contexts, traced)
 
-        return self._func_hvp(f, x, tx, contexts, fast=eager)
+        return spelled(self._func_hvp(f, x, tx, contexts, fast=eager), _DOUBLE_BACKWARD)
+
+    def _compiled_note(self) -> str:
+        return ", compiled" if self.adapter.compiles_now() else ""
 
     def _func_hvp(
         self,
@@ -100,27 +118,28 @@ class SecondOrderPrograms(FuncBuilder):
         """Eagerly, reverse over reverse: up to :data:`BATCHED_HESSIAN_MAX_N`
         elements, double backward with the second pass batched over the standard
         basis (``torch.autograd.grad(..., is_grads_batched=True)``, the fastest
-        spelling there: 0.4-0.5 of ``jacrev(jacrev(f))`` at n = 32 to 100 here),
-        above it ``torch.func``'s vjp of the gradient batched over the basis (0.7
-        of ``jacrev(jacrev(f))``, where the batched double backward's vmap of the
-        autograd graph costs more), the ``torch.func`` programs serving inside
-        transforms. Compiled: forward over reverse (``jacfwd`` of ``grad``)."""
-        if self.adapter.compiled or is_pytree(x):
-            return self._func_hessian(f, x, contexts, "forward" if self.adapter.compiled else "reverse")
-        if math.prod(getattr(x, "shape", ())) > BATCHED_HESSIAN_MAX_N:
-            return self._func_hessian(f, x, contexts, "reverse")
+        spelling there: 0.4-0.6 of ``jacrev(jacrev(f))`` at n = 32 to 100 here, 0.5-0.7
+        of ``torch.func``'s reverse over reverse), above it (and for a raveled
+        pytree ``x``) ``torch.func``'s vjp of the gradient batched over the basis
+        (at 1e3 the two read 0.8-1.1 of each other, within this machine's noise),
+        the ``torch.func`` programs serving inside transforms. Compiled: forward over reverse (``jacfwd`` of ``grad``).
+        ``prep.info.program`` says which."""
+        if self.adapter.compiled:
+            return spelled(self._func_hessian(f, x, contexts, "forward"), _JACFWD_OF_GRAD + self._compiled_note())
+        if is_pytree(x) or math.prod(getattr(x, "shape", ())) > BATCHED_HESSIAN_MAX_N:
+            return spelled(self._func_hessian(f, x, contexts, "reverse"), _JACREV_OF_GRAD)
 
         def inside(x: Any, tangents: Any, contexts: Sequence[Context]) -> Programs:
             return self._func_hessian(f, x, contexts, "reverse", fast=same)
 
         lazy = built_on_first_use(inside, x, None, contexts, ("hessian", "value_gradient_and_hessian"))
         if lazy is not None:
-            return self.eager.hessian_by_double_backward(f, x, contexts, lazy)
+            return spelled(self.eager.hessian_by_double_backward(f, x, contexts, lazy), _BATCHED_DOUBLE_BACKWARD)
 
         def eager(traced: Programs) -> Programs:
             return self.eager.hessian_by_double_backward(f, x, contexts, traced)
 
-        return self._func_hessian(f, x, contexts, "reverse", fast=eager)
+        return spelled(self._func_hessian(f, x, contexts, "reverse", fast=eager), _BATCHED_DOUBLE_BACKWARD)
 
     def _func_hessian(
         self,
