@@ -111,7 +111,7 @@ def custom_function_error(
             f"{where} runs f inside torch.func transforms, which cannot run a torch.autograd.Function written "
             f"in the classic style, forward(ctx, ...). Write forward without ctx and add a setup_context "
             f"staticmethod (setup_context(ctx, inputs, output) saving what backward needs; see {_EXTENDING}), "
-            f"or use gradient, pullback or hvp (and their value_* forms; hessian up to 512 elements of x), whose "
+            f"or use gradient, pullback or hvp (and their value_* forms; hessian up to 1024 elements of x), whose "
             f"eager reverse mode runs it as it is."
         )
     if _NO_JVP in text:

@@ -28,9 +28,11 @@ __all__ = ["BATCHED_HESSIAN_MAX_N", "SecondOrderPrograms", "same", "spelled"]
 
 _func = torch.func
 
-BATCHED_HESSIAN_MAX_N = 512
-"""The largest ``x`` (elements) whose eager hessian is a batched double backward;
-above it, ``torch.func``'s reverse over reverse (see :meth:`SecondOrderPrograms.hessian`)."""
+BATCHED_HESSIAN_MAX_N = 1024
+"""The largest ``x`` (elements) whose eager hessian is a batched double backward,
+the largest size measured here (0.5-0.8 of ``torch.func``'s reverse over reverse
+from n = 32 to 1e3); above it, ``torch.func``'s reverse over reverse (see
+:meth:`SecondOrderPrograms.hessian`)."""
 
 
 def same(value: Any) -> Any:
@@ -118,12 +120,11 @@ class SecondOrderPrograms(FuncBuilder):
         """Eagerly, reverse over reverse: up to :data:`BATCHED_HESSIAN_MAX_N`
         elements, double backward with the second pass batched over the standard
         basis (``torch.autograd.grad(..., is_grads_batched=True)``, the fastest
-        spelling there: 0.4-0.6 of ``jacrev(jacrev(f))`` at n = 32 to 100 here, 0.5-0.7
-        of ``torch.func``'s reverse over reverse), above it (and for a raveled
-        pytree ``x``) ``torch.func``'s vjp of the gradient batched over the basis
-        (at 1e3 the two read 0.8-1.1 of each other, within this machine's noise),
-        the ``torch.func`` programs serving inside transforms. Compiled: forward over reverse (``jacfwd`` of ``grad``).
-        ``prep.info.program`` says which."""
+        spelling there: 0.4-0.6 of ``jacrev(jacrev(f))`` at n = 32 to 100 here, 0.5-0.8
+        of ``torch.func``'s reverse over reverse up to 1e3), above it (and for a
+        raveled pytree ``x``) ``torch.func``'s vjp of the gradient batched over the
+        basis, the ``torch.func`` programs serving inside transforms. Compiled:
+        forward over reverse (``jacfwd`` of ``grad``). ``prep.info.program`` says which."""
         if self.adapter.compiled:
             return spelled(self._func_hessian(f, x, contexts, "forward"), _JACFWD_OF_GRAD + self._compiled_note())
         if is_pytree(x) or math.prod(getattr(x, "shape", ())) > BATCHED_HESSIAN_MAX_N:
