@@ -108,6 +108,9 @@ def caller_programs(
         for name in operator.names:  # the runner then leaves x's check to the program
             if checks_arguments(engine[name]):
                 programs[name].checks_arguments = True  # type: ignore[attr-defined]
+            spelling = getattr(engine[name], "spelling", None)
+            if spelling is not None:  # what the engine chose for this call (the prep's info says it)
+                programs[name].spelling = spelling  # type: ignore[attr-defined]
         return programs
     if has_aux:
         programs = _aux_layout(operator, programs, source.family, family)

@@ -90,7 +90,9 @@ class JaxFamily(Family):
             return jnp.array(array, copy=True)
 
     def from_dlpack(self, value: Any) -> Any:
-        if by_numpy(value):  # (which copies, as a conversion into JAX must)
+        # JAX only reads what it takes: a large host buffer is shared (a copy costs
+        # more than the call at 1e6 elements), a small one copied through NumPy
+        if by_numpy(value, shared=True):
             return NotImplemented
         import jax.dlpack
 

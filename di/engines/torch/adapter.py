@@ -155,12 +155,17 @@ class TorchAdapter(TorchBase):
         if eager:
             return programs
         # with tangents, every program: its products may be the tangents themselves
-        return {
+        owned = {
             name: owning(program, lead, name.startswith("value_"), has_aux, None if name in _PLAIN else 1)
             if has_aux or lead == 2 or name.startswith("value_")
             else program
             for name, program in programs.items()
         }
+        for name, program in programs.items():
+            spelling = getattr(program, "spelling", None)
+            if spelling is not None and owned[name] is not program:
+                owned[name].spelling = spelling  # type: ignore[attr-defined]
+        return owned
 
     def prepare_value_program(self, f: Callable[..., Any], x: Any, contexts: Sequence[Context]) -> Any:
         """``f``'s value, copied where it is an input or a view of one. ``f`` runs
