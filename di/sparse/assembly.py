@@ -46,6 +46,7 @@ def gatherer(family: str, index: np.ndarray | None) -> Callable[[Sequence[Any]],
     record = get_family(family)
     xp = record.namespace()
     where = None if index is None else record.index(index)
+    whole = record.whole
 
     def gather(products: Sequence[Any]) -> Any:
         if not products:
@@ -60,7 +61,7 @@ def gatherer(family: str, index: np.ndarray | None) -> Callable[[Sequence[Any]],
                 runs[-1].append(product)
             else:
                 runs.append([product])
-        parts = [xp.reshape(xp.stack(run), (-1,)) for run in runs]
+        parts = [xp.reshape(whole(xp.stack(run)), (-1,)) for run in runs]
         flat = parts[0] if len(parts) == 1 else xp.concat(parts)
         return flat if where is None else flat[where]
 

@@ -34,6 +34,7 @@ from di.backends.protocol import Adapter, Program, Programs
 from di.backends.registry import get_adapter
 from di.backends.selectors import AbstractBackend
 from di.contexts import Context
+from di.engines.jax.meshes import in_mesh
 from di.engines.jax.programs import RULES, AuxTracing, StaticLeaves, bare_single, engine_tangents, named, wrap
 from di.engines.jax.selector import AutoJAX
 from di.engines.jax.x64 import x64_scope
@@ -201,7 +202,9 @@ class ProgramBuilder(Adapter):
         aux's arrays)`` and the program ``(result, aux)``. ``operator``: the one
         whose refusals of ``f`` found while compiling are explained."""
         values = [c.value for c in contexts]
-        x64 = self.scope([x, *values]) is x64_scope
+        scope = self.scope([x, *values])
+        x64 = scope is x64_scope or getattr(scope, "x64", False)
+        mesh = getattr(scope, "mesh", None)  # a mesh with explicit axes, whose context eager JAX needs
         lead = 1 if tangents is None else 2
         inputs = [x, *values]
         function: Callable[..., Any]
@@ -248,7 +251,7 @@ class ProgramBuilder(Adapter):
         if aux is not None:
             program = aux.joining(program, self.compiled)
         if not self.compiled:
-            return program
+            return program if mesh is None else in_mesh(program, mesh)
         if on_first_use:
             program = compiled_on_first_use(program)
         if checks_arguments(function):

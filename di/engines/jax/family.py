@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from di.errors import DistributedError
 from di.families.family import Family, Matcher, by_numpy, extended_precision
 from di.families.registry import is_64_bit
 
@@ -78,9 +79,20 @@ class JaxFamily(Family):
         leaves = jax.tree_util.tree_leaves(value)
         return None if len(leaves) == 1 and leaves[0] is value else leaves
 
-    # A copy (the caller's array, writable), and NumPy's own function rather than a
-    # method calling it: results of every prepared call to a NumPy caller pass here.
-    to_numpy = staticmethod(np.array)  # type: ignore[assignment]
+    def to_numpy(self, value: Any) -> np.ndarray:
+        # A copy (the caller's array, writable). Results of every prepared call to a
+        # NumPy caller pass here: the refusal costs nothing until JAX refuses.
+        try:
+            return np.array(value)
+        except RuntimeError as err:
+            if getattr(value, "is_fully_addressable", True):
+                raise
+            raise DistributedError(
+                "this result is a JAX array spanning devices of other processes (jax.distributed), which no "
+                "process can read whole into NumPy. Pass x as a JAX array on that mesh (jax.make_array_from_"
+                "process_local_data) to get JAX arrays back, or read the result with "
+                "jax.experimental.multihost_utils.process_allgather(result) on every process."
+            ) from err
 
     def from_numpy(self, array: np.ndarray) -> Any:
         import jax.numpy as jnp
@@ -200,6 +212,11 @@ class JaxFamily(Family):
 
     def index(self, positions: np.ndarray) -> Any:
         return positions.astype(np.int32) if positions.size < 2**31 else positions
+
+    def whole(self, value: Any) -> Any:
+        from di.engines.jax.meshes import replicated
+
+        return replicated(value)
 
     def scatter(self, data: Any, positions: Any, size: int) -> Any:
         import jax.numpy as jnp
