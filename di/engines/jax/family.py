@@ -51,6 +51,22 @@ def _array_types() -> tuple[type, ...]:
     return (jax.Array, jax.core.Tracer)
 
 
+def _readable_to_numpy(value: Any) -> np.ndarray:
+    """``np.array(value)``, or :class:`di.DistributedError` for a JAX array with
+    shards in other processes (``jax.distributed``)."""
+    try:
+        return np.array(value)
+    except RuntimeError as err:
+        if getattr(value, "is_fully_addressable", True):
+            raise
+        raise DistributedError(
+            "this result is a JAX array spanning devices of other processes (jax.distributed), which no process "
+            "can read whole into NumPy. Pass x as a JAX array on that mesh (jax.make_array_from_process_local_data) "
+            "to get JAX arrays back, or read the result with "
+            "jax.experimental.multihost_utils.process_allgather(result) on every process."
+        ) from err
+
+
 def _default_device() -> Any:
     """The device JAX puts new arrays on (``jnp.array`` of a NumPy array)."""
     import jax
@@ -79,20 +95,15 @@ class JaxFamily(Family):
         leaves = jax.tree_util.tree_leaves(value)
         return None if len(leaves) == 1 and leaves[0] is value else leaves
 
-    def to_numpy(self, value: Any) -> np.ndarray:
-        # A copy (the caller's array, writable). Results of every prepared call to a
-        # NumPy caller pass here: the refusal costs nothing until JAX refuses.
-        try:
-            return np.array(value)
-        except RuntimeError as err:
-            if getattr(value, "is_fully_addressable", True):
-                raise
-            raise DistributedError(
-                "this result is a JAX array spanning devices of other processes (jax.distributed), which no "
-                "process can read whole into NumPy. Pass x as a JAX array on that mesh (jax.make_array_from_"
-                "process_local_data) to get JAX arrays back, or read the result with "
-                "jax.experimental.multihost_utils.process_allgather(result) on every process."
-            ) from err
+    @property
+    def to_numpy(self) -> Callable[[Any], np.ndarray]:  # type: ignore[override]
+        """A copy (the caller's array, writable). Results of every prepared call to a
+        NumPy caller pass here, by a converter built once: NumPy's own function in
+        one process, one that explains an array no process can read whole across
+        several (read when a JAX array exists, so JAX's runtime is up)."""
+        import jax
+
+        return np.array if jax.process_count() == 1 else _readable_to_numpy
 
     def from_numpy(self, array: np.ndarray) -> Any:
         import jax.numpy as jnp
