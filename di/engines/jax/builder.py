@@ -233,7 +233,7 @@ class ProgramBuilder(Adapter):
         traced = self.compiled and _traced(inputs, tangents)
         executable: Callable[..., Any] | None = None
         if self.compiled and not traced:  # (inside a transform, the caller's trace compiles it instead)
-            with x64_scope() if x64 else contextlib.nullcontext():
+            with scope():  # (64-bit inputs; a mesh with explicit axes, which lowering some programs needs)
                 args = [convert(v) for convert, v in zip(converters, inputs)]
                 if tangents is not None:
                     args.insert(1, engine_tangents(tangents))
@@ -250,8 +250,10 @@ class ProgramBuilder(Adapter):
         program = wrap(function, converters, tangents is not None, x64, bare)
         if aux is not None:
             program = aux.joining(program, self.compiled)
+        if mesh is not None:  # eager programs, and compiled ones compiled by their first call, run in it
+            program = in_mesh(program, mesh)
         if not self.compiled:
-            return program if mesh is None else in_mesh(program, mesh)
+            return program
         if on_first_use:
             program = compiled_on_first_use(program)
         if checks_arguments(function):

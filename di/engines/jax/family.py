@@ -60,10 +60,10 @@ def _readable_to_numpy(value: Any) -> np.ndarray:
         if getattr(value, "is_fully_addressable", True):
             raise
         raise DistributedError(
-            "this result is a JAX array spanning devices of other processes (jax.distributed), which no process "
-            "can read whole into NumPy. Pass x as a JAX array on that mesh (jax.make_array_from_process_local_data) "
-            "to get JAX arrays back, or read the result with "
-            "jax.experimental.multihost_utils.process_allgather(result) on every process."
+            "a JAX array spanning devices of other processes (jax.distributed) cannot be read whole by any "
+            "process, into NumPy or another engine's arrays. Differentiate global arrays with AutoJAX: x a JAX "
+            "array on the mesh (jax.make_array_from_process_local_data) gives JAX arrays back; read a result on "
+            "every process with jax.experimental.multihost_utils.process_allgather(result)."
         ) from err
 
 
