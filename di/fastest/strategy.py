@@ -88,7 +88,9 @@ class FastestStrategy(Strategy):
         candidates = _candidates(backend)
         cache = _CacheEntry(backend, call, candidates) if backend.cache is not None else None
         if cache is not None:
-            cached = cache.read(preparer.with_backend)
+            processes = processes_of(call.values())
+            # across processes, process 0's cache decides (another's may hold another plan, or none)
+            cached = cache.read(preparer.with_backend, processes)
             if cached is not None:
                 plan, winner = cached
                 return winner.with_backend(backend, FastestInfo(plan))
@@ -361,10 +363,13 @@ class _CacheEntry:
         }
         self.key = cache_key(self.parts)
 
-    def read(self, prepare_with: PrepareWith) -> tuple[Plan, Prep] | None:
+    def read(self, prepare_with: PrepareWith, processes: Processes | None = None) -> tuple[Plan, Prep] | None:
         """The remembered plan and the winner's prep, or ``None`` to measure
-        (no entry, other engine versions, or a winner that no longer prepares)."""
-        entry = self.cache.lookup(self.key, self.engines)
+        (no entry, other engine versions, or a winner that no longer prepares).
+        Across ``processes``, process 0's entry, broadcast to every process."""
+        entry = self.cache.lookup(self.key, self.engines) if processes is None or processes.index == 0 else None
+        if processes is not None:
+            entry = processes.broadcast(entry)
         if entry is None:
             return None
         try:
