@@ -11,7 +11,10 @@ import numpy as np
 import pytest
 
 import di
+from di.backends.engine import Engine
 from di.backends.processes import Processes, processes_of
+from di.backends.registry import get_adapter
+from di.families import converter
 from di.fastest.timing import BLOCK_S, MIN_ROUNDS, time_interleaved
 
 
@@ -29,7 +32,18 @@ class _ProcessOne(Processes):
 
 
 def test_values_of_one_process_span_no_processes() -> None:
-    assert processes_of([np.ones(3), None, 1.0]) is None
+    """Without a distributed runtime, no engine's values span processes (their
+    hooks are asked, and answer so)."""
+    values: list[Any] = [np.ones(3), None, 1.0]
+    for engine in di.available_backends():
+        adapter = get_adapter(engine)
+        values.append(converter("numpy", adapter.capabilities.family)(np.ones(2)))
+    assert processes_of(values) is None
+
+
+def test_an_engine_record_checks_its_processes_path() -> None:
+    with pytest.raises(di.InvalidOptionError, match="processes"):
+        Engine("mine", di.AutoFiniteDiff, "mypackage.adapter:Adapter", processes="not a path")
 
 
 def test_a_decision_differing_from_process_zeros_is_refused() -> None:

@@ -112,10 +112,12 @@ class JAXProcesses(Processes):
 
 
 def processes_of(values: Sequence[Any]) -> JAXProcesses | None:
-    """:class:`JAXProcesses` when a value spans processes, else ``None``."""
-    if jax.process_count() == 1:
+    """:class:`JAXProcesses` when a value spans processes, else ``None`` (asked
+    of JAX's runtime only when a value is a JAX array: asking starts it)."""
+    leaves = _concrete_leaves(values)
+    if not leaves or jax.process_count() == 1:
         return None
-    return JAXProcesses() if any(spans_processes(leaf) for leaf in _concrete_leaves(values)) else None
+    return JAXProcesses() if any(spans_processes(leaf) for leaf in leaves) else None
 
 
 class MeshScope:
