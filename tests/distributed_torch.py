@@ -102,10 +102,18 @@ def ddp_gradient_is_the_averaged_one() -> str:
     prep = di.prepare_gradient(ddp_loss, backend, params)
     value, unprepared = di.value_and_gradient(ddp_loss, backend, params)
     expected_value = mse(DDP.module(BATCH)).item()
+
+    def with_aux(params: dict[str, Any]) -> Any:
+        return ddp_loss(params), {"note": "aux"}
+
+    (_, aux), with_aux_gradient = di.value_and_gradient(with_aux, backend, params, has_aux=True)  # JAX's layout
     return (
         same(di.gradient(ddp_loss, prep, backend, params), EXPECTED)
         or same(di.gradient(ddp_loss, prep, backend, params), EXPECTED)  # a second prepared call
         or same(unprepared, EXPECTED)
+        or same(di.gradient(with_aux, backend, params, has_aux=True)[0], EXPECTED)
+        or same(with_aux_gradient, EXPECTED)
+        or ("" if aux == {"note": "aux"} else f"aux {aux}")
         or ("" if abs(value.item() - expected_value) < 1e-12 else "the value is not this process's loss")
     )
 

@@ -148,7 +148,7 @@ class TorchAdapter(TorchBase):
         (:func:`~di.engines.torch.ownership.owning`); the eager reverse-mode ones
         (every program with a ``Cache``, the eager gradient and pullback) see to
         it themselves."""
-        programs = watching(programs, self.selector)  # DDP: averaged gradients, or refusals
+        programs = watching(programs, self.selector, has_aux)  # DDP: averaged gradients, or refusals
         if any(isinstance(c, Cache) for c in contexts):
             return {
                 name: refusing_caches_inside_transforms(program, self.selector) for name, program in programs.items()

@@ -190,16 +190,26 @@ def _check_reducible(seen: _Seen, operator: str, backend: Any) -> None:
         )
 
 
-def watching(programs: Programs, backend: Any) -> Programs:
+def watching(programs: Programs, backend: Any, has_aux: bool = False) -> Programs:
     """``programs`` aware of DDP modules ``f`` runs (see the module docstring);
     the programs themselves where no process group exists (the check is made at
     preparation: nothing is added to a call outside distributed training)."""
     if not _initialized():
         return programs
-    return {name: _watched(name, program, backend) for name, program in programs.items()}
+    return {name: _watched(name, program, backend, has_aux) for name, program in programs.items()}
 
 
-def _watched(name: str, program: Program, backend: Any) -> Program:
+def _averaged(name: str, result: Any, managed: Sequence[bool], seen: _Seen, has_aux: bool) -> Any:
+    """A gradient program's ``result`` (``g``, ``(y, g)``, each with ``aux`` beside
+    it under ``has_aux``) with ``g`` averaged."""
+    if has_aux:
+        return _averaged(name, result[0], managed, seen, False), result[1]
+    if name == "value_and_gradient":
+        return result[0], _average(result[1], managed, seen)
+    return _average(result, managed, seen)
+
+
+def _watched(name: str, program: Program, backend: Any, has_aux: bool) -> Program:
     register = torch.nn.modules.module.register_module_forward_pre_hook
     operator = name.removeprefix("value_and_").removeprefix("value_gradient_and_").removeprefix("gradient_and_")
 
@@ -220,9 +230,7 @@ def _watched(name: str, program: Program, backend: Any) -> Program:
         _check_reducible(seen, operator, backend)
         if not any(seen.syncing):  # inside no_sync(): backward() leaves the process's own gradient too
             return result
-        if name == "value_and_gradient":
-            return result[0], _average(result[1], managed, seen)
-        return _average(result, managed, seen)
+        return _averaged(name, result, managed, seen, has_aux)
 
     return run
 
