@@ -348,6 +348,13 @@ class Family:
         refuses NumPy indices (MLX: ``mx.array(positions)``)."""
         return positions
 
+    def whole(self, value: Any) -> Any:
+        """``value`` held whole by every device it lives on, for a family whose
+        arrays carry a sharding in their type (where reshaping and indexing a
+        sharded array need an output sharding): ``di.AutoSparse`` gathers the
+        nonzeros of compressed products so. By default ``value`` itself."""
+        return value
+
     def scatter(self, data: Any, positions: Any, size: int) -> Any:
         """A 1-D array of ``size`` zeros of ``data``'s dtype with ``data`` at
         ``positions`` (from :meth:`index`)."""

@@ -74,6 +74,7 @@ def caller_programs(
     tangent_facts = [Facts(f"{label}[{i}]", t) for i, t in enumerate(tangents or ())]
     arguments = [facts.x, *tangent_facts, *facts.values]
     _refuse_foreign_traces(source, arguments)
+    source.adapter.check_inputs(operator.family, x)
     _refuse_trees_the_engine_cannot_flatten(source, arguments)
     family = caller_family(source, x, facts.x)
     pytree = facts.x.pytree
