@@ -187,7 +187,7 @@ def to_numpy_dtype(dtype: Any) -> Any:
     """A numpy dtype for a numpy, torch or jax dtype."""
     if isinstance(dtype, type) or isinstance(dtype, np.dtype):
         return np.dtype(dtype)
-    return np.dtype(str(dtype).replace("torch.", ""))
+    return np.dtype(str(getattr(dtype, "name", dtype)).rsplit(".", 1)[-1])  # torch.float32, TensorFlow's DType
 
 
 def assert_close(actual: Any, expected: Any, backend: di.AbstractBackend, dtype: Any, what: str = "") -> None:
@@ -231,4 +231,4 @@ def as_family(x: np.ndarray, name: str) -> Any:
 
 def dtype_name(value: Any) -> str:
     """``"float32"``, ``"float64"``, ... for an array of any family."""
-    return str(value.dtype).replace("torch.", "")
+    return str(getattr(value.dtype, "name", value.dtype)).rsplit(".", 1)[-1]  # torch.float32, TensorFlow's DType
