@@ -239,6 +239,10 @@ def isdtype(dtype: Any, kind: Any) -> bool:
     return bool(kinds[kind])
 
 
+def from_dlpack(x: Any, /, *, device: Any = None, copy: Any = None) -> Any:
+    return tf.experimental.dlpack.from_dlpack(x.__dlpack__())
+
+
 def result_type(*arrays_and_dtypes: Any) -> Any:
     dtypes = [np.dtype(_dtype(getattr(a, "dtype", a)).as_numpy_dtype) for a in arrays_and_dtypes]
     return tf.as_dtype(np.result_type(*dtypes))
@@ -358,6 +362,7 @@ class TensorFlowNamespace:
             "linspace": linspace,
             "isdtype": isdtype,
             "result_type": result_type,
+            "from_dlpack": from_dlpack,
             "einsum": tf.einsum,
             "square": tf.square,
             "sqrt": tf.sqrt,
