@@ -34,6 +34,13 @@ def is_symbolic(value: Any) -> bool:
     return tf is not None and isinstance(value, tf.Tensor) and not hasattr(value, "numpy")
 
 
+def _tensor_classes() -> tuple[type, ...]:
+    """The classes of eager and symbolic tensors."""
+    from tensorflow.python.framework.ops import EagerTensor, SymbolicTensor
+
+    return (EagerTensor, SymbolicTensor)
+
+
 class TensorFlowFamily(Family):
     """TensorFlow tensors (and variables, read as tensors), on the host CPU or any
     device TensorFlow places them on."""
@@ -88,8 +95,10 @@ class TensorFlowFamily(Family):
         return bool(getattr(dtype, "is_floating", False)) or self.describe_dtype(dtype) == "bfloat16"
 
     def matcher(self, value: Any) -> Matcher:
-        cls, shape, dtype = value.__class__, value.shape, value.dtype
-        return lambda given: given.__class__ is cls and given.dtype == dtype and given.shape == shape
+        shape, dtype = value.shape, value.dtype
+        classes = _tensor_classes() if isinstance(value, sys.modules["tensorflow"].Tensor) else (value.__class__,)
+        # an eager tensor and a symbolic one (the same x inside tf.function) are alike
+        return lambda given: given.__class__ in classes and given.dtype == dtype and given.shape == shape
 
     def key(self, value: Any) -> Any:
         return (value.__class__, self.shape(value), self.describe_dtype(value.dtype), str(self.device(value)))

@@ -16,6 +16,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import tensorflow as tf
+from tensorflow.python.eager import record
 
 __all__ = [
     "derivative",
@@ -89,8 +90,19 @@ def derivative(fx: Fx, x: Any) -> tuple[tuple[Any, Any], Any]:
 
 
 def second_derivative(fx: Fx, x: Any) -> tuple[Any, Any, Any]:
-    """``(y, dy, d2y)``: forward over forward, two nested accumulators along ones."""
+    """``(y, dy, d2y)``: forward over forward, two nested accumulators along ones;
+    reverse over forward (the tape's jacobian of the accumulator's derivative)
+    where a tape outside records ``x``, which TensorFlow cannot differentiate
+    nested accumulators under."""
     one = tf.ones_like(x)
+    if record.should_record_backprop([x]):
+        with tf.GradientTape() as tape:
+            tape.watch(x)
+            with tf.autodiff.ForwardAccumulator(x, one) as accumulator:
+                y, _ = fx(x)
+            dy = accumulator.jvp(y, unconnected_gradients=ZERO)
+        d2y = tape.jacobian(dy, x, unconnected_gradients=ZERO, experimental_use_pfor=True)
+        return y, dy, _cast(tf.reshape(d2y, tf.shape(dy)), y)
     with tf.autodiff.ForwardAccumulator(x, one) as outer:
         with tf.autodiff.ForwardAccumulator(x, one) as inner:
             y, _ = fx(x)
@@ -119,20 +131,20 @@ def jacobian(fx: Fx, x: Any) -> tuple[tuple[Any, Any], Any]:
 
 
 def hvp(fx: Fx, x: Any, tx: Sequence[Any]) -> tuple[Any, tuple[Any, ...]]:
-    """``(g, (H t...))``: forward over reverse, an accumulator around a tape, per
-    tangent."""
-    if not tx:
-        (_, g), _ = gradient(fx, x)
-        return g, ()
-    products = []
-    for t in tx:
-        with tf.autodiff.ForwardAccumulator(x, _cast(t, x)) as accumulator:
-            with tf.GradientTape() as tape:
-                tape.watch(x)
-                y, _ = fx(x)
-            g = tape.gradient(y, x, unconnected_gradients=ZERO)
-        products.append(_cast(accumulator.jvp(g, unconnected_gradients=ZERO), x))
-    return _cast(g, x), tuple(products)
+    """``(g, (H t...))``: reverse over reverse, ``f`` evaluated once, one
+    reverse pass of the gradient per tangent (``H`` is symmetric, so the
+    gradient's pullback along ``t`` is ``H t``). TensorFlow's forward mode would
+    compute the same reverse pass of the gradient, and one more."""
+    with tf.GradientTape(persistent=len(tx) > 1) as outer:
+        outer.watch(x)
+        with tf.GradientTape() as inner:
+            inner.watch(x)
+            y, _ = fx(x)
+        g = inner.gradient(y, x, unconnected_gradients=ZERO)
+    products = tuple(
+        _cast(outer.gradient(g, x, output_gradients=_cast(t, g), unconnected_gradients=ZERO), x) for t in tx
+    )
+    return _cast(g, x), products
 
 
 def hessian(fx: Fx, x: Any) -> tuple[Any, Any, Any]:

@@ -8,6 +8,7 @@ from typing import Any
 
 import numpy as np
 import tensorflow as tf
+from tensorflow.python.eager import record
 
 from di.backends.outputs import OutputRules
 from di.backends.selectors import AbstractBackend
@@ -33,7 +34,9 @@ class _Rules(OutputRules):
     conversion_errors = (TypeError, NotImplementedError, AttributeError)
 
     def is_traced(self, y: Any, x: Any) -> bool:
-        return is_tensor(y)
+        # a scalar a tape recording x does not record was cut off it (tf.stop_gradient,
+        # a new tensor): its gradient would be zeros
+        return is_tensor(y) and (record.should_record_backprop([y]) or not record.should_record_backprop([x]))
 
     def scalar(self, y: Any) -> Any:
         return tf.reshape(y, ())
