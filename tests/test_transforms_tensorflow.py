@@ -108,8 +108,22 @@ def test_every_declared_transform_is_tested() -> None:
     assert set(NATIVE) == set(OPERATORS)
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
-@pytest.mark.parametrize("transform", [*APPLY, "tf.function(jit_compile=True)"])
+# The compiled selector's programs are tf.functions of their own: inside tf.function (its nesting)
+# and under an outer tape (the gradient of a compiled call); eager everywhere. (Lean: each case
+# traces every operator's programs.)
+CASES = [
+    *[
+        pytest.param(transform, BACKENDS[0].values[0], id=f"{transform}-eager")
+        for transform in [*APPLY, "tf.function(jit_compile=True)"]
+    ],
+    *[
+        pytest.param(transform, BACKENDS[1].values[0], id=f"{transform}-compiled")
+        for transform in ("tf.function", "tf.GradientTape")
+    ],
+]
+
+
+@pytest.mark.parametrize(("transform", "backend"), CASES)
 def test_operator_inside_transform_agrees_with_tensorflow(transform: str, backend: Any) -> None:
     apply = _jit if transform == "tf.function(jit_compile=True)" else APPLY[transform]
     composition = next(c for c in compositions(backend) if c.transform == transform.split("(")[0])

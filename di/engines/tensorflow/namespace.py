@@ -14,6 +14,7 @@ def build_namespace() -> TensorFlowNamespace:
 
     Examples:
         >>> import tensorflow as tf, di
+        >>> from di.engines.tensorflow.namespace import build_namespace
         >>> xp = di.array_namespace(tf.ones(2))
         >>> xp is build_namespace(), float(xp.sum(xp.sin(tf.zeros(2))))
         (True, 0.0)
