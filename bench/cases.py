@@ -601,3 +601,4 @@ ENGINES = {
         max_n=1_000,
     ),
 }
+ENGINES.update(importlib.import_module("bench.cases_tensorflow").ENGINES)  # TensorFlow's rows, in a module of their own

@@ -135,7 +135,7 @@ def with_metrics(x: Any) -> Any:
 
 def scalar_with_metrics(x: Any) -> Any:
     y, aux = with_metrics(x)
-    return y.sum(), aux
+    return di.array_namespace(x).sum(y), aux
 
 
 @pytest.mark.parametrize("operator", ["gradient", "pullback", "jacobian"])
@@ -192,7 +192,7 @@ def test_a_call_with_another_has_aux_is_a_mismatch_with_its_own_row() -> None:
 @pytest.mark.parametrize("backend", BACKENDS, ids=backend_id)
 def test_f_that_returns_no_pair_under_has_aux_is_refused_naming_what_came_back(backend: Any) -> None:
     with pytest.raises(di.InvalidOutputError, match=r"pair \(y, aux\).*an array of shape \(\)"):
-        di.gradient(lambda x: (x * x).sum(), backend, X, has_aux=True)
+        di.gradient(lambda x: di.array_namespace(x).sum(x * x), backend, X, has_aux=True)
     with pytest.raises(di.InvalidOutputError, match="a tuple of 3 elements"):
         di.jacobian(lambda x: (x, x, x), backend, X, has_aux=True)
 

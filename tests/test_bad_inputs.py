@@ -22,7 +22,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import array_api_compat
 import numpy as np
 import pytest
 from conftest import (
@@ -106,7 +105,7 @@ def calls(op: Op, f: Callable[..., Any], backend: Any, x: Any, *contexts: Any, p
 
 
 def scalar_f(x, *values):
-    xp = array_api_compat.array_namespace(x)
+    xp = di.array_namespace(x)
     return xp.sum(x * x * x) / 3.0
 
 
@@ -116,7 +115,7 @@ def vector_f(x, *values):
 
 def scalar_f2(x, a, b):
     """With two contexts: a matrix ``a`` and a vector ``b``."""
-    xp = array_api_compat.array_namespace(x)
+    xp = di.array_namespace(x)
     return xp.sum((a @ x) * x) + xp.sum(b * x)
 
 
@@ -298,7 +297,7 @@ def _bad_outputs(op: Op) -> list[tuple[str, Callable[..., Any], tuple[str, ...]]
 
 
 def _int_array(x, *values):
-    xp = array_api_compat.array_namespace(x)
+    xp = di.array_namespace(x)
     return xp.astype(x > 0, xp.int64)
 
 
@@ -825,7 +824,7 @@ def test_nan_in_a_constant_propagates(backend):
     x = np.array([0.5, 1.0, -1.5])
     c = di.Constant(np.array([1.0, np.nan, 2.0]))
     watch = Unchanged(x=x, c=c)
-    g = to_numpy(di.gradient(lambda x, c: array_api_compat.array_namespace(x).sum(x * x * c), backend, x, c))
+    g = to_numpy(di.gradient(lambda x, c: di.array_namespace(x).sum(x * x * c), backend, x, c))
     assert np.isnan(g[1]) and (backend not in _EXACT or np.allclose(g[[0, 2]], [1.0, -6.0]))
     watch.check()
 

@@ -398,7 +398,9 @@ def test_site_builds_strictly(tmp_path: Path) -> None:
     )
     # (--quiet would hide the warnings from --strict's count: a broken link or docstring would pass)
     assert result.returncode == 0, f"mkdocs build --strict failed:\n{result.stdout}\n{result.stderr}"
-    assert "WARNING" not in result.stderr, result.stderr
+    # TensorFlow's C++ logging (absl) writes a line of its own when the hooks first import it
+    own = [line for line in result.stderr.splitlines() if "WARNING" in line and "absl::InitializeLog" not in line]
+    assert not own, result.stderr
     backends = (site / "backends" / "index.html").read_text(encoding="utf-8")
     assert "native" in backends and "di:table" not in backends, "the support tables were not generated"
     reference = (site / "reference" / "operators" / "index.html").read_text(encoding="utf-8")

@@ -13,12 +13,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-import array_api_compat
 import numpy as np
 import pytest
-from conftest import BACKENDS, FAMILIES, as_family, backend_params, engine_name, to_numpy
+from conftest import BACKENDS, FAMILIES, as_family, backend_params, dtype_name, engine_name, to_numpy
 
 import di
+from di.families import family_of
 from di.testing import approximates
 
 
@@ -46,7 +46,7 @@ class Interrupting:
                 self.countdown = None
                 self.raised += 1
                 raise KeyboardInterrupt("interrupted inside f")
-        xp = array_api_compat.array_namespace(x)
+        xp = di.array_namespace(x)
         y = xp.sin(x) * x
         return y if self.vector else xp.sum(y)
 
@@ -73,8 +73,7 @@ def _run(operator: str, f: Interrupting, backend: Any, x: Any, prep: Any = None)
 
 def _ones_like(x: Any) -> Any:
     """Ones of x's family, shape and dtype (JAX float64 made under enable_x64, as x was)."""
-    name = "torch" if type(x).__module__.startswith("torch") else "jax" if "jax" in type(x).__module__ else "numpy"
-    return as_family(np.ones(tuple(x.shape), dtype=str(x.dtype).replace("torch.", "")), name)
+    return as_family(np.ones(tuple(x.shape), dtype=dtype_name(x)), family_of(x))
 
 
 def _prepare(operator: str, f: Interrupting, backend: Any, x: Any) -> Any:

@@ -32,7 +32,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-import array_api_compat
 import numpy as np
 import pytest
 from conftest import AD_BACKENDS, BACKENDS, FAMILIES, as_family, backend_id, engine_name, family, to_numpy
@@ -151,7 +150,7 @@ def scalar_function(terms: list[Term]) -> Callable[..., Any]:
         leaves, weights = leaves_of(x), leaves_of(w)
         total = None
         for term, leaf, weight in zip(terms, leaves, weights):
-            xp = array_api_compat.array_namespace(leaf)
+            xp = di.array_namespace(leaf)
             part = reduce(term.reduction, evaluate(term.expr, leaf, xp), weight, xp)
             total = part if total is None else total + part
         return total
@@ -165,11 +164,11 @@ def vector_function(head: Expr, terms: list[Term]) -> Callable[..., Any]:
 
     def f(x: Any, w: Any) -> Any:
         leaves, weights = leaves_of(x), leaves_of(w)
-        xp = array_api_compat.array_namespace(leaves[0])
+        xp = di.array_namespace(leaves[0])
         y = evaluate(head, leaves[0], xp)
         coupling = None
         for term, leaf, weight in zip(terms, leaves[1:], weights[1:]):
-            leaf_xp = array_api_compat.array_namespace(leaf)
+            leaf_xp = di.array_namespace(leaf)
             part = reduce(term.reduction, evaluate(term.expr, leaf, leaf_xp), weight, leaf_xp)
             coupling = part if coupling is None else coupling + part
         return y if coupling is None else y * (1.0 + 0.25 * coupling)
@@ -487,7 +486,7 @@ def test_the_grammar_runs_on_every_family() -> None:
     expected = np.sin(v) * np.exp(np.tanh(2.0 * v)) + np.tanh(v) ** 2
     for name in FAMILIES:
         array = as_family(v, name)
-        got = evaluate(expr, array, array_api_compat.array_namespace(array))
+        got = evaluate(expr, array, di.array_namespace(array))
         np.testing.assert_allclose(to_numpy(got), expected, rtol=1e-6, err_msg=name)  # JAX computes in float32
     assert show(expr) == "((sin(v) * exp_tanh((v * 2))) + (tanh(v))**2)"
 
@@ -528,7 +527,7 @@ def test_torch_keeps_float32_for_0d_inputs(backend: di.AbstractBackend) -> None:
     x = {"a": np.array(0.5, np.float32), "b": np.array(-0.9, np.float32)}
 
     def f(x):
-        xp = array_api_compat.array_namespace(x["b"])
+        xp = di.array_namespace(x["b"])
         return xp.sum(x["a"]) + xp.sum(xp.sin(x["b"]))
 
     (hv,) = di.hvp(f, backend, x, (x,))
@@ -538,7 +537,7 @@ def test_torch_keeps_float32_for_0d_inputs(backend: di.AbstractBackend) -> None:
 @pytest.mark.parametrize("backend", [b for b in PROPERTY_BACKENDS if isinstance(b, di.AutoFiniteDiff)], ids=backend_id)
 def test_finite_difference_hvp_at_a_0d_x(backend: di.AbstractBackend) -> None:
     def f(x):
-        xp = array_api_compat.array_namespace(x)
+        xp = di.array_namespace(x)
         return xp.sum(xp.sin(x))
 
     x = np.array(0.5)

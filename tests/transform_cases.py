@@ -107,7 +107,7 @@ def applier(transform: str, fullgraph: bool = True) -> Apply:
     ``grad`` and the modes that differentiate take the sum of ``fn``'s output, and
     a compiler compiles ``fn`` (``fullgraph``: one graph or an error)."""
     engine = transform.split(".")[0]
-    tables = {"jax": _jax_appliers, "torch": _torch_appliers, "autograd": _autograd_appliers}
+    tables = {"jax": _jax_appliers, "torch": _torch_appliers, "autograd": _autograd_appliers, "tf": _tf_appliers}
     if engine == "torch" and transform == "torch.compile":
         return _torch_compile(fullgraph)
     return tables[engine]()[transform]
@@ -127,7 +127,8 @@ def _torch_compile(fullgraph: bool) -> Apply:
 
 def appliers(engine: str) -> dict[str, Apply]:
     """Every transform of ``engine`` the tests know how to apply."""
-    return {"jax": _jax_appliers, "torch": _torch_appliers, "autograd": _autograd_appliers}[engine]()
+    tables = {"jax": _jax_appliers, "torch": _torch_appliers, "autograd": _autograd_appliers, "tf": _tf_appliers}
+    return tables[engine]()
 
 
 def _jax_appliers() -> dict[str, Apply]:
@@ -195,6 +196,23 @@ def _autograd_appliers() -> dict[str, Apply]:
     import autograd.numpy as anp
 
     return {"autograd.grad": lambda fn, x: autograd.grad(lambda x: anp.sum(fn(x)))(x)}
+
+
+def _tf_appliers() -> dict[str, Apply]:
+    import tensorflow as tf
+
+    def outer_tape(fn: Callable[[Any], Any], x: Any) -> Any:
+        x = tf.convert_to_tensor(x)
+        with tf.GradientTape() as tape:
+            tape.watch(x)
+            y = tf.reduce_sum(fn(x))
+        return tape.gradient(y, x)
+
+    return {
+        "tf.function": lambda fn, x: tf.function(fn)(tf.convert_to_tensor(x)),
+        "tf.GradientTape": outer_tape,
+        "tf.vectorized_map": lambda fn, x: tf.vectorized_map(fn, tf.stack([x, 2 * x])),
+    }
 
 
 # --- the di side of each operator --------------------------------------------------------------

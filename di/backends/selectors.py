@@ -297,7 +297,7 @@ def engines() -> tuple[Engine, ...]:
     Examples:
         >>> from di.backends.selectors import engines
         >>> [engine.name for engine in engines()][:4]
-        ['jax', 'torch', 'autograd', 'finitediff']
+        ['jax', 'torch', 'autograd', 'tensorflow']
     """
     _load_builtin()
     return tuple(_ENGINES.values())

@@ -84,7 +84,7 @@ def hosting_engines() -> list[str]:
     Examples:
         >>> from di.mixing.core import hosting_engines
         >>> hosting_engines()
-        ['autograd', 'jax', 'torch']
+        ['autograd', 'jax', 'tensorflow', 'torch']
     """
     return sorted(engine.name for engine in engines() if engine.host)
 

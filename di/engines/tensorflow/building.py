@@ -1,0 +1,275 @@
+"""How the TensorFlow adapter makes programs (:class:`ProgramBuilder`).
+
+Each operator family is one computation of :mod:`di.engines.tensorflow.programs`,
+giving the ``value_and_*`` result; the plain program returns its last element.
+Eager (``compile=False``) each runs op by op at every call. Compiled
+(``compile=True``) each is one ``tf.function(..., jit_compile=True)``: the plain
+program traced at preparation, the ``value_and_*`` one on its first call
+(swapped for a preparation of the combined form). ``x``, the tangents, array
+contexts and Python floats are tensor inputs of the traced function (a new value
+runs the same program); ints, strings and the other static contexts
+(:func:`di.backends.compile.is_static_context`) are compiled in, one trace per
+value. Every trace after the first is reported to a
+:class:`~di.backends.compile.RecompileWatch`: a retrace storm warns
+(:class:`di.RecompileWarning`) and stops at :data:`RETRACE_LIMIT`
+(:class:`di.RecompileLimitError`).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import tensorflow as tf
+
+from di.backends.aux import AuxSplit, split_aux
+from di.backends.compile import (
+    RecompileWatch,
+    combined_first,
+    compiled_on_first_use,
+    counting_static_values,
+    static_positions,
+)
+from di.backends.outputs import checking
+from di.backends.protocol import Adapter, Program, Programs
+from di.contexts import Context
+from di.engines.tensorflow.family import is_symbolic
+from di.engines.tensorflow.rules import RULES, is_tensor
+from di.errors import RecompileLimitError
+from di.families import converter, family_of
+from di.pytrees import is_pytree, tree_map
+
+__all__ = ["RETRACE_LIMIT", "ProgramBuilder"]
+
+RETRACE_LIMIT = 16
+"""Traces of one compiled program after which ``AutoTensorFlow(compile=True)``
+stops with :class:`di.RecompileLimitError` (TensorFlow itself retraces without
+limit): a warning comes before."""
+
+_NAMES = {
+    "gradient": ("gradient", "value_and_gradient"),
+    "pullback": ("pullback", "value_and_pullback"),
+    "pushforward": ("pushforward", "value_and_pushforward"),
+    "derivative": ("derivative", "value_and_derivative"),
+    "jacobian": ("jacobian", "value_and_jacobian"),
+    "hvp": ("hvp", "gradient_and_hvp"),
+    "hessian": ("hessian", "value_gradient_and_hessian"),
+    "second_derivative": ("second_derivative", "value_derivative_and_second_derivative"),
+}
+
+
+def _as_tensor(value: Any) -> Any:
+    """A tensor as the programs take it: a ``tf.Variable`` read as its value."""
+    return tf.convert_to_tensor(value) if isinstance(value, tf.Variable) else value
+
+
+def _to_tensorflow(value: Any) -> Callable[[Any], Any]:
+    """The converter of arrays like ``value`` into tensors (variables read)."""
+    into = converter(family_of(value), "tensorflow")
+    if family_of(value) == "tensorflow":
+        return _as_tensor
+    return lambda v: _as_tensor(into(v))
+
+
+class _Tangents:
+    """Tangents of any family as tensors of ``x``'s dtype, the converter chosen by
+    class once per class met."""
+
+    __slots__ = ("_converters",)
+
+    def __init__(self) -> None:
+        self._converters: dict[type, Callable[[Any], Any]] = {}
+
+    def __call__(self, tangents: Sequence[Any], dtype: Any) -> tuple[Any, ...]:
+        converted = []
+        for t in tangents:
+            convert = self._converters.get(t.__class__)
+            if convert is None:
+                convert = self._converters[t.__class__] = _to_tensorflow(t)
+            t = convert(t)
+            converted.append(t if t.dtype == dtype else tf.cast(t, dtype))
+        return tuple(converted)
+
+
+def _describe(args: Sequence[Any]) -> str:
+    """The signature a trace was made for, as a user reads it."""
+
+    def one(value: Any) -> str:
+        if is_tensor(value):
+            return f"{value.dtype.name}{list(value.shape)}"
+        if isinstance(value, (tuple, list)):
+            return "(" + ", ".join(one(v) for v in value) + ")"
+        return repr(value)
+
+    return ", ".join(one(a) for a in args)
+
+
+class ProgramBuilder(Adapter):
+    """What the TensorFlow adapter makes a program of a computation with: ``f``'s
+    output checked, caller-family inputs converted to tensors, ``aux`` split into
+    its tensors (which travel through a compiled program) and the rest (kept in
+    Python), and with ``compile`` one ``tf.function(jit_compile=True)`` per
+    program, its traces watched."""
+
+    def programs(
+        self,
+        core: Callable[..., Any],
+        f: Callable[..., Any],
+        x: Any,
+        tangents: Sequence[Any] | None,
+        contexts: Sequence[Context],
+        operator: str,
+        has_aux: bool,
+    ) -> Programs:
+        """Both programs of ``operator``'s family, from ``core(fx, x, [tangents])``
+        returning ``(value_and_* result, aux's tensors)``."""
+        checked = checking(f, self.backend, operator, RULES, has_aux=has_aux)
+        plain_name, full_name = _NAMES[operator]
+        plain = self._program(core, checked, x, tangents, contexts, has_aux, plain=True)
+        full = self._program(core, checked, x, tangents, contexts, has_aux, plain=False)
+        return {plain_name: plain, full_name: full}
+
+    def _program(
+        self,
+        core: Callable[..., Any],
+        checked: Callable[..., Any],
+        x: Any,
+        tangents: Sequence[Any] | None,
+        contexts: Sequence[Context],
+        has_aux: bool,
+        *,
+        plain: bool,
+    ) -> Program:
+        values = [c.value for c in contexts]
+        to_x = _to_tensorflow(x)
+        value_converters = [_to_tensorflow(v) if family_of(v) is not None else None for v in values]
+        pytree_values = [i for i, v in enumerate(values) if value_converters[i] is None and is_pytree(v)]
+        tangents_of = _Tangents()
+        has_tangents = tangents is not None
+        splits: dict[Any, AuxSplit] = {}
+        statics = static_positions(contexts, self.backend) if self.compiled else ()
+        compiled = self.compiled
+
+        def convert_values(values: Sequence[Any], dtype: Any) -> list[Any]:
+            converted = list(values)
+            for i, convert in enumerate(value_converters):
+                if convert is not None:
+                    converted[i] = convert(values[i])
+            for i in pytree_values:
+                converted[i] = tree_map(lambda leaf: _leaf(leaf, dtype, compiled), values[i])
+            if compiled:  # a Python float is traced (a tensor input), as on every compiled backend
+                for i, value in enumerate(values):
+                    if isinstance(value, float) and i not in statics:
+                        converted[i] = tf.constant(value, dtype)
+            return converted
+
+        def body(x: Any, tangents: Sequence[Any] | None, *values: Any) -> Any:
+            key = tuple(values[i] for i in statics)
+
+            def fx(x: Any) -> tuple[Any, Any]:
+                output = checked(x, *values)
+                if not has_aux:
+                    return output, None
+                y, aux = output
+                arrays, splits[key] = split_aux(aux, is_tensor)
+                return y, arrays
+
+            result, arrays = core(fx, x) if tangents is None else core(fx, x, tangents)
+            if plain:
+                result = result[-1]
+            return (result, arrays) if has_aux else result
+
+        function: Any = body
+        if compiled:
+            function = self._traced(body, statics)
+
+        def run(x: Any, tangents: Any, values: Sequence[Any]) -> Any:
+            x = to_x(x)
+            values = convert_values(values, x.dtype)
+            if has_tangents:
+                tangents = tangents_of(tangents, x.dtype)
+            output = function(x, tangents, *values)
+            if not has_aux:
+                return output
+            result, arrays = output
+            return result, splits[tuple(values[i] for i in statics)].join(arrays)
+
+        program: Program
+        if has_tangents:
+
+            def with_tangents(x: Any, tangents: Any, *values: Any) -> Any:
+                return run(x, tangents, values)
+
+            program = with_tangents
+        else:
+
+            def without_tangents(x: Any, *values: Any) -> Any:
+                return run(x, None, values)
+
+            program = without_tangents
+
+        if not compiled:
+            return program
+        first = combined_first() != plain  # the program the preparation asked for traces now
+        if first and not _symbolic([x, *values, *(tangents or ())]):
+            engine_x = to_x(x)
+            engine_tangents = tangents_of(tangents, engine_x.dtype) if tangents is not None else None
+            function.get_concrete_function(engine_x, engine_tangents, *convert_values(values, engine_x.dtype))
+        elif not first:
+            program = compiled_on_first_use(program)
+        lead = 1 if has_tangents else 0
+        return counting_static_values(
+            program,
+            tuple(lead + i for i in statics),
+            self.backend,
+            prepared=[values[i] for i in statics],
+            first_context=lead,
+        )
+
+    def _traced(self, body: Callable[..., Any], statics: tuple[int, ...]) -> Callable[..., Any]:
+        """``body`` as one ``tf.function(jit_compile=True)``, every trace after the
+        first reported to a :class:`RecompileWatch`, stopping at
+        :data:`RETRACE_LIMIT`."""
+        backend = self.backend
+        watch = RecompileWatch(backend, tuple(2 + i for i in statics), RETRACE_LIMIT, skip=("di", "tensorflow"))
+        traces = [0]
+        lock = threading.Lock()
+
+        def traced(x: Any, tangents: Any, *values: Any) -> Any:
+            with lock:
+                traces[0] += 1
+                count = traces[0]
+            if count >= RETRACE_LIMIT:
+                raise RecompileLimitError(
+                    f"{backend!r} traced f {count} times since preparation (the last for {_describe([x, tangents])}); "
+                    f"it stops at {RETRACE_LIMIT}. A prepared call with strict=True never retraces: each new shape or "
+                    f"dtype of x, a tangent or a context, and each new value of a static context (a Python int or "
+                    f"string), is a trace of its own. Prepare once per shape, pass changing numbers as floats or "
+                    f"arrays (traced), or use AutoTensorFlow() (eager)."
+                )
+            args = (x, tangents, *values)
+            if count == 1:
+                if statics:
+                    watch.recompiled(args, "")  # the prepared static values: expected
+            else:
+                watch.recompiled(args, f"a new input signature ({_describe([x, tangents])})")
+            return body(x, tangents, *values)
+
+        return tf.function(traced, jit_compile=True, reduce_retracing=True, autograph=False)
+
+
+def _leaf(leaf: Any, dtype: Any, compiled: bool) -> Any:
+    """A leaf of a pytree context as the programs take it: arrays as tensors, and
+    compiled, Python floats as tensors of ``x``'s dtype (traced)."""
+    if family_of(leaf) is not None:
+        return _to_tensorflow(leaf)(leaf)
+    if compiled and isinstance(leaf, float):
+        return tf.constant(leaf, dtype)
+    return leaf
+
+
+def _symbolic(values: Sequence[Any]) -> bool:
+    """Whether a value is symbolic (a preparation inside an outer ``tf.function``
+    trace), where tracing now would trace a program no call runs."""
+    return any(is_symbolic(v) for v in values)

@@ -1,0 +1,160 @@
+"""The operators as TensorFlow computations: pure functions of ``(fx, x,
+[tangents])`` that run eagerly or inside ``tf.function`` alike.
+
+``fx(x)`` is ``f`` at ``x`` with the contexts bound, returning ``(y, aux)``
+(``aux`` ``None`` without ``has_aux``). Each function returns ``(result, aux)``,
+``result`` being the ``value_and_*`` tuple of its operator. Reverse mode is
+``tf.GradientTape``, forward mode ``tf.autodiff.ForwardAccumulator``;
+Jacobians and Hessians are the tape's ``jacobian``, vectorised with ``pfor``.
+Derivatives never come back as ``None``: an output not connected to ``x`` has
+zero derivatives (``UnconnectedGradients.ZERO``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import tensorflow as tf
+from tensorflow.python.eager import record
+
+__all__ = [
+    "derivative",
+    "gradient",
+    "hessian",
+    "hvp",
+    "jacobian",
+    "pullback",
+    "pushforward",
+    "second_derivative",
+    "value",
+]
+
+ZERO = tf.UnconnectedGradients.ZERO
+
+Fx = Callable[[Any], tuple[Any, Any]]
+
+
+def _cast(value: Any, like: Any) -> Any:
+    return value if value.dtype == like.dtype else tf.cast(value, like.dtype)
+
+
+def value(fx: Fx, x: Any) -> tuple[Any, Any]:
+    """``(y, aux)``."""
+    return fx(x)
+
+
+def gradient(fx: Fx, x: Any) -> tuple[tuple[Any, Any], Any]:
+    """``((y, g), aux)``: one reverse pass."""
+    with tf.GradientTape() as tape:
+        tape.watch(x)
+        y, aux = fx(x)
+    return (y, _cast(tape.gradient(y, x, unconnected_gradients=ZERO), x)), aux
+
+
+def pullback(fx: Fx, x: Any, ty: Sequence[Any]) -> tuple[tuple[Any, tuple[Any, ...]], Any]:
+    """``((y, (cotangents...)), aux)``: ``f`` evaluated once, one reverse pass per
+    cotangent (a persistent tape for several)."""
+    with tf.GradientTape(persistent=len(ty) > 1) as tape:
+        tape.watch(x)
+        y, aux = fx(x)
+    products = []
+    for t in ty:
+        t = tf.convert_to_tensor(t)
+        if t.shape != y.shape:  # the tape would broadcast it, silently
+            raise ValueError(f"a cotangent of shape {tuple(t.shape)} for an output of shape {tuple(y.shape)}")
+        products.append(_cast(tape.gradient(y, x, output_gradients=_cast(t, y), unconnected_gradients=ZERO), x))
+    return (y, tuple(products)), aux
+
+
+def pushforward(fx: Fx, x: Any, tx: Sequence[Any]) -> tuple[tuple[Any, tuple[Any, ...]], Any]:
+    """``((y, (tangents...)), aux)``: one forward pass per tangent (``f`` evaluated
+    in each; the last one's ``aux``)."""
+    if not tx:
+        y, aux = fx(x)
+        return (y, ()), aux
+    products = []
+    for t in tx:
+        with tf.autodiff.ForwardAccumulator(x, _cast(t, x)) as accumulator:
+            y, aux = fx(x)
+        products.append(accumulator.jvp(y, unconnected_gradients=ZERO))
+    return (y, tuple(products)), aux
+
+
+def derivative(fx: Fx, x: Any) -> tuple[tuple[Any, Any], Any]:
+    """``((y, dy), aux)``: one forward pass along ones (``x`` is a scalar, or its
+    elements move together)."""
+    with tf.autodiff.ForwardAccumulator(x, tf.ones_like(x)) as accumulator:
+        y, aux = fx(x)
+    return (y, accumulator.jvp(y, unconnected_gradients=ZERO)), aux
+
+
+def second_derivative(fx: Fx, x: Any) -> tuple[Any, Any, Any]:
+    """``(y, dy, d2y)``: forward over forward, two nested accumulators along ones;
+    reverse over forward (the tape's jacobian of the accumulator's derivative)
+    where a tape outside records ``x``, which TensorFlow cannot differentiate
+    nested accumulators under."""
+    one = tf.ones_like(x)
+    if record.should_record_backprop([x]):
+        with tf.GradientTape() as tape:
+            tape.watch(x)
+            with tf.autodiff.ForwardAccumulator(x, one) as accumulator:
+                y, _ = fx(x)
+            dy = accumulator.jvp(y, unconnected_gradients=ZERO)
+        d2y = tape.jacobian(dy, x, unconnected_gradients=ZERO, experimental_use_pfor=True)
+        return y, dy, _cast(tf.reshape(d2y, tf.shape(dy)), y)
+    with tf.autodiff.ForwardAccumulator(x, one) as outer:
+        with tf.autodiff.ForwardAccumulator(x, one) as inner:
+            y, _ = fx(x)
+        dy = inner.jvp(y, unconnected_gradients=ZERO)
+    return y, dy, _cast(outer.jvp(dy, unconnected_gradients=ZERO), y)
+
+
+def _tape_jacobian(tape: tf.GradientTape, y: Any, x: Any) -> Any:
+    """``tape.jacobian``, vectorised (``pfor``); the loop where ``f`` uses an op
+    that ``pfor`` cannot vectorise."""
+    try:
+        return tape.jacobian(y, x, unconnected_gradients=ZERO, experimental_use_pfor=True)
+    except (ValueError, NotImplementedError, tf.errors.InvalidArgumentError):  # pragma: no cover - an op pfor lacks
+        return tape.jacobian(y, x, unconnected_gradients=ZERO, experimental_use_pfor=False)
+
+
+def jacobian(fx: Fx, x: Any) -> tuple[tuple[Any, Any], Any]:
+    """``((y, J), aux)``, ``J`` of shape ``y.shape + x.shape`` in ``y``'s dtype:
+    the tape's vectorised jacobian (one batched reverse pass)."""
+    with tf.GradientTape(persistent=True) as tape:
+        tape.watch(x)
+        y, aux = fx(x)
+    if y.shape.num_elements() == 0 or x.shape.num_elements() == 0:
+        return (y, tf.zeros(tuple(y.shape) + tuple(x.shape), y.dtype)), aux
+    return (y, _cast(_tape_jacobian(tape, y, x), y)), aux
+
+
+def hvp(fx: Fx, x: Any, tx: Sequence[Any]) -> tuple[Any, tuple[Any, ...]]:
+    """``(g, (H t...))``: reverse over reverse, ``f`` evaluated once, one
+    reverse pass of the gradient per tangent (``H`` is symmetric, so the
+    gradient's pullback along ``t`` is ``H t``). TensorFlow's forward mode would
+    compute the same reverse pass of the gradient, and one more."""
+    with tf.GradientTape(persistent=len(tx) > 1) as outer:
+        outer.watch(x)
+        with tf.GradientTape() as inner:
+            inner.watch(x)
+            y, _ = fx(x)
+        g = inner.gradient(y, x, unconnected_gradients=ZERO)
+    products = tuple(
+        _cast(outer.gradient(g, x, output_gradients=_cast(t, g), unconnected_gradients=ZERO), x) for t in tx
+    )
+    return _cast(g, x), products
+
+
+def hessian(fx: Fx, x: Any) -> tuple[Any, Any, Any]:
+    """``(y, g, H)``: the vectorised jacobian of the gradient (reverse over reverse)."""
+    with tf.GradientTape(persistent=True) as outer:
+        outer.watch(x)
+        with tf.GradientTape() as inner:
+            inner.watch(x)
+            y, _ = fx(x)
+        g = inner.gradient(y, x, unconnected_gradients=ZERO)
+    if x.shape.num_elements() == 0:
+        return y, g, tf.zeros(tuple(x.shape) * 2, x.dtype)
+    return y, _cast(g, x), _cast(_tape_jacobian(outer, g, x), x)

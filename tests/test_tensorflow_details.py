@@ -1,0 +1,333 @@
+"""TensorFlow in detail: every operator against the analytic derivative and
+against TensorFlow's own spelling (``tf.GradientTape``, ``ForwardAccumulator``,
+``tape.jacobian``), eager and compiled; the family (NumPy in, NumPy out;
+tensors in, tensors out; ``tf.Variable`` read as a tensor), the array namespace,
+the compiled variant's traces (counted, never timed), and ``DifferentiateWith``
+both ways: TensorFlow hosting a JAX function, and a TensorFlow function inside
+JAX, torch and autograd, each against the outer engine natively.
+
+One TensorFlow import serves the module (it takes seconds)."""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any
+
+import numpy as np
+import pytest
+
+import di
+
+tf = pytest.importorskip("tensorflow")
+
+EAGER, COMPILED = di.AutoTensorFlow(), di.AutoTensorFlow(compile=True)
+BOTH = [pytest.param(EAGER, id="eager"), pytest.param(COMPILED, id="compiled")]
+
+X = np.array([0.5, -1.0, 2.0])
+T = np.array([1.0, 0.5, -2.0])
+A = np.array([[1.0, 2.0, 0.0], [0.0, -1.0, 3.0]])
+
+
+def scalar(x: Any) -> Any:
+    xp = di.array_namespace(x)
+    return xp.sum(xp.sin(x) * x) + x[0] * x[1]
+
+
+def scalar_gradient(x: np.ndarray) -> np.ndarray:
+    return np.sin(x) + x * np.cos(x) + np.array([x[1], x[0], 0.0])
+
+
+def scalar_hessian(x: np.ndarray) -> np.ndarray:
+    return np.diag(2 * np.cos(x) - x * np.sin(x)) + np.array([[0, 1.0, 0], [1.0, 0, 0], [0, 0, 0]])
+
+
+def vector(x: Any, a: Any) -> Any:
+    xp = di.array_namespace(x)
+    return xp.tanh(a @ x)
+
+
+def vector_jacobian(x: np.ndarray, a: np.ndarray) -> np.ndarray:
+    return (1 - np.tanh(a @ x) ** 2)[:, None] * a
+
+
+def curve(s: Any) -> Any:
+    xp = di.array_namespace(s)
+    return xp.stack([xp.sin(s), s**3])
+
+
+@pytest.fixture(scope="module")
+def native() -> dict[str, Any]:
+    """TensorFlow's own spellings of each operator, at X (float64)."""
+    x, t, a = tf.constant(X), tf.constant(T), tf.constant(A)
+    with tf.GradientTape(persistent=True) as outer:
+        outer.watch(x)
+        with tf.GradientTape(persistent=True) as tape:
+            tape.watch(x)
+            y, v = scalar(x), vector(x, a)
+        g = tape.gradient(y, x)
+    with tf.autodiff.ForwardAccumulator(x, t) as accumulator:
+        with tf.GradientTape() as inner:
+            inner.watch(x)
+            y2 = scalar(x)
+        g2 = inner.gradient(y2, x)
+        v2 = vector(x, a)
+    s = tf.constant(0.7, tf.float64)
+    one = tf.constant(1.0, tf.float64)
+    with tf.autodiff.ForwardAccumulator(s, one) as second:
+        with tf.autodiff.ForwardAccumulator(s, one) as first:
+            c = curve(s)
+        dc = first.jvp(c)
+    return {
+        "gradient": g.numpy(),
+        "jacobian": tape.jacobian(v, x).numpy(),
+        "pushforward": accumulator.jvp(v2).numpy(),
+        "pullback": tape.gradient(v, x, output_gradients=tf.constant([1.0, -1.0], tf.float64)).numpy(),
+        "hvp": accumulator.jvp(g2).numpy(),
+        "hessian": outer.jacobian(g, x).numpy(),
+        "derivative": dc.numpy(),
+        "second_derivative": second.jvp(dc).numpy(),
+    }
+
+
+@pytest.mark.parametrize("backend", BOTH)
+def test_operators_against_analytic_derivatives_and_tensorflow_itself(backend: Any, native: dict[str, Any]) -> None:
+    c, w = di.Constant(A), np.array([1.0, -1.0])
+    results = {
+        "gradient": (di.gradient(scalar, backend, X), scalar_gradient(X)),
+        "jacobian": (di.jacobian(vector, backend, X, c), vector_jacobian(X, A)),
+        "pushforward": (di.pushforward(vector, backend, X, (T,), c)[0], vector_jacobian(X, A) @ T),
+        "pullback": (di.pullback(vector, backend, X, (w,), c)[0], w @ vector_jacobian(X, A)),
+        "hvp": (di.hvp(scalar, backend, X, (T,))[0], scalar_hessian(X) @ T),
+        "hessian": (di.hessian(scalar, backend, X), scalar_hessian(X)),
+        "derivative": (di.derivative(curve, backend, np.array(0.7)), [np.cos(0.7), 3 * 0.7**2]),
+        "second_derivative": (di.second_derivative(curve, backend, np.array(0.7)), [-np.sin(0.7), 6 * 0.7]),
+    }
+    for operator, (result, exact) in results.items():
+        assert isinstance(result, np.ndarray) and result.dtype == np.float64, operator
+        np.testing.assert_allclose(result, exact, rtol=1e-12, atol=1e-14, err_msg=operator)
+        np.testing.assert_allclose(result, native[operator], rtol=1e-12, atol=1e-14, err_msg=operator)
+
+
+@pytest.mark.parametrize("backend", BOTH)
+def test_batched_tangents_and_combined_forms(backend: Any) -> None:
+    c, tangents = di.Constant(A), (T, 2 * T, -T)
+    y, products = di.value_and_pushforward(vector, backend, X, tangents, c)
+    np.testing.assert_allclose(y, np.tanh(A @ X), rtol=1e-14)
+    for t, product in zip(tangents, products):
+        np.testing.assert_allclose(product, vector_jacobian(X, A) @ t, rtol=1e-12, atol=1e-14)
+    g, hvps = di.gradient_and_hvp(scalar, backend, X, tangents)
+    np.testing.assert_allclose(g, scalar_gradient(X), rtol=1e-12)
+    for t, product in zip(tangents, hvps):
+        np.testing.assert_allclose(product, scalar_hessian(X) @ t, rtol=1e-12, atol=1e-14)
+    y, g, h = di.value_gradient_and_hessian(scalar, backend, X)
+    np.testing.assert_allclose([y, *g], [scalar(X), *scalar_gradient(X)], rtol=1e-14)
+    np.testing.assert_allclose(h, scalar_hessian(X), rtol=1e-12, atol=1e-14)
+
+
+@pytest.mark.parametrize("backend", BOTH)
+def test_tensors_in_tensors_out_in_their_own_dtype(backend: Any) -> None:
+    for dtype in (tf.float32, tf.float64):
+        x = tf.constant(X, dtype)
+        g = di.gradient(scalar, backend, x)
+        assert isinstance(g, tf.Tensor) and g.dtype == dtype
+        np.testing.assert_allclose(g.numpy(), scalar_gradient(X), rtol=1e-6 if dtype == tf.float32 else 1e-14)
+    variable = tf.Variable(X)  # read as a tensor: never assigned
+    g = di.gradient(scalar, backend, variable)
+    assert isinstance(g, tf.Tensor) and not isinstance(g, tf.Variable)
+    np.testing.assert_allclose(g.numpy(), scalar_gradient(X), rtol=1e-14)
+    np.testing.assert_array_equal(variable.numpy(), X)
+
+
+def test_the_family_converts_both_ways_and_describes_tensors() -> None:
+    from di.families import converter, family_of, get_family
+
+    family = get_family("tensorflow")
+    x = tf.constant(X)
+    assert family_of(x) == "tensorflow" and family_of(tf.Variable(X)) == "tensorflow" and not family.mutable
+    back = family.to_numpy(x)
+    assert isinstance(back, np.ndarray) and back.dtype == np.float64 and back.flags.writeable
+    assert isinstance(family.to_numpy(tf.constant(1.0)), np.ndarray)  # a 0-d tensor: a 0-d array
+    assert family.from_numpy(np.ones(2, np.float32)).dtype == tf.float32
+    assert family.describe_dtype(x.dtype) == "float64" and family.is_floating(tf.bfloat16)
+    torch = pytest.importorskip("torch")
+    assert converter("tensorflow", "torch")(x).dtype == torch.float64
+
+
+def test_the_namespace_maps_the_array_api_onto_tensorflow() -> None:
+    x, v = tf.constant(X), X
+    xp = di.array_namespace(x)
+    assert xp is di.array_namespace(tf.Variable(X))
+    checks = {
+        "concat": (xp.concat([x, x]), np.concatenate([v, v])),
+        "stack": (xp.stack([x, x], axis=1), np.stack([v, v], axis=1)),
+        "matmul": (xp.matmul(tf.constant(A), x), A @ v),
+        "operator @": (tf.constant(A) @ x, A @ v),
+        "vecdot": (xp.vecdot(x, x), v @ v),
+        "reshape": (xp.reshape(x, (3, 1)), v.reshape(3, 1)),
+        "permute_dims": (xp.permute_dims(tf.constant(A), (1, 0)), A.T),
+        "std": (xp.std(x, correction=1), np.std(v, ddof=1)),
+        "cumulative_sum": (xp.cumulative_sum(x, include_initial=True), np.concatenate([[0.0], np.cumsum(v)])),
+        "where": (xp.where(x > 0, x, -x), np.abs(v)),
+        "clip": (xp.clip(x, -0.5, 1.0), np.clip(v, -0.5, 1.0)),
+        "flip": (xp.flip(x), v[::-1]),
+        "max": (xp.max(x), v.max()),
+        "acos": (xp.acos(x / 4), np.arccos(v / 4)),
+        "linalg.vector_norm": (xp.linalg.vector_norm(x), np.linalg.norm(v)),
+        "astype": (xp.astype(x, xp.float32), v.astype(np.float32)),
+        "zeros": (xp.zeros(2), np.zeros(2)),
+    }
+    for name, (result, expected) in checks.items():
+        assert isinstance(result, tf.Tensor), name
+        np.testing.assert_allclose(result.numpy(), expected, rtol=1e-6, err_msg=name)
+    assert xp.isdtype(x.dtype, "real floating") and not xp.isdtype(tf.int32, "real floating")
+
+    @tf.function
+    def symbolic(x: Any) -> Any:  # the namespace of a traced tensor is the same
+        assert di.array_namespace(x) is xp
+        return xp.sum(xp.sin(x))
+
+    np.testing.assert_allclose(symbolic(x).numpy(), np.sum(np.sin(v)))
+
+
+class Traced:
+    """``f`` counting its traces (a Python side effect runs once per trace in a
+    compiled program, at every call eagerly)."""
+
+    def __init__(self) -> None:
+        self.count = 0
+
+    def __call__(self, x: Any, c: Any, n: Any = 2) -> Any:
+        self.count += 1
+        xp = di.array_namespace(x)
+        return xp.sum(c * x**n)
+
+
+def test_compiled_programs_trace_once_and_read_constants_as_inputs() -> None:
+    f = Traced()
+    prep = di.prepare_gradient(f, COMPILED, X, di.Constant(A[0]))
+    assert f.count == 1  # traced at preparation
+    for row in (A[0], A[1], 3 * A[1]):
+        np.testing.assert_allclose(di.gradient(f, prep, COMPILED, X, di.Constant(row)), 2 * row * X)
+    assert f.count == 1  # a new Constant value is a new input of the same program
+    eager = Traced()
+    eager_prep = di.prepare_gradient(eager, EAGER, X, di.Constant(A[0]))
+    for _ in range(3):
+        di.gradient(eager, eager_prep, EAGER, X, di.Constant(A[0]))
+    assert eager.count == 3  # eager: f runs at every call
+
+
+def test_static_contexts_are_compiled_in_one_trace_per_value() -> None:
+    f = Traced()
+    prep = di.prepare_gradient(f, COMPILED, X, di.Constant(A[0]), di.Constant(2))
+    for n in (2, 3, 2, 3):
+        exact = n * A[0] * X ** (n - 1)
+        np.testing.assert_allclose(di.gradient(f, prep, COMPILED, X, di.Constant(A[0]), di.Constant(n)), exact)
+    assert f.count == 2
+
+
+def test_new_shapes_generalise_and_a_retrace_storm_warns_then_stops() -> None:
+    f = Traced()
+    prep = di.prepare_gradient(f, COMPILED, X, di.Constant(1.0), strict=False)
+    for size in range(4, 10):  # TensorFlow traces a second time with the shape left unknown, then reuses it
+        np.testing.assert_allclose(di.gradient(f, prep, COMPILED, np.ones(size), di.Constant(1.0)), 2 * np.ones(size))
+    assert f.count == 2
+    f = Traced()
+    prep = di.prepare_gradient(f, COMPILED, X, di.Constant(1.0), di.Constant(2))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with pytest.raises(di.RecompileLimitError, match=r"traced f 16 times"):
+            for n in range(3, 40):  # each value of a static context is a trace of its own
+                di.gradient(f, prep, COMPILED, X, di.Constant(1.0), di.Constant(n))
+    assert f.count == 15 and any(issubclass(w.category, di.RecompileWarning) for w in caught)
+
+
+def test_python_control_flow_on_values_is_eager_only() -> None:
+    def branching(x: Any) -> Any:
+        xp = di.array_namespace(x)
+        return xp.sum(x**2) if x[0] > 0 else xp.sum(x**3)
+
+    np.testing.assert_allclose(di.gradient(branching, EAGER, X), 2 * X)
+    with pytest.raises(di.InvalidOutputError, match=r"Python control flow.*xp\.where"):
+        di.gradient(branching, COMPILED, X)
+
+
+@pytest.mark.parametrize("backend", BOTH)
+def test_numpy_and_python_numbers_inside_f_are_refused(backend: Any) -> None:
+    with pytest.raises(di.InvalidOutputError, match=r"NumPy|Python"):
+        di.jacobian(lambda x: np.sin(x), backend, X)
+    with pytest.raises(di.InvalidOutputError, match="float"):
+        di.gradient(lambda x: float(x[0]) * 2.0, backend, X)
+
+
+def test_a_cache_reaches_f_as_an_immutable_tensor() -> None:
+    def writes(x: Any, buffer: Any) -> Any:
+        buffer[0] = 1.0
+        return x
+
+    with pytest.raises(TypeError, match="item assignment"):  # f's own error, unchanged
+        di.jacobian(writes, EAGER, X, di.Cache(np.zeros(3)))
+
+
+def test_complex_input_is_refused() -> None:
+    with pytest.raises(di.DIError):
+        di.gradient(lambda x: di.array_namespace(x).sum(x), EAGER, X.astype(np.complex128))
+
+
+# --- DifferentiateWith both ways -------------------------------------------------------------
+
+
+def wave(x: Any) -> Any:
+    xp = di.array_namespace(x)
+    return xp.sin(x) * x
+
+
+def test_tensorflow_hosts_a_jax_function() -> None:
+    pytest.importorskip("jax")
+    g = di.DifferentiateWith(wave, di.AutoJAX())
+    x, t = tf.constant(X), tf.constant(T)
+    with tf.GradientTape() as tape:
+        tape.watch(x)
+        y = tf.reduce_sum(g(x) ** 2)
+    with tf.GradientTape() as reference:
+        reference.watch(x)
+        y_native = tf.reduce_sum(wave(x) ** 2)
+    np.testing.assert_allclose(y.numpy(), y_native.numpy(), rtol=1e-14)
+    np.testing.assert_allclose(tape.gradient(y, x).numpy(), reference.gradient(y_native, x).numpy(), rtol=1e-12)
+    with tf.autodiff.ForwardAccumulator(x, t) as accumulator:  # forward mode: the pushforward of JAX
+        y = g(x)
+    with tf.autodiff.ForwardAccumulator(x, t) as native:
+        y_native = wave(x)
+    np.testing.assert_allclose(accumulator.jvp(y).numpy(), native.jvp(y_native).numpy(), rtol=1e-12)
+
+    @tf.function
+    def traced_gradient(x: Any) -> Any:
+        with tf.GradientTape() as tape:
+            tape.watch(x)
+            y = tf.reduce_sum(g(x))
+        return tape.gradient(y, x)
+
+    np.testing.assert_allclose(traced_gradient(x).numpy(), np.sin(X) + X * np.cos(X), rtol=1e-12)
+    with pytest.raises(di.UnsupportedOperatorError, match="second derivative through g"):
+        with tf.GradientTape() as outer:
+            outer.watch(x)
+            with tf.GradientTape() as inner:
+                inner.watch(x)
+                y = tf.reduce_sum(g(x))
+            gradient = inner.gradient(y, x)
+        outer.jacobian(gradient, x, experimental_use_pfor=False)
+
+
+def test_a_tensorflow_function_inside_jax_torch_and_autograd() -> None:
+    g = di.DifferentiateWith(scalar, EAGER)
+    exact = scalar_gradient(X)
+    jax = pytest.importorskip("jax")
+    np.testing.assert_allclose(np.asarray(jax.grad(g)(jax.numpy.asarray(X))), exact, rtol=1e-6)
+    np.testing.assert_allclose(np.asarray(jax.grad(scalar)(jax.numpy.asarray(X))), exact, rtol=1e-6)
+    torch = pytest.importorskip("torch")
+    x = torch.tensor(X, requires_grad=True)
+    g(x).backward()
+    reference = torch.tensor(X, requires_grad=True)
+    scalar(reference).backward()
+    np.testing.assert_allclose(x.grad.numpy(), reference.grad.numpy(), rtol=1e-12)
+    autograd = pytest.importorskip("autograd")
+    np.testing.assert_allclose(autograd.grad(g)(X), autograd.grad(scalar)(X), rtol=1e-12)
