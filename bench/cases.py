@@ -475,3 +475,4 @@ ENGINES = {
         max_n=1_000,
     ),
 }
+ENGINES.update(importlib.import_module("bench.cases_mlx").ENGINES)  # MLX's rows, in a module of their own

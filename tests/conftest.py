@@ -82,7 +82,7 @@ def evaluates_only(backend: di.AbstractBackend) -> bool:
 
 # The selectors, by label, whose traced values convert with float() (eager torch's tensors): a
 # float() of a value computed from x slips through them unseen. No capability declares it.
-LETS_FLOAT_THROUGH = {"torch"}
+LETS_FLOAT_THROUGH = {"torch", "mlx"}
 
 
 def refuses_float(backend: di.AbstractBackend) -> bool:
@@ -187,7 +187,7 @@ def to_numpy_dtype(dtype: Any) -> Any:
     """A numpy dtype for a numpy, torch or jax dtype."""
     if isinstance(dtype, type) or isinstance(dtype, np.dtype):
         return np.dtype(dtype)
-    return np.dtype(str(dtype).replace("torch.", ""))
+    return np.dtype(str(dtype).rsplit(".", 1)[-1])  # (torch.float32, mlx.core.float32)
 
 
 def assert_close(actual: Any, expected: Any, backend: di.AbstractBackend, dtype: Any, what: str = "") -> None:
@@ -231,4 +231,4 @@ def as_family(x: np.ndarray, name: str) -> Any:
 
 def dtype_name(value: Any) -> str:
     """``"float32"``, ``"float64"``, ... for an array of any family."""
-    return str(value.dtype).replace("torch.", "")
+    return str(value.dtype).rsplit(".", 1)[-1]  # (torch.float32, mlx.core.float32)

@@ -107,7 +107,7 @@ def applier(transform: str, fullgraph: bool = True) -> Apply:
     ``grad`` and the modes that differentiate take the sum of ``fn``'s output, and
     a compiler compiles ``fn`` (``fullgraph``: one graph or an error)."""
     engine = transform.split(".")[0]
-    tables = {"jax": _jax_appliers, "torch": _torch_appliers, "autograd": _autograd_appliers}
+    tables = {"jax": _jax_appliers, "torch": _torch_appliers, "autograd": _autograd_appliers, "mx": _mlx_appliers}
     if engine == "torch" and transform == "torch.compile":
         return _torch_compile(fullgraph)
     return tables[engine]()[transform]
@@ -127,7 +127,8 @@ def _torch_compile(fullgraph: bool) -> Apply:
 
 def appliers(engine: str) -> dict[str, Apply]:
     """Every transform of ``engine`` the tests know how to apply."""
-    return {"jax": _jax_appliers, "torch": _torch_appliers, "autograd": _autograd_appliers}[engine]()
+    tables = {"jax": _jax_appliers, "torch": _torch_appliers, "autograd": _autograd_appliers, "mx": _mlx_appliers}
+    return tables[engine]()
 
 
 def _jax_appliers() -> dict[str, Apply]:
@@ -195,6 +196,16 @@ def _autograd_appliers() -> dict[str, Apply]:
     import autograd.numpy as anp
 
     return {"autograd.grad": lambda fn, x: autograd.grad(lambda x: anp.sum(fn(x)))(x)}
+
+
+def _mlx_appliers() -> dict[str, Apply]:
+    import mlx.core as mx
+
+    return {
+        "mx.grad": lambda fn, x: mx.grad(lambda x: mx.sum(fn(x)))(x),
+        "mx.vmap": lambda fn, x: mx.vmap(fn)(mx.stack([x, 2 * x])),
+        "mx.compile": lambda fn, x: mx.compile(fn)(x),
+    }
 
 
 # --- the di side of each operator --------------------------------------------------------------

@@ -23,7 +23,7 @@ from di.families.registry import is_64_bit
 
 __all__ = ["FAMILY", "MlxFamily", "mlx_dtype"]
 
-_NO_MLX_DTYPE = ("complex128", "float128", "complex256")
+_NO_MLX_DTYPE = ("float128", "complex256")
 
 
 def mlx_dtype(name: str) -> Any:
@@ -56,11 +56,16 @@ class MlxFamily(Family):
         array = np.asarray(array)
         if numpy_lacks(array.dtype):  # ml_dtypes' bfloat16: MLX takes its bits
             return mx.array(np.array(array).view(np.uint16)).view(mx.bfloat16)
+        if any(stride < 0 for stride in array.strides):  # MLX refuses negative strides
+            array = np.ascontiguousarray(array)
         with self.scope((array.dtype,)):
             return mx.array(array, dtype=mlx_dtype(array.dtype.name))
 
     def takes_dtype(self, dtype: Any) -> bool:
-        name = str(getattr(dtype, "name", dtype)).rsplit(".", 1)[-1]
+        try:
+            name = np.dtype(dtype).name
+        except TypeError:  # an MLX dtype, which NumPy does not know
+            name = self.describe_dtype(dtype)
         return not extended_precision(dtype) and name not in _NO_MLX_DTYPE
 
     def dlpack_source(self, value: Any) -> Any:

@@ -7,7 +7,8 @@ differentiates, compiles and vectorises; this namespace is ``mlx.core`` with the
 few differences fixed:
 
 * ``asarray`` keeps a NumPy array's dtype (``mx.array`` of a float64 NumPy array
-  gives float32: a silent truncation of the data ``f`` closes over);
+  gives float32: a silent truncation of the data ``f`` closes over), and so does
+  ``from_dlpack`` (``mx.from_dlpack`` of a float64 array gives float32 too);
 * ``bool`` (MLX calls it ``bool_``), ``hypot``, ``copysign`` and ``nonzero``,
   which MLX lacks, built from its functions;
 * the ``linalg`` functions run on the CPU stream, where MLX has them.
@@ -34,6 +35,15 @@ def asarray(obj: Any, /, *, dtype: Any = None, device: Any = None, copy: bool | 
         obj = np.asarray(obj)
         dtype = getattr(mx, obj.dtype.name) if obj.dtype.kind in "biufc" else None
     return mx.array(obj) if dtype is None else mx.array(obj, dtype=dtype)
+
+
+def from_dlpack(x: Any, /, *, device: Any = None, copy: bool | None = None) -> Any:
+    """An array of another library as an MLX array of its dtype (``mx.from_dlpack``
+    reads float64 as float32), through a NumPy view of it."""
+    if isinstance(x, mx.array):
+        return x
+    array = np.from_dlpack(x)
+    return mx.array(array, dtype=getattr(mx, array.dtype.name))
 
 
 def hypot(x1: Any, x2: Any, /) -> Any:
@@ -66,6 +76,7 @@ class _Namespace(ModuleType):
 
 _OVERRIDES: dict[str, Any] = {
     "asarray": asarray,
+    "from_dlpack": from_dlpack,
     "bool": mx.bool_,
     "hypot": hypot,
     "copysign": copysign,

@@ -39,6 +39,32 @@ class _Capture:
         return y
 
 
+def _no_jvp(error: RuntimeError) -> bool:
+    """Whether MLX refused forward mode through a primitive (``scatter``, the
+    derivative of an indexing of ``x``, has no JVP): reverse mode then computes
+    the same products (:func:`jvp`)."""
+    return "JVP not" in str(error)
+
+
+def jvp(fy: Callable[[Any], Any], x: Any, t: Any) -> tuple[Any, Any]:
+    """``(f(x), J t)``: ``mx.jvp``, or where MLX has no forward rule for a
+    primitive of ``f``, the transpose of the pullback: ``u -> J^T u`` is linear,
+    and its own pullback along ``t`` is ``J t`` (two reverse passes)."""
+    try:
+        (y,), (dy,) = mx.jvp(fy, [x], [t])
+        return y, dy
+    except RuntimeError as err:
+        if not _no_jvp(err):
+            raise
+    y = fy(x)
+
+    def transposed(u: Any) -> Any:
+        return mx.vjp(fy, [x], [u])[1][0]
+
+    (_,), (dy,) = mx.vjp(transposed, [mx.zeros_like(y)], [t])
+    return y, dy
+
+
 def _y_only(checked: Callable[..., Any], values: Sequence[Any], has_aux: bool) -> tuple[Callable[[Any], Any], Any]:
     fx = _values_closed(checked, values)
     if not has_aux:
@@ -87,7 +113,7 @@ def pushforward(checked: Callable[..., Any], has_aux: bool) -> Pair:
             return _result((fy(x), ()), capture)
         y, products = None, []
         for t in tx:
-            (y,), (dy,) = mx.jvp(fy, [x], [t])
+            y, dy = jvp(fy, x, t)
             products.append(dy)
         return _result((y, tuple(products)), capture)
 
@@ -111,7 +137,7 @@ def pullback(checked: Callable[..., Any], has_aux: bool) -> Pair:
 def derivative(checked: Callable[..., Any], has_aux: bool) -> Pair:
     def value_and_derivative(x: Any, *values: Any) -> Any:
         fy, capture = _y_only(checked, values, has_aux)
-        (y,), (dy,) = mx.jvp(fy, [x], [mx.ones_like(x)])
+        y, dy = jvp(fy, x, mx.ones_like(x))
         return _result((y, dy), capture)
 
     return _plain(value_and_derivative, has_aux), value_and_derivative
@@ -140,7 +166,12 @@ def _vectorised(function: Callable[[Any], Any], basis: Any) -> Any:
 def _jacobian_of(fy: Callable[[Any], Any], x: Any, y: Any, forward: bool) -> Any:
     n, m = x.size, y.size
     if forward:
-        columns = _vectorised(lambda t: mx.jvp(fy, [x], [t])[1][0], _basis(x.shape, x.dtype))
+        try:
+            columns = _vectorised(lambda t: mx.jvp(fy, [x], [t])[1][0], _basis(x.shape, x.dtype))
+        except RuntimeError as err:  # no forward rule for a primitive of f: reverse mode
+            if not _no_jvp(err):
+                raise
+            return _jacobian_of(fy, x, y, False)
         if columns is None:
             return mx.zeros((*y.shape, *x.shape), dtype=y.dtype)
         return columns.reshape((n, m)).T.reshape((*y.shape, *x.shape))
@@ -159,13 +190,6 @@ def jacobian(checked: Callable[..., Any], has_aux: bool, forward: bool) -> Pair:
         return (y, jac) if capture is None else ((y, jac), arrays)
 
     return _plain(value_and_jacobian, has_aux), value_and_jacobian
-
-
-def _no_jvp(error: RuntimeError) -> bool:
-    """Whether MLX refused forward mode through a primitive (``scatter``, the
-    derivative of an indexing of ``x``, has no JVP): reverse over reverse then
-    computes the same products (the Hessian is symmetric)."""
-    return "JVP not yet implemented" in str(error) or "jvp" in str(error).lower()
 
 
 def _hessian_product(grad: Callable[[Any], Any], x: Any, t: Any, forward: bool) -> Any:
@@ -220,11 +244,10 @@ def second_derivative(checked: Callable[..., Any]) -> Pair:
         fx = _values_closed(checked, values)
         one = mx.ones_like(x)
 
-        def value_and_derivative(x: Any) -> Any:
-            (y,), (dy,) = mx.jvp(fx, [x], [one])
-            return y, dy
+        def derivative(x: Any) -> Any:
+            return jvp(fx, x, one)[1]
 
-        (y, dy), (_, d2y) = mx.jvp(value_and_derivative, [x], [one])
-        return y, dy, d2y
+        dy, d2y = jvp(derivative, x, one)
+        return fx(x), dy, d2y
 
     return _plain(value_derivative_and_second_derivative), value_derivative_and_second_derivative

@@ -25,13 +25,13 @@ import numpy as np
 
 from di.backends.aux import AuxSplit, split_aux
 from di.backends.compile import RecompileWatch, counting_static_values, is_static_context
-from di.backends.outputs import OutputRules, is_real_floating_array
+from di.backends.outputs import OutputRules, is_real_floating_array, untraced_output_error
 from di.backends.protocol import Program
 from di.backends.selectors import AbstractBackend
-from di.contexts import Context
+from di.contexts import Cache, Context
 from di.engines.mlx.family import FAMILY, mlx_dtype
 from di.errors import InvalidInputError, InvalidOutputError, RecompileLimitError
-from di.families import converter, family_of, identity
+from di.families import converter, family_of, get_family, identity
 
 __all__ = ["RETRACE_LIMIT", "RULES", "AuxHolder", "ProgramMaker", "as_mlx", "cast_like", "evaluated"]
 
@@ -40,6 +40,7 @@ RETRACE_LIMIT = 16
 with :class:`di.RecompileLimitError`: each is a compile of its own."""
 
 _EVAL_IN_TRANSFORM = "Attempting to eval an array during function transformations"
+_IN_TRANSFORM = "inside a graph transformation"
 
 
 class _Rules(OutputRules):
@@ -65,12 +66,10 @@ class _Rules(OutputRules):
     ) -> BaseException | None:
         if _EVAL_IN_TRANSFORM not in str(error):
             return None
+        base = untraced_output_error(None, backend, operator, "float(), .item(), .tolist() or an if on a value")
         return InvalidOutputError(
-            f"{operator} cannot differentiate f with {backend!r}: f turned a value MLX traces into a Python value or "
-            f"a NumPy array (float(), .item(), .tolist(), an if on an array's value, np.asarray, np.sin), which "
-            f"mx.compile and mx.vmap cannot trace. Keep the computation in array operations on x (xp = "
-            f"di.array_namespace(x); xp.where(cond, a, b) for a branch on values); for Python control flow on "
-            f"values, use AutoMLX() (compile=False), which runs f op by op."
+            f"{base} Under mx.compile and mx.vmap a NumPy call on x (np.asarray, np.sin) fails alike. For Python "
+            f"control flow on values, use AutoMLX() (compile=False), which runs f op by op, or xp.where(cond, a, b)."
         )
 
     def foreign_output(self, y: Any) -> str:
@@ -80,8 +79,33 @@ class _Rules(OutputRules):
 RULES = _Rules()
 
 
+def in_transform(x: Any) -> bool:
+    """Whether ``x`` (an input of a program) is traced by a caller's MLX transform
+    (``mx.grad``, ``mx.vmap``, ``mx.compile``): ``mx.async_eval`` refuses to run
+    inside one, and evaluating an input changes nothing."""
+    try:
+        mx.async_eval(x)
+    except ValueError as err:
+        if _IN_TRANSFORM not in str(err):
+            raise
+        return True
+    return False
+
+
 def evaluated(result: Any) -> Any:
-    """``result`` (arrays, or tuples of them) with its arrays computed."""
+    """``result`` (arrays, or tuples of them) with its arrays computed; inside a
+    caller's MLX transform, as it is (the caller's transform computes it).
+
+    Evaluating inside ``mx.grad``, ``mx.vjp`` or ``mx.jvp`` would cut the arrays
+    from the caller's graph, silently (their derivatives would be zero):
+    ``mx.async_eval`` refuses to run inside any transform, and so tells where we
+    are before anything is evaluated."""
+    try:
+        mx.async_eval(result)
+    except ValueError as err:
+        if _IN_TRANSFORM not in str(err):
+            raise
+        return result
     mx.eval(result)
     return result
 
@@ -157,39 +181,60 @@ class ProgramMaker:
         dtypes = [getattr(v, "dtype", None) for v in inputs if hasattr(v, "dtype")]
         scope = _scope(dtypes)
         lead = 1 if tangents is None else 2
+        caches = tuple(i for i, c in enumerate(contexts) if isinstance(c, Cache))
+        if caches:
+            core = _returning_caches(core, lead, caches)
         run = self._compiled(core, contexts, lead, x) if self.compiled else core
         convert_x, convert_values = converters[0], converters[1:]
-        plain = all(convert is identity for convert in converters)
+        plain = all(convert is identity for convert in converters) and not caches
         x_dtype = getattr(x, "dtype", None)
         x_name = FAMILY.describe_dtype(x_dtype) if x_dtype is not None else ""
 
-        def finish(output: Any) -> Any:
+        def convert_inputs(x: Any, values: tuple[Any, ...]) -> tuple[Any, tuple[Any, ...]]:
+            # An MLX array passes as it is, whatever the prep was made with: inside an outer MLX
+            # transform (SecondOrder's outer AutoMLX, mx.grad around di) it is traced, and a
+            # round trip through NumPy would drop its derivative.
+            if x.__class__ is not mx.array:
+                x = convert_x(x)
+            values = tuple(v if v.__class__ is mx.array else convert(v) for convert, v in zip(convert_values, values))
+            if caches:  # f writes into scratch arrays of its own: a Cache's initial value never matters
+                values = tuple(_scratch(v) if i in caches else v for i, v in enumerate(values))
+            return x, values
+
+        def finish(output: Any, given: tuple[Any, ...], x: Any, values: tuple[Any, ...]) -> Any:
+            if caches:
+                output, written = output
+            output = evaluated(output)
+            if caches:  # f's last writes land in the caller's buffers
+                for i, array in zip(caches, evaluated(written)):
+                    _write_back(given[i], array)
+            output = _unaliased(output, (x, *values))
             if aux is None:
-                return evaluated(output)
-            result, arrays = evaluated(output)
+                return output
+            result, arrays = output
             return result, aux.join(arrays)
 
         if tangents is None:
 
             def program(x: Any, *values: Any) -> Any:
                 with scope():
+                    given = values
                     if not plain:
-                        x = convert_x(x)
-                        values = tuple(convert(v) for convert, v in zip(convert_values, values))
-                    return finish(run(x, *values))
+                        x, values = convert_inputs(x, values)
+                    return finish(run(x, *values), given, x, values)
 
         else:
 
             def program(x: Any, tangents: Sequence[Any], *values: Any) -> Any:  # type: ignore[misc]
                 with scope():
+                    given = values
                     if not plain:
-                        x = convert_x(x)
-                        values = tuple(convert(v) for convert, v in zip(convert_values, values))
+                        x, values = convert_inputs(x, values)
                     dtype = x.dtype if isinstance(x, mx.array) else mlx_dtype(x_name)
                     engine_tangents = [
                         t if isinstance(t, mx.array) and t.dtype == dtype else _cast(t, dtype) for t in tangents
                     ]
-                    return finish(run(x, engine_tangents, *values))
+                    return finish(run(x, engine_tangents, *values), given, x, values)
 
         if not self.compiled:
             return program
@@ -228,28 +273,40 @@ class ProgramMaker:
 
         def compile_for(static_values: tuple[Any, ...]) -> Callable[..., Any]:
             traces = [0]
+            signatures: set[Any] = set()
 
             def traced(*args: Any) -> Any:
-                traces[0] += 1
                 maker.traces += 1
-                if traces[0] > 1:
-                    if traces[0] > RETRACE_LIMIT + 1:
-                        raise RecompileLimitError(
-                            f"{maker.backend!r}: mx.compile traced f {traces[0]} times for one preparation (a new "
-                            f"shape or dtype of x, a tangent or an array context each time, or a new value compiled "
-                            f"in); it stops at {RETRACE_LIMIT + 1}. Prepare once per signature (strict preps refuse "
-                            f"another), and pass values that change as arrays or floats, which are traced."
-                        )
-                    watch.recompiled((), "a new shape or dtype of x, a tangent or an array context")
+                signature = _signature(args)
+                if not signatures or signature in signatures:
+                    # the first trace; or one MLX makes again for the same signature (once in each
+                    # thread that calls the function): no change of f's inputs to report
+                    signatures.add(signature)
+                    return call_core(args)
+                signatures.add(signature)
+                traces[0] += 1
+                if traces[0] > RETRACE_LIMIT:
+                    raise RecompileLimitError(
+                        f"{maker.backend!r}: mx.compile traced f again {traces[0]} times for one preparation (a new "
+                        f"shape or dtype of x, a tangent or an array context each time); it stops after "
+                        f"{RETRACE_LIMIT}. Prepare once per signature (strict preps refuse another), and pass values "
+                        f"that change as arrays or floats, which are traced."
+                    )
+                watch.recompiled((), "a new shape or dtype of x, a tangent or an array context")
+                return call_core(args)
+
+            def call_core(args: tuple[Any, ...]) -> Any:
                 head, rest = list(args[:lead]), list(args[lead:])
                 full = []
                 for i in range(len(contexts)):
                     full.append(static_values[statics.index(i)] if i in statics else rest.pop(0))
                 return core(*head, *full)
 
-            return mx.compile(traced)
+            return _serialised(mx.compile(traced))
 
         def run(*args: Any) -> Any:
+            if in_transform(args[0]):  # the caller's transform traces core itself: no compile of ours
+                return core(*args)
             head, values = args[:lead], list(args[lead:])
             key = tuple(_key(values[i]) for i in statics)
             function = compiled.get(key)
@@ -263,6 +320,70 @@ class ProgramMaker:
             return function(*head, *traced_values)
 
         return run
+
+
+def _signature(args: Sequence[Any]) -> tuple[Any, ...]:
+    """The shapes and dtypes of the MLX arrays among a traced function's arguments
+    (and in the lists of its tangents)."""
+    leaves: list[Any] = []
+    for arg in args:
+        leaves.extend(arg if isinstance(arg, (list, tuple)) else [arg])
+    return tuple((tuple(a.shape), str(a.dtype)) if isinstance(a, mx.array) else type(a) for a in leaves)
+
+
+def _serialised(function: Callable[..., Any]) -> Callable[..., Any]:
+    """``function`` called by one thread at a time: MLX's cache of compiled
+    functions is not safe across threads (threads sharing a prep would trace it
+    again and again)."""
+    lock = threading.Lock()
+
+    def one_at_a_time(*args: Any) -> Any:
+        with lock:
+            return function(*args)
+
+    return one_at_a_time
+
+
+def _returning_caches(core: Callable[..., Any], lead: int, caches: tuple[int, ...]) -> Callable[..., Any]:
+    """``core`` returning, beside its result, the ``Cache`` arrays as ``f`` left
+    them (``buf[...] = v`` rebinds the array ``f`` was given: under
+    ``mx.compile`` they are outputs of the compiled function)."""
+
+    def with_caches(*args: Any) -> Any:
+        result = core(*args)
+        return result, tuple(args[lead + i] for i in caches)
+
+    return with_caches
+
+
+def _scratch(value: Any) -> Any:
+    """Zeros like a ``Cache`` buffer, for ``f`` to write into (MLX differentiates
+    a write into an array through the array's old values: a NaN there would
+    make the derivative NaN)."""
+    return mx.zeros(tuple(value.shape), dtype=value.dtype)
+
+
+def _write_back(buffer: Any, array: Any) -> None:
+    """``array`` (MLX) copied into the caller's ``Cache`` buffer, of any family."""
+    family = family_of(buffer)
+    if family is None:
+        return
+    record = get_family(family)
+    if record.mutable:  # (an immutable family's buffer, JAX's, is f's input only)
+        record.write_out(buffer, converter("mlx", family)(array))
+
+
+def _unaliased(output: Any, inputs: tuple[Any, ...]) -> Any:
+    """``output`` with any MLX array that is one of ``inputs`` (``f`` returned ``x``)
+    replaced by a new array: a caller writing into a result must not write ``x``."""
+    if output.__class__ is mx.array:
+        for value in inputs:
+            if output is value:
+                return mx.array(output)
+        return output
+    if output.__class__ is tuple:
+        return tuple(_unaliased(item, inputs) for item in output)
+    return output
 
 
 def _scope(dtypes: Sequence[Any]) -> Callable[[], Any]:
