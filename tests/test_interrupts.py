@@ -19,6 +19,7 @@ import pytest
 from conftest import BACKENDS, FAMILIES, as_family, backend_params, engine_name, to_numpy
 
 import di
+from di.families import family_of
 from di.testing import approximates
 
 
@@ -73,8 +74,8 @@ def _run(operator: str, f: Interrupting, backend: Any, x: Any, prep: Any = None)
 
 def _ones_like(x: Any) -> Any:
     """Ones of x's family, shape and dtype (JAX float64 made under enable_x64, as x was)."""
-    name = "torch" if type(x).__module__.startswith("torch") else "jax" if "jax" in type(x).__module__ else "numpy"
-    return as_family(np.ones(tuple(x.shape), dtype=str(x.dtype).replace("torch.", "")), name)
+    name = family_of(x) or "numpy"
+    return as_family(np.ones(tuple(x.shape), dtype=str(x.dtype).rsplit(".", 1)[-1]), name)
 
 
 def _prepare(operator: str, f: Interrupting, backend: Any, x: Any) -> Any:

@@ -28,7 +28,7 @@ _NO_MLX_DTYPE = ("float128", "complex256")
 
 def mlx_dtype(name: str) -> Any:
     """The MLX dtype named ``name`` (``"float64"`` -> ``mx.float64``)."""
-    return getattr(sys.modules["mlx.core"], name)
+    return getattr(sys.modules["mlx.core"], "bool_" if name == "bool" else name)
 
 
 class MlxFamily(Family):

@@ -260,6 +260,7 @@ class ProgramMaker:
                     f"to trace it, or make it hashable."
                 )
         floats = tuple(i for i, c in enumerate(contexts) if i not in statics and isinstance(c.value, float))
+        count = len(contexts)  # (the closures below hold no context: a prep keeps no caller's array alive)
         compiled: dict[Any, Callable[..., Any]] = {}
         lock = threading.Lock()
         watch = RecompileWatch(self.backend, statics=(), limit=RETRACE_LIMIT + 1, skip=("di", "mlx"))
@@ -298,7 +299,7 @@ class ProgramMaker:
             def call_core(args: tuple[Any, ...]) -> Any:
                 head, rest = list(args[:lead]), list(args[lead:])
                 full = []
-                for i in range(len(contexts)):
+                for i in range(count):
                     full.append(static_values[statics.index(i)] if i in statics else rest.pop(0))
                 return core(*head, *full)
 
