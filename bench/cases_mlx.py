@@ -74,7 +74,7 @@ def _spellings(
         },
         VALUE_AND_GRADIENT: {
             "mx.value_and_grad": wrap(mx.value_and_grad(f)),
-            "mx.vjp": wrap(lambda x: mx.vjp(f, [x], [one])),
+            "mx.vjp": wrap(lambda x: tuple(part[0] for part in mx.vjp(f, [x], [one]))),
         },
         JACOBIAN: {
             "mx.vmap(mx.vjp)": wrap(lambda x: mx.vmap(lambda c: mx.vjp(g, [x], [c])[1][0])(eye)),
@@ -89,10 +89,14 @@ def _spellings(
     }
     takes_v = {PUSHFORWARD, PULLBACK, HVP}
 
+    def evaluated(result: Any) -> Any:
+        mx.eval(result)
+        return result
+
     def thunk(function: Callable[..., Any], with_v: bool) -> Thunk:
         if with_v:
-            return lambda: mx.eval(function(x, v))
-        return lambda: mx.eval(function(x))
+            return lambda: evaluated(function(x, v))
+        return lambda: evaluated(function(x))
 
     return {op: {name: thunk(fn, op in takes_v) for name, fn in table.items()} for op, table in functions.items()}
 

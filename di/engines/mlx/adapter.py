@@ -18,7 +18,7 @@ from di.backends.capabilities import AUX_FAMILIES, Capabilities
 from di.backends.outputs import checking
 from di.backends.protocol import Adapter, Programs
 from di.backends.transforms import Composition
-from di.contexts import Context
+from di.contexts import Cache, Context
 from di.engines.mlx import operators
 from di.engines.mlx.programs import RULES, AuxHolder, ProgramMaker
 from di.engines.mlx.selector import AutoMLX
@@ -48,6 +48,10 @@ COMPOSITIONS = (
 )
 """What composes inside each MLX transform: every operator, prepared (strict) or
 not; same-point preps are refused (they compare the point by value)."""
+
+
+def _has_cache(contexts: Sequence[Context]) -> bool:
+    return any(isinstance(c, Cache) for c in contexts)
 
 
 class MLXAdapter(Adapter):
@@ -103,7 +107,7 @@ class MLXAdapter(Adapter):
         self, f: Callable[..., Any], x: Any, contexts: Sequence[Context], *, has_aux: bool = False
     ) -> Programs:
         aux = self._aux(has_aux)
-        plain, full = operators.gradient(self._checked(f, "gradient", aux), has_aux)
+        plain, full = operators.gradient(self._checked(f, "gradient", aux), has_aux, _has_cache(contexts))
         return self._pair(plain, full, x, None, contexts, ("gradient", "value_and_gradient"), aux)
 
     def prepare_pushforward_programs(
@@ -150,7 +154,7 @@ class MLXAdapter(Adapter):
     def prepare_hvp_programs(
         self, f: Callable[..., Any], x: Any, tx: Sequence[Any], contexts: Sequence[Context]
     ) -> Programs:
-        plain, full = operators.hvp(self._checked(f, "hvp"))
+        plain, full = operators.hvp(self._checked(f, "hvp"), _has_cache(contexts))
         return self._pair(plain, full, x, tx, contexts, ("hvp", "gradient_and_hvp"))
 
     def prepare_hessian_programs(self, f: Callable[..., Any], x: Any, contexts: Sequence[Context]) -> Programs:

@@ -88,22 +88,32 @@ def _plain(full: Callable[..., Any], has_aux: bool = False) -> Callable[..., Any
     return lambda *args: full(*args)[-1]
 
 
-def gradient(checked: Callable[..., Any], has_aux: bool) -> Pair:
+def gradient(checked: Callable[..., Any], has_aux: bool, caches: bool = False) -> Pair:
+    if caches:  # f must write into the very arrays it is given: the transform closes over them
+        return _closing_gradient(checked, has_aux)
+    # the transforms are made once: MLX differentiates with respect to the first argument
+    # (argnums=0) and passes copies of the context values on
+    value_and_grad = mx.value_and_grad(checked)
     if not has_aux:
-
-        def value_and_gradient(x: Any, *values: Any) -> Any:
-            return mx.value_and_grad(_values_closed(checked, values))(x)
-
-        def plain_gradient(x: Any, *values: Any) -> Any:
-            return mx.grad(_values_closed(checked, values))(x)
-
-        return plain_gradient, value_and_gradient
+        return mx.grad(checked), value_and_grad
 
     def value_and_gradient_aux(x: Any, *values: Any) -> Any:
-        (y, arrays), g = mx.value_and_grad(_values_closed(checked, values))(x)
+        (y, arrays), g = value_and_grad(x, *values)
         return (y, g), arrays
 
     return _plain(value_and_gradient_aux, True), value_and_gradient_aux
+
+
+def _closing_gradient(checked: Callable[..., Any], has_aux: bool) -> Pair:
+    """``gradient`` with a transform made at each call, closing over the context
+    values (MLX's transforms copy their arguments: a ``Cache`` written by ``f``
+    must be the array the program holds)."""
+
+    def value_and_gradient(x: Any, *values: Any) -> Any:
+        (y, g) = mx.value_and_grad(_values_closed(checked, values))(x)
+        return ((y[0], g), y[1]) if has_aux else (y, g)
+
+    return _plain(value_and_gradient, has_aux), value_and_gradient
 
 
 def pushforward(checked: Callable[..., Any], has_aux: bool) -> Pair:
@@ -198,9 +208,13 @@ def _hessian_product(grad: Callable[[Any], Any], x: Any, t: Any, forward: bool) 
     return mx.vjp(grad, [x], [t])[1][0]
 
 
-def hvp(checked: Callable[..., Any]) -> Pair:
+def hvp(checked: Callable[..., Any], caches: bool = False) -> Pair:
+    grad_of_all = mx.grad(checked)
+
     def gradient_and_hvp(x: Any, tx: Sequence[Any], *values: Any) -> Any:
-        grad = mx.grad(_values_closed(checked, values))
+        def grad(x: Any) -> Any:
+            return mx.grad(_values_closed(checked, values))(x) if caches else grad_of_all(x, *values)
+
         if not tx:
             return grad(x), ()
         try:
