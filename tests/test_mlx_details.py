@@ -296,3 +296,42 @@ def test_operator_inside_transform_agrees_with_mlx(backend: di.AbstractBackend, 
 def test_second_derivatives_through_di_gradient() -> None:
     hessian = mx.vmap(lambda t: mx.jvp(lambda x: di.gradient(scalar, EAGER, x), [_XM], [t])[1][0])(mx.eye(3))
     close(hessian, NATIVE["hessian"](_XM), rtol=1e-4, atol=1e-5)
+
+
+# --- strategies over MLX ------------------------------------------------------------------------------
+
+
+def energy(x: Any) -> Any:
+    xp = di.array_namespace(x)
+    return xp.sum(x**4) / 4 + x[0] * x[1]
+
+
+def test_second_order_pairs_over_mlx() -> None:
+    x = np.array([1.0, 2.0])
+    hessian = np.array([[3.0, 1.0], [1.0, 12.0]])
+    for outer in (EAGER, COMPILED, di.AutoFiniteDiff()):
+        close(di.hessian(energy, di.SecondOrder(outer, EAGER), x), hessian, rtol=1e-5, atol=1e-5)
+    close(di.hvp(energy, di.SecondOrder(COMPILED, COMPILED), x, (np.array([1.0, 0.0]),))[0], hessian[:, 0])
+    with pytest.raises(di.UnsupportedOperatorError, match="cannot differentiate the programs"):
+        di.hessian(energy, di.SecondOrder(di.AutoJAX(), EAGER), x)
+
+
+def test_sparse_and_fastest_over_mlx() -> None:
+    def chain(x: Any) -> Any:
+        xp = di.array_namespace(x)
+        return x[1:] * x[:-1] + xp.sin(x[1:])
+
+    x = np.linspace(0.0, 1.0, 6)
+    dense = di.jacobian(chain, EAGER, x)
+    for backend in (EAGER, COMPILED):
+        sparse = di.jacobian(chain, di.AutoSparse(backend), x)
+        assert sparse.nnz == 10
+        close(sparse.toarray(), dense)
+        with pytest.raises(di.UnsupportedOperatorError, match="dense_result=True"):
+            di.jacobian(chain, di.AutoSparse(backend), mx.array(x))
+        result = di.jacobian(chain, di.AutoSparse(backend, dense_result=True), mx.array(x, dtype=mx.float32))
+        assert isinstance(result, mx.array)
+        close(result, dense, rtol=1e-4, atol=1e-5)
+    fastest = di.AutoFastest(candidates=[EAGER, COMPILED], budget_s=0.05)
+    prep = di.prepare_gradient(energy, fastest, np.array([1.0, 2.0]))
+    close(di.gradient(energy, prep, fastest, np.array([1.0, 2.0])), [1.0 + 2.0, 8.0 + 1.0])

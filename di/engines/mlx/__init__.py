@@ -27,6 +27,7 @@ def tolerances(backend: Any, order: int) -> tuple[float, float]:
 
     Examples:
         >>> import di
+        >>> from di.engines.mlx import tolerances
         >>> tolerances(di.AutoMLX(), 1), tolerances(di.AutoMLX(), 2)
         ((1e-05, 1e-07), (1e-05, 1e-07))
     """
