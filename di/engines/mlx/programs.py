@@ -33,7 +33,17 @@ from di.engines.mlx.family import FAMILY, mlx_dtype
 from di.errors import InvalidInputError, InvalidOutputError, RecompileLimitError
 from di.families import converter, family_of, get_family, identity
 
-__all__ = ["RETRACE_LIMIT", "RULES", "AuxHolder", "ProgramMaker", "as_mlx", "cast_like", "evaluated"]
+__all__ = [
+    "RETRACE_LIMIT",
+    "RULES",
+    "AuxHolder",
+    "ProgramMaker",
+    "array_output",
+    "as_mlx",
+    "cast_like",
+    "evaluated",
+    "scalar_output",
+]
 
 RETRACE_LIMIT = 16
 """Traces of one compiled program (beyond its first) after which a call stops
@@ -77,6 +87,20 @@ class _Rules(OutputRules):
 
 
 RULES = _Rules()
+
+_FLOATING = frozenset({mx.float16, mx.bfloat16, mx.float32, mx.float64})
+
+
+def scalar_output(y: Any) -> bool:
+    """The common output of gradient, hvp and hessian, told at once: a 0-d
+    floating MLX array (anything else gets the full check)."""
+    return y.__class__ is mx.array and y.ndim == 0 and y.dtype in _FLOATING
+
+
+def array_output(y: Any) -> bool:
+    """The common output of the other operators: a floating MLX array of at least
+    one dimension (a 0-d one gets the full check, which makes it a scalar)."""
+    return y.__class__ is mx.array and y.ndim > 0 and y.dtype in _FLOATING
 
 
 def in_transform(x: Any) -> bool:
