@@ -24,7 +24,7 @@ import numpy as np
 
 import di
 
-__all__ = ["ENGINES", "OPERATORS", "Case", "Engine", "to_numpy"]
+__all__ = ["ENGINES", "OPERATORS", "SPELLED_OPERATORS", "Case", "Engine", "to_numpy"]
 
 Thunk = Callable[[], Any]
 Scope = Callable[[], contextlib.AbstractContextManager[Any]]
@@ -36,10 +36,14 @@ PUSHFORWARD = "pushforward"
 PULLBACK = "pullback"
 HVP = "hvp"
 UNPREPARED = "gradient, unprepared"
+HESSIAN = "hessian"
 OPERATORS = (GRADIENT, VALUE_AND_GRADIENT, JACOBIAN, PUSHFORWARD, PULLBACK, HVP, UNPREPARED)
-SCALAR_OPERATORS = frozenset({GRADIENT, VALUE_AND_GRADIENT, HVP, UNPREPARED})
+"""The operators of the per-call table (an engine's ``build`` is asked for a subset)."""
+SPELLED_OPERATORS = (GRADIENT, VALUE_AND_GRADIENT, JACOBIAN, PUSHFORWARD, PULLBACK, HVP, HESSIAN)
+"""The operators of the fastest-native-spelling table (``hessian`` only there)."""
+SCALAR_OPERATORS = frozenset({GRADIENT, VALUE_AND_GRADIENT, HVP, HESSIAN, UNPREPARED})
 """Operators timed on the scalar function; the others on the vector function."""
-MAX_N = {JACOBIAN: 1_000}
+MAX_N = {JACOBIAN: 1_000, HESSIAN: 1_000}
 """The largest n per operator (a dense jacobian at n = 1e5 has 1e10 entries)."""
 
 
@@ -51,11 +55,16 @@ class Case:
         pairs: operator -> ``(native, di)`` zero-argument callables.
         scope: the context both sides run in (``jax.enable_x64`` for float64 JAX).
         breakdown: layers of the prepared gradient (see :func:`_breakdown`).
+        spellings: optional, operator -> ``{spelling: native}``: every native spelling an
+            expert of the engine writes for the operator, the pair's native among them
+            (the fastest-native-spelling table times ``di`` against each; an operator
+            missing here has the pair's native alone).
     """
 
     pairs: dict[str, tuple[Thunk, Thunk]]
     scope: Scope = contextlib.nullcontext
     breakdown: dict[str, Thunk] = field(default_factory=dict, repr=False)
+    spellings: dict[str, dict[str, Thunk]] = field(default_factory=dict, repr=False)
 
 
 @dataclass(frozen=True)
@@ -72,6 +81,8 @@ class Engine:
         quick_operators: the operators of ``--quick`` runs (``None``: all).
         quick_sizes: the sizes of ``--quick`` runs (``None``: all).
         operators: the operators benchmarked.
+        spelled: the operators of the fastest-native-spelling table that ``build`` offers
+            beyond :attr:`operators` (``hessian``); ``()``: those of :attr:`operators`.
     """
 
     label: str
@@ -82,6 +93,7 @@ class Engine:
     quick_operators: tuple[str, ...] | None = None
     quick_sizes: tuple[int, ...] | None = None
     operators: tuple[str, ...] = OPERATORS
+    spelled: tuple[str, ...] = ()
 
     @property
     def installed(self) -> bool:
@@ -120,10 +132,11 @@ def _di_side(
         PUSHFORWARD: lambda: di.prepare_pushforward(g, backend, x, tangents),
         PULLBACK: lambda: di.prepare_pullback(g, backend, x, tangents),
         HVP: lambda: di.prepare_hvp(f, backend, x, tangents),
+        HESSIAN: lambda: di.prepare_hessian(f, backend, x),
     }
     prepared = {operator: make() for operator, make in preps.items() if operator in operators}
     gradient, value_and_gradient = di.gradient, di.value_and_gradient
-    jacobian, pushforward, pullback, hvp = di.jacobian, di.pushforward, di.pullback, di.hvp
+    jacobian, pushforward, pullback, hvp, hessian = di.jacobian, di.pushforward, di.pullback, di.hvp, di.hessian
     if block:
         if GRADIENT in operators:
             thunks[GRADIENT] = lambda: gradient(f, gradient_prep, backend, x).block_until_ready()
@@ -147,6 +160,8 @@ def _di_side(
             thunks[PULLBACK] = lambda: pullback(g, prepared[PULLBACK], backend, x, tangents)[0].block_until_ready()
         if HVP in operators:
             thunks[HVP] = lambda: hvp(f, prepared[HVP], backend, x, tangents)[0].block_until_ready()
+        if HESSIAN in operators:
+            thunks[HESSIAN] = lambda: hessian(f, prepared[HESSIAN], backend, x).block_until_ready()
         return thunks
     if GRADIENT in operators:
         thunks[GRADIENT] = lambda: gradient(f, gradient_prep, backend, x)
@@ -162,6 +177,8 @@ def _di_side(
         thunks[PULLBACK] = lambda: pullback(g, prepared[PULLBACK], backend, x, tangents)[0]
     if HVP in operators:
         thunks[HVP] = lambda: hvp(f, prepared[HVP], backend, x, tangents)[0]
+    if HESSIAN in operators:
+        thunks[HESSIAN] = lambda: hessian(f, prepared[HESSIAN], backend, x)
     return thunks
 
 
@@ -188,6 +205,20 @@ def _pair(natives: dict[str, Thunk], through_di: dict[str, Thunk]) -> dict[str, 
     return {operator: (natives[native_of.get(operator, operator)], thunk) for operator, thunk in through_di.items()}
 
 
+def _spelled(
+    spellings: dict[str, dict[str, Thunk]], through_di: dict[str, Thunk], scope: Scope = contextlib.nullcontext
+) -> Case:
+    """The case whose pairs take each operator's first spelling as the native call
+    (the one the per-call table names), and whose spellings are all of them."""
+    natives = {operator: next(iter(spelled.values())) for operator, spelled in spellings.items()}
+    wanted = {operator for operator in through_di}
+    return Case(
+        _pair(natives, through_di),
+        scope,
+        spellings={operator: spelled for operator, spelled in spellings.items() if operator in wanted},
+    )
+
+
 # --- JAX --------------------------------------------------------------------------------------
 
 
@@ -206,27 +237,49 @@ def _jax(jit: bool) -> Callable[..., Case]:
             wrap = jax.jit if jit else (lambda fn: fn)
             grad = wrap(jax.grad(f))
             value_and_grad = wrap(jax.value_and_grad(f))
-            jacfwd = wrap(jax.jacfwd(g))
             jvp = wrap(lambda x, v: jax.jvp(g, (x,), (v,))[1])
+            linearized = wrap(lambda x, v: jax.linearize(g, x)[1](v))
             vjp = wrap(lambda x, v: jax.vjp(g, x)[1](v)[0])
-            hvp = wrap(lambda x, v: jax.jvp(jax.grad(f), (x,), (v,))[1])
+            forward_over_reverse = wrap(lambda x, v: jax.jvp(jax.grad(f), (x,), (v,))[1])
+            reverse_over_reverse = wrap(lambda x, v: jax.grad(lambda x: jnp.vdot(jax.grad(f)(x), v))(x))
+            vjp_of_grad = wrap(lambda x, v: jax.vjp(jax.grad(f), x)[1](v)[0])
+            jacobians = {"jacfwd(g)": wrap(jax.jacfwd(g)), "jacrev(g)": wrap(jax.jacrev(g))}
+            hessians = {
+                "hessian(f)": wrap(jax.hessian(f)),
+                "jacfwd(jacrev(f))": wrap(jax.jacfwd(jax.jacrev(f))),
+                "jacrev(jacrev(f))": wrap(jax.jacrev(jax.jacrev(f))),
+            }
 
             def native_value_and_gradient() -> Any:
                 y, gradient = value_and_grad(x)
                 y.block_until_ready()
                 return gradient.block_until_ready()
 
-            natives = {
-                GRADIENT: lambda: grad(x).block_until_ready(),
-                VALUE_AND_GRADIENT: native_value_and_gradient,
-                JACOBIAN: lambda: jacfwd(x).block_until_ready(),
-                PUSHFORWARD: lambda: jvp(x, v).block_until_ready(),
-                PULLBACK: lambda: vjp(x, v).block_until_ready(),
-                HVP: lambda: hvp(x, v).block_until_ready(),
+            def ready(fn: Callable[..., Any], *args: Any) -> Thunk:
+                return lambda: fn(*args).block_until_ready()
+
+            spellings = {
+                GRADIENT: {"grad(f)": ready(grad, x)},
+                VALUE_AND_GRADIENT: {"value_and_grad(f)": native_value_and_gradient},
+                JACOBIAN: {label: ready(fn, x) for label, fn in jacobians.items()},
+                PUSHFORWARD: {"jvp(g)": ready(jvp, x, v), "linearize(g)": ready(linearized, x, v)},
+                PULLBACK: {"vjp(g)": ready(vjp, x, v)},
+                HVP: {
+                    "jvp(grad(f)) (forward over reverse)": ready(forward_over_reverse, x, v),
+                    "grad(vdot(grad(f), v)) (reverse over reverse)": ready(reverse_over_reverse, x, v),
+                    "vjp(grad(f)) (reverse over reverse)": ready(vjp_of_grad, x, v),
+                },
+                HESSIAN: {label: ready(fn, x) for label, fn in hessians.items()},
             }
+            if jit:
+                spellings = {
+                    operator: {f"jit({label})": thunk for label, thunk in spelled.items()}
+                    for operator, spelled in spellings.items()
+                }
             through_di = _di_side(backend, f, g, x, v, operators, block=True)
-            breakdown = _breakdown(f, backend, x, block=True) if GRADIENT in operators else {}
-        return Case(_pair(natives, through_di), scope, breakdown)
+            case = _spelled(spellings, through_di, scope)
+            case.breakdown = _breakdown(f, backend, x, block=True) if GRADIENT in operators else {}
+        return case
 
     return build
 
@@ -263,33 +316,91 @@ def _torch(compiled: bool) -> Callable[..., Case]:
                 PULLBACK: lambda: vjp(x, v),
                 HVP: lambda: hvp(x, v),
             }
-        else:
-            backend = di.AutoTorch()
+            if HESSIAN in operators:
+                hessian = torch.compile(func.jacfwd(func.grad(f)), fullgraph=True)
+                natives[HESSIAN] = lambda: hessian(x)
+            through_di = _di_side(backend, f, g, x, v, operators, block=False)
+            return Case(_pair(natives, through_di))
 
-            def native_gradient() -> Any:
-                xr = x.detach().requires_grad_()
-                return autograd_grad(f(xr), xr)[0]
+        backend = di.AutoTorch()
 
-            def native_value_and_gradient() -> Any:
-                xr = x.detach().requires_grad_()
-                y = f(xr)
-                return y.detach(), autograd_grad(y, xr)[0]
+        def leaf() -> Any:
+            return x.detach().requires_grad_()
 
-            def native_pullback() -> Any:
-                xr = x.detach().requires_grad_()
-                return autograd_grad(g(xr), xr, grad_outputs=v)[0]
+        def native_gradient() -> Any:
+            xr = leaf()
+            return autograd_grad(f(xr), xr)[0]
 
-            natives = {
-                GRADIENT: native_gradient,
-                VALUE_AND_GRADIENT: native_value_and_gradient,
-                JACOBIAN: lambda: func.jacfwd(g)(x),
-                PUSHFORWARD: lambda: func.jvp(g, (x,), (v,))[1],
-                PULLBACK: native_pullback,
-                HVP: lambda: func.jvp(func.grad(f), (x,), (v,))[1],
-            }
+        def native_value_and_gradient() -> Any:
+            xr = leaf()
+            y = f(xr)
+            return y.detach(), autograd_grad(y, xr)[0]
+
+        def native_pullback() -> Any:
+            xr = leaf()
+            return autograd_grad(g(xr), xr, grad_outputs=v)[0]
+
+        def double_backward() -> Any:
+            xr = leaf()
+            (gradient,) = autograd_grad(f(xr), xr, create_graph=True)
+            return autograd_grad(gradient, xr, v)[0]
+
+        def forward_ad_pushforward() -> Any:
+            import torch.autograd.forward_ad as forward_ad
+
+            with forward_ad.dual_level():
+                return forward_ad.unpack_dual(g(forward_ad.make_dual(x, v))).tangent
+
+        grad_and_value = func.grad_and_value(f)
+
+        def called(fn: Callable[[Any], Any]) -> Thunk:
+            return lambda: fn(x)
+
+        jacobians = {"torch.func.jacfwd(g)": func.jacfwd(g), "torch.func.jacrev(g)": func.jacrev(g)}
+        hessians = {
+            "torch.func.hessian(f)": func.hessian(f),
+            "torch.func.jacrev(torch.func.jacrev(f))": func.jacrev(func.jacrev(f)),
+        }
+        spellings: dict[str, dict[str, Thunk]] = {
+            GRADIENT: {
+                "torch.autograd.grad(f(xr), xr)": native_gradient,
+                "torch.func.grad(f)": lambda: func.grad(f)(x),
+            },
+            VALUE_AND_GRADIENT: {
+                "torch.autograd.grad, f(xr).detach()": native_value_and_gradient,
+                "torch.func.grad_and_value(f)": lambda: grad_and_value(x)[::-1],
+            },
+            JACOBIAN: {
+                **{label: called(fn) for label, fn in jacobians.items()},
+                "torch.autograd.functional.jacobian(g, x, vectorize=True)": lambda: torch.autograd.functional.jacobian(
+                    g, x, vectorize=True
+                ),
+            },
+            PUSHFORWARD: {
+                "torch.func.jvp(g)": lambda: func.jvp(g, (x,), (v,))[1],
+                "forward_ad.make_dual": forward_ad_pushforward,
+            },
+            PULLBACK: {
+                "torch.autograd.grad(g(xr), xr, grad_outputs=v)": native_pullback,
+                "torch.func.vjp(g)": lambda: func.vjp(g, x)[1](v)[0],
+            },
+            HVP: {
+                "double backward (autograd.grad twice, create_graph=True)": double_backward,
+                "torch.func.jvp(torch.func.grad(f))": lambda: func.jvp(func.grad(f), (x,), (v,))[1],
+                "torch.func.vjp(torch.func.grad(f))": lambda: func.vjp(func.grad(f), x)[1](v)[0],
+            },
+            HESSIAN: {
+                "torch.autograd.functional.hessian(f, x, vectorize=True)": lambda: torch.autograd.functional.hessian(
+                    f, x, vectorize=True
+                ),
+                **{label: called(fn) for label, fn in hessians.items()},
+                "torch.autograd.functional.hessian(f, x)": lambda: torch.autograd.functional.hessian(f, x),
+            },
+        }
         through_di = _di_side(backend, f, g, x, v, operators, block=False)
-        breakdown = _breakdown(f, backend, x, block=False) if GRADIENT in operators and not compiled else {}
-        return Case(_pair(natives, through_di), breakdown=breakdown)
+        case = _spelled(spellings, through_di)
+        case.breakdown = _breakdown(f, backend, x, block=False) if GRADIENT in operators else {}
+        return case
 
     return build
 
@@ -301,24 +412,34 @@ def _autograd(
     f: Callable[..., Any], g: Callable[..., Any], x_np: np.ndarray, dtype: str, operators: Sequence[str]
 ) -> Case:
     import autograd
-    from autograd.differential_operators import make_hvp, make_jvp, make_vjp
+    import autograd.numpy as anp
+    from autograd.differential_operators import hessian_tensor_product, make_hvp, make_jvp, make_vjp
 
     x = x_np.astype(dtype)
     v = np.cos(x_np).astype(dtype)
     backend = di.AutoAutograd()
     grad, value_and_grad, jacobian = autograd.grad(f), autograd.value_and_grad(f), autograd.jacobian(g)
     jvp_maker, vjp_maker, hvp_maker = make_jvp(g), make_vjp(g), make_hvp(f)
-    natives = {
-        GRADIENT: lambda: grad(x),
-        VALUE_AND_GRADIENT: lambda: value_and_grad(x),
-        JACOBIAN: lambda: jacobian(x),
-        PUSHFORWARD: lambda: jvp_maker(x)(v)[1],
-        PULLBACK: lambda: vjp_maker(x)[0](v),
-        HVP: lambda: hvp_maker(x)[0](v),
+    tensor_product = hessian_tensor_product(f)
+    reverse_over_reverse = autograd.grad(lambda x, v: anp.dot(autograd.grad(f)(x), v))
+    hessian, jacobian_of_grad = autograd.hessian(f), autograd.jacobian(autograd.grad(f))
+    spellings: dict[str, dict[str, Thunk]] = {
+        GRADIENT: {"autograd.grad(f)": lambda: grad(x)},
+        VALUE_AND_GRADIENT: {"autograd.value_and_grad(f)": lambda: value_and_grad(x)},
+        JACOBIAN: {"autograd.jacobian(g)": lambda: jacobian(x)},
+        PUSHFORWARD: {"make_jvp(g)(x)(v)": lambda: jvp_maker(x)(v)[1]},
+        PULLBACK: {"make_vjp(g)(x)[0](v)": lambda: vjp_maker(x)[0](v)},
+        HVP: {
+            "make_hvp(f)(x)[0](v)": lambda: hvp_maker(x)[0](v),
+            "hessian_tensor_product(f)(x, v)": lambda: tensor_product(x, v),
+            "grad(dot(grad(f), v))": lambda: reverse_over_reverse(x, v),
+        },
+        HESSIAN: {"autograd.hessian(f)": lambda: hessian(x), "jacobian(grad(f))": lambda: jacobian_of_grad(x)},
     }
     through_di = _di_side(backend, f, g, x, v, operators, block=False)
-    breakdown = _breakdown(f, backend, x, block=False) if GRADIENT in operators else {}
-    return Case(_pair(natives, through_di), breakdown=breakdown)
+    case = _spelled(spellings, through_di)
+    case.breakdown = _breakdown(f, backend, x, block=False) if GRADIENT in operators else {}
+    return case
 
 
 # --- finite differences -------------------------------------------------------------------------
@@ -389,17 +510,18 @@ def _finitediff(
             x.dtype
         )
 
-    natives = {
-        GRADIENT: lambda: central_differences(f, x),
-        VALUE_AND_GRADIENT: lambda: central_differences(f, x, with_value=True),
-        JACOBIAN: lambda: central_jacobian(g, x),
-        PUSHFORWARD: native_pushforward,
-        PULLBACK: lambda: v @ central_jacobian(g, x),
-        HVP: native_hvp,
+    spellings: dict[str, dict[str, Thunk]] = {
+        GRADIENT: {"central-difference loop": lambda: central_differences(f, x)},
+        VALUE_AND_GRADIENT: {"the loop and f(x)": lambda: central_differences(f, x, with_value=True)},
+        JACOBIAN: {"central-difference jacobian": lambda: central_jacobian(g, x)},
+        PUSHFORWARD: {"(g(x + h v) - g(x - h v)) / 2h": native_pushforward},
+        PULLBACK: {"v @ the jacobian": lambda: v @ central_jacobian(g, x)},
+        HVP: {"central differences of the gradient along v": native_hvp},
     }
     through_di = _di_side(backend, f, g, x, v, operators, block=False)
-    breakdown = _breakdown(f, backend, x, block=False) if GRADIENT in operators else {}
-    return Case(_pair(natives, through_di), breakdown=breakdown)
+    case = _spelled(spellings, through_di)
+    case.breakdown = _breakdown(f, backend, x, block=False) if GRADIENT in operators else {}
+    return case
 
 
 _JAX_NATIVES = {
@@ -412,12 +534,13 @@ _JAX_NATIVES = {
 }
 
 ENGINES = {
-    "jax-jit": Engine("AutoJAX(jit=True)", _JAX_NATIVES, _jax(True), "jax"),
+    "jax-jit": Engine("AutoJAX(jit=True)", _JAX_NATIVES, _jax(True), "jax", spelled=(HESSIAN,)),
     "jax": Engine(
         "AutoJAX()",
         {op: text.replace("jax.jit(", "(", 1) + " (eager)" for op, text in _JAX_NATIVES.items()},
         _jax(False),
         "jax",
+        spelled=(HESSIAN,),
     ),
     "torch": Engine(
         "AutoTorch()",
@@ -427,10 +550,12 @@ ENGINES = {
             JACOBIAN: "torch.func.jacfwd(g)(x)",
             PUSHFORWARD: "torch.func.jvp(g, (x,), (v,))",
             PULLBACK: "torch.autograd.grad(g(xr), xr, grad_outputs=v)",
-            HVP: "torch.func.jvp(torch.func.grad(f), (x,), (v,))",
+            HVP: "double backward: g = torch.autograd.grad(f(xr), xr, create_graph=True)[0]; "
+            "torch.autograd.grad(g, xr, v)",
         },
         _torch(False),
         "torch",
+        spelled=(HESSIAN,),
     ),
     "torch-compile": Engine(
         "AutoTorch(compile=True)",
@@ -460,6 +585,7 @@ ENGINES = {
         },
         _autograd,
         "autograd",
+        spelled=(HESSIAN,),
     ),
     "finitediff": Engine(
         "AutoFiniteDiff()",

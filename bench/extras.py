@@ -429,7 +429,10 @@ def conversion_table(settings: Settings, n: int) -> Table:
         ["from", "to", "di.families converter", "native idiom", "native", "ratio", "result shares memory"],
         intro=(
             f"float32, n = {n}. JAX results are waited for with `block_until_ready()`. numpy -> jax copies on "
-            "purpose (a JAX array must not alias a caller's mutable buffer); every other direction is zero-copy."
+            "purpose, and so do torch -> jax below 2**18 elements (where the copy is as fast) and jax -> torch (a "
+            "torch result may be written in place, a JAX buffer must not change); torch -> jax from 2**18 "
+            "elements shares the buffer by DLPack (JAX only reads it); numpy <-> torch and jax -> numpy are "
+            "zero-copy."
         ),
     )
     for (source, target), (idiom, native_fn) in natives.items():

@@ -27,6 +27,8 @@ Options:
                        takes ~20 s on 2 cores)
     --real / --no-real the rows of real inputs (bench/real.py: pytrees, an nn.Module, a loop step, numpy
                        callers, compiles of a value_and_gradient-only loop; default: yes)
+    --spellings / --no-spellings  the fastest-native-spelling table (bench/spellings.py: every operator,
+                       hessian included, against each native spelling at n = 32 and 1e3; default: yes)
 """
 
 from __future__ import annotations
@@ -109,6 +111,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--no-compile", dest="compile", action="store_false")
     parser.add_argument("--real", dest="real", action="store_true", default=True, help="time the real-input rows")
     parser.add_argument("--no-real", dest="real", action="store_false")
+    parser.add_argument("--spellings", dest="spellings", action="store_true", default=True)
+    parser.add_argument("--no-spellings", dest="spellings", action="store_false")
     args = parser.parse_args(argv)
     if args.sizes is None:
         args.sizes = list(DEFAULT_SIZES)
@@ -413,6 +417,21 @@ def _real_sections(
     return [per_call, compiles], lambda own_costs: real.target_lines(rows, real_rows, own_costs, compiles)
 
 
+def _spelling_section(args: argparse.Namespace, settings: Settings) -> tuple[list[Table], list[str]]:
+    """The fastest-native-spelling table (bench/spellings.py) and its target line: at
+    n = 32 and 1e3 (the smallest size of a smoke run)."""
+    if not args.spellings:
+        return [], []
+    from bench import spellings
+
+    print("== Fastest native spelling ==", flush=True)
+    sizes = [min(args.sizes)] if args.repeats is not None else list(spellings.SIZES)
+    backends = [key for key in args.backends if key not in spellings.SKIPPED]
+    operators = [op for op in spellings.SPELLED_OPERATORS if op in args.operators or op == spellings.HESSIAN]
+    rows = spellings.spelling_rows(backends, sizes, operators, settings, spellings.print_row)
+    return [spellings.spelling_table(rows)], [spellings.target_line(rows)]
+
+
 def run(args: argparse.Namespace) -> tuple[list[Row], str]:
     """Run everything; return the per-call rows and the markdown report."""
     from bench import extras
@@ -477,6 +496,10 @@ def run(args: argparse.Namespace) -> tuple[list[Row], str]:
     breakdown, own_costs = guarded("Where di's time goes", lambda: breakdown_table(args, prepared), {})
     show(breakdown)
 
+    spelling_tables, spelling_summary = _spelling_section(args, other)
+    for table in spelling_tables:
+        show(table)
+
     real_tables, real_summary = _real_sections(args, other, rows)
     for table in real_tables[1:]:
         show(table)
@@ -511,6 +534,7 @@ def run(args: argparse.Namespace) -> tuple[list[Row], str]:
     tables = [
         summary_ratios,
         main_table,
+        *spelling_tables,
         *real_tables[:1],
         breakdown,
         zero_table,
@@ -521,6 +545,8 @@ def run(args: argparse.Namespace) -> tuple[list[Row], str]:
         *real_tables[1:],
     ]
     summary = ["Issue 12:", "", *summary_lines(rows, imports, checks)]
+    if spelling_summary:
+        summary += ["", "Issue 36:", "", *spelling_summary]
     if args.real:
         summary += ["", "Issue 23:", "", *real_summary(own_costs)]
     summary.append(f"- suite wall time: {time.perf_counter() - started:.0f} s")

@@ -21,6 +21,7 @@ from di.contexts import Constant as Constant
 from di.contexts import Context as Context
 from di.errors import BackendNotInstalledError as BackendNotInstalledError
 from di.errors import DIError as DIError
+from di.errors import DistributedError as DistributedError
 from di.errors import InvalidInputError as InvalidInputError
 from di.errors import InvalidOptionError as InvalidOptionError
 from di.errors import InvalidOptionTypeError as InvalidOptionTypeError

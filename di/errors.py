@@ -14,6 +14,7 @@ from typing import Any
 __all__ = [
     "BackendNotInstalledError",
     "DIError",
+    "DistributedError",
     "InvalidInputError",
     "InvalidOptionError",
     "InvalidOptionTypeError",
@@ -211,6 +212,22 @@ class RecompileLimitError(DIError, RuntimeError):
     Examples:
         >>> import di
         >>> issubclass(di.RecompileLimitError, di.DIError), issubclass(di.RecompileLimitError, RuntimeError)
+        (True, True)
+    """
+
+
+class DistributedError(DIError, RuntimeError):
+    """A call that would not be right, or would hang, across the processes of a
+    distributed run (JAX multi-process, torch DDP or FSDP), refused.
+
+    The message names the runtime and what works instead: a result no process
+    can read whole, a gradient that would be one process's where the training
+    averages it, an operator the runtime cannot differentiate, processes that
+    decided differently at preparation.
+
+    Examples:
+        >>> import di
+        >>> issubclass(di.DistributedError, di.DIError), issubclass(di.DistributedError, RuntimeError)
         (True, True)
     """
 

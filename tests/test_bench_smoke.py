@@ -54,6 +54,7 @@ def test_bench_runs_and_reports_every_row(tmp_path: Path) -> None:
             "--repeats",
             "2",
             "--no-compile",
+            "--no-spellings",  # (timed by test_the_spelling_bench_times_every_spelling)
             "--output",
             str(output),
         ],
@@ -188,3 +189,40 @@ def test_the_mixing_bench_runs_and_reports_every_row(tmp_path: Path) -> None:
         rows = [row for row in _section(report, title) if not row[0].startswith("-")]
         assert len(rows) == 1 and rows[0][0] == "20"
         assert _ns(rows[0][1]) > 0 and _ns(rows[0][3]) > 0
+
+
+def test_the_spelling_bench_times_every_spelling(tmp_path: Path) -> None:
+    """``python -m bench.spellings`` on one small size and two repeats: a row per
+    operator (hessian included), every spelling timed against di with the same
+    results, the fastest named and the target line written."""
+    backends = [key for key in ("torch", "autograd") if importlib.util.find_spec(key) is not None]
+    if not backends:
+        pytest.skip("neither torch nor autograd is installed")
+    output = tmp_path / "spellings.md"
+    command = [sys.executable, "-m", "bench.spellings", "--sizes", "10", "--repeats", "2", "--output", str(output)]
+    done = subprocess.run(
+        [*command, "--backends", ",".join(backends)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    from bench.cases import ENGINES, SPELLED_OPERATORS
+    from bench.spellings import HEADERS
+
+    markdown = output.read_text()
+    rows = _section(markdown, "Fastest native spelling")
+    labels = {ENGINES[key].label for key in backends}
+    assert {(row[0], row[1]) for row in rows} == {(label, op) for label in labels for op in SPELLED_OPERATORS}
+    fastest, di_col, note = (
+        HEADERS.index("fastest native spelling"),
+        HEADERS.index("di"),
+        HEADERS.index("every spelling"),
+    )
+    for row in rows:
+        assert row[fastest].startswith("`") and _ns(row[di_col]) > 0, row
+        assert "DIFFER" not in row[note] and "failed" not in row[note], row
+    hvp = next(row for row in rows if row[0] == "AutoTorch()" and row[1] == "hvp") if "torch" in backends else None
+    assert hvp is None or "torch.func.jvp(torch.func.grad(f))" in markdown
+    assert "within 1.2 of the fastest native spelling" in markdown

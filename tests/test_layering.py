@@ -401,7 +401,7 @@ def engine_names_outside_their_folders() -> list[str]:
 def test_each_builtin_engines_code_is_in_its_folder() -> None:
     for engine in builtin_engines():
         package = f"di.engines.{engine.name}"
-        paths = [engine.adapter, engine.family, engine.host, engine.traced]
+        paths = [engine.adapter, engine.family, engine.host, engine.traced, engine.processes]
         paths += [engine.namespace.build] if engine.namespace is not None else []
         named = [path.partition(":")[0] for path in paths if isinstance(path, str) and path]
         named += [cls.__module__ for cls in engine.selectors]

@@ -319,3 +319,26 @@ def test_a_write_into_x_under_forward_mode_is_refused(backend: Any, operator: st
     else:
         assert "The caller's x is unchanged" in message
         np.testing.assert_array_equal(np.atleast_1d(x), start)
+
+
+def test_eager_second_order_says_which_program_it_chose() -> None:
+    """prep.info.program names the program an eager torch prep chose: double
+    backward for hvp, the batched double backward for a small hessian and
+    torch.func's reverse over reverse for a large one; both hessians agree with
+    the analytic one (sum x**4: diag(12 x**2)); a first-order prep chooses nothing."""
+    from di.engines.torch.second_order import BATCHED_HESSIAN_MAX_N
+
+    def f(x: Any) -> Any:
+        xp = di.array_namespace(x)
+        return xp.sum(x**4)
+
+    backend = di.AutoTorch()
+    small = torch.linspace(-1.0, 1.0, 6, dtype=torch.float64)
+    prep = di.prepare_hvp(f, backend, small, (torch.ones_like(small),))
+    assert prep.info.program is not None and prep.info.program.startswith("double backward")
+    for n, expected in ((6, "is_grads_batched"), (BATCHED_HESSIAN_MAX_N + 2, "reverse over reverse")):
+        x = torch.linspace(-1.0, 1.0, n, dtype=torch.float64)
+        prep = di.prepare_hessian(f, backend, x)
+        assert expected in prep.info.program, prep.info
+        torch.testing.assert_close(di.hessian(f, prep, backend, x), torch.diag(12 * x**2))
+    assert di.prepare_gradient(f, backend, small).info.program is None

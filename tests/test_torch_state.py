@@ -306,13 +306,10 @@ def _call(operator: str, function: Any, backend: Any) -> Any:
 _REFUSED = [
     *[
         (_Classic, op, "reverse" if op == "jacobian-reverse" else None, "setup_context")
-        for op in ("jacobian", "jacobian-reverse", "pushforward", "derivative", "hvp", "hessian", "second_derivative")
+        for op in ("jacobian", "jacobian-reverse", "pushforward", "derivative", "second_derivative")
     ],
-    *[(_BackwardOnly, op, None, "has no jvp") for op in ("pushforward", "derivative", "hvp", "second_derivative")],
-    *[
-        (_WithJvp, op, mode, "generate_vmap_rule = True")
-        for op, mode in (("jacobian", None), ("pushforward2", None), ("hessian", None), ("hessian", "reverse"))
-    ],
+    *[(_BackwardOnly, op, None, "has no jvp") for op in ("pushforward", "derivative", "second_derivative")],
+    *[(_WithJvp, op, mode, "generate_vmap_rule = True") for op, mode in (("jacobian", None), ("pushforward2", None))],
 ]
 
 
@@ -335,6 +332,27 @@ def test_an_autograd_function_torch_func_cannot_run_is_refused_by_di(
     assert remedy in message
     assert isinstance(info.value.__cause__, (RuntimeError, NotImplementedError))
     assert "autograd.Function" in str(info.value.__cause__) or "vmap" in str(info.value.__cause__)
+
+
+@pytest.mark.parametrize("function", [_Classic, _BackwardOnly, _WithJvp], ids=lambda f: f.__name__)
+@pytest.mark.parametrize("operator", ["hvp", "hessian"])
+def test_eager_second_order_runs_an_autograd_function_torch_func_cannot(function: Any, operator: str) -> None:
+    """hvp and hessian on eager AutoTorch() differentiate twice in reverse mode
+    (double backward), which runs a Function torch.func refuses (classic style, no
+    jvp, no vmap rule) through its own backward: a derivative of 3 whatever x, so
+    a zero second derivative. They were refused (forward over reverse)."""
+    result = _call(operator, function, di.AutoTorch())
+    result = result[0] if operator == "hvp" else result
+    np.testing.assert_array_equal(result.numpy(), np.zeros((2,) if operator == "hvp" else (2, 2)))
+    assert _call("gradient", function, di.AutoTorch()).numpy().tolist() == [3.0, 3.0]
+
+
+def test_a_function_torch_func_cannot_run_is_refused_in_hvp_inside_a_transform() -> None:
+    """Inside a torch.func transform the hvp is torch.func's forward over reverse,
+    which cannot run a classic-style Function: refused as before, with the remedy."""
+    f, x = _through(_Classic, True), torch.tensor([[0.3, -1.2]], dtype=torch.float64)
+    with pytest.raises(di.UnsupportedOperatorError, match="setup_context"):
+        torch.func.vmap(lambda x: di.hvp(f, di.AutoTorch(), x, (torch.ones_like(x),))[0])(x)
 
 
 def test_what_the_refusals_of_an_autograd_function_say_works_does() -> None:

@@ -43,6 +43,12 @@ The hooks, each optional, and what ``di`` does without one:
   that approximates (finite differences) makes at derivative order ``order``,
   which :func:`di.testing.default_tolerances` allows on top of rounding.
   Default: none (exact up to rounding).
+* ``processes``: ``(values) -> Processes | None`` (or its ``"module:function"``
+  path, imported once ``module`` is loaded), the
+  :class:`~di.backends.processes.Processes` that the call's values span when the
+  engine's distributed runtime shares them between processes, so that decisions
+  made at preparation (:class:`di.AutoFastest`'s choice, colorings) agree across
+  them. Default: none (values live in one process).
 
 Error translation needs no hook of its own: an engine's errors inside ``f`` are
 turned into ``di`` errors by its adapter's
@@ -174,6 +180,8 @@ class Engine:
             function's ``"module:function"`` path).
         tolerances: ``(selector, order) -> (rtol, atol)`` for an approximating
             engine.
+        processes: its function returning the processes a call's values span
+            (or the function's ``"module:function"`` path).
 
     Raises:
         InvalidOptionTypeError: a selector that is not a class, an adapter that
@@ -210,6 +218,7 @@ class Engine:
     namespace: NamespaceOverride | None = None
     traced: str | Callable[[], Iterable[TracedValues]] = ""
     tolerances: Callable[[Any, int], tuple[float, float]] | None = None
+    processes: str | Callable[[Any], Any] = ""
 
     def __post_init__(self) -> None:
         selectors = self.selectors if isinstance(self.selectors, tuple) else (self.selectors,)
@@ -225,7 +234,7 @@ class Engine:
                 f"Engine({self.name!r}): adapter takes an Adapter subclass or its 'module:Class' path, not "
                 f"{type(self.adapter).__name__}"
             )
-        for option in ("host", "traced"):
+        for option in ("host", "traced", "processes"):
             if isinstance(getattr(self, option), str) and getattr(self, option):
                 _check_path(f"Engine({self.name!r}, {option}=...)", getattr(self, option))
         if not isinstance(self.host, str) and not all(callable(getattr(self.host, m, None)) for m in ("owns", "call")):

@@ -176,6 +176,16 @@ class Adapter:
         if not record.cache and any(isinstance(c, Cache) for c in contexts):
             raise UnsupportedContextError(f"{self.backend!r} cannot use Cache contexts: {record.cache_note}")
 
+    def check_inputs(self, operator: str, x: Any) -> None:
+        """Refuse, before anything runs or is flattened, an ``x`` this engine
+        cannot differentiate with ``operator`` (values of a distributed runtime
+        whose own backward the engine's transforms would bypass); by default
+        every ``x`` is taken.
+
+        Raises:
+            DistributedError: as the engine says.
+        """
+
     # --- helpers for subclasses -------------------------------------------------
 
     def input_converters(self, values: Sequence[Any]) -> list[Callable[[Any], Any]]:

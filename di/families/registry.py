@@ -366,8 +366,11 @@ def converter(source: str | None, target: str) -> Callable[[Any], Any]:
     """The function converting arrays of family ``source`` to family ``target``.
 
     Every conversion goes through one hub: NumPy (each family converts to and
-    from it), or DLPack between two families that both take it (zero-copy).
-    A conversion between a mutable and an immutable family copies.
+    from it), or DLPack between two families that both take it (zero-copy):
+    arrays on a device, and, into an immutable family, large host arrays (the
+    target family's ``from_dlpack`` decides by size, see
+    :func:`di.families.family.by_numpy`). A conversion into a mutable family from
+    an immutable one copies.
 
     Args:
         source: family of the input, or ``None`` for non-array values (which pass

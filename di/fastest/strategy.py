@@ -25,8 +25,9 @@ from typing import Any, NoReturn
 import numpy as np
 
 from di.backends.capabilities import OPERATOR_FAMILIES
+from di.backends.processes import Processes, processes_of
 from di.backends.selectors import AbstractBackend
-from di.errors import BackendNotInstalledError
+from di.errors import BackendNotInstalledError, DistributedError
 from di.families import family_of
 from di.fastest.agreement import agree, default_tolerances, float64_leaves, leaf_differences, relative_difference
 from di.fastest.plan import (
@@ -87,7 +88,9 @@ class FastestStrategy(Strategy):
         candidates = _candidates(backend)
         cache = _CacheEntry(backend, call, candidates) if backend.cache is not None else None
         if cache is not None:
-            cached = cache.read(preparer.with_backend)
+            processes = processes_of(call.values())
+            # across processes, process 0's cache decides (another's may hold another plan, or none)
+            cached = cache.read(preparer.with_backend, processes)
             if cached is not None:
                 plan, winner = cached
                 return winner.with_backend(backend, FastestInfo(plan))
@@ -147,6 +150,11 @@ class _Call:
             parts.append("has_aux")
         return ", ".join(parts)
 
+    def values(self) -> list[Any]:
+        """``x``, the tangents and the context values."""
+        request = self.request
+        return [request.x, request.tangents, *(context.value for context in request.contexts)]
+
     def leaves_signature(self) -> list[str]:
         """Every array leaf of ``x``, the tangents and the contexts, described (for
         cache keys: pytrees of equal structure but other leaf shapes differ)."""
@@ -181,9 +189,10 @@ def _plan(
 ) -> tuple[Plan, Prep]:
     """Prepare, check and time every candidate; the plan and the winner's prep."""
     entries = [_Candidate(backend) for backend in candidates]
+    processes = processes_of(call.values())
     first_error: BaseException | None = None
     for entry in entries:
-        error = _prepare_and_check(entry, call, prepare_with)
+        error = _prepare_and_check(entry, call, prepare_with, processes)
         if error is not None and first_error is None:
             first_error = error
         del error
@@ -193,6 +202,8 @@ def _plan(
         _raise_with_plan(first_error, _make_plan(call, entries, selector))
     del first_error
     _vote(ran, selector.rtol, selector.atol)
+    if processes is not None:
+        _agree_on_candidates(entries, processes)
     agreed = [entry for entry in ran if entry.status == ""]
     if not agreed:
         plan = _make_plan(call, entries, selector)
@@ -203,7 +214,8 @@ def _plan(
             plan,
         )
     runs = [entry.run for entry in agreed]
-    samples, errors = time_interleaved(runs, selector.budget_s)  # type: ignore[arg-type]
+    shared = None if processes is None else processes.broadcast
+    samples, errors = time_interleaved(runs, selector.budget_s, shared)  # type: ignore[arg-type]
     for entry, entry_samples, error in zip(agreed, samples, errors):
         entry.samples = entry_samples
         if error is not None:
@@ -214,6 +226,8 @@ def _plan(
         _raise_with_plan(next(error for error in errors if error is not None), _make_plan(call, entries, selector))
     del errors
     winner = min(timed, key=lambda entry: statistics.median(entry.samples or [math.inf]))
+    if processes is not None:  # process 0's measurement decides for every process
+        winner = timed[processes.broadcast(timed.index(winner))]
     for entry in timed:
         entry.status = "chosen" if entry is winner else "slower"
     plan = _make_plan(call, entries, selector)
@@ -228,9 +242,12 @@ def _raise_with_plan(error: BaseException, plan: Plan) -> NoReturn:
     raise error
 
 
-def _prepare_and_check(entry: _Candidate, call: _Call, prepare_with: PrepareWith) -> BaseException | None:
+def _prepare_and_check(
+    entry: _Candidate, call: _Call, prepare_with: PrepareWith, processes: Processes | None = None
+) -> BaseException | None:
     """Prepare one candidate and run it once (which also warms it up); on failure
-    mark it ``failed`` and return the error."""
+    mark it ``failed`` and return the error. A result spanning ``processes`` is
+    compared by this process's part of it (no process can read it whole)."""
     stage = "preparing"
     try:
         entry.prep = prepare_with(entry.backend)
@@ -239,12 +256,32 @@ def _prepare_and_check(entry: _Candidate, call: _Call, prepare_with: PrepareWith
         result = run()
         entry.run = waiting(run, result)
         stage = "reading the result"
-        entry.leaves, entry.dtypes = float64_leaves(result)
+        entry.leaves, entry.dtypes = float64_leaves(result if processes is None else processes.local(result))
     except Exception as err:
         entry.status, entry.reason = "failed", f"{stage}: {type(err).__name__}: {err}"
         entry.prep = entry.run = None
         return err
     return None
+
+
+def _agree_on_candidates(entries: Sequence[_Candidate], processes: Processes) -> None:
+    """Keep the candidates process 0 keeps (each process voted on its own part of
+    the results); a candidate kept there that failed here cannot be timed in step.
+
+    Raises:
+        DistributedError: a candidate process 0 keeps failed or disagreed here.
+    """
+    kept = processes.broadcast([i for i, entry in enumerate(entries) if entry.status == ""])
+    for i, entry in enumerate(entries):
+        if i in kept and entry.status:
+            raise DistributedError(
+                f"AutoFastest: {selector_label(entry.backend)} {entry.status} on process {processes.index} of this "
+                f"{processes.runtime} run ({entry.reason}) but not on process 0, so the processes cannot time the "
+                f"same candidates. List the candidates that work on every process as AutoFastest([...])."
+            )
+        if i not in kept and not entry.status:
+            entry.status, entry.reason = "disagreed", "not kept on process 0, which decides for every process"
+            entry.prep = entry.run = None
 
 
 def _vote(ran: list[_Candidate], rtol: float | None, atol: float | None) -> None:
@@ -326,10 +363,13 @@ class _CacheEntry:
         }
         self.key = cache_key(self.parts)
 
-    def read(self, prepare_with: PrepareWith) -> tuple[Plan, Prep] | None:
+    def read(self, prepare_with: PrepareWith, processes: Processes | None = None) -> tuple[Plan, Prep] | None:
         """The remembered plan and the winner's prep, or ``None`` to measure
-        (no entry, other engine versions, or a winner that no longer prepares)."""
-        entry = self.cache.lookup(self.key, self.engines)
+        (no entry, other engine versions, or a winner that no longer prepares).
+        Across ``processes``, process 0's entry, broadcast to every process."""
+        entry = self.cache.lookup(self.key, self.engines) if processes is None or processes.index == 0 else None
+        if processes is not None:
+            entry = processes.broadcast(entry)
         if entry is None:
             return None
         try:

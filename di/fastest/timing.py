@@ -58,7 +58,7 @@ def waiting(run: Callable[[], Any], result: Any) -> Callable[[], Any]:
 
 
 def time_interleaved(
-    calls: Sequence[Callable[[], Any]], budget_s: float
+    calls: Sequence[Callable[[], Any]], budget_s: float, shared: Callable[[Any], Any] | None = None
 ) -> tuple[list[list[float]], list[Exception | None]]:
     """Per-call seconds of each call, measured in interleaved rounds.
 
@@ -76,6 +76,11 @@ def time_interleaved(
     Args:
         calls: zero-argument callables, already warmed up.
         budget_s: seconds to spend.
+        shared: for calls that several processes make together (collectives:
+            each must make the same calls in the same order), the function
+            returning process 0's value on every process; the schedule (block
+            lengths, rounds) is then process 0's, and no candidate leaves the
+            race early (:func:`_time_in_step`).
 
     Returns:
         One list of per-call seconds (one per block) for each call, and the
@@ -87,6 +92,8 @@ def time_interleaved(
         >>> len(samples[0]) >= 5, samples[1], errors[0], type(errors[1]).__name__
         (True, [], None, 'ZeroDivisionError')
     """
+    if shared is not None:
+        return _time_in_step(calls, budget_s, shared)
     start_time = time.perf_counter()
     race_from, deadline = start_time + budget_s / 4, start_time + budget_s
     samples: list[list[float]] = [[] for _ in calls]
@@ -145,3 +152,30 @@ def _estimate(call: Callable[[], Any]) -> float:
         if per_call * count >= BLOCK_S / 4 or count >= 1 << 16:
             return per_call
         count *= 4
+
+
+def _time_in_step(
+    calls: Sequence[Callable[[], Any]], budget_s: float, shared: Callable[[Any], Any]
+) -> tuple[list[list[float]], list[Exception | None]]:
+    """:func:`time_interleaved` for calls several processes make together: one
+    timed call of each sets the block lengths and the number of rounds, both
+    process 0's, so every process makes the same calls in the same order (a
+    process calling a collective once more than another would wait forever)."""
+    errors: list[Exception | None] = [None] * len(calls)
+    estimates = []
+    for i, call in enumerate(calls):
+        try:
+            estimates.append(_block(call, 1))
+        except Exception as err:  # the same on every process: the calls are the same
+            errors[i], estimates = err, [*estimates, math.inf]
+    estimates = [float(t) for t in shared([t if math.isfinite(t) else -1.0 for t in estimates])]
+    racing = [i for i, t in enumerate(estimates) if t >= 0 and errors[i] is None]
+    sizes = [max(1, math.ceil(BLOCK_S / max(t, 1e-9))) for t in estimates]
+    per_round = sum(2 * sizes[i] * estimates[i] for i in racing) or BLOCK_S
+    rounds = max(MIN_ROUNDS, min(MAX_ROUNDS, int(budget_s / per_round)))
+    samples: list[list[float]] = [[] for _ in calls]
+    for round_index in range(rounds):
+        start = round_index % max(len(racing), 1)
+        for i in racing[start:] + racing[:start]:
+            samples[i].append(_block(calls[i], sizes[i]))
+    return samples, errors

@@ -134,12 +134,19 @@ def prepare_from_source(
         tangents,
         operator.tangents or "tx",
         same_point_check(x, contexts) if request.same_point else None,
-        info=info or NO_INFO,
+        info=info or _chosen(programs, operator.names[0]),
         has_aux=request.has_aux,
         explain_failure=explain,
         traces=(source.adapter.backend, source.takes),
         facts=facts,
     )
+
+
+def _chosen(programs: dict[str, Any], plain: str) -> StrategyInfo:
+    """The info of an engine prep: which program the engine chose for the call
+    (:attr:`StrategyInfo.program`), where it has several for the operator."""
+    spelling = getattr(programs.get(plain), "spelling", None)
+    return NO_INFO if spelling is None else StrategyInfo(program=spelling)
 
 
 def _facts(request: PrepareRequest) -> ArgumentFacts:

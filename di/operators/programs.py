@@ -74,6 +74,7 @@ def caller_programs(
     tangent_facts = [Facts(f"{label}[{i}]", t) for i, t in enumerate(tangents or ())]
     arguments = [facts.x, *tangent_facts, *facts.values]
     _refuse_foreign_traces(source, arguments)
+    source.adapter.check_inputs(operator.family, x)
     _refuse_trees_the_engine_cannot_flatten(source, arguments)
     family = caller_family(source, x, facts.x)
     pytree = facts.x.pytree
@@ -108,6 +109,9 @@ def caller_programs(
         for name in operator.names:  # the runner then leaves x's check to the program
             if checks_arguments(engine[name]):
                 programs[name].checks_arguments = True  # type: ignore[attr-defined]
+            spelling = getattr(engine[name], "spelling", None)
+            if spelling is not None:  # what the engine chose for this call (the prep's info says it)
+                programs[name].spelling = spelling  # type: ignore[attr-defined]
         return programs
     if has_aux:
         programs = _aux_layout(operator, programs, source.family, family)

@@ -19,6 +19,9 @@ class StrategyInfo:
             hessian prep.
         colors: its number of colors (pushforwards, pullbacks or hvps per call).
         sparse_result: whether results are sparse matrices (no ``out=``).
+        program: the engine program chosen at preparation where an engine has
+            several for the operator (eager torch's hvp: ``"double backward"``);
+            ``None`` elsewhere.
 
     Examples:
         >>> from di.prep.info import StrategyInfo
@@ -32,6 +35,11 @@ class StrategyInfo:
     sparsity: Any = None
     colors: int | None = None
     sparse_result: bool = False
+    program: str | None = None
+
+    def __init__(self, program: str | None = None) -> None:
+        if program is not None:
+            self.program = program
 
     def __repr__(self) -> str:
         # the strategies' subclasses are dataclasses with their own repr; this one is what a
@@ -39,6 +47,8 @@ class StrategyInfo:
         fields = ", ".join(
             f"{name}={getattr(self, name)!r}" for name in ("plan", "sparsity", "colors", "sparse_result")
         )
+        if self.program is not None:
+            fields += f", program={self.program!r}"
         return f"{type(self).__name__}({fields})"
 
 

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from di.families import converter, family_of, get_family
+from di.families import Family, converter, family_of, get_family
 from di.sparse.decompression import Decompression
 
 __all__ = ["assembler", "chunks", "empty_data", "gatherer", "numpy_dtype", "solver"]
@@ -46,6 +46,11 @@ def gatherer(family: str, index: np.ndarray | None) -> Callable[[Sequence[Any]],
     record = get_family(family)
     xp = record.namespace()
     where = None if index is None else record.index(index)
+    stack = xp.stack
+    if type(record).whole is not Family.whole:  # (a family whose arrays carry a sharding in their type)
+
+        def stack(run: Sequence[Any]) -> Any:
+            return record.whole(xp.stack(run))
 
     def gather(products: Sequence[Any]) -> Any:
         if not products:
@@ -60,7 +65,7 @@ def gatherer(family: str, index: np.ndarray | None) -> Callable[[Sequence[Any]],
                 runs[-1].append(product)
             else:
                 runs.append([product])
-        parts = [xp.reshape(xp.stack(run), (-1,)) for run in runs]
+        parts = [xp.reshape(stack(run), (-1,)) for run in runs]
         flat = parts[0] if len(parts) == 1 else xp.concat(parts)
         return flat if where is None else flat[where]
 

@@ -14,6 +14,7 @@ result in the caller's family. Static contexts are colored per value; a pytree
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import math
 import threading
 from collections.abc import Callable, Sequence
@@ -26,6 +27,7 @@ import scipy.sparse as sp
 from di.backends import fallbacks
 from di.backends.compile import counting_static_values, is_static_context, static_positions
 from di.backends.outputs import is_real_floating_array, is_real_scalar, raise_bad_output
+from di.backends.processes import processes_of
 from di.backends.protocol import Programs
 from di.backends.registry import get_adapter
 from di.backends.source import ProgramSource
@@ -252,6 +254,7 @@ class SparseSource(CompressedProducts, ProgramSource):
         if not isinstance(self.selector.sparsity, TRACED):
             detection = self._detect("jacobian", f, x, contexts, (math.prod(y_shape), math.prod(x_shape)))
         choice = self._jacobian_choice(detection.pattern)
+        _check_agreed(x, contexts, choice.decompression)
         engine = self._jacobian_engine(f, x, contexts, choice.decompression, y_shape, numpy_dtype(y))
         names = ("jacobian", "value_and_jacobian")
         programs = self._finished(engine, x, contexts, choice.decompression, y_shape + x_shape, names)
@@ -270,6 +273,7 @@ class SparseSource(CompressedProducts, ProgramSource):
         choice = hessian_decompression(
             pattern, selector.coloring, selector.order, selector.seed, given=self._given(), backend=self.backend
         )
+        _check_agreed(x, contexts, choice.decompression)
         engine = self._hessian_engine(f, x, contexts, choice.decompression)
         names = ("hessian", "value_gradient_and_hessian")
         programs = self._finished(engine, x, contexts, choice.decompression, x_shape + x_shape, names)
@@ -423,6 +427,18 @@ class SparseSource(CompressedProducts, ProgramSource):
             given=self._given(),
             backend=self.backend,
         )
+
+
+def _check_agreed(x: Any, contexts: Sequence[Context], decompression: Decompression) -> None:
+    """Where ``x`` or a context spans several processes (their collectives need the
+    same programs everywhere), check that every process found the same pattern and
+    coloring (they are deterministic: traced, or sampled and ordered with fixed
+    seeds; a process-local difference in f would show here rather than hang)."""
+    processes = processes_of([x, *(c.value for c in contexts)])
+    if processes is not None:
+        arrays = (decompression.colors, decompression.index, decompression.indptr, decompression.indices)
+        digest = hashlib.sha256(b"".join(np.ascontiguousarray(a).tobytes() for a in arrays)).hexdigest()
+        processes.check_agreed("AutoSparse's sparsity pattern or coloring", digest)
 
 
 def _as_array(value: Any) -> Any:

@@ -25,6 +25,7 @@ ENGINE = Engine(
     distributions=("jax", "jaxlib"),
     family="di.engines.jax.family:FAMILY",
     host="di.engines.jax.host:HOST",
+    processes="di.engines.jax.meshes:processes_of",
 )
 """JAX's record: ``AutoSparse()``'s default dense backend; ``AutoFastest``
 measures ``AutoJAX(jit=True)`` and ``AutoJAX()`` by default."""

@@ -25,6 +25,7 @@ from di.backends.protocol import Programs, plain_from_full
 from di.backends.transforms import Composition
 from di.contexts import Context
 from di.engines.jax.builder import ProgramBuilder
+from di.engines.jax.meshes import MeshScope, explicit_mesh
 from di.engines.jax.programs import (
     apply_vjp,
     cast_like,
@@ -121,9 +122,11 @@ class JAXAdapter(ProgramBuilder):
         return convert_leaves
 
     def scope(self, values: Sequence[Any]) -> Callable[[], contextlib.AbstractContextManager[Any]]:
-        if needs_x64([np.asarray(v) if isinstance(v, float) and i == 0 else v for i, v in enumerate(values)]):
-            return x64_scope
-        return contextlib.nullcontext
+        x64 = needs_x64([np.asarray(v) if isinstance(v, float) and i == 0 else v for i, v in enumerate(values)])
+        mesh = explicit_mesh(values)
+        if mesh is not None:  # eager JAX computes on such arrays inside their mesh's context only
+            return MeshScope(mesh, x64)
+        return x64_scope if x64 else contextlib.nullcontext
 
     # --- operators --------------------------------------------------------------------
 

@@ -34,6 +34,7 @@ from di.backends.protocol import Adapter, Program, Programs
 from di.backends.registry import get_adapter
 from di.backends.selectors import AbstractBackend
 from di.contexts import Context
+from di.engines.jax.meshes import in_mesh
 from di.engines.jax.programs import RULES, AuxTracing, StaticLeaves, bare_single, engine_tangents, named, wrap
 from di.engines.jax.selector import AutoJAX
 from di.engines.jax.x64 import x64_scope
@@ -201,7 +202,9 @@ class ProgramBuilder(Adapter):
         aux's arrays)`` and the program ``(result, aux)``. ``operator``: the one
         whose refusals of ``f`` found while compiling are explained."""
         values = [c.value for c in contexts]
-        x64 = self.scope([x, *values]) is x64_scope
+        scope = self.scope([x, *values])
+        x64 = scope is x64_scope or getattr(scope, "x64", False)
+        mesh = getattr(scope, "mesh", None)  # a mesh with explicit axes, whose context eager JAX needs
         lead = 1 if tangents is None else 2
         inputs = [x, *values]
         function: Callable[..., Any]
@@ -230,7 +233,7 @@ class ProgramBuilder(Adapter):
         traced = self.compiled and _traced(inputs, tangents)
         executable: Callable[..., Any] | None = None
         if self.compiled and not traced:  # (inside a transform, the caller's trace compiles it instead)
-            with x64_scope() if x64 else contextlib.nullcontext():
+            with scope():  # (64-bit inputs; a mesh with explicit axes, which lowering some programs needs)
                 args = [convert(v) for convert, v in zip(converters, inputs)]
                 if tangents is not None:
                     args.insert(1, engine_tangents(tangents))
@@ -247,6 +250,8 @@ class ProgramBuilder(Adapter):
         program = wrap(function, converters, tangents is not None, x64, bare)
         if aux is not None:
             program = aux.joining(program, self.compiled)
+        if mesh is not None:  # eager programs, and compiled ones compiled by their first call, run in it
+            program = in_mesh(program, mesh)
         if not self.compiled:
             return program
         if on_first_use:

@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from di.errors import DistributedError
 from di.families.family import Family, Matcher, by_numpy, extended_precision
 from di.families.registry import is_64_bit
 
@@ -50,6 +51,22 @@ def _array_types() -> tuple[type, ...]:
     return (jax.Array, jax.core.Tracer)
 
 
+def _readable_to_numpy(value: Any) -> np.ndarray:
+    """``np.array(value)``, or :class:`di.DistributedError` for a JAX array with
+    shards in other processes (``jax.distributed``)."""
+    try:
+        return np.array(value)
+    except RuntimeError as err:
+        if getattr(value, "is_fully_addressable", True):
+            raise
+        raise DistributedError(
+            "a JAX array spanning devices of other processes (jax.distributed) cannot be read whole by any "
+            "process, into NumPy or another engine's arrays. Differentiate global arrays with AutoJAX: x a JAX "
+            "array on the mesh (jax.make_array_from_process_local_data) gives JAX arrays back; read a result on "
+            "every process with jax.experimental.multihost_utils.process_allgather(result)."
+        ) from err
+
+
 def _default_device() -> Any:
     """The device JAX puts new arrays on (``jnp.array`` of a NumPy array)."""
     import jax
@@ -78,9 +95,15 @@ class JaxFamily(Family):
         leaves = jax.tree_util.tree_leaves(value)
         return None if len(leaves) == 1 and leaves[0] is value else leaves
 
-    # A copy (the caller's array, writable), and NumPy's own function rather than a
-    # method calling it: results of every prepared call to a NumPy caller pass here.
-    to_numpy = staticmethod(np.array)  # type: ignore[assignment]
+    @property
+    def to_numpy(self) -> Callable[[Any], np.ndarray]:  # type: ignore[override]
+        """A copy (the caller's array, writable). Results of every prepared call to a
+        NumPy caller pass here, by a converter built once: NumPy's own function in
+        one process, one that explains an array no process can read whole across
+        several (read when a JAX array exists, so JAX's runtime is up)."""
+        import jax
+
+        return np.array if jax.process_count() == 1 else _readable_to_numpy
 
     def from_numpy(self, array: np.ndarray) -> Any:
         import jax.numpy as jnp
@@ -90,7 +113,9 @@ class JaxFamily(Family):
             return jnp.array(array, copy=True)
 
     def from_dlpack(self, value: Any) -> Any:
-        if by_numpy(value):  # (which copies, as a conversion into JAX must)
+        # JAX only reads what it takes: a large host buffer is shared (a copy costs
+        # more than the call at 1e6 elements), a small one copied through NumPy
+        if by_numpy(value, shared=True):
             return NotImplemented
         import jax.dlpack
 
@@ -200,6 +225,11 @@ class JaxFamily(Family):
 
     def index(self, positions: np.ndarray) -> Any:
         return positions.astype(np.int32) if positions.size < 2**31 else positions
+
+    def whole(self, value: Any) -> Any:
+        from di.engines.jax.meshes import replicated
+
+        return replicated(value)
 
     def scatter(self, data: Any, positions: Any, size: int) -> Any:
         import jax.numpy as jnp

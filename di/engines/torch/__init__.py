@@ -23,6 +23,7 @@ ENGINE = Engine(
     extra="torch",
     family="di.engines.torch.family:FAMILY",
     host="di.engines.torch.host:HOST",
+    processes="di.engines.torch.distributed:processes_of",
 )
 """PyTorch's record: ``AutoFastest`` measures ``AutoTorch()`` by default
 (``AutoTorch(compile=True)`` costs seconds of compilation: only when listed)."""

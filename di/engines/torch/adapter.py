@@ -29,6 +29,7 @@ from di.contexts import Cache, Context
 from di.engines.torch.base import TorchBase
 from di.engines.torch.checks import refuse_what_compiling_drops
 from di.engines.torch.compile import TorchCompiler
+from di.engines.torch.distributed import refuse_sharded_parameters, watching
 from di.engines.torch.eager import EagerPrograms
 from di.engines.torch.func import FuncPrograms
 from di.engines.torch.ownership import addresses, owning, unshared
@@ -147,6 +148,7 @@ class TorchAdapter(TorchBase):
         (:func:`~di.engines.torch.ownership.owning`); the eager reverse-mode ones
         (every program with a ``Cache``, the eager gradient and pullback) see to
         it themselves."""
+        programs = watching(programs, self.selector, has_aux)  # DDP: averaged gradients, or refusals
         if any(isinstance(c, Cache) for c in contexts):
             return {
                 name: refusing_caches_inside_transforms(program, self.selector) for name, program in programs.items()
@@ -155,12 +157,21 @@ class TorchAdapter(TorchBase):
         if eager:
             return programs
         # with tangents, every program: its products may be the tangents themselves
-        return {
+        owned = {
             name: owning(program, lead, name.startswith("value_"), has_aux, None if name in _PLAIN else 1)
             if has_aux or lead == 2 or name.startswith("value_")
             else program
             for name, program in programs.items()
         }
+        for name, program in programs.items():
+            spelling = getattr(program, "spelling", None)
+            if spelling is not None and owned[name] is not program:
+                owned[name].spelling = spelling  # type: ignore[attr-defined]
+        return owned
+
+    def check_inputs(self, operator: str, x: Any) -> None:
+        """Refuse FSDP2's DTensor parameters in ``x`` before anything runs."""
+        refuse_sharded_parameters(x, operator, self.selector)
 
     def prepare_value_program(self, f: Callable[..., Any], x: Any, contexts: Sequence[Context]) -> Any:
         """``f``'s value, copied where it is an input or a view of one. ``f`` runs

@@ -18,8 +18,16 @@ from di.backends.protocol import Programs
 from di.contexts import Context
 from di.engines.torch.base import TorchBase
 from di.engines.torch.ownership import detaching
-from di.engines.torch.reverse import Reverse, double_backward, gradient_backward, pullback_backward
+from di.engines.torch.reverse import (
+    Reverse,
+    double_backward,
+    gradient_backward,
+    hessian_backward,
+    hvp_backward,
+    pullback_backward,
+)
 from di.engines.torch.rules import overwritten_error, refusing_writes
+from di.engines.torch.transforms import dispatching
 from di.errors import UnsupportedContextError
 from di.pytrees import is_pytree
 
@@ -125,21 +133,54 @@ class EagerPrograms:
         programs = fallbacks.hessian_programs(self.adapter, f, x, contexts)
         return {name: detaching(program, 1, self.adapter.selector.create_graph) for name, program in programs.items()}
 
-    def hvp(self, f: Callable[..., Any], x: Any, tx: Sequence[Any], contexts: Sequence[Context]) -> Programs:
-        """hvp by reverse over reverse. Eager only: compiled graphs have no double backward."""
+    def hessian_by_double_backward(
+        self, f: Callable[..., Any], x: Any, contexts: Sequence[Context], traced: Programs
+    ) -> Programs:
+        """The hessian by double backward, the second pass batched over the
+        standard basis (:func:`~di.engines.torch.reverse.hessian_backward`); inside
+        transforms, ``traced``'s programs (``torch.func`` ones). Eager only."""
+        reverse = Reverse(self.adapter, f, x, contexts, "hessian")
+        hessian = reverse.program(_hessian_alone, with_value=False, with_tangents=False, traced=traced["hessian"])
+        value_and_both = reverse.program(hessian_backward, with_value=True, with_tangents=False)
+
+        def value_gradient_and_hessian(x: Any, *values: Any) -> Any:
+            y, (g, h) = value_and_both(x, *values)
+            return y, g, h
+
+        full = dispatching(
+            value_gradient_and_hessian,
+            traced["value_gradient_and_hessian"],
+            "value_gradient_and_hessian",
+            self.adapter.backend,
+        )
+        return {"hessian": hessian, "value_gradient_and_hessian": full}
+
+    def hvp(
+        self,
+        f: Callable[..., Any],
+        x: Any,
+        tx: Sequence[Any],
+        contexts: Sequence[Context],
+        traced: Programs | None = None,
+    ) -> Programs:
+        """hvp by reverse over reverse (double backward). Eager only: compiled graphs
+        have no double backward. ``traced``: the programs to run inside transforms
+        (see :meth:`Reverse.program`)."""
         if self.adapter.compiled:
             raise UnsupportedContextError(
                 f"{self.adapter.backend!r} cannot use Cache contexts for hvp or hessian: torch.func cannot write "
                 f"into buffers and compiled graphs have no double backward. Use AutoTorch() (eager), or pass the "
                 f"buffer as a Constant and build new tensors in f."
             )
-        reverse = Reverse(self.adapter, f, x, contexts, "hvp")
-        gradient_and_hvp = reverse.program(double_backward, with_value=False, with_tangents=True)
-
-        def hvp(x: Any, tx: Sequence[Any], *values: Any) -> Any:
-            return gradient_and_hvp(x, tx, *values)[1]
-
-        return {"hvp": hvp, "gradient_and_hvp": gradient_and_hvp}
+        reverse, backend = Reverse(self.adapter, f, x, contexts, "hvp"), self.adapter.backend
+        # (the traced programs are forward over reverse, which a forward_ad level refuses: dispatching says so)
+        inside = {name: dispatching(program, program, name, backend) for name, program in (traced or {}).items()}
+        return {
+            "hvp": reverse.program(hvp_backward, with_value=False, with_tangents=True, traced=inside.get("hvp")),
+            "gradient_and_hvp": reverse.program(
+                double_backward, with_value=False, with_tangents=True, traced=inside.get("gradient_and_hvp")
+            ),
+        }
 
     def second_derivative(self, f: Callable[..., Any], x: Any, contexts: Sequence[Context]) -> Programs:
         raise UnsupportedContextError(
@@ -147,3 +188,7 @@ class EagerPrograms:
             f"traced values into buffers. Pass the buffer as a Constant and build new tensors in f, or use "
             f"AutoJAX or AutoFiniteDiff."
         )
+
+
+def _hessian_alone(y: Any, alias: Any, cotangents: Any, create_graph: bool) -> Any:
+    return hessian_backward(y, alias, cotangents, create_graph)[1]

@@ -1,9 +1,9 @@
 """``torch.func`` programs: forward mode, jacobians, second order, and the
 compiled gradient and pullback (:class:`FuncPrograms`).
 
-Forward mode and second order use ``torch.func`` (``jvp``, ``vmap``,
-``jacfwd``/``jacrev``, forward-over-reverse hvp), never
-``torch.autograd.functional``'s double-backward tricks. Each operator family is
+Forward mode uses ``torch.func`` (``jvp``, ``vmap``, ``jacfwd``/``jacrev``);
+second order (:mod:`.second_order`) is double backward eagerly and ``torch.func``
+compiled and inside transforms. Each operator family is
 two pure functions of ``(x, [tangents,] *values)``: the plain operator's,
 returning its result alone, and the ``value_and_*`` one, which
 :class:`~di.engines.torch.func_builder.FuncBuilder` makes the prep's programs
@@ -32,10 +32,10 @@ from di.contexts import Context
 from di.engines.torch.base import TorchBase
 from di.engines.torch.compile import FALLS_BACK, break_in_di
 from di.engines.torch.eager import EagerPrograms
-from di.engines.torch.func_builder import FuncBuilder
 from di.engines.torch.jacobians import batched_jvp_fails, forward_jacobian, per_tangent, reverse_jacobian, rows
 from di.engines.torch.lazy import built_on_first_use
 from di.engines.torch.rules import REVERSE_RULES, RULES, cut_off_error
+from di.engines.torch.second_order import SecondOrderPrograms, same
 from di.engines.torch.tensors import as_dtype
 from di.engines.torch.transforms import dynamo_compiling
 from di.errors import InvalidInputError, RecompileWarning
@@ -48,7 +48,7 @@ __all__ = ["FuncPrograms"]
 _func = torch.func
 
 
-class FuncPrograms(FuncBuilder):
+class FuncPrograms(SecondOrderPrograms):
     """Every operator through ``torch.func`` (eager reverse mode for the eager
     gradient and pullback: the faster path there), compiled when the selector asks."""
 
@@ -74,7 +74,7 @@ class FuncPrograms(FuncBuilder):
                     )
 
         def inside(x: Any, tangents: Any, contexts: Sequence[Context]) -> Programs:
-            return self._func_gradient(f, x, contexts, has_aux, fast=_same)
+            return self._func_gradient(f, x, contexts, has_aux, fast=same)
 
         lazy = built_on_first_use(inside, x, None, contexts, ("gradient", "value_and_gradient"))
         if lazy is not None:
@@ -154,7 +154,7 @@ class FuncPrograms(FuncBuilder):
                 pass  # dynamo cannot trace f inside torch.func.vjp (graph breaks): compile f alone
 
         def inside(x: Any, ty: Any, contexts: Sequence[Context]) -> Programs:
-            return self._func_pullback(f, x, ty, contexts, has_aux, fast=_same)
+            return self._func_pullback(f, x, ty, contexts, has_aux, fast=same)
 
         lazy = built_on_first_use(inside, x, ty, contexts, ("pullback", "value_and_pullback"))
         if lazy is not None:
@@ -334,58 +334,11 @@ class FuncPrograms(FuncBuilder):
         names = ("second_derivative", "value_derivative_and_second_derivative")
         return self._programs(plain_from_full(core, False), core, x, None, contexts, names)
 
-    def hvp(self, f: Callable[..., Any], x: Any, tx: Sequence[Any], contexts: Sequence[Context]) -> Programs:
-        checked = self._checked(f, "hvp", REVERSE_RULES)
-
-        def hvp(x: Any, tx: tuple[Any, ...], *values: Any) -> Any:
-            grad = _func.grad(lambda x: checked(x, *values))
-            if len(tx) == 1:
-                return (as_dtype(_func.jvp(grad, (x,), (tx[0],))[1], x),)  # type: ignore[misc]
-            if not tx:
-                return ()
-            return tuple(as_dtype(hv, x) for hv in per_tangent(lambda t: _func.jvp(grad, (x,), (t,))[1], tx))
-
-        def gradient_and_hvp(x: Any, tx: tuple[Any, ...], *values: Any) -> Any:
-            grad = _func.grad(lambda x: checked(x, *values))
-            if len(tx) == 1:
-                g, hv = _func.jvp(grad, (x,), (tx[0],))  # type: ignore[misc]
-                return as_dtype(g, x), (as_dtype(hv, x),)
-            return as_dtype(grad(x), x), hvp(x, tx, *values)
-
-        return self._programs(hvp, gradient_and_hvp, x, tx, contexts, ("hvp", "gradient_and_hvp"))
-
-    def hessian(self, f: Callable[..., Any], x: Any, contexts: Sequence[Context]) -> Programs:
-        checked = self._checked(f, "hessian", REVERSE_RULES)
-
-        def hessian(x: Any, *values: Any) -> Any:
-            if x.numel() == 0:  # jacfwd cannot take an empty input
-                return x.new_zeros(x.shape + x.shape)
-
-            def fx(x: Any) -> Any:
-                return checked(x, *values)
-
-            _, hessian = forward_jacobian(_func.grad(fx), x, False)
-            return hessian
-
-        def value_gradient_and_hessian(x: Any, *values: Any) -> Any:
-            def gradient_with_aux(x: Any) -> Any:
-                g, y = _func.grad_and_value(lambda x: checked(x, *values))(x)
-                return g, (y,)
-
-            if x.numel() == 0:  # jacfwd cannot take an empty input
-                g, y = _func.grad_and_value(lambda x: checked(x, *values))(x)
-                return y, g, x.new_zeros(x.shape + x.shape)
-            g, hessian, (y,) = forward_jacobian(gradient_with_aux, x, True)  # (aux is (y,))
-            return y, g, hessian
-
-        names = ("hessian", "value_gradient_and_hessian")
-        return self._programs(hessian, value_gradient_and_hessian, x, None, contexts, names)
-
 
 def _leaves_of(structure: Structure | None) -> Callable[[Any], Any]:
     """``x`` as ``torch.func`` differentiates it: a pytree as the list of its leaves."""
     if structure is None:
-        return _same
+        return same
 
     def leaves_of(x: Any) -> Any:
         leaves = structure.leaves(x)
@@ -421,11 +374,7 @@ def _plain_tensor_tree(x: Any) -> bool:
 
 def _rebuilt(structure: Structure | None) -> Callable[[Any], Any]:
     """Results for the list of leaves of a pytree ``x``, as a pytree shaped like it."""
-    return _same if structure is None else structure.unflatten
-
-
-def _same(value: Any) -> Any:
-    return value
+    return same if structure is None else structure.unflatten
 
 
 def _no_view(x: Any) -> Any:

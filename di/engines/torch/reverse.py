@@ -30,7 +30,16 @@ from di.families import converter, family_of, identity
 from di.pytrees import is_pytree, tree_flatten
 from di.pytrees.structure import Structure
 
-__all__ = ["Backward", "Reverse", "alias", "double_backward", "gradient_backward", "pullback_backward"]
+__all__ = [
+    "Backward",
+    "Reverse",
+    "alias",
+    "double_backward",
+    "gradient_backward",
+    "hessian_backward",
+    "hvp_backward",
+    "pullback_backward",
+]
 
 
 Backward = Callable[[Any, Any, Any, bool], Any]
@@ -157,7 +166,7 @@ class Reverse:
         # A gradient's output is checked by autograd itself (it refuses non-scalar and
         # complex outputs, and di then says why); the others look at the output first.
         accept = _ACCEPTS.get(operator)
-        scalar = operator in ("gradient", "hvp")
+        scalar = operator in ("gradient", "hvp", "hessian")
         tensor, is_grad_enabled, lead = torch.Tensor, torch.is_grad_enabled, 1 if with_tangents else 0
         plain_x = not tree and to_torch_x is identity and not has_aux and not with_value
         # (inside a torch.autograd.forward_ad level, an x that carries a tangent is
@@ -358,6 +367,7 @@ def alias(tensor: Any, connect: bool = False) -> Any:
 
 _ACCEPTS: dict[str, Callable[[Any], bool]] = {
     "hvp": lambda y: y.ndim == 0 and y.is_floating_point(),
+    "hessian": lambda y: y.ndim == 0 and y.is_floating_point(),
     "pullback": lambda y: y.is_floating_point(),
 }
 """Beyond a tensor that requires grad, what each operator's hot path accepts
@@ -427,11 +437,47 @@ def _backward(y: Any, alias: Any, cotangent: Any, *, retain: bool, create_graph:
 
 
 def double_backward(y: Any, alias: Any, tangents: Sequence[Any], create_graph: bool) -> tuple[Any, tuple[Any, ...]]:
-    """The gradient of a scalar ``y`` and its hvps along ``tangents``: reverse over reverse."""
-    (g,) = torch.autograd.grad(y, alias, create_graph=True)
+    """The gradient of a scalar ``y`` and its hvps along ``tangents``: reverse over
+    reverse (zeros where ``y`` does not depend on ``alias``, or only linearly)."""
+    (g,) = torch.autograd.grad(y, alias, create_graph=True, allow_unused=True)
+    if g is None:
+        return torch.zeros_like(alias), tuple(torch.zeros_like(alias) for _ in tangents)
     last = len(tangents) - 1
-    hvps = tuple(
-        _backward(g, alias, like(t, alias), retain=create_graph or i < last, create_graph=create_graph)
-        for i, t in enumerate(tangents)
-    )
-    return (g if create_graph else g.detach()), hvps
+    hvps = []
+    for i, t in enumerate(tangents):
+        tangent = like(t, alias)
+        hv = _backward(g, alias, tangent, retain=create_graph or i < last, create_graph=create_graph)
+        hvps.append(_not_sharing(hv, tangent))  # (a quadratic f's hvp may be the tangent itself)
+    return (g if create_graph else g.detach()), tuple(hvps)
+
+
+def hvp_backward(y: Any, alias: Any, tangents: Sequence[Any], create_graph: bool) -> tuple[Any, ...]:
+    """The hvps of a scalar ``y`` along ``tangents`` (:func:`double_backward`'s alone)."""
+    return double_backward(y, alias, tangents, create_graph)[1]
+
+
+def hessian_backward(y: Any, alias: Any, cotangents: Any, create_graph: bool) -> tuple[Any, Any]:
+    """The gradient of a scalar ``y`` and its hessian: reverse over reverse, the
+    second pass batched over the standard basis (``is_grads_batched``: one backward
+    of the gradient, vectorised, as ``torch.autograd.functional.hessian(...,
+    vectorize=True)`` computes it); zeros where ``y`` does not depend on ``alias``,
+    or only linearly."""
+    (g,) = torch.autograd.grad(y, alias, create_graph=True, allow_unused=True)
+    n, shape = alias.numel(), tuple(alias.shape)
+    if g is None:
+        return torch.zeros_like(alias), alias.new_zeros(shape + shape)
+    if not g.requires_grad or n == 0:
+        hessian = alias.new_zeros(shape + shape)
+    else:
+        basis = torch.eye(n, dtype=alias.dtype, device=alias.device).view(n, *shape)
+        (rows,) = torch.autograd.grad(
+            g,
+            alias,
+            basis,
+            retain_graph=create_graph,
+            create_graph=create_graph,
+            allow_unused=True,
+            is_grads_batched=True,
+        )
+        hessian = alias.new_zeros(shape + shape) if rows is None else rows.reshape(shape + shape)
+    return (g if create_graph else g.detach()), hessian

@@ -111,13 +111,15 @@ def custom_function_error(
             f"{where} runs f inside torch.func transforms, which cannot run a torch.autograd.Function written "
             f"in the classic style, forward(ctx, ...). Write forward without ctx and add a setup_context "
             f"staticmethod (setup_context(ctx, inputs, output) saving what backward needs; see {_EXTENDING}), "
-            f"or use gradient or pullback (and their value_* forms), whose eager reverse mode runs it as it is."
+            f"or use gradient, pullback or hvp (and their value_* forms; hessian up to 1024 elements of x), whose "
+            f"eager reverse mode runs it as it is."
         )
     if _NO_JVP in text:
         instead = (
             "or use reverse mode: pullback, or jacobian with AutoTorch(mode='reverse')"
             if operator in ("pushforward", "derivative", "jacobian")
-            else f"{operator} differentiates forward over reverse and has no other path"
+            else f"{operator} differentiates forward over reverse here (compiled, or inside a transform), or call "
+            f"it eagerly on AutoTorch(), whose double backward runs the Function's backward"
         )
         return UnsupportedOperatorError(
             f"{where} runs f in forward mode, and a torch.autograd.Function in f has no jvp. Add a jvp "

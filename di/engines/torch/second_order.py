@@ -1,0 +1,182 @@
+"""Second order by the fastest program for the call (:class:`SecondOrderPrograms`):
+eagerly, reverse over reverse (double backward: the hvp along each tangent, the
+hessian batched over the standard basis), which torch runs 2-5 times faster than
+``torch.func``'s forward over reverse at n = 32 to 1e3 here; compiled, and inside
+``torch.func`` transforms (where eager autograd cannot run), ``torch.func``'s
+programs, built on their first use there.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+
+from di.backends.protocol import Programs
+from di.contexts import Context
+from di.engines.torch.eager import EagerPrograms
+from di.engines.torch.func_builder import FuncBuilder
+from di.engines.torch.jacobians import forward_jacobian, per_tangent, reverse_jacobian
+from di.engines.torch.lazy import built_on_first_use
+from di.engines.torch.rules import REVERSE_RULES
+from di.engines.torch.tensors import as_dtype
+from di.pytrees import is_pytree
+
+__all__ = ["BATCHED_HESSIAN_MAX_N", "SecondOrderPrograms", "same", "spelled"]
+
+_func = torch.func
+
+BATCHED_HESSIAN_MAX_N = 1024
+"""The largest ``x`` (elements) whose eager hessian is a batched double backward,
+the largest size measured here (0.5-0.8 of ``torch.func``'s reverse over reverse
+from n = 32 to 1e3); above it, ``torch.func``'s reverse over reverse (see
+:meth:`SecondOrderPrograms.hessian`)."""
+
+
+def same(value: Any) -> Any:
+    """``value`` itself (the programs inside transforms are the ``torch.func`` ones as they are)."""
+    return value
+
+
+_DOUBLE_BACKWARD = "double backward (torch.autograd.grad of the gradient along each tangent)"
+_FORWARD_OVER_REVERSE = "torch.func.jvp(torch.func.grad(f)) (forward over reverse)"
+_BATCHED_DOUBLE_BACKWARD = "double backward batched over the standard basis (autograd.grad, is_grads_batched=True)"
+_JACREV_OF_GRAD = "torch.func.vjp(torch.func.grad(f)) batched over the standard basis (reverse over reverse)"
+_JACFWD_OF_GRAD = "torch.func.jvp(torch.func.grad(f)) batched over the standard basis (forward over reverse)"
+
+
+def spelled(programs: Programs, spelling: str) -> Programs:
+    """``programs``, each saying which program the prep runs outside transforms
+    (``prep.info.program``)."""
+    for program in programs.values():
+        program.spelling = spelling  # type: ignore[attr-defined]
+    return programs
+
+
+class SecondOrderPrograms(FuncBuilder):
+    """hvp and hessian: double backward eagerly, ``torch.func`` compiled and inside transforms."""
+
+    eager: EagerPrograms
+
+    def hvp(self, f: Callable[..., Any], x: Any, tx: Sequence[Any], contexts: Sequence[Context]) -> Programs:
+        """Eagerly, double backward (``torch.autograd.grad`` with ``create_graph=True``,
+        then a backward of the gradient along each tangent): 2-5 times faster than
+        ``torch.func.jvp(torch.func.grad(f))`` at n = 32 to 1e3 here. Compiled graphs
+        have no double backward, and inside ``torch.func`` transforms eager autograd
+        cannot run: the ``torch.func`` forward-over-reverse programs serve those,
+        built on their first use there."""
+        if self.adapter.compiled or is_pytree(x):
+            return spelled(self._func_hvp(f, x, tx, contexts), _FORWARD_OVER_REVERSE + self._compiled_note())
+
+        def inside(x: Any, tx: Any, contexts: Sequence[Context]) -> Programs:
+            return self._func_hvp(f, x, tx, contexts, fast=same)
+
+        names = ("hvp", "gradient_and_hvp")
+        lazy = built_on_first_use(inside, x, tx, contexts, names)
+        if lazy is not None:
+            return spelled(self.eager.hvp(f, x, tx, contexts, lazy), _DOUBLE_BACKWARD)
+
+        def eager(traced: Programs) -> Programs:
+            return self.eager.hvp(f, x, tx, contexts, traced)
+
+        return spelled(self._func_hvp(f, x, tx, contexts, fast=eager), _DOUBLE_BACKWARD)
+
+    def _compiled_note(self) -> str:
+        return ", compiled" if self.adapter.compiles_now() else ""
+
+    def _func_hvp(
+        self,
+        f: Callable[..., Any],
+        x: Any,
+        tx: Sequence[Any],
+        contexts: Sequence[Context],
+        fast: Callable[[Programs], Programs] | None = None,
+    ) -> Programs:
+        """``torch.func.jvp(torch.func.grad(f))``: forward over reverse, compiled on a
+        compiled backend unless ``fast`` (double backward) serves calls outside
+        transforms."""
+        checked = self._checked(f, "hvp", REVERSE_RULES)
+
+        def hvp(x: Any, tx: tuple[Any, ...], *values: Any) -> Any:
+            grad = _func.grad(lambda x: checked(x, *values))
+            if len(tx) == 1:
+                return (as_dtype(_func.jvp(grad, (x,), (tx[0],))[1], x),)  # type: ignore[misc]
+            if not tx:
+                return ()
+            return tuple(as_dtype(hv, x) for hv in per_tangent(lambda t: _func.jvp(grad, (x,), (t,))[1], tx))
+
+        def gradient_and_hvp(x: Any, tx: tuple[Any, ...], *values: Any) -> Any:
+            grad = _func.grad(lambda x: checked(x, *values))
+            if len(tx) == 1:
+                g, hv = _func.jvp(grad, (x,), (tx[0],))  # type: ignore[misc]
+                return as_dtype(g, x), (as_dtype(hv, x),)
+            return as_dtype(grad(x), x), hvp(x, tx, *values)
+
+        return self._programs(hvp, gradient_and_hvp, x, tx, contexts, ("hvp", "gradient_and_hvp"), fast=fast)
+
+    def hessian(self, f: Callable[..., Any], x: Any, contexts: Sequence[Context]) -> Programs:
+        """Eagerly, reverse over reverse: up to :data:`BATCHED_HESSIAN_MAX_N`
+        elements, double backward with the second pass batched over the standard
+        basis (``torch.autograd.grad(..., is_grads_batched=True)``, the fastest
+        spelling there: 0.4-0.6 of ``jacrev(jacrev(f))`` at n = 32 to 100 here, 0.5-0.8
+        of ``torch.func``'s reverse over reverse up to 1e3), above it (and for a
+        raveled pytree ``x``) ``torch.func``'s vjp of the gradient batched over the
+        basis, the ``torch.func`` programs serving inside transforms. Compiled:
+        forward over reverse (``jacfwd`` of ``grad``). ``prep.info.program`` says which."""
+        if self.adapter.compiled:
+            return spelled(self._func_hessian(f, x, contexts, "forward"), _JACFWD_OF_GRAD + self._compiled_note())
+        if is_pytree(x) or math.prod(getattr(x, "shape", ())) > BATCHED_HESSIAN_MAX_N:
+            return spelled(self._func_hessian(f, x, contexts, "reverse"), _JACREV_OF_GRAD)
+
+        def inside(x: Any, tangents: Any, contexts: Sequence[Context]) -> Programs:
+            return self._func_hessian(f, x, contexts, "reverse", fast=same)
+
+        lazy = built_on_first_use(inside, x, None, contexts, ("hessian", "value_gradient_and_hessian"))
+        if lazy is not None:
+            return spelled(self.eager.hessian_by_double_backward(f, x, contexts, lazy), _BATCHED_DOUBLE_BACKWARD)
+
+        def eager(traced: Programs) -> Programs:
+            return self.eager.hessian_by_double_backward(f, x, contexts, traced)
+
+        return spelled(self._func_hessian(f, x, contexts, "reverse", fast=eager), _BATCHED_DOUBLE_BACKWARD)
+
+    def _func_hessian(
+        self,
+        f: Callable[..., Any],
+        x: Any,
+        contexts: Sequence[Context],
+        mode: str,
+        fast: Callable[[Programs], Programs] | None = None,
+    ) -> Programs:
+        """The jacobian of ``torch.func.grad(f)``, by ``mode`` (``"forward"``:
+        ``jacfwd``, ``"reverse"``: ``jacrev``, as batches over the standard
+        basis), compiled on a compiled backend unless ``fast`` (double backward)
+        serves calls outside transforms."""
+        checked = self._checked(f, "hessian", REVERSE_RULES)
+        jacobian = forward_jacobian if mode == "forward" else reverse_jacobian
+
+        def hessian(x: Any, *values: Any) -> Any:
+            if x.numel() == 0:  # jacfwd cannot take an empty input
+                return x.new_zeros(x.shape + x.shape)
+
+            def fx(x: Any) -> Any:
+                return checked(x, *values)
+
+            _, hessian = jacobian(_func.grad(fx), x, False)
+            return hessian
+
+        def value_gradient_and_hessian(x: Any, *values: Any) -> Any:
+            def gradient_with_aux(x: Any) -> Any:
+                g, y = _func.grad_and_value(lambda x: checked(x, *values))(x)
+                return g, (y,)
+
+            if x.numel() == 0:  # jacfwd cannot take an empty input
+                g, y = _func.grad_and_value(lambda x: checked(x, *values))(x)
+                return y, g, x.new_zeros(x.shape + x.shape)
+            g, hessian, (y,) = jacobian(gradient_with_aux, x, True)  # (aux is (y,))
+            return y, g, hessian
+
+        names = ("hessian", "value_gradient_and_hessian")
+        return self._programs(hessian, value_gradient_and_hessian, x, None, contexts, names, fast=fast)
