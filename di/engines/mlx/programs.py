@@ -225,12 +225,14 @@ class ProgramMaker:
                 values = tuple(_scratch(v) if i in caches else v for i, v in enumerate(values))
             return x, values
 
-        def finish(output: Any, given: tuple[Any, ...], x: Any, values: tuple[Any, ...]) -> Any:
+        def finish(output: Any, given: tuple[Any, ...], x: Any, values: tuple[Any, ...], inside: bool) -> Any:
             if caches:
                 output, written = output
-            output = evaluated(output)
-            if caches:  # f's last writes land in the caller's buffers
-                for i, array in zip(caches, evaluated(written)):
+            if not inside:  # (inside a caller's MLX transform, evaluating would cut the graph)
+                mx.eval(output)
+            if caches and not inside:  # f's last writes land in the caller's buffers
+                mx.eval(written)
+                for i, array in zip(caches, written):
                     _write_back(given[i], array)
             output = _unaliased(output, (x, *values))
             if aux is None:
@@ -245,7 +247,9 @@ class ProgramMaker:
                     given = values
                     if not plain:
                         x, values = convert_inputs(x, values)
-                    return finish(run(x, *values), given, x, values)
+                    inside = x.__class__ is mx.array and in_transform(x)
+                    output = core(x, *values) if inside else run(x, *values)
+                    return finish(output, given, x, values, inside)
 
         else:
 
@@ -258,7 +262,9 @@ class ProgramMaker:
                     engine_tangents = [
                         t if isinstance(t, mx.array) and t.dtype == dtype else _cast(t, dtype) for t in tangents
                     ]
-                    return finish(run(x, engine_tangents, *values), given, x, values)
+                    inside = x.__class__ is mx.array and in_transform(x)
+                    output = core(x, engine_tangents, *values) if inside else run(x, engine_tangents, *values)
+                    return finish(output, given, x, values, inside)
 
         if not self.compiled:
             return program
@@ -330,8 +336,6 @@ class ProgramMaker:
             return _serialised(mx.compile(traced))
 
         def run(*args: Any) -> Any:
-            if in_transform(args[0]):  # the caller's transform traces core itself: no compile of ours
-                return core(*args)
             head, values = args[:lead], list(args[lead:])
             key = tuple(_key(values[i]) for i in statics)
             function = compiled.get(key)
