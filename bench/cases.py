@@ -602,3 +602,4 @@ ENGINES = {
     ),
 }
 ENGINES.update(importlib.import_module("bench.cases_tensorflow").ENGINES)  # TensorFlow's rows, in a module of their own
+ENGINES.update(importlib.import_module("bench.cases_mlx").ENGINES)  # MLX's rows, in a module of their own

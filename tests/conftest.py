@@ -80,9 +80,9 @@ def evaluates_only(backend: di.AbstractBackend) -> bool:
     return capabilities(backend).differentiates == "any"
 
 
-# The selectors, by label, whose traced values convert with float() (eager torch's and TensorFlow's
+# The selectors, by label, whose traced values convert with float() (eager torch's, TensorFlow's and MLX's
 # tensors): a float() of a value computed from x slips through them unseen. No capability declares it.
-LETS_FLOAT_THROUGH = {"torch", "tensorflow"}
+LETS_FLOAT_THROUGH = {"torch", "tensorflow", "mlx"}
 
 
 def refuses_float(backend: di.AbstractBackend) -> bool:

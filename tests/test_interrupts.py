@@ -73,7 +73,7 @@ def _run(operator: str, f: Interrupting, backend: Any, x: Any, prep: Any = None)
 
 def _ones_like(x: Any) -> Any:
     """Ones of x's family, shape and dtype (JAX float64 made under enable_x64, as x was)."""
-    return as_family(np.ones(tuple(x.shape), dtype=dtype_name(x)), family_of(x))
+    return as_family(np.ones(tuple(x.shape), dtype=dtype_name(x)), family_of(x) or "numpy")
 
 
 def _prepare(operator: str, f: Interrupting, backend: Any, x: Any) -> Any:

@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from conftest import BACKENDS, backend_id, engine_family
+from conftest import BACKENDS, backend_id, engine_family, evaluates_only
 
 import di
 from di.backends.capabilities import Capabilities
@@ -35,6 +35,12 @@ def tolerance(backend: Any, order: int) -> float:
     if approximates(backend):
         return 1e-6 if order == 1 else 2e-5
     return 1e-10
+
+
+def value_tolerance(backend: Any) -> float:
+    """f's value: exact where the engine evaluates f in NumPy's float64, to the engine's
+    accuracy where it computes f itself less accurately (MLX's float64 sin)."""
+    return 1e-12 if not approximates(backend) or evaluates_only(backend) else tolerance(backend, 1)
 
 
 # --- functions, written once with the array API -----------------------------------------
@@ -232,7 +238,7 @@ def test_jacobian(backend: Any, case: Case, mode: str) -> None:
         assert plain.shape == expected.shape == (*y.shape, *case.x.shape)
         check(plain, expected, tolerance(backend, 1))
         check(jac, expected, tolerance(backend, 1))
-        check(y, case.value(case.x, *case.constants), 1e-12)
+        check(y, case.value(case.x, *case.constants), value_tolerance(backend))
 
 
 @pytest.mark.parametrize("mode", PREP_MODES)
@@ -246,7 +252,7 @@ def test_pushforward_and_pullback(backend: Any, case: Case, mode: str) -> None:
     results = run("pushforward", backend, case, mode, tx)
     for plain, (y, full) in zip(results[::2], results[1::2]):
         assert isinstance(plain, tuple) and len(plain) == 2
-        check(y, case.value(case.x, *case.constants), 1e-12)
+        check(y, case.value(case.x, *case.constants), value_tolerance(backend))
         for got, t in zip(plain, tx):
             check(got, jac @ t, tolerance(backend, 1))
         for got, t in zip(full, tx):
@@ -256,7 +262,7 @@ def test_pushforward_and_pullback(backend: Any, case: Case, mode: str) -> None:
         assert isinstance(plain, tuple) and len(plain) == 2
         for got, t in zip((*plain, *full), ty + ty):
             check(got, t @ jac, tolerance(backend, 1))
-        check(y, case.value(case.x, *case.constants), 1e-12)
+        check(y, case.value(case.x, *case.constants), value_tolerance(backend))
 
 
 @pytest.mark.parametrize("mode", PREP_MODES)
@@ -277,7 +283,7 @@ def test_gradient_hvp_hessian(backend: Any, case: Case, mode: str) -> None:
         check(plain, h_expected, tolerance(backend, 2))
         check(full, h_expected, tolerance(backend, 2))
         check(g, g_expected, tolerance(backend, 1))
-        check(y, case.value(case.x, *case.constants), 1e-12)
+        check(y, case.value(case.x, *case.constants), value_tolerance(backend))
 
 
 @pytest.mark.parametrize("mode", PREP_MODES)
@@ -290,10 +296,10 @@ def test_derivative_and_second_derivative(backend: Any, case: Case, mode: str) -
     for plain, (y, full) in zip(results[::2], results[1::2]):
         check(plain, d_expected, tolerance(backend, 1), like=T)
         check(full, d_expected, tolerance(backend, 1), like=T)
-        check(y, case.value(case.x, *case.constants), 1e-12, like=T)
+        check(y, case.value(case.x, *case.constants), value_tolerance(backend), like=T)
     results = run("second_derivative", backend, case, mode)
     for plain, (y, d, full) in zip(results[::2], results[1::2]):
-        check(y, case.value(case.x, *case.constants), 1e-12, like=T)
+        check(y, case.value(case.x, *case.constants), value_tolerance(backend), like=T)
         check(plain, d2_expected, tolerance(backend, 2) * 10, like=T)
         check(full, d2_expected, tolerance(backend, 2) * 10, like=T)
         check(d, d_expected, tolerance(backend, 1), like=T)

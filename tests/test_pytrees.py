@@ -357,7 +357,8 @@ def test_deeply_nested_x(backend: Any) -> None:
         np.testing.assert_allclose(innermost(g["a"]), 2 * inner, rtol=1e-6)
         np.testing.assert_allclose(g["b"], np.cos(b), rtol=1e-6)
     y, g = di.value_and_gradient(deep_energy, prep, backend, x)
-    np.testing.assert_allclose(y, np.sum(inner**2) + np.sum(np.sin(b)), rtol=1e-12)
+    value_rtol = 1e-6 if approximates(backend) else 1e-12  # (f in MLX's float64: float32-accurate sin)
+    np.testing.assert_allclose(y, np.sum(inner**2) + np.sum(np.sin(b)), rtol=value_rtol)
     assert_tree_close(g, expected, 1e-6)
     tangent = {"b": np.ones(2), "a": nested(np.array([1.0, 0.0, 2.0]))}
     (dy,) = di.pushforward(deep_energy, backend, x, (tangent,))

@@ -107,7 +107,13 @@ def applier(transform: str, fullgraph: bool = True) -> Apply:
     ``grad`` and the modes that differentiate take the sum of ``fn``'s output, and
     a compiler compiles ``fn`` (``fullgraph``: one graph or an error)."""
     engine = transform.split(".")[0]
-    tables = {"jax": _jax_appliers, "torch": _torch_appliers, "autograd": _autograd_appliers, "tf": _tf_appliers}
+    tables = {
+        "jax": _jax_appliers,
+        "torch": _torch_appliers,
+        "autograd": _autograd_appliers,
+        "tf": _tf_appliers,
+        "mx": _mlx_appliers,
+    }
     if engine == "torch" and transform == "torch.compile":
         return _torch_compile(fullgraph)
     return tables[engine]()[transform]
@@ -127,7 +133,13 @@ def _torch_compile(fullgraph: bool) -> Apply:
 
 def appliers(engine: str) -> dict[str, Apply]:
     """Every transform of ``engine`` the tests know how to apply."""
-    tables = {"jax": _jax_appliers, "torch": _torch_appliers, "autograd": _autograd_appliers, "tf": _tf_appliers}
+    tables = {
+        "jax": _jax_appliers,
+        "torch": _torch_appliers,
+        "autograd": _autograd_appliers,
+        "tf": _tf_appliers,
+        "mx": _mlx_appliers,
+    }
     return tables[engine]()
 
 
@@ -212,6 +224,16 @@ def _tf_appliers() -> dict[str, Apply]:
         "tf.function": lambda fn, x: tf.function(fn)(tf.convert_to_tensor(x)),
         "tf.GradientTape": outer_tape,
         "tf.vectorized_map": lambda fn, x: tf.vectorized_map(fn, tf.stack([x, 2 * x])),
+    }
+
+
+def _mlx_appliers() -> dict[str, Apply]:
+    import mlx.core as mx
+
+    return {
+        "mx.grad": lambda fn, x: mx.grad(lambda x: mx.sum(fn(x)))(x),
+        "mx.vmap": lambda fn, x: mx.vmap(fn)(mx.stack([x, 2 * x])),
+        "mx.compile": lambda fn, x: mx.compile(fn)(x),
     }
 
 

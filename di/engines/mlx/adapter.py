@@ -1,0 +1,189 @@
+"""MLX adapter: MLX's own transforms for every operator, eager or under
+``mx.compile`` (:class:`MLXAdapter`), and what composes inside MLX's transforms
+(:data:`COMPOSITIONS`).
+
+Each operator is written as pure MLX functions of ``(x, [tangents,]
+*context_values)`` (:mod:`di.engines.mlx.operators`), which
+:class:`~di.engines.mlx.programs.ProgramMaker` makes programs of: inputs
+converted (float64 kept), results evaluated, under ``mx.compile`` with
+``AutoMLX(compile=True)``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from di.backends.capabilities import AUX_FAMILIES, Capabilities
+from di.backends.outputs import SCALAR_OPERATORS, checking
+from di.backends.protocol import Adapter, Programs
+from di.backends.transforms import Composition
+from di.contexts import Cache, Context
+from di.engines.mlx import operators
+from di.engines.mlx.programs import RULES, AuxHolder, ProgramMaker, array_output, scalar_output
+from di.engines.mlx.selector import AutoMLX
+
+__all__ = ["COMPOSITIONS", "MLXAdapter"]
+
+_SAME_POINT = frozenset({"same point"})
+COMPOSITIONS = (
+    Composition(
+        "mx.grad",
+        _SAME_POINT,
+        note="Also mx.value_and_grad, mx.vjp, mx.jvp: AutoMLX's programs are MLX functions, traced by the "
+        "caller's transform (higher order: mx.grad of a function calling di.gradient).",
+    ),
+    Composition(
+        "mx.vmap",
+        _SAME_POINT,
+        note="A strict prep compares the per-example shape: prepare with one example. The program must not "
+        "evaluate inside vmap: AutoMLX(compile=True) or AutoMLX() alike.",
+    ),
+    Composition(
+        "mx.compile",
+        _SAME_POINT,
+        note="One compiled program: the di call is traced into the caller's. An unprepared call prepares "
+        "at each trace (once per compile).",
+    ),
+)
+"""What composes inside each MLX transform: every operator, prepared (strict) or
+not; same-point preps are refused (they compare the point by value)."""
+
+
+def _has_cache(contexts: Sequence[Context]) -> bool:
+    return any(isinstance(c, Cache) for c in contexts)
+
+
+class MLXAdapter(Adapter):
+    """Adapter for :class:`di.AutoMLX`.
+
+    Native: every operator, with MLX's transforms (``mx.value_and_grad``,
+    ``mx.jvp`` and ``mx.vjp``, ``mx.vmap`` over them for jacobians and
+    hessians, ``mx.jvp`` of ``mx.grad`` for hvps). Eager (``compile=False``)
+    runs op by op on every call; compiled (``compile=True``) runs each program
+    under ``mx.compile``, traced once per signature. ``Cache`` values are MLX
+    arrays ``f`` may write into (``buf[...] = ...``, traced like any operation).
+    """
+
+    capabilities = Capabilities(
+        family="mlx",
+        compile_option="compile",
+        aux=AUX_FAMILIES,
+        differentiates="own",  # it differentiates the programs of MLX adapters (MLX functions)
+        compositions=COMPOSITIONS,
+    )
+
+    def __init__(self, backend: Any) -> None:
+        super().__init__(backend)
+        self.maker = ProgramMaker(backend, self.compiled, self.input_converters)
+
+    def _checked(self, f: Callable[..., Any], operator: str, aux: AuxHolder | None = None) -> Callable[..., Any]:
+        accept = scalar_output if operator in SCALAR_OPERATORS else array_output
+        if aux is None:
+            return checking(f, self.backend, operator, RULES, accept=accept)
+        return checking(f, self.backend, operator, RULES, has_aux=True, aux=aux.split, accept=accept)
+
+    def _pair(
+        self,
+        plain: Callable[..., Any],
+        full: Callable[..., Any],
+        x: Any,
+        tangents: Sequence[Any] | None,
+        contexts: Sequence[Context],
+        names: tuple[str, str],
+        aux: AuxHolder | None = None,
+    ) -> Programs:
+        return {
+            names[0]: self.maker.program(plain, x, tangents, contexts, aux=aux),
+            names[1]: self.maker.program(full, x, tangents, contexts, aux=aux),
+        }
+
+    @staticmethod
+    def _aux(has_aux: bool) -> AuxHolder | None:
+        return AuxHolder() if has_aux else None
+
+    # --- operators --------------------------------------------------------------------
+
+    def prepare_gradient_programs(
+        self, f: Callable[..., Any], x: Any, contexts: Sequence[Context], *, has_aux: bool = False
+    ) -> Programs:
+        aux = self._aux(has_aux)
+        plain, full = operators.gradient(self._checked(f, "gradient", aux), has_aux, _has_cache(contexts))
+        return self._pair(plain, full, x, None, contexts, ("gradient", "value_and_gradient"), aux)
+
+    def prepare_pushforward_programs(
+        self,
+        f: Callable[..., Any],
+        x: Any,
+        tx: Sequence[Any],
+        contexts: Sequence[Context],
+        *,
+        has_aux: bool = False,
+    ) -> Programs:
+        aux = self._aux(has_aux)
+        plain, full = operators.pushforward(self._checked(f, "pushforward", aux), has_aux)
+        return self._pair(plain, full, x, tx, contexts, ("pushforward", "value_and_pushforward"), aux)
+
+    def prepare_pullback_programs(
+        self,
+        f: Callable[..., Any],
+        x: Any,
+        ty: Sequence[Any],
+        contexts: Sequence[Context],
+        *,
+        has_aux: bool = False,
+    ) -> Programs:
+        aux = self._aux(has_aux)
+        plain, full = operators.pullback(self._checked(f, "pullback", aux), has_aux)
+        return self._pair(plain, full, x, ty, contexts, ("pullback", "value_and_pullback"), aux)
+
+    def prepare_derivative_programs(
+        self, f: Callable[..., Any], x: Any, contexts: Sequence[Context], *, has_aux: bool = False
+    ) -> Programs:
+        aux = self._aux(has_aux)
+        plain, full = operators.derivative(self._checked(f, "derivative", aux), has_aux)
+        return self._pair(plain, full, x, None, contexts, ("derivative", "value_and_derivative"), aux)
+
+    def prepare_jacobian_programs(
+        self, f: Callable[..., Any], x: Any, contexts: Sequence[Context], *, has_aux: bool = False
+    ) -> Programs:
+        aux = self._aux(has_aux)
+        forward = self._forward_jacobian(f, x, contexts, has_aux)
+        plain, full = operators.jacobian(self._checked(f, "jacobian", aux), has_aux, forward)
+        return self._pair(plain, full, x, None, contexts, ("jacobian", "value_and_jacobian"), aux)
+
+    def prepare_hvp_programs(
+        self, f: Callable[..., Any], x: Any, tx: Sequence[Any], contexts: Sequence[Context]
+    ) -> Programs:
+        plain, full = operators.hvp(self._checked(f, "hvp"), _has_cache(contexts))
+        return self._pair(plain, full, x, tx, contexts, ("hvp", "gradient_and_hvp"))
+
+    def prepare_hessian_programs(self, f: Callable[..., Any], x: Any, contexts: Sequence[Context]) -> Programs:
+        plain, full = operators.hessian(self._checked(f, "hessian"))
+        return self._pair(plain, full, x, None, contexts, ("hessian", "value_gradient_and_hessian"))
+
+    def prepare_second_derivative_programs(
+        self, f: Callable[..., Any], x: Any, contexts: Sequence[Context]
+    ) -> Programs:
+        plain, full = operators.second_derivative(self._checked(f, "second_derivative"))
+        names = ("second_derivative", "value_derivative_and_second_derivative")
+        return self._pair(plain, full, x, None, contexts, names)
+
+    def _forward_jacobian(self, f: Callable[..., Any], x: Any, contexts: Sequence[Context], has_aux: bool) -> bool:
+        """Forward mode when the selector says so, or when ``x`` has fewer elements
+        than ``f``'s output (one pass per input versus one per output; at equal
+        sizes MLX's vectorised pullbacks are the faster): ``f`` is evaluated once,
+        here, for its output's size."""
+        assert isinstance(self.backend, AutoMLX)
+        if self.backend.mode is not None:
+            return self.backend.mode == "forward"
+        inputs = [x, *[c.value for c in contexts]]
+        converted = [convert(v) for convert, v in zip(self.input_converters(inputs), inputs)]
+        try:
+            y = f(*converted)
+        except Exception:  # f's own error is the programs' to raise, at the call
+            return True
+        if has_aux and isinstance(y, tuple) and len(y) == 2:
+            y = y[0]
+        x_size, y_size = getattr(converted[0], "size", 1), getattr(y, "size", 1)
+        return bool(x_size < y_size)

@@ -1,0 +1,104 @@
+"""The array API over ``mlx.core``: what ``di.array_namespace`` answers for MLX
+arrays (through :mod:`di.engines.mlx.namespace`) and what the fallbacks compute
+with (the family's namespace).
+
+``mlx.core`` has almost every array-API name, each a function MLX
+differentiates, compiles and vectorises; this namespace is ``mlx.core`` with the
+few differences fixed:
+
+* ``asarray`` keeps a NumPy array's dtype (``mx.array`` of a float64 NumPy array
+  gives float32: a silent truncation of the data ``f`` closes over), and so does
+  ``from_dlpack`` (``mx.from_dlpack`` of a float64 array gives float32 too);
+* ``bool`` (MLX calls it ``bool_``), ``hypot``, ``copysign`` and ``nonzero``,
+  which MLX lacks, built from its functions;
+* the ``linalg`` functions run on the CPU stream, where MLX has them.
+"""
+
+from __future__ import annotations
+
+import functools
+from types import ModuleType
+from typing import Any
+
+import mlx.core as mx
+import numpy as np
+
+__all__ = ["MLX_NAMESPACE", "build_namespace"]
+
+
+def asarray(obj: Any, /, *, dtype: Any = None, device: Any = None, copy: bool | None = None) -> Any:
+    """``mx.array`` keeping a NumPy array's dtype unless ``dtype`` names another."""
+    if isinstance(obj, mx.array):
+        result = obj if dtype is None else obj.astype(dtype)
+        return mx.array(result) if copy else result
+    if dtype is None and isinstance(obj, (np.ndarray, np.generic)):
+        obj = np.asarray(obj)
+        dtype = getattr(mx, obj.dtype.name) if obj.dtype.kind in "biufc" else None
+    return mx.array(obj) if dtype is None else mx.array(obj, dtype=dtype)
+
+
+def from_dlpack(x: Any, /, *, device: Any = None, copy: bool | None = None) -> Any:
+    """An array of another library as an MLX array of its dtype (``mx.from_dlpack``
+    reads float64 as float32), through a NumPy view of it."""
+    if isinstance(x, mx.array):
+        return x
+    array = np.from_dlpack(x)
+    return mx.array(array, dtype=getattr(mx, array.dtype.name))
+
+
+def hypot(x1: Any, x2: Any, /) -> Any:
+    return mx.sqrt(mx.square(x1) + mx.square(x2))
+
+
+def copysign(x1: Any, x2: Any, /) -> Any:
+    return mx.where(mx.logical_or(x2 < 0, mx.logical_and(x2 == 0, mx.reciprocal(x2) < 0)), -mx.abs(x1), mx.abs(x1))
+
+
+def nonzero(x: Any, /) -> tuple[Any, ...]:
+    """The indices of the nonzero elements (a value-dependent shape: eager only)."""
+    return tuple(mx.array(index) for index in np.nonzero(np.array(x)))
+
+
+class _Linalg:
+    """``mx.linalg`` with its functions on the CPU stream (the one that has them)."""
+
+    def __getattr__(self, name: str) -> Any:
+        function = getattr(mx.linalg, name)
+        return functools.partial(function, stream=mx.cpu) if callable(function) else function
+
+
+class _Namespace(ModuleType):
+    """``mlx.core``, with the names of :data:`_OVERRIDES` replaced."""
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(mx, name)
+
+
+_OVERRIDES: dict[str, Any] = {
+    "asarray": asarray,
+    "from_dlpack": from_dlpack,
+    "bool": mx.bool_,
+    "hypot": hypot,
+    "copysign": copysign,
+    "nonzero": nonzero,
+    "linalg": _Linalg(),
+}
+
+MLX_NAMESPACE = _Namespace("di_mlx_namespace", "The array API over mlx.core, as di.array_namespace answers it.")
+"""The namespace itself (one instance)."""
+for _name, _function in _OVERRIDES.items():
+    setattr(MLX_NAMESPACE, _name, _function)
+
+
+def build_namespace() -> Any:
+    """The array API over ``mlx.core`` (one instance, built once).
+
+    Examples:
+        >>> import mlx.core as mx
+        >>> from di.engines.mlx.functions import build_namespace
+        >>> import numpy as np
+        >>> xp = build_namespace()
+        >>> xp.asarray(np.zeros(2)).dtype, xp.sin is mx.sin
+        (mlx.core.float64, True)
+    """
+    return MLX_NAMESPACE

@@ -1,0 +1,267 @@
+"""Each operator as two pure MLX functions, the plain one and the ``value_and_*``
+one, of ``(x, [tangents,] *context_values)``: what
+:class:`~di.engines.mlx.programs.ProgramMaker` runs eagerly or compiles.
+
+``checked`` is ``f`` with its output checked; under ``has_aux`` it returns
+``(y, aux's MLX arrays)`` and the functions return ``(result, arrays)``.
+Jacobians and hessians are ``mx.vmap`` over one ``mx.jvp`` or ``mx.vjp`` per
+basis vector (MLX has no jacobian transform); a primitive MLX cannot vectorise
+falls back to a loop over the basis.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import mlx.core as mx
+
+__all__ = ["derivative", "gradient", "hessian", "hvp", "jacobian", "pullback", "pushforward", "second_derivative"]
+
+Pair = tuple[Callable[..., Any], Callable[..., Any]]
+
+
+def _values_closed(checked: Callable[..., Any], values: Sequence[Any]) -> Callable[[Any], Any]:
+    return lambda x: checked(x, *values)
+
+
+class _Capture:
+    """``f`` returning ``(y, arrays)`` as a function of ``x`` returning ``y``, the
+    arrays of its latest evaluation kept (read after the transform that
+    evaluated it)."""
+
+    def __init__(self, fx: Callable[[Any], Any]) -> None:
+        self.fx = fx
+        self.arrays: tuple[Any, ...] = ()
+
+    def __call__(self, x: Any) -> Any:
+        y, self.arrays = self.fx(x)
+        return y
+
+
+def _no_jvp(error: RuntimeError) -> bool:
+    """Whether MLX refused forward mode through a primitive (``scatter``, the
+    derivative of an indexing of ``x``, has no JVP): reverse mode then computes
+    the same products (:func:`jvp`)."""
+    return "JVP not" in str(error)
+
+
+def jvp(fy: Callable[[Any], Any], x: Any, t: Any) -> tuple[Any, Any]:
+    """``(f(x), J t)``: ``mx.jvp``, or where MLX has no forward rule for a
+    primitive of ``f``, the transpose of the pullback: ``u -> J^T u`` is linear,
+    and its own pullback along ``t`` is ``J t`` (two reverse passes)."""
+    try:
+        (y,), (dy,) = mx.jvp(fy, [x], [t])
+        return y, dy
+    except RuntimeError as err:
+        if not _no_jvp(err):
+            raise
+    y = fy(x)
+
+    def transposed(u: Any) -> Any:
+        return mx.vjp(fy, [x], [u])[1][0]
+
+    (_,), (dy,) = mx.vjp(transposed, [mx.zeros_like(y)], [t])
+    return y, dy
+
+
+def _y_only(checked: Callable[..., Any], values: Sequence[Any], has_aux: bool) -> tuple[Callable[[Any], Any], Any]:
+    fx = _values_closed(checked, values)
+    if not has_aux:
+        return fx, None
+    capture = _Capture(fx)
+    return capture, capture
+
+
+def _result(output: Any, capture: _Capture | None) -> Any:
+    return output if capture is None else (output, capture.arrays)
+
+
+def _plain(full: Callable[..., Any], has_aux: bool = False) -> Callable[..., Any]:
+    if has_aux:
+
+        def plain_with_aux(*args: Any) -> Any:
+            result, arrays = full(*args)
+            return result[-1], arrays
+
+        return plain_with_aux
+    return lambda *args: full(*args)[-1]
+
+
+def gradient(checked: Callable[..., Any], has_aux: bool, caches: bool = False) -> Pair:
+    if caches:  # f must write into the very arrays it is given: the transform closes over them
+        return _closing_gradient(checked, has_aux)
+    # the transforms are made once: MLX differentiates with respect to the first argument
+    # (argnums=0) and passes copies of the context values on
+    value_and_grad = mx.value_and_grad(checked)
+    if not has_aux:
+        return mx.grad(checked), value_and_grad
+
+    def value_and_gradient_aux(x: Any, *values: Any) -> Any:
+        (y, arrays), g = value_and_grad(x, *values)
+        return (y, g), arrays
+
+    return _plain(value_and_gradient_aux, True), value_and_gradient_aux
+
+
+def _closing_gradient(checked: Callable[..., Any], has_aux: bool) -> Pair:
+    """``gradient`` with a transform made at each call, closing over the context
+    values (MLX's transforms copy their arguments: a ``Cache`` written by ``f``
+    must be the array the program holds)."""
+
+    def value_and_gradient(x: Any, *values: Any) -> Any:
+        (y, g) = mx.value_and_grad(_values_closed(checked, values))(x)
+        return ((y[0], g), y[1]) if has_aux else (y, g)
+
+    return _plain(value_and_gradient, has_aux), value_and_gradient
+
+
+def pushforward(checked: Callable[..., Any], has_aux: bool) -> Pair:
+    def value_and_pushforward(x: Any, tx: Sequence[Any], *values: Any) -> Any:
+        fy, capture = _y_only(checked, values, has_aux)
+        if not tx:
+            return _result((fy(x), ()), capture)
+        y, products = None, []
+        for t in tx:
+            y, dy = jvp(fy, x, t)
+            products.append(dy)
+        return _result((y, tuple(products)), capture)
+
+    return _plain(value_and_pushforward, has_aux), value_and_pushforward
+
+
+def pullback(checked: Callable[..., Any], has_aux: bool) -> Pair:
+    def value_and_pullback(x: Any, ty: Sequence[Any], *values: Any) -> Any:
+        fy, capture = _y_only(checked, values, has_aux)
+        if not ty:
+            return _result((fy(x), ()), capture)
+        y, products = None, []
+        for t in ty:
+            (y,), (dx,) = mx.vjp(fy, [x], [t.astype(y.dtype) if y is not None and t.dtype != y.dtype else t])
+            products.append(dx)
+        return _result((y, tuple(products)), capture)
+
+    return _plain(value_and_pullback, has_aux), value_and_pullback
+
+
+def derivative(checked: Callable[..., Any], has_aux: bool) -> Pair:
+    def value_and_derivative(x: Any, *values: Any) -> Any:
+        fy, capture = _y_only(checked, values, has_aux)
+        y, dy = jvp(fy, x, mx.ones_like(x))
+        return _result((y, dy), capture)
+
+    return _plain(value_and_derivative, has_aux), value_and_derivative
+
+
+def _basis(shape: Sequence[int], dtype: Any) -> Any:
+    size = 1
+    for n in shape:
+        size *= n
+    return mx.eye(size, dtype=dtype).reshape((size, *shape))
+
+
+def _vectorised(function: Callable[[Any], Any], basis: Any) -> Any:
+    """``function`` of each row of ``basis``, stacked: ``mx.vmap`` where MLX can
+    vectorise every primitive, else a loop."""
+    if basis.shape[0] == 0:
+        return None
+    try:
+        return mx.vmap(function)(basis)
+    except ValueError as err:  # a primitive without a vmap rule
+        if "vmap" not in str(err).lower() and "Not implemented" not in str(err):
+            raise
+        return mx.stack([function(basis[i]) for i in range(basis.shape[0])])
+
+
+def _jacobian_of(fy: Callable[[Any], Any], x: Any, y: Any, forward: bool) -> Any:
+    n, m = x.size, y.size
+    if forward:
+        try:
+            columns = _vectorised(lambda t: mx.jvp(fy, [x], [t])[1][0], _basis(x.shape, x.dtype))
+        except RuntimeError as err:  # no forward rule for a primitive of f: reverse mode
+            if not _no_jvp(err):
+                raise
+            return _jacobian_of(fy, x, y, False)
+        if columns is None:
+            return mx.zeros((*y.shape, *x.shape), dtype=y.dtype)
+        return columns.reshape((n, m)).T.reshape((*y.shape, *x.shape))
+    rows = _vectorised(lambda c: mx.vjp(fy, [x], [c])[1][0], _basis(y.shape, y.dtype))
+    if rows is None:
+        return mx.zeros((*y.shape, *x.shape), dtype=y.dtype)
+    return rows.astype(y.dtype).reshape((*y.shape, *x.shape))
+
+
+def jacobian(checked: Callable[..., Any], has_aux: bool, forward: bool) -> Pair:
+    def value_and_jacobian(x: Any, *values: Any) -> Any:
+        fy, capture = _y_only(checked, values, has_aux)
+        y = fy(x)  # (and aux, kept by this evaluation)
+        arrays = capture.arrays if capture is not None else ()
+        jac = _jacobian_of(fy, x, y, forward)
+        return (y, jac) if capture is None else ((y, jac), arrays)
+
+    return _plain(value_and_jacobian, has_aux), value_and_jacobian
+
+
+def _hessian_product(grad: Callable[[Any], Any], x: Any, t: Any, forward: bool) -> Any:
+    if forward:
+        return mx.jvp(grad, [x], [t])[1][0]
+    return mx.vjp(grad, [x], [t])[1][0]
+
+
+def hvp(checked: Callable[..., Any], caches: bool = False) -> Pair:
+    grad_of_all = mx.grad(checked)
+
+    def gradient_and_hvp(x: Any, tx: Sequence[Any], *values: Any) -> Any:
+        def grad(x: Any) -> Any:
+            return mx.grad(_values_closed(checked, values))(x) if caches else grad_of_all(x, *values)
+
+        if not tx:
+            return grad(x), ()
+        try:
+            outputs = [mx.jvp(grad, [x], [t]) for t in tx]
+        except RuntimeError as err:  # forward over reverse refused: reverse over reverse
+            if not _no_jvp(err):
+                raise
+            outputs = [mx.vjp(grad, [x], [t]) for t in tx]
+        return outputs[-1][0][0], tuple(products[0] for _, products in outputs)
+
+    return _plain(gradient_and_hvp), gradient_and_hvp
+
+
+def _hessian_of(grad: Callable[[Any], Any], x: Any) -> Any:
+    basis = _basis(x.shape, x.dtype)
+    try:
+        columns = _vectorised(lambda t: _hessian_product(grad, x, t, True), basis)
+    except RuntimeError as err:  # forward over reverse refused: reverse over reverse
+        if not _no_jvp(err):
+            raise
+        columns = _vectorised(lambda t: _hessian_product(grad, x, t, False), basis)
+    if columns is None:
+        return mx.zeros((*x.shape, *x.shape), dtype=x.dtype)
+    return columns.reshape((x.size, x.size)).T.reshape((*x.shape, *x.shape))
+
+
+def hessian(checked: Callable[..., Any]) -> Pair:
+    def value_gradient_and_hessian(x: Any, *values: Any) -> Any:
+        fx = _values_closed(checked, values)
+        y, g = mx.value_and_grad(fx)(x)
+        return y, g, _hessian_of(mx.grad(fx), x)
+
+    def plain_hessian(x: Any, *values: Any) -> Any:
+        return _hessian_of(mx.grad(_values_closed(checked, values)), x)
+
+    return plain_hessian, value_gradient_and_hessian
+
+
+def second_derivative(checked: Callable[..., Any]) -> Pair:
+    def value_derivative_and_second_derivative(x: Any, *values: Any) -> Any:
+        fx = _values_closed(checked, values)
+        one = mx.ones_like(x)
+
+        def derivative(x: Any) -> Any:
+            return jvp(fx, x, one)[1]
+
+        dy, d2y = jvp(derivative, x, one)
+        return fx(x), dy, d2y
+
+    return _plain(value_derivative_and_second_derivative), value_derivative_and_second_derivative
