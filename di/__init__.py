@@ -46,8 +46,8 @@ if TYPE_CHECKING:
     from di.engines.autograd.selector import AutoAutograd as AutoAutograd
     from di.engines.finitediff.selector import AutoFiniteDiff as AutoFiniteDiff
     from di.engines.jax.selector import AutoJAX as AutoJAX
-    from di.engines.tensorflow.selector import AutoTensorFlow as AutoTensorFlow
     from di.engines.mlx.selector import AutoMLX as AutoMLX
+    from di.engines.tensorflow.selector import AutoTensorFlow as AutoTensorFlow
     from di.engines.torch.selector import AutoTorch as AutoTorch
     from di.families import Family as Family
     from di.families import register_family as register_family
