@@ -133,8 +133,9 @@ def _linear(site: _Site, mode: str, transpose: bool, *arrays: Any) -> list[Any]:
     operands at one point), ``"all"`` (a leading batch of everything)."""
     call, nx, nc = site.call, site.nx, site.nc
     family = call.family
-    arrays_ = [handover(a, family) for a in arrays]
-    x, contexts, linear = arrays_[:nx], arrays_[nx : nx + nc], arrays_[site.point :]
+    point = nx + nc  # (g's output, after the point, orders this callback after the value's: not read)
+    arrays_ = [handover(a, family) for a in (*arrays[:point], *arrays[site.point :])]
+    x, contexts, linear = arrays_[:nx], arrays_[nx:point], arrays_[point:]
     avals = site.x_avals if transpose else site.y_avals
     if not transpose:
 
