@@ -1,0 +1,54 @@
+"""The differential fuzzer's short seeded budget: random array-API programs through
+every installed engine agree with the high-accuracy reference; its machinery (the
+reference, the shrinking, the reproduction) works on a planted disagreement."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+import di
+from di.cli import main
+from di.testing.fuzz import Program, _shrink, fuzz, reference
+
+
+def test_a_short_seeded_budget_finds_no_disagreement() -> None:
+    report = fuzz(seconds=3.0, seed=0)
+    assert report.programs >= 1 and report.calls >= 1
+    assert not report.findings, "\n\n".join(finding.as_test() for finding in report.findings)
+
+
+def test_the_reference_is_accurate() -> None:
+    program = Program(("sin", "matmul"), "scalar", 4, 5)
+    x, matrix = program.inputs()
+    v = matrix @ np.sin(x)
+    expected = np.cos(x) * (matrix.T @ (2 * v / 4))
+    np.testing.assert_allclose(reference(program, "gradient", x, matrix), expected, rtol=1e-10)
+
+
+@dataclass(frozen=True)
+class Wrong(di.AutoFiniteDiff):
+    """A planted defect: finite differences whose gradient is off by 1% once the
+    program has a matrix product."""
+
+
+def test_a_planted_disagreement_is_shrunk_and_printed_as_a_test(monkeypatch: Any) -> None:
+    import di.testing.fuzz as fuzzing
+
+    original = fuzzing._call
+
+    def planted(operator: str, program: Program, backend: Any, x: Any, matrix: Any, prepared: bool) -> Any:
+        result = original(operator, program, di.AutoFiniteDiff(), x, matrix, prepared)
+        return result * 1.01 if "matmul" in program.steps and isinstance(backend, Wrong) else result
+
+    monkeypatch.setattr(fuzzing, "_call", planted)
+    program = Program(("sin", "tanh", "matmul", "flip"), "scalar", 4, 2)
+    small = _shrink(program, "gradient", Wrong(), False, "silent wrong")
+    assert small.steps == ("matmul",)
+
+
+def test_the_command_line_runs_the_fuzzer(capsys: Any) -> None:
+    assert main(["fuzz", "--minutes", "0.01", "--seed", "1", "--backends", "finitediff"]) in (0, 1)
+    assert "programs" in capsys.readouterr().out
