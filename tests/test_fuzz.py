@@ -52,3 +52,12 @@ def test_a_planted_disagreement_is_shrunk_and_printed_as_a_test(monkeypatch: Any
 def test_the_command_line_runs_the_fuzzer(capsys: Any) -> None:
     assert main(["fuzz", "--minutes", "0.01", "--seed", "1", "--backends", "finitediff"]) in (0, 1)
     assert "programs" in capsys.readouterr().out
+
+
+def test_a_misspelt_function_gets_the_near_match_among_those_the_file_defines(tmp_path: Any, capsys: Any) -> None:
+    path = tmp_path / "problem.py"
+    path.write_text("import numpy as np\nfrom math import sqrt\n\ndef rosen(x):\n    return np.sum(x ** 2)\n")
+    assert main(["check", f"{path}:rosne", "--no-bench"]) == 2
+    error = capsys.readouterr().err
+    assert "did you mean 'rosen'?" in error
+    assert "sqrt" not in error
