@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import pytest
 
 import di
 from di.cli import main
@@ -61,3 +62,13 @@ def test_a_misspelt_function_gets_the_near_match_among_those_the_file_defines(tm
     error = capsys.readouterr().err
     assert "did you mean 'rosen'?" in error
     assert "sqrt" not in error
+
+
+def test_di_check_prints_each_backends_error_in_full(tmp_path: Any, capsys: Any) -> None:
+    pytest.importorskip("jax")
+    path = tmp_path / "numpy_only.py"
+    path.write_text("import numpy as np\n\ndef bad(x):\n    return np.sum(np.sin(x) ** 2)\n")
+    main(["check", f"{path}:bad", "--no-bench", "--backends", "jax,finitediff"])
+    out = " ".join(capsys.readouterr().out.split())
+    assert "errors in full:" in out
+    assert "di.DifferentiateWith(f, di.AutoFiniteDiff()) is f with finite-difference derivatives" in out

@@ -153,7 +153,7 @@ class Finding:
             f"{self.program.seed})\n"
             f"    x, matrix = program.inputs()\n"
             f"    expected = reference(program, {self.operator!r}, x, matrix)\n"
-            f"    got = di.{self.operator}(program, {self.backend!r}, x, *{_extra(self.operator)}, "
+            f"    got = di.{self.operator}(program, di.{self.backend!r}, x, *{_extra(self.operator)}, "
             f"di.Constant(matrix))\n"
             f"    np.testing.assert_allclose(np.asarray(got), expected, rtol=1e-5, atol=1e-7)\n"
         )
@@ -169,6 +169,9 @@ class Report:
 
     programs: int = 0
     calls: int = 0
+    doubtful: int = 0
+    """Comparisons where every engine agreed with the others and not with the
+    reference (the reference's difference crossed a kink): not findings."""
     findings: list[Finding] = field(default_factory=list)
 
     def counts(self) -> dict[str, int]:
@@ -191,7 +194,7 @@ def _richardson(function: Callable[[np.ndarray], np.ndarray], x: np.ndarray) -> 
             down[i] -= h
             return (np.asarray(function(up), dtype=np.float64) - np.asarray(function(down), dtype=np.float64)) / (2 * h)
 
-        h = 1e-2
+        h = 1e-3  # small: a step across a kink (max at two close entries) would make the reference wrong
         d1, d2, d3 = difference(h), difference(h / 2), difference(h / 4)
         r1, r2 = (4 * d2 - d1) / 3, (4 * d3 - d2) / 3
         columns.append(((16 * r2 - r1) / 15).reshape(-1))
@@ -247,10 +250,18 @@ def _disagreement(program: Program, operator: str, backend: AbstractBackend, pre
         return "raw error", f"{type(error).__name__}: {error}"
     rtol, atol = _tolerance(backend, operator)
     got = got.reshape(expected.shape) if got.size == expected.size else got
-    if got.shape != expected.shape or not np.allclose(got, expected, rtol=rtol, atol=atol):
-        scale = np.maximum(np.abs(expected), atol)
-        worst = float(np.max(np.abs(got - expected) / scale)) if got.shape == expected.shape else float("inf")
-        return "silent wrong", f"largest relative difference {worst:.3g} (rtol {rtol:g}, atol {atol:g})"
+    # di's rule (di.testing.default_tolerances), over the whole result, on the problem's
+    # scale (x and its data are of order one: a result near zero, as a Hessian along a
+    # direction f does not change in, is compared with that scale, not with itself)
+    scale = max(float(np.max(np.abs(expected), initial=0.0)), 1.0)
+    if got.shape != expected.shape:
+        return "silent wrong", f"shape {got.shape}, the reference's {expected.shape}"
+    worst = float(np.max(np.abs(got - expected), initial=0.0))
+    if not worst <= atol + rtol * scale:
+        return (
+            "silent wrong",
+            f"largest difference {worst:.3g} on a scale of {scale:.3g} (rtol {rtol:g}, atol {atol:g})",
+        )
     return None
 
 
@@ -315,10 +326,16 @@ def fuzz(
         report.programs += 1
         operators = ("gradient", "hvp") if program.output == "scalar" else ("jacobian",)
         for operator in operators:
-            for backend in chosen:
-                for prepared in (False, True):
+            for prepared in (False, True):
+                results = {}
+                for backend in chosen:
                     report.calls += 1
-                    found = _disagreement(program, operator, backend, prepared)
+                    results[backend] = _disagreement(program, operator, backend, prepared)
+                wrong = [found for found in results.values() if found is not None and found[0] == "silent wrong"]
+                if len(chosen) > 1 and len(wrong) == len(chosen):  # every engine agrees against the reference
+                    report.doubtful += 1
+                    continue
+                for backend, found in results.items():
                     if found is None:
                         continue
                     kind = found[0]
