@@ -117,3 +117,27 @@ def test_a_torch_library_custom_operator_gets_its_own_message() -> None:
         di.hessian(f, di.AutoTorch(), x)
     assert "torch.library custom operator" in str(caught.value)
     assert "classic style" not in str(caught.value)
+
+
+def test_a_recompile_for_another_grad_mode_names_the_grad_mode() -> None:
+    torch = pytest.importorskip("torch")
+    import warnings
+
+    def f(x: Any) -> Any:
+        xp = di.array_namespace(x)
+        return xp.sum(xp.sin(x) ** 2)
+
+    backend = di.AutoTorch(compile=True)
+    x = torch.linspace(0.1, 1.0, 4, dtype=torch.float64)
+    prep = di.prepare_gradient(f, backend, x)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        expected = di.gradient(f, prep, backend, x).detach().numpy()
+        with torch.no_grad():
+            di.gradient(f, prep, backend, x)
+        with torch.inference_mode():
+            got = di.gradient(f, prep, backend, x).numpy()
+    np.testing.assert_allclose(got, expected, rtol=1e-12)
+    messages = [str(w.message) for w in caught if issubclass(w.category, di.RecompileWarning)]
+    assert messages and all("grad mode changed" in message for message in messages), messages
+    assert not any("Keep such side effects out of f" in message for message in messages)
