@@ -141,3 +141,30 @@ def test_a_recompile_for_another_grad_mode_names_the_grad_mode() -> None:
     messages = [str(w.message) for w in caught if issubclass(w.category, di.RecompileWarning)]
     assert messages and all("grad mode changed" in message for message in messages), messages
     assert not any("Keep such side effects out of f" in message for message in messages)
+
+
+def test_array_namespace_under_torch_compile_prints_no_dynamo_lru_cache_warning() -> None:
+    """array-api-compat's namespace lookup goes through lru_cache'd helpers, which
+    dynamo warns about once per process when it traces them (a fresh process here)."""
+    pytest.importorskip("torch")
+    import subprocess
+    import sys
+    import textwrap
+
+    script = textwrap.dedent(
+        """
+        import warnings, torch, di
+        def f(x):
+            xp = di.array_namespace(x)
+            return xp.sum(xp.sin(x) ** 2)
+        backend = di.AutoTorch(compile=True)
+        x = torch.linspace(0.1, 1.0, 4, dtype=torch.float64)
+        prep = di.prepare_gradient(f, backend, x)
+        di.gradient(f, prep, backend, x)
+        with torch.no_grad():
+            di.gradient(f, prep, backend, x)
+        """
+    )
+    done = subprocess.run([sys.executable, "-W", "always", "-c", script], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    assert "lru_cache" not in done.stderr and "_cls_to_namespace" not in done.stderr, done.stderr
