@@ -272,9 +272,9 @@ class Signature:
     def forward(self, x_leaves: Sequence[Any], values: Sequence[Any]) -> tuple[Leaves, Any]:
         """``f``'s output leaves and the residual of that evaluation: the pullback
         its engine recorded (:meth:`~di.mixing.core.Host.linearize`), which
-        :meth:`pullback` uses instead of running ``f`` again, or ``None`` (an
+        :meth:`Signature.pullback` uses instead of running ``f`` again, or ``None`` (an
         engine that does not linearize, or a backend of another engine or a
-        strategy: the value then comes from :meth:`value`)."""
+        strategy: the value then comes from :meth:`Signature.value`)."""
         inner = self.inner
         if inner is None:
             return self.value(x_leaves, values), None
@@ -365,7 +365,7 @@ class Signature:
     ) -> list[Leaves]:
         """One pullback per cotangent (each a list of output leaves): lists of ``x``
         leaves in the inner engine's family. With the ``residual`` of a
-        :meth:`forward` at this point and one cotangent, the pullback that
+        :meth:`Signature.forward` at this point and one cotangent, the pullback that
         evaluation recorded (``f`` does not run again)."""
         if residual is not None and len(cotangents) == 1 and self.output is not None:
             family = self.family
@@ -499,14 +499,14 @@ class Call:
         return self.signature.value(x_leaves, self.values(operands))
 
     def forward(self, x_leaves: Sequence[Any], operands: Sequence[Any]) -> tuple[Leaves, Any]:
-        """``f``'s output leaves and the residual a later :meth:`pullback` at this
+        """``f``'s output leaves and the residual a later :meth:`Call.pullback` at this
         point takes (:meth:`Signature.forward`)."""
         return self.signature.forward(x_leaves, self.values(operands))
 
     def pullback(
         self, x_leaves: Sequence[Any], operands: Sequence[Any], cotangents: Sequence[Leaves], residual: Any = None
     ) -> list[Leaves]:
-        """One list of ``x`` leaves per cotangent (from ``residual``, a :meth:`forward`'s, when given)."""
+        """One list of ``x`` leaves per cotangent (from ``residual``, a :meth:`Call.forward`'s, when given)."""
         return self.signature.pullback(x_leaves, self.values(operands), cotangents, residual)
 
     def pushforward(self, x_leaves: Sequence[Any], operands: Sequence[Any], tangents: Sequence[Leaves]) -> list[Leaves]:

@@ -93,7 +93,7 @@ class Evaluator:
     def telling_error(self, programs: Programs) -> Programs:
         """``programs`` (first order), each carrying ``result_error`` (see
         :func:`di.backends.protocol.keeping_error`), and telling a write into ``x``
-        (:meth:`reading`)."""
+        (:meth:`Evaluator.reading`)."""
         programs = self.reading(programs)
         for program in programs.values():
             program.result_error = self.error  # type: ignore[attr-defined]
@@ -101,7 +101,7 @@ class Evaluator:
 
     def reading(self, programs: Programs) -> Programs:
         """``programs``, a write of ``f`` into the read-only point (see
-        :meth:`inputs`) raised as the ``di`` error for a write into ``x``, chained
+        :meth:`Evaluator.inputs`) raised as the ``di`` error for a write into ``x``, chained
         to NumPy's (one frame per call, none per evaluation of ``f``)."""
         backend, operator = self.backend, self.operator
 
