@@ -81,6 +81,7 @@ def _add_override(engine: Engine) -> None:
     override = engine.namespace
     if override is not None:
         _OVERRIDES[override.replaces] = _Override(override.build, override.traced, override.mixes_with)
+        _BY_CLASS.clear()  # (a class met before may have the new engine's namespace)
 
 
 def array_namespace(*arrays: Any) -> Any:
@@ -121,6 +122,13 @@ def array_namespace(*arrays: Any) -> Any:
         >>> di.array_namespace({"w": np.zeros(2), "b": np.zeros(())}).__name__
         'array_api_compat.numpy'
     """
+    if len(arrays) == 1:
+        # One array's namespace by its class, once: array-api-compat's lookup goes through
+        # functools.lru_cache'd helpers, which torch.compile warns about each time it traces
+        # f (four "lru_cache" warnings a process); a dictionary lookup it traces silently.
+        known = _BY_CLASS.get(arrays[0].__class__)
+        if known is not None:
+            return known
     import array_api_compat
 
     overrides = _OVERRIDES if _overrides_read else _overrides()
@@ -136,7 +144,16 @@ def array_namespace(*arrays: Any) -> Any:
     # Checked after the fact, so that most families pay one lookup, which
     # torch.compile and jax.jit trace for free.
     replaced = overrides.get(getattr(namespace, "__name__", ""))
-    return namespace if replaced is None else _checked_mix(replaced, arrays)
+    if replaced is not None:
+        return _checked_mix(replaced, arrays)
+    if len(arrays) == 1 and len(_BY_CLASS) < 256 and not _is_container(arrays[0]):
+        _BY_CLASS[arrays[0].__class__] = namespace
+    return namespace
+
+
+_BY_CLASS: dict[type, Any] = {}
+"""The namespace of a single array of each class met (none whose namespace an engine
+replaces: those are checked at every call)."""
 
 
 def _checked_mix(override: _Override, arrays: tuple[Any, ...]) -> Any:

@@ -340,6 +340,9 @@ class RecompileWatch:
         skip: the top-level packages whose frames a warning skips to point at the
             caller's line (``di``, and the engine's, whose compiled wrappers sit
             between ``di``'s frames).
+        advice: the engine's reading of a failed guard (``reason -> advice``, ``""``
+            for none), for the guards that say what changed outside ``f`` (a grad
+            mode), where the default advice about ``f``'s side effects misleads.
 
     Examples:
         >>> import warnings, di
@@ -359,8 +362,10 @@ class RecompileWatch:
         statics: tuple[int, ...],
         limit: int | Callable[[], int],
         skip: tuple[str, ...] = ("di",),
+        advice: Callable[[str], str] | None = None,
     ) -> None:
         self.backend = backend
+        self._advice = advice
         self.statics = statics
         self._limit = limit
         self._skip = skip
@@ -387,12 +392,16 @@ class RecompileWatch:
                 self.unexpected += 1
             near_limit = self.compiles >= self.limit - 1
         if not expected and self.unexpected >= 2:
+            advice = self._advice(reason) if self._advice is not None else ""
             self._warn(
                 f"compiled f again ({self.unexpected} recompiles since preparation; at {self.limit} it stops) "
-                f"because this guard failed: {reason}. f changes something the compiler guards on between "
-                f"calls: a Python global or attribute it reads or modifies (a call counter), or a Python value "
-                f"it closes over. Keep such side effects out of f and pass values that change as contexts "
-                f"(di.Constant(value) is traced)."
+                f"because this guard failed: {reason}. "
+                + (
+                    advice
+                    or "f changes something the compiler guards on between calls: a Python global or attribute it "
+                    "reads or modifies (a call counter), or a Python value it closes over. Keep such side effects "
+                    "out of f and pass values that change as contexts (di.Constant(value) is traced)."
+                )
             )
         elif near_limit:
             cause = "a new value of a static context" if expected else f"this guard failed: {reason}"

@@ -39,6 +39,10 @@ if TYPE_CHECKING:
 __all__ = ["get_adapter", "get_strategy", "register_backend"]
 
 _ADAPTERS: dict[AbstractBackend, Adapter] = {}
+_MOST_ADAPTERS = 256
+"""The most adapters kept (one per distinct selector): a sweep over thousands of
+selector options (``AutoFiniteDiff(step=...)``) keeps the latest ones; a prep holds
+its own adapter, so one forgotten here is only made again when next asked for."""
 _STRATEGIES: dict[type[AbstractBackend], Strategy | None] = {}
 _TRACED: set[str | type] = set()
 """The engines (by record key) whose traced values are registered."""
@@ -148,6 +152,8 @@ def get_adapter(backend: AbstractBackend) -> Adapter:
     if record is not None:
         _register_traced(record)  # values its engine traces are then known by class, as the adapter runs
     _ADAPTERS[backend] = adapter
+    if len(_ADAPTERS) > _MOST_ADAPTERS:
+        del _ADAPTERS[next(iter(_ADAPTERS))]  # the oldest first
     return adapter
 
 

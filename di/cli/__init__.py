@@ -59,7 +59,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         ...       "--no-bench", "--quiet"])  # doctest: +SKIP
         0
     """
-    from di.cli import check, plan, scenarios
+    from di.cli import check, fuzzing, plan, scenarios
     from di.cli.arguments import build_parser, check_arguments
     from di.cli.functions import register_engines
     from di.cli.output import Output
@@ -72,7 +72,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     else:
         args = parser.parse_args(arguments)
     out = Output()
-    runners = {"check": check.run, "plan": plan.run, None: scenarios.run}
+    runners = {"check": check.run, "fuzz": fuzzing.run, "plan": plan.run, None: scenarios.run}
     try:
         check_arguments(args)
         register_engines(args.engines)

@@ -64,7 +64,7 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argument
         parents=[common],
     )
     scenarios.add_arguments(parser)
-    subparsers = parser.add_subparsers(dest="command", metavar="{check,plan}")
+    subparsers = parser.add_subparsers(dest="command", metavar="{check,fuzz,plan}")
     commands = {
         "check": subparsers.add_parser(
             "check",
@@ -72,6 +72,14 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argument
             help="check your own function on every backend",
             description="Differentiate MODULE:FUNCTION on every backend, compare with a float64 reference, time "
             "it. Arguments of f after x are given with --constant and --cache-buffer, in f's order.",
+        ),
+        "fuzz": subparsers.add_parser(
+            "fuzz",
+            parents=[common],
+            help="differentiate random array-API programs on every backend and compare them",
+            description="Draw random programs (chains of array-API operations), differentiate each on every "
+            "installed backend, unprepared and prepared, and compare with a high-accuracy finite difference; "
+            "print each disagreement, shrunk, as a ready-to-paste test.",
         ),
         "plan": subparsers.add_parser(
             "plan",
@@ -81,6 +89,10 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argument
         ),
     }
     check.add_arguments(commands["check"])
+    fuzz = commands["fuzz"]
+    fuzz.add_argument("--minutes", type=float, default=1.0, help="the time budget in minutes (default 1)")
+    fuzz.add_argument("--seed", type=int, default=0, help="the seed of the programs drawn (default 0)")
+    fuzz.add_argument("--compiled", action="store_true", help="compare the compiling selectors too")
     plan.add_arguments(commands["plan"])
     return parser, commands
 

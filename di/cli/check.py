@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import textwrap
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -226,6 +227,14 @@ def _print_rows(out: Output, title: str, rows: list[dict[str, Any]]) -> None:
             for r in rows
         ],
     )
+    failed = [r for r in rows if r["message"]]
+    if failed:  # the table cuts each message: the cause and the fix di's errors carry, in full
+        out.line()
+        out.line("errors in full:")
+        for r in failed:
+            out.line(
+                textwrap.fill(f"{r['backend']}: {' '.join(r['message'].split())}", width=100, subsequent_indent="    ")
+            )
 
 
 def run(args: argparse.Namespace, out: Output) -> int:

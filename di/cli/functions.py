@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import builtins
+import difflib
 import importlib
 import importlib.util
 import inspect
@@ -76,8 +77,16 @@ def load_object(spec: str, what: str = "function") -> Any:
     try:
         return getattr(module, name)
     except AttributeError:
-        public = sorted(n for n in vars(module) if not n.startswith("_") and callable(getattr(module, n)))
-        hint = f"; it has: {', '.join(public[:12])}" if public else ""
+        # the callables the module defines (not those it imports), the nearest names first
+        public = sorted(
+            n
+            for n, value in vars(module).items()
+            if not n.startswith("_") and callable(value) and getattr(value, "__module__", None) == module.__name__
+        )
+        near = difflib.get_close_matches(name, public, n=3, cutoff=0.6)
+        hint = f"; did you mean {' or '.join(repr(n) for n in near)}?" if near else ""
+        if public:
+            hint += f" It defines: {', '.join(public[:12])}" + (" ..." if len(public) > 12 else "")
         raise UsageError(f"module {module_name!r} has no {what} {name!r}{hint}") from None
 
 

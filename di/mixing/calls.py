@@ -20,6 +20,7 @@ family, which the host converts back.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -193,6 +194,8 @@ class Signature:
         treedef: the structure of ``x``.
         x_specs: the specs of ``x``'s leaves.
         operand_specs: the specs of the contexts the host passes as operands, by position.
+        inner: the host of ``f``'s own engine (:class:`~di.mixing.core.Host`), which
+            linearizes ``f`` when ``backend`` is a plain selector of that engine.
 
     Raises:
         InvalidInputError: a leaf of ``x`` that is not real floating point.
@@ -210,6 +213,7 @@ class Signature:
         treedef: Any,
         x_specs: Sequence[Spec],
         operand_specs: dict[int, Spec],
+        inner: Any = None,
     ) -> None:
         self.f, self.backend, self.kinds, self.treedef = f, backend, tuple(kinds), treedef
         self.x_specs, self.operand_specs = tuple(x_specs), dict(operand_specs)
@@ -222,6 +226,9 @@ class Signature:
         self.family = engine_family(backend)
         strategy = get_strategy(backend)
         self._products_as_jacobian = strategy is not None and strategy.products_as_jacobian(backend)
+        # f's own engine's host (inner), for a plain selector of that engine: it runs f once
+        # per forward and backward pair (linearize) and describes the output without a trace
+        self.inner = inner if strategy is None else None
         self.output: OutputSpec | None = None
         self._raveled: Callable[..., Any] | None = None
         self._preps: dict[tuple[str, int], Prep] = {}
@@ -249,13 +256,40 @@ class Signature:
     def value(self, x_leaves: Sequence[Any], values: Sequence[Any]) -> Leaves:
         """``f``'s output leaves at these arguments, in the inner engine's family, from
         the backend's own program (compiled on a compiled backend): the value of a
-        pushforward prepared with no tangents."""
-        output = self.describe_output(x_leaves, values)
+        pushforward prepared with no tangents. The first call evaluates ``f``
+        directly, which describes the output (one evaluation, not two)."""
+        if self.output is None:
+            with self._lock:
+                if self.output is None:
+                    return self.evaluate(x_leaves, values)
+        output = self.output
         x, contexts = self.arguments(x_leaves, values)
         f, _, unpack = self._differentiated(output)
         prep = self._prep("pushforward", 0, lambda: prepare_pushforward(f, self.backend, x, (), *contexts))
         y, _ = value_and_pushforward(f, prep, self.backend, x, (), *contexts)
         return unpack(y)
+
+    def forward(self, x_leaves: Sequence[Any], values: Sequence[Any]) -> tuple[Leaves, Any]:
+        """``f``'s output leaves and the residual of that evaluation: the pullback
+        its engine recorded (:meth:`~di.mixing.core.Host.linearize`), which
+        :meth:`Signature.pullback` uses instead of running ``f`` again, or ``None`` (an
+        engine that does not linearize, or a backend of another engine or a
+        strategy: the value then comes from :meth:`Signature.value`)."""
+        inner = self.inner
+        if inner is None:
+            return self.value(x_leaves, values), None
+        x, contexts = self.arguments(x_leaves, values)
+        with get_family(self.family).scope([spec[1] for spec in self.x_specs]):
+            linearized = inner.linearize(self.f, self.backend, x, [c.value for c in contexts])
+        if linearized is None:
+            self.inner = None  # (asked once: this engine does not linearize)
+            return self.value(x_leaves, values), None
+        y, residual = linearized
+        leaves, treedef = tree_flatten(y)
+        leaves = [handover(np.asarray(leaf) if isinstance(leaf, float) else leaf, self.family) for leaf in leaves]
+        if self.output is None:
+            self.output = self._describe(leaves, treedef)
+        return leaves, residual
 
     def evaluate(self, x_leaves: Sequence[Any], values: Sequence[Any]) -> Leaves:
         """``f``'s output leaves at these arguments, called directly, in the inner
@@ -291,9 +325,12 @@ class Signature:
         if self.output is None:
             with self._lock:
                 if self.output is None:
+                    probe = contextlib.nullcontext()
                     if x_leaves is None:
                         x_leaves = [self.zeros(spec) for spec in self.x_specs]
-                    with np.errstate(all="ignore"):  # zeros may meet a logarithm or a division
+                        if self.inner is not None:  # a probe f's engine undoes (its state, its random draws)
+                            probe = self.inner.probing()
+                    with probe, np.errstate(all="ignore"):  # zeros may meet a logarithm or a division
                         self.evaluate(x_leaves, values)
         assert self.output is not None
         return self.output
@@ -323,9 +360,20 @@ class Signature:
             and len(output.specs) == 1
         )
 
-    def pullback(self, x_leaves: Sequence[Any], values: Sequence[Any], cotangents: Sequence[Leaves]) -> list[Leaves]:
+    def pullback(
+        self, x_leaves: Sequence[Any], values: Sequence[Any], cotangents: Sequence[Leaves], residual: Any = None
+    ) -> list[Leaves]:
         """One pullback per cotangent (each a list of output leaves): lists of ``x``
-        leaves in the inner engine's family."""
+        leaves in the inner engine's family. With the ``residual`` of a
+        :meth:`Signature.forward` at this point and one cotangent, the pullback that
+        evaluation recorded (``f`` does not run again)."""
+        if residual is not None and len(cotangents) == 1 and self.output is not None:
+            family = self.family
+            cotangent = self.output.unflatten([handover(leaf, family) for leaf in cotangents[0]])
+            with get_family(family).scope([spec[1] for spec in self.x_specs]):
+                result = residual(cotangent)
+            if result is not None:
+                return [[handover(leaf, family) for leaf in tree_flatten(result)[0]]]
         output = self.describe_output(x_leaves, values)
         x, contexts = self.arguments(x_leaves, values)
         family = self.family
@@ -450,9 +498,16 @@ class Call:
         """``f``'s output leaves."""
         return self.signature.value(x_leaves, self.values(operands))
 
-    def pullback(self, x_leaves: Sequence[Any], operands: Sequence[Any], cotangents: Sequence[Leaves]) -> list[Leaves]:
-        """One list of ``x`` leaves per cotangent."""
-        return self.signature.pullback(x_leaves, self.values(operands), cotangents)
+    def forward(self, x_leaves: Sequence[Any], operands: Sequence[Any]) -> tuple[Leaves, Any]:
+        """``f``'s output leaves and the residual a later :meth:`Call.pullback` at this
+        point takes (:meth:`Signature.forward`)."""
+        return self.signature.forward(x_leaves, self.values(operands))
+
+    def pullback(
+        self, x_leaves: Sequence[Any], operands: Sequence[Any], cotangents: Sequence[Leaves], residual: Any = None
+    ) -> list[Leaves]:
+        """One list of ``x`` leaves per cotangent (from ``residual``, a :meth:`Call.forward`'s, when given)."""
+        return self.signature.pullback(x_leaves, self.values(operands), cotangents, residual)
 
     def pushforward(self, x_leaves: Sequence[Any], operands: Sequence[Any], tangents: Sequence[Leaves]) -> list[Leaves]:
         """One list of output leaves per tangent."""

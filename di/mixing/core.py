@@ -13,9 +13,10 @@ for, ``g`` is ``f`` and that engine differentiates it natively.
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, ClassVar
 
 import numpy as np
@@ -63,6 +64,41 @@ class Host:
         """``g(x, *values)`` (``x`` flattened into ``leaves`` and ``treedef``) as this
         engine's primitive."""
         raise NotImplementedError
+
+    # --- for an f written for this engine (g's inner side) ----------------------------------
+
+    def linearize(
+        self, f: Callable[..., Any], backend: AbstractBackend, x: Any, values: Sequence[Any]
+    ) -> tuple[Any, Callable[[Any], Any] | None] | None:
+        """``f(x, *values)`` and its pullback from that one evaluation, for an ``f``
+        written for this engine and differentiated by ``backend`` (one of this
+        engine's selectors, no strategy): what lets another engine's forward and
+        backward pass run ``f`` once, so a stateful ``f`` (dropout, batch norm, a
+        random draw) gives what this engine's own forward and backward give.
+
+        Args:
+            f: the function.
+            backend: the inner backend.
+            x: the point, in this engine's arrays.
+            values: the context values, in this engine's arrays.
+
+        Returns:
+            ``None`` when this engine does not linearize (the caller evaluates
+            and differentiates through ``backend``'s preps), else ``(y,
+            pullback)``: ``pullback(cotangent)`` (a cotangent shaped like ``y``)
+            returns the cotangent of ``x`` once, then ``None`` (its state is
+            spent); ``pullback`` is ``None`` itself when ``y`` does not depend on
+            ``x`` as the engine records it (the caller's preps decide).
+        """
+        return None
+
+    @contextlib.contextmanager
+    def probing(self) -> Iterator[None]:
+        """A scope in which evaluating an ``f`` of this engine leaves no trace: what
+        it writes into the engine's arrays and the draws it takes from the engine's
+        random stream are undone on exit. ``g``'s output is described so when an
+        outer engine traces ``g`` before any real call (the default: no undoing)."""
+        yield
 
 
 _HOST_BY_CLASS: dict[type, Host | None] = {}
@@ -319,7 +355,9 @@ class DifferentiateWith:
                 signature = self._signatures.get(key)
                 if signature is None:
                     kinds = self._kinds_of(len(values))
-                    signature = Signature(self.f, self.backend, kinds, treedef, x_specs, operand_specs)
+                    signature = Signature(
+                        self.f, self.backend, kinds, treedef, x_specs, operand_specs, inner=self._own_host
+                    )
                     self._signatures[key] = signature
         captured = [None if i in operand_specs else v for i, v in enumerate(values)]
         return Call(signature, captured, sorted(operand_specs))

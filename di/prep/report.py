@@ -34,7 +34,9 @@ def mismatch_error(
         given_backend: the backend of the call.
         given: ``x`` then the contexts of the call.
         strict: whether the prep is strict (a ``strict=False`` prep checks only
-            ``f`` and the backend, and its fix line says so).
+            ``f``, the backend and that every prepared context is given: its other
+            rows say ``unchecked`` where they differ, and its fix line says what
+            it checks).
     """
     rows: list[tuple[str, str, str]] = []
     f_ok = given_f is prepared["f"]
@@ -47,21 +49,31 @@ def mismatch_error(
             repr(prepared["backend"]) if b_ok else f"prepared {prepared['backend']!r}   given {given_backend!r}",
         )
     )
+    counted = len(given) >= len(checks) if not strict else True  # what a strict=False prep checks of them
     for index, check in enumerate(checks):
         if index < len(given):
             value = given[index]
             ok = check.matches(value)
             detail = check.description if ok else check.explain(value)
+            # a strict=False prep compares neither x nor the contexts: a difference there
+            # did not make this report, and the prep would have run with it
+            status = "ok" if ok else "differs" if strict else "unchecked"
         else:
-            ok, detail = False, f"prepared {check.description}   given nothing"
-        rows.append((check.label, "ok" if ok else "differs", detail))
+            status, detail = "differs", f"prepared {check.description}   given nothing"
+        rows.append((check.label, status, detail))
     for index in range(len(checks), len(given)):
-        rows.append((f"context {index}", "differs", f"prepared nothing   given {describe_value(given[index])}"))
+        status = "differs" if strict else "unchecked"
+        rows.append((f"context {index}", status, f"prepared nothing   given {describe_value(given[index])}"))
     width = max(len(label) for label, _, _ in rows)
     lines = ["this prep was made for other arguments."]
     lines += [f"  {label.ljust(width)}  {status.ljust(7)}  {detail}".rstrip() for label, status, detail in rows]
     if strict:
         fix = f"Prepare again for the new arguments (di.prepare_{operator}), or pass strict=False to skip this check."
+    elif not counted:
+        fix = (
+            f"Pass every context the prep was made with, or prepare again for these arguments "
+            f"(di.prepare_{operator}): a strict=False prep still checks f, the backend and that each context is given."
+        )
     else:
         fix = f"Prepare again for this f and backend (di.prepare_{operator}): a strict=False prep still checks both."
     lines.append(fix)

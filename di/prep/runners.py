@@ -268,6 +268,8 @@ def _source(shape: _Shape) -> str:
         if shape.strict:  # (a program that compares x and the values itself: here, the contexts' wrappers)
             wrappers = [f"contexts[{index}].__class__ is wrapper{index}" for index in range(shape.contexts)]
             same = " and ".join([same, count, *wrappers])
+        elif shape.contexts:  # (fewer contexts than prepared: the report says so, not an IndexError)
+            same = f"{same} and len(contexts) >= {shape.contexts}"
         body += [f"if not ({same}):", "    fail(f, backend, x, contexts)"]
     result = "finish(result)" if shape.finish else "result"
     if shape.kind == _CHECKED_BY_PROGRAM:

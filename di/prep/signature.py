@@ -102,8 +102,15 @@ class ArgumentCheck:
                 except Exception:
                     same = False
                 if not same:
-                    return f"{path} differs: prepared {description}   given {describe_value(leaf)}"
-        return f"prepared {self.description}   given {describe_value(value)}"
+                    given = describe_value(leaf)
+                    unseen = _unseen(description, given, key, expected, leaf)
+                    return f"{path} differs: prepared {description}   given {given}{unseen}"
+        given = describe_value(inner)
+        prepared = (
+            self.description.removeprefix(f"{self.wrapper.__name__} ") if self.wrapper is not None else self.description
+        )
+        unseen = _unseen(prepared, given, self.key, self.expected, inner)
+        return f"prepared {self.description}   given {describe_value(value)}{unseen}"
 
     def matches(self, value: Any) -> bool:
         """Whether ``value`` (a bare value, or a context for contexts) fits."""
@@ -115,3 +122,24 @@ class ArgumentCheck:
             return bool(self.key(value) == self.expected or self.key(plain(value)) == self.expected)
         except Exception:
             return False
+
+
+def _unseen(prepared: str, given: str, key: KeyFunction, expected: Any, value: Any) -> str:
+    """What differs when the two descriptions read the same (a class, a device the
+    description leaves out): the fields of the keys that differ, or ``""``."""
+    if prepared != given:
+        return ""
+    try:
+        found = key(value)
+    except Exception:
+        return ""
+    if isinstance(found, tuple) and isinstance(expected, tuple) and len(found) == len(expected):
+        pairs = [(a, b) for a, b in zip(expected, found) if a != b]
+    else:
+        pairs = [(expected, found)]
+
+    def name(field: Any) -> str:
+        return field.__qualname__ if isinstance(field, type) else repr(field)
+
+    differences = ", ".join(f"prepared {name(a)}, given {name(b)}" for a, b in pairs)
+    return f" ({differences})" if differences else ""

@@ -18,6 +18,7 @@ from autograd.tracer import Box, getval
 from di.backends.aux import split_output
 from di.backends.capabilities import AUX_FAMILIES, Capabilities
 from di.backends.engine import TracedValues
+from di.backends.misuse import foreign_engine_error, written_x_error
 from di.backends.outputs import SCALAR_OPERATORS, OutputRules, checking, untraced_output_error
 from di.backends.protocol import Adapter, Programs
 from di.backends.selectors import AbstractBackend
@@ -84,6 +85,10 @@ def _no_jvp_error(error: BaseException, backend: AbstractBackend, operator: str)
     )
 
 
+_FOREIGN_CALL = re.compile(r"must be \w+, not \w*Box")
+"""Another library's refusal of an autograd box (``must be Tensor, not ArrayBox``)."""
+
+
 class _Rules(OutputRules):
     """autograd outputs: numpy values, boxed (``ArrayBox``) when computed from a
     traced ``x``; read through the box (its own properties cost microseconds)."""
@@ -106,7 +111,15 @@ class _Rules(OutputRules):
     def translate(
         self, error: BaseException, backend: AbstractBackend, operator: str, values: Sequence[Any]
     ) -> BaseException | None:
-        return _no_jvp_error(error, backend, operator) if isinstance(error, NotImplementedError) else None
+        if isinstance(error, NotImplementedError):
+            return _no_jvp_error(error, backend, operator)
+        if isinstance(error, TypeError):
+            text = str(error)
+            if "Box' object does not support item assignment" in text:  # x[0] = 5.0
+                return written_x_error(backend, operator)
+            if _FOREIGN_CALL.search(text):  # torch.sin(x): another library's function refused a box
+                return foreign_engine_error(backend, operator, error)
+        return None
 
     def is_conversion_error(self, error: BaseException) -> str:
         if isinstance(error, ValueError):

@@ -303,8 +303,24 @@ def vector_norm(x: Any, /, *, axis: Any = None, keepdims: bool = False, ord: flo
     return norm
 
 
+_NORMS_OF_SINGULAR_VALUES: dict[Any, Callable[..., Any]] = {2: anp.max, -2: anp.min, "nuc": anp.sum}
+
+
 def matrix_norm(x: Any, /, *, keepdims: bool = False, ord: Any = "fro") -> Any:
-    return anp.linalg.norm(x, ord=ord, axis=(-2, -1), keepdims=keepdims)
+    # Each norm from functions autograd differentiates: its norm's gradient takes no
+    # negative axes (NumPy's AxisError once reduced), no keepdims over two axes (a
+    # wrong shape) and no ord other than "fro" for matrices; the norms of singular
+    # values from the singular values.
+    if ord in _NORMS_OF_SINGULAR_VALUES:
+        norm = _NORMS_OF_SINGULAR_VALUES[ord](anp.linalg.svd(x, full_matrices=False)[1], axis=-1)
+    elif ord == "fro":
+        norm = anp.sqrt(anp.sum(x * x, axis=(anp.ndim(x) - 2, anp.ndim(x) - 1)))
+    elif ord in (1, -1, np.inf, -np.inf):  # 1: the largest column sum of |x|; inf: the largest row sum
+        sums = anp.sum(anp.abs(x), axis=-2 if abs(ord) == 1 else -1)
+        norm = _NORMS_OF_ABS[np.inf if ord > 0 else -np.inf](sums, axis=-1)
+    else:
+        norm = anp.linalg.norm(x, ord=ord, axis=(anp.ndim(x) - 2, anp.ndim(x) - 1))
+    return anp.reshape(norm, (*anp.shape(norm), 1, 1)) if keepdims else norm
 
 
 def cholesky(x: Any, /, *, upper: bool = False) -> Any:

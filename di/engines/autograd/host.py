@@ -14,11 +14,12 @@ NumPy arrays in the dtypes ``f`` returned (pullbacks in ``x``'s).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 from autograd.builtins import tuple as autograd_tuple
+from autograd.core import make_vjp
 from autograd.extend import defjvp_argnums, defvjp_argnums, primitive
 from autograd.tracer import Box, getval
 
@@ -35,12 +36,16 @@ class _Site:
     """One call of ``g``: its :class:`Call`, the number of ``x`` leaves and operands,
     and the dtypes of the leaves on both sides."""
 
-    __slots__ = ("call", "g", "nc", "nx", "x_dtypes", "y_dtypes")
+    __slots__ = ("call", "g", "nc", "nx", "outputs", "residual", "x_dtypes", "y_dtypes")
 
     def __init__(self, g: DifferentiateWith, call: Call, x_dtypes: Sequence[Any], nc: int) -> None:
         self.g, self.call, self.nx, self.nc = g, call, len(x_dtypes), nc
         self.x_dtypes = list(x_dtypes)
         self.y_dtypes = [np.dtype(dtype) for _, dtype in call.output().specs]
+        # f's outputs at this call's point, computed before autograd records the call,
+        # and the residual of that evaluation, which the pullback takes (f runs once)
+        self.outputs: list[Any] | None = None
+        self.residual: Any = None
 
     def arrays(self, leaves: Sequence[Any], dtypes: Sequence[Any]) -> list[Any]:
         """Inner-engine leaves as NumPy arrays the caller owns, in these dtypes."""
@@ -59,7 +64,10 @@ def _unpacked(value: Any, count: int) -> list[Any]:
 @primitive
 def _value(site: _Site, *arrays: Any) -> Any:
     nx = site.nx
-    return site.packed(site.arrays(site.call.value(arrays[:nx], arrays[nx:]), site.y_dtypes))
+    outputs, site.outputs = site.outputs, None
+    if outputs is None:
+        outputs = site.call.value(arrays[:nx], arrays[nx:])
+    return site.packed(site.arrays(outputs, site.y_dtypes))
 
 
 @primitive
@@ -95,9 +103,19 @@ def _value_vjp(argnums: Sequence[int], ans: Any, args: tuple[Any, ...], kwargs: 
     site = args[0]
     _refuse_contexts(site, argnums, 1)
     point = args[1 : 1 + site.nx + site.nc]
+    residual, site.residual = site.residual, None
 
     def pullback(cotangent: Any) -> tuple[Any, ...]:
-        grads = _unpacked(_linear(site, True, *point, *_unpacked(cotangent, len(site.y_dtypes))), site.nx)
+        nonlocal residual
+        cotangents = _unpacked(cotangent, len(site.y_dtypes))
+        kept, residual = residual, None  # (spent: a second pullback asks the inner backend)
+        if kept is not None and not any(isinstance(c, Box) for c in cotangents):  # (a Box: a second derivative)
+            nx = site.nx
+            plain = [getval(a) for a in point]
+            results = site.call.pullback(plain[:nx], plain[nx:], [list(cotangents)], kept)[0]
+            grads = site.arrays(results, site.x_dtypes)
+        else:
+            grads = _unpacked(_linear(site, True, *point, *cotangents), site.nx)
         return tuple(grads[argnum - 1] for argnum in argnums)
 
     return pullback
@@ -152,6 +170,12 @@ class AutogradHost(Host):
     def owns(self, value: Any) -> bool:
         return isinstance(value, Box)
 
+    def linearize(
+        self, f: Callable[..., Any], backend: Any, x: Any, values: Sequence[Any]
+    ) -> tuple[Any, Callable[[Any], Any] | None] | None:
+        """autograd's ``make_vjp`` (see :meth:`Host.linearize`)."""
+        return _linearize(f, backend, x, values)
+
     def call(self, g: DifferentiateWith, x: Any, leaves: list[Any], treedef: Any, values: list[Any]) -> Any:
         leaves, treedef = tree_flatten(_opened(x))
         positions = g.operand_positions(self, values)
@@ -161,10 +185,33 @@ class AutogradHost(Host):
         x_specs = [(leaf.shape, leaf.dtype.name) for leaf in plain]
         operand_specs = {i: (v.shape, v.dtype.name) for i, v in zip(positions, plain_operands)}
         call = g.call_for(treedef, x_specs, values, operand_specs)
-        output = call.output(plain, plain_operands)
+        outputs, residual = call.forward(plain, plain_operands)  # f's one run (it describes the output)
+        output = call.output()
         site = _Site(g, call, [leaf.dtype for leaf in plain], len(operands))
+        site.outputs, site.residual = outputs, residual
         result = _value(site, *leaves, *operands)
         return output.unflatten(_unpacked(result, len(output.specs)))
+
+
+def _linearize(
+    f: Callable[..., Any], backend: Any, x: Any, values: Sequence[Any]
+) -> tuple[Any, Callable[[Any], Any] | None] | None:
+    """autograd's ``make_vjp`` of ``f`` at an array ``x`` with an array output."""
+    if not isinstance(x, np.ndarray):
+        return None
+    vjp, y = make_vjp(lambda x: f(x, *values), x)
+    if not isinstance(y, np.ndarray) and not isinstance(y, float):
+        return y, None
+    spent = False
+
+    def pullback(cotangent: Any) -> Any:
+        nonlocal spent
+        if spent:
+            return None
+        spent = True
+        return vjp(np.asarray(cotangent, dtype=np.result_type(y)))
+
+    return y, pullback
 
 
 def _opened(x: Any) -> Any:

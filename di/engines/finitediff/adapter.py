@@ -20,7 +20,7 @@ import numpy as np
 from di.backends.capabilities import AUX_FAMILIES, Capabilities
 from di.backends.protocol import Adapter, Program, Programs
 from di.contexts import Cache, Context
-from di.engines.finitediff.evaluation import Evaluator, shape_changed
+from di.engines.finitediff.evaluation import Evaluator, read_only, shape_changed, writable
 from di.engines.finitediff.selector import AutoFiniteDiff
 from di.engines.finitediff.steps import coordinate_steps, directional_step, largest_magnitude
 from di.families import converter, family_of, get_family
@@ -70,7 +70,7 @@ class FiniteDiffAdapter(Adapter):
         # float64's steps until an output was coarser (no per-thread lookup before)
         precision = evaluator.precision if evaluator.adapting else None
         eps, step = evaluator.float64 if precision is None else (precision.eps, precision.first_step)
-        flat = point.reshape(-1)
+        flat = writable(point).reshape(-1)
         # Python floats: indexing lists is cheaper than numpy scalars, and the
         # arithmetic is the same IEEE double arithmetic, so results are identical.
         coordinates, steps = flat.tolist(), coordinate_steps(flat, step).tolist()
@@ -133,8 +133,8 @@ class FiniteDiffAdapter(Adapter):
             # np.asarray: a 0-d point +- h*t would otherwise be a numpy scalar. The last
             # evaluation's output needs no copy (nothing runs f after it: a buffer f
             # returns keeps its value); the first one's does when another follows.
-            up = array(np.asarray(point + h * t), values, operator, copy=central)
-            other = array(np.asarray(point - h * t), values, operator, copy=False) if central else y0
+            up = array(read_only(point + h * t), values, operator, copy=central)
+            other = array(read_only(point - h * t), values, operator, copy=False) if central else y0
             if up.shape != other.shape:
                 raise shape_changed(self.backend, operator, other.shape, up.shape)
             return (up - other) / (2 * h if central else h)
@@ -190,7 +190,7 @@ class FiniteDiffAdapter(Adapter):
             """``((y, jacobian), aux)``; central differences without the value or aux
             leave ``f(x)`` unevaluated (``y`` is then ``None``)."""
             caller, point, values = evaluator.inputs(x, values)
-            flat = point.reshape(-1)
+            flat = writable(point).reshape(-1)
             at_point = with_value or not central or has_aux or flat.size == 0
             y0, aux = evaluator.array_at_point(caller, point, values, operator) if at_point else (None, None)
             steps = coordinate_steps(flat, evaluator.precision.first_step).tolist()
@@ -275,7 +275,7 @@ class FiniteDiffAdapter(Adapter):
     def prepare_hvp_programs(
         self, f: Callable[..., Any], x: Any, tx: Sequence[Any], contexts: Sequence[Context]
     ) -> Programs:
-        evaluator = Evaluator(self, f, x, contexts)
+        evaluator = Evaluator(self, f, x, contexts, operator="hvp")
 
         def products(caller: Any, point: Any, values: Sequence[Any], tx: Sequence[Any]) -> tuple[Any, ...]:
             """Central differences of gradients along each tangent (the gradient at
@@ -307,14 +307,14 @@ class FiniteDiffAdapter(Adapter):
             caller, point, values = evaluator.inputs(x, values)
             return products(caller, point, values, tx)
 
-        return evaluator.settled({"hvp": hvp, "gradient_and_hvp": gradient_and_hvp})
+        return evaluator.reading(evaluator.settled({"hvp": hvp, "gradient_and_hvp": gradient_and_hvp}))
 
     def prepare_hessian_programs(self, f: Callable[..., Any], x: Any, contexts: Sequence[Context]) -> Programs:
-        evaluator = Evaluator(self, f, x, contexts)
+        evaluator = Evaluator(self, f, x, contexts, operator="hessian")
 
         def hessian_at(point: Any, values: Sequence[Any]) -> Any:
             """Central differences of gradients along each coordinate, symmetrised (float64)."""
-            flat = point.reshape(-1)
+            flat = writable(point).reshape(-1)
             h = coordinate_steps(flat, evaluator.precision.second_step)
             hessian = np.empty((flat.size, flat.size))
             for i in range(flat.size):
@@ -341,12 +341,14 @@ class FiniteDiffAdapter(Adapter):
                 evaluator.scalar(point, values, "hessian")  # no gradient evaluates f: check its output once
             return hessian_at(point, values).astype(caller.dtype)  # neither f(x) nor the gradient at x
 
-        return evaluator.settled({"hessian": hessian, "value_gradient_and_hessian": value_gradient_and_hessian})
+        return evaluator.reading(
+            evaluator.settled({"hessian": hessian, "value_gradient_and_hessian": value_gradient_and_hessian})
+        )
 
     def prepare_second_derivative_programs(
         self, f: Callable[..., Any], x: Any, contexts: Sequence[Context]
     ) -> Programs:
-        evaluator = Evaluator(self, f, x, contexts)
+        evaluator = Evaluator(self, f, x, contexts, operator="second_derivative")
 
         def value_derivative_and_second_derivative(x: Any, *values: Any) -> Any:
             caller, point, values = evaluator.inputs(x, values)

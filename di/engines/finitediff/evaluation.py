@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from di.backends.aux import split_output, value_only
+from di.backends.misuse import written_x_error
 from di.backends.outputs import OutputRules, check_output, raise_bad_output
 from di.backends.protocol import Adapter, Program, Programs
 from di.contexts import Context
@@ -61,6 +62,7 @@ class Evaluator:
         self.adapting = self.f_error is not None
         self.float64 = (EPS, relative_step(self.selector))  # (eps, first step) before that
         self.has_aux = has_aux
+        self.operator = operator
         self.f_with_aux = f
         self.f = value_only(f, self.backend, operator) if has_aux else f
         self.to_numpy_x = adapter.input_converters([x])[0]
@@ -90,10 +92,31 @@ class Evaluator:
 
     def telling_error(self, programs: Programs) -> Programs:
         """``programs`` (first order), each carrying ``result_error`` (see
-        :func:`di.backends.protocol.keeping_error`)."""
+        :func:`di.backends.protocol.keeping_error`), and telling a write into ``x``
+        (:meth:`Evaluator.reading`)."""
+        programs = self.reading(programs)
         for program in programs.values():
             program.result_error = self.error  # type: ignore[attr-defined]
         return programs
+
+    def reading(self, programs: Programs) -> Programs:
+        """``programs``, a write of ``f`` into the read-only point (see
+        :meth:`Evaluator.inputs`) raised as the ``di`` error for a write into ``x``, chained
+        to NumPy's (one frame per call, none per evaluation of ``f``)."""
+        backend, operator = self.backend, self.operator
+
+        def reading(program: Program) -> Program:
+            def run(*args: Any) -> Any:
+                try:
+                    return program(*args)
+                except ValueError as error:
+                    if "read-only" in str(error):
+                        raise written_x_error(backend, operator) from error
+                    raise
+
+            return run
+
+        return {name: reading(program) for name, program in programs.items()}
 
     def settled(self, programs: Programs) -> Programs:
         """``programs``, each computed again when ``f``'s output turned out to have
@@ -116,7 +139,11 @@ class Evaluator:
     def inputs(self, x: Any, values: Sequence[Any]) -> tuple[Any, Any, tuple[Any, ...]]:
         """(caller's x as numpy, a float64 C-contiguous copy of it, converted values)."""
         caller = x if x.__class__ is np.ndarray else np.asarray(self.to_numpy_x(x))
-        point = np.array(caller, dtype=np.float64, order="C")
+        # f reads the point through a read-only view: a write into x raises there (it
+        # would be differentiated as part of f otherwise); the steps write through
+        # writable(point)
+        point = np.array(caller, dtype=np.float64, order="C").view()
+        point.flags.writeable = False
         if self.convert_any:
             values = tuple(convert(v) for convert, v in zip(self.convert_contexts, values))
         return caller, point, tuple(values)
@@ -186,6 +213,20 @@ class Evaluator:
         if not (isinstance(y, float) or (family is not None and is_floating_dtype(y.dtype))):
             raise_bad_output(y, self.backend, operator)
         return np.array(converter(family, "numpy")(y) if family else y, dtype=np.float64, copy=True)
+
+
+def read_only(point: Any) -> Any:
+    """A point made for ``f`` alone (``x`` moved along a direction), read only as
+    :meth:`Evaluator.inputs` makes ``x`` (a 0-d result made an array)."""
+    point = np.asarray(point)
+    point.flags.writeable = False
+    return point
+
+
+def writable(point: Any) -> Any:
+    """The float64 array behind a point :meth:`Evaluator.inputs` made, which the
+    steps perturb in place (``f`` sees it read only)."""
+    return point if point.flags.writeable else point.base
 
 
 class _Rules(OutputRules):

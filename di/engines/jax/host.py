@@ -23,8 +23,10 @@ with respect to the point) raise :class:`di.UnsupportedOperatorError`.
 
 from __future__ import annotations
 
+import collections
 import functools
-from collections.abc import Sequence
+import weakref
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import jax
@@ -45,15 +47,45 @@ class _Site:
     """One traced call of ``g``: its :class:`Call` and abstract values. Primitive
     parameters compare by identity, so every trace gets its own."""
 
-    __slots__ = ("call", "g", "nc", "nx", "x_avals", "y_avals")
+    __slots__ = ("call", "g", "kept", "nc", "nr", "nx", "point", "x_avals", "y_avals")
 
     def __init__(self, g: DifferentiateWith, call: Call, x_avals: list[Any], y_avals: list[Any], nc: int) -> None:
         self.g, self.call, self.x_avals, self.y_avals = g, call, x_avals, y_avals
         self.nx, self.nc = len(x_avals), nc
+        # The linear primitives' point: x's leaves, the context operands and g's output
+        # (nr leaves). The output is there so the pullback's callback runs after the
+        # value's, which kept f's pullback for it (an f run once per forward and
+        # backward pass); the linear operands follow the point.
+        self.nr = len(y_avals)
+        self.point = self.nx + self.nc + self.nr
+        self.kept: collections.OrderedDict[tuple[Any, ...], Any] = collections.OrderedDict()
+
+    def keep(self, arrays: Sequence[Any], residual: Any) -> None:
+        """Keep the residual of ``f``'s forward evaluation at ``arrays`` (the point's
+        x leaves and operands) for the pullback at that point; the oldest go first
+        (a forward-mode derivative keeps one it never takes)."""
+        if residual is None:
+            return
+        self.kept[_key(arrays)] = residual
+        while len(self.kept) > _KEPT:
+            self.kept.popitem(last=False)
+
+    def take(self, arrays: Sequence[Any]) -> Any:
+        """The residual kept at this point, or ``None``."""
+        return self.kept.pop(_key(arrays), None) if self.kept else None
 
     def cast(self, leaves: Sequence[Any], avals: Sequence[Any]) -> list[Any]:
         """Results as the NumPy arrays JAX declared (dtype and shape)."""
         return [np.asarray(leaf, dtype=aval.dtype) for leaf, aval in zip(leaves, avals)]
+
+
+_KEPT = 16
+"""The most forward residuals one traced call of ``g`` keeps for pullbacks to come."""
+
+
+def _key(arrays: Sequence[Any]) -> tuple[Any, ...]:
+    """A point by value: the bytes, shape and dtype of each array."""
+    return tuple((a.shape, a.dtype.str, a.tobytes()) for a in (np.asarray(a) for a in arrays))
 
 
 # --- the callbacks (they receive JAX arrays, possibly with leading batch axes) -------------------
@@ -72,12 +104,25 @@ def _points(site: _Site, arrays: Sequence[Any]) -> tuple[list[Any], int, tuple[i
     return [handover(a, family) for a in flat], size, batch_shape
 
 
-def _value(site: _Site, *arrays: Any) -> list[Any]:
+def _value(site: _Site, *arrays: Any, keep: bool = False) -> list[Any]:
+    """``f``'s outputs; with ``keep`` (a derivative follows), the residual of each
+    point's evaluation kept for its pullback."""
     call, nx = site.call, site.nx
     arrays_, size, batch_shape = _points(site, arrays)
+
+    def value(x: list[Any], operands: list[Any], point: Sequence[Any]) -> Any:
+        if not keep:
+            return call.value(x, operands)
+        y, residual = call.forward(x, operands)
+        site.keep(point, residual)
+        return y
+
     if not size:
-        return site.cast(call.value(arrays_[:nx], arrays_[nx:]), site.y_avals)
-    rows = [call.value([a[i] for a in arrays_[:nx]], [a[i] for a in arrays_[nx:]]) for i in range(size)]
+        return site.cast(value(arrays_[:nx], arrays_[nx:], arrays), site.y_avals)
+    flat = [np.reshape(a, (size, *np.shape(a)[len(batch_shape) :])) for a in arrays]
+    rows = [
+        value([a[i] for a in arrays_[:nx]], [a[i] for a in arrays_[nx:]], [a[i] for a in flat]) for i in range(size)
+    ]
     stacked = site.cast(stack_leaves(rows), site.y_avals)
     return [leaf.reshape((*batch_shape, *aval.shape)) for leaf, aval in zip(stacked, site.y_avals)]
 
@@ -88,18 +133,31 @@ def _linear(site: _Site, mode: str, transpose: bool, *arrays: Any) -> list[Any]:
     operands at one point), ``"all"`` (a leading batch of everything)."""
     call, nx, nc = site.call, site.nx, site.nc
     family = call.family
-    arrays_ = [handover(a, family) for a in arrays]
-    x, contexts, linear = arrays_[:nx], arrays_[nx : nx + nc], arrays_[nx + nc :]
-    apply = call.pullback if transpose else call.pushforward
+    point = nx + nc  # (g's output, after the point, orders this callback after the value's: not read)
+    arrays_ = [handover(a, family) for a in (*arrays[:point], *arrays[site.point :])]
+    x, contexts, linear = arrays_[:nx], arrays_[nx:point], arrays_[point:]
     avals = site.x_avals if transpose else site.y_avals
+    if not transpose:
+
+        def apply(x: Any, contexts: Any, linear: Any, point: Sequence[Any] = ()) -> Any:
+            return call.pushforward(x, contexts, linear)
+
+    else:
+
+        def apply(x: Any, contexts: Any, linear: Any, point: Sequence[Any] = ()) -> Any:
+            residual = site.take(point) if len(linear) == 1 else None
+            return call.pullback(x, contexts, linear, residual)
+
     if mode == "none":
-        return site.cast(apply(x, contexts, [linear])[0], avals)
+        return site.cast(apply(x, contexts, [linear], arrays[: nx + nc])[0], avals)
     count = int(np.shape(arrays[-1])[0])
     if mode == "tangents":
         results = apply(x, contexts, [[leaf[i] for leaf in linear] for i in range(count)])
     else:
+        points = arrays[: nx + nc]
         results = [
-            apply([a[i] for a in x], [a[i] for a in contexts], [[leaf[i] for leaf in linear]])[0] for i in range(count)
+            apply([a[i] for a in x], [c[i] for c in contexts], [[t[i] for t in linear]], [p[i] for p in points])[0]
+            for i in range(count)
         ]
     return site.cast(stack_leaves(results), avals)
 
@@ -152,10 +210,10 @@ _PULLBACK = _make("di_mixing_pullback", transpose=True)
 
 def _transposed(other: Primitive, transpose: bool) -> Any:
     def rule(cotangents: Sequence[Any], *operands: Any, site: _Site, mode: str) -> list[Any]:
-        point = operands[: site.nx + site.nc]
+        point = operands[: site.point]
         if any(ad.is_undefined_primal(a) for a in point):
             raise _second_order(site, "its point")
-        linear = operands[site.nx + site.nc :]
+        linear = operands[site.point :]
         avals = site.x_avals if transpose else site.y_avals  # the outputs, which the cotangents are shaped like
         if mode != "none":
             count = (linear[0].aval if ad.is_undefined_primal(linear[0]) else linear[0]).shape[0]
@@ -171,7 +229,7 @@ def _transposed(other: Primitive, transpose: bool) -> Any:
 
 def _jvp(primitive: Primitive) -> Any:
     def rule(primals: Sequence[Any], tangents: Sequence[Any], *, site: _Site, mode: str) -> Any:
-        point = site.nx + site.nc
+        point = site.point
         if any(type(t) is not ad.Zero for t in tangents[:point]):
             raise _second_order(site, "x")
         linear = [ad.instantiate_zeros(t) for t in tangents[point:]]
@@ -185,7 +243,7 @@ def _batched(primitive: Primitive) -> Any:
     def rule(operands: Sequence[Any], dims: Sequence[Any], *, site: _Site, mode: str) -> Any:
         size = next(a.shape[d] for a, d in zip(operands, dims) if d is not None)
         front = [batching.bdim_at_front(a, d, size) for a, d in zip(operands, dims)]
-        point = site.nx + site.nc
+        point = site.point
         if mode != "none":  # a batch of batches: one callback per outer element
             results = jax.lax.map(lambda ops: primitive.bind(*ops, site=site, mode=mode), front)
         elif all(d is None for d in dims[:point]):  # several tangents at one point
@@ -220,10 +278,15 @@ def _function(site: _Site) -> Any:
     """``g`` on flat operands (``x``'s leaves, then the context operands)."""
     shapes = [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in site.y_avals]
     value = functools.partial(_value, site)
+    keeping = functools.partial(_value, site, keep=True)
 
     @jax.custom_jvp
     def g(*operands: Any) -> Any:
         return jax.pure_callback(value, shapes, *operands, vmap_method="broadcast_all")
+
+    @jax.custom_jvp
+    def g_keeping(*operands: Any) -> Any:  # g, keeping f's pullback for the one that follows
+        return jax.pure_callback(keeping, shapes, *operands, vmap_method="broadcast_all")
 
     def jvp(primals: Sequence[Any], tangents: Sequence[Any]) -> Any:
         for index, tangent in enumerate(tangents[site.nx :]):
@@ -234,14 +297,15 @@ def _function(site: _Site) -> Any:
                     f"Constant, which g does not differentiate. Make it part of x (a pytree of the arrays to "
                     f"differentiate), or stop its gradient (jax.lax.stop_gradient) if it is data."
                 )
-        y = g(*primals)
+        y = g_keeping(*primals)
         x_tangents = [
             jnp.zeros(aval.shape, aval.dtype) if isinstance(t, SymbolicZero) else t
             for t, aval in zip(tangents[: site.nx], site.x_avals)
         ]
-        return y, _PUSHFORWARD.bind(*primals, *x_tangents, site=site, mode="none")
+        return y, _PUSHFORWARD.bind(*primals, *y, *x_tangents, site=site, mode="none")
 
     g.defjvp(jvp, symbolic_zeros=True)
+    g_keeping.defjvp(jvp, symbolic_zeros=True)
     return g
 
 
@@ -286,6 +350,62 @@ class JaxHost(Host):
         x_avals = [jax.core.ShapedArray(shape, np.dtype(dtype)) for shape, dtype in x_specs]
         site = _Site(g, call, x_avals, y_avals, len(operands))
         return output.unflatten(_function(site)(*leaves, *operands))
+
+    def linearize(
+        self, f: Callable[..., Any], backend: Any, x: Any, values: Sequence[Any]
+    ) -> tuple[Any, Callable[[Any], Any] | None] | None:
+        """``jax.vjp`` of ``f`` (see :meth:`Host.linearize`); a compiled selector's
+        prepared programs are faster, and ``f`` (pure) may run twice there."""
+        if getattr(backend, "jit", False):
+            programs = _jitted_vjp(f, values)
+            if programs is None:
+                return None
+            forward, backward = programs
+            y, vjp = forward(x, list(values))
+        else:
+            y, vjp = jax.vjp(lambda x: f(x, *values), x)
+            backward = _apply
+        spent = False
+
+        def pullback(cotangent: Any) -> Any:
+            nonlocal spent
+            if spent:
+                return None
+            spent = True
+            return backward(vjp, jax.tree_util.tree_map(lambda c, y: jnp.asarray(c, dtype=y.dtype), cotangent, y))
+
+        return y, pullback
+
+
+def _apply(vjp: Any, cotangent: Any) -> Any:
+    return vjp(cotangent)[0]
+
+
+_JITTED: weakref.WeakKeyDictionary[Any, tuple[Any, Any]] = weakref.WeakKeyDictionary()
+"""Each ``f``'s jitted forward (``jax.vjp``, whose pullback is a pytree of residuals)
+and backward, for a compiled selector."""
+
+
+def _jitted_vjp(f: Callable[..., Any], values: Sequence[Any]) -> tuple[Any, Any] | None:
+    """The jitted programs of ``f``, or ``None`` when its contexts are not arrays
+    (a jitted program takes arrays) or ``f`` cannot be held weakly."""
+    if not all(isinstance(v, (jax.Array, np.ndarray)) for v in values):
+        return None
+    try:
+        return _JITTED[f]
+    except KeyError:
+        pass
+    except TypeError:
+        return None
+    programs = (
+        jax.jit(lambda x, values: jax.vjp(lambda x: f(x, *values), x)),
+        jax.jit(_apply),
+    )
+    try:
+        _JITTED[f] = programs
+    except TypeError:
+        return None
+    return programs
 
 
 HOST = JaxHost()

@@ -6,6 +6,7 @@ one prep to the next.
 
 from __future__ import annotations
 
+import re
 import threading
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -16,6 +17,7 @@ import numpy as np
 
 from di.backends.aux import AuxSplit, split_aux
 from di.backends.compile import is_static_value
+from di.backends.misuse import foreign_engine_error, written_x_error
 from di.backends.outputs import OutputRules, is_real_floating_array
 from di.backends.protocol import Program, Programs
 from di.backends.selectors import AbstractBackend
@@ -108,6 +110,11 @@ def custom_vjp_error(error: BaseException, backend: AbstractBackend, operator: s
     )
 
 
+_FOREIGN_CALL = re.compile(r"must be \w+, not \w*Tracer")
+"""Another library's refusal of a JAX tracer (``sin(): argument 'input' (position 1)
+must be Tensor, not JVPTracer``)."""
+
+
 class _Rules(OutputRules):
     """JAX outputs: arrays or pytrees of them; an output computed from a traced
     ``x`` is a tracer of ``x``'s own trace type (``jnp.asarray(c)`` or
@@ -147,6 +154,12 @@ class _Rules(OutputRules):
         if isinstance(error, _CONCRETIZATION):
             explained = concretization_error(error, backend, operator, values)
             return None if explained is error else explained
+        if isinstance(error, TypeError):
+            text = str(error)
+            if "do not support in-place item assignment" in text:  # x[0] = 5.0
+                return written_x_error(backend, operator)
+            if _FOREIGN_CALL.search(text):  # torch.sin(x): another library's function refused a tracer
+                return foreign_engine_error(backend, operator, error)
         return custom_vjp_error(error, backend, operator)
 
     def foreign_cause(self, error: BaseException) -> str:

@@ -249,7 +249,7 @@ class TorchCompiler:
 
         if failures_by_code is None or code is None:
             return compiled
-        watch = RecompileWatch(backend, static_argnums, limit, skip=_SKIPPED_FRAMES)
+        watch = RecompileWatch(backend, static_argnums, limit, skip=_SKIPPED_FRAMES, advice=grad_mode_advice)
 
         def watched(*args: Any) -> Any:
             # dynamo appends to its record for the compiled function's code object at each
@@ -310,6 +310,28 @@ class TorchCompiler:
             f"values that change as contexts (di.Constant(value) is traced), or use AutoTorch() (eager); "
             f"compile_options={{'recompile_limit': n}} raises the limit."
         )
+
+
+def grad_mode_advice(reason: str) -> str:
+    """The advice for a recompile whose failed guard is the grad mode (a call under
+    ``torch.no_grad()`` or ``torch.inference_mode()`` after one outside, or the
+    other way round), or ``""`` for another guard.
+
+    Examples:
+        >>> from di.engines.torch.compile import grad_mode_advice
+        >>> "no_grad" in grad_mode_advice("tensor 'x' dispatch key set mismatch. expected ...AutogradCPU...")
+        True
+        >>> grad_mode_advice("len(L['x']) == 3")
+        ''
+    """
+    if "dispatch key set mismatch" not in reason and "grad_mode" not in reason.lower():
+        return ""
+    return (
+        "The grad mode changed between calls: a call under torch.no_grad() or torch.inference_mode() after one "
+        "outside (or the other way round) makes torch.compile compile f again for that mode, since the "
+        "tensors it receives then carry no autograd. di's derivative is the same in every mode; keep the calls "
+        "of one prep in one grad mode (call it outside torch.no_grad(), or prepare one prep per mode)."
+    )
 
 
 _LIMIT_HIT = re.compile(r"exceeding the (\w+) cache size limit \(currently set to (\d+)\)")

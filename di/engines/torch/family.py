@@ -11,7 +11,39 @@ import numpy as np
 
 from di.families.family import Family, Matcher, by_numpy, extended_precision, numpy_lacks
 
-__all__ = ["FAMILY", "TorchFamily", "innermost_transform", "transform_of"]
+__all__ = ["FAMILY", "TorchFamily", "family_class", "innermost_transform", "transform_of"]
+
+_FAMILY_CLASSES: dict[type, type] = {}
+
+
+def family_class(cls: type) -> type:
+    """The class a prep compares a tensor of class ``cls`` by: ``torch.Tensor`` for
+    the plain tensor and subclasses that only tag it (``nn.Parameter``, a user's
+    subclass), which are tensors like any other to every engine; a subclass that
+    dispatches operators itself (``DTensor``, a fake or wrapped tensor) is its own.
+
+    Examples:
+        >>> import torch
+        >>> from di.engines.torch.family import family_class
+        >>> family_class(torch.nn.Parameter) is torch.Tensor, family_class(float) is float
+        (True, True)
+    """
+    try:
+        return _FAMILY_CLASSES[cls]
+    except KeyError:
+        pass
+    torch = sys.modules.get("torch")
+    kind = cls
+    if (
+        torch is not None
+        and issubclass(cls, torch.Tensor)
+        and cls.__torch_dispatch__ is torch.Tensor.__torch_dispatch__  # type: ignore[attr-defined]
+    ):
+        kind = torch.Tensor
+    if len(_FAMILY_CLASSES) < 1024:
+        _FAMILY_CLASSES[cls] = kind
+    return kind
+
 
 _TRANSFORM_NAMES = {
     "Vmap": "torch.func.vmap",
@@ -113,13 +145,22 @@ class TorchFamily(Family):
         return bool(dtype.is_floating_point)
 
     def matcher(self, value: Any) -> Matcher:
+        # The class compared first by identity (the hot path), then as its family's: an
+        # nn.Parameter is a tensor like the plain one a prep was made with.
         cls, shape, dtype, device = value.__class__, value.shape, value.dtype, value.device
+        kind = family_class(cls)
         if device.type == "cpu":
             return lambda given: (
-                given.__class__ is cls and given.shape == shape and given.dtype == dtype and given.is_cpu
+                (given.__class__ is cls or family_class(given.__class__) is kind)
+                and given.shape == shape
+                and given.dtype == dtype
+                and given.is_cpu
             )
         return lambda given: (
-            given.__class__ is cls and given.shape == shape and given.dtype == dtype and given.device == device
+            (given.__class__ is cls or family_class(given.__class__) is kind)
+            and given.shape == shape
+            and given.dtype == dtype
+            and given.device == device
         )
 
     def leaves_matcher(self, values: Sequence[Any]) -> Callable[[Sequence[Any]], bool]:
@@ -132,9 +173,9 @@ class TorchFamily(Family):
 
             def on_cpu(given: Sequence[Any]) -> bool:
                 for tensor, (cls, shape, dtype) in zip(given, specs):
-                    if tensor.__class__ is not cls or tensor.dtype is not dtype or not tensor.is_cpu:
+                    if tensor.__class__ is not cls and family_class(tensor.__class__) is not family_class(cls):
                         return False
-                    if tensor.shape != shape:
+                    if tensor.dtype is not dtype or not tensor.is_cpu or tensor.shape != shape:
                         return False
                 return True
 
@@ -142,16 +183,16 @@ class TorchFamily(Family):
 
         def on_devices(given: Sequence[Any]) -> bool:
             for tensor, (cls, shape, dtype), device in zip(given, specs, devices):
-                if tensor.__class__ is not cls or tensor.dtype is not dtype or tensor.device != device:
+                if tensor.__class__ is not cls and family_class(tensor.__class__) is not family_class(cls):
                     return False
-                if tensor.shape != shape:
+                if tensor.dtype is not dtype or tensor.device != device or tensor.shape != shape:
                     return False
             return True
 
         return on_devices
 
     def key(self, value: Any) -> Any:
-        return (value.__class__, tuple(value.shape), value.dtype, value.device)
+        return (family_class(value.__class__), tuple(value.shape), value.dtype, value.device)
 
     def traced_by(self, value: Any) -> str:
         return transform_of(value)

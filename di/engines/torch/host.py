@@ -20,14 +20,16 @@ raise :class:`di.InvalidInputError` when torch asks for their derivative.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import operator
 import weakref
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import torch
 import torch.utils._pytree as torch_pytree
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from di.errors import DIError, InvalidInputError, UnsupportedOperatorError
 from di.mixing.calls import Call, handover, stack_leaves
@@ -41,12 +43,29 @@ class _Site:
     """One call of ``g``: its :class:`Call`, the number of ``x`` leaves and
     operands, and the dtypes and device of the leaves on both sides."""
 
-    __slots__ = ("__weakref__", "_y_dtypes", "call", "device", "g", "nc", "nx", "order", "x_dtypes")
+    __slots__ = (
+        "__weakref__",
+        "_y_dtypes",
+        "call",
+        "device",
+        "g",
+        "linearize",
+        "nc",
+        "nx",
+        "order",
+        "residual",
+        "x_dtypes",
+    )
 
     def __init__(self, g: DifferentiateWith, call: Call, x_dtypes: Sequence[Any], device: Any, nc: int) -> None:
         self.g, self.call, self.nx, self.nc = g, call, len(x_dtypes), nc
         self.x_dtypes, self.device = list(x_dtypes), device
         self._y_dtypes: list[Any] | None = None
+        # whether the forward pass keeps f's pullback for the backward pass (set per call:
+        # torch records this call for a backward pass), and the one it kept until
+        # setup_context takes it
+        self.linearize = False
+        self.residual: Any = None
         self.order: tuple[int, ...] = ()  # under torch.compile: x's leaves in di's order (see _register)
 
     @property
@@ -123,12 +142,16 @@ class _Value(torch.autograd.Function):
     @staticmethod
     def forward(site: _Site, *tensors: Any) -> Any:  # type: ignore[override]
         x, contexts, _ = site.split(tensors)
-        outputs = site.call.value(x, contexts)  # the first call describes the output
+        if site.linearize:  # f runs once for this forward and its backward
+            outputs, site.residual = site.call.forward(x, contexts)
+        else:
+            outputs = site.call.value(x, contexts)  # the first call describes the output
         return site.tensors(outputs, site.y_dtypes)
 
     @staticmethod
     def setup_context(ctx: Any, inputs: tuple[Any, ...], output: Any) -> None:
-        ctx.site = inputs[0]
+        site = ctx.site = inputs[0]
+        ctx.residual, site.residual = site.residual, None
         ctx.save_for_backward(*inputs[1:])
         ctx.save_for_forward(*inputs[1:])
 
@@ -136,6 +159,11 @@ class _Value(torch.autograd.Function):
     def backward(ctx: Any, *cotangents: Any) -> Any:  # type: ignore[override]
         site = ctx.site
         _refuse_context_gradients(site, ctx.needs_input_grad[1 + site.nx :])
+        residual, ctx.residual = ctx.residual, None  # (spent: a second backward prepares a pullback)
+        if residual is not None and not torch.is_grad_enabled():  # (create_graph asks for _Linear's graph)
+            x, contexts, _ = site.split(ctx.saved_tensors)
+            grads = site.call.pullback(x, contexts, [_plain(cotangents)], residual)[0]
+            return (None, *site.tensors(grads, site.x_dtypes), *[None] * site.nc)
         grads = _Linear.apply(site, True, "none", *ctx.saved_tensors, *cotangents)
         return (None, *grads, *[None] * site.nc)
 
@@ -230,8 +258,60 @@ class TorchHost(Host):
         operand_specs = {i: (tuple(values[i].shape), str(values[i].dtype).removeprefix("torch.")) for i in positions}
         call = g.call_for(treedef, x_specs, values, operand_specs)
         site = _Site(g, call, [leaf.dtype for leaf in leaves], leaves[0].device, len(operands))
+        site.linearize = (
+            torch.is_grad_enabled()
+            and any(leaf.requires_grad for leaf in leaves)
+            and torch._C._functorch.peek_interpreter_stack() is None
+        )
         outputs = _Value.apply(site, *leaves, *operands)  # f's first run describes its output
         return call.output().unflatten(list(outputs))
+
+    def linearize(
+        self, f: Callable[..., Any], backend: Any, x: Any, values: Sequence[Any]
+    ) -> tuple[Any, Callable[[Any], Any] | None] | None:
+        """``f`` run once on detached aliases of ``x`` that require grad, its graph
+        kept for one ``torch.autograd.grad`` (see :meth:`Host.linearize`)."""
+        leaves, treedef = tree_flatten(x)
+        if not all(isinstance(leaf, torch.Tensor) and leaf.is_floating_point() for leaf in leaves):
+            return None
+        inputs = [leaf.detach().requires_grad_() for leaf in leaves]
+        with torch.enable_grad():
+            y = f(tree_unflatten(treedef, inputs), *values)
+        outputs = tree_flatten(y)[0]
+        recorded = [i for i, out in enumerate(outputs) if isinstance(out, torch.Tensor) and out.requires_grad]
+        if not recorded:  # no graph to x (a constant f, or one torch cannot see through)
+            return y, None
+        spent = False
+
+        def pullback(cotangent: Any) -> Any:
+            nonlocal spent
+            if spent:
+                return None
+            spent = True
+            cotangents = tree_flatten(cotangent)[0]
+            grads = torch.autograd.grad(
+                [outputs[i] for i in recorded],
+                inputs,
+                [cotangents[i].to(dtype=outputs[i].dtype) for i in recorded],
+                allow_unused=True,
+                materialize_grads=True,
+            )
+            return tree_unflatten(treedef, list(grads))
+
+        return _detached(y), pullback
+
+    @contextlib.contextmanager
+    def probing(self) -> Iterator[None]:
+        """Undoes what ``f`` writes into tensors (a batch norm's running statistics)
+        and the draws it takes from torch's random streams (dropout's masks)."""
+        devices = [torch.cuda.current_device()] if torch.cuda.is_initialized() else []
+        restoring = _Restoring()
+        with torch.random.fork_rng(devices=devices):
+            try:
+                with restoring:
+                    yield
+            finally:
+                restoring.restore()
 
 
 def _as_tensors(leaves: Sequence[Any], values: Sequence[Any]) -> list[Any]:
@@ -241,6 +321,47 @@ def _as_tensors(leaves: Sequence[Any], values: Sequence[Any]) -> list[Any]:
     like = next((v for v in (*leaves, *values) if isinstance(v, torch.Tensor)), None)
     device = None if like is None else like.device
     return [leaf if isinstance(leaf, torch.Tensor) else torch.as_tensor(leaf, device=device) for leaf in leaves]
+
+
+def _detached(y: Any) -> Any:
+    """``f``'s output with each tensor detached (its graph is the pullback's)."""
+    leaves, treedef = tree_flatten(y)
+    return tree_unflatten(treedef, [leaf.detach() if isinstance(leaf, torch.Tensor) else leaf for leaf in leaves])
+
+
+class _Restoring(TorchDispatchMode):
+    """Keeps a copy of every tensor an operator writes into, to write it back
+    (a probe's writes, as a batch norm's statistics, leave nothing)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.saved: dict[int, tuple[Any, Any]] = {}
+        self.made: dict[int, Any] = {}  # the tensors the probe made (held: their ids stay theirs)
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        kwargs = kwargs or {}
+        for index, argument in enumerate(func._schema.arguments):
+            # (batch norm's kernels write their running statistics without saying so in their schema)
+            written = argument.alias_info is not None and argument.alias_info.is_write
+            if not written and not argument.name.startswith("running_"):
+                continue
+            value = args[index] if index < len(args) else kwargs.get(argument.name)
+            for tensor in value if isinstance(value, (list, tuple)) else (value,):
+                if isinstance(tensor, torch.Tensor) and id(tensor) not in self.saved and id(tensor) not in self.made:
+                    self.saved[id(tensor)] = (tensor, tensor.detach().clone())
+        result = func(*args, **kwargs)
+        for tensor in result if isinstance(result, (list, tuple)) else (result,):
+            if isinstance(tensor, torch.Tensor):
+                self.made.setdefault(id(tensor), tensor)
+        return result
+
+    def restore(self) -> None:
+        with torch.no_grad():
+            for tensor, copy in self.saved.values():
+                if tensor.shape == copy.shape:
+                    tensor.copy_(copy)
+        self.saved.clear()
+        self.made.clear()
 
 
 HOST = TorchHost()

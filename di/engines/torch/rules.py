@@ -106,6 +106,20 @@ def custom_function_error(
         return None
     text = str(error)
     where = f"{operator} with {backend!r}"
+    if "use_reentrant=True" in text:
+        return UnsupportedOperatorError(
+            f"{where}: f calls torch.utils.checkpoint with use_reentrant=True, which torch runs only under "
+            f".backward() without inputs, not torch.autograd.grad (di's reverse mode) nor torch.func. Pass "
+            f"use_reentrant=False (torch's recommended setting, which recomputes the same way)."
+        )
+    if _SETUP_CONTEXT in text and _custom_operator(error):
+        return UnsupportedOperatorError(
+            f"{where} runs f inside torch.func transforms, which cannot run the derivative of a torch.library "
+            f"custom operator in f: register_autograd gives torch's eager autograd its backward, and torch.func "
+            f"does not run it. Use gradient or pullback (and their value_* forms), whose eager reverse mode runs "
+            f"it, or let DifferentiateWith(f, AutoTorch()) serve f to another engine; for hvp and hessian, give the "
+            f"operator's computation in torch operations instead of a custom operator."
+        )
     if _SETUP_CONTEXT in text:
         return UnsupportedOperatorError(
             f"{where} runs f inside torch.func transforms, which cannot run a torch.autograd.Function written "
@@ -227,6 +241,17 @@ def overwritten_error(
     return InvalidInputError(
         f"{where}: f wrote into x in place (x[i] = ..., x += ...), found after f ran. {fate}. {_RULE}"
     )
+
+
+def _custom_operator(error: BaseException) -> bool:
+    """Whether ``error`` was raised running a ``torch.library`` custom operator's
+    derivative (torch's own autograd.Function for it, which has no setup_context)."""
+    traceback = error.__traceback__
+    while traceback is not None:
+        if "_library" in traceback.tb_frame.f_code.co_filename:
+            return True
+        traceback = traceback.tb_next
+    return False
 
 
 _FOREIGN = (
