@@ -45,6 +45,7 @@ if TYPE_CHECKING:
     from di.engines.autograd.selector import AutoAutograd as AutoAutograd
     from di.engines.finitediff.selector import AutoFiniteDiff as AutoFiniteDiff
     from di.engines.jax.selector import AutoJAX as AutoJAX
+    from di.engines.pytensor.selector import AutoPyTensor as AutoPyTensor
     from di.engines.torch.selector import AutoTorch as AutoTorch
     from di.families import Family as Family
     from di.families import register_family as register_family

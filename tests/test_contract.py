@@ -113,6 +113,8 @@ def _detach(backend: Any) -> Callable[[Any], Any]:
         return importlib.import_module("jax").lax.stop_gradient
     if isinstance(backend, di.AutoTorch):
         return lambda y: y.detach()
+    if isinstance(backend, di.AutoPyTensor):
+        return importlib.import_module("pytensor.gradient").disconnected_grad
     return importlib.import_module("autograd.tracer").getval
 
 

@@ -11,7 +11,6 @@ import sys
 import textwrap
 from pathlib import Path
 
-import array_api_compat
 import numpy as np
 import pytest
 from conftest import (
@@ -34,12 +33,12 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def _sum_squares(x, *values):
-    xp = array_api_compat.array_namespace(x)
+    xp = di.array_namespace(x)
     return xp.sum(x**2)
 
 
 def _other(x, *values):
-    xp = array_api_compat.array_namespace(x)
+    xp = di.array_namespace(x)
     return xp.sum(x**2)
 
 
@@ -249,7 +248,7 @@ def _vector(x):
 
 
 def _matrix(x):
-    xp = array_api_compat.array_namespace(x)
+    xp = di.array_namespace(x)
     return xp.reshape(x, (2, 2))
 
 
@@ -258,7 +257,7 @@ def _python_int(x):
 
 
 def _int_array(x):
-    xp = array_api_compat.array_namespace(x)
+    xp = di.array_namespace(x)
     return xp.sum(xp.astype(x > 0, xp.int64))
 
 
@@ -267,7 +266,7 @@ def _complex_number(x):
 
 
 def _complex_array(x):
-    xp = array_api_compat.array_namespace(x)
+    xp = di.array_namespace(x)
     return xp.sum(x) * (1.0 + 1.0j)
 
 

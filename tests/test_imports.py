@@ -12,9 +12,9 @@ import pytest
 
 import di
 
-_ENGINES = ("jax", "torch", "autograd")
-_SELECTORS = {"jax": "AutoJAX", "torch": "AutoTorch", "autograd": "AutoAutograd"}
-_DISPLAY = {"jax": "JAX", "torch": "PyTorch", "autograd": "autograd"}
+_ENGINES = ("jax", "torch", "autograd", "pytensor")
+_SELECTORS = {"jax": "AutoJAX", "torch": "AutoTorch", "autograd": "AutoAutograd", "pytensor": "AutoPyTensor"}
+_DISPLAY = {"jax": "JAX", "torch": "PyTorch", "autograd": "autograd", "pytensor": "PyTensor"}
 
 
 def _run(code: str, *, env_path: str | None = None) -> dict:
@@ -263,7 +263,7 @@ def test_selectors_are_frozen_hashable_and_compare_by_value():
 def test_available_backends_lists_installed_engines_in_order():
     available = di.available_backends()
     assert available[-1] == di.AutoFiniteDiff()
-    order = [di.AutoJAX(), di.AutoTorch(), di.AutoAutograd(), di.AutoFiniteDiff()]
+    order = [di.AutoJAX(), di.AutoTorch(), di.AutoAutograd(), di.AutoPyTensor(mode="FAST_COMPILE"), di.AutoFiniteDiff()]
     assert available == [b for b in order if b in available]
     for engine, selector in zip(_ENGINES, order):
         import importlib.util

@@ -13,7 +13,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-import array_api_compat
 import numpy as np
 import pytest
 from conftest import BACKENDS, FAMILIES, as_family, backend_params, engine_name, to_numpy
@@ -46,7 +45,7 @@ class Interrupting:
                 self.countdown = None
                 self.raised += 1
                 raise KeyboardInterrupt("interrupted inside f")
-        xp = array_api_compat.array_namespace(x)
+        xp = di.array_namespace(x)
         y = xp.sin(x) * x
         return y if self.vector else xp.sum(y)
 

@@ -464,6 +464,7 @@ def to_torch(x, autograd_like):
     references = [reference for _, reference in _references(source, "di.example")]
     records = {engine.name: engine for engine in builtin_engines()}
     by_engine = {name: sorted({r for r in references if names_engine(r, record)}) for name, record in records.items()}
+    by_engine = {name: found for name, found in by_engine.items() if found}  # the engines the sample names
     assert by_engine == {
         "jax": ["di.engines.jax:ENGINE", "jax.numpy"],
         "torch": ["torch", "torch.autograd", "torch.autograd.grad"],

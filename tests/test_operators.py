@@ -11,7 +11,6 @@ import dataclasses
 from collections.abc import Callable, Sequence
 from typing import Any
 
-import array_api_compat
 import numpy as np
 import pytest
 from conftest import BACKENDS, backend_id, engine_family
@@ -46,47 +45,47 @@ M = np.array([[2.0, 1.0, 0.0], [1.0, 3.0, -1.0], [0.5, -1.0, 4.0]])
 
 
 def mixed(x: Any, a: Any) -> Any:
-    xp = array_api_compat.array_namespace(x)
+    xp = di.array_namespace(x)
     return xp.stack([xp.sum(a * x**2), x[0] * x[1] * x[2]])
 
 
 def sin_times(x: Any) -> Any:
-    xp = array_api_compat.array_namespace(x)
+    xp = di.array_namespace(x)
     return xp.sin(x) * x
 
 
 def layer(x: Any, w: Any) -> Any:
-    xp = array_api_compat.array_namespace(x)
+    xp = di.array_namespace(x)
     return w @ xp.tanh(x)
 
 
 def cubic(x: Any, a: Any) -> Any:
-    xp = array_api_compat.array_namespace(x)
+    xp = di.array_namespace(x)
     return xp.sum(a * x**3)
 
 
 def quadratic_form(x: Any, m: Any) -> Any:
-    xp = array_api_compat.array_namespace(x)
+    xp = di.array_namespace(x)
     return xp.sum(x * (m @ x)) / 2
 
 
 def cosine_sum(x: Any) -> Any:
-    xp = array_api_compat.array_namespace(x)
+    xp = di.array_namespace(x)
     return 2 * xp.sum(xp.cos(x))
 
 
 def curve(t: Any) -> Any:
-    xp = array_api_compat.array_namespace(t)
+    xp = di.array_namespace(t)
     return xp.stack([t**2, xp.sin(t)])
 
 
 def exp_curve(t: Any, c: Any) -> Any:
-    xp = array_api_compat.array_namespace(t)
+    xp = di.array_namespace(t)
     return xp.stack([xp.exp(c * t), t**3])
 
 
 def t_cos_t(t: Any) -> Any:
-    xp = array_api_compat.array_namespace(t)
+    xp = di.array_namespace(t)
     return t * xp.cos(t)
 
 
@@ -479,7 +478,7 @@ def test_same_point_preparation(backend: Any) -> None:
 
 
 def quartic_tree(x: Any, c: Any) -> Any:
-    xp = array_api_compat.array_namespace(x["u"])
+    xp = di.array_namespace(x["u"])
     return xp.sum(c["a"] * x["u"] ** 4) / 4
 
 

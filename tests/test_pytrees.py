@@ -11,7 +11,6 @@ import tempfile
 import textwrap
 from typing import Any
 
-import array_api_compat
 import numpy as np
 import optree
 import pytest
@@ -39,7 +38,7 @@ class Params:
 
 
 def xp_of(tree: Any) -> Any:
-    return array_api_compat.array_namespace(*optree.tree_leaves(tree))
+    return di.array_namespace(*optree.tree_leaves(tree))
 
 
 def energy(p: Any, a: Any) -> Any:

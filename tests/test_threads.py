@@ -15,7 +15,6 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-import array_api_compat
 import numpy as np
 import pytest
 from conftest import BACKENDS, FAMILIES, as_family, backend_params, compiles, engine_name, evaluates_only, to_numpy
@@ -47,12 +46,12 @@ def _known(backend: Any, operator: str) -> list[Any]:
 
 def weighted(x, a, c):
     """``sum(a * sin(x)) + c * sum(x**2)`` with a Constant vector ``a`` and a Constant float ``c``."""
-    xp = array_api_compat.array_namespace(x)
+    xp = di.array_namespace(x)
     return xp.sum(a * xp.sin(x)) + c * xp.sum(x * x)
 
 
 def elementwise(x, a, c):
-    xp = array_api_compat.array_namespace(x)
+    xp = di.array_namespace(x)
     return a * xp.tanh(x) + c * x
 
 

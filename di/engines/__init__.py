@@ -18,6 +18,7 @@ BUILTIN_ENGINES: tuple[str, ...] = (
     "di.engines.jax:ENGINE",
     "di.engines.torch:ENGINE",
     "di.engines.autograd:ENGINE",
+    "di.engines.pytensor:ENGINE",
     "di.engines.finitediff:ENGINE",
 )
 """The ``"module:NAME"`` path of each built-in engine's record, in the order
