@@ -20,13 +20,14 @@ from typing import Any
 import numpy as np
 import pytensor
 import pytensor.tensor as pt
+from pytensor.gradient import NullTypeGradError
 from pytensor.graph.basic import Variable
 
 from di.backends.aux import split_aux
 from di.backends.compile import RECOMPILE_WARNING_THRESHOLD, caller_stacklevel, is_static_context, is_static_value
 from di.backends.selectors import AbstractBackend
 from di.contexts import Constant, Context
-from di.errors import InvalidInputError, RecompileLimitError, RecompileWarning
+from di.errors import InvalidInputError, RecompileLimitError, RecompileWarning, UnsupportedOperatorError
 from di.families import converter, family_of
 from di.pytrees import tree_flatten
 
@@ -329,7 +330,12 @@ class SymbolicProgram:
                 return self.f(point, *received)
 
             specs = [(tuple(t.shape), dtype) for t in tangents] if tangents is not None else []
-            result, tangent_inputs = self.core(fx, symbolic_x, specs)
+            try:
+                result, tangent_inputs = self.core(fx, symbolic_x, specs)
+            except NullTypeGradError as err:
+                # an Op's undefined derivative (a DifferentiateWith's, differentiated twice) says why
+                reason = str(err).partition("undefined. ")[2] or str(err)
+                raise UnsupportedOperatorError(f"{self.backend!r} cannot differentiate f: {reason}") from err
             if self.has_aux:
                 result, aux = result
                 aux_arrays, aux_rest = split_aux(aux, lambda leaf: isinstance(leaf, Variable))
