@@ -475,3 +475,7 @@ ENGINES = {
         max_n=1_000,
     ),
 }
+
+from bench.cases_pytensor import ENGINE as _PYTENSOR  # noqa: E402 (its module builds on the helpers above)
+
+ENGINES["pytensor"] = _PYTENSOR

@@ -22,6 +22,7 @@ import pytensor
 import pytensor.tensor as pt
 from pytensor.gradient import NullTypeGradError
 from pytensor.graph.basic import Variable
+from pytensor.tensor.exceptions import NotScalarConstantError
 
 from di.backends.aux import split_aux
 from di.backends.compile import RECOMPILE_WARNING_THRESHOLD, caller_stacklevel, is_static_context, is_static_value
@@ -29,7 +30,7 @@ from di.backends.selectors import AbstractBackend
 from di.contexts import Constant, Context
 from di.errors import InvalidInputError, RecompileLimitError, RecompileWarning, UnsupportedOperatorError
 from di.families import converter, family_of
-from di.pytrees import tree_flatten
+from di.pytrees import tree_flatten, tree_map
 
 __all__ = ["COMPILE_LIMIT", "Core", "SymbolicProgram", "float_dtype", "refuse_extended", "symbolic_like"]
 
@@ -82,6 +83,20 @@ def refuse_extended(array: Any, backend: AbstractBackend | None, what: str) -> N
 def symbolic_like(shape: Sequence[int], dtype: str, name: str | None = None) -> Any:
     """A symbolic tensor input of this static shape and dtype."""
     return pt.tensor(name=name, dtype=dtype, shape=tuple(shape))
+
+
+def _static_number(leaf: Any) -> Any:  # (Any: PyTensor's stubs type variables without dtype)
+    """A 0-d integer or boolean variable of ``f``'s ``aux`` that no input decides
+    (``x.size``, ``x.shape[0]``: known from the static shapes) as the Python number
+    it is, as JAX gives it under ``jax.jit``; any other leaf as it is."""
+    dtype = str(getattr(leaf.type, "dtype", "")) if isinstance(leaf, Variable) else ""
+    if getattr(leaf.type, "ndim", None) != 0 or dtype[:1] not in ("i", "u", "b"):
+        return leaf
+    try:
+        value = pt.get_underlying_scalar_constant_value(leaf)
+    except NotScalarConstantError:
+        return leaf
+    return bool(value) if dtype == "bool" else int(value)
 
 
 def _spec(value: Any) -> tuple[tuple[int, ...], str]:
@@ -338,6 +353,7 @@ class SymbolicProgram:
                 raise UnsupportedOperatorError(f"{self.backend!r} cannot differentiate f: {reason}") from err
             if self.has_aux:
                 result, aux = result
+                aux = tree_map(_static_number, aux)
                 aux_arrays, aux_rest = split_aux(aux, lambda leaf: isinstance(leaf, Variable))
             else:
                 aux_arrays, aux_rest = (), None
