@@ -197,7 +197,20 @@ def _static_key(value: Any) -> Hashable:
 class _Compiled:
     """One compiled function and how to call it and read its results."""
 
-    __slots__ = ("aux", "function", "has_aux", "inputs", "lock", "n_result", "spec", "tangent_dtypes")
+    __slots__ = (
+        "aux",
+        "build",
+        "copies",
+        "function",
+        "has_aux",
+        "inputs",
+        "lock",
+        "n_result",
+        "owner",
+        "single",
+        "spec",
+        "tangent_dtypes",
+    )
 
     def __init__(
         self,
@@ -216,21 +229,52 @@ class _Compiled:
         self.tangent_dtypes = tangent_dtypes
         self.aux = aux
         self.has_aux = has_aux
-        # a PyTensor function holds its inputs' and outputs' storage: one call at a time
+        # A PyTensor function holds its inputs' and outputs' storage, so two threads must not run
+        # one at once: the thread that compiled it calls it, every other thread a copy of its own
+        self.owner = threading.get_ident()
+        self.copies = threading.local()
         self.lock = threading.Lock()
+        self.build = _builder(spec, n_result)
+        self.single = spec.is_leaf() and not has_aux
+
+    def run(self, *arguments: Any) -> Any:
+        """The compiled function (this thread's copy) called on ``arguments``."""
+        if threading.get_ident() == self.owner:
+            return self.function(*arguments)
+        function = getattr(self.copies, "function", None)
+        if function is None:
+            with self.lock:
+                function = self.copies.function = self.function.copy()
+            function.trust_input = True
+        return function(*arguments)
 
     def __call__(self, x: Any, tangents: Sequence[Any] | None, values: Sequence[Any]) -> Any:
-        arguments = [x]
-        if tangents is not None:
-            arguments.extend(_tangent(t, d) for t, d in zip(tangents, self.tangent_dtypes))
-        for read, value in zip(self.inputs, values):
-            arguments.extend(read(value))
-        with self.lock:
-            outputs = self.function(*arguments)
-        result = self.spec.unflatten(outputs[: self.n_result])
+        if tangents is None and not values:  # (the common call: x alone)
+            outputs = self.run(x)
+        else:
+            arguments = [x]
+            if tangents is not None:
+                arguments.extend([_tangent(t, d) for t, d in zip(tangents, self.tangent_dtypes)])
+            for read, value in zip(self.inputs, values):
+                arguments.extend(read(value))
+            outputs = self.run(*arguments)
         if not self.has_aux:
-            return result
-        return result, self.aux.join(outputs[self.n_result :])
+            return self.build(outputs)
+        return self.build(outputs), self.aux.join(outputs[self.n_result :])
+
+
+def _builder(spec: Any, count: int) -> Callable[[list[Any]], Any]:
+    """How the result is made of the flat outputs: the one array, a flat tuple of
+    them (``value_and_*``), or any nesting (through the pytree structure)."""
+    if spec.is_leaf():
+        return _first
+    if spec == tree_flatten(tuple(range(count)))[1]:
+        return lambda outputs: tuple(outputs[:count])
+    return lambda outputs: spec.unflatten(outputs[:count])
+
+
+def _first(outputs: list[Any]) -> Any:
+    return outputs[0]
 
 
 def _tangent(value: Any, dtype: str) -> Any:
@@ -277,6 +321,7 @@ class SymbolicProgram:
         self.compiled: dict[Hashable, _Compiled] = {}
         self.compiles = 0
         self._last: tuple[Hashable, _Compiled] | None = None
+        self._fast: tuple[tuple[int, ...], Any, _Compiled] | None = None
         self._lock = threading.Lock()
         self._warned = False
 
@@ -287,10 +332,18 @@ class SymbolicProgram:
         return self
 
     def __call__(self, x: Any, *rest: Any) -> Any:
+        if not rest:  # x alone, as at the last call: the compiled function at once
+            fast = self._fast
+            if fast is not None and x.__class__ is np.ndarray and x.shape == fast[0] and x.dtype is fast[1]:
+                known = fast[2]
+                if known.single and threading.get_ident() == known.owner:
+                    return known.function(x)[0]
+                return known.build(known.run(x))
         tangents = rest[0] if self.takes_tangents else None
         values = rest[1:] if self.takes_tangents else rest
-        x = self._x(x)
-        key = self._key(x, tangents, values)
+        if x.__class__ is not np.ndarray or x.dtype.char not in "efd":
+            x = self._x(x)
+        key = (x.shape, x.dtype.num) if tangents is None and not values else self._key(x, tangents, values)
         last = self._last
         if last is not None and last[0] == key:
             return last[1](x, tangents, values)
@@ -301,6 +354,7 @@ class SymbolicProgram:
                 if entry is None:
                     entry = self._compile(key, x, tangents, values)
         self._last = (key, entry)
+        self._fast = (x.shape, x.dtype, entry) if not rest and not self.has_aux else None
         return entry(x, tangents, values)
 
     def _x(self, x: Any) -> Any:
