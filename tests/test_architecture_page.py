@@ -126,7 +126,7 @@ def di_name_exists(dotted: str) -> bool:
             break
     else:
         return False
-    if module == "di" and rest and rest[0] in di.__all__:
+    if module == "di" and rest and (rest[0] in di.__all__ or rest[0] == "__all__"):
         obj = getattr(di, rest[0])
         return all(hasattr(obj := getattr(obj, part), "__class__") for part in rest[1:]) if rest[1:] else True
     if not rest:

@@ -179,7 +179,7 @@ else:
 """
 
 
-@pytest.mark.parametrize("engine", _ENGINES)
+@pytest.mark.parametrize("engine", ("jax", "torch", "autograd"))  # the adapters that import it (compositions)
 @pytest.mark.parametrize(
     ("broken", "error"),
     [("None", "ModuleNotFoundError"), ("types.ModuleType('di.backends.transforms')", "ImportError")],

@@ -89,7 +89,9 @@ def _static_number(leaf: Any) -> Any:  # (Any: PyTensor's stubs type variables w
     """A 0-d integer or boolean variable of ``f``'s ``aux`` that no input decides
     (``x.size``, ``x.shape[0]``: known from the static shapes) as the Python number
     it is, as JAX gives it under ``jax.jit``; any other leaf as it is."""
-    dtype = str(getattr(leaf.type, "dtype", "")) if isinstance(leaf, Variable) else ""
+    if not isinstance(leaf, Variable):
+        return leaf
+    dtype = str(getattr(leaf.type, "dtype", ""))
     if getattr(leaf.type, "ndim", None) != 0 or dtype[:1] not in ("i", "u", "b"):
         return leaf
     try:
