@@ -43,7 +43,10 @@ def traced_values() -> list[TracedValues]:
         >>> sorted({traced.transform for traced in traced_values()})
         ['pytensor.grad']
     """
-    return [TracedValues(cls, "pytensor.grad", _no_value) for cls in (TensorVariable, TensorConstant, Variable)]
+    from di.engines.pytensor.graphs import StaticShapeVariable
+
+    classes = (StaticShapeVariable, TensorVariable, TensorConstant, Variable)
+    return [TracedValues(cls, "pytensor.grad", _no_value) for cls in classes]
 
 
 def _no_value(value: Any) -> Any:

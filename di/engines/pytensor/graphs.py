@@ -23,6 +23,7 @@ import pytensor.tensor as pt
 from pytensor.gradient import NullTypeGradError
 from pytensor.graph.basic import Variable
 from pytensor.tensor.exceptions import NotScalarConstantError
+from pytensor.tensor.variable import TensorVariable
 
 from di.backends.aux import split_aux
 from di.backends.compile import RECOMPILE_WARNING_THRESHOLD, caller_stacklevel, is_static_context, is_static_value
@@ -32,7 +33,15 @@ from di.errors import InvalidInputError, RecompileLimitError, RecompileWarning, 
 from di.families import converter, family_of
 from di.pytrees import tree_flatten, tree_map
 
-__all__ = ["COMPILE_LIMIT", "Core", "SymbolicProgram", "float_dtype", "refuse_extended", "symbolic_like"]
+__all__ = [
+    "COMPILE_LIMIT",
+    "Core",
+    "StaticShapeVariable",
+    "SymbolicProgram",
+    "float_dtype",
+    "refuse_extended",
+    "symbolic_like",
+]
 
 COMPILE_LIMIT = 64
 """Signatures one program compiles for before it stops with :class:`di.RecompileLimitError`."""
@@ -80,9 +89,26 @@ def refuse_extended(array: Any, backend: AbstractBackend | None, what: str) -> N
     )
 
 
+class StaticShapeVariable(TensorVariable):  # type: ignore[misc]
+    """A symbolic input whose ``shape`` and ``size`` are Python ints, as the array
+    API says (and JAX's tracers give): ``f`` may compute with ``x.shape[0]`` in
+    Python (``math.isqrt``, ``range``). Variables computed from it have PyTensor's
+    symbolic shapes."""
+
+    @property
+    def shape(self) -> Any:
+        static = self.type.shape
+        return super().shape if None in static else tuple(int(d) for d in static)
+
+    @property
+    def size(self) -> Any:
+        static = self.type.shape
+        return super().size if None in static else int(np.prod(static, dtype=np.int64))
+
+
 def symbolic_like(shape: Sequence[int], dtype: str, name: str | None = None) -> Any:
-    """A symbolic tensor input of this static shape and dtype."""
-    return pt.tensor(name=name, dtype=dtype, shape=tuple(shape))
+    """A symbolic tensor input of this static shape and dtype (its shape in Python ints)."""
+    return StaticShapeVariable(pt.TensorType(dtype, shape=tuple(shape)), None, None, name)
 
 
 def _static_number(leaf: Any) -> Any:  # (Any: PyTensor's stubs type variables without dtype)
