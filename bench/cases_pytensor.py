@@ -60,7 +60,9 @@ def _fastest(thunks: Sequence[Callable[[], Any]]) -> Callable[[], Any]:
 
 
 def _thunk(function: Any, args: tuple[Any, ...]) -> Callable[[], Any]:
-    """A call of a compiled function; several outputs as a tuple (as ``di`` returns them)."""
+    """A call of a compiled function; several outputs as a tuple (as ``di`` returns them).
+    ``trust_input``: the expert's call skips PyTensor's argument checks, as ``di``'s does."""
+    function.trust_input = True
     if len(function.maker.fgraph.outputs) > 1:
         return lambda: tuple(function(*args))
     return lambda: function(*args)
