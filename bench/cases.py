@@ -603,3 +603,7 @@ ENGINES = {
 }
 ENGINES.update(importlib.import_module("bench.cases_tensorflow").ENGINES)  # TensorFlow's rows, in a module of their own
 ENGINES.update(importlib.import_module("bench.cases_mlx").ENGINES)  # MLX's rows, in a module of their own
+
+from bench.cases_pytensor import ENGINE as _PYTENSOR  # noqa: E402 (its module builds on the helpers above)
+
+ENGINES["pytensor"] = _PYTENSOR

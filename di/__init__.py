@@ -47,6 +47,7 @@ if TYPE_CHECKING:
     from di.engines.finitediff.selector import AutoFiniteDiff as AutoFiniteDiff
     from di.engines.jax.selector import AutoJAX as AutoJAX
     from di.engines.mlx.selector import AutoMLX as AutoMLX
+    from di.engines.pytensor.selector import AutoPyTensor as AutoPyTensor
     from di.engines.tensorflow.selector import AutoTensorFlow as AutoTensorFlow
     from di.engines.torch.selector import AutoTorch as AutoTorch
     from di.families import Family as Family

@@ -118,6 +118,8 @@ def _detach(backend: Any) -> Callable[[Any], Any]:
         return importlib.import_module("tensorflow").stop_gradient
     if isinstance(backend, di.AutoMLX):
         return importlib.import_module("mlx.core").stop_gradient
+    if isinstance(backend, di.AutoPyTensor):
+        return importlib.import_module("pytensor.gradient").disconnected_grad
     return importlib.import_module("autograd.tracer").getval
 
 

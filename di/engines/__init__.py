@@ -20,6 +20,7 @@ BUILTIN_ENGINES: tuple[str, ...] = (
     "di.engines.autograd:ENGINE",
     "di.engines.tensorflow:ENGINE",
     "di.engines.mlx:ENGINE",
+    "di.engines.pytensor:ENGINE",
     "di.engines.finitediff:ENGINE",
 )
 """The ``"module:NAME"`` path of each built-in engine's record, in the order

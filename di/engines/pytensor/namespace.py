@@ -1,0 +1,213 @@
+"""The array API over ``pytensor.tensor``, for ``f`` applied to PyTensor's
+symbolic variables.
+
+array-api-compat has no namespace for PyTensor; :func:`di.array_namespace`
+answers this one for a symbolic variable (the engine record's
+:class:`~di.backends.engine.NamespaceOverride`), built once PyTensor is loaded.
+Each array-API name is PyTensor's function of that name, or, where PyTensor
+names or shapes it otherwise (``concat``, ``permute_dims``, ``astype``, ...), a
+small function over PyTensor's. Every function builds graph: PyTensor
+differentiates all of them.
+"""
+
+from __future__ import annotations
+
+import math
+import types
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import pytensor.tensor as pt
+from pytensor.tensor import linalg as pt_linalg
+
+__all__ = ["build_namespace"]
+
+_SAME_NAME = (
+    "abs add all any arange argmax argmin broadcast_arrays broadcast_to ceil clip cos cosh diff einsum empty "
+    "empty_like equal exp expand_dims expm1 eye flip floor full full_like greater greater_equal isfinite isinf "
+    "isnan less less_equal linspace log log1p log2 log10 logaddexp matmul maximum minimum moveaxis not_equal ones "
+    "ones_like prod repeat reshape round searchsorted sign sin sinh sort sqrt square squeeze stack sum take "
+    "take_along_axis tan tanh tensordot tile tril triu trunc var std where zeros zeros_like"
+).split()
+
+_RENAMED = {
+    "acos": "arccos",
+    "acosh": "arccosh",
+    "asin": "arcsin",
+    "asinh": "arcsinh",
+    "atan": "arctan",
+    "atanh": "arctanh",
+    "atan2": "arctan2",
+    "multiply": "mul",
+    "subtract": "sub",
+    "divide": "true_div",
+    "floor_divide": "floor_div",
+    "remainder": "mod",
+    "negative": "neg",
+    "pow": "pow",
+    "logical_and": "and_",
+    "logical_or": "or_",
+    "logical_not": "invert",
+    "bitwise_invert": "invert",
+    "reciprocal": "reciprocal",
+    "cumulative_sum": "cumsum",
+    "cumulative_prod": "cumprod",
+}
+
+
+def _max(x: Any, axis: Any = None, keepdims: bool = False) -> Any:
+    return pt.max(x, axis=axis, keepdims=keepdims)
+
+
+def _min(x: Any, axis: Any = None, keepdims: bool = False) -> Any:
+    return pt.min(x, axis=axis, keepdims=keepdims)
+
+
+def _mean(x: Any, axis: Any = None, keepdims: bool = False) -> Any:
+    return pt.mean(x, axis=axis, keepdims=keepdims)
+
+
+def concat(arrays: Sequence[Any], axis: int | None = 0) -> Any:
+    """``xp.concat``: PyTensor's ``concatenate`` (``axis=None`` flattens first)."""
+    if axis is None:
+        return pt.concatenate([pt.flatten(a) for a in arrays])
+    return pt.concatenate(list(arrays), axis=axis)
+
+
+def permute_dims(x: Any, axes: Sequence[int]) -> Any:
+    """``xp.permute_dims``: PyTensor's ``transpose``."""
+    return pt.transpose(x, tuple(axes))
+
+
+def matrix_transpose(x: Any) -> Any:
+    """The transpose of the last two axes."""
+    return pt.swapaxes(x, -1, -2)
+
+
+def astype(x: Any, dtype: Any, copy: bool = True) -> Any:
+    """``xp.astype``: PyTensor's ``cast`` (differentiable between floats)."""
+    return pt.cast(x, np.dtype(dtype).name if not isinstance(dtype, str) else dtype)
+
+
+def asarray(value: Any, dtype: Any = None, copy: Any = None) -> Any:
+    """A symbolic variable as it is, or a constant of ``value``."""
+    variable = pt.as_tensor_variable(value)
+    return variable if dtype is None else astype(variable, dtype)
+
+
+def vecdot(a: Any, b: Any, axis: int = -1) -> Any:
+    """``xp.vecdot``: the sum of the products along ``axis``."""
+    return pt.sum(a * b, axis=axis)
+
+
+def unstack(x: Any, axis: int = 0) -> tuple[Any, ...]:
+    """The slices of ``x`` along ``axis``, which must have a static length."""
+    length = x.type.shape[axis]
+    if length is None:
+        raise TypeError("unstack needs an axis of static length on PyTensor")
+    return tuple(pt.take(x, i, axis=axis) for i in range(length))
+
+
+def positive(x: Any) -> Any:
+    """``+x``."""
+    return x
+
+
+def hypot(a: Any, b: Any) -> Any:
+    """``sqrt(a**2 + b**2)``."""
+    return pt.sqrt(a * a + b * b)
+
+
+def roll(x: Any, shift: int, axis: int | None = None) -> Any:
+    """``xp.roll`` (PyTensor's ``roll``)."""
+    return pt.roll(x, shift, axis=axis)
+
+
+def copysign(a: Any, b: Any) -> Any:
+    """``|a|`` with the sign of ``b``."""
+    return pt.abs(a) * pt.switch(pt.lt(b, 0), -1.0, 1.0)
+
+
+def _vector_norm(x: Any, axis: Any = None, keepdims: bool = False, ord: Any = 2) -> Any:
+    return pt_linalg.norm(x, ord=ord, axis=axis, keepdims=keepdims)
+
+
+def _matrix_norm(x: Any, keepdims: bool = False, ord: Any = "fro") -> Any:
+    return pt_linalg.norm(x, ord=ord, axis=(-2, -1), keepdims=keepdims)
+
+
+def _linalg() -> Any:
+    return types.SimpleNamespace(
+        __name__="di.engines.pytensor.namespace.linalg",
+        det=pt_linalg.det,
+        inv=pt_linalg.inv,
+        solve=pt_linalg.solve,
+        cholesky=pt_linalg.cholesky,
+        norm=pt_linalg.norm,
+        vector_norm=lambda x, axis=None, keepdims=False, ord=2: pt_linalg.norm(
+            x, ord=ord, axis=axis, keepdims=keepdims
+        ),
+        matrix_norm=lambda x, keepdims=False, ord="fro": pt_linalg.norm(x, ord=ord, axis=(-2, -1), keepdims=keepdims),
+        slogdet=pt_linalg.slogdet,
+        eigh=pt_linalg.eigh,
+        svd=pt_linalg.svd,
+        matmul=pt.matmul,
+        trace=lambda x, offset=0: pt.trace(x, offset=offset),
+        tensordot=pt.tensordot,
+        vecdot=vecdot,
+        matrix_transpose=matrix_transpose,
+        diagonal=lambda x, offset=0: pt.diagonal(x, offset=offset, axis1=-2, axis2=-1),
+    )
+
+
+def build_namespace() -> types.SimpleNamespace:
+    """The namespace :func:`di.array_namespace` answers for PyTensor's variables.
+
+    Examples:
+        >>> import numpy as np, pytensor.tensor as pt
+        >>> from di.engines.pytensor.namespace import build_namespace
+        >>> xp = build_namespace()
+        >>> x = pt.vector("x", dtype="float64")
+        >>> xp.concat([xp.sin(x), x]).eval({x: np.zeros(2)})
+        array([0., 0., 0., 0.])
+    """
+    functions: dict[str, Any] = {name: getattr(pt, name) for name in _SAME_NAME if hasattr(pt, name)}
+    functions.update({name: getattr(pt, target) for name, target in _RENAMED.items() if hasattr(pt, target)})
+    functions.update(
+        {
+            "__name__": "di.engines.pytensor.namespace",
+            "max": _max,
+            "min": _min,
+            "mean": _mean,
+            "concat": concat,
+            "permute_dims": permute_dims,
+            "matrix_transpose": matrix_transpose,
+            "astype": astype,
+            "asarray": asarray,
+            "vecdot": vecdot,
+            "unstack": unstack,
+            "positive": positive,
+            "hypot": hypot,
+            "roll": roll,
+            "copysign": copysign,
+            "linalg": _linalg(),
+            "pi": math.pi,
+            "e": math.e,
+            "inf": math.inf,
+            "nan": math.nan,
+            "newaxis": None,
+        }
+    )
+    for dtype in ("float16", "float32", "float64", "int8", "int16", "int32", "int64", "uint8", "bool"):
+        functions[dtype] = np.dtype(dtype)
+    functions["finfo"] = np.finfo
+    functions["iinfo"] = np.iinfo
+    functions["isdtype"] = _isdtype
+    return types.SimpleNamespace(**functions)
+
+
+def _isdtype(dtype: Any, kind: Any) -> bool:
+    import array_api_compat.numpy as compat
+
+    return bool(compat.isdtype(np.dtype(str(dtype)), kind))  # type: ignore[attr-defined]
