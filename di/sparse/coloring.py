@@ -27,6 +27,7 @@ the graph is large).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -34,6 +35,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from di.sparse import kernels
+from di.sparse.orders import ORDERS, order_cost, vertex_order
 
 __all__ = [
     "AUTO_ORDERS",
@@ -51,11 +53,15 @@ __all__ = [
     "vertex_order",
 ]
 
-ORDERS = ("natural", "largest_first", "smallest_last", "incidence_degree", "dynamic_largest_first", "random")
-AUTO_ORDERS = ("natural", "largest_first", "smallest_last", "incidence_degree", "dynamic_largest_first")
-"""The orders ``order="auto"`` tries (every deterministic one)."""
+AUTO_ORDERS = ORDERS
+"""The orders ``order="auto"`` tries (every one, the random one with the given seed),
+within :data:`WORK_BUDGET`."""
 
-_RECOLOR_PASSES = 8
+WORK_BUDGET = 300_000_000
+"""Steps (entries walked) the search of ``order="auto"`` may take when the kernels
+are compiled; a tenth of it in plain Python. The first order always runs."""
+_RANDOM_TIES = 6  # seeded relabelings whose ties the orders also try (DSATUR gains most from them)
+_RECOLOR_PATIENCE = 6  # iterated-greedy passes without improvement before it stops
 _GRAPH_LIMIT = 50_000_000  # edges of a column intersection graph worth building
 
 
@@ -66,12 +72,19 @@ class Coloring:
     Attributes:
         colors: the color of each vertex, ``0 .. n_colors - 1`` (``-1``: neutral,
             in no seed).
-        order: the vertex order that gave it (``"auto"`` results name the winner,
-            ``"+recolored"`` when iterated greedy improved it).
+        order: the vertex order that gave it (``"auto"`` results name the winner:
+            ``"saturation~2"`` with ties broken by the second seeded relabeling,
+            ``"+recolored"`` when iterated greedy improved it, ``"+palette"`` when
+            a bounded palette did).
+        tried: ``(order, colors)`` of every candidate ``"auto"`` ran, in order.
+        skipped: the candidates ``"auto"`` left out: over the work budget, or
+            not needed once the lower bound was reached.
     """
 
     colors: np.ndarray
     order: str
+    tried: tuple[tuple[str, int], ...] = ()
+    skipped: tuple[str, ...] = ()
 
     @property
     def n_colors(self) -> int:
@@ -99,57 +112,6 @@ def _intersection_graph(pattern: sp.csr_array) -> sp.csr_array | None:
         return None
     csc = sp.csc_array(pattern, dtype=np.int32)
     return adjacency(sp.csr_array(csc.T @ csc))
-
-
-def vertex_order(graph: sp.csr_array, order: str, seed: int = 0) -> np.ndarray:
-    """The vertices of a symmetric graph in one of :data:`ORDERS`.
-
-    ``largest_first``: by decreasing degree. ``smallest_last``: repeatedly remove
-    a vertex of smallest degree from what remains, and reverse. ``incidence_degree``:
-    next the vertex with most neighbors already ordered. ``dynamic_largest_first``:
-    next the vertex of largest degree among those not ordered yet. ``random``:
-    a permutation drawn with ``seed``.
-
-    Examples:
-        >>> import numpy as np, scipy.sparse as sp
-        >>> from di.sparse.coloring import vertex_order
-        >>> star = np.zeros((4, 4), dtype=bool); star[0, 1:] = star[1:, 0] = True
-        >>> vertex_order(sp.csr_array(star), "largest_first")
-        array([0, 1, 2, 3])
-    """
-    n = graph.shape[0]
-    degrees = np.diff(graph.indptr).astype(np.int64)
-    if order == "natural":
-        return np.arange(n, dtype=np.int64)
-    if order == "largest_first":
-        return np.argsort(-degrees, kind="stable").astype(np.int64)
-    if order == "random":
-        return np.random.default_rng(seed).permutation(n).astype(np.int64)
-    dynamic = {
-        "smallest_last": (degrees, False, -1),
-        "dynamic_largest_first": (degrees, True, -1),
-        "incidence_degree": (np.zeros(n, dtype=np.int64), True, 1),
-    }
-    if order not in dynamic:
-        raise ValueError(f"unknown vertex order {order!r}; use one of {', '.join(ORDERS)} or 'auto'")
-    if n == 0:
-        return np.zeros(0, dtype=np.int64)
-    key, pick_max, step = dynamic[order]
-    run, compiled = kernels.kernel(kernels.dynamic_order_kernel, graph.nnz)
-    slots = int(degrees.max(initial=0)) + 1
-    ptr, idx, key, head, nxt, prv, done, taken = kernels.arguments(
-        compiled,
-        graph.indptr,
-        graph.indices,
-        key.copy(),
-        np.full(slots, -1),
-        np.full(n, -1),
-        np.full(n, -1),
-        np.zeros(n),
-        np.zeros(n),
-    )
-    result = np.asarray(run(ptr, idx, key, pick_max, step, head, nxt, prv, done, taken), dtype=np.int64)
-    return result[::-1].copy() if order == "smallest_last" else result
 
 
 # --- the colorings ----------------------------------------------------------------------------------
@@ -193,10 +155,10 @@ def _twins(graph: sp.csr_array) -> np.ndarray:
     return twin
 
 
-def _acyclic(graph: sp.csr_array, order: np.ndarray) -> np.ndarray:
+def _acyclic(graph: sp.csr_array, order: np.ndarray, palette: int = 0) -> np.ndarray:
     n, edges = graph.shape[0], graph.nnz
     run, compiled = kernels.kernel(kernels.acyclic_kernel, _walk(graph))
-    ptr, idx, twin, order_, colors, mark, parent, visit_v, visit_w = kernels.arguments(
+    args = kernels.arguments(
         compiled,
         graph.indptr,
         graph.indices,
@@ -205,38 +167,123 @@ def _acyclic(graph: sp.csr_array, order: np.ndarray) -> np.ndarray:
         np.full(n, -1),
         np.full(n + 1, -1),
         np.arange(edges),
+        np.zeros(edges),
         np.full(edges, -1),
         np.full(edges, -1),
+        np.full(n + 1, -1),
+        np.full(n + 1, -1),
+        np.full(n + 1, -1),
     )
-    return np.asarray(run(ptr, idx, twin, order_, colors, mark, parent, visit_v, visit_w), dtype=np.int64)
+    args.insert(-1, palette)
+    return np.asarray(run(*args), dtype=np.int64)
 
 
-def _by_classes(colors: np.ndarray) -> np.ndarray:
-    """Iterated greedy's order: the color classes, last color first."""
-    return np.argsort(-colors, kind="stable").astype(np.int64)
+def _class_order(colors: np.ndarray, rank: np.ndarray) -> np.ndarray:
+    """Iterated greedy's order (Culberson): whole color classes, by ``rank`` of their color."""
+    return np.lexsort((np.arange(colors.size), rank[colors])).astype(np.int64)
 
 
 def _count(colors: np.ndarray) -> int:
     return int(colors.max(initial=-1)) + 1
 
 
-def _colored(graph: sp.csr_array, color: _Kernel, order: str, seed: int) -> Coloring:
-    """``color`` in ``order``, or (``"auto"``) the best of :data:`AUTO_ORDERS`
-    improved by recoloring its classes in reverse."""
+def _relabeled_order(graph: sp.csr_array, order: str, seed: int) -> np.ndarray:
+    """``order`` on the graph with its vertices shuffled by ``seed``: the same rule
+    with its ties broken another (reproducible) way."""
+    permutation = np.random.default_rng(seed).permutation(graph.shape[0])
+    shuffled = sp.csr_array(graph[permutation][:, permutation])
+    shuffled.sort_indices()
+    return permutation[vertex_order(shuffled, order)].astype(np.int64)
+
+
+class _Search:
+    """The candidates of ``order="auto"``, run while the work budget lasts and the
+    lower bound is not reached; keeps the fewest colors (the first found on a tie)."""
+
+    def __init__(self, graph: sp.csr_array, color: _Kernel, kernel_cost: int, lower: int) -> None:
+        self.graph, self.color, self.kernel_cost, self.lower = graph, color, kernel_cost, lower
+        self.budget = WORK_BUDGET if kernels.numba_available() else WORK_BUDGET // 10
+        self.spent = 0
+        self.best: Coloring | None = None
+        self.tried: list[tuple[str, int]] = []
+        self.skipped: list[str] = []
+
+    @property
+    def done(self) -> bool:
+        return self.best is not None and self.best.n_colors <= self.lower
+
+    def run(
+        self,
+        name: str,
+        order: Callable[[], np.ndarray],
+        cost: int,
+        *,
+        accept_ties: bool = False,
+        color: _Kernel | None = None,
+    ) -> bool:
+        """Run one candidate (unless over budget or done); whether it improved on the best."""
+        if self.done or (self.best is not None and self.spent + cost + self.kernel_cost > self.budget):
+            self.skipped.append(name)
+            return False
+        colors = (color or self.color)(self.graph, order())
+        self.spent += cost + self.kernel_cost
+        self.tried.append((name, _count(colors)))
+        best = self.best
+        if best is None or _count(colors) < best.n_colors or (accept_ties and _count(colors) == best.n_colors):
+            self.best = Coloring(colors, name)
+            return best is None or _count(colors) < best.n_colors
+        return False
+
+    def result(self) -> Coloring:
+        assert self.best is not None
+        return Coloring(self.best.colors, self.best.order, tuple(self.tried), tuple(self.skipped))
+
+
+def _searched(graph: sp.csr_array, color: _Kernel, seed: int, *, distance2: bool, lower: int) -> _Search:
+    """The search of ``order="auto"``: every order of :data:`ORDERS`, then
+    DSATUR and smallest-last with seeded ties, then iterated greedy on the best
+    (recoloring by whole color classes: reversed, largest first, shuffled), while
+    :data:`WORK_BUDGET` lasts and the ``lower`` bound is not reached."""
+    walk = _walk(graph)
+    n, edges = graph.shape[0], graph.nnz
+    search = _Search(graph, color, kernels.steps(n + (walk if distance2 else edges)), lower)
+    for name in ORDERS:
+        estimate = search.best.n_colors if search.best is not None else int(np.sqrt(edges)) + 1
+        cost = order_cost(graph, name, walk, estimate)
+        search.run(name, functools.partial(vertex_order, graph, name, seed), cost)
+    for tie in range(1, _RANDOM_TIES + 1):
+        for name in ("saturation", "smallest_last"):
+            cost = order_cost(graph, name, walk, 0) + kernels.steps(edges)
+            search.run(f"{name}~{tie}", functools.partial(_relabeled_order, graph, name, seed + tie), cost)
+    rng = np.random.default_rng(seed)
+    stale = 0
+    while stale < _RECOLOR_PATIENCE and not search.done:
+        best = search.best
+        assert best is not None
+        classes = np.arange(best.n_colors)
+        ranks = (-classes, -np.bincount(best.colors, minlength=best.n_colors), rng.permutation(best.n_colors))
+        name = best.order.removesuffix("+recolored") + "+recolored"
+        runs = len(search.tried)
+        reordered = functools.partial(_class_order, best.colors, ranks[stale % 3])
+        improved = search.run(name, reordered, 10 * n, accept_ties=True)
+        if len(search.tried) == runs:  # over budget
+            break
+        stale = 0 if improved else stale + 1
+    return search
+
+
+def _colored(graph: sp.csr_array, color: _Kernel, order: str, seed: int, *, distance2: bool, lower: int) -> Coloring:
+    """``color`` in ``order``, or the best of :func:`_searched` for ``"auto"``."""
     if order != "auto":
         return Coloring(color(graph, vertex_order(graph, order, seed)), order)
-    best: Coloring | None = None
-    for name in AUTO_ORDERS:
-        colors = color(graph, vertex_order(graph, name, seed))
-        if best is None or _count(colors) < best.n_colors:
-            best = Coloring(colors, name)
-    assert best is not None
-    for _ in range(_RECOLOR_PASSES):
-        colors = color(graph, _by_classes(best.colors))
-        if _count(colors) >= best.n_colors:  # greedy colorings are valid in any order: only the count varies
-            break
-        best = Coloring(colors, best.order.removesuffix("+recolored") + "+recolored")
-    return best
+    return _searched(graph, color, seed, distance2=distance2, lower=lower).result()
+
+
+def _cycle_bound(graph: sp.csr_array) -> int:
+    """A lower bound on the colors of a star or acyclic coloring: 3 when the graph
+    has a cycle (as many edges as vertices), 2 with an edge, else 1 (or 0)."""
+    n, edges = graph.shape[0], graph.nnz // 2
+    return 3 if edges >= n > 0 else 2 if edges else min(n, 1)
 
 
 def column_coloring(pattern: sp.csr_array, order: str = "auto", seed: int = 0) -> np.ndarray:
@@ -266,7 +313,8 @@ def column_coloring_of(pattern: sp.csr_array, order: str = "auto", seed: int = 0
     n = pattern.shape[1]
     if graph is None:  # a row so dense that its columns would all differ anyway: one color each
         return Coloring(np.arange(n, dtype=np.int64), "distinct")
-    return _colored(graph, _greedy, order, seed)
+    lower = int(np.diff(sp.csr_array(pattern).indptr).max(initial=0))  # a row's columns all differ
+    return _colored(graph, _greedy, order, seed, distance2=False, lower=lower)
 
 
 def row_coloring(pattern: sp.csr_array, order: str = "auto", seed: int = 0) -> np.ndarray:
@@ -306,7 +354,7 @@ def star_coloring(pattern: sp.csr_array, order: str = "auto", seed: int = 0) -> 
 def star_coloring_of(pattern: sp.csr_array, order: str = "auto", seed: int = 0) -> Coloring:
     """:func:`star_coloring` with the order that gave it."""
     graph = adjacency(pattern)
-    return _colored(graph, _star, order, seed)
+    return _colored(graph, _star, order, seed, distance2=True, lower=_cycle_bound(graph))
 
 
 def acyclic_coloring(pattern: sp.csr_array, order: str = "auto", seed: int = 0) -> np.ndarray:
@@ -323,14 +371,42 @@ def acyclic_coloring(pattern: sp.csr_array, order: str = "auto", seed: int = 0) 
     return acyclic_coloring_of(pattern, order, seed).colors
 
 
+_PALETTE_ORDERS = ("breadth_first", "natural", "incidence_degree:lowest", "smallest_last")
+
+
 def acyclic_coloring_of(pattern: sp.csr_array, order: str = "auto", seed: int = 0) -> Coloring:
-    """:func:`acyclic_coloring` with the order that gave it."""
+    """:func:`acyclic_coloring` with the order that gave it; ``"auto"`` also tries a
+    star coloring (every star coloring is acyclic, and read directly: on a tie it
+    wins, its :attr:`Coloring.order` then starts with ``"star:"``)."""
     graph = adjacency(pattern)
-    acyclic = _colored(graph, _acyclic, order, seed)
-    # Every star coloring is acyclic, and greedy acyclic colorings sometimes take
-    # more colors than the greedy star one (4 against 3 on some 12-vertex graphs).
-    star = _colored(graph, _star, order, seed)
-    return star if int(star.colors.max(initial=-1)) < int(acyclic.colors.max(initial=-1)) else acyclic
+    if order != "auto":
+        acyclic = Coloring(_acyclic(graph, vertex_order(graph, order, seed)), order)
+        star = Coloring(_star(graph, vertex_order(graph, order, seed)), order)
+        return star if star.n_colors < acyclic.n_colors else acyclic
+    search = _searched(graph, _acyclic, seed, distance2=True, lower=_cycle_bound(graph))
+    walk = _walk(graph)
+    improved = True
+    while improved and not search.done:
+        # Greedy with a bounded palette, one color fewer than the best: each vertex
+        # prefers a color no vertex two steps away has (a grid's (i + j) mod 3).
+        assert search.best is not None
+        palette = search.best.n_colors - 1
+        improved = False
+        for name in _PALETTE_ORDERS:
+            cost = order_cost(graph, name, walk, palette)
+
+            def bounded(graph: sp.csr_array, order: np.ndarray, palette: int = palette) -> np.ndarray:
+                return _acyclic(graph, order, palette)
+
+            candidate = functools.partial(vertex_order, graph, name, seed)
+            if search.run(f"{name}+palette", candidate, cost, color=bounded):
+                improved = True
+                break
+    acyclic = search.result()
+    star = _searched(graph, _star, seed, distance2=True, lower=_cycle_bound(graph)).result()
+    if star.n_colors <= acyclic.n_colors:
+        return Coloring(star.colors, "star:" + star.order, acyclic.tried + star.tried, acyclic.skipped + star.skipped)
+    return Coloring(acyclic.colors, acyclic.order, acyclic.tried + star.tried, acyclic.skipped + star.skipped)
 
 
 def bipartite_graph(pattern: sp.csr_array) -> sp.csr_array:
