@@ -42,19 +42,19 @@ RARE_COMPILE_FROM = 1_000_000
 (1-3 s each, heap-based ones most) outweigh a run in Python below it."""
 
 
-def compiles(work: int, threshold: int = COMPILE_FROM) -> bool:
+def compiles(work: int, rare: bool = False) -> bool:
     """Whether :func:`kernel` compiles a kernel of this work (Numba installed)."""
-    return work >= threshold and numba_available()
+    return work >= (RARE_COMPILE_FROM if rare else COMPILE_FROM) and numba_available()
 
 
-def steps(work: int, threshold: int = COMPILE_FROM) -> int:
+def steps(work: int, rare: bool = False) -> int:
     """The cost of a kernel's run in compiled-step units: ``work``, times
     :data:`PYTHON_STEP` when it runs in plain Python."""
-    return work if compiles(work, threshold) else work * PYTHON_STEP
+    return work if compiles(work, rare) else work * PYTHON_STEP
 
 
 def kernel(
-    function: Callable[..., Any], work: int, force: bool | None = None, threshold: int = COMPILE_FROM
+    function: Callable[..., Any], work: int, force: bool | None = None, rare: bool = False
 ) -> tuple[Callable[..., Any], bool]:
     """The kernel to run: ``(callable, compiled)``.
 
@@ -62,14 +62,14 @@ def kernel(
         function: one of this module's kernels.
         work: the size of the problem (stored entries walked).
         force: ``True`` to compile whatever the size (tests), ``False`` never to.
-        threshold: the work from which to compile (:data:`COMPILE_FROM`, or
-            :data:`RARE_COMPILE_FROM` for the kernels of rarely winning orders).
+        rare: compile from :data:`RARE_COMPILE_FROM` rather than
+            :data:`COMPILE_FROM` (the kernels of orders tried once per pattern).
 
     Returns:
         The Numba-compiled kernel and ``True``, or ``function`` and ``False``
         (then pass Python lists, see :func:`arguments`).
     """
-    compile_it = force if force is not None else work >= threshold
+    compile_it = force if force is not None else work >= (RARE_COMPILE_FROM if rare else COMPILE_FROM)
     if not compile_it or not numba_available():
         return function, False
     compiled = _COMPILED.get(function.__name__)

@@ -43,7 +43,6 @@ ORDERS = (
 )
 """Every vertex order a coloring can be asked for (or ``"auto"``: the best of them)."""
 
-_RARE = kernels.RARE_COMPILE_FROM
 _DYNAMIC = {  # (initial key: degrees?, pick the largest?, step on each neighbor taken)
     "smallest_last": (True, False, -1),
     "dynamic_largest_first": (True, True, -1),
@@ -63,13 +62,13 @@ def order_cost(graph: sp.csr_array, order: str, walk: int, colors: int) -> int:
     if order in _DYNAMIC:
         return kernels.steps(n + edges)
     if order in ("breadth_first", "depth_first"):
-        return kernels.steps(n + edges, _RARE)
+        return kernels.steps(n + edges, rare=True)
     if order.endswith(":lowest"):
-        return kernels.steps(int((n + edges) * logarithm), _RARE)
+        return kernels.steps(int((n + edges) * logarithm), rare=True)
     if order == "saturation":
-        return kernels.steps(int((n + edges) * logarithm) + walk, _RARE)
+        return kernels.steps(int((n + edges) * logarithm) + walk, rare=True)
     if order == "independent_set":
-        return kernels.steps((n + edges) * max(colors, 1) + int(edges * logarithm), _RARE)
+        return kernels.steps((n + edges) * max(colors, 1) + int(edges * logarithm), rare=True)
     raise ValueError(f"unknown vertex order {order!r}; use one of {', '.join(ORDERS)} or 'auto'")
 
 
@@ -110,11 +109,11 @@ def vertex_order(graph: sp.csr_array, order: str, seed: int = 0) -> np.ndarray:
     if order == "saturation":
         return _saturation(graph)[1]
     if order == "independent_set":
-        run, compiled = kernels.kernel(order_kernels.independent_set_kernel, work, threshold=_RARE)
+        run, compiled = kernels.kernel(order_kernels.independent_set_kernel, work, rare=True)
         args = kernels.arguments(compiled, graph.indptr, graph.indices, np.zeros(n), np.zeros(n), np.zeros(n))
         return np.asarray(run(*args), dtype=np.int64)
     if order in ("breadth_first", "depth_first"):
-        run, compiled = kernels.kernel(order_kernels.connected_sequential_kernel, work, threshold=_RARE)
+        run, compiled = kernels.kernel(order_kernels.connected_sequential_kernel, work, rare=True)
         ptr, idx, seen, stack, cursor, taken = kernels.arguments(
             compiled, graph.indptr, graph.indices, np.zeros(n), np.zeros(n), np.zeros(n), np.zeros(n)
         )
@@ -123,7 +122,7 @@ def vertex_order(graph: sp.csr_array, order: str, seed: int = 0) -> np.ndarray:
     by_degree, pick_max, step = _DYNAMIC[name]
     key = degrees.copy() if by_degree else np.zeros(n, dtype=np.int64)
     if ties == "lowest":
-        run, compiled = kernels.kernel(order_kernels.heap_order_kernel, work, threshold=_RARE)
+        run, compiled = kernels.kernel(order_kernels.heap_order_kernel, work, rare=True)
         ptr, idx, key_, done, taken = kernels.arguments(
             compiled, graph.indptr, graph.indices, key, np.zeros(n), np.zeros(n)
         )
@@ -150,7 +149,7 @@ def _saturation(graph: sp.csr_array) -> tuple[np.ndarray, np.ndarray]:
     """DSATUR's colors and order."""
     n = graph.shape[0]
     degrees = np.diff(graph.indptr).astype(np.int64)
-    run, compiled = kernels.kernel(order_kernels.dsatur_kernel, int(np.dot(degrees, degrees)) + n, threshold=_RARE)
+    run, compiled = kernels.kernel(order_kernels.dsatur_kernel, int(np.dot(degrees, degrees)) + n, rare=True)
     ptr, idx, colors, mark, saturation, taken = kernels.arguments(
         compiled, graph.indptr, graph.indices, np.full(n, -1), np.full(n + 1, -1), np.zeros(n), np.zeros(n)
     )
