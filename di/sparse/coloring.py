@@ -18,11 +18,16 @@ hvp) per color recovers every nonzero.
   Jacobian with a dense row and a dense column (an arrowhead) needs ``n``
   column colors or ``m`` row colors but three bicolors.
 
-All are greedy, vertex by vertex in an order (:data:`ORDERS`); ``"auto"`` tries
-the deterministic orders and keeps the fewest colors, then recolors the best one
-by color classes (Culberson's iterated greedy) while that removes colors. The
-loops are :mod:`di.sparse.kernels` (compiled by Numba when it is installed and
-the graph is large).
+All are greedy, vertex by vertex in an order (:data:`ORDERS`, in
+:mod:`di.sparse.orders`). ``"auto"`` searches: every order, then DSATUR and
+smallest-last with seeded tie-breaks, then Culberson's iterated greedy on the best
+(recoloring by whole color classes) until it stalls; it keeps the fewest colors,
+stops at a lower bound, and stays within :data:`WORK_BUDGET` (each candidate is
+costed before it runs). The acyclic search adds a bounded palette (each vertex
+prefers a color absent two steps away: a grid's 3 colors) and the star search
+(a star coloring as small wins: it is read directly). The loops are
+:mod:`di.sparse.kernels` and :mod:`di.sparse.order_kernels` (compiled by Numba
+when it is installed and the graph is large).
 """
 
 from __future__ import annotations
@@ -40,6 +45,7 @@ from di.sparse.orders import ORDERS, order_cost, vertex_order
 __all__ = [
     "AUTO_ORDERS",
     "ORDERS",
+    "WORK_BUDGET",
     "Coloring",
     "acyclic_coloring",
     "adjacency",
