@@ -45,6 +45,7 @@ from di.sparse.orders import ORDERS, order_cost, vertex_order
 __all__ = [
     "AUTO_ORDERS",
     "ORDERS",
+    "BUDGET_FLOOR",
     "WORK_BUDGET",
     "Coloring",
     "acyclic_coloring",
@@ -64,8 +65,11 @@ AUTO_ORDERS = ORDERS
 within :data:`WORK_BUDGET`."""
 
 WORK_BUDGET = 300_000_000
-"""Steps (entries walked) the search of ``order="auto"`` may take when the kernels
-are compiled; a tenth of it in plain Python. The first order always runs."""
+"""The most steps (entries walked, in compiled-kernel units) the search of
+``order="auto"`` may take: thirty times one coloring's cost, at least
+:data:`BUDGET_FLOOR` (a tenth of both without Numba). The first order always runs."""
+BUDGET_FLOOR = 100_000_000
+_RELABEL_STEPS = 50  # per stored entry: shuffling a graph with scipy, in compiled steps
 _RANDOM_TIES = 6  # seeded relabelings whose ties the orders also try (DSATUR gains most from them)
 _RECOLOR_PATIENCE = 6  # iterated-greedy passes without improvement before it stops
 _GRAPH_LIMIT = 50_000_000  # edges of a column intersection graph worth building
@@ -208,7 +212,10 @@ class _Search:
 
     def __init__(self, graph: sp.csr_array, color: _Kernel, kernel_cost: int, lower: int) -> None:
         self.graph, self.color, self.kernel_cost, self.lower = graph, color, kernel_cost, lower
-        self.budget = WORK_BUDGET if kernels.numba_available() else WORK_BUDGET // 10
+        # About thirty colorings' worth, at least BUDGET_FLOOR, at most WORK_BUDGET:
+        # a small graph gets the whole search, a large one what its size repays.
+        budget = min(WORK_BUDGET, max(BUDGET_FLOOR, 30 * kernel_cost))
+        self.budget = budget if kernels.numba_available() else budget // 10
         self.spent = 0
         self.best: Coloring | None = None
         self.tried: list[tuple[str, int]] = []
@@ -245,22 +252,27 @@ class _Search:
         return Coloring(self.best.colors, self.best.order, tuple(self.tried), tuple(self.skipped))
 
 
-def _searched(graph: sp.csr_array, color: _Kernel, seed: int, *, distance2: bool, lower: int) -> _Search:
+def _searched(graph: sp.csr_array, color: _Kernel, seed: int, *, work: int, lower: int) -> _Search:
     """The search of ``order="auto"``: every order of :data:`ORDERS`, then
     DSATUR and smallest-last with seeded ties, then iterated greedy on the best
     (recoloring by whole color classes: reversed, largest first, shuffled), while
     :data:`WORK_BUDGET` lasts and the ``lower`` bound is not reached."""
     walk = _walk(graph)
     n, edges = graph.shape[0], graph.nnz
-    search = _Search(graph, color, kernels.steps(n + (walk if distance2 else edges)), lower)
-    for name in ORDERS:
-        estimate = search.best.n_colors if search.best is not None else int(np.sqrt(edges)) + 1
-        cost = order_cost(graph, name, walk, estimate)
-        search.run(name, functools.partial(vertex_order, graph, name, seed), cost)
+    search = _Search(graph, color, kernels.steps(n + work), lower)
+    estimate = int(np.sqrt(edges)) + 1  # colors, for the independent sets' passes
+    candidates: list[tuple[int, str, Callable[[], np.ndarray]]] = [
+        (order_cost(graph, name, walk, estimate), name, functools.partial(vertex_order, graph, name, seed))
+        for name in ORDERS
+    ]
     for tie in range(1, _RANDOM_TIES + 1):
         for name in ("saturation", "smallest_last"):
-            cost = order_cost(graph, name, walk, 0) + kernels.steps(edges)
-            search.run(f"{name}~{tie}", functools.partial(_relabeled_order, graph, name, seed + tie), cost)
+            cost = order_cost(graph, name, walk, 0) + _RELABEL_STEPS * edges
+            candidates.append((cost, f"{name}~{tie}", functools.partial(_relabeled_order, graph, name, seed + tie)))
+    # Cheapest first (natural first: it costs least), so that the budget goes to many cheap
+    # candidates before a costly one; the order of ties stays the list's.
+    for cost, name, order in sorted(candidates, key=lambda candidate: candidate[0]):
+        search.run(name, order, cost)
     rng = np.random.default_rng(seed)
     stale = 0
     while stale < _RECOLOR_PATIENCE and not search.done:
@@ -278,11 +290,11 @@ def _searched(graph: sp.csr_array, color: _Kernel, seed: int, *, distance2: bool
     return search
 
 
-def _colored(graph: sp.csr_array, color: _Kernel, order: str, seed: int, *, distance2: bool, lower: int) -> Coloring:
+def _colored(graph: sp.csr_array, color: _Kernel, order: str, seed: int, *, work: int, lower: int) -> Coloring:
     """``color`` in ``order``, or the best of :func:`_searched` for ``"auto"``."""
     if order != "auto":
         return Coloring(color(graph, vertex_order(graph, order, seed)), order)
-    return _searched(graph, color, seed, distance2=distance2, lower=lower).result()
+    return _searched(graph, color, seed, work=work, lower=lower).result()
 
 
 def _cycle_bound(graph: sp.csr_array) -> int:
@@ -320,7 +332,7 @@ def column_coloring_of(pattern: sp.csr_array, order: str = "auto", seed: int = 0
     if graph is None:  # a row so dense that its columns would all differ anyway: one color each
         return Coloring(np.arange(n, dtype=np.int64), "distinct")
     lower = int(np.diff(sp.csr_array(pattern).indptr).max(initial=0))  # a row's columns all differ
-    return _colored(graph, _greedy, order, seed, distance2=False, lower=lower)
+    return _colored(graph, _greedy, order, seed, work=graph.nnz, lower=lower)
 
 
 def row_coloring(pattern: sp.csr_array, order: str = "auto", seed: int = 0) -> np.ndarray:
@@ -358,9 +370,48 @@ def star_coloring(pattern: sp.csr_array, order: str = "auto", seed: int = 0) -> 
 
 
 def star_coloring_of(pattern: sp.csr_array, order: str = "auto", seed: int = 0) -> Coloring:
-    """:func:`star_coloring` with the order that gave it."""
+    """:func:`star_coloring` with the order that gave it. ``"auto"`` also searches
+    distance-2 colorings (greedy on the square of the graph: star colorings too,
+    as networkx would find them), named ``"distance2:<order>"``."""
     graph = adjacency(pattern)
-    return _colored(graph, _star, order, seed, distance2=True, lower=_cycle_bound(graph))
+    if order != "auto":
+        return Coloring(_star(graph, vertex_order(graph, order, seed)), order)
+    work = _star_work(graph)
+    star = None
+    if work <= WORK_BUDGET:  # else (nearly dense) a distance-2 coloring alone, if the square is small
+        star = _colored(graph, _star, order, seed, work=work, lower=_cycle_bound(graph))
+        if star.n_colors <= _cycle_bound(graph):
+            return star
+    square = _square(graph)
+    if square is None:
+        return star if star is not None else _colored(graph, _star, order, seed, work=work, lower=0)
+    lower = int(np.diff(graph.indptr).max(initial=0)) + 1  # a vertex and its neighbors all differ
+    far = _searched(square, _greedy, seed, work=square.nnz, lower=lower).result()
+    far_tried = tuple((f"distance2:{n}", c) for n, c in far.tried)
+    if star is None:
+        return Coloring(far.colors, f"distance2:{far.order}", far_tried, ("star kernel: over budget", *far.skipped))
+    tried, skipped = star.tried + far_tried, star.skipped + far.skipped
+    if far.n_colors < star.n_colors:
+        return Coloring(far.colors, f"distance2:{far.order}", tried, skipped)
+    return Coloring(star.colors, star.order, tried, skipped)
+
+
+def _star_work(graph: sp.csr_array) -> int:
+    """A bound on the star kernel's steps: for each path ``v - w - x``, ``x``'s
+    neighbors (``sum(deg(w) * sum of w's neighbors' degrees)``: quartic on a nearly
+    dense graph, where a distance-2 coloring costs far less and does as well)."""
+    degrees = np.diff(graph.indptr).astype(np.float64)
+    around = sp.csr_array(graph, dtype=np.float64) @ degrees
+    return int(min(float(np.dot(degrees, around)), 2.0**62))
+
+
+def _square(graph: sp.csr_array) -> sp.csr_array | None:
+    """Vertices one or two steps apart adjacent, or ``None`` past ``_GRAPH_LIMIT`` edges."""
+    n = graph.shape[0]
+    if _walk(graph) > 4 * _GRAPH_LIMIT or (n * n > _GRAPH_LIMIT and _walk(graph) > _GRAPH_LIMIT):
+        return None  # (the product's flops, and its entries: at most n**2 and the walk)
+    one = sp.csr_array(graph, dtype=np.int32) + sp.eye_array(graph.shape[0], dtype=np.int32, format="csr")
+    return adjacency(sp.csr_array(one @ one, dtype=bool))
 
 
 def acyclic_coloring(pattern: sp.csr_array, order: str = "auto", seed: int = 0) -> np.ndarray:
@@ -389,7 +440,7 @@ def acyclic_coloring_of(pattern: sp.csr_array, order: str = "auto", seed: int = 
         acyclic = Coloring(_acyclic(graph, vertex_order(graph, order, seed)), order)
         star = Coloring(_star(graph, vertex_order(graph, order, seed)), order)
         return star if star.n_colors < acyclic.n_colors else acyclic
-    search = _searched(graph, _acyclic, seed, distance2=True, lower=_cycle_bound(graph))
+    search = _searched(graph, _acyclic, seed, work=_walk(graph), lower=_cycle_bound(graph))
     walk = _walk(graph)
     improved = True
     while improved and not search.done:
@@ -409,7 +460,7 @@ def acyclic_coloring_of(pattern: sp.csr_array, order: str = "auto", seed: int = 
                 improved = True
                 break
     acyclic = search.result()
-    star = _searched(graph, _star, seed, distance2=True, lower=_cycle_bound(graph)).result()
+    star = star_coloring_of(pattern, "auto", seed)
     if star.n_colors <= acyclic.n_colors:
         return Coloring(star.colors, "star:" + star.order, acyclic.tried + star.tried, acyclic.skipped + star.skipped)
     return Coloring(acyclic.colors, acyclic.order, acyclic.tried + star.tried, acyclic.skipped + star.skipped)

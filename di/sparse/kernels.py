@@ -32,13 +32,13 @@ def numba_available() -> bool:
     return importlib.util.find_spec("numba") is not None
 
 
-PYTHON_STEP = 20
+PYTHON_STEP = 100
 """About how many compiled steps one step of a kernel in plain Python costs (for
 the coloring search's budget)."""
 
 RARE_COMPILE_FROM = 1_000_000
 """Work from which the kernels of the orders the search tries once per pattern
-(DSATUR, independent sets, heaps, breadth-first) are compiled: their compiles
+(independent sets, heaps, breadth-first) are compiled: their compiles
 (1-3 s each, heap-based ones most) outweigh a run in Python below it."""
 
 
@@ -47,10 +47,19 @@ def compiles(work: int, rare: bool = False) -> bool:
     return work >= (RARE_COMPILE_FROM if rare else COMPILE_FROM) and numba_available()
 
 
-def steps(work: int, rare: bool = False) -> int:
+COMPILE_STEPS = 500_000_000
+"""What compiling one of the orders' kernels costs, in compiled steps (1-3 s): more
+than the search's whole budget, so the search never compiles one (a caller asking
+for that order does)."""
+
+
+def steps(work: int, rare: bool = False, name: str = "") -> int:
     """The cost of a kernel's run in compiled-step units: ``work``, times
-    :data:`PYTHON_STEP` when it runs in plain Python."""
-    return work if compiles(work, rare) else work * PYTHON_STEP
+    :data:`PYTHON_STEP` when it runs in plain Python, plus :data:`COMPILE_STEPS`
+    for a ``rare`` kernel (named ``name``) not compiled yet."""
+    if not compiles(work, rare):
+        return work * PYTHON_STEP
+    return work + (COMPILE_STEPS if rare and name not in _COMPILED else 0)
 
 
 def kernel(

@@ -26,17 +26,20 @@ def dsatur_kernel(ptr: Any, idx: Any, colors: Any, mark: Any, saturation: Any, t
     an uncolored vertex with the most distinct colors among its neighbors (then the
     largest degree, then the lowest index). ``colors`` is -1 everywhere, ``mark``
     -1 (length ``n + 1``), ``saturation`` 0, ``taken`` scratch (length ``n``).
-    Returns ``colors``; ``taken`` holds the order."""
+    Returns ``colors``; ``taken`` holds the order. Each step scans the uncolored
+    vertices (``n**2`` in all: plain loops compile in a fraction of a heap's time)."""
     n = len(colors)
-    heap = [(0, 0, 0)]
-    heapq.heappop(heap)
-    for v in range(n):
-        heapq.heappush(heap, (0, -(ptr[v + 1] - ptr[v]), v))
-    t = 0
-    while t < n:
-        negative, _, v = heapq.heappop(heap)
-        if colors[v] >= 0 or -negative != saturation[v]:
-            continue  # an outdated entry
+    for t in range(n):
+        v = -1
+        for u in range(n):
+            if colors[u] >= 0:
+                continue
+            if (
+                v < 0
+                or saturation[u] > saturation[v]
+                or (saturation[u] == saturation[v] and ptr[u + 1] - ptr[u] > ptr[v + 1] - ptr[v])
+            ):
+                v = u
         for a in range(ptr[v], ptr[v + 1]):
             c = colors[idx[a]]
             if c >= 0:
@@ -46,7 +49,6 @@ def dsatur_kernel(ptr: Any, idx: Any, colors: Any, mark: Any, saturation: Any, t
             color += 1
         colors[v] = color
         taken[t] = v
-        t += 1
         for a in range(ptr[v], ptr[v + 1]):
             w = idx[a]
             if colors[w] >= 0:
@@ -59,7 +61,6 @@ def dsatur_kernel(ptr: Any, idx: Any, colors: Any, mark: Any, saturation: Any, t
                     break
             if not seen:
                 saturation[w] += 1
-                heapq.heappush(heap, (-saturation[w], -(ptr[w + 1] - ptr[w]), w))
     return colors
 
 

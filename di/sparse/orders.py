@@ -62,13 +62,14 @@ def order_cost(graph: sp.csr_array, order: str, walk: int, colors: int) -> int:
     if order in _DYNAMIC:
         return kernels.steps(n + edges)
     if order in ("breadth_first", "depth_first"):
-        return kernels.steps(n + edges, rare=True)
+        return kernels.steps(n + edges, True, "connected_sequential_kernel")
     if order.endswith(":lowest"):
-        return kernels.steps(int((n + edges) * logarithm), rare=True)
+        return kernels.steps(int((n + edges) * logarithm), True, "heap_order_kernel")
     if order == "saturation":
-        return kernels.steps(int((n + edges) * logarithm) + walk, rare=True)
+        return kernels.steps(n * n + walk)
     if order == "independent_set":
-        return kernels.steps((n + edges) * max(colors, 1) + int(edges * logarithm), rare=True)
+        work = (n + edges) * max(colors, 1) + int(edges * logarithm)
+        return kernels.steps(work, True, "independent_set_kernel")
     raise ValueError(f"unknown vertex order {order!r}; use one of {', '.join(ORDERS)} or 'auto'")
 
 
@@ -149,7 +150,7 @@ def _saturation(graph: sp.csr_array) -> tuple[np.ndarray, np.ndarray]:
     """DSATUR's colors and order."""
     n = graph.shape[0]
     degrees = np.diff(graph.indptr).astype(np.int64)
-    run, compiled = kernels.kernel(order_kernels.dsatur_kernel, int(np.dot(degrees, degrees)) + n, rare=True)
+    run, compiled = kernels.kernel(order_kernels.dsatur_kernel, int(np.dot(degrees, degrees)) + n * n)
     ptr, idx, colors, mark, saturation, taken = kernels.arguments(
         compiled, graph.indptr, graph.indices, np.full(n, -1), np.full(n + 1, -1), np.zeros(n), np.zeros(n)
     )
