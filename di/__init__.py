@@ -85,6 +85,8 @@ if TYPE_CHECKING:
     )
     from di.prep.base import Prep as Prep
     from di.second_order.selector import SecondOrder as SecondOrder
+    from di.sparse.convert import from_scipy as from_scipy
+    from di.sparse.convert import to_scipy as to_scipy
     from di.sparse.selector import AutoSparse as AutoSparse
     from di.sparse.sources import DenseSparsity as DenseSparsity
     from di.sparse.sources import KnownSparsity as KnownSparsity
@@ -111,6 +113,8 @@ _LAZY: dict[str, str] = {
     "AbstractBackend": "di.backends.selectors",
     "AutoFastest": "di.fastest.selector",
     "AutoSparse": "di.sparse.selector",
+    "to_scipy": "di.sparse.convert",
+    "from_scipy": "di.sparse.convert",
     "SecondOrder": "di.second_order.selector",
     "available_backends": "di.backends.selectors",
     "backend": "di.backends.selectors",

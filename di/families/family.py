@@ -97,7 +97,8 @@ class Family:
     :meth:`index` (how ``di.AutoSparse`` gathers and scatters with NumPy
     positions: by default the NumPy array itself, which a library that refuses
     NumPy indices must convert), :meth:`scatter`, :meth:`sparse_matrix` (none by
-    default: ``AutoSparse`` then needs ``dense_result=True``), :meth:`write_out`
+    default: ``AutoSparse`` then needs ``dense_result=True``) and its reverse
+    :meth:`sparse_to_scipy` (:func:`di.to_scipy`), :meth:`write_out`
     (``out=`` buffers), :meth:`from_dlpack` and :meth:`dlpack_source`
     (zero-copy between libraries), :meth:`scope` (a precision or device scope
     around an engine's call), :meth:`block` (asynchronous libraries), and the
@@ -366,6 +367,32 @@ class Family:
         """``value`` as a dense NumPy array when it is one of this family's sparse
         matrices (what :meth:`sparse_matrix` builds), else ``None``."""
         return None
+
+    def sparse_to_scipy(self, value: Any) -> Any:
+        """``value`` as a ``scipy.sparse.csr_array`` when it is one of this family's
+        sparse matrices, else ``None`` (:func:`di.to_scipy`). By default through
+        :meth:`sparse_to_numpy`, densely (stored zeros are dropped): a family
+        with a sparse matrix type overrides it to copy its index arrays."""
+        dense = self.sparse_to_numpy(value)
+        if dense is None:
+            return None
+        import scipy.sparse as sp
+
+        return sp.csr_array(dense)
+
+    def sparse_from_scipy(self, matrix: Any) -> Any:
+        """A ``scipy.sparse`` matrix as this family's sparse matrix, its stored
+        entries kept (:func:`di.from_scipy`): by :meth:`sparse_matrix` on its
+        sorted CSR form.
+
+        Raises:
+            UnsupportedOperatorError: the family has no sparse matrix type.
+        """
+        import scipy.sparse as sp
+
+        csr = sp.csr_array(matrix, copy=True)
+        csr.sort_indices()
+        return self.sparse_matrix(csr.indices, csr.indptr, csr.shape)(self.from_numpy(csr.data))
 
     def records_graph(self, value: Any) -> bool:
         """Whether ``value`` still records operations for differentiation (a graph

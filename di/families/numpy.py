@@ -102,6 +102,12 @@ class NumpyFamily(Family):
             return None
         return np.asarray(value.toarray())
 
+    def sparse_to_scipy(self, value: Any) -> Any:
+        scipy_sparse = sys.modules.get("scipy.sparse")
+        if scipy_sparse is None or not scipy_sparse.issparse(value):
+            return None
+        return scipy_sparse.csr_array(value, copy=True)
+
     def copy(self, value: Any) -> Any:
         return np.array(value, copy=True)
 

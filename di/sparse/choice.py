@@ -33,11 +33,13 @@ class Choice:
         coloring: ``"column"``, ``"row"``, ``"bidirectional"``, ``"star"``,
             ``"acyclic"``, or ``"given"`` (from :class:`di.KnownSparsity`).
         order: the vertex order that gave it (``"given"`` for a given coloring).
+        tried: ``(order, colors)`` of each candidate the search ran.
     """
 
     decompression: Decompression
     coloring: str
     order: str
+    tried: tuple[tuple[str, int], ...] = ()
 
 
 def _complete(pattern: sp.csr_array) -> bool:
@@ -51,14 +53,14 @@ def _columns(pattern: sp.csr_array, order: str, seed: int) -> Choice:
     if _complete(pattern):
         return Choice(column_decompression(pattern, np.arange(pattern.shape[1])), "column", "dense")
     found = coloring.column_coloring_of(pattern, order, seed)
-    return Choice(column_decompression(pattern, _needed(found.colors, pattern)), "column", found.order)
+    return Choice(column_decompression(pattern, _needed(found.colors, pattern)), "column", found.order, found.tried)
 
 
 def _rows(pattern: sp.csr_array, order: str, seed: int) -> Choice:
     if _complete(pattern):
         return Choice(row_decompression(pattern, np.arange(pattern.shape[0])), "row", "dense")
     found = coloring.column_coloring_of(sp.csr_array(pattern.T), order, seed)
-    return Choice(row_decompression(pattern, _needed(found.colors, pattern)), "row", found.order)
+    return Choice(row_decompression(pattern, _needed(found.colors, pattern)), "row", found.order, found.tried)
 
 
 def _needed(colors: np.ndarray, pattern: sp.csr_array) -> np.ndarray:
@@ -69,7 +71,7 @@ def _needed(colors: np.ndarray, pattern: sp.csr_array) -> np.ndarray:
 
 def _both(pattern: sp.csr_array, order: str, seed: int) -> Choice:
     found = coloring.bicoloring_of(pattern, order, seed)
-    return Choice(bidirectional_decompression(pattern, found.colors), "bidirectional", found.order)
+    return Choice(bidirectional_decompression(pattern, found.colors), "bidirectional", found.order, found.tried)
 
 
 def jacobian_decompression(
@@ -137,7 +139,8 @@ def hessian_decompression(
     backend: object = None,
 ) -> Choice:
     """The star (``method="greedy"``) or acyclic coloring of a symmetric pattern,
-    or a given one, checked.
+    or a given one, checked. An acyclic search that finds a star coloring with as
+    few colors returns it as ``"star"``: read directly, without substitution.
 
     Raises:
         InvalidInputError: a given coloring of the wrong length, or one under which
@@ -163,6 +166,8 @@ def hessian_decompression(
         return Choice(star_decompression(pattern, every), "star", "dense")
     if method == "acyclic":
         found = coloring.acyclic_coloring_of(pattern, order, seed)
-        return Choice(acyclic_decompression(pattern, found.colors), "acyclic", found.order)
+        if found.order.startswith("star:"):  # as few colors as acyclic, read directly (no substitution)
+            return Choice(star_decompression(pattern, found.colors), "star", found.order, found.tried)
+        return Choice(acyclic_decompression(pattern, found.colors), "acyclic", found.order, found.tried)
     found = coloring.star_coloring_of(pattern, order, seed)
-    return Choice(star_decompression(pattern, found.colors), "star", found.order)
+    return Choice(star_decompression(pattern, found.colors), "star", found.order, found.tried)

@@ -17,6 +17,7 @@ import dataclasses
 import hashlib
 import math
 import threading
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -76,6 +77,11 @@ class SparseInfo(StrategyInfo):
             leaf's ``slice`` of the matrix's columns (and of a Hessian's rows):
             the leaves follow one another in the order the dense gradient dict
             iterates them (each dict in its own key order); ``None`` for an array ``x``.
+        tried: ``(order, colors)`` of each candidate the coloring search ran
+            (``order="auto"``), in order; the chosen one is :attr:`order`.
+        detection_time: seconds spent finding the pattern (tracing ``f``,
+            sampling dense matrices, or reading a given pattern).
+        coloring_time: seconds spent coloring it and building its decompression.
     """
 
     pattern: sp.csr_array
@@ -88,6 +94,9 @@ class SparseInfo(StrategyInfo):
     n_forward: int = 0
     chunks: int = 1
     columns: Any = None
+    tried: tuple[tuple[str, int], ...] = ()
+    detection_time: float = 0.0
+    coloring_time: float = 0.0
 
     @property
     def sparsity(self) -> sp.csr_array:  # type: ignore[override]
@@ -242,6 +251,7 @@ class SparseSource(CompressedProducts, ProgramSource):
 
     def prepare_jacobian_programs(self, f: Callable[..., Any], x: Any, contexts: Sequence[Context]) -> Programs:
         x_shape = tuple(x.shape)
+        started = time.perf_counter()
         if isinstance(self.selector.sparsity, TRACED):
             # The tracer says what f returns: no (eager, on a compiled backend) evaluation of f.
             detection = self._traced(self.selector.sparsity, "jacobian", f, x, contexts)
@@ -252,13 +262,16 @@ class SparseSource(CompressedProducts, ProgramSource):
             raise_bad_output(y, self.backend, "jacobian")
         y_shape = tuple(getattr(y, "shape", ()))
         if not isinstance(self.selector.sparsity, TRACED):
+            started = time.perf_counter()
             detection = self._detect("jacobian", f, x, contexts, (math.prod(y_shape), math.prod(x_shape)))
+        detected = time.perf_counter()
         choice = self._jacobian_choice(detection.pattern)
+        timings = (detected - started, time.perf_counter() - detected)
         _check_agreed(x, contexts, choice.decompression)
         engine = self._jacobian_engine(f, x, contexts, choice.decompression, y_shape, numpy_dtype(y))
         names = ("jacobian", "value_and_jacobian")
         programs = self._finished(engine, x, contexts, choice.decompression, y_shape + x_shape, names)
-        return self._programs(programs, detection, choice)
+        return self._programs(programs, detection, choice, timings)
 
     def prepare_hessian_programs(self, f: Callable[..., Any], x: Any, contexts: Sequence[Context]) -> Programs:
         if not isinstance(self.selector.sparsity, TRACED):  # traced, f is checked by the dense programs
@@ -267,17 +280,20 @@ class SparseSource(CompressedProducts, ProgramSource):
                 raise_bad_output(y, self.backend, "hessian")
         x_shape = tuple(x.shape)
         n = math.prod(x_shape)
+        started = time.perf_counter()
         detection = self._detect("hessian", f, x, contexts, (n, n))
         pattern = symmetrize(detection.pattern)
         selector = self.selector
+        detected = time.perf_counter()
         choice = hessian_decompression(
             pattern, selector.coloring, selector.order, selector.seed, given=self._given(), backend=self.backend
         )
+        timings = (detected - started, time.perf_counter() - detected)
         _check_agreed(x, contexts, choice.decompression)
         engine = self._hessian_engine(f, x, contexts, choice.decompression)
         names = ("hessian", "value_gradient_and_hessian")
         programs = self._finished(engine, x, contexts, choice.decompression, x_shape + x_shape, names)
-        return self._programs(programs, Detection(pattern, detection.notes), choice)
+        return self._programs(programs, Detection(pattern, detection.notes), choice, timings)
 
     def _given(self) -> np.ndarray | None:
         source = self.selector.sparsity
@@ -331,7 +347,9 @@ class SparseSource(CompressedProducts, ProgramSource):
         # A result built inside the compiled program needs no wrapper (one call less per call).
         return {names[0]: plain_program if finish is identity else plain, names[1]: full}
 
-    def _programs(self, programs: dict[str, Any], detection: Detection, choice: Choice) -> Programs:
+    def _programs(
+        self, programs: dict[str, Any], detection: Detection, choice: Choice, timings: tuple[float, float]
+    ) -> Programs:
         decompression = choice.decompression
         self.info = SparseInfo(
             detection.pattern,
@@ -343,6 +361,9 @@ class SparseSource(CompressedProducts, ProgramSource):
             order=choice.order,
             n_forward=pushforward_count(decompression),
             chunks=self._chunk_count(decompression),
+            tried=choice.tried,
+            detection_time=timings[0],
+            coloring_time=timings[1],
         )
         return programs
 

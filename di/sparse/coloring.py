@@ -18,15 +18,21 @@ hvp) per color recovers every nonzero.
   Jacobian with a dense row and a dense column (an arrowhead) needs ``n``
   column colors or ``m`` row colors but three bicolors.
 
-All are greedy, vertex by vertex in an order (:data:`ORDERS`); ``"auto"`` tries
-the deterministic orders and keeps the fewest colors, then recolors the best one
-by color classes (Culberson's iterated greedy) while that removes colors. The
-loops are :mod:`di.sparse.kernels` (compiled by Numba when it is installed and
-the graph is large).
+All are greedy, vertex by vertex in an order (:data:`ORDERS`, in
+:mod:`di.sparse.orders`). ``"auto"`` searches: every order, then DSATUR and
+smallest-last with seeded tie-breaks, then Culberson's iterated greedy on the best
+(recoloring by whole color classes) until it stalls; it keeps the fewest colors,
+stops at a lower bound, and stays within :data:`WORK_BUDGET` (each candidate is
+costed before it runs). The acyclic search adds a bounded palette (each vertex
+prefers a color absent two steps away: a grid's 3 colors) and the star search
+(a star coloring as small wins: it is read directly). The loops are
+:mod:`di.sparse.kernels` and :mod:`di.sparse.order_kernels` (compiled by Numba
+when it is installed and the graph is large).
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -34,10 +40,14 @@ import numpy as np
 import scipy.sparse as sp
 
 from di.sparse import kernels
+from di.sparse.checks import is_acyclic_coloring, is_star_coloring, is_structurally_orthogonal
+from di.sparse.orders import ORDERS, order_cost, vertex_order
 
 __all__ = [
     "AUTO_ORDERS",
     "ORDERS",
+    "BUDGET_FLOOR",
+    "WORK_BUDGET",
     "Coloring",
     "acyclic_coloring",
     "adjacency",
@@ -51,11 +61,18 @@ __all__ = [
     "vertex_order",
 ]
 
-ORDERS = ("natural", "largest_first", "smallest_last", "incidence_degree", "dynamic_largest_first", "random")
-AUTO_ORDERS = ("natural", "largest_first", "smallest_last", "incidence_degree", "dynamic_largest_first")
-"""The orders ``order="auto"`` tries (every deterministic one)."""
+AUTO_ORDERS = ORDERS
+"""The orders ``order="auto"`` tries (every one, the random one with the given seed),
+within :data:`WORK_BUDGET`."""
 
-_RECOLOR_PASSES = 8
+WORK_BUDGET = 300_000_000
+"""The most steps (entries walked, in compiled-kernel units) the search of
+``order="auto"`` may take: thirty times one coloring's cost, at least
+:data:`BUDGET_FLOOR` (a tenth of both without Numba). The first order always runs."""
+BUDGET_FLOOR = 100_000_000
+_RELABEL_STEPS = 50  # per stored entry: shuffling a graph with scipy, in compiled steps
+_RANDOM_TIES = 6  # seeded relabelings whose ties the orders also try (DSATUR gains most from them)
+_RECOLOR_PATIENCE = 6  # iterated-greedy passes without improvement before it stops
 _GRAPH_LIMIT = 50_000_000  # edges of a column intersection graph worth building
 
 
@@ -66,12 +83,19 @@ class Coloring:
     Attributes:
         colors: the color of each vertex, ``0 .. n_colors - 1`` (``-1``: neutral,
             in no seed).
-        order: the vertex order that gave it (``"auto"`` results name the winner,
-            ``"+recolored"`` when iterated greedy improved it).
+        order: the vertex order that gave it (``"auto"`` results name the winner:
+            ``"saturation~2"`` with ties broken by the second seeded relabeling,
+            ``"+recolored"`` when iterated greedy improved it, ``"+palette"`` when
+            a bounded palette did).
+        tried: ``(order, colors)`` of every candidate ``"auto"`` ran, in order.
+        skipped: the candidates ``"auto"`` left out: over the work budget, or
+            not needed once the lower bound was reached.
     """
 
     colors: np.ndarray
     order: str
+    tried: tuple[tuple[str, int], ...] = ()
+    skipped: tuple[str, ...] = ()
 
     @property
     def n_colors(self) -> int:
@@ -99,57 +123,6 @@ def _intersection_graph(pattern: sp.csr_array) -> sp.csr_array | None:
         return None
     csc = sp.csc_array(pattern, dtype=np.int32)
     return adjacency(sp.csr_array(csc.T @ csc))
-
-
-def vertex_order(graph: sp.csr_array, order: str, seed: int = 0) -> np.ndarray:
-    """The vertices of a symmetric graph in one of :data:`ORDERS`.
-
-    ``largest_first``: by decreasing degree. ``smallest_last``: repeatedly remove
-    a vertex of smallest degree from what remains, and reverse. ``incidence_degree``:
-    next the vertex with most neighbors already ordered. ``dynamic_largest_first``:
-    next the vertex of largest degree among those not ordered yet. ``random``:
-    a permutation drawn with ``seed``.
-
-    Examples:
-        >>> import numpy as np, scipy.sparse as sp
-        >>> from di.sparse.coloring import vertex_order
-        >>> star = np.zeros((4, 4), dtype=bool); star[0, 1:] = star[1:, 0] = True
-        >>> vertex_order(sp.csr_array(star), "largest_first")
-        array([0, 1, 2, 3])
-    """
-    n = graph.shape[0]
-    degrees = np.diff(graph.indptr).astype(np.int64)
-    if order == "natural":
-        return np.arange(n, dtype=np.int64)
-    if order == "largest_first":
-        return np.argsort(-degrees, kind="stable").astype(np.int64)
-    if order == "random":
-        return np.random.default_rng(seed).permutation(n).astype(np.int64)
-    dynamic = {
-        "smallest_last": (degrees, False, -1),
-        "dynamic_largest_first": (degrees, True, -1),
-        "incidence_degree": (np.zeros(n, dtype=np.int64), True, 1),
-    }
-    if order not in dynamic:
-        raise ValueError(f"unknown vertex order {order!r}; use one of {', '.join(ORDERS)} or 'auto'")
-    if n == 0:
-        return np.zeros(0, dtype=np.int64)
-    key, pick_max, step = dynamic[order]
-    run, compiled = kernels.kernel(kernels.dynamic_order_kernel, graph.nnz)
-    slots = int(degrees.max(initial=0)) + 1
-    ptr, idx, key, head, nxt, prv, done, taken = kernels.arguments(
-        compiled,
-        graph.indptr,
-        graph.indices,
-        key.copy(),
-        np.full(slots, -1),
-        np.full(n, -1),
-        np.full(n, -1),
-        np.zeros(n),
-        np.zeros(n),
-    )
-    result = np.asarray(run(ptr, idx, key, pick_max, step, head, nxt, prv, done, taken), dtype=np.int64)
-    return result[::-1].copy() if order == "smallest_last" else result
 
 
 # --- the colorings ----------------------------------------------------------------------------------
@@ -193,10 +166,10 @@ def _twins(graph: sp.csr_array) -> np.ndarray:
     return twin
 
 
-def _acyclic(graph: sp.csr_array, order: np.ndarray) -> np.ndarray:
+def _acyclic(graph: sp.csr_array, order: np.ndarray, palette: int = 0) -> np.ndarray:
     n, edges = graph.shape[0], graph.nnz
     run, compiled = kernels.kernel(kernels.acyclic_kernel, _walk(graph))
-    ptr, idx, twin, order_, colors, mark, parent, visit_v, visit_w = kernels.arguments(
+    args = kernels.arguments(
         compiled,
         graph.indptr,
         graph.indices,
@@ -205,38 +178,131 @@ def _acyclic(graph: sp.csr_array, order: np.ndarray) -> np.ndarray:
         np.full(n, -1),
         np.full(n + 1, -1),
         np.arange(edges),
+        np.zeros(edges),
         np.full(edges, -1),
         np.full(edges, -1),
+        np.full(n + 1, -1),
+        np.full(n + 1, -1),
+        np.full(n + 1, -1),
     )
-    return np.asarray(run(ptr, idx, twin, order_, colors, mark, parent, visit_v, visit_w), dtype=np.int64)
+    args.insert(-1, palette)
+    return np.asarray(run(*args), dtype=np.int64)
 
 
-def _by_classes(colors: np.ndarray) -> np.ndarray:
-    """Iterated greedy's order: the color classes, last color first."""
-    return np.argsort(-colors, kind="stable").astype(np.int64)
+def _class_order(colors: np.ndarray, rank: np.ndarray) -> np.ndarray:
+    """Iterated greedy's order (Culberson): whole color classes, by ``rank`` of their color."""
+    return np.lexsort((np.arange(colors.size), rank[colors])).astype(np.int64)
 
 
 def _count(colors: np.ndarray) -> int:
     return int(colors.max(initial=-1)) + 1
 
 
-def _colored(graph: sp.csr_array, color: _Kernel, order: str, seed: int) -> Coloring:
-    """``color`` in ``order``, or (``"auto"``) the best of :data:`AUTO_ORDERS`
-    improved by recoloring its classes in reverse."""
+def _relabeled_order(graph: sp.csr_array, order: str, seed: int) -> np.ndarray:
+    """``order`` on the graph with its vertices shuffled by ``seed``: the same rule
+    with its ties broken another (reproducible) way."""
+    permutation = np.random.default_rng(seed).permutation(graph.shape[0])
+    shuffled = sp.csr_array(graph[permutation][:, permutation])
+    shuffled.sort_indices()
+    return permutation[vertex_order(shuffled, order)].astype(np.int64)
+
+
+class _Search:
+    """The candidates of ``order="auto"``, run while the work budget lasts and the
+    lower bound is not reached; keeps the fewest colors (the first found on a tie)."""
+
+    def __init__(self, graph: sp.csr_array, color: _Kernel, kernel_cost: int, lower: int) -> None:
+        self.graph, self.color, self.kernel_cost, self.lower = graph, color, kernel_cost, lower
+        # About thirty colorings' worth, at least BUDGET_FLOOR, at most WORK_BUDGET:
+        # a small graph gets the whole search, a large one what its size repays.
+        budget = min(WORK_BUDGET, max(BUDGET_FLOOR, 30 * kernel_cost))
+        self.budget = budget if kernels.numba_available() else budget // 10
+        self.spent = 0
+        self.best: Coloring | None = None
+        self.tried: list[tuple[str, int]] = []
+        self.skipped: list[str] = []
+
+    @property
+    def done(self) -> bool:
+        return self.best is not None and self.best.n_colors <= self.lower
+
+    def run(
+        self,
+        name: str,
+        order: Callable[[], np.ndarray],
+        cost: int,
+        *,
+        accept_ties: bool = False,
+        color: _Kernel | None = None,
+    ) -> bool:
+        """Run one candidate (unless over budget or done); whether it improved on the best."""
+        if self.done or (self.best is not None and self.spent + cost + self.kernel_cost > self.budget):
+            self.skipped.append(name)
+            return False
+        colors = (color or self.color)(self.graph, order())
+        self.spent += cost + self.kernel_cost
+        self.tried.append((name, _count(colors)))
+        best = self.best
+        if best is None or _count(colors) < best.n_colors or (accept_ties and _count(colors) == best.n_colors):
+            self.best = Coloring(colors, name)
+            return best is None or _count(colors) < best.n_colors
+        return False
+
+    def result(self) -> Coloring:
+        assert self.best is not None
+        return Coloring(self.best.colors, self.best.order, tuple(self.tried), tuple(self.skipped))
+
+
+def _searched(graph: sp.csr_array, color: _Kernel, seed: int, *, work: int, lower: int) -> _Search:
+    """The search of ``order="auto"``: every order of :data:`ORDERS`, then
+    DSATUR and smallest-last with seeded ties, then iterated greedy on the best
+    (recoloring by whole color classes: reversed, largest first, shuffled), while
+    :data:`WORK_BUDGET` lasts and the ``lower`` bound is not reached."""
+    walk = _walk(graph)
+    n, edges = graph.shape[0], graph.nnz
+    search = _Search(graph, color, kernels.steps(n + work), lower)
+    estimate = int(np.sqrt(edges)) + 1  # colors, for the independent sets' passes
+    candidates: list[tuple[int, str, Callable[[], np.ndarray]]] = [
+        (order_cost(graph, name, walk, estimate), name, functools.partial(vertex_order, graph, name, seed))
+        for name in ORDERS
+    ]
+    for tie in range(1, _RANDOM_TIES + 1):
+        for name in ("saturation", "smallest_last"):
+            cost = order_cost(graph, name, walk, 0) + _RELABEL_STEPS * edges
+            candidates.append((cost, f"{name}~{tie}", functools.partial(_relabeled_order, graph, name, seed + tie)))
+    # Cheapest first (natural first: it costs least), so that the budget goes to many cheap
+    # candidates before a costly one; the order of ties stays the list's.
+    for cost, name, order in sorted(candidates, key=lambda candidate: candidate[0]):
+        search.run(name, order, cost)
+    rng = np.random.default_rng(seed)
+    stale = 0
+    while stale < _RECOLOR_PATIENCE and not search.done:
+        best = search.best
+        assert best is not None
+        classes = np.arange(best.n_colors)
+        ranks = (-classes, -np.bincount(best.colors, minlength=best.n_colors), rng.permutation(best.n_colors))
+        name = best.order.removesuffix("+recolored") + "+recolored"
+        runs = len(search.tried)
+        reordered = functools.partial(_class_order, best.colors, ranks[stale % 3])
+        improved = search.run(name, reordered, 10 * n, accept_ties=True)
+        if len(search.tried) == runs:  # over budget
+            break
+        stale = 0 if improved else stale + 1
+    return search
+
+
+def _colored(graph: sp.csr_array, color: _Kernel, order: str, seed: int, *, work: int, lower: int) -> Coloring:
+    """``color`` in ``order``, or the best of :func:`_searched` for ``"auto"``."""
     if order != "auto":
         return Coloring(color(graph, vertex_order(graph, order, seed)), order)
-    best: Coloring | None = None
-    for name in AUTO_ORDERS:
-        colors = color(graph, vertex_order(graph, name, seed))
-        if best is None or _count(colors) < best.n_colors:
-            best = Coloring(colors, name)
-    assert best is not None
-    for _ in range(_RECOLOR_PASSES):
-        colors = color(graph, _by_classes(best.colors))
-        if _count(colors) >= best.n_colors:  # greedy colorings are valid in any order: only the count varies
-            break
-        best = Coloring(colors, best.order.removesuffix("+recolored") + "+recolored")
-    return best
+    return _searched(graph, color, seed, work=work, lower=lower).result()
+
+
+def _cycle_bound(graph: sp.csr_array) -> int:
+    """A lower bound on the colors of a star or acyclic coloring: 3 when the graph
+    has a cycle (as many edges as vertices), 2 with an edge, else 1 (or 0)."""
+    n, edges = graph.shape[0], graph.nnz // 2
+    return 3 if edges >= n > 0 else 2 if edges else min(n, 1)
 
 
 def column_coloring(pattern: sp.csr_array, order: str = "auto", seed: int = 0) -> np.ndarray:
@@ -266,7 +332,8 @@ def column_coloring_of(pattern: sp.csr_array, order: str = "auto", seed: int = 0
     n = pattern.shape[1]
     if graph is None:  # a row so dense that its columns would all differ anyway: one color each
         return Coloring(np.arange(n, dtype=np.int64), "distinct")
-    return _colored(graph, _greedy, order, seed)
+    lower = int(np.diff(sp.csr_array(pattern).indptr).max(initial=0))  # a row's columns all differ
+    return _colored(graph, _greedy, order, seed, work=graph.nnz, lower=lower)
 
 
 def row_coloring(pattern: sp.csr_array, order: str = "auto", seed: int = 0) -> np.ndarray:
@@ -304,9 +371,48 @@ def star_coloring(pattern: sp.csr_array, order: str = "auto", seed: int = 0) -> 
 
 
 def star_coloring_of(pattern: sp.csr_array, order: str = "auto", seed: int = 0) -> Coloring:
-    """:func:`star_coloring` with the order that gave it."""
+    """:func:`star_coloring` with the order that gave it. ``"auto"`` also searches
+    distance-2 colorings (greedy on the square of the graph: star colorings too,
+    as networkx would find them), named ``"distance2:<order>"``."""
     graph = adjacency(pattern)
-    return _colored(graph, _star, order, seed)
+    if order != "auto":
+        return Coloring(_star(graph, vertex_order(graph, order, seed)), order)
+    work = _star_work(graph)
+    star = None
+    if work <= WORK_BUDGET:  # else (nearly dense) a distance-2 coloring alone, if the square is small
+        star = _colored(graph, _star, order, seed, work=work, lower=_cycle_bound(graph))
+        if star.n_colors <= _cycle_bound(graph):
+            return star
+    square = _square(graph)
+    if square is None:
+        return star if star is not None else _colored(graph, _star, order, seed, work=work, lower=0)
+    lower = int(np.diff(graph.indptr).max(initial=0)) + 1  # a vertex and its neighbors all differ
+    far = _searched(square, _greedy, seed, work=square.nnz, lower=lower).result()
+    far_tried = tuple((f"distance2:{n}", c) for n, c in far.tried)
+    if star is None:
+        return Coloring(far.colors, f"distance2:{far.order}", far_tried, ("star kernel: over budget", *far.skipped))
+    tried, skipped = star.tried + far_tried, star.skipped + far.skipped
+    if far.n_colors < star.n_colors:
+        return Coloring(far.colors, f"distance2:{far.order}", tried, skipped)
+    return Coloring(star.colors, star.order, tried, skipped)
+
+
+def _star_work(graph: sp.csr_array) -> int:
+    """A bound on the star kernel's steps: for each path ``v - w - x``, ``x``'s
+    neighbors (``sum(deg(w) * sum of w's neighbors' degrees)``: quartic on a nearly
+    dense graph, where a distance-2 coloring costs far less and does as well)."""
+    degrees = np.diff(graph.indptr).astype(np.float64)
+    around = sp.csr_array(graph, dtype=np.float64) @ degrees
+    return int(min(float(np.dot(degrees, around)), 2.0**62))
+
+
+def _square(graph: sp.csr_array) -> sp.csr_array | None:
+    """Vertices one or two steps apart adjacent, or ``None`` past ``_GRAPH_LIMIT`` edges."""
+    n = graph.shape[0]
+    if _walk(graph) > 4 * _GRAPH_LIMIT or (n * n > _GRAPH_LIMIT and _walk(graph) > _GRAPH_LIMIT):
+        return None  # (the product's flops, and its entries: at most n**2 and the walk)
+    one = sp.csr_array(graph, dtype=np.int32) + sp.eye_array(graph.shape[0], dtype=np.int32, format="csr")
+    return adjacency(sp.csr_array(one @ one, dtype=bool))
 
 
 def acyclic_coloring(pattern: sp.csr_array, order: str = "auto", seed: int = 0) -> np.ndarray:
@@ -323,14 +429,42 @@ def acyclic_coloring(pattern: sp.csr_array, order: str = "auto", seed: int = 0) 
     return acyclic_coloring_of(pattern, order, seed).colors
 
 
+_PALETTE_ORDERS = ("breadth_first", "natural", "incidence_degree:lowest", "smallest_last")
+
+
 def acyclic_coloring_of(pattern: sp.csr_array, order: str = "auto", seed: int = 0) -> Coloring:
-    """:func:`acyclic_coloring` with the order that gave it."""
+    """:func:`acyclic_coloring` with the order that gave it; ``"auto"`` also tries a
+    star coloring (every star coloring is acyclic, and read directly: on a tie it
+    wins, its :attr:`Coloring.order` then starts with ``"star:"``)."""
     graph = adjacency(pattern)
-    acyclic = _colored(graph, _acyclic, order, seed)
-    # Every star coloring is acyclic, and greedy acyclic colorings sometimes take
-    # more colors than the greedy star one (4 against 3 on some 12-vertex graphs).
-    star = _colored(graph, _star, order, seed)
-    return star if int(star.colors.max(initial=-1)) < int(acyclic.colors.max(initial=-1)) else acyclic
+    if order != "auto":
+        acyclic = Coloring(_acyclic(graph, vertex_order(graph, order, seed)), order)
+        star = Coloring(_star(graph, vertex_order(graph, order, seed)), order)
+        return star if star.n_colors < acyclic.n_colors else acyclic
+    search = _searched(graph, _acyclic, seed, work=_walk(graph), lower=_cycle_bound(graph))
+    walk = _walk(graph)
+    improved = True
+    while improved and not search.done:
+        # Greedy with a bounded palette, one color fewer than the best: each vertex
+        # prefers a color no vertex two steps away has (a grid's (i + j) mod 3).
+        assert search.best is not None
+        palette = search.best.n_colors - 1
+        improved = False
+        for name in _PALETTE_ORDERS:
+            cost = order_cost(graph, name, walk, palette)
+
+            def bounded(graph: sp.csr_array, order: np.ndarray, palette: int = palette) -> np.ndarray:
+                return _acyclic(graph, order, palette)
+
+            candidate = functools.partial(vertex_order, graph, name, seed)
+            if search.run(f"{name}+palette", candidate, cost, color=bounded):
+                improved = True
+                break
+    acyclic = search.result()
+    star = star_coloring_of(pattern, "auto", seed)
+    if star.n_colors <= acyclic.n_colors:
+        return Coloring(star.colors, "star:" + star.order, acyclic.tried + star.tried, acyclic.skipped + star.skipped)
+    return Coloring(acyclic.colors, acyclic.order, acyclic.tried + star.tried, acyclic.skipped + star.skipped)
 
 
 def bipartite_graph(pattern: sp.csr_array) -> sp.csr_array:
@@ -369,69 +503,3 @@ def bicoloring(pattern: sp.csr_array, order: str = "auto", seed: int = 0) -> tup
     decompression = bidirectional_decompression(pattern, bicoloring_of(pattern, order, seed).colors)
     assert decompression.row_colors is not None
     return decompression.row_colors, decompression.colors
-
-
-# --- checks -------------------------------------------------------------------------------------------
-
-
-def is_structurally_orthogonal(pattern: sp.csr_array, colors: np.ndarray) -> bool:
-    """Whether no row has two nonzeros in columns of the same color (a valid
-    :func:`column_coloring`)."""
-    coo = sp.coo_array(pattern)
-    k = int(colors.max(initial=-1)) + 1
-    keys = coo.row.astype(np.int64) * max(k, 1) + colors[coo.col]
-    return bool(np.unique(keys).size == keys.size)
-
-
-def _two_colored_components(pattern: sp.csr_array, colors: np.ndarray) -> list[tuple[np.ndarray, int, np.ndarray]]:
-    """For each pair of colors, each connected component of the edges between them:
-    ``(members, edges, degrees)``."""
-    graph = sp.coo_array(pattern)
-    off = graph.row != graph.col
-    rows, cols = graph.row[off], graph.col[off]
-    n = pattern.shape[0]
-    pairs: dict[tuple[int, int], list[tuple[int, int]]] = {}
-    for i, j in zip(rows.tolist(), cols.tolist()):
-        if i < j:
-            key = (min(colors[i], colors[j]), max(colors[i], colors[j]))
-            pairs.setdefault(key, []).append((i, j))
-    out = []
-    for edges in pairs.values():
-        sub = sp.coo_array((np.ones(len(edges)), tuple(np.array(edges).T)), shape=(n, n))
-        sub = sp.csr_array(sub + sub.T)
-        count, labels = sp.csgraph.connected_components(sub, directed=False)
-        degrees = np.diff(sub.indptr)
-        for component in range(count):
-            members = np.flatnonzero(labels == component)
-            if members.size >= 2:
-                out.append((members, int(degrees[members].sum() // 2), degrees[members]))
-    return out
-
-
-def _proper(pattern: sp.csr_array, colors: np.ndarray) -> bool:
-    graph = sp.coo_array(pattern)
-    off = graph.row != graph.col
-    return not bool(np.any(colors[graph.row[off]] == colors[graph.col[off]]))
-
-
-def is_star_coloring(pattern: sp.csr_array, colors: np.ndarray) -> bool:
-    """Whether ``colors`` is a star coloring of the symmetric ``pattern``: adjacent
-    vertices differ, and every path on four vertices has at least three colors.
-
-    Checked by definition (every two-colored connected subgraph is a star).
-    """
-    if not _proper(pattern, colors):
-        return False
-    for members, edges, degrees in _two_colored_components(pattern, colors):
-        # A star on k vertices has k - 1 edges and one center of degree k - 1.
-        if members.size > 2 and (edges != members.size - 1 or degrees.max() != members.size - 1):
-            return False
-    return True
-
-
-def is_acyclic_coloring(pattern: sp.csr_array, colors: np.ndarray) -> bool:
-    """Whether ``colors`` is an acyclic coloring of the symmetric ``pattern``: adjacent
-    vertices differ, and every two-colored connected subgraph is a tree."""
-    if not _proper(pattern, colors):
-        return False
-    return all(edges == members.size - 1 for members, edges, _ in _two_colored_components(pattern, colors))

@@ -18,13 +18,13 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["COMPILE_FROM", "kernel", "numba_available"]
+__all__ = ["COMPILE_FROM", "PYTHON_STEP", "RARE_COMPILE_FROM", "compiles", "kernel", "numba_available", "steps"]
 
 COMPILE_FROM = 20_000
 """Work (stored entries of the graph a kernel walks) from which a kernel is compiled."""
 
 _COMPILED: dict[str, Callable[..., Any]] = {}
-_HELPERS = ("_link",)
+_HELPERS = ("_find", "_union")
 
 
 def numba_available() -> bool:
@@ -32,19 +32,53 @@ def numba_available() -> bool:
     return importlib.util.find_spec("numba") is not None
 
 
-def kernel(function: Callable[..., Any], work: int, force: bool | None = None) -> tuple[Callable[..., Any], bool]:
+PYTHON_STEP = 100
+"""About how many compiled steps one step of a kernel in plain Python costs (for
+the coloring search's budget)."""
+
+RARE_COMPILE_FROM = 1_000_000
+"""Work from which the kernels of the orders the search tries once per pattern
+(independent sets, heaps, breadth-first) are compiled: their compiles
+(1-3 s each, heap-based ones most) outweigh a run in Python below it."""
+
+
+def compiles(work: int, rare: bool = False) -> bool:
+    """Whether :func:`kernel` compiles a kernel of this work (Numba installed)."""
+    return work >= (RARE_COMPILE_FROM if rare else COMPILE_FROM) and numba_available()
+
+
+COMPILE_STEPS = 500_000_000
+"""What compiling one of the orders' kernels costs, in compiled steps (1-3 s): more
+than the search's whole budget, so the search never compiles one (a caller asking
+for that order does)."""
+
+
+def steps(work: int, rare: bool = False, name: str = "") -> int:
+    """The cost of a kernel's run in compiled-step units: ``work``, times
+    :data:`PYTHON_STEP` when it runs in plain Python, plus :data:`COMPILE_STEPS`
+    for a ``rare`` kernel (named ``name``) not compiled yet."""
+    if not compiles(work, rare):
+        return work * PYTHON_STEP
+    return work + (COMPILE_STEPS if rare and name not in _COMPILED else 0)
+
+
+def kernel(
+    function: Callable[..., Any], work: int, force: bool | None = None, rare: bool = False
+) -> tuple[Callable[..., Any], bool]:
     """The kernel to run: ``(callable, compiled)``.
 
     Args:
         function: one of this module's kernels.
         work: the size of the problem (stored entries walked).
         force: ``True`` to compile whatever the size (tests), ``False`` never to.
+        rare: compile from :data:`RARE_COMPILE_FROM` rather than
+            :data:`COMPILE_FROM` (the kernels of orders tried once per pattern).
 
     Returns:
         The Numba-compiled kernel and ``True``, or ``function`` and ``False``
         (then pass Python lists, see :func:`arguments`).
     """
-    compile_it = force if force is not None else work >= COMPILE_FROM
+    compile_it = force if force is not None else work >= (RARE_COMPILE_FROM if rare else COMPILE_FROM)
     if not compile_it or not numba_available():
         return function, False
     compiled = _COMPILED.get(function.__name__)
@@ -60,8 +94,11 @@ def _compile(function: Callable[..., Any]) -> Callable[..., Any]:
     import numba
 
     namespace = dict(function.__globals__)
-    for name in _HELPERS:
-        namespace[name] = numba.njit(cache=False)(namespace[name])
+    for name in _HELPERS:  # in dependency order: each compiled helper sees those compiled before it
+        helper = namespace.get(name)
+        if helper is not None:
+            code = types.FunctionType(helper.__code__, namespace, helper.__name__, helper.__defaults__)
+            namespace[name] = numba.njit(cache=False)(code)
     copy = types.FunctionType(function.__code__, namespace, function.__name__, function.__defaults__)
     return numba.njit(cache=False, nogil=True)(copy)  # type: ignore[no-any-return]
 
@@ -130,28 +167,61 @@ def star_kernel(ptr: Any, idx: Any, order: Any, colors: Any, mark: Any) -> Any:
     return colors
 
 
-def _link(parent: Any, e: int, f: int) -> None:
-    """Merge the sets of edges ``e`` and ``f`` (no path compression: trees stay shallow
-    enough, and the kernel stays one function for Numba)."""
+def _find(parent: Any, e: int) -> int:
+    """The root of edge ``e``'s set, halving the path on the way (near-constant
+    amortized, with the union by rank of :func:`_union`)."""
     while parent[e] != e:
+        parent[e] = parent[parent[e]]
         e = parent[e]
-    while parent[f] != f:
-        f = parent[f]
-    if e != f:
-        parent[f] = e
+    return e
+
+
+def _union(parent: Any, rank: Any, e: int, f: int) -> None:
+    """Merge the sets of edges ``e`` and ``f`` (the lower-ranked root under the other)."""
+    e = _find(parent, e)
+    f = _find(parent, f)
+    if e == f:
+        return
+    if rank[e] < rank[f]:
+        e, f = f, e
+    parent[f] = e
+    if rank[e] == rank[f]:
+        rank[e] += 1
 
 
 def acyclic_kernel(
-    ptr: Any, idx: Any, twin: Any, order: Any, colors: Any, mark: Any, parent: Any, visit_v: Any, visit_w: Any
+    ptr: Any,
+    idx: Any,
+    twin: Any,
+    order: Any,
+    colors: Any,
+    mark: Any,
+    parent: Any,
+    rank: Any,
+    visit_v: Any,
+    visit_w: Any,
+    first_edge: Any,
+    first_stamp: Any,
+    palette: int,
+    near: Any,
 ) -> Any:
-    """Greedy acyclic coloring (every two-colored subgraph is a forest).
+    """Greedy acyclic coloring (every two-colored subgraph is a forest), after
+    Gebremedhin, Tarafdar, Manne and Pothen (SIAM J. Sci. Comput., 2007).
 
-    Two-colored trees are kept as disjoint sets of edges (``parent``, indexed by
-    the smaller of an edge's two CSR positions, ``twin[a]`` being the other). A
-    vertex ``v`` may not take a neighbor's color, nor the color ``b`` of a tree
-    ``T`` (colors ``a``, ``b``) it reaches through two different neighbors of
-    color ``a``: ``v`` would close a cycle in ``T``. ``visit_v[T]``/``visit_w[T]``
-    record the first neighbor through which ``v`` reached ``T``. Returns ``colors``.
+    The two-colored trees are disjoint sets of edges (``parent``/``rank``, an edge
+    named by the smaller of its two CSR positions, ``twin[a]`` being the other),
+    merged by rank with path halving. A vertex ``v`` may not take a neighbor's
+    color, nor the color of ``x`` in a tree it reaches through two different
+    neighbors (``visit_v``/``visit_w``: the first vertex and neighbor that reached
+    each tree): ``v`` would close a cycle. Once ``v`` is colored, each edge
+    ``(v, w)`` joins the trees of its two colors at ``w`` and at ``v``
+    (``first_edge``/``first_stamp``: the first edge from ``v`` to each color).
+
+    With ``palette > 0``, ``v`` takes the first allowed color below ``palette``
+    that no vertex two steps away has (``near``, -1, length ``n + 1``), else the
+    first allowed one below ``palette``, else the first allowed one: on a grid in
+    breadth-first order this finds the diagonal 3-coloring first-fit misses.
+    About ``sum(deg(w)**2)`` steps. Returns ``colors``.
     """
     for v in order:
         for a in range(ptr[v], ptr[v + 1]):
@@ -164,42 +234,49 @@ def acyclic_kernel(
                 continue
             for b in range(ptr[w], ptr[w + 1]):
                 x = idx[b]
-                if x == v or colors[x] < 0 or mark[colors[x]] == v:
+                if x == v or colors[x] < 0:
                     continue
-                tree = min(b, twin[b])
-                while parent[tree] != tree:
-                    tree = parent[tree]
+                near[colors[x]] = v
+                if mark[colors[x]] == v:
+                    continue
+                tree = _find(parent, min(b, twin[b]))
                 if visit_v[tree] != v:
                     visit_v[tree] = v
                     visit_w[tree] = w
                 elif visit_w[tree] != w:
                     mark[colors[x]] = v
-        color = 0
-        while mark[color] == v:
-            color += 1
+        color = -1
+        if palette > 0:
+            for c in range(palette):
+                if mark[c] != v and near[c] != v:
+                    color = c
+                    break
+            if color < 0:
+                for c in range(palette):
+                    if mark[c] != v:
+                        color = c
+                        break
+        if color < 0:
+            color = 0
+            while mark[color] == v:
+                color += 1
         colors[v] = color
-        # Grow the trees: edge (v, w) joins the trees of color pair {color, colors[w]} at w and at v.
         for a in range(ptr[v], ptr[v + 1]):
             w = idx[a]
-            if colors[w] < 0:
+            color_w = colors[w]
+            if color_w < 0:
                 continue
             edge = min(a, twin[a])
+            # Edges from v to neighbors of one color are in one tree.
+            if first_stamp[color_w] == v:
+                _union(parent, rank, first_edge[color_w], edge)
+            else:
+                first_stamp[color_w] = v
+                first_edge[color_w] = edge
             for b in range(ptr[w], ptr[w + 1]):
                 x = idx[b]
                 if x != v and colors[x] == color:
-                    _link(parent, edge, min(b, twin[b]))
-        for a in range(ptr[v], ptr[v + 1]):
-            w = idx[a]
-            if colors[w] < 0:
-                continue
-            # Edges from v to two neighbors of one color are in one tree: link each to the first.
-            first = -1
-            for b in range(ptr[v], a):
-                if colors[idx[b]] == colors[w]:
-                    first = b
-                    break
-            if first >= 0:
-                _link(parent, min(first, twin[first]), min(a, twin[a]))
+                    _union(parent, rank, edge, min(b, twin[b]))
     return colors
 
 

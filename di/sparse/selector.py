@@ -42,10 +42,15 @@ class AutoSparse(AbstractBackend):
             directly) or ``"acyclic"`` (Hessians: an acyclic coloring, fewer colors,
             nonzeros found by substitution; Jacobians as ``"greedy"``).
         order: the vertex order of the greedy coloring: ``"auto"`` (default: the
-            fewest colors among ``natural``, ``largest_first``, ``smallest_last``,
-            ``incidence_degree`` and ``dynamic_largest_first``, then recolored by
-            color classes while that helps), one of those, or ``"random"``.
-        seed: the seed of the ``"random"`` order.
+            fewest colors among every order of :data:`di.sparse.orders.ORDERS`
+            (``natural``, ``largest_first``, ``smallest_last``,
+            ``incidence_degree``, ``dynamic_largest_first``, ``saturation``
+            (DSATUR), ``independent_set``, ``breadth_first``, ``depth_first``,
+            ``random``, and the dynamic ones with ties to the lowest vertex), with
+            seeded tie-breaks, then recolored by color classes while that helps,
+            within a work budget; ``prep.info.tried`` lists what ran), or one of those.
+        seed: the seed of the ``"random"`` order and of the search's tie-breaks
+            (the same seed gives the same coloring on every machine).
         mode: Jacobians only: ``"auto"`` (default: the dense backend's ``mode``
             when it has one, else the fewest products among pushforwards by
             columns, pullbacks by rows, and both, among the primitives the dense
@@ -141,8 +146,15 @@ _SPARSE_ORDERS = (
     "smallest_last",
     "incidence_degree",
     "dynamic_largest_first",
+    "saturation",
+    "independent_set",
+    "breadth_first",
+    "depth_first",
     "random",
-)
+    "smallest_last:lowest",
+    "incidence_degree:lowest",
+    "dynamic_largest_first:lowest",
+)  # di.sparse.orders.ORDERS and "auto" (that module imports scipy: not at `import di`)
 _SPARSE_MODES = ("auto", "forward", "reverse", "bidirectional")
 
 

@@ -223,6 +223,21 @@ class JaxFamily(Family):
         with self.scope((value.dtype,)):
             return np.asarray(value.todense())
 
+    def sparse_to_scipy(self, value: Any) -> Any:
+        jax_sparse = sys.modules.get("jax.experimental.sparse")
+        if jax_sparse is None or not isinstance(value, jax_sparse.JAXSparse):
+            return None
+        import scipy.sparse as sp
+
+        if not isinstance(value, jax_sparse.BCOO) or value.n_batch or value.n_dense or value.ndim != 2:
+            return sp.csr_array(self.sparse_to_numpy(value))  # batched or dense blocks: through dense
+        with self.scope((value.dtype,)):
+            indices, data = np.asarray(value.indices), np.asarray(value.data)
+        # (BCOO pads with out-of-range indices; coo_array sums duplicates, as BCOO's todense does)
+        inside = (indices[:, 0] < value.shape[0]) & (indices[:, 1] < value.shape[1])
+        coo = sp.coo_array((data[inside], (indices[inside, 0], indices[inside, 1])), shape=value.shape)
+        return sp.csr_array(coo)
+
     def index(self, positions: np.ndarray) -> Any:
         return positions.astype(np.int32) if positions.size < 2**31 else positions
 

@@ -255,6 +255,27 @@ class TorchFamily(Family):
             return None
         return self.to_numpy(value.to_dense())
 
+    def sparse_to_scipy(self, value: Any) -> Any:
+        torch = sys.modules["torch"]
+        if not isinstance(value, torch.Tensor) or value.layout is torch.strided:
+            return None
+        import scipy.sparse as sp
+
+        value = value.detach()
+        if value.layout is torch.sparse_csr and value.dim() == 2:
+            return sp.csr_array(
+                (self.to_numpy(value.values()), value.col_indices().cpu().numpy(), value.crow_indices().cpu().numpy()),
+                shape=tuple(value.shape),
+                copy=True,
+            )
+        if value.layout is torch.sparse_coo and value.dim() == 2 and value.dense_dim() == 0:
+            value = value.coalesce()
+            rows, columns = value.indices().cpu().numpy()
+            return sp.csr_array(
+                sp.coo_array((self.to_numpy(value.values()), (rows, columns)), shape=tuple(value.shape))
+            )
+        return sp.csr_array(self.sparse_to_numpy(value))  # other layouts: through dense
+
     def records_graph(self, value: Any) -> bool:
         return bool(value.requires_grad or value.grad_fn is not None)
 
