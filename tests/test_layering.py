@@ -469,7 +469,6 @@ def to_torch(x, autograd_like):
         "jax": ["di.engines.jax:ENGINE", "jax.numpy"],
         "torch": ["torch", "torch.autograd", "torch.autograd.grad"],
         "autograd": ["autograd"],
-        "tensorflow": [],
         "finitediff": ["di.AutoFiniteDiff"],
     }, by_engine
     assert not names_engine("jax.numpy", records["jax"], library_allowed=True)
