@@ -141,7 +141,11 @@ class AbstractBackend:
             return True
         import importlib.util  # here, not at the top: ``import di`` stays light
 
-        return importlib.util.find_spec(self.engine) is not None
+        try:
+            # the top-level package: finding a submodule would import its parent
+            return importlib.util.find_spec(self.engine.partition(".")[0]) is not None
+        except (ImportError, ValueError):  # blocked (``sys.modules[name] = None``) or a broken entry
+            return False
 
 
 def _claim(cls: type[AbstractBackend], names: tuple[str, ...]) -> None:
