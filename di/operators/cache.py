@@ -277,13 +277,14 @@ def cached_prep(
         return prepare_operator(family, f, backend, x, tangents, contexts, False, has_aux=has_aux)
     try:
         key = (_identity(f), family, has_aux, backend, *[context.__class__ for context in contexts])
-        prep = cache.find(key, x, tangents, contexts)
+        prep = cache.find(key, x, tangents, contexts, count_miss=False)
     except TypeError:  # an unhashable selector: prepared at each call
         return prepare_operator(family, f, backend, x, tangents, contexts, False, has_aux=has_aux)
     if prep is not None:
         return prep
     with cache.preparation_lock(key):
-        prep = cache.find(key, x, tangents, contexts, count_miss=False)  # (another thread prepared it meanwhile?)
+        # (another thread may have prepared it meanwhile: a hit; else the one miss of this call)
+        prep = cache.find(key, x, tangents, contexts)
         if prep is not None:
             return prep
         try:
@@ -388,7 +389,7 @@ def cache_info() -> CacheInfo:
         A :class:`CacheInfo` ``(hits, misses, maxsize, currsize, enabled)``.
 
     Raises:
-        Nothing.
+        Nothing: it only reads the counts.
 
     Examples:
         >>> import numpy as np, di
@@ -416,7 +417,7 @@ def cache_clear() -> None:
         ``None``.
 
     Raises:
-        Nothing.
+        Nothing: an empty cache is cleared as well.
 
     Examples:
         >>> import numpy as np, di

@@ -67,26 +67,29 @@ def operator_function(family: str) -> Callable[[F], F]:
         cached = unprepared_call(family, name, with_tangents)
 
         def dispatch(f: Callable[..., Any], *args: Any, out: Any = None, has_aux: Any = False) -> Any:
-            if out is None and len(args) >= lead - 1:
+            if out is None and len(args) >= lead:
                 prep = args[0]
-                if prep.__class__ is Prep:
-                    if (
-                        len(args) >= lead
-                        and prep.operator == family
-                        and prep.has_aux is has_aux
-                        and prep.same_point is None
-                    ):
-                        try:  # (free until something raises: the failure path only)
-                            if with_tangents:
-                                return prep.runners[name](f, args[1], args[2], args[3], args[4:])
-                            return prep.runners[name](f, args[1], args[2], args[3:])
-                        except Exception as error:
-                            _explain_failure(prep, name, args[1:], lead, error)
-                            raise
-                elif has_aux is False or (has_aux is True and takes_aux):  # unprepared: a cached prep's runner
-                    result = cached(f, args, has_aux)
+                if (
+                    prep.__class__ is Prep
+                    and prep.operator == family
+                    and prep.has_aux is has_aux
+                    and prep.same_point is None
+                ):
+                    try:  # (free until something raises: the failure path only)
+                        if with_tangents:
+                            return prep.runners[name](f, args[1], args[2], args[3], args[4:])
+                        return prep.runners[name](f, args[1], args[2], args[3:])
+                    except Exception as error:
+                        _explain_failure(prep, name, args[1:], lead, error)
+                        raise
+                if prep.__class__ is not Prep and (has_aux is False or (has_aux is True and takes_aux)):
+                    result = cached(f, args, has_aux)  # unprepared (with contexts): a cached prep's runner
                     if result is not MISS:
                         return result
+            elif out is None and len(args) == lead - 1 and (has_aux is False or (has_aux is True and takes_aux)):
+                result = cached(f, args, has_aux)  # unprepared: a cached prep's runner
+                if result is not MISS:
+                    return result
             return slow(f, args, out, has_aux)
 
         return functools.update_wrapper(dispatch, stub)  # type: ignore[return-value]

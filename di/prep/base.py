@@ -246,10 +246,15 @@ class Prep:
                 value = context.value
                 if context.__class__ is not wrapper or not (test.matcher(value) or test.matcher(concrete(value))):
                     return False
+            tests = self.tangent_tests
             if self.tangent_check is None or tangents is None:
                 return True
-            check = self.tangent_check
-            return check.matches(tangents) or check.matches(tuple(concrete(t) for t in tangents))
+            if tangents.__class__ is not tuple or len(tangents) != len(tests):
+                return False
+            for tangent, test in zip(tangents, tests):
+                if not (test.matcher(tangent) or test.matcher(concrete(tangent))):
+                    return False
+            return True
         except Exception:  # a key function failing means the argument differs
             return False
 
