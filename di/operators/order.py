@@ -187,7 +187,15 @@ def _node_rebuilder(skeleton: Any, depth: int) -> Callable[[Any], Any] | None:
         parts = [(key, _node_rebuilder(child, depth + 1)) for key, child in skeleton.items()]
         if any(part is None for _, part in parts):
             return None
-        size = len(parts)
+        size, keys = len(parts), [key for key, _ in parts]
+        if all(part is _leaf for _, part in parts):  # (a dict of leaves: the common node)
+
+            def rebuild_leaves(value: Any) -> Any:
+                if value.__class__ is not dict or len(value) != size:
+                    raise _OtherStructure
+                return {key: value[key] for key in keys}
+
+            return rebuild_leaves
 
         def rebuild_dict(value: Any) -> Any:
             if value.__class__ is not dict or len(value) != size:
@@ -204,7 +212,7 @@ def _node_rebuilder(skeleton: Any, depth: int) -> Callable[[Any], Any] | None:
         def rebuild_sequence(value: Any) -> Any:
             if value.__class__ is not kind or len(value) != length:
                 raise _OtherStructure
-            return kind(item(child) for item, child in zip(items, value))  # type: ignore[misc]
+            return kind([child if item is _leaf else item(child) for item, child in zip(items, value)])  # type: ignore[misc]
 
         return rebuild_sequence
     if skeleton is None:
