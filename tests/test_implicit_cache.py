@@ -276,3 +276,12 @@ def test_sparse_detects_once_per_signature() -> None:
     di.jacobian(squares, backend, np.full(3, 5.0))
     assert calls[0] - counted <= 2 * 3 + 1  # the evaluations of one call, no detection
     assert di.cache_info().misses == 1
+
+
+def test_second_order_wrappers_are_cached_like_any_backend() -> None:
+    backend = di.SecondOrder(di.AutoFiniteDiff(), di.AutoFiniteDiff())
+    for value in (1.0, 2.0):
+        (hv,) = di.hvp(cubes, backend, np.full(2, value), (np.array([1.0, 0.0]),))
+        np.testing.assert_allclose(hv, [6 * value, 0.0], atol=1e-3)
+    info = di.cache_info()
+    assert (info.misses, info.hits, info.currsize) == (1, 1, 1)
