@@ -291,7 +291,11 @@ def cached_prep(
             stand_in = WeakFunction(f, lambda _: cache.freed(key[0]))
         except TypeError:  # no weak reference to f: prepared at each call
             stand_in = None
-        if stand_in is None or _traced(x, tangents, contexts):
+        try:
+            uncached = stand_in is None or _traced(x, tangents, contexts)
+        except Exception:  # an argument that cannot be looked into (one that holds itself): preparation says why
+            uncached = True
+        if uncached:
             return prepare_operator(family, f, backend, x, tangents, contexts, False, has_aux=has_aux)
         prep = prepare_operator(family, stand_in, backend, x, tangents, contexts, True, has_aux=has_aux)
         cache.add(key, prep, stand_in)
