@@ -295,7 +295,7 @@ def cached_prep(
             uncached = stand_in is None or _traced(x, tangents, contexts)
         except Exception:  # an argument that cannot be looked into (one that holds itself): preparation says why
             uncached = True
-        if uncached:
+        if uncached or stand_in is None:
             return prepare_operator(family, f, backend, x, tangents, contexts, False, has_aux=has_aux)
         prep = prepare_operator(family, stand_in, backend, x, tangents, contexts, True, has_aux=has_aux)
         cache.add(key, prep, stand_in)
