@@ -55,6 +55,10 @@ if TYPE_CHECKING:
     from di.fastest.selector import AutoFastest as AutoFastest
     from di.mixing.core import DifferentiateWith as DifferentiateWith
     from di.namespace import array_namespace as array_namespace
+    from di.operators.cache import cache_clear as cache_clear
+    from di.operators.cache import cache_info as cache_info
+    from di.operators.cache import caching as caching
+    from di.operators.cache import set_cache as set_cache
     from di.operators.derivative import derivative as derivative
     from di.operators.derivative import prepare_derivative as prepare_derivative
     from di.operators.derivative import value_and_derivative as value_and_derivative
@@ -127,6 +131,10 @@ _LAZY: dict[str, str] = {
     "register_family": "di.families",
     "DifferentiateWith": "di.mixing.core",
     "array_namespace": "di.namespace",
+    "cache_clear": "di.operators.cache",
+    "cache_info": "di.operators.cache",
+    "caching": "di.operators.cache",
+    "set_cache": "di.operators.cache",
     "derivative": "di.operators.derivative",
     "prepare_derivative": "di.operators.derivative",
     "value_and_derivative": "di.operators.derivative",

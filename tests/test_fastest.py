@@ -330,12 +330,15 @@ def test_strict_false_and_operators_with_tangents() -> None:
     np.testing.assert_allclose(pb, [2.0, 4.0], rtol=1e-6)
 
 
-def test_unprepared_calls_are_refused_with_the_way_to_prepare() -> None:
+def test_unprepared_calls_plan_once_or_without_the_cache_are_refused_with_the_way_to_prepare() -> None:
     backend = di.AutoFastest([di.AutoFiniteDiff()])
-    with pytest.raises(di.InvalidInputError, match=r"serves prepared calls only.*prep = di.prepare_gradient"):
-        di.gradient(squares, backend, np.ones(2))
-    with pytest.raises(di.InvalidInputError, match=r"di.prepare_hvp\(f, backend, x, tx, \*contexts\)"):
-        di.hvp(squares, backend, np.ones(2), (np.ones(2),))
+    for value in (1.0, 2.0):  # planned at the first call, the plan kept by the preparation cache
+        np.testing.assert_allclose(di.gradient(squares, backend, np.full(2, value)), [2 * value] * 2, rtol=1e-6)
+    with di.caching(False):
+        with pytest.raises(di.InvalidInputError, match=r"cache, which is off.*prep = di.prepare_gradient"):
+            di.gradient(squares, backend, np.ones(2))
+        with pytest.raises(di.InvalidInputError, match=r"di.prepare_hvp\(f, backend, x, tx, \*contexts\)"):
+            di.hvp(squares, backend, np.ones(2), (np.ones(2),))
 
 
 def test_it_cannot_be_nested_in_second_order() -> None:

@@ -24,7 +24,7 @@ import numpy as np
 
 from di.backends.selectors import AbstractBackend
 from di.errors import InvalidOutputError
-from di.families import converter, family_of
+from di.families import converter, family_of, identity
 from di.pytrees import tree_flatten, tree_map
 
 __all__ = ["AuxSplit", "aux_converter", "outputs", "split_aux", "split_output", "value_only", "with_aux"]
@@ -79,15 +79,28 @@ class AuxSplit:
     It holds no array (the engine's arrays may be tracers of a finished trace).
     """
 
-    __slots__ = ("_leaves", "_positions", "_spec")
+    __slots__ = ("_arrays_only", "_keys", "_leaves", "_positions", "_spec")
 
     def __init__(self, spec: Any, leaves: list[Any], positions: tuple[int, ...]) -> None:
         self._spec = spec
         self._leaves = leaves
         self._positions = positions
+        self._arrays_only = len(positions) == len(leaves)  # (the arrays are the leaves, in order)
+        # a flat dict of arrays (the usual aux): its keys in the order of the leaves, so
+        # that joining is one dict comprehension, not an unflatten
+        self._keys: list[tuple[Any, int]] | None = None
+        if self._arrays_only:
+            skeleton = spec.unflatten(range(len(leaves)))
+            if skeleton.__class__ is dict and all(index.__class__ is int for index in skeleton.values()):
+                self._keys = list(skeleton.items())
 
     def join(self, arrays: Sequence[Any]) -> Any:
         """The ``aux`` pytree with these arrays in the array positions."""
+        if self._arrays_only:
+            keys = self._keys
+            if keys is not None:
+                return {key: arrays[index] for key, index in keys}
+            return self._spec.unflatten(arrays)
         leaves = list(self._leaves)
         for position, array in zip(self._positions, arrays):
             leaves[position] = array
@@ -135,10 +148,33 @@ def aux_converter(from_family: str, to_family: str) -> Callable[[Any], Any]:
             leaf = np.asarray(leaf)
         return (convert if family == from_family else converter(family, to_family))(leaf)
 
-    def convert_arrays(aux: Any) -> Any:
-        return tree_map(convert_leaf, aux)
+    if convert is not identity:
 
-    return convert_arrays
+        def convert_arrays(aux: Any) -> Any:
+            return tree_map(convert_leaf, aux)
+
+        return convert_arrays
+
+    def in_place(aux: Any) -> Any:
+        # arrays of the caller's family already (what a compiled program returns): the
+        # pytree as it is, without rebuilding it (an optree map, 1-3 us per call)
+        return aux if _of_family(aux, from_family, 0) else tree_map(convert_leaf, aux)
+
+    return in_place
+
+
+def _of_family(tree: Any, family: str, depth: int) -> bool:
+    """Whether ``tree`` is an array of ``family`` (no NumPy scalar) or dicts, lists
+    and tuples of such arrays, a few levels deep (a walk in Python: optree's own
+    costs a microsecond even for one leaf)."""
+    kind = tree.__class__
+    if kind is dict:
+        children: Any = tree.values()
+    elif kind is list or kind is tuple:
+        children = tree
+    else:
+        return family_of(tree) == family and not isinstance(tree, np.generic)
+    return depth < 8 and all(_of_family(child, family, depth + 1) for child in children)
 
 
 def outputs(output: Any, has_aux: bool) -> tuple[Any, ...]:

@@ -19,7 +19,8 @@ from typing import Any, TypeVar
 
 from di.backends.selectors import AbstractBackend, check_flag
 from di.errors import InvalidInputError, PreparationMismatchError, type_label
-from di.operators.prepare import check_tangents, prepare_operator
+from di.operators.cache import MISS, cached_prep, unprepared_call
+from di.operators.prepare import check_tangents
 from di.operators.table import OPERATORS
 from di.prep.base import Prep
 from di.prep.out import check_out, write_out
@@ -63,6 +64,7 @@ def operator_function(family: str) -> Callable[[F], F]:
             return run_operator(family, name, f, args, out, has_aux)
 
         with_tangents = lead == 4
+        cached = unprepared_call(family, name, with_tangents)
 
         def dispatch(f: Callable[..., Any], *args: Any, out: Any = None, has_aux: Any = False) -> Any:
             if out is None and len(args) >= lead:
@@ -80,6 +82,14 @@ def operator_function(family: str) -> Callable[[F], F]:
                     except Exception as error:
                         _explain_failure(prep, name, args[1:], lead, error)
                         raise
+                if prep.__class__ is not Prep and (has_aux is False or (has_aux is True and takes_aux)):
+                    result = cached(f, args, has_aux)  # unprepared (with contexts): a cached prep's runner
+                    if result is not MISS:
+                        return result
+            elif out is None and len(args) == lead - 1 and (has_aux is False or (has_aux is True and takes_aux)):
+                result = cached(f, args, has_aux)  # unprepared: a cached prep's runner
+                if result is not MISS:
+                    return result
             return slow(f, args, out, has_aux)
 
         return functools.update_wrapper(dispatch, stub)  # type: ignore[return-value]
@@ -160,15 +170,10 @@ def run_operator(family: str, name: str, f: Callable[..., Any], args: tuple[Any,
         tangents, contexts = rest[0], rest[1:]
     else:
         tangents, contexts = None, rest
-    if prep is None:
-        if isinstance(backend, AbstractBackend) and backend.prepared_only:
-            arguments = f"x, {label}, *contexts" if label else "x, *contexts"
-            raise InvalidInputError(
-                f"{backend!r} serves prepared calls only: {backend.prepared_only}. Prepare once with "
-                f"prep = di.prepare_{family}(f, backend, {arguments}), then call di.{name}(f, prep, backend, "
-                f"{arguments})."
-            )
-        prep = prepare_operator(family, f, backend, x, tangents, contexts, False, has_aux=has_aux)
+    if prep is None:  # a cached prep these arguments fit, or a new one (di.operators.cache)
+        if isinstance(tangents, list):
+            tangents = tuple(tangents)
+        prep = cached_prep(family, name, f, backend, x, tangents, contexts, has_aux)
     else:
         prep.check_operator(family)
         prep.check_has_aux(has_aux)

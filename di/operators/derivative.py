@@ -67,7 +67,7 @@ def derivative(f: Callable[..., Any], *args: Any, out: Any = None, has_aux: bool
 
     Called as ``derivative(f, prep, backend, x, *contexts)`` with a prep from
     :func:`di.prepare_derivative`, or ``derivative(f, backend, x, *contexts)``, which prepares
-    and then runs (on compiled backends that compiles every call: prepare once instead).
+    and then runs (the prep is kept: the next call like it reuses it, see :func:`di.cache_info`).
 
     Args:
         f: the function, called as ``f(x, *context_values)``.

@@ -68,8 +68,7 @@ def gradient(f: Callable[..., Any], *args: Any, out: Any = None, has_aux: bool =
 
     Called as ``gradient(f, prep, backend, x, *contexts)`` with a prep from
     :func:`di.prepare_gradient`, or ``gradient(f, backend, x, *contexts)``, which
-    prepares and then runs (on compiled backends that compiles every call:
-    prepare once instead).
+    prepares and then runs (the prep is kept: the next call like it reuses it, see :func:`di.cache_info`).
 
     Args:
         f: scalar-valued function, called as ``f(x, *context_values)``.

@@ -89,6 +89,7 @@ def in_caller_order(
         if x_in_order and (not follows_f or _known_in_order(output)):
             return program
         specs: dict[Any, Any] = {}  # the expected structure, by tangent count
+        rebuilders: dict[Any, Callable[[Any], Any] | None] = {}  # its rebuilder (_rebuilder), by tangent count
 
         def restructure(result: Any, convert_leaf: Callable[[Any], Any] | None = None) -> Any:
             count = None
@@ -98,6 +99,13 @@ def in_caller_order(
             spec = specs.get(count) if output is None or output.spec is not None else None
             if spec is None:
                 spec = specs[count] = expected(layout, result)
+                rebuilders[count] = _rebuilder(_skeleton(spec))
+            rebuild = rebuilders.get(count) if convert_leaf is None else None
+            if rebuild is not None:  # dicts, lists and tuples: rebuilt by key, no flattening
+                try:
+                    return rebuild(result)
+                except (KeyError, IndexError, TypeError):
+                    raise _OtherStructure from None
             leaves, result_spec = tree_flatten(result)
             if result_spec != spec:  # (equal specs may differ in dict key order, which is what is fixed)
                 raise _OtherStructure
@@ -152,6 +160,76 @@ def _skeleton(spec: Any, leaf: Any = 0) -> Any:
     """The tree of structure ``spec`` with ``leaf`` in every place (``0``, or another
     skeleton: ``x``'s in each place of a Hessian)."""
     return tree_unflatten(spec, [leaf] * spec.num_leaves)
+
+
+def _rebuilder(skeleton: Any) -> Callable[[Any], Any] | None:
+    """A function giving a result of the structure of ``skeleton`` (a tree of dicts,
+    lists and tuples, ``None`` and leaves) the skeleton's dict key order, node by
+    node (a dict comprehension per dict: far cheaper than flattening the result and
+    building it again); ``None`` when the skeleton holds another node, or nests
+    deeper than a rebuilder should recurse. It raises ``KeyError``, ``IndexError``
+    or ``TypeError`` (:class:`_OtherStructure` for a node of another kind or size)
+    for a result of another structure.
+
+    Examples:
+        >>> from di.operators.order import _rebuilder
+        >>> _rebuilder({"w": 0, "b": [0, 0]})({"b": [1, 2], "w": 3})
+        {'w': 3, 'b': [1, 2]}
+    """
+    return _node_rebuilder(skeleton, 0)
+
+
+def _node_rebuilder(skeleton: Any, depth: int) -> Callable[[Any], Any] | None:
+    kind = skeleton.__class__
+    if depth > 32:
+        return None
+    if kind is dict:
+        parts = [(key, _node_rebuilder(child, depth + 1)) for key, child in skeleton.items()]
+        if any(part is None for _, part in parts):
+            return None
+        size, keys = len(parts), [key for key, _ in parts]
+        if all(part is _leaf for _, part in parts):  # (a dict of leaves: the common node)
+
+            def rebuild_leaves(value: Any) -> Any:
+                if value.__class__ is not dict or len(value) != size:
+                    raise _OtherStructure
+                return {key: value[key] for key in keys}
+
+            return rebuild_leaves
+
+        def rebuild_dict(value: Any) -> Any:
+            if value.__class__ is not dict or len(value) != size:
+                raise _OtherStructure
+            return {key: part(value[key]) for key, part in parts}  # type: ignore[misc]
+
+        return rebuild_dict
+    if kind is list or kind is tuple:
+        items = [_node_rebuilder(child, depth + 1) for child in skeleton]
+        if any(item is None for item in items):
+            return None
+        length = len(items)
+
+        def rebuild_sequence(value: Any) -> Any:
+            if value.__class__ is not kind or len(value) != length:
+                raise _OtherStructure
+            return kind([child if item is _leaf else item(child) for item, child in zip(items, value)])  # type: ignore[misc]
+
+        return rebuild_sequence
+    if skeleton is None:
+        return _none
+    if kind is int:  # a leaf's place in a skeleton
+        return _leaf
+    return None
+
+
+def _leaf(value: Any) -> Any:
+    return value
+
+
+def _none(value: Any) -> Any:
+    if value is not None:
+        raise _OtherStructure
+    return value
 
 
 class _Opaque:

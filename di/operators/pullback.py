@@ -111,7 +111,7 @@ def pullback(f: Callable[..., Any], *args: Any, has_aux: bool = False) -> Any:
 
     Called as ``pullback(f, prep, backend, x, ty, *contexts)`` with a prep from
     :func:`di.prepare_pullback`, or ``pullback(f, backend, x, ty, *contexts)``, which prepares
-    and then runs (on compiled backends that compiles every call: prepare once instead).
+    and then runs (the prep is kept: the next call like it reuses it, see :func:`di.cache_info`).
 
     Args:
         f: the function, called as ``f(x, *context_values)``.

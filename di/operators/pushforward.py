@@ -69,7 +69,7 @@ def pushforward(f: Callable[..., Any], *args: Any, has_aux: bool = False) -> Any
 
     Called as ``pushforward(f, prep, backend, x, tx, *contexts)`` with a prep from
     :func:`di.prepare_pushforward`, or ``pushforward(f, backend, x, tx, *contexts)``, which prepares
-    and then runs (on compiled backends that compiles every call: prepare once instead).
+    and then runs (the prep is kept: the next call like it reuses it, see :func:`di.cache_info`).
 
     Args:
         f: the function, called as ``f(x, *context_values)``.

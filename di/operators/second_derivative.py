@@ -65,7 +65,7 @@ def second_derivative(f: Callable[..., Any], *args: Any, out: Any = None) -> Any
 
     Called as ``second_derivative(f, prep, backend, x, *contexts)`` with a prep from
     :func:`di.prepare_second_derivative`, or ``second_derivative(f, backend, x, *contexts)``, which prepares
-    and then runs (on compiled backends that compiles every call: prepare once instead).
+    and then runs (the prep is kept: the next call like it reuses it, see :func:`di.cache_info`).
 
     Args:
         f: the function, called as ``f(x, *context_values)``.

@@ -120,8 +120,8 @@ _FRAGMENTS: dict[str, str] = {
         "happens, once."
     ),
     "unprepared": (
-        "Without a prep the call prepares and then runs (on compiled backends that\n"
-        "compiles every call: prepare once instead)."
+        "Without a prep the call prepares and then runs (the prep is kept: the next\n"
+        "call like it reuses it, see :func:`di.cache_info`)."
     ),
 }
 

@@ -218,25 +218,45 @@ class Prep:
             PreparationMismatchError: with one line per argument.
             InvalidInputError: a raw value where a context is expected.
         """
+        if self.serves(f, backend) and self.matches(x, contexts):
+            return
+        prepared = {"f": self.f, "backend": self.backend}
+        refuse_arguments(self.operator, self.checks, prepared, self.strict, f, backend, x, contexts)
+
+    def matches(self, x: Any, contexts: Sequence[Any], tangents: Any = None) -> bool:
+        """Whether ``x``, the contexts and (for a prep with tangents, unless
+        ``None``) the tangents fit the prepared signature, as a strict call
+        compares them: what :meth:`check` asks once ``f`` and the backend are the
+        prepared ones (tangents are :meth:`check_tangents`'), and what the
+        implicit cache of unprepared calls asks of each prep it holds.
+
+        Examples:
+            >>> import numpy as np, di
+            >>> prep = di.prepare_gradient(lambda x: (x * x).sum(), di.AutoFiniteDiff(), np.zeros(3))
+            >>> prep.matches(np.ones(3), ()), prep.matches(np.ones(4), ()), prep.matches(np.ones(3, "f4"), ())
+            (True, False, False)
+        """
         try:
             # An engine's traced value that is no array (autograd's boxes) is compared
             # by the array inside: a prep made outside its transform serves calls inside.
             x_matches = self.x_test.matcher
-            if (
-                self.serves(f, backend)
-                and (x_matches(x) or x_matches(concrete(x)))
-                and len(contexts) == len(self.context_tests)
-            ):
-                for context, (wrapper, test) in zip(contexts, self.context_tests):
-                    value = context.value  # type: ignore[attr-defined]
-                    if context.__class__ is not wrapper or not (test.matcher(value) or test.matcher(concrete(value))):
-                        break
-                else:
-                    return
+            if not (x_matches(x) or x_matches(concrete(x))) or len(contexts) != len(self.context_tests):
+                return False
+            for context, (wrapper, test) in zip(contexts, self.context_tests):
+                value = context.value
+                if context.__class__ is not wrapper or not (test.matcher(value) or test.matcher(concrete(value))):
+                    return False
+            tests = self.tangent_tests
+            if self.tangent_check is None or tangents is None:
+                return True
+            if tangents.__class__ is not tuple or len(tangents) != len(tests):
+                return False
+            for tangent, test in zip(tangents, tests):
+                if not (test.matcher(tangent) or test.matcher(concrete(tangent))):
+                    return False
+            return True
         except Exception:  # a key function failing means the argument differs
-            pass
-        prepared = {"f": self.f, "backend": self.backend}
-        refuse_arguments(self.operator, self.checks, prepared, self.strict, f, backend, x, contexts)
+            return False
 
     def refuse_foreign_traces(
         self, x: Any, tangents: Any, contexts: Sequence[Any], error: BaseException | None = None

@@ -1,0 +1,502 @@
+"""The implicit preparation cache: what an unprepared call (``di.gradient(f,
+backend, x)``) prepares is kept and reused by the next call like it.
+
+An unprepared call looks for a prep made for the same ``f`` (the same object,
+held weakly), operator family, ``has_aux``, backend (the same selector or an
+equal one) and context classes, whose strict signature the call's ``x``,
+contexts and tangents match (:meth:`di.prep.base.Prep.matches`: the comparison a
+strict prepared call makes). Found, its program runs; not found, the call
+prepares with ``strict=True`` and keeps the prep. The cache is a least recently
+used list of at most :data:`DEFAULT_MAXSIZE` preps (:func:`set_cache`), shared
+by all threads.
+
+A cached prep holds ``f`` through a stand-in that refers to it weakly
+(:class:`WeakFunction`), so a function nobody else holds is freed, and its
+entries with it: a new lambda per call does not make the cache grow. A call
+whose arguments an engine's transform traces (a JAX tracer, an autograd box) is
+not cached: the outer transform traces it once already.
+
+Semantics are those of a strict prep made at the first call: a
+:class:`di.Constant`'s value is an argument of the compiled program (a new value
+never compiles again), while a value ``f`` reads from its closure is baked into
+a compiled program at the first call, as under ``jax.jit``: pass it as a
+``Constant`` instead.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import types
+import weakref
+from collections import OrderedDict
+from collections.abc import Callable, Iterator, Sequence
+from contextvars import ContextVar
+from typing import Any, NamedTuple
+
+from di.backends.selectors import AbstractBackend, check_flag
+from di.errors import InvalidInputError, InvalidOptionError, InvalidOptionTypeError
+from di.operators.prepare import prepare_operator
+from di.prep.base import Prep
+from di.prep.traced import tracing
+
+__all__ = [
+    "DEFAULT_MAXSIZE",
+    "MISS",
+    "CacheInfo",
+    "WeakFunction",
+    "cache_clear",
+    "cache_info",
+    "cached_prep",
+    "caching",
+    "set_cache",
+    "unprepared_call",
+]
+
+DEFAULT_MAXSIZE = 128
+"""How many preps the cache holds at most, unless :func:`set_cache` says otherwise."""
+
+
+class CacheInfo(NamedTuple):
+    """What :func:`di.cache_info` returns (as ``functools.lru_cache``'s ``cache_info``).
+
+    Attributes:
+        hits: unprepared calls served by a cached prep.
+        misses: unprepared calls that prepared (and kept the prep, where cached).
+        maxsize: how many preps the cache holds at most.
+        currsize: how many it holds now.
+        enabled: whether unprepared calls use it (outside a ``di.caching(False)`` block).
+    """
+
+    hits: int
+    misses: int
+    maxsize: int
+    currsize: int
+    enabled: bool
+
+
+class WeakFunction:
+    """``f``'s stand-in in a cached prep: calls ``f``, which it refers to weakly
+    (a bound method through weak references to its object and its function), and
+    reads ``f``'s attributes (what an engine asks of ``f``) as its own.
+
+    Args:
+        f: the function; it must support weak references.
+
+    Raises:
+        TypeError: ``f`` (or a bound method's object) takes no weak reference.
+
+    Examples:
+        >>> from di.operators.cache import WeakFunction
+        >>> def square(x):
+        ...     return x * x
+        >>> stand_in = WeakFunction(square)
+        >>> stand_in(3), stand_in.__name__
+        (9, 'square')
+    """
+
+    __slots__ = ("__weakref__", "_function", "_self")
+
+    def __init__(self, f: Callable[..., Any], on_free: Callable[[Any], None] | None = None) -> None:
+        if type(f) is types.MethodType:
+            self._self: Any = weakref.ref(f.__self__, on_free)
+            self._function: Any = weakref.ref(f.__func__, on_free)
+        else:
+            self._self = None
+            self._function = weakref.ref(f, on_free)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if self._self is None:
+            return self._function()(*args, **kwargs)
+        return self._function()(self._self(), *args, **kwargs)
+
+    def target(self) -> Any:
+        """``f``, or ``None`` once it is freed."""
+        function = self._function()
+        if self._self is None or function is None:
+            return function
+        owner = self._self()
+        return None if owner is None else types.MethodType(function, owner)
+
+    def __getattr__(self, name: str) -> Any:
+        # f's own attributes (what an engine asks of f: checked_program, ...) and its
+        # names; no other dunder, which a compiler guarding on this object reads of it
+        if name.startswith("__") and name not in ("__name__", "__qualname__"):
+            raise AttributeError(name)
+        return getattr(self.target(), name)
+
+    def __repr__(self) -> str:
+        return repr(self.target())
+
+
+def _identity(f: Any) -> tuple[int, int] | int:
+    """The key of ``f`` in the cache: its ``id`` (a bound method's, that of its
+    object and function: ``obj.method`` is a new object at each access)."""
+    if type(f) is types.MethodType:
+        return id(f.__self__), id(f.__func__)
+    return id(f)
+
+
+class _Cache:
+    """The preps of unprepared calls, least recently used first out.
+
+    Each key (``f``'s identity, the operator family, ``has_aux``, the backend,
+    the context classes) holds the preps of the signatures met with it, most
+    recently used first; ``order`` ranks every prep of every key for eviction.
+    """
+
+    def __init__(self, maxsize: int) -> None:
+        self.lock = threading.Lock()
+        self.maxsize = maxsize
+        self.enabled = True
+        self.hits = self.misses = 0
+        self.preps: dict[tuple[Any, ...], list[tuple[int, Prep, WeakFunction]]] = {}
+        self.order: OrderedDict[int, tuple[Any, ...]] = OrderedDict()  # token -> key
+        self.keys_of: dict[Any, set[tuple[Any, ...]]] = {}  # f's identity -> its keys
+        self.pending: list[Any] = []  # identities freed while the lock was held
+        self.preparing: dict[tuple[Any, ...], threading.RLock] = {}
+        self.tokens = iter(range(1 << 62))
+
+    def find(
+        self, key: tuple[Any, ...], x: Any, tangents: Any, contexts: Sequence[Any], count_miss: bool = True
+    ) -> Prep | None:
+        """The cached prep of ``key`` that the arguments fit (a hit), or ``None``
+        (a miss, counted when ``count_miss``: the fast path leaves it to the call's
+        slow path, which looks again)."""
+        with self.lock:
+            if self.pending:  # (entries of freed functions, whose ids new functions may have taken)
+                self._purge()
+            entries = self.preps.get(key)
+            if entries is not None:
+                for index, (token, prep, _) in enumerate(entries):
+                    if prep.matches(x, contexts, tangents):
+                        self.hits += 1
+                        self.order.move_to_end(token)
+                        if index:
+                            entries.insert(0, entries.pop(index))
+                        return prep
+            if count_miss:
+                self.misses += 1
+            return None
+
+    def add(self, key: tuple[Any, ...], prep: Prep, stand_in: WeakFunction) -> None:
+        """Keep ``prep`` under ``key``, evicting the least recently used beyond the size."""
+        with self.lock:
+            self._purge()
+            if self.maxsize <= 0:
+                return
+            token = next(self.tokens)
+            self.preps.setdefault(key, []).insert(0, (token, prep, stand_in))
+            self.order[token] = key
+            self.keys_of.setdefault(key[0], set()).add(key)
+            while len(self.order) > self.maxsize:
+                self._evict(*self.order.popitem(last=False))
+
+    def _evict(self, token: int, key: tuple[Any, ...]) -> None:
+        entries = self.preps[key]
+        entries[:] = [entry for entry in entries if entry[0] != token]
+        if not entries:
+            del self.preps[key]
+            keys = self.keys_of.get(key[0])
+            if keys is not None:
+                keys.discard(key)
+                if not keys:
+                    del self.keys_of[key[0]]
+
+    def freed(self, identity: Any) -> None:
+        """Drop the entries of a freed function (a weak reference's callback: it
+        may come while this thread holds the lock, and then waits for the next use)."""
+        if self.lock.acquire(blocking=False):
+            try:
+                self._drop(identity)
+            finally:
+                self.lock.release()
+        else:
+            self.pending.append(identity)
+
+    def _purge(self) -> None:
+        while self.pending:
+            self._drop(self.pending.pop())
+
+    def _drop(self, identity: Any) -> None:
+        for key in self.keys_of.pop(identity, ()):
+            for token, _, _ in self.preps.pop(key, ()):
+                self.order.pop(token, None)
+            self.preparing.pop(key, None)
+
+    def clear(self) -> None:
+        with self.lock:
+            self.preps.clear()
+            self.order.clear()
+            self.keys_of.clear()
+            self.preparing.clear()
+            self.pending.clear()
+            self.hits = self.misses = 0
+
+    def resize(self, maxsize: int) -> None:
+        with self.lock:
+            self.maxsize = maxsize
+            while len(self.order) > max(maxsize, 0):
+                self._evict(*self.order.popitem(last=False))
+
+    def preparation_lock(self, key: tuple[Any, ...]) -> threading.RLock:
+        """The lock one key's preparations take: threads missing the same key at
+        once prepare once (reentrant: ``f`` may make unprepared calls itself)."""
+        with self.lock:
+            lock = self.preparing.get(key)
+            if lock is None:
+                lock = self.preparing[key] = threading.RLock()
+            return lock
+
+
+_CACHE = _Cache(DEFAULT_MAXSIZE)
+_SCOPED: ContextVar[bool] = ContextVar("di_caching", default=True)
+
+
+def cached_prep(
+    family: str,
+    name: str,
+    f: Callable[..., Any],
+    backend: Any,
+    x: Any,
+    tangents: Any,
+    contexts: Sequence[Any],
+    has_aux: bool,
+) -> Prep:
+    """The prep an unprepared call of program ``name`` of operator ``family``
+    runs: a cached one its arguments fit, else a new strict prep (kept, when the
+    cache is on and ``f`` can be referred to weakly).
+
+    Raises:
+        InvalidInputError: the cache is off and ``backend`` serves prepared calls
+            only; and what preparation raises.
+    """
+    cache = _CACHE
+    if not (cache.enabled and _SCOPED.get()) or cache.maxsize <= 0:
+        _refuse_prepared_only(family, name, backend)
+        return prepare_operator(family, f, backend, x, tangents, contexts, False, has_aux=has_aux)
+    try:
+        key = (_identity(f), family, has_aux, backend, *[context.__class__ for context in contexts])
+        prep = cache.find(key, x, tangents, contexts, count_miss=False)
+    except TypeError:  # an unhashable selector: prepared at each call
+        return prepare_operator(family, f, backend, x, tangents, contexts, False, has_aux=has_aux)
+    if prep is not None:
+        return prep
+    with cache.preparation_lock(key):
+        # (another thread may have prepared it meanwhile: a hit; else the one miss of this call)
+        prep = cache.find(key, x, tangents, contexts)
+        if prep is not None:
+            return prep
+        try:
+            stand_in = WeakFunction(f, lambda _: cache.freed(key[0]))
+        except TypeError:  # no weak reference to f: prepared at each call
+            stand_in = None
+        try:
+            uncached = stand_in is None or _traced(x, tangents, contexts)
+        except Exception:  # an argument that cannot be looked into (one that holds itself): preparation says why
+            uncached = True
+        if uncached or stand_in is None:
+            return prepare_operator(family, f, backend, x, tangents, contexts, False, has_aux=has_aux)
+        prep = prepare_operator(family, stand_in, backend, x, tangents, contexts, True, has_aux=has_aux)
+        cache.add(key, prep, stand_in)
+        return prep
+
+
+MISS: Any = object()
+"""What :func:`unprepared_call`'s function returns when no cached prep serves the call."""
+
+
+def unprepared_call(family: str, name: str, with_tangents: bool) -> Callable[[Any, tuple[Any, ...], bool], Any]:
+    """The fast path of an unprepared call of program ``name``: for ``(f, args,
+    has_aux)`` (``args``: ``backend, x, [tangents,] *contexts``), the result of
+    the cached prep's runner, as a prepared call of it, or :data:`MISS` (the
+    call then takes the operator's slow path, which prepares or explains)."""
+
+    def call(f: Any, args: tuple[Any, ...], has_aux: bool) -> Any:
+        cache = _CACHE
+        if not (cache.enabled and _SCOPED.get()):
+            return MISS
+        backend, x = args[0], args[1]
+        if with_tangents:
+            tangents, contexts = args[2], args[3:]
+            if tangents.__class__ is not tuple:
+                return MISS
+        else:
+            tangents, contexts = None, args[2:]
+        identity = id(f) if f.__class__ is not types.MethodType else (id(f.__self__), id(f.__func__))
+        if contexts:
+            key = (identity, family, has_aux, backend, *[context.__class__ for context in contexts])
+        else:
+            key = (identity, family, has_aux, backend)
+        with cache.lock:  # (Cache.find, inline: this is the hot path of every cached call)
+            if cache.pending:
+                return MISS
+            try:
+                entries = cache.preps.get(key)
+            except TypeError:  # an unhashable selector (or x where the backend goes)
+                return MISS
+            if entries is None:
+                return MISS
+            for entry in entries:
+                prep = entry[1]
+                if prep.matches(x, contexts, tangents):
+                    break
+            else:
+                return MISS
+            cache.hits += 1
+            cache.order.move_to_end(entry[0])
+            if entry is not entries[0]:
+                entries.remove(entry)
+                entries.insert(0, entry)
+        run = prep.runners[name]
+        try:
+            if with_tangents:
+                return run(prep.f, backend, x, tangents, contexts)
+            return run(prep.f, backend, x, contexts)
+        except Exception as error:
+            prep.refuse_foreign_traces(x, tangents, contexts, error)
+            raise
+
+    return call
+
+
+def _traced(x: Any, tangents: Any, contexts: Sequence[Any]) -> bool:
+    """Whether an argument is traced by an engine's transform."""
+    values = [x, *(tangents or ()), *[getattr(context, "value", None) for context in contexts]]
+    return any(tracing(value)[0] for value in values)
+
+
+def _refuse_prepared_only(family: str, name: str, backend: Any) -> None:
+    """Refuse an unprepared call, the cache being off, on a backend that serves
+    prepared calls only (:class:`di.AutoFastest` would measure its candidates at
+    every call).
+
+    Raises:
+        InvalidInputError: saying to prepare, or to turn the cache on.
+    """
+    if isinstance(backend, AbstractBackend) and backend.prepared_only:
+        from di.operators.table import OPERATORS
+
+        label = OPERATORS[family].tangents
+        arguments = f"x, {label}, *contexts" if label else "x, *contexts"
+        raise InvalidInputError(
+            f"{backend!r} serves unprepared calls only through di's preparation cache, which is off: "
+            f"{backend.prepared_only}. Prepare once with prep = di.prepare_{family}(f, backend, {arguments}), then "
+            f"call di.{name}(f, prep, backend, {arguments}); or turn the cache on (di.set_cache(enabled=True))."
+        )
+
+
+def cache_info() -> CacheInfo:
+    """What the implicit preparation cache of unprepared calls holds and did.
+
+    Returns:
+        A :class:`CacheInfo` ``(hits, misses, maxsize, currsize, enabled)``.
+
+    Raises:
+        Nothing: it only reads the counts.
+
+    Examples:
+        >>> import numpy as np, di
+        >>> di.cache_clear()
+        >>> f = lambda x: (x * x).sum()
+        >>> for value in (1.0, 2.0, 3.0):
+        ...     g = di.gradient(f, di.AutoFiniteDiff(), np.full(3, value))
+        >>> info = di.cache_info()
+        >>> info.hits, info.misses, info.currsize
+        (2, 1, 1)
+    """
+    cache = _CACHE
+    with cache.lock:
+        cache._purge()
+        return CacheInfo(cache.hits, cache.misses, cache.maxsize, len(cache.order), cache.enabled and _SCOPED.get())
+
+
+def cache_clear() -> None:
+    """Empty the implicit preparation cache and reset its counts.
+
+    The programs it held are freed (compiled ones too) once no prep handed out
+    holds them; the next unprepared call of each ``f`` prepares again.
+
+    Returns:
+        ``None``.
+
+    Raises:
+        Nothing: an empty cache is cleared as well.
+
+    Examples:
+        >>> import numpy as np, di
+        >>> _ = di.gradient(lambda x: (x * x).sum(), di.AutoFiniteDiff(), np.ones(2))
+        >>> di.cache_clear()
+        >>> di.cache_info().currsize
+        0
+    """
+    _CACHE.clear()
+
+
+def set_cache(*, enabled: bool | None = None, maxsize: int | None = None) -> CacheInfo:
+    """Turn the implicit preparation cache on or off, or resize it, for the whole
+    process (:func:`caching` does it for a block of code).
+
+    Args:
+        enabled: whether unprepared calls use the cache (off: each prepares, as
+            ``prepare_<operator>`` then the call would). ``None`` leaves it.
+        maxsize: how many preps it holds at most (the least recently used go
+            first); ``0`` keeps none. ``None`` leaves it; the default is
+            :data:`DEFAULT_MAXSIZE`.
+
+    Returns:
+        The :class:`CacheInfo` after the change.
+
+    Raises:
+        InvalidOptionTypeError: ``enabled`` not a bool, ``maxsize`` not an int.
+        InvalidOptionError: ``maxsize`` negative.
+
+    Examples:
+        >>> import di
+        >>> di.set_cache(maxsize=16).maxsize
+        16
+        >>> di.set_cache(maxsize=128).maxsize  # (the default)
+        128
+    """
+    if enabled is not None:
+        enabled = check_flag("di.set_cache", "enabled", enabled)
+    if maxsize is not None:
+        if isinstance(maxsize, bool) or not isinstance(maxsize, int):
+            raise InvalidOptionTypeError(f"di.set_cache(maxsize=...) takes an int, not {type(maxsize).__name__}")
+        if maxsize < 0:
+            raise InvalidOptionError(f"di.set_cache(maxsize=...) takes 0 or more, not {maxsize}")
+        _CACHE.resize(maxsize)
+    if enabled is not None:
+        _CACHE.enabled = enabled
+    return cache_info()
+
+
+@contextlib.contextmanager
+def caching(enabled: bool) -> Iterator[None]:
+    """Turn the implicit preparation cache on or off for the unprepared calls
+    made in a block (in this thread, or this task under ``asyncio``); the
+    process-wide switch is :func:`set_cache`.
+
+    Args:
+        enabled: ``False``: each unprepared call in the block prepares afresh and
+            keeps nothing. ``True``: calls use the cache (when it is on).
+
+    Yields:
+        Nothing: the block runs with the cache on or off.
+
+    Raises:
+        InvalidOptionTypeError: ``enabled`` is not a bool.
+
+    Examples:
+        >>> import numpy as np, di
+        >>> di.cache_clear()
+        >>> with di.caching(False):
+        ...     _ = di.gradient(lambda x: (x * x).sum(), di.AutoFiniteDiff(), np.ones(2))
+        >>> di.cache_info().currsize
+        0
+    """
+    token = _SCOPED.set(check_flag("di.caching", "enabled", enabled))
+    try:
+        yield
+    finally:
+        _SCOPED.reset(token)
