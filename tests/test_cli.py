@@ -40,7 +40,7 @@ def not_scenarios():
 """
 
 FUNCTION_MODULE = """
-import array_api_compat
+import di
 
 
 def smooth(x):
@@ -176,7 +176,7 @@ def test_check_writes_json_and_a_png_of_the_size_sweep(modules: Path) -> None:
 
 
 def test_usage_errors_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["--backends", "tensorflow"]) == 2
+    assert main(["--backends", "theano"]) == 2
     assert "--backends" in capsys.readouterr().err
     assert main(["--backends", "finitediff", "--operators", "nothing"]) == 2
     assert main(["check", "math:sqrt", "--operator", "curl"]) == 2
@@ -298,7 +298,7 @@ def test_check_accepts_no_bench_and_a_bad_option_shows_the_check_usage(
 
 
 def test_the_unknown_backend_message_lists_every_label(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["--backends", "tensorflow"]) == 2
+    assert main(["--backends", "theano"]) == 2
     err = capsys.readouterr().err
     known = err.split("known backends: ")[1].split(";")[0]
     for label in ("jax", "jax-jit", "torch", "torch-compile", "autograd", "finitediff", "finitediff-forward"):

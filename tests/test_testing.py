@@ -540,7 +540,7 @@ def test_backend_labels_read_back(backend: Any) -> None:
 
 def test_parse_backend_refuses_nonsense() -> None:
     with pytest.raises(ValueError, match="known backends: jax, jax-jit, torch, torch-compile"):
-        parse_backend("tensorflow")
+        parse_backend("theano")
     with pytest.raises(ValueError):
         parse_backend("jax(jit=")
     with pytest.raises(ValueError, match="no boolean option or option value 'jot'"):
@@ -562,15 +562,9 @@ def test_labels_follow_one_rule_from_the_selectors_name_and_options() -> None:
         ),
     }
     assert {backend: backend_label(backend) for backend in labels} == labels
-    assert known_labels()[:7] == [
-        "jax",
-        "jax-jit",
-        "torch",
-        "torch-compile",
-        "autograd",
-        "finitediff",
-        "finitediff-forward",
-    ]
+    assert known_labels()[:5] == ["jax", "jax-jit", "torch", "torch-compile", "autograd"]
+    built_in = [label for label in known_labels() if "out-of-tree" not in label]  # (what other tests registered)
+    assert built_in[-2:] == ["finitediff", "finitediff-forward"]  # (the engines added since sit between)
     assert parse_backend("PyTorch-compile") == di.AutoTorch(compile=True)  # aliases and any case
 
 

@@ -288,7 +288,8 @@ def cached_prep(
         if prep is not None:
             return prep
         try:
-            stand_in = WeakFunction(f, lambda _: cache.freed(key[0]))
+            # (a non-callable f is refused by preparation, which must see f itself)
+            stand_in = WeakFunction(f, lambda _: cache.freed(key[0])) if callable(f) else None
         except TypeError:  # no weak reference to f: prepared at each call
             stand_in = None
         try:

@@ -163,9 +163,24 @@ class JaxFamily(Family):
         shape, dtype, weak = aval.shape, aval.dtype, aval.weak_type
         array_types = _array_types()
 
-        def alike(given: Any) -> bool:
-            other = given.aval
-            return other is aval or (other.shape == shape and other.dtype == dtype and other.weak_type == weak)
+        sharding = getattr(aval, "sharding", None)
+        if sharding is not None and not getattr(getattr(sharding, "mesh", None), "empty", True):
+            # an array of a mesh with explicit axes: its programs run in that mesh, so an
+            # array of another mesh (or the same axes made automatic) is not alike
+            def alike(given: Any) -> bool:
+                other = given.aval
+                return other is aval or (
+                    other.shape == shape
+                    and other.dtype == dtype
+                    and other.weak_type == weak
+                    and getattr(other, "sharding", None) == sharding
+                )
+
+        else:
+
+            def alike(given: Any) -> bool:
+                other = given.aval
+                return other is aval or (other.shape == shape and other.dtype == dtype and other.weak_type == weak)
 
         def matches(given: Any) -> bool:
             if given.__class__ is cls:
