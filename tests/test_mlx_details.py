@@ -72,6 +72,24 @@ def test_operators_agree_with_mlx_own_transforms_in_mlx_arrays(backend: di.Abstr
     close(di.jacobian(vector, backend, x), rows)
 
 
+@pytest.mark.parametrize("backend", BOTH)
+def test_second_order_through_a_primitive_without_a_jvp_falls_back_to_reverse_mode(
+    backend: di.AbstractBackend,
+) -> None:
+    # MLX has no JVP of cumulative products ("JVP is not implemented for cumulative prod/min/max"):
+    # forward over reverse is refused, and reverse over reverse gives the same products
+    def f(x: Any) -> Any:
+        xp = di.array_namespace(x)
+        return xp.sum(xp.cumulative_prod(x))
+
+    x, t = np.array([0.5, 1.5, 2.0]), np.array([1.0, 0.3, -0.7])
+    a, b, c = x
+    expected = np.array([[0.0, 1.0 + c, b], [1.0 + c, 0.0, a], [b, a, 0.0]])  # f = a + ab + abc
+    close(di.hessian(f, backend, x), expected)
+    (hv,) = di.hvp(f, backend, x, (t,))
+    close(hv, expected @ t)
+
+
 def test_batched_tangents_pytree_x_has_aux_and_contexts() -> None:
     for backend in (EAGER, COMPILED):
         tangents = (T, 2 * T, -T)

@@ -34,7 +34,17 @@ from typing import Any
 
 import numpy as np
 import pytest
-from conftest import AD_BACKENDS, BACKENDS, FAMILIES, as_family, backend_id, engine_name, family, to_numpy
+from conftest import (
+    AD_BACKENDS,
+    BACKENDS,
+    FAMILIES,
+    as_family,
+    backend_id,
+    dtype_name,
+    engine_name,
+    family,
+    to_numpy,
+)
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -283,7 +293,7 @@ def check_like(result: Any, template: Any, case: Case, what: str, leading: tuple
     if isinstance(template, np.ndarray):
         assert family(result) == case.family, f"{what}: family {family(result)} != {case.family}"
         assert tuple(result.shape) == leading + template.shape, f"{what}: shape {tuple(result.shape)}"
-        assert str(result.dtype).replace("torch.", "") == str(template.dtype), f"{what}: dtype {result.dtype}"
+        assert dtype_name(result) == template.dtype.name, f"{what}: dtype {result.dtype}"
         return
     assert type(result) is type(template), f"{what}: {type(result).__name__} != {type(template).__name__}"
     if isinstance(template, dict):

@@ -37,6 +37,14 @@ def asarray(obj: Any, /, *, dtype: Any = None, device: Any = None, copy: bool | 
     return mx.array(obj) if dtype is None else mx.array(obj, dtype=dtype)
 
 
+def astype(x: Any, dtype: Any, /, *, copy: bool = True, device: Any = None) -> Any:
+    """The array API's ``astype`` (``mx.astype`` takes no ``copy``): ``x`` itself
+    when it has ``dtype`` and no copy is asked, else a new array."""
+    if x.dtype == dtype:
+        return mx.array(x) if copy else x
+    return mx.astype(x, dtype)
+
+
 def from_dlpack(x: Any, /, *, device: Any = None, copy: bool | None = None) -> Any:
     """An array of another library as an MLX array of its dtype (``mx.from_dlpack``
     reads float64 as float32), through a NumPy view of it."""
@@ -76,6 +84,7 @@ class _Namespace(ModuleType):
 
 _OVERRIDES: dict[str, Any] = {
     "asarray": asarray,
+    "astype": astype,
     "from_dlpack": from_dlpack,
     "bool": mx.bool_,
     "hypot": hypot,

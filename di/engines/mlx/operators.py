@@ -41,9 +41,11 @@ class _Capture:
 
 def _no_jvp(error: RuntimeError) -> bool:
     """Whether MLX refused forward mode through a primitive (``scatter``, the
-    derivative of an indexing of ``x``, has no JVP): reverse mode then computes
-    the same products (:func:`jvp`)."""
-    return "JVP not" in str(error)
+    derivative of an indexing of ``x``, has no JVP: "JVP not ..."; a cumulative
+    product, minimum or maximum: "JVP is not implemented ..."): reverse mode then
+    computes the same products (:func:`jvp`)."""
+    text = str(error)
+    return "JVP not" in text or "JVP is not" in text
 
 
 def jvp(fy: Callable[[Any], Any], x: Any, t: Any) -> tuple[Any, Any]:

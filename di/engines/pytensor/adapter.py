@@ -22,6 +22,7 @@ from pytensor.tensor.variable import TensorConstant, TensorVariable
 from di.backends.capabilities import AUX_FAMILIES, Capabilities
 from di.backends.compile import combined_first
 from di.backends.engine import TracedValues
+from di.backends.misuse import written_x_error
 from di.backends.outputs import OutputRules, checking, output_leaf_shapes
 from di.backends.protocol import Adapter, Programs
 from di.backends.selectors import AbstractBackend
@@ -103,6 +104,8 @@ class _Rules(OutputRules):
     def translate(
         self, error: BaseException, backend: AbstractBackend, operator: str, values: Sequence[Any]
     ) -> BaseException | None:
+        if isinstance(error, TypeError) and "does not support item assignment" in str(error):
+            return written_x_error(backend, operator)  # x[0] = 5.0: symbolic variables are immutable
         if isinstance(error, TypeError) and "converted to Python boolean" in str(error):
             return InvalidOutputError(
                 f"{operator} cannot differentiate f with {backend!r}: f used a value computed from x in Python "
@@ -163,7 +166,10 @@ def _jacobian(y: Any, x: Any) -> Any:
     flat = pt.flatten(y) if y.ndim != 1 else y
     if y.ndim == 0:
         return pt.reshape(_grad(y, x), x.shape)
-    jac = jacobian(flat, x, vectorize=True, disconnected_inputs="ignore")
+    try:
+        jac = jacobian(flat, x, vectorize=True, disconnected_inputs="ignore")
+    except ValueError:  # PyTensor cannot vectorize some graphs (an empty slice of x): one pullback per row
+        jac = jacobian(flat, x, vectorize=False, disconnected_inputs="ignore")
     return pt.reshape(jac, (*_static(y), *_static(x)))
 
 
@@ -346,7 +352,15 @@ class PyTensorAdapter(Adapter):
         def products(fx: Any, x: Any, specs: Any) -> Any:
             y, _ = _outputs(fx(x), False)
             tangents = _tangents(specs, x.dtype)
-            return _grad(y, x), tuple(hessian_vector_product(y, x, t) for t in tangents), tangents
+            return (
+                _grad(y, x),
+                tuple(
+                    # a gradient that does not depend on x (f linear in x): zeros, not DisconnectedInputError
+                    hessian_vector_product(y, x, t, disconnected_inputs="ignore")
+                    for t in tangents
+                ),
+                tangents,
+            )
 
         def full(fx: Any, x: Any, specs: Any) -> Any:
             g, hvs, tangents = products(fx, x, specs)

@@ -27,7 +27,7 @@ _SAME_NAME = (
     "abs add all any arange argmax argmin broadcast_arrays broadcast_to ceil clip cos cosh diff einsum empty "
     "empty_like equal exp expand_dims expm1 eye flip floor full full_like greater greater_equal isfinite isinf "
     "isnan less less_equal linspace log log1p log2 log10 logaddexp matmul maximum minimum moveaxis not_equal ones "
-    "ones_like prod repeat reshape round searchsorted sign sin sinh sort sqrt square squeeze stack sum take "
+    "ones_like repeat reshape round searchsorted sign sin sinh sort sqrt square squeeze stack sum take "
     "take_along_axis tan tanh tensordot tile tril triu trunc var std where zeros zeros_like"
 ).split()
 
@@ -66,6 +66,34 @@ def _min(x: Any, axis: Any = None, keepdims: bool = False) -> Any:
 
 def _mean(x: Any, axis: Any = None, keepdims: bool = False) -> Any:
     return pt.mean(x, axis=axis, keepdims=keepdims)
+
+
+def _pairwise_product(x: Any, axis: int, length: int) -> Any:
+    """The product along ``axis`` (of static ``length`` >= 1), the axis kept with
+    length 1: halves multiplied until one entry is left, log2(length) products."""
+    before = (slice(None),) * axis
+    while length > 1:
+        half = length // 2
+        paired = x[(*before, slice(0, half))] * x[(*before, slice(half, 2 * half))]
+        x = pt.concatenate([paired, x[(*before, slice(2 * half, length))]], axis=axis) if length % 2 else paired
+        length = half + length % 2
+    return x
+
+
+def prod(x: Any, axis: Any = None, dtype: Any = None, keepdims: bool = False) -> Any:
+    """``xp.prod`` as products of slices where the lengths are static: PyTensor's
+    ``prod`` has no second derivative (its gradient, exact where ``x`` has zeros,
+    is built of an op with no gradient), products of slices have every derivative,
+    exact at zeros too. A length PyTensor does not know statically: its ``prod``."""
+    x = pt.as_tensor_variable(x) if dtype is None else astype(x, dtype)
+    axes = tuple(range(x.ndim)) if axis is None else (axis,) if isinstance(axis, int) else tuple(axis)
+    axes = tuple(sorted(a % x.ndim for a in axes)) if x.ndim else ()
+    lengths = [x.type.shape[a] for a in axes]
+    if any(length is None or length == 0 for length in lengths):
+        return pt.prod(x, axis=axis, keepdims=keepdims)
+    for a, length in zip(axes, lengths, strict=True):
+        x = _pairwise_product(x, a, length)
+    return x if keepdims or not axes else pt.squeeze(x, axis=axes)
 
 
 def concat(arrays: Sequence[Any], axis: int | None = 0) -> Any:
@@ -180,6 +208,7 @@ def build_namespace() -> types.SimpleNamespace:
             "max": _max,
             "min": _min,
             "mean": _mean,
+            "prod": prod,
             "concat": concat,
             "permute_dims": permute_dims,
             "matrix_transpose": matrix_transpose,

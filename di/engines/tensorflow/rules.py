@@ -10,6 +10,7 @@ import numpy as np
 import tensorflow as tf
 from tensorflow.python.eager import record
 
+from di.backends.misuse import written_x_error
 from di.backends.outputs import OutputRules
 from di.backends.selectors import AbstractBackend
 from di.errors import InvalidOutputError
@@ -47,6 +48,10 @@ class _Rules(OutputRules):
     def translate(
         self, error: BaseException, backend: AbstractBackend, operator: str, values: Sequence[Any]
     ) -> BaseException | None:
+        if isinstance(error, TypeError) and "does not support item assignment" in str(error):
+            # x[0] = 5.0: tensors are immutable. With a context that reaches f as a tensor (a
+            # Cache), the write may be into it: TensorFlow's own error then, as it is
+            return None if any(is_tensor(value) for value in values) else written_x_error(backend, operator)
         if not isinstance(error, tf.errors.OperatorNotAllowedInGraphError):
             return None
         return InvalidOutputError(
