@@ -211,7 +211,7 @@ def test_prep_info_names_the_coloring_and_its_order() -> None:
     prep = di.prepare_jacobian(laplacian_2d, di.AutoSparse(di.AutoTorch(), order="random", seed=3), x)
     assert prep.info.order == "random"
     prep = di.prepare_jacobian(laplacian_2d, di.AutoSparse(di.AutoTorch()), x)
-    assert prep.colors == 5 and prep.info.order.split("~")[0].removesuffix("+recolored") in coloring.AUTO_ORDERS
+    assert prep.colors == 5 and prep.info.order.split("~")[0].removesuffix("+recolored") in coloring.ORDERS
     assert prep.info.tried[0][0] == "natural" and prep.info.coloring_time > 0 and prep.info.detection_time > 0
     with pytest.raises(ValueError, match="mode"):
         di.AutoSparse(di.AutoTorch(), mode="sideways")

@@ -11,7 +11,21 @@ import numpy as np
 
 from di.families.family import Family, Matcher
 
-__all__ = ["FAMILY", "NumpyFamily"]
+__all__ = ["FAMILY", "NUMPY_SPELLINGS", "NumpyFamily"]
+
+NUMPY_SPELLINGS = {
+    "acos": "arccos",
+    "acosh": "arccosh",
+    "asin": "arcsin",
+    "asinh": "arcsinh",
+    "atan": "arctan",
+    "atan2": "arctan2",
+    "atanh": "arctanh",
+    "pow": "power",
+}
+"""The array API's names that NumPy 1.x and the libraries modelled on it spell
+otherwise: what a namespace override mapping the array API onto such a library
+starts from."""
 
 
 class NumpyFamily(Family):

@@ -31,7 +31,7 @@ from di.prep.arguments import check_contexts_wrapped
 from di.prep.description import describe_value
 from di.pytrees import tree_flatten, tree_map, tree_unflatten
 
-__all__ = ["DifferentiateWith", "Host", "host_of"]
+__all__ = ["DifferentiateWith", "Host", "host_of", "once"]
 
 
 class Host:
@@ -99,6 +99,28 @@ class Host:
         random stream are undone on exit. ``g``'s output is described so when an
         outer engine traces ``g`` before any real call (the default: no undoing)."""
         yield
+
+
+def once(pullback: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    """``pullback`` that runs on its first call only and returns ``None`` after, as
+    :meth:`Host.linearize` promises (the state it differentiates from is spent).
+
+    Examples:
+        >>> from di.mixing.core import once
+        >>> twice = once(lambda cotangent: 2 * cotangent)
+        >>> twice(3.0), twice(3.0)
+        (6.0, None)
+    """
+    spent = False
+
+    def first_call(cotangent: Any) -> Any:
+        nonlocal spent
+        if spent:
+            return None
+        spent = True
+        return pullback(cotangent)
+
+    return first_call
 
 
 _HOST_BY_CLASS: dict[type, Host | None] = {}

@@ -44,7 +44,6 @@ from di.sparse.checks import is_acyclic_coloring, is_star_coloring, is_structura
 from di.sparse.orders import ORDERS, order_cost, vertex_order
 
 __all__ = [
-    "AUTO_ORDERS",
     "ORDERS",
     "BUDGET_FLOOR",
     "WORK_BUDGET",
@@ -60,10 +59,6 @@ __all__ = [
     "star_coloring",
     "vertex_order",
 ]
-
-AUTO_ORDERS = ORDERS
-"""The orders ``order="auto"`` tries (every one, the random one with the given seed),
-within :data:`WORK_BUDGET`."""
 
 WORK_BUDGET = 300_000_000
 """The most steps (entries walked, in compiled-kernel units) the search of

@@ -23,25 +23,10 @@ import numpy as np
 import scipy.sparse as sp
 
 from di.sparse import kernels, order_kernels
+from di.sparse.selector import ORDERS
 
 __all__ = ["ORDERS", "order_cost", "vertex_order"]
 
-ORDERS = (
-    "natural",
-    "largest_first",
-    "smallest_last",
-    "incidence_degree",
-    "dynamic_largest_first",
-    "saturation",
-    "independent_set",
-    "breadth_first",
-    "depth_first",
-    "random",
-    "smallest_last:lowest",
-    "incidence_degree:lowest",
-    "dynamic_largest_first:lowest",
-)
-"""Every vertex order a coloring can be asked for (or ``"auto"``: the best of them)."""
 
 _DYNAMIC = {  # (initial key: degrees?, pick the largest?, step on each neighbor taken)
     "smallest_last": (True, False, -1),

@@ -8,7 +8,7 @@ from typing import Any, ClassVar
 from di.backends.selectors import AbstractBackend, check_flags, default_selector, not_a_selector
 from di.errors import InvalidOptionError, InvalidOptionTypeError
 
-__all__ = ["AutoSparse"]
+__all__ = ["ORDERS", "AutoSparse"]
 
 
 @dataclass(frozen=True)
@@ -42,7 +42,7 @@ class AutoSparse(AbstractBackend):
             directly) or ``"acyclic"`` (Hessians: an acyclic coloring, fewer colors,
             nonzeros found by substitution; Jacobians as ``"greedy"``).
         order: the vertex order of the greedy coloring: ``"auto"`` (default: the
-            fewest colors among every order of :data:`di.sparse.orders.ORDERS`
+            fewest colors among every order of :data:`di.sparse.selector.ORDERS`
             (``natural``, ``largest_first``, ``smallest_last``,
             ``incidence_degree``, ``dynamic_largest_first``, ``saturation``
             (DSATUR), ``independent_set``, ``breadth_first``, ``depth_first``,
@@ -139,8 +139,7 @@ class AutoSparse(AbstractBackend):
 
 
 _SPARSE_COLORINGS = ("greedy", "acyclic")
-_SPARSE_ORDERS = (
-    "auto",
+ORDERS = (
     "natural",
     "largest_first",
     "smallest_last",
@@ -154,7 +153,10 @@ _SPARSE_ORDERS = (
     "smallest_last:lowest",
     "incidence_degree:lowest",
     "dynamic_largest_first:lowest",
-)  # di.sparse.orders.ORDERS and "auto" (that module imports scipy: not at `import di`)
+)
+"""Every vertex order a coloring can be asked for (or ``"auto"``: the best of them); here,
+beside the option it checks, as :mod:`di.sparse.orders` imports scipy (not at ``import di``)."""
+_SPARSE_ORDERS = ("auto", *ORDERS)
 _SPARSE_MODES = ("auto", "forward", "reverse", "bidirectional")
 
 

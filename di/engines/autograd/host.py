@@ -26,7 +26,7 @@ from autograd.tracer import Box, getval
 from di.errors import InvalidInputError, UnsupportedOperatorError
 from di.families import converter, family_of
 from di.mixing.calls import Call
-from di.mixing.core import DifferentiateWith, Host
+from di.mixing.core import DifferentiateWith, Host, once
 from di.pytrees import tree_flatten
 
 __all__ = ["HOST", "AutogradHost"]
@@ -202,16 +202,7 @@ def _linearize(
     vjp, y = make_vjp(lambda x: f(x, *values), x)
     if not isinstance(y, np.ndarray) and not isinstance(y, float):
         return y, None
-    spent = False
-
-    def pullback(cotangent: Any) -> Any:
-        nonlocal spent
-        if spent:
-            return None
-        spent = True
-        return vjp(np.asarray(cotangent, dtype=np.result_type(y)))
-
-    return y, pullback
+    return y, once(lambda cotangent: vjp(np.asarray(cotangent, dtype=np.result_type(y))))
 
 
 def _opened(x: Any) -> Any:

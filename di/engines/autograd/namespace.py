@@ -73,6 +73,7 @@ from di.engines.autograd.functions import (
     where,
 )
 from di.errors import UnsupportedOperatorError
+from di.families.numpy import NUMPY_SPELLINGS
 
 __all__ = ["DIFFERENTIABLE", "NO_DERIVATIVE", "REVERSE_ONLY", "AutogradNamespace", "build_namespace"]
 
@@ -96,14 +97,7 @@ _SAME_NAME = (
     "expand_dims matmul moveaxis prod repeat roll squeeze sum tensordot tile tril triu"
 )
 _RENAMED = {
-    "acos": "arccos",
-    "acosh": "arccosh",
-    "asin": "arcsin",
-    "asinh": "arcsinh",
-    "atan": "arctan",
-    "atan2": "arctan2",
-    "atanh": "arctanh",
-    "pow": "power",
+    **NUMPY_SPELLINGS,
     "linalg.matmul": "matmul",
     "linalg.outer": "outer",
     "linalg.tensordot": "tensordot",

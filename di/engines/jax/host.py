@@ -38,7 +38,7 @@ from jax.interpreters import ad, batching, mlir
 
 from di.errors import InvalidInputError, UnsupportedOperatorError
 from di.mixing.calls import Call, handover, stack_leaves
-from di.mixing.core import DifferentiateWith, Host
+from di.mixing.core import DifferentiateWith, Host, once
 
 __all__ = ["HOST", "JaxHost"]
 
@@ -365,16 +365,11 @@ class JaxHost(Host):
         else:
             y, vjp = jax.vjp(lambda x: f(x, *values), x)
             backward = _apply
-        spent = False
 
         def pullback(cotangent: Any) -> Any:
-            nonlocal spent
-            if spent:
-                return None
-            spent = True
             return backward(vjp, jax.tree_util.tree_map(lambda c, y: jnp.asarray(c, dtype=y.dtype), cotangent, y))
 
-        return y, pullback
+        return y, once(pullback)
 
 
 def _apply(vjp: Any, cotangent: Any) -> Any:

@@ -21,6 +21,8 @@ import numpy as np
 import pytensor.tensor as pt
 from pytensor.tensor import linalg as pt_linalg
 
+from di.families.numpy import NUMPY_SPELLINGS
+
 __all__ = ["build_namespace"]
 
 _SAME_NAME = (
@@ -32,20 +34,14 @@ _SAME_NAME = (
 ).split()
 
 _RENAMED = {
-    "acos": "arccos",
-    "acosh": "arccosh",
-    "asin": "arcsin",
-    "asinh": "arcsinh",
-    "atan": "arctan",
-    "atanh": "arctanh",
-    "atan2": "arctan2",
+    **NUMPY_SPELLINGS,
     "multiply": "mul",
     "subtract": "sub",
     "divide": "true_div",
     "floor_divide": "floor_div",
     "remainder": "mod",
     "negative": "neg",
-    "pow": "pow",
+    "pow": "pow",  # (not NumPy's "power")
     "logical_and": "and_",
     "logical_or": "or_",
     "logical_not": "invert",

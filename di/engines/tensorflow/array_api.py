@@ -24,6 +24,7 @@ import tensorflow as tf
 import tensorflow.experimental.numpy as tnp
 
 from di.engines.tensorflow.behavior import enable_numpy_behavior
+from di.families.numpy import NUMPY_SPELLINGS
 
 __all__ = ["TensorFlowNamespace", "tensorflow_namespace"]
 
@@ -279,14 +280,7 @@ def _linalg() -> Any:
 
 
 _RENAMED = {
-    "acos": "arccos",
-    "acosh": "arccosh",
-    "asin": "arcsin",
-    "asinh": "arcsinh",
-    "atan": "arctan",
-    "atan2": "arctan2",
-    "atanh": "arctanh",
-    "pow": "power",
+    **NUMPY_SPELLINGS,
     "bitwise_invert": "invert",
     "bitwise_left_shift": "left_shift",
     "bitwise_right_shift": "right_shift",

@@ -33,7 +33,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from di.errors import DIError, InvalidInputError, UnsupportedOperatorError
 from di.mixing.calls import Call, handover, stack_leaves
-from di.mixing.core import DifferentiateWith, Host
+from di.mixing.core import DifferentiateWith, Host, once
 from di.pytrees import tree_flatten, tree_unflatten
 
 __all__ = ["HOST", "TorchHost"]
@@ -281,13 +281,8 @@ class TorchHost(Host):
         recorded = [i for i, out in enumerate(outputs) if isinstance(out, torch.Tensor) and out.requires_grad]
         if not recorded:  # no graph to x (a constant f, or one torch cannot see through)
             return y, None
-        spent = False
 
         def pullback(cotangent: Any) -> Any:
-            nonlocal spent
-            if spent:
-                return None
-            spent = True
             cotangents = tree_flatten(cotangent)[0]
             grads = torch.autograd.grad(
                 [outputs[i] for i in recorded],
@@ -298,7 +293,7 @@ class TorchHost(Host):
             )
             return tree_unflatten(treedef, list(grads))
 
-        return _detached(y), pullback
+        return _detached(y), once(pullback)
 
     @contextlib.contextmanager
     def probing(self) -> Iterator[None]:
