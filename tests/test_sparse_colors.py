@@ -1,4 +1,4 @@
-"""AutoSparse, third round: colorings never worse than networkx's greedy strategies,
+"""AutoSparse's colorings against the classic greedy strategies (never more colors than networkx's best),
 optimal acyclic colorings of grids and bands, a search that stops at its lower bound,
 reproducible seeded orders, what prep.info records, and di.to_scipy on every family."""
 
