@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 import pytensor.tensor as pt
 from pytensor.tensor import linalg as pt_linalg
+from pytensor.tensor.exceptions import NotScalarConstantError
 
 from di.families.numpy import NUMPY_SPELLINGS
 
@@ -205,13 +206,25 @@ def _creation(name: str) -> Any:
     symbolic, concrete = getattr(pt, name), getattr(np, name)
 
     def create(*args: Any, device: Any = None, **kwargs: Any) -> Any:
-        values = [*args, *(value for key, value in kwargs.items() if key != "dtype")]
-        if any(isinstance(value, pt.Variable) for value in values):
+        args = tuple(_folded(value) for value in args)
+        kwargs = {key: _folded(value) for key, value in kwargs.items()}
+        if any(isinstance(value, pt.Variable) for value in (*args, *kwargs.values())):
             return symbolic(*args, **kwargs)
         return concrete(*args, **kwargs)
 
     create.__name__ = name
     return create
+
+
+def _folded(value: Any) -> Any:
+    """A scalar variable PyTensor knows the value of (``v.shape[0]`` of a variable of
+    static shape) as that number; any other value as it is."""
+    if not isinstance(value, pt.TensorVariable) or value.ndim != 0:
+        return value
+    try:
+        return pt.get_underlying_scalar_constant_value(value).item()
+    except NotScalarConstantError:  # a value known only at run time
+        return value
 
 
 def build_namespace() -> types.SimpleNamespace:
