@@ -27,6 +27,10 @@ CURVES = {
     # PyTensor: v.shape[0] of an intermediate is a variable, so xp.arange(v.shape[0]) % 2 == 0
     # was the Python False there too (the namespace folds a shape PyTensor knows statically)
     "where_mask_of_a_curve": (Program(("where",), "scalar", 2, 300012, "scalar"), "second_derivative"),
+    # MLX: the second derivative through max (its derivative gathers at indices computed from
+    # x, which MLX differentiates in neither forward mode nor the transposed pullback) raised
+    # MLX's ValueError; reverse over reverse, one entry of the output at a time, computes it
+    "max_of_a_curve": (Program(("max",), "vector", 2, 400014, "scalar"), "second_derivative"),
 }
 
 
