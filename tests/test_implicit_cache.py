@@ -334,3 +334,15 @@ def test_the_last_hit_is_tried_first_and_never_serves_a_call_it_does_not_fit(bac
     with pytest.raises(di.PreparationMismatchError):  # (a prep handed out stays strict)
         prep = di.prepare_gradient(f, backend, wrap(np.ones(2)), di.Constant(1.0))
         di.gradient(f, prep, backend, wrap(np.ones(3)), di.Constant(1.0))
+
+
+def test_a_memmap_is_served_by_the_prep_of_its_ndarray(tmp_path: Any) -> None:
+    # The probe compares classes inline and misses a memmap; the prep's own comparison
+    # takes it as the ndarray it is (as a strict prep does), so the call is a hit.
+    backend = di.AutoFiniteDiff()
+    di.gradient(cubes, backend, np.ones(3))
+    mapped = np.memmap(tmp_path / "x.bin", dtype=np.float64, mode="w+", shape=(3,))
+    mapped[:] = [1.0, 2.0, 3.0]
+    np.testing.assert_allclose(di.gradient(cubes, backend, mapped), 3 * np.array([1.0, 4.0, 9.0]), rtol=1e-5)
+    info = di.cache_info()
+    assert (info.misses, info.hits, info.currsize) == (1, 1, 1)

@@ -189,7 +189,8 @@ def unprepared_call(family: str, name: str, with_tangents: bool) -> Callable[[An
             return MISS
         if not entries:
             return MISS
-        for entry in tuple(entries):
+        candidates = tuple(entries)
+        for entry in candidates:
             run = entry.probes[name]
             try:
                 if with_tangents:
@@ -205,6 +206,19 @@ def unprepared_call(family: str, name: str, with_tangents: bool) -> Callable[[An
             if entry.function is not None:  # (a bound method is a new object at each access)
                 last[0] = entry, backend, has_aux
             return result
+        for entry in candidates:
+            # arguments the prep takes as something else (a memmap as its ndarray, an
+            # autograd box by its array): its runner's own slow path runs them so
+            if entry.prep.matches(x, contexts, tangents):
+                cache.hit(entry, entries)
+                run = entry.prep.runners[name]
+                try:
+                    if with_tangents:
+                        return run(entry.stand_in, backend, x, tangents, contexts)
+                    return run(entry.stand_in, backend, x, contexts)
+                except Exception as error:
+                    entry.prep.refuse_foreign_traces(x, tangents, contexts, error)
+                    raise
         return MISS
 
     return call
