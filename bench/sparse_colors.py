@@ -36,7 +36,9 @@ STRATEGIES = (
     "connected_sequential_dfs",
     "saturation_largest_first",
 )  # (random_sequential draws from an unseeded generator: not reproducible)
-CUTEST_JACOBIANS = ("BROYDN3D", "BRYBNDNE", "ARWHDNE", "COATINGNE", "BRATU2DT", "CHNRSNBMNE")
+CUTEST_JACOBIANS = ("BRATU2DT",)
+# (sif2jax 0.0.8 leaves BROYDN3D, BRYBNDNE, ARWHDNE, COATINGNE and CHNRSNBMNE out of its
+# nonlinear_equations_problems, pending review: the table skipped them, so they left the set)
 CUTEST_HESSIANS = ("COATING", "LUKSAN12LS", "LUKSAN16LS", "GENROSE", "EG2", "DIXMAANB", "DIXMAANE1")
 
 

@@ -115,6 +115,20 @@ def test_star_decompression_is_exact(pattern: sp.csr_array, order: str, seed: in
     )
 
 
+@pytest.mark.parametrize("n", [1, 2, 7])
+def test_a_pattern_without_zeros_is_read_directly_one_color_each(n: int) -> None:
+    pattern = sp.csr_array(np.ones((n, n), dtype=bool))
+    fast = decompression.star_decompression_one_color_each(pattern)
+    checked = decompression.star_decompression(pattern, np.arange(n))
+    for name in ("colors", "index", "indptr", "indices"):
+        np.testing.assert_array_equal(getattr(fast, name), getattr(checked, name))
+    assert (fast.mode, fast.n_colors, fast.shape) == ("symmetric", n, (n, n))
+    hessian = np.random.default_rng(n).standard_normal((n, n))
+    hessian = hessian + hessian.T
+    compressed = (hessian @ decompression.seeds(fast.colors, fast.n_colors, n).T).T
+    np.testing.assert_array_equal(fast.decompress(compressed), hessian.reshape(-1))
+
+
 def test_decompression_refuses_a_bad_coloring() -> None:
     pattern = sp.csr_array(np.ones((2, 2), dtype=bool))
     with pytest.raises(ValueError, match="does not separate"):
@@ -216,6 +230,26 @@ def test_custom_primitive_falls_back_to_dense() -> None:
     double.def_abstract_eval(lambda aval: aval)
     found = detection.jacobian_pattern(lambda x: double.bind(x[:2]) * x[2], np.zeros(3), [], [])
     assert found.pattern.toarray().all() and any("di_test_double" in note for note in found.notes)
+
+
+def test_dependencies_past_the_entry_budget_give_a_dense_pattern_with_a_note(monkeypatch: pytest.MonkeyPatch) -> None:
+    from di.sparse.jaxpr import interpreter
+
+    def masked_broadcast(x: Any) -> Any:  # a 6 x 6 intermediate of 126 entries, a lower triangular result
+        return jnp.sum(jnp.cumsum(x)[:, None] * jnp.eye(x.shape[0]), axis=1)
+
+    exact = detection.jacobian_pattern(masked_broadcast, np.zeros(6), [], [])
+    np.testing.assert_array_equal(exact.pattern.toarray(), np.tri(6, dtype=bool))
+    assert exact.notes == []
+    # A budget of one dense pattern (36 entries): the broadcast cumulative sum's 126 entries pass it.
+    monkeypatch.setattr(interpreter, "ENTRY_BUDGET_MINIMUM", 0)
+    monkeypatch.setattr(interpreter, "ENTRY_BUDGET_FACTOR", 1)
+    bounded = detection.jacobian_pattern(masked_broadcast, np.zeros(6), [], [])
+    assert bounded.pattern.shape == (6, 6) and bounded.pattern.toarray().all()
+    assert [note.split(":")[0] for note in bounded.notes] == ["dependencies"]
+    assert tuple(bounded.output.shape) == (6,)
+    hessian = detection.hessian_pattern(lambda x: jnp.sum(masked_broadcast(x) ** 2), np.zeros(6), [], [])
+    assert hessian.pattern.toarray().all() and len(hessian.notes) == 1
 
 
 def test_constants_and_contexts() -> None:

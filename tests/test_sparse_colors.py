@@ -1,6 +1,6 @@
 """AutoSparse's colorings against the classic greedy strategies (never more colors than networkx's best),
 optimal acyclic colorings of grids and bands, a search that stops at its lower bound,
-reproducible seeded orders, what prep.info records, and di.to_scipy on every family."""
+reproducible seeded orders, and what prep.info records."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 import pytest
 import scipy.sparse as sp
-from conftest import AD_BACKENDS, BACKENDS, approximates, as_family, backend_params, engine_family
+from conftest import AD_BACKENDS, as_family, backend_params, engine_family
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -206,52 +206,3 @@ def test_compiled_order_kernels_give_the_python_orders(order: str, monkeypatch: 
     monkeypatch.setattr(kernels, "COMPILE_FROM", 0)
     np.testing.assert_array_equal(vertex_order(graph, order), python)
     assert order_kernels  # (the kernels compiled above live there)
-
-
-# --- di.to_scipy and di.from_scipy on every family -----------------------------------------------------
-
-
-def _residual(x: Any) -> Any:
-    xp = di.array_namespace(x)
-    return x * x + xp.concat([x[1:], x[:1] * 0]) - 2 * xp.concat([x[:1] * 0, x[:-1]])
-
-
-def _energy(x: Any) -> Any:
-    xp = di.array_namespace(x)
-    return xp.sum(x[1:] * x[:-1] * x[0]) + xp.sum(x**3)
-
-
-@pytest.mark.parametrize("dense", backend_params(BACKENDS))
-def test_to_scipy_converts_every_familys_sparse_results(dense: di.AbstractBackend) -> None:
-    x = np.linspace(0.5, 1.5, 7)
-    family = engine_family(dense)
-    xf = as_family(x, family)
-    backend = di.AutoSparse(dense)
-    expected_jac = np.diag(2 * x) + np.eye(7, k=1) - 2 * np.eye(7, k=-1)
-    reference = np.asarray(di.hessian(_energy, di.AutoTorch(), x))  # exact (AD)
-    tolerance = 1e-5 if approximates(dense) else 1e-10
-    dense_result = di.jacobian(_residual, di.AutoSparse(dense, dense_result=True), xf)
-    np.testing.assert_allclose(di.to_scipy(dense_result).toarray(), expected_jac, rtol=tolerance, atol=tolerance)
-    try:
-        jac = di.jacobian(_residual, backend, xf)
-    except di.UnsupportedOperatorError:  # a family without a sparse matrix type: dense results only
-        with pytest.raises(di.UnsupportedOperatorError):
-            di.from_scipy(sp.eye_array(2), family)
-        return
-    hess = di.hessian(_energy, backend, xf)
-    for result, expected in ((jac, expected_jac), (hess, reference)):
-        converted = di.to_scipy(result)
-        assert isinstance(converted, sp.csr_array)
-        np.testing.assert_allclose(converted.toarray(), expected, rtol=tolerance, atol=tolerance)
-        back = di.from_scipy(converted, family)
-        assert type(back) is type(result)
-        np.testing.assert_array_equal(di.to_scipy(back).toarray(), converted.toarray())
-
-
-def test_to_scipy_refuses_what_is_no_matrix() -> None:
-    with pytest.raises(di.InvalidInputError, match="to_scipy"):
-        di.to_scipy({"a": np.ones(2)})
-    with pytest.raises(di.InvalidInputError, match="from_scipy"):
-        di.from_scipy(np.eye(2), "numpy")
-    with pytest.raises(di.InvalidInputError, match="no such family"):
-        di.from_scipy(sp.eye_array(2), "abacus")

@@ -19,6 +19,7 @@ from di.sparse.decompression import (
     column_decompression,
     row_decompression,
     star_decompression,
+    star_decompression_one_color_each,
 )
 
 __all__ = ["Choice", "hessian_decompression", "jacobian_decompression"]
@@ -162,8 +163,7 @@ def hessian_decompression(
                 f"nonzero cannot be recovered from the compressed hvps. Give {kind} coloring, or omit colors."
             ) from None
     if _complete(pattern):
-        every = np.arange(pattern.shape[0])
-        return Choice(star_decompression(pattern, every), "star", "dense")
+        return Choice(star_decompression_one_color_each(pattern), "star", "dense")
     if method == "acyclic":
         found = coloring.acyclic_coloring_of(pattern, order, seed)
         if found.order.startswith("star:"):  # as few colors as acyclic, read directly (no substitution)

@@ -26,7 +26,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from di.backends import fallbacks
-from di.backends.compile import counting_static_values, is_static_context, static_positions
+from di.backends.compile import combined_first, counting_static_values, is_static_context, static_positions
 from di.backends.outputs import is_real_floating_array, is_real_scalar, raise_bad_output
 from di.backends.processes import processes_of
 from di.backends.protocol import Programs
@@ -328,8 +328,11 @@ class SparseSource(CompressedProducts, ProgramSource):
             data = engine(x, *values)[-1]
             return assemble(data) if inside else data
 
-        full_program = self._fused(full_engine, x, contexts)
-        plain_program = self._fused(plain_engine, x, contexts) if self._fuses() else plain_engine
+        # One program compiled now, the other by its first call, as the dense adapters do: the
+        # plain one, or the combined one for a preparation of the value_and_* form (value=True).
+        combined = combined_first()
+        full_program = self._fused(full_engine, x, contexts, on_first_use=not combined)
+        plain_program = self._fused(plain_engine, x, contexts, on_first_use=combined) if self._fuses() else plain_engine
         finish: Callable[[Any], Any] = identity if inside else assemble
         if substituted:
             solve = solver(decompression)

@@ -3,10 +3,11 @@
 
 An ``AutoSparse`` result is a sparse matrix of the caller's family (a
 ``scipy.sparse.csr_array`` for NumPy, a ``torch.sparse_csr`` tensor, a JAX
-``BCOO``). SciPy's solvers and optimizers (``spsolve``, ``trust-constr``) take
-``scipy.sparse`` matrices; each family converts its own matrices
-(:meth:`di.Family.sparse_to_scipy` and :meth:`di.Family.sparse_from_scipy`),
-so this module asks the registered families and names none.
+``BCOO``, a TensorFlow ``SparseTensor``). SciPy's solvers and optimizers
+(``spsolve``, ``trust-constr``) take ``scipy.sparse`` matrices; each family
+converts its own matrices (:meth:`di.Family.sparse_to_scipy` and
+:meth:`di.Family.sparse_from_scipy`), so this module asks the registered
+families and names none.
 """
 
 from __future__ import annotations
@@ -26,8 +27,9 @@ def to_scipy(result: Any) -> Any:
 
     Args:
         result: a sparse ``jacobian`` or ``hessian`` result (SciPy sparse,
-            ``torch.sparse_csr`` or ``sparse_coo``, JAX ``BCOO``), or a 2-D dense
-            array of any family (``AutoSparse(..., dense_result=True)``).
+            ``torch.sparse_csr`` or ``sparse_coo``, JAX ``BCOO``, TensorFlow
+            ``SparseTensor``), or a 2-D dense array of any family
+            (``AutoSparse(..., dense_result=True)``).
 
     Returns:
         A ``scipy.sparse.csr_array`` (float values, the result's stored entries).
@@ -59,14 +61,15 @@ def to_scipy(result: Any) -> Any:
         return sp.csr_array(get_family(name).to_numpy(result))
     raise InvalidInputError(
         f"di.to_scipy(result): {type(result).__name__} is not a sparse matrix of a registered family (scipy.sparse, "
-        f"torch sparse tensors, JAX BCOO) nor a 2-D array; pass a jacobian or hessian result of AutoSparse."
+        f"torch sparse tensors, JAX BCOO, TensorFlow SparseTensor) nor a 2-D array; pass a jacobian or hessian "
+        f"result of AutoSparse."
     )
 
 
 def from_scipy(matrix: Any, family: str) -> Any:
     """A ``scipy.sparse`` matrix as a sparse matrix of ``family``, as an ``AutoSparse``
     result of that family is (``"numpy"``: a ``csr_array``; ``"torch"``: a
-    ``sparse_csr`` tensor; ``"jax"``: a ``BCOO``).
+    ``sparse_csr`` tensor; ``"jax"``: a ``BCOO``; ``"tensorflow"``: a ``SparseTensor``).
 
     Args:
         matrix: a 2-D ``scipy.sparse`` matrix or array.

@@ -30,6 +30,7 @@ __all__ = [
     "row_decompression",
     "seeds",
     "star_decompression",
+    "star_decompression_one_color_each",
 ]
 
 
@@ -252,6 +253,24 @@ def star_decompression(pattern: sp.csr_array, colors: np.ndarray) -> Decompressi
     index = np.where(use_row, relabeled[cols] * n + rows, relabeled[rows] * n + cols)
     _check_reads(rows, cols, relabeled, use_row, n_colors)
     return Decompression("symmetric", relabeled, n_colors, index, pattern.indptr.copy(), cols, (n, n))
+
+
+def star_decompression_one_color_each(pattern: sp.csr_array) -> Decompression:
+    """:func:`star_decompression` of a symmetric pattern with one color per vertex
+    (a pattern without zeros, which needs them all): ``H[i, j]`` is read from hvp
+    ``j`` at row ``i``, alone by construction, so no read is checked (the checks
+    sort every nonzero: seconds on a dense pattern of n = 1000).
+
+    Examples:
+        >>> import numpy as np, scipy.sparse as sp
+        >>> from di.sparse.decompression import star_decompression_one_color_each
+        >>> star_decompression_one_color_each(sp.csr_array(np.ones((2, 2), dtype=bool))).index
+        array([0, 2, 1, 3])
+    """
+    n = pattern.shape[0]
+    rows, cols = _coordinates(pattern)
+    every = np.arange(n, dtype=np.int64)
+    return Decompression("symmetric", every, n, cols * n + rows, pattern.indptr.copy(), cols, (n, n))
 
 
 def _check_reads(

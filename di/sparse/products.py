@@ -176,11 +176,13 @@ class CompressedProducts:
 
         return engine
 
-    def _fused(self, engine: Callable[..., Any], x: Any, contexts: Sequence[Context]) -> Callable[..., Any]:
+    def _fused(
+        self, engine: Callable[..., Any], x: Any, contexts: Sequence[Context], *, on_first_use: bool = False
+    ) -> Callable[..., Any]:
         """Where the dense engine fuses programs: ``engine`` (compressed products and
-        gather) compiled as one program by the dense adapter, compiled now, taking
-        caller-family inputs. Elsewhere ``engine`` itself (the dense adapter compiled
-        what it compiles)."""
+        gather) compiled as one program by the dense adapter, compiled now (or, with
+        ``on_first_use``, by its first call), taking caller-family inputs. Elsewhere
+        ``engine`` itself (the dense adapter compiled what it compiles)."""
         if not self._fuses():
             return engine
         twin, chosen = repr(self._engine_adapter().backend), repr(self.selector.dense)
@@ -199,7 +201,9 @@ class CompressedProducts:
                     renamed.__notes__ = list(err.__notes__)
                 raise renamed.with_traceback(err.__traceback__) from err.__cause__
 
-        return self.dense.compile_program(keeping_error(engine_named_as_chosen, engine), x, None, contexts)
+        return self.dense.compile_program(
+            keeping_error(engine_named_as_chosen, engine), x, None, contexts, on_first_use=on_first_use
+        )
 
 
 def pushforward_count(decompression: Decompression) -> int:

@@ -11,6 +11,7 @@ its current value (its value is never assigned).
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from types import ModuleType
 from typing import Any
 
@@ -131,6 +132,38 @@ class TensorFlowFamily(Family):
     def literal(self, value: Any, like: Any) -> Any:
         tf = sys.modules["tensorflow"]
         return tf.constant(np.asarray(value), dtype=like.dtype)
+
+    def sparse_matrix(self, indices: np.ndarray, indptr: np.ndarray, shape: tuple[int, int]) -> Callable[[Any], Any]:
+        """A ``tf.sparse.SparseTensor`` in row-major (CSR) order, as
+        ``tf.sparse`` expects (its index tensor is immutable: results may share it)."""
+        import tensorflow as tf
+
+        rows = np.repeat(np.arange(shape[0], dtype=np.int64), np.diff(indptr))
+        coordinates = tf.constant(np.stack([rows, indices.astype(np.int64)], axis=1).reshape(-1, 2))
+        dense_shape = tf.constant(np.asarray(shape, dtype=np.int64))
+
+        def sparse_tensor(data: Any) -> Any:
+            return tf.sparse.SparseTensor(coordinates, data, dense_shape)
+
+        return sparse_tensor
+
+    def sparse_to_numpy(self, value: Any) -> np.ndarray | None:
+        tf = sys.modules["tensorflow"]
+        if not isinstance(value, tf.sparse.SparseTensor):
+            return None
+        return self.to_numpy(tf.sparse.to_dense(value))
+
+    def sparse_to_scipy(self, value: Any) -> Any:
+        tf = sys.modules["tensorflow"]
+        if not isinstance(value, tf.sparse.SparseTensor):
+            return None
+        import scipy.sparse as sp
+
+        if len(value.shape) != 2:
+            return sp.csr_array(self.sparse_to_numpy(value))
+        rows, columns = self.to_numpy(value.indices).T
+        shape = tuple(int(size) for size in self.to_numpy(value.dense_shape))
+        return sp.csr_array(sp.coo_array((self.to_numpy(value.values), (rows, columns)), shape=shape))
 
 
 FAMILY = TensorFlowFamily()

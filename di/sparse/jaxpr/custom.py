@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
-from di.sparse.jaxpr.values import _all_of, _Value
+from di.sparse.jaxpr.values import DenseDependencies, _all_of, _Value
 
 __all__ = ["CUSTOM", "rule_dependencies"]
 
@@ -51,6 +51,8 @@ def rule_dependencies(
         if name == "custom_jvp_call":
             return _pushed(eqn, values, moving, n, run, note)
         return _pulled(eqn, values, moving, n, run, note)
+    except DenseDependencies:
+        raise  # the whole pattern is taken as dense: not this call's rule failing
     except Exception as err:
         note(
             name,

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 
 import numpy as np
@@ -23,6 +25,45 @@ class _Value:
     @property
     def size(self) -> int:
         return math.prod(self.shape)
+
+
+# --- the budget of dependency entries --------------------------------------------------------
+
+
+class DenseDependencies(Exception):
+    """A dependency matrix would hold more entries than the interpreter's budget
+    (:func:`entry_budget`): the interpreter stops and takes the pattern as dense."""
+
+
+_BUDGET: ContextVar[int | None] = ContextVar("dependency_entry_budget", default=None)
+
+
+@contextmanager
+def entry_budget(entries: int) -> Iterator[None]:
+    """Within this block no dependency matrix may hold more than ``entries``
+    entries: building one raises :class:`DenseDependencies` before its memory is spent."""
+    token = _BUDGET.set(entries)
+    try:
+        yield
+    finally:
+        _BUDGET.reset(token)
+
+
+def _within_budget(entries: int) -> None:
+    budget = _BUDGET.get()
+    if budget is not None and entries > budget:
+        raise DenseDependencies(f"{entries} dependency entries, over the budget of {budget}")
+
+
+def _selected(selector: sp.csr_array, deps: sp.csr_array) -> sp.csr_array:
+    """``selector @ deps`` (row ``r``: the union of the rows ``selector[r]`` selects),
+    its entries bounded first: the selected rows' lengths summed, which costs one
+    pass over the selector, while the product of two nearly dense matrices costs minutes."""
+    if _BUDGET.get() is not None:
+        selector = selector if selector.format == "csr" else sp.csr_array(selector)
+        lengths = np.diff(deps.indptr)
+        _within_budget(int(lengths[selector.indices].sum()))
+    return sp.csr_array(selector @ deps)
 
 
 # --- sparse-matrix helpers ---------------------------------------------------------------
@@ -48,7 +89,7 @@ def _take_rows(deps: sp.csr_array, source: np.ndarray) -> sp.csr_array:
         (np.ones(int(valid.sum()), dtype=bool), (np.flatnonzero(valid), source[valid])),
         shape=(source.size, deps.shape[0]),
     )
-    return sp.csr_array(selector @ deps)
+    return _selected(selector, deps)
 
 
 def _gather_rows(deps: sp.csr_array, out_rows: np.ndarray, in_rows: np.ndarray, size: int) -> sp.csr_array:
@@ -57,7 +98,7 @@ def _gather_rows(deps: sp.csr_array, out_rows: np.ndarray, in_rows: np.ndarray, 
         (np.ones(out_rows.size, dtype=bool), (np.asarray(out_rows, np.int64), np.asarray(in_rows, np.int64))),
         shape=(size, deps.shape[0]),
     )
-    return sp.csr_array(selector @ deps)
+    return _selected(selector, deps)
 
 
 def _all_of(values: Sequence[_Value], size: int, n: int) -> sp.csr_array | None:
@@ -69,6 +110,7 @@ def _all_of(values: Sequence[_Value], size: int, n: int) -> sp.csr_array | None:
     if not union.any():
         return None
     columns = np.flatnonzero(union)
+    _within_budget(size * columns.size)
     rows = np.repeat(np.arange(size, dtype=np.int64), columns.size)
     data = np.ones(rows.size, dtype=bool)
     return sp.csr_array((data, (rows, np.tile(columns, size))), shape=(size, n))
