@@ -23,6 +23,8 @@ from conftest import (
     to_numpy,
     tolerance,
 )
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import di
 from di.families import get_family
@@ -198,3 +200,31 @@ def test_a_real_cost_of_a_complex_matrix_gets_twice_its_conjugate(backend: Any) 
     prep = di.prepare_gradient(pymanopt_cost, backend, np.zeros_like(x))
     close(di.gradient(pymanopt_cost, prep, backend, x), 2 * np.conj(x), backend, np.complex128, "gradient")
     np.testing.assert_array_equal(x, kept)
+
+
+coefficient = st.complex_numbers(min_magnitude=0.0, max_magnitude=2.0, allow_nan=False, allow_infinity=False)
+
+
+@settings(max_examples=8, deadline=None)
+@given(
+    coefficients=st.lists(coefficient, min_size=1, max_size=4),
+    z=st.complex_numbers(max_magnitude=1.5, allow_nan=False, allow_infinity=False),
+)
+def test_random_complex_polynomials(coefficients: list[complex], z: complex) -> None:
+    """For a polynomial p: derivative is p'(z); the gradient of Re(p(z)) is conj(p'(z)),
+    on an AD engine and on finite differences."""
+
+    def p(x: Any) -> Any:
+        total = x * 0
+        for k, c in enumerate(coefficients):
+            total = total + c * x**k
+        return total
+
+    def real_p(x: Any) -> Any:
+        return di.array_namespace(x).real(p(x))
+
+    derivative = sum(k * c * z ** (k - 1) for k, c in enumerate(coefficients) if k)
+    x = np.asarray(z, dtype=np.complex128)
+    for backend in (di.AutoAutograd(), di.AutoFiniteDiff()):
+        np.testing.assert_allclose(di.derivative(p, backend, x), derivative, rtol=1e-6, atol=1e-6)
+        np.testing.assert_allclose(di.gradient(real_p, backend, x), np.conj(derivative), rtol=1e-6, atol=1e-6)

@@ -49,7 +49,7 @@ class RealView:
         array([1.+2.j, 3.-4.j], dtype=complex64)
     """
 
-    __slots__ = ("complex_dtype", "family", "real_dtype", "wide", "xp")
+    __slots__ = ("_combiners", "_split_fused", "complex_dtype", "family", "real_dtype", "wide", "xp")
 
     def __init__(self, family: str, complex_dtype: str) -> None:
         self.family = get_family(family)
@@ -57,21 +57,28 @@ class RealView:
         self.complex_dtype = complex_dtype
         self.real_dtype = "float32" if complex_dtype == "complex64" else "float64"
         self.wide = complex_dtype == "complex128"  # (JAX makes 64-bit dtypes 32-bit outside its scope)
+        # one call each where the family compiles (Family.fused): a few eager operations cost
+        # more than the gradient itself at small sizes on JAX
+        self._split_fused = self.family.fused(self._split)
+        self._combiners: dict[int, Callable[[Any], Any]] = {}
 
     def split(self, value: Any) -> Any:
         """``value``'s real view: a real array of the caller's family. A real
         ``value`` (a real tangent of a complex ``x``) gets a zero imaginary part."""
         if self.wide:
             with self.family.scope(("float64",)):
-                return self._split(value)
-        return self._split(value)
+                return self._split_fused(value)
+        return self._split_fused(value)
 
     def combine(self, real: Any, axis: int = 0) -> Any:
         """The complex array whose real view is ``real`` along ``axis``."""
+        combiner = self._combiners.get(axis)
+        if combiner is None:
+            combiner = self._combiners[axis] = self.family.fused(lambda value: self._combine(value, axis))
         if self.wide:
             with self.family.scope(("float64",)):
-                return self._combine(real, axis)
-        return self._combine(real, axis)
+                return combiner(real)
+        return combiner(real)
 
     def _split(self, value: Any) -> Any:
         xp = self.xp
@@ -88,7 +95,7 @@ class RealView:
     @staticmethod
     def part(real: Any, index: int, axis: int = 0) -> Any:
         """``real``'s slice ``index`` along ``axis`` (the axis dropped)."""
-        return real[(slice(None),) * axis + (index,)]
+        return real[(slice(None),) * axis + (index, ...)]
 
 
 def _rebuilt(r: Any, complex_dtype: str) -> Any:
@@ -103,7 +110,7 @@ def _rebuilt(r: Any, complex_dtype: str) -> Any:
             f"({getattr(xp, '__name__', type(r).__module__)}) that have no {complex_dtype}: cast x to complex64 "
             f"(x.astype(np.complex64)), or use a backend whose engine has {complex_dtype}."
         )
-    return xp.astype(r[0], dtype) + xp.astype(r[1], dtype) * 1j
+    return xp.astype(r[0, ...], dtype) + xp.astype(r[1, ...], dtype) * 1j
 
 
 def _split_output(y: Any) -> Any:
