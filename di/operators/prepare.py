@@ -389,12 +389,15 @@ def _check_engine_dtypes(source: ProgramSource, backend: AbstractBackend, facts:
         for _, leaf, family in argument.leaves:
             if family is None or family == engine.name or engine.takes_dtype(leaf.dtype):
                 continue
-            name = argument.name
             dtype, display = get_family(family).describe_dtype(leaf.dtype), engine.display or engine.name
+            if argument is facts.x and facts.x.pytree and "complex" in dtype:
+                continue  # a complex leaf of x: refused next, by its path, with what to do
+            name = argument.name
             array = name if " " not in name else "value"
+            cast = "complex64" if "complex" in dtype else "float64"
             raise InvalidInputError(
                 f"{backend!r} cannot take {name} of dtype {dtype}: its engine computes in {display} arrays, which "
-                f"have no {dtype}. Cast it to float64 ({array}.astype(np.float64)), or use a backend whose engine "
+                f"have no {dtype}. Cast it to {cast} ({array}.astype(np.{cast})), or use a backend whose engine "
                 f"computes in {get_family(family).display} arrays."
             )
 
