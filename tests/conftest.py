@@ -7,8 +7,19 @@ this directory on ``sys.path`` (rootdir-relative ``prepend`` import mode).
 from __future__ import annotations
 
 import os
+import tempfile
 from collections.abc import Iterable
+from pathlib import Path
 from typing import Any
+
+# Each test worker gets its own temporary directory, set before any engine is imported. Engines
+# that build native code cache it there, shared unguarded between processes: MLX compiles each
+# fused CPU kernel with g++ into $TMPDIR/mlx/<version>/cpu, writing the source and the library in
+# place, so two workers building one kernel at once race on the same files.
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    _worker_tmp = Path(tempfile.gettempdir()) / f"di-tests-{os.environ['PYTEST_XDIST_WORKER']}"
+    _worker_tmp.mkdir(exist_ok=True)
+    os.environ["TMPDIR"] = str(_worker_tmp)
 
 import numpy as np
 import pytest

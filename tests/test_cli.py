@@ -58,6 +58,11 @@ def banded(x, scale):
     return scale * xp.concat([x[1:] * x[:-1], x[:1] ** 2])
 
 
+def chained(x):
+    xp = di.array_namespace(x)
+    return xp.sum(xp.exp(x[1:] * x[:-1] * 0.3)) + xp.sum(xp.sin(x) * 5.0)
+
+
 def branchy(x):
     # Python control flow on a value: fine eagerly, impossible under jax.jit.
     xp = di.array_namespace(x)
@@ -284,6 +289,17 @@ def test_check_sparse_puts_the_pattern_in_the_notes_not_the_error(modules: Path,
     (row,) = json.loads(rows_path.read_text())
     assert row["status"] == "ok" and row["message"] == ""
     assert row["note"].startswith("pattern: 11 nonzeros, ")  # two per row of x[i] x[i+1], one of x[0]^2
+
+
+def test_check_sparse_hessian_reads_finite_difference_noise_as_zeros(modules: Path, tmp_path: Path) -> None:
+    pytest.importorskip("jax")  # the pattern is traced with JAX
+    rows_path = tmp_path / "rows.json"
+    arguments = ["check", f"{modules / 'my_functions.py'}:chained", "--operator", "hessian", "--x-shape", "40"]
+    arguments += ["--sparse", "--backends", "finitediff", "--no-bench", "--json", str(rows_path)]
+    assert main(arguments) == 0
+    (row,) = json.loads(rows_path.read_text())
+    assert row["status"] == "ok", row
+    assert row["note"].startswith("pattern: 118 nonzeros, ")  # tridiagonal: 40 + 2 * 39
 
 
 def test_check_accepts_no_bench_and_a_bad_option_shows_the_check_usage(

@@ -9,10 +9,14 @@ from typing import Any
 
 import numpy as np
 import pytest
+from conftest import backend_params
 
 import di
 from di.cli import main
-from di.testing.fuzz import Program, _shrink, fuzz, reference
+from di.testing import engine_backends
+from di.testing.fuzz import Finding, Program, check, fuzz, inside_modes, reference, shrink
+
+ENGINES = engine_backends(compiled=False)
 
 
 def test_a_short_seeded_budget_finds_no_disagreement() -> None:
@@ -23,10 +27,32 @@ def test_a_short_seeded_budget_finds_no_disagreement() -> None:
 
 def test_the_reference_is_accurate() -> None:
     program = Program(("sin", "matmul"), "scalar", 4, 5)
-    x, matrix = program.inputs()
+    inputs = program.inputs()
+    x, matrix, scale = inputs.x, inputs.matrix, inputs.scale
     v = matrix @ np.sin(x)
-    expected = np.cos(x) * (matrix.T @ (2 * v / 4))
-    np.testing.assert_allclose(reference(program, "gradient", x, matrix), expected, rtol=1e-10)
+    expected = scale * np.cos(x) * (matrix.T @ (2 * v / 4))
+    np.testing.assert_allclose(reference(program, "gradient"), expected, rtol=1e-10)
+    hessian = reference(program, "hessian").reshape(4, 4)
+    exact = scale * (
+        np.diag(np.cos(x)) @ matrix.T @ matrix @ np.diag(np.cos(x)) * 2 / 4
+        - np.diag(np.sin(x) * (matrix.T @ (2 * v / 4)))
+    )
+    np.testing.assert_allclose(hessian, exact, rtol=1e-7, atol=1e-9)
+
+
+def test_a_pytree_x_is_laid_out_as_di_lays_out_its_results() -> None:
+    program = Program(("sin", "matmul"), "vector", 4, 5, "pytree")
+    check(program, "jacobian", di.AutoFiniteDiff(), "prepared")
+    check(program, "pullback", di.AutoFiniteDiff())
+    check(Program(("tanh",), "vector", 4, 5, "scalar"), "derivative", di.AutoFiniteDiff())
+
+
+@pytest.mark.parametrize("backend", backend_params([b for b in ENGINES if inside_modes(b, "gradient")]))
+def test_calls_inside_each_declared_transform_agree(backend: Any) -> None:
+    program = Program(("sin", "matmul"), "scalar", 4, 1, "pytree")
+    for mode in inside_modes(backend, "gradient"):
+        check(program, "gradient", backend, mode)
+    check(Program(("tanh", "matmul"), "vector", 4, 1), "jacobian", backend, inside_modes(backend, "jacobian")[0])
 
 
 @dataclass(frozen=True)
@@ -36,18 +62,23 @@ class Wrong(di.AutoFiniteDiff):
 
 
 def test_a_planted_disagreement_is_shrunk_and_printed_as_a_test(monkeypatch: Any) -> None:
-    import di.testing.fuzz as fuzzing
+    import di.testing.fuzz.search as search
 
-    original = fuzzing._call
+    original = search.call
 
-    def planted(operator: str, program: Program, backend: Any, x: Any, matrix: Any, prepared: bool) -> Any:
-        result = original(operator, program, di.AutoFiniteDiff(), x, matrix, prepared)
+    def planted(operator: str, program: Program, backend: Any, mode: str) -> Any:
+        result = original(operator, program, di.AutoFiniteDiff(), mode)
         return result * 1.01 if "matmul" in program.steps and isinstance(backend, Wrong) else result
 
-    monkeypatch.setattr(fuzzing, "_call", planted)
-    program = Program(("sin", "tanh", "matmul", "flip"), "scalar", 4, 2)
-    small = _shrink(program, "gradient", Wrong(), False, "silent wrong")
-    assert small.steps == ("matmul",)
+    monkeypatch.setattr(search, "call", planted)
+    program = Program(("sin", "tanh", "matmul", "flip"), "scalar", 4, 2, "pytree")
+    small, mode = shrink(program, "gradient", Wrong(), "prepared", "silent wrong")
+    assert (small.steps, small.size, small.form, mode) == (("matmul",), 2, "array", "unprepared")
+    finding = Finding("silent wrong", di.AutoFiniteDiff(), "gradient", mode, small, "planted")
+    namespace: dict[str, Any] = {}
+    exec(finding.as_test(), namespace)  # the printed test runs (here it passes: the real engine agrees)
+    (test,) = [value for name, value in namespace.items() if name.startswith("test_fuzz_")]
+    test()
 
 
 def test_the_command_line_runs_the_fuzzer(capsys: Any) -> None:

@@ -122,8 +122,9 @@ def test_grad_mode_compiled(mode: str) -> None:
 
 # --- a torch.autograd.forward_ad level ---------------------------------------------------------------------------
 
-REVERSE = {"gradient", "value_and_gradient", "pullback", "hessian"}
-"""Reverse mode eagerly (the hessian: reverse over reverse), which nests in a forward_ad level."""
+REVERSE = {"gradient", "value_and_gradient", "pullback", "hessian", "jacobian"}
+"""Reverse mode eagerly (the hessian: reverse over reverse; a square jacobian, such as the
+elementwise one here), which nests in a forward_ad level."""
 
 
 @pytest.mark.parametrize("operator", sorted(REVERSE))

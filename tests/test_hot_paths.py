@@ -620,3 +620,47 @@ def test_a_prepared_call_enters_few_functions_of_di(case: str, most: int) -> Non
         np.testing.assert_allclose(_numpy(g["b"]), [6.0])
     if case.startswith("numpy x"):
         assert isinstance(g, np.ndarray) and g.flags.writeable
+
+
+def test_the_everyday_torch_ml_call_takes_the_short_path() -> None:
+    """value_and_gradient with has_aux of a parameter dict, with a batch (X, y) as one
+    Constant, on eager AutoTorch(): the short path a torch user writes (detach each
+    leaf, f, torch.autograd.grad), aux detached and its own memory; counted, not
+    timed: 22 functions of di where the general path entered 82."""
+    torch.manual_seed(0)
+    params = {"w": torch.randn(3, 4), "b": torch.randn(4), "scale": torch.tensor(0.5)}
+    batch = (torch.randn(5, 3), torch.randn(5, 4))
+
+    def loss(p: Any, batch: Any) -> Any:
+        X, y = batch
+        xp = di.array_namespace(X)
+        prediction = p["scale"] * xp.tanh(X @ p["w"] + p["b"])
+        return xp.mean((prediction - y) ** 2), {"mean": xp.mean(prediction)}
+
+    backend, context = di.AutoTorch(), di.Constant(batch)
+    prep = di.prepare_gradient(loss, backend, params, context, has_aux=True)
+    di.value_and_gradient(loss, prep, backend, params, context, has_aux=True)
+    results: list[Any] = []
+    entered = _di_functions_entered(
+        lambda: results.append(di.value_and_gradient(loss, prep, backend, params, context, has_aux=True))
+    )
+    assert "run_tree_gradient" in entered and "wants_graph" not in entered and len(entered) <= 24, entered
+    (value, aux), grads = results[0]
+    leaves = {name: t.detach().requires_grad_() for name, t in params.items()}
+    expected_value, expected_aux = loss(leaves, batch)
+    expected = dict(zip(leaves, torch.autograd.grad(expected_value, tuple(leaves.values()))))
+    torch.testing.assert_close(value, expected_value.detach())
+    assert list(grads) == list(params)
+    for name in params:
+        torch.testing.assert_close(grads[name], expected[name])
+    torch.testing.assert_close(aux["mean"], expected_aux["mean"].detach())
+    assert not aux["mean"].requires_grad and not value.requires_grad
+
+    def returning_the_batch(p: Any, batch: Any) -> Any:
+        return loss(p, batch)[0], {"X": batch[0]}
+
+    # an aux tensor that is an input (the batch's X) is a copy, never the caller's memory
+    prep = di.prepare_gradient(returning_the_batch, backend, params, context, has_aux=True)
+    (_, aux), _ = di.value_and_gradient(returning_the_batch, prep, backend, params, context, has_aux=True)
+    torch.testing.assert_close(aux["X"], batch[0])
+    assert aux["X"].untyped_storage().data_ptr() != batch[0].untyped_storage().data_ptr()

@@ -285,3 +285,64 @@ def test_second_order_wrappers_are_cached_like_any_backend() -> None:
         np.testing.assert_allclose(hv, [6 * value, 0.0], atol=1e-3)
     info = di.cache_info()
     assert (info.misses, info.hits, info.currsize) == (1, 1, 1)
+
+
+@pytest.mark.parametrize(
+    "backend",
+    [
+        pytest.param(di.AutoFiniteDiff(), id="finitediff"),
+        pytest.param("jax-jit", id="jax-jit-pytree", marks=pytest.mark.skipif(not HAS_JAX, reason="jax not installed")),
+    ],
+)
+def test_the_last_hit_is_tried_first_and_never_serves_a_call_it_does_not_fit(backend: Any) -> None:
+    # The fast path tries the entry of the last hit before it builds a key: another
+    # signature, a cleared cache or an evicted entry must still prepare anew.
+    if backend == "jax-jit":
+        import jax.numpy as jnp
+
+        backend, wrap = di.AutoJAX(jit=True), (lambda a: {"w": jnp.asarray(a)})
+        leaf = lambda g: np.asarray(g["w"])
+    else:
+        wrap, leaf = (lambda a: a), (lambda g: g)
+
+    def f(x: Any, scale: Any) -> Any:
+        xp = di.array_namespace(*(x.values() if isinstance(x, dict) else [x]))
+        w = x["w"] if isinstance(x, dict) else x
+        return scale * xp.sum(w**2)
+
+    def check(values: list[float], scale: float) -> None:
+        g = di.gradient(f, backend, wrap(np.array(values)), di.Constant(scale))
+        np.testing.assert_allclose(leaf(g), 2 * scale * np.array(values), rtol=1e-4)
+
+    for scale in (1.0, 2.0, 3.0):  # a miss, then hits: the last hit is remembered
+        check([1.0, 2.0], scale)
+    assert (di.cache_info().misses, di.cache_info().hits) == (1, 2)
+    check([1.0, 2.0, 3.0], 1.0)  # another shape: the remembered entry does not fit
+    assert (di.cache_info().misses, di.cache_info().currsize) == (2, 2)
+    check([1.0, 2.0], 0.5)
+    check([1.0, 2.0], 0.5)
+    assert di.cache_info().hits == 4
+    di.cache_clear()  # the remembered entry left the cache: prepared again, and kept
+    check([1.0, 2.0], 1.0)
+    assert (di.cache_info().misses, di.cache_info().currsize) == (1, 1)
+    check([1.0, 2.0], 1.0)
+    di.set_cache(maxsize=1)
+    check([4.0], 1.0)  # evicts the entry just hit
+    check([1.0, 2.0], 1.0)
+    info = di.cache_info()
+    assert (info.misses, info.hits, info.currsize) == (3, 1, 1)
+    with pytest.raises(di.PreparationMismatchError):  # (a prep handed out stays strict)
+        prep = di.prepare_gradient(f, backend, wrap(np.ones(2)), di.Constant(1.0))
+        di.gradient(f, prep, backend, wrap(np.ones(3)), di.Constant(1.0))
+
+
+def test_a_memmap_is_served_by_the_prep_of_its_ndarray(tmp_path: Any) -> None:
+    # The probe compares classes inline and misses a memmap; the prep's own comparison
+    # takes it as the ndarray it is (as a strict prep does), so the call is a hit.
+    backend = di.AutoFiniteDiff()
+    di.gradient(cubes, backend, np.ones(3))
+    mapped = np.memmap(tmp_path / "x.bin", dtype=np.float64, mode="w+", shape=(3,))
+    mapped[:] = [1.0, 2.0, 3.0]
+    np.testing.assert_allclose(di.gradient(cubes, backend, mapped), 3 * np.array([1.0, 4.0, 9.0]), rtol=1e-5)
+    info = di.cache_info()
+    assert (info.misses, info.hits, info.currsize) == (1, 1, 1)

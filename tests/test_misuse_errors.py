@@ -123,6 +123,32 @@ def test_a_torch_library_custom_operator_gets_its_own_message() -> None:
     # eager torch's second order is double backward (engines/torch/second_order.py), which runs
     # the registered backward formula g * cos(x) under autograd: the Hessian is diag(-sin(x))
     np.testing.assert_allclose(di.hessian(f, di.AutoTorch(), x).numpy(), np.diag(-torch.sin(x).numpy()), rtol=1e-12)
+    # forward mode has no derivative for it (register_autograd gives a backward only): the error names
+    # the custom operator, not the classic autograd.Function, nor an output cut off from x
+    for call in (
+        lambda: di.pushforward(sine, di.AutoTorch(), x, (x,)),
+        lambda: di.jacobian(sine, di.AutoTorch(), x),
+        lambda: di.derivative(lambda t: sine(x * t), di.AutoTorch(), torch.tensor(0.5, dtype=torch.float64)),
+    ):
+        with pytest.raises(di.UnsupportedOperatorError, match=r"custom operator di_tests::sine") as caught:
+            call()
+        assert "forward(ctx" not in str(caught.value) and "not computed from x" not in str(caught.value)
+
+
+def test_a_compiled_f_returning_a_pair_without_has_aux_gets_di_error_alone() -> None:
+    torch = pytest.importorskip("torch")
+    import warnings
+
+    def f(x: Any) -> Any:
+        xp = di.array_namespace(x)
+        return xp.sum(x**2), x
+
+    x = torch.linspace(0.1, 1.0, 4, dtype=torch.float64)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with pytest.raises(di.InvalidOutputError, match=r"pass has_aux=True"):
+            di.gradient(f, di.AutoTorch(compile=True, compile_options={"backend": "eager"}), x)
+    assert not [w for w in caught if "get_ident" in str(w.message)], [str(w.message)[:80] for w in caught]
 
 
 def test_a_recompile_for_another_grad_mode_names_the_grad_mode() -> None:

@@ -25,9 +25,10 @@ THREADS = 8
 
 
 def calls_per_thread(backend: Any) -> int:
-    """200, or 25 where a call costs milliseconds: finite differences (many evaluations of f) and
-    eager JAX (which traces f on every call)."""
-    slow = evaluates_only(backend) or (engine_name(backend) == "jax" and not compiles(backend))
+    """200, or 25 where a call costs milliseconds: finite differences (many evaluations of f),
+    eager JAX (which traces f on every call) and eager TensorFlow (an op costs tens of
+    microseconds; its jacobian is a reverse pass per output element)."""
+    slow = evaluates_only(backend) or (engine_name(backend) in ("jax", "tensorflow") and not compiles(backend))
     return 25 if slow else 200
 
 

@@ -73,6 +73,12 @@ class Composition:
         breaks: the aspects that run inside a compiler's trace of the caller's
             code (``torch.compile``) only by breaking its graph.
         note: what to know beyond yes and no, shown in the documentation.
+        run: the ``"module:function"`` path of ``run(call, x)``, which returns
+            ``call(x)`` computed inside the transform (on the engine's arrays; a
+            vectorising transform batches ``x`` with another point and returns
+            the first result): how the differential fuzzer
+            (:mod:`di.testing.fuzz`) calls ``di`` inside it. ``""``: the fuzzer
+            does not (a transform of ``f`` itself, a mode, a loop).
 
     Examples:
         >>> from di.backends.transforms import Composition
@@ -85,6 +91,7 @@ class Composition:
     refused: frozenset[str] = field(default=frozenset())
     breaks: frozenset[str] = field(default=frozenset())
     note: str = ""
+    run: str = ""
 
     def __post_init__(self) -> None:
         unknown = (set(self.refused) | set(self.breaks)) - set(ASPECTS)

@@ -152,6 +152,7 @@ def _pattern_check(problem: Problem, backend: Any) -> tuple[int, str]:
     import numpy as np
 
     import di
+    from di.testing import default_tolerances
     from di.testing.arrays import to_numpy
 
     contexts = problem.contexts(problem.dtype)
@@ -160,7 +161,13 @@ def _pattern_check(problem: Problem, backend: Any) -> tuple[int, str]:
     other = problem.x(problem.dtype, offset=7)
     dense = to_numpy(getattr(di, problem.operator)(problem.f, backend, other, *problem.contexts(problem.dtype)))
     pattern = prep.sparsity
-    outside = int(np.count_nonzero((np.asarray(dense).reshape(pattern.shape) != 0) & ~pattern.toarray()))
+    dense = np.asarray(dense, dtype=np.float64).reshape(pattern.shape)
+    # an approximating backend's zeros are its noise (finite differences: truncation and
+    # rounding error on every entry), not structure: entries within the error its
+    # tolerances allow of the largest one are not nonzeros (exact engines: rounding only)
+    rtol, atol = default_tolerances(backend, problem.dtype, order=2 if problem.operator == "hessian" else 1)
+    floor = atol + rtol * float(np.max(np.abs(dense), initial=0.0))
+    outside = int(np.count_nonzero((np.abs(dense) > floor) & ~pattern.toarray()))
     note = f"pattern: {pattern.nnz} nonzeros, {prep.colors} colors"
     if outside:
         return outside, f"{note}; a dense {problem.operator} at another random point has {outside} nonzeros OUTSIDE it"

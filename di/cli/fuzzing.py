@@ -12,7 +12,8 @@ __all__ = ["run"]
 
 def run(args: argparse.Namespace, out: Output) -> int:
     """Fuzz for ``--minutes`` from ``--seed`` (on ``--backends``, by default every
-    installed engine's); print each finding as a test and the counts by kind.
+    installed engine's); print each finding as a test and the counts by kind
+    (:data:`di.testing.fuzz.KINDS`).
 
     Returns:
         0 when no backend disagreed, 1 otherwise.
@@ -24,6 +25,6 @@ def run(args: argparse.Namespace, out: Output) -> int:
     counts = ", ".join(f"{kind}: {count}" for kind, count in report.counts().items())
     print(
         f"di fuzz: {report.programs} programs, {report.calls} calls compared; findings: {counts} "
-        f"({report.doubtful} comparisons where every engine agreed against the reference, set aside)"
+        f"({report.doubtful} programs where every engine agreed against the reference, set aside)"
     )
     return 1 if report.findings else 0

@@ -26,18 +26,17 @@ a compiled program at the first call, as under ``jax.jit``: pass it as a
 from __future__ import annotations
 
 import contextlib
-import threading
 import types
-import weakref
-from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
 from contextvars import ContextVar
 from typing import Any, NamedTuple
 
 from di.backends.selectors import AbstractBackend, check_flag
 from di.errors import InvalidInputError, InvalidOptionError, InvalidOptionTypeError
+from di.operators.cache_store import Cache, WeakFunction, identity
 from di.operators.prepare import prepare_operator
 from di.prep.base import Prep
+from di.prep.runners import Missed
 from di.prep.traced import tracing
 
 __all__ = [
@@ -75,181 +74,7 @@ class CacheInfo(NamedTuple):
     enabled: bool
 
 
-class WeakFunction:
-    """``f``'s stand-in in a cached prep: calls ``f``, which it refers to weakly
-    (a bound method through weak references to its object and its function), and
-    reads ``f``'s attributes (what an engine asks of ``f``) as its own.
-
-    Args:
-        f: the function; it must support weak references.
-
-    Raises:
-        TypeError: ``f`` (or a bound method's object) takes no weak reference.
-
-    Examples:
-        >>> from di.operators.cache import WeakFunction
-        >>> def square(x):
-        ...     return x * x
-        >>> stand_in = WeakFunction(square)
-        >>> stand_in(3), stand_in.__name__
-        (9, 'square')
-    """
-
-    __slots__ = ("__weakref__", "_function", "_self")
-
-    def __init__(self, f: Callable[..., Any], on_free: Callable[[Any], None] | None = None) -> None:
-        if type(f) is types.MethodType:
-            self._self: Any = weakref.ref(f.__self__, on_free)
-            self._function: Any = weakref.ref(f.__func__, on_free)
-        else:
-            self._self = None
-            self._function = weakref.ref(f, on_free)
-
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        if self._self is None:
-            return self._function()(*args, **kwargs)
-        return self._function()(self._self(), *args, **kwargs)
-
-    def target(self) -> Any:
-        """``f``, or ``None`` once it is freed."""
-        function = self._function()
-        if self._self is None or function is None:
-            return function
-        owner = self._self()
-        return None if owner is None else types.MethodType(function, owner)
-
-    def __getattr__(self, name: str) -> Any:
-        # f's own attributes (what an engine asks of f: checked_program, ...) and its
-        # names; no other dunder, which a compiler guarding on this object reads of it
-        if name.startswith("__") and name not in ("__name__", "__qualname__"):
-            raise AttributeError(name)
-        return getattr(self.target(), name)
-
-    def __repr__(self) -> str:
-        return repr(self.target())
-
-
-def _identity(f: Any) -> tuple[int, int] | int:
-    """The key of ``f`` in the cache: its ``id`` (a bound method's, that of its
-    object and function: ``obj.method`` is a new object at each access)."""
-    if type(f) is types.MethodType:
-        return id(f.__self__), id(f.__func__)
-    return id(f)
-
-
-class _Cache:
-    """The preps of unprepared calls, least recently used first out.
-
-    Each key (``f``'s identity, the operator family, ``has_aux``, the backend,
-    the context classes) holds the preps of the signatures met with it, most
-    recently used first; ``order`` ranks every prep of every key for eviction.
-    """
-
-    def __init__(self, maxsize: int) -> None:
-        self.lock = threading.Lock()
-        self.maxsize = maxsize
-        self.enabled = True
-        self.hits = self.misses = 0
-        self.preps: dict[tuple[Any, ...], list[tuple[int, Prep, WeakFunction]]] = {}
-        self.order: OrderedDict[int, tuple[Any, ...]] = OrderedDict()  # token -> key
-        self.keys_of: dict[Any, set[tuple[Any, ...]]] = {}  # f's identity -> its keys
-        self.pending: list[Any] = []  # identities freed while the lock was held
-        self.preparing: dict[tuple[Any, ...], threading.RLock] = {}
-        self.tokens = iter(range(1 << 62))
-
-    def find(
-        self, key: tuple[Any, ...], x: Any, tangents: Any, contexts: Sequence[Any], count_miss: bool = True
-    ) -> Prep | None:
-        """The cached prep of ``key`` that the arguments fit (a hit), or ``None``
-        (a miss, counted when ``count_miss``: the fast path leaves it to the call's
-        slow path, which looks again)."""
-        with self.lock:
-            if self.pending:  # (entries of freed functions, whose ids new functions may have taken)
-                self._purge()
-            entries = self.preps.get(key)
-            if entries is not None:
-                for index, (token, prep, _) in enumerate(entries):
-                    if prep.matches(x, contexts, tangents):
-                        self.hits += 1
-                        self.order.move_to_end(token)
-                        if index:
-                            entries.insert(0, entries.pop(index))
-                        return prep
-            if count_miss:
-                self.misses += 1
-            return None
-
-    def add(self, key: tuple[Any, ...], prep: Prep, stand_in: WeakFunction) -> None:
-        """Keep ``prep`` under ``key``, evicting the least recently used beyond the size."""
-        with self.lock:
-            self._purge()
-            if self.maxsize <= 0:
-                return
-            token = next(self.tokens)
-            self.preps.setdefault(key, []).insert(0, (token, prep, stand_in))
-            self.order[token] = key
-            self.keys_of.setdefault(key[0], set()).add(key)
-            while len(self.order) > self.maxsize:
-                self._evict(*self.order.popitem(last=False))
-
-    def _evict(self, token: int, key: tuple[Any, ...]) -> None:
-        entries = self.preps[key]
-        entries[:] = [entry for entry in entries if entry[0] != token]
-        if not entries:
-            del self.preps[key]
-            keys = self.keys_of.get(key[0])
-            if keys is not None:
-                keys.discard(key)
-                if not keys:
-                    del self.keys_of[key[0]]
-
-    def freed(self, identity: Any) -> None:
-        """Drop the entries of a freed function (a weak reference's callback: it
-        may come while this thread holds the lock, and then waits for the next use)."""
-        if self.lock.acquire(blocking=False):
-            try:
-                self._drop(identity)
-            finally:
-                self.lock.release()
-        else:
-            self.pending.append(identity)
-
-    def _purge(self) -> None:
-        while self.pending:
-            self._drop(self.pending.pop())
-
-    def _drop(self, identity: Any) -> None:
-        for key in self.keys_of.pop(identity, ()):
-            for token, _, _ in self.preps.pop(key, ()):
-                self.order.pop(token, None)
-            self.preparing.pop(key, None)
-
-    def clear(self) -> None:
-        with self.lock:
-            self.preps.clear()
-            self.order.clear()
-            self.keys_of.clear()
-            self.preparing.clear()
-            self.pending.clear()
-            self.hits = self.misses = 0
-
-    def resize(self, maxsize: int) -> None:
-        with self.lock:
-            self.maxsize = maxsize
-            while len(self.order) > max(maxsize, 0):
-                self._evict(*self.order.popitem(last=False))
-
-    def preparation_lock(self, key: tuple[Any, ...]) -> threading.RLock:
-        """The lock one key's preparations take: threads missing the same key at
-        once prepare once (reentrant: ``f`` may make unprepared calls itself)."""
-        with self.lock:
-            lock = self.preparing.get(key)
-            if lock is None:
-                lock = self.preparing[key] = threading.RLock()
-            return lock
-
-
-_CACHE = _Cache(DEFAULT_MAXSIZE)
+_CACHE = Cache(DEFAULT_MAXSIZE)
 _SCOPED: ContextVar[bool] = ContextVar("di_caching", default=True)
 
 
@@ -276,7 +101,7 @@ def cached_prep(
         _refuse_prepared_only(family, name, backend)
         return prepare_operator(family, f, backend, x, tangents, contexts, False, has_aux=has_aux)
     try:
-        key = (_identity(f), family, has_aux, backend, *[context.__class__ for context in contexts])
+        key = (identity(f), family, has_aux, backend, *[context.__class__ for context in contexts])
         prep = cache.find(key, x, tangents, contexts, count_miss=False)
     except TypeError:  # an unhashable selector: prepared at each call
         return prepare_operator(family, f, backend, x, tangents, contexts, False, has_aux=has_aux)
@@ -310,8 +135,15 @@ MISS: Any = object()
 def unprepared_call(family: str, name: str, with_tangents: bool) -> Callable[[Any, tuple[Any, ...], bool], Any]:
     """The fast path of an unprepared call of program ``name``: for ``(f, args,
     has_aux)`` (``args``: ``backend, x, [tangents,] *contexts``), the result of
-    the cached prep's runner, as a prepared call of it, or :data:`MISS` (the
-    call then takes the operator's slow path, which prepares or explains)."""
+    the cached prep's program, as a prepared call of it, or :data:`MISS` (the
+    call then takes the operator's slow path, which prepares or explains).
+
+    The entry of the last hit is tried first, before any key is built: the same
+    ``f`` (held weakly) and the same selector object, a live entry and
+    ``has_aux``; its probe (:func:`~di.prep.runners.probe`) compares the
+    arguments as the prep's runner does and runs the program. Otherwise the key
+    (whose hash hashes the selector) finds the entries to probe."""
+    last: list[Any] = [(None, None, None)]  # (the entry of the last hit, the selector it was called with, has_aux)
 
     def call(f: Any, args: tuple[Any, ...], has_aux: bool) -> Any:
         cache = _CACHE
@@ -324,39 +156,70 @@ def unprepared_call(family: str, name: str, with_tangents: bool) -> Callable[[An
                 return MISS
         else:
             tangents, contexts = None, args[2:]
+        entry, called_with, aux = last[0]
+        if entry is not None and called_with is backend and aux is has_aux and entry.function() is f and entry.alive:
+            run = entry.probes[name]
+            try:
+                if with_tangents:
+                    result = run(entry.stand_in, backend, x, tangents, contexts)
+                else:
+                    result = run(entry.stand_in, backend, x, contexts)
+            except Missed:
+                pass
+            except Exception as error:
+                entry.prep.refuse_foreign_traces(x, tangents, contexts, error)
+                raise
+            else:
+                next(cache.hit_count)  # (Cache.hit, inline)
+                try:
+                    cache.order.move_to_end(entry.token)
+                except KeyError:  # (evicted meanwhile)
+                    pass
+                return result
         identity = id(f) if f.__class__ is not types.MethodType else (id(f.__self__), id(f.__func__))
         if contexts:
             key = (identity, family, has_aux, backend, *[context.__class__ for context in contexts])
         else:
             key = (identity, family, has_aux, backend)
-        with cache.lock:  # (Cache.find, inline: this is the hot path of every cached call)
-            if cache.pending:
-                return MISS
-            try:
-                entries = cache.preps.get(key)
-            except TypeError:  # an unhashable selector (or x where the backend goes)
-                return MISS
-            if entries is None:
-                return MISS
-            for entry in entries:
-                prep = entry[1]
-                if prep.matches(x, contexts, tangents):
-                    break
-            else:
-                return MISS
-            cache.hits += 1
-            cache.order.move_to_end(entry[0])
-            if entry is not entries[0]:
-                entries.remove(entry)
-                entries.insert(0, entry)
-        run = prep.runners[name]
+        if cache.pending:
+            return MISS
         try:
-            if with_tangents:
-                return run(prep.f, backend, x, tangents, contexts)
-            return run(prep.f, backend, x, contexts)
-        except Exception as error:
-            prep.refuse_foreign_traces(x, tangents, contexts, error)
-            raise
+            entries = cache.preps.get(key)
+        except TypeError:  # an unhashable selector (or x where the backend goes)
+            return MISS
+        if not entries:
+            return MISS
+        candidates = tuple(entries)
+        for entry in candidates:
+            run = entry.probes[name]
+            try:
+                if with_tangents:
+                    result = run(entry.stand_in, backend, x, tangents, contexts)
+                else:
+                    result = run(entry.stand_in, backend, x, contexts)
+            except Missed:
+                continue
+            except Exception as error:
+                entry.prep.refuse_foreign_traces(x, tangents, contexts, error)
+                raise
+            cache.hit(entry, entries)
+            if entry.function is not None:  # (a bound method is a new object at each access)
+                last[0] = entry, backend, has_aux
+            return result
+        for entry in candidates:
+            # arguments the prep takes as something else (a memmap as its ndarray, an
+            # autograd box by its array): its runner's own slow path runs them so
+            if entry.prep.matches(x, contexts, tangents):
+                cache.hit(entry, entries)
+                run = entry.prep.runners[name]
+                try:
+                    if with_tangents:
+                        return run(entry.stand_in, backend, x, tangents, contexts)
+                    return run(entry.stand_in, backend, x, contexts)
+                except Exception as error:
+                    entry.prep.refuse_foreign_traces(x, tangents, contexts, error)
+                    raise
+        return MISS
 
     return call
 
@@ -409,7 +272,7 @@ def cache_info() -> CacheInfo:
     cache = _CACHE
     with cache.lock:
         cache._purge()
-        return CacheInfo(cache.hits, cache.misses, cache.maxsize, len(cache.order), cache.enabled and _SCOPED.get())
+        return CacheInfo(cache.hits(), cache.misses, cache.maxsize, len(cache.order), cache.enabled and _SCOPED.get())
 
 
 def cache_clear() -> None:

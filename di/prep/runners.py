@@ -30,7 +30,7 @@ from di.prep.matching import Matcher, same_selector
 from di.prep.own_checks import ArgumentsRejected, checks_arguments, compiling_again
 from di.prep.traced import plain
 
-__all__ = ["Compared", "Prepared", "runner"]
+__all__ = ["Compared", "Missed", "Prepared", "probe", "runner"]
 
 
 class Compared:
@@ -79,6 +79,9 @@ class Prepared(Protocol):
     def explain_error(self, error: Exception, x: Any, tangents: Any, contexts: Sequence[Any]) -> None:
         """Raise the error the arguments explain when the program raised ``error``."""
 
+    def matches(self, x: Any, contexts: Sequence[Any], tangents: Any = None) -> bool:
+        """Whether the arguments fit the prepared signature (as a strict call compares them)."""
+
 
 def runner(prep: Prepared, program: Callable[..., Any]) -> Callable[..., Any]:
     """The runner of ``program`` on ``prep``: its strict check (or, not strict, the
@@ -105,6 +108,50 @@ def runner(prep: Prepared, program: Callable[..., Any]) -> Callable[..., Any]:
     """
     if prep.same_point is not None:
         return program
+    return _made(prep, program, probing=False)
+
+
+class Missed(Exception):
+    """Raised by a :func:`probe` whose arguments differ from the prepared ones."""
+
+
+def probe(prep: Prepared, program: Callable[..., Any]) -> Callable[..., Any]:
+    """A strict prep's runner of ``program`` for the implicit cache of unprepared
+    calls (:mod:`di.operators.cache`): the same comparison and program, in one
+    call, but arguments that differ from the prepared ones raise :class:`Missed`
+    (the cache then looks further or prepares) where the runner reports them. It
+    is called with the prep's own ``f``.
+
+    Args:
+        prep: a strict prep (not a same-point one).
+        program: one of its programs.
+
+    Returns:
+        A function called as the runner is.
+
+    Examples:
+        >>> import numpy as np, di
+        >>> from di.prep.runners import Missed, probe
+        >>> f = lambda x: (x * x).sum()
+        >>> prep = di.prepare_gradient(f, di.AutoFiniteDiff(), np.zeros(2))
+        >>> run = probe(prep, prep.programs["gradient"])
+        >>> run(f, di.AutoFiniteDiff(), np.array([1.0, 2.0]), ()).round(6)
+        array([2., 4.])
+        >>> try:
+        ...     run(f, di.AutoFiniteDiff(), np.zeros(3), ())
+        ... except Missed:
+        ...     print("another signature")
+        another signature
+    """
+    return _made(prep, program, probing=True)
+
+
+def _miss(*args: Any) -> Any:
+    raise Missed()
+
+
+def _made(prep: Prepared, program: Callable[..., Any], probing: bool) -> Callable[..., Any]:
+    """A runner (:func:`runner`), or with ``probing`` a :func:`probe`."""
     checked = checks_arguments(program)
     program, finish = split_finish(program)
     if prep.tangent_check is not None:
@@ -113,7 +160,7 @@ def runner(prep: Prepared, program: Callable[..., Any]) -> Callable[..., Any]:
         kind = _CHECKED_BY_PROGRAM
     else:
         kind = _PLAIN
-    key, constants = _shape_and_constants(prep, kind, program, finish)
+    key, constants = _shape_and_constants(prep, kind, program, finish, probing)
     factory = _FACTORIES.get(key)
     if factory is None:
         shape = _Shape(*key)
@@ -156,29 +203,30 @@ class _Shape(NamedTuple):
 
 
 def _shape_and_constants(
-    prep: Prepared, kind: str, program: Callable[..., Any], finish: Finish | None
+    prep: Prepared, kind: str, program: Callable[..., Any], finish: Finish | None, probing: bool = False
 ) -> tuple[tuple[Any, ...], list[Any]]:
     """The fields of a runner's :class:`_Shape` (a plain tuple: the key of its
     factory) and the constants it closes over, in the order of the parameters of
     its factory (:func:`_parameters`); asked at each preparation, so it builds no
-    source."""
+    source. A probe's constants differ only in what a failed comparison calls."""
     strict = prep.strict
-    constants: list[Any] = [prep.f, prep.backend, same_selector, prep.check]
+    constants: list[Any] = [prep.f, prep.backend, same_selector, _miss if probing else prep.check]
     if kind == _CHECKED_BY_PROGRAM:
         # The executable itself when the program exposes it (a Python call fewer): it
         # refuses other arguments with a TypeError, which the program turns into
         # ArgumentsRejected (or, within compiling_again, into a new compile).
         executable = getattr(program, "executable", None)
         refused = (ArgumentsRejected,) if executable is None else (TypeError, ArgumentsRejected)
-        constants += (program if executable is None else executable, refused, _rejected(prep, program))
+        rejected = _rejected(prep, program, probing)
+        constants += (program if executable is None else executable, refused, rejected)
     elif kind == _WITH_TANGENTS:
-        constants += (program, prep.refuse_tangent_call, prep.explain_error)
+        constants += (program, _miss if probing else prep.refuse_tangent_call, prep.explain_error)
         if strict:
-            constants.append(_mismatched_with_tangents(prep, program, finish))
+            constants.append(_miss if probing else _mismatched_with_tangents(prep, program, finish))
     else:
         constants.append(program)
         if strict:
-            constants.append(_mismatched(prep, program, finish))
+            constants.append(_miss if probing else _mismatched(prep, program, finish))
     if finish is not None:
         constants.append(finish)
     compares = strict and kind != _CHECKED_BY_PROGRAM
@@ -371,15 +419,18 @@ def _mismatched_with_tangents(prep: Prepared, program: Callable[..., Any], finis
     return mismatched
 
 
-def _rejected(prep: Prepared, program: Callable[..., Any]) -> Callable[..., Any]:
+def _rejected(prep: Prepared, program: Callable[..., Any], probing: bool = False) -> Callable[..., Any]:
     """What a runner does when a program that checks its own arguments refuses a
-    call's: a strict prep reports the difference its check sees, and a difference
-    only the compiler sees (such as a weak type), or any for a non-strict prep,
-    is compiled again."""
-    check, strict = prep.check, prep.strict
+    call's: a strict prep reports the difference its check sees (a probe raises
+    :class:`Missed`), and a difference only the compiler sees (such as a weak
+    type), or any for a non-strict prep, is compiled again."""
+    check, strict, matches = prep.check, prep.strict, prep.matches
 
     def rejected(f: Any, backend: Any, x: Any, contexts: Sequence[Any], values: Sequence[Any]) -> Any:
-        if strict:
+        if probing:
+            if not matches(x, contexts):
+                raise Missed()
+        elif strict:
             check(f, backend, x, contexts)
         with compiling_again():
             return program(x, *values)

@@ -53,11 +53,15 @@ COMPOSITIONS = (
     Composition(
         "jax.jit",
         _SAME_POINT,
+        run="di.engines.jax.inside:jit",
         note="One compiled program: AutoJAX(jit=True)'s program is a nested jit, traced into the caller's. "
         "An unprepared call prepares at each trace (once per compile).",
     ),
     Composition(
-        "jax.vmap", _SAME_POINT, note="A strict prep compares the per-example shape: prepare with one example."
+        "jax.vmap",
+        _SAME_POINT,
+        run="di.engines.jax.inside:vmap",
+        note="A strict prep compares the per-example shape: prepare with one example.",
     ),
     Composition(
         "jax.grad", _SAME_POINT, note="Higher order: jax.grad of a function calling di.gradient gives JAX's own HVPs."

@@ -36,12 +36,14 @@ COMPOSITIONS = (
     Composition(
         "mx.vmap",
         _SAME_POINT,
+        run="di.engines.mlx.inside:vmap",
         note="A strict prep compares the per-example shape: prepare with one example. The program must not "
         "evaluate inside vmap: AutoMLX(compile=True) or AutoMLX() alike.",
     ),
     Composition(
         "mx.compile",
         _SAME_POINT,
+        run="di.engines.mlx.inside:compile",
         note="One compiled program: the di call is traced into the caller's. An unprepared call prepares "
         "at each trace (once per compile).",
     ),

@@ -11,7 +11,8 @@ few differences fixed:
   ``from_dlpack`` (``mx.from_dlpack`` of a float64 array gives float32 too);
 * ``bool`` (MLX calls it ``bool_``), ``hypot``, ``copysign`` and ``nonzero``,
   which MLX lacks, built from its functions;
-* the ``linalg`` functions run on the CPU stream, where MLX has them.
+* the ``linalg`` functions run on the CPU stream, where MLX has them, with the array
+  API's ``vector_norm`` and ``matrix_norm`` (MLX has ``norm``).
 """
 
 from __future__ import annotations
@@ -73,6 +74,20 @@ class _Linalg:
     def __getattr__(self, name: str) -> Any:
         function = getattr(mx.linalg, name)
         return functools.partial(function, stream=mx.cpu) if callable(function) else function
+
+    @staticmethod
+    def vector_norm(x: Any, /, *, axis: Any = None, keepdims: bool = False, ord: Any = 2) -> Any:
+        """The array API's ``vector_norm`` (MLX has ``norm`` only), over every axis
+        by default (``mx.linalg.norm`` takes at most two axes)."""
+        if axis is None:
+            norm = mx.linalg.norm(mx.reshape(x, (-1,)), ord=ord, axis=0, stream=mx.cpu)
+            return mx.reshape(norm, (1,) * x.ndim) if keepdims else norm
+        return mx.linalg.norm(x, ord=ord, axis=axis, keepdims=keepdims, stream=mx.cpu)
+
+    @staticmethod
+    def matrix_norm(x: Any, /, *, keepdims: bool = False, ord: Any = "fro") -> Any:
+        """The array API's ``matrix_norm``: over the last two axes."""
+        return mx.linalg.norm(x, ord=ord, axis=[-2, -1], keepdims=keepdims, stream=mx.cpu)
 
 
 class _Namespace(ModuleType):

@@ -255,6 +255,27 @@ def hessian(checked: Callable[..., Any]) -> Pair:
     return plain_hessian, value_gradient_and_hessian
 
 
+def _second_by_reverse(fx: Callable[[Any], Any], x: Any) -> tuple[Any, Any]:
+    """``(f'(x), f''(x))`` at a scalar ``x`` by reverse over reverse, one pullback per
+    entry of ``f``'s output: for an ``f`` whose derivative MLX cannot differentiate
+    in forward mode, nor transpose (a ``gather`` at indices computed from ``x``, as
+    in the derivative of ``max``: "Cannot calculate JVP/VJP with respect to
+    indices"), which plain reverse over reverse differentiates."""
+    y = fx(x)
+
+    def first(t: Any, cotangent: Any) -> Any:
+        return mx.vjp(fx, [t], [cotangent])[1][0]
+
+    def both(cotangent: Any) -> tuple[Any, Any]:
+        (dy,), (d2y,) = mx.vjp(lambda t: first(t, cotangent), [x], [mx.ones_like(x)])
+        return dy, d2y
+
+    pairs = [both(cotangent) for cotangent in _basis(y.shape, y.dtype)]
+    dy = mx.stack([pair[0] for pair in pairs]).reshape(y.shape) if pairs else mx.zeros_like(y)
+    d2y = mx.stack([pair[1] for pair in pairs]).reshape(y.shape) if pairs else mx.zeros_like(y)
+    return dy, d2y
+
+
 def second_derivative(checked: Callable[..., Any]) -> Pair:
     def value_derivative_and_second_derivative(x: Any, *values: Any) -> Any:
         fx = _values_closed(checked, values)
@@ -263,7 +284,12 @@ def second_derivative(checked: Callable[..., Any]) -> Pair:
         def derivative(x: Any) -> Any:
             return jvp(fx, x, one)[1]
 
-        dy, d2y = jvp(derivative, x, one)
+        try:
+            dy, d2y = jvp(derivative, x, one)
+        except ValueError as err:
+            if "with respect to indices" not in str(err):
+                raise
+            dy, d2y = _second_by_reverse(fx, x)
         return fx(x), dy, d2y
 
     return _plain(value_derivative_and_second_derivative), value_derivative_and_second_derivative

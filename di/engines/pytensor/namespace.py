@@ -20,17 +20,18 @@ from typing import Any
 import numpy as np
 import pytensor.tensor as pt
 from pytensor.tensor import linalg as pt_linalg
+from pytensor.tensor.exceptions import NotScalarConstantError
 
 from di.families.numpy import NUMPY_SPELLINGS
 
 __all__ = ["build_namespace"]
 
 _SAME_NAME = (
-    "abs add all any arange argmax argmin broadcast_arrays broadcast_to ceil clip cos cosh diff einsum empty "
-    "empty_like equal exp expand_dims expm1 eye flip floor full full_like greater greater_equal isfinite isinf "
-    "isnan less less_equal linspace log log1p log2 log10 logaddexp matmul maximum minimum moveaxis not_equal ones "
+    "abs add all any argmax argmin broadcast_arrays broadcast_to ceil clip cos cosh diff einsum empty "
+    "empty_like equal exp expand_dims expm1 flip floor full_like greater greater_equal isfinite isinf "
+    "isnan less less_equal log log1p log2 log10 logaddexp matmul maximum minimum moveaxis not_equal "
     "ones_like repeat reshape round searchsorted sign sin sinh sort sqrt square squeeze stack sum take "
-    "take_along_axis tan tanh tensordot tile tril triu trunc var std where zeros zeros_like real imag conj angle"
+    "take_along_axis tan tanh tensordot tile tril triu trunc var std where zeros_like real imag conj angle"
 ).split()
 
 _RENAMED = {
@@ -154,10 +155,21 @@ def copysign(a: Any, b: Any) -> Any:
 
 
 def _vector_norm(x: Any, axis: Any = None, keepdims: bool = False, ord: Any = 2) -> Any:
+    """The array API's ``vector_norm``: over every element by default (PyTensor's
+    ``norm`` of a matrix without ``axis`` is a matrix norm: the spectral norm for
+    ``ord=2``)."""
+    if axis is None:
+        norm = pt_linalg.norm(pt.reshape(x, (-1,)), ord=ord, axis=0)
+        return pt.reshape(norm, (1,) * x.ndim) if keepdims else norm
     return pt_linalg.norm(x, ord=ord, axis=axis, keepdims=keepdims)
 
 
 def _matrix_norm(x: Any, keepdims: bool = False, ord: Any = "fro") -> Any:
+    """The array API's ``matrix_norm`` over the last two axes; the Frobenius norm
+    from the elements (PyTensor's goes through a complex intermediate whose
+    gradient it refuses)."""
+    if ord == "fro":
+        return pt.sqrt(pt.sum(x * x, axis=(-2, -1), keepdims=keepdims))
     return pt_linalg.norm(x, ord=ord, axis=(-2, -1), keepdims=keepdims)
 
 
@@ -169,10 +181,8 @@ def _linalg() -> Any:
         solve=pt_linalg.solve,
         cholesky=pt_linalg.cholesky,
         norm=pt_linalg.norm,
-        vector_norm=lambda x, axis=None, keepdims=False, ord=2: pt_linalg.norm(
-            x, ord=ord, axis=axis, keepdims=keepdims
-        ),
-        matrix_norm=lambda x, keepdims=False, ord="fro": pt_linalg.norm(x, ord=ord, axis=(-2, -1), keepdims=keepdims),
+        vector_norm=_vector_norm,
+        matrix_norm=_matrix_norm,
         slogdet=pt_linalg.slogdet,
         eigh=pt_linalg.eigh,
         svd=pt_linalg.svd,
@@ -183,6 +193,38 @@ def _linalg() -> Any:
         matrix_transpose=matrix_transpose,
         diagonal=lambda x, offset=0: pt.diagonal(x, offset=offset, axis1=-2, axis2=-1),
     )
+
+
+_CREATION = ("arange", "eye", "full", "linspace", "ones", "zeros")
+"""Creation functions that give a NumPy array (a constant of the graph) when every
+argument is a number: comparisons of a PyTensor variable are not elementwise
+(``pt.arange(4) % 2 == 0`` is the Python ``False``: ``==`` compares the variables'
+identities), and the array API's ``xp.arange(n) % 2 == 0`` must be a mask."""
+
+
+def _creation(name: str) -> Any:
+    symbolic, concrete = getattr(pt, name), getattr(np, name)
+
+    def create(*args: Any, device: Any = None, **kwargs: Any) -> Any:
+        args = tuple(_folded(value) for value in args)
+        kwargs = {key: _folded(value) for key, value in kwargs.items()}
+        if any(isinstance(value, pt.Variable) for value in (*args, *kwargs.values())):
+            return symbolic(*args, **kwargs)
+        return concrete(*args, **kwargs)
+
+    create.__name__ = name
+    return create
+
+
+def _folded(value: Any) -> Any:
+    """A scalar variable PyTensor knows the value of (``v.shape[0]`` of a variable of
+    static shape) as that number; any other value as it is."""
+    if not isinstance(value, pt.TensorVariable) or value.ndim != 0:
+        return value
+    try:
+        return pt.get_underlying_scalar_constant_value(value).item()
+    except NotScalarConstantError:  # a value known only at run time
+        return value
 
 
 def build_namespace() -> types.SimpleNamespace:
@@ -198,6 +240,7 @@ def build_namespace() -> types.SimpleNamespace:
     """
     functions: dict[str, Any] = {name: getattr(pt, name) for name in _SAME_NAME if hasattr(pt, name)}
     functions.update({name: getattr(pt, target) for name, target in _RENAMED.items() if hasattr(pt, target)})
+    functions.update({name: _creation(name) for name in _CREATION})
     functions.update(
         {
             "__name__": "di.engines.pytensor.namespace",

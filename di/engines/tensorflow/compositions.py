@@ -13,6 +13,7 @@ COMPOSITIONS = (
     Composition(
         "tf.function",
         _SAME_POINT,
+        run="di.engines.tensorflow.inside:function",
         note="With or without jit_compile: AutoTensorFlow's programs trace into the caller's graph (a compiled "
         "prep's tf.function is nested in it). An unprepared call prepares at each trace.",
     ),
@@ -25,6 +26,7 @@ COMPOSITIONS = (
     Composition(
         "tf.vectorized_map",
         _SAME_POINT,
+        run="di.engines.tensorflow.inside:vectorized_map",
         note="x is one example: prepare with its shape (a strict prep compares it).",
     ),
 )

@@ -34,6 +34,8 @@ ZERO = tf.UnconnectedGradients.ZERO
 
 Fx = Callable[[Any], tuple[Any, Any]]
 
+EAGER_LOOP_OUTPUTS = 64  # where one eager reverse pass per output stops beating a pfor trace per call
+
 
 def _cast(value: Any, like: Any) -> Any:
     return value if value.dtype == like.dtype else tf.cast(value, like.dtype)
@@ -96,12 +98,12 @@ def second_derivative(fx: Fx, x: Any) -> tuple[Any, Any, Any]:
     nested accumulators under."""
     one = tf.ones_like(x)
     if record.should_record_backprop([x]):
-        with tf.GradientTape() as tape:
+        with tf.GradientTape(persistent=True) as tape:
             tape.watch(x)
             with tf.autodiff.ForwardAccumulator(x, one) as accumulator:
                 y, _ = fx(x)
             dy = accumulator.jvp(y, unconnected_gradients=ZERO)
-        d2y = tape.jacobian(dy, x, unconnected_gradients=ZERO, experimental_use_pfor=True)
+        d2y = _tape_jacobian(tape, dy, x)
         return y, dy, _cast(tf.reshape(d2y, tf.shape(dy)), y)
     with tf.autodiff.ForwardAccumulator(x, one) as outer:
         with tf.autodiff.ForwardAccumulator(x, one) as inner:
@@ -111,8 +113,21 @@ def second_derivative(fx: Fx, x: Any) -> tuple[Any, Any, Any]:
 
 
 def _tape_jacobian(tape: tf.GradientTape, y: Any, x: Any) -> Any:
-    """``tape.jacobian``, vectorised (``pfor``); the loop where ``f`` uses an op
-    that ``pfor`` cannot vectorise."""
+    """``tape.jacobian`` (of a persistent ``tape``), vectorised (``pfor``), or
+    the loop where ``f`` uses an op that ``pfor`` cannot vectorise; eagerly, for
+    at most ``EAGER_LOOP_OUTPUTS`` output elements, one reverse pass per element.
+
+    Eagerly, ``tape.jacobian`` builds and traces a new ``tf.function`` on every
+    call (``pfor`` and its ``while_loop`` fallback alike), whatever the size of
+    ``f``; reverse passes with one-hot cotangents trace nothing. Measured on two
+    loaded cores, same process: 16 outputs 0.14-0.20 s looped against 0.66-0.89 s
+    with ``pfor``; 200 outputs 1.8-2.4 s looped against 0.72-0.78 s.
+    """
+    count = y.shape.num_elements()
+    if tf.executing_eagerly() and count <= EAGER_LOOP_OUTPUTS:
+        basis = tf.reshape(tf.eye(count, dtype=y.dtype), (count, *y.shape))
+        rows = [tape.gradient(y, x, output_gradients=basis[i], unconnected_gradients=ZERO) for i in range(count)]
+        return tf.reshape(tf.stack(rows), (*y.shape, *x.shape))
     try:
         return tape.jacobian(y, x, unconnected_gradients=ZERO, experimental_use_pfor=True)
     except (ValueError, NotImplementedError, tf.errors.InvalidArgumentError):  # pragma: no cover - an op pfor lacks

@@ -45,7 +45,12 @@ _FUNC = frozenset({"same point", "Cache"})
 _PLAIN = frozenset(plain for plain, _ in OPERATOR_FAMILIES.values())
 """The plain operators' names: a program of one with tangents returns its products."""
 COMPOSITIONS = (
-    Composition("torch.func.vmap", _FUNC, note=f"A strict prep compares the per-example shape. {_UNCOMPILED}"),
+    Composition(
+        "torch.func.vmap",
+        _FUNC,
+        run="di.engines.torch.inside:vmap",
+        note=f"A strict prep compares the per-example shape. {_UNCOMPILED}",
+    ),
     Composition("torch.func.grad", _FUNC, note=f"Higher order, as torch.func.grad(torch.func.grad(f)). {_UNCOMPILED}"),
     Composition("torch.func.jacrev", _FUNC, note=_UNCOMPILED),
     Composition("torch.func.jvp", _FUNC, note=_UNCOMPILED),

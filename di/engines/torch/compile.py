@@ -138,6 +138,14 @@ class TorchCompiler:
         fullgraph_default = "fullgraph" not in self.selector.compile_kwargs
         traced = own_code(specializing(function, static_argnums))
         compiled = torch.compile(traced, **options)
+        # dynamo's warnings while it traces are held back: where the trace fails and the
+        # eager run raises (di's own refusal of f's output, whose message formats the
+        # selector's dataclass repr with _thread.get_ident, which dynamo warns it cannot
+        # trace), they describe a trace nobody will use, printed before the real error.
+        # (The caller's filters still apply; like any catch_warnings, this is process-wide
+        # for the time of the trace.)
+        held = warnings.catch_warnings(record=True)
+        caught = held.__enter__()
         try:
             warm_up(compiled)
         except RECURSION_LIMITS as err:
@@ -154,9 +162,13 @@ class TorchCompiler:
             ) from err
         else:
             failure = None
+        finally:
+            held.__exit__(None, None, None)
         if failure is not None:
             # handled outside the except clause: an error f raises below has nothing chained onto it
             self.raise_own_error(failure, lambda: warm_up(function), x)
+        _replay(caught)
+        if failure is not None:
             if not (isinstance(failure, UNSUPPORTED) and fullgraph_default and graph_breaks):
                 raise failure
             reason = str(failure).strip().splitlines()[0]
@@ -336,6 +348,15 @@ def grad_mode_advice(reason: str) -> str:
 
 _LIMIT_HIT = re.compile(r"exceeding the (\w+) cache size limit \(currently set to (\d+)\)")
 _LIMIT_TYPE = re.compile(r"Limit type: (\w+)")
+
+
+def _replay(caught: list[warnings.WarningMessage]) -> None:
+    """Warn again what :meth:`TorchCompiler.compile_now` held back while dynamo traced,
+    now that the trace is used (the caller's filters decide, as they would have)."""
+    for message in caught:
+        warnings.warn_explicit(
+            message.message, message.category, message.filename, message.lineno, source=message.source
+        )
 
 
 def limit_hit(error: BaseException) -> tuple[str, int | None]:

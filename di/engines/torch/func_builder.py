@@ -29,6 +29,7 @@ from di.engines.torch.rules import (
     FORWARD_RULES,
     REVERSE_RULES,
     RULES,
+    custom_operator_error,
     cut_off_error,
     overwritten_error,
     refuse_cut_off,
@@ -111,6 +112,9 @@ class FuncBuilder:
             except RuntimeError as err:
                 if _INDEPENDENT not in str(err) or not outputs:
                     raise
+                custom = custom_operator_error(fn, primals, backend, operator)
+                if custom is not None:
+                    raise custom from err
                 raise cut_off_error(outputs[-1][0] if has_aux else outputs[-1], backend, operator) from err
 
         return strict_jvp

@@ -64,10 +64,14 @@ def storage_address(value: Any) -> int:
 
 def addresses(*groups: Any) -> set[int]:
     """The :func:`storage_address` of every array in ``groups`` (each an array, or
-    a sequence of them: a pytree ``x``'s leaves, the context values), 0 left out."""
-    found = set()
+    a sequence of them: a pytree ``x``'s leaves, the context values, which may be
+    lists, tuples and dicts of arrays themselves), 0 left out."""
+    found: set[int] = set()
     for group in groups:
         for value in group if isinstance(group, (list, tuple)) else (group,):
+            if value.__class__ in (list, tuple, dict):  # a pytree context: (X, y), a dict of tensors
+                found |= addresses(*(value.values() if value.__class__ is dict else value))
+                continue
             address = storage_address(value)
             if address:
                 found.add(address)
@@ -83,22 +87,31 @@ def unshared(tensor: Any, taken: set[int]) -> Any:
     return tensor.clone() if address and address in taken else tensor
 
 
-def owned_aux(aux: Any, taken: Callable[[], set[int]], detach: bool) -> Any:
+def owned_aux(aux: Any, taken: Callable[[], set[int]], detach: bool, computed: bool = False) -> Any:
     """``aux`` as a call returns it: each tensor detached from the call's graph
     (``detach``; a call that keeps the caller's graph returns differentiable
     ones) and copied where it shares memory with an input (:func:`unshared`;
-    ``taken()`` gives the inputs' memory, read once and only for a tensor)."""
+    ``taken()`` gives the inputs' memory, read once and only for a tensor).
+    ``computed``: no input has a graph, so a tensor with one that is no view is
+    one ``f`` computed, whose memory is its own (no look at the inputs' memory).
+    A flat dict of tensors is walked by one comprehension, anything else by
+    torch's pytree map."""
     found: list[set[int]] = []
 
     def own(item: Any) -> Any:
         if not isinstance(item, torch.Tensor):
             return item
+        fresh = computed and item.grad_fn is not None and item._base is None
         if detach:
             item = item.detach()
+        if fresh:
+            return item
         if not found:
             found.append(taken())
         return unshared(item, found[0])
 
+    if aux.__class__ is dict:
+        return {key: own(item) for key, item in aux.items()}
     return torch_pytree.tree_map(own, aux)
 
 

@@ -279,15 +279,17 @@ class Reverse:
         not compiled; with ``create_graph`` left on, the results keep their graph,
         as ``torch.autograd.grad(..., create_graph=True)`` gives them), and plain
         tensors that do not require grad (nor do the context values),
-        differentiated through detached aliases. ``None`` where the prep cannot
-        take it (contexts to convert or write, ``aux``, another operator)."""
-        if not self.torch_leaves or self.convert_any or self.caches or self.has_aux:
+        differentiated through detached aliases. With ``has_aux``, ``aux``'s tensors
+        are returned detached (:func:`~di.engines.torch.ownership.owned_aux`).
+        ``None`` where the prep cannot take it (contexts to convert or write,
+        another operator)."""
+        if not self.torch_leaves or self.convert_any or self.caches:
             return None
         if self.operator != "gradient" or self.structure is None:
             return None
         f, backend, operator, structure = self.f, self.backend, self.operator, self.structure
         leaves_of, unflatten, constants = structure.leaves, structure.unflatten, self.constants
-        as_is, keeps_graph = self.own_leaves, self.keeps_graph
+        as_is, keeps_graph, has_aux = self.own_leaves, self.keeps_graph, self.has_aux
         tensor, is_grad_enabled, conversions = torch.Tensor, torch.is_grad_enabled, REVERSE_RULES.conversion_errors
         is_compiling, transforms_active = dynamo_compiling, torch._C._are_functorch_transforms_active
 
@@ -316,6 +318,8 @@ class Reverse:
                 argument = unflatten(differentiated)
             try:
                 y = f(argument, *values)
+                if has_aux:
+                    y, aux = split_output(y, backend, operator)
                 if y.__class__ is not tensor or not y.requires_grad:
                     y = check_output(y, differentiated, backend, operator, REVERSE_RULES)
                 result = unflatten(backward(y, differentiated, None, connect))
@@ -325,7 +329,10 @@ class Reverse:
                 value = y if connect else y.detach()
                 if y._base is not None or y.grad_fn is None:  # a leaf of x (or a view of one): copied
                     value = unshared(value, addresses(differentiated, values))
-                return (value.reshape(()) if value.ndim else value), result
+                result = (value.reshape(()) if value.ndim else value), result
+            if has_aux:
+                # (no context value requires grad here: a tensor with a graph f computed)
+                return result, owned_aux(aux, lambda: addresses(differentiated, values), not connect, computed=True)
             return result
 
         return run_tree_gradient

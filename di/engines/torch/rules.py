@@ -25,6 +25,7 @@ __all__ = [
     "REVERSE_RULES",
     "RULES",
     "custom_function_error",
+    "custom_operator_error",
     "cut_off_error",
     "overwritten_error",
     "refuse_cut_off",
@@ -241,6 +242,56 @@ def overwritten_error(
     return InvalidInputError(
         f"{where}: f wrote into x in place (x[i] = ..., x += ...), found after f ran. {fate}. {_RULE}"
     )
+
+
+def custom_operator_error(
+    f: Callable[..., Any], primals: Sequence[Any], backend: AbstractBackend, operator: str
+) -> UnsupportedOperatorError | None:
+    """The :class:`di.UnsupportedOperatorError` for an output without a tangent under
+    ``torch.func.jvp`` when ``f`` calls a ``torch.library`` custom operator (which has
+    no forward-mode derivative: ``register_autograd`` gives only a backward), else
+    ``None``. Runs ``f`` once more on ``primals``, watching the operators it calls:
+    only on that error's path.
+
+    Examples:
+        >>> import torch, di
+        >>> from di.engines.torch.rules import custom_operator_error
+        >>> custom_operator_error(torch.sin, (torch.ones(2),), di.AutoTorch(), "pushforward") is None
+        True
+    """
+    seen = _CalledOperators()
+    try:
+        with seen:
+            f(*primals)
+    except Exception:  # the diagnosis is best effort: the caller reports the cut-off output
+        return None
+    if not seen.custom:
+        return None
+    return UnsupportedOperatorError(
+        f"{operator} with {backend!r} runs f in forward mode, which cannot differentiate the torch.library custom "
+        f"operator {seen.custom[0]} in f: register_autograd gives it a backward only, which forward mode does not "
+        f"run. Use gradient or pullback (and their value_* forms), whose eager reverse mode runs it, or let "
+        f"DifferentiateWith(f, AutoTorch()) serve f to another engine; or give the operator's computation in torch "
+        f"operations instead of a custom operator."
+    )
+
+
+class _CalledOperators(torch.overrides.TorchFunctionMode):
+    """Records the ``torch.library`` custom operators (outside torch's own
+    namespaces) called while it is active."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.custom: list[str] = []
+
+    def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        namespace = getattr(func, "namespace", None)
+        if isinstance(func, torch._ops.OpOverload) and namespace not in _TORCH_NAMESPACES:
+            self.custom.append(f"{namespace}::{func._opname}")
+        return func(*args, **(kwargs or {}))
+
+
+_TORCH_NAMESPACES = ("aten", "prim", "prims", "_c10d_functional", "c10d", "inductor")
 
 
 def _custom_operator(error: BaseException) -> bool:

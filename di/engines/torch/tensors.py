@@ -37,6 +37,15 @@ def requires_grad(value: Any) -> bool:
     found = getattr(value, "requires_grad", None)  # (isinstance of torch.Tensor costs more)
     if found is not None:
         return found is True
+    if value.__class__ is tuple or value.__class__ is list:  # (a batch (X, y): no flatten)
+        for item in value:
+            found = getattr(item, "requires_grad", None)
+            if found is None:
+                break  # something else inside: the general look below
+            if found is True:
+                return True
+        else:
+            return False
     if value.__class__ in _PLAIN_VALUES or not is_pytree(value):
         return False
     return any(getattr(leaf, "requires_grad", False) is True for leaf in tree_leaves(value))

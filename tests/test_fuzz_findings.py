@@ -1,0 +1,69 @@
+"""Defects the differential fuzzer found (``python -m di fuzz``), each kept fixed on every
+engine: the shrunk program that showed it agrees with the high-accuracy reference."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+from conftest import backend_params
+
+import di
+from di.testing import engine_backends
+from di.testing.fuzz import Program, check
+
+ENGINES = engine_backends(compiled=False)
+
+FOUND = {
+    # MLX's namespace had no linalg.vector_norm (MLX has norm only): AttributeError
+    "vector_norm": Program(("vector_norm",), "scalar", 2, 10100303),
+    # on PyTensor xp.arange(n) % 2 == 0 was the Python False (a variable's == compares
+    # identities), and xp.where refused it with PyTensor's TypeError
+    "where_mask": Program(("where",), "scalar", 4, 10100308),
+}
+
+CURVES = {
+    # PyTensor: v.shape[0] of an intermediate is a variable, so xp.arange(v.shape[0]) % 2 == 0
+    # was the Python False there too (the namespace folds a shape PyTensor knows statically)
+    "where_mask_of_a_curve": (Program(("where",), "scalar", 2, 300012, "scalar"), "second_derivative"),
+    # MLX: the second derivative through max (its derivative gathers at indices computed from
+    # x, which MLX differentiates in neither forward mode nor the transposed pullback) raised
+    # MLX's ValueError; reverse over reverse, one entry of the output at a time, computes it
+    "max_of_a_curve": (Program(("max",), "vector", 2, 400014, "scalar"), "second_derivative"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(FOUND))
+@pytest.mark.parametrize("backend", backend_params(ENGINES))
+def test_a_program_the_fuzzer_found_agrees_with_the_reference(backend: Any, name: str) -> None:
+    program = FOUND[name]
+    check(program, "gradient", backend)
+
+
+@pytest.mark.parametrize("name", sorted(CURVES))
+@pytest.mark.parametrize("backend", backend_params(ENGINES))
+def test_a_scalar_program_the_fuzzer_found_agrees_with_the_reference(backend: Any, name: str) -> None:
+    program, operator = CURVES[name]
+    check(program, operator, backend)
+
+
+def norms(x: Any) -> Any:
+    xp = di.array_namespace(x)
+    rows = xp.linalg.vector_norm(x, axis=1, keepdims=True)
+    return (
+        xp.linalg.vector_norm(x)
+        + xp.sum(rows * rows)
+        + xp.linalg.vector_norm(x, ord=1)
+        + xp.linalg.matrix_norm(x) * 0.5
+        + xp.sum(xp.linalg.vector_norm(x, axis=0))
+    )
+
+
+@pytest.mark.parametrize("backend", backend_params(ENGINES))
+def test_the_array_api_norms_on_every_engine(backend: Any) -> None:
+    x = np.array([[0.3, -0.5, 0.9], [1.0, 0.2, -0.4]])
+    flat = np.linalg.norm(x)
+    expected = x / flat + 2 * x + np.sign(x) + 0.5 * x / flat + x / np.linalg.norm(x, axis=0)
+    rtol, atol = di.testing.default_tolerances(backend, np.float64)
+    np.testing.assert_allclose(np.asarray(di.gradient(norms, backend, x)), expected, rtol=max(rtol, 1e-6), atol=atol)
