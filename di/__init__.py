@@ -111,6 +111,17 @@ def _register_engines() -> None:
 
 loaders.set_engine_loader(_register_engines)
 
+
+def _array_namespace(*values: Any) -> Any:
+    """``di.array_namespace``, imported when first asked: what the complex numbers'
+    real view, a lower layer, computes on the engines' values with (:mod:`di.loaders`)."""
+    from di.namespace import array_namespace
+
+    return array_namespace(*values)
+
+
+loaders.set_array_namespace(_array_namespace)
+
 _LAZY: dict[str, str] = {
     "register_backend": "di.backends.registry",
     "register_engine": "di.backends.selectors",

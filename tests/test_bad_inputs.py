@@ -216,7 +216,6 @@ def _bad_xs() -> list[tuple[str, Any, tuple[str, ...]]]:
     cases: list[tuple[str, Any, tuple[str, ...]]] = [
         ("int-array", lambda: np.arange(3), convert),
         ("bool-array", lambda: np.array([True, False, True]), convert),
-        ("complex-array", lambda: np.ones(3, dtype=np.complex128), ("real and imaginary",)),
         ("object-array", lambda: np.array([1.0, "a", None], dtype=object), convert),
         ("list", lambda: [1.0, 2.0, 3.0], convert),
         ("None", lambda: None, ("floating-point array",)),

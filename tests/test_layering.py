@@ -39,7 +39,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
         ("di/__init__.py", "di/namespace.py", "di/mixing/", "di/engines/*/host.py", "di/engines/*/namespace.py"),
     ),
     ("operators", ("di/operators/",)),
-    ("strategies", ("di/sparse/", "di/second_order/", "di/fastest/")),
+    ("strategies", ("di/sparse/", "di/second_order/", "di/fastest/", "di/complex/")),
     ("engines", ("di/engines/",)),
     ("backends", ("di/backends/",)),
     ("prep", ("di/prep/",)),

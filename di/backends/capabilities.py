@@ -73,6 +73,10 @@ class Capabilities:
             programs take ``has_aux``; ``has_aux=True`` for another native
             family is refused at preparation. An operator the fallbacks build
             takes it when the primitive it is built from does.
+        complex_numbers: whether the engine differentiates through complex
+            values (``f`` of a complex ``x`` is differentiated through its real
+            view, :mod:`di.complex`, whose rebuilt ``x`` is complex).
+        complex_note: why it does not, and what to do instead (the refusal says it).
         float64: whether the engine evaluates ``f`` in float64 whatever ``x``'s
             dtype (finite differences).
         differentiates: which programs, as :class:`di.SecondOrder`'s outer
@@ -101,6 +105,8 @@ class Capabilities:
     pytrees: frozenset[str] = frozenset()
     compiled_pytrees: frozenset[str] | None = None
     aux: frozenset[str] = frozenset()
+    complex_numbers: bool = True
+    complex_note: str = ""
     float64: bool = False
     differentiates: str = "none"
     transforms: tuple[str, ...] = field(default=())

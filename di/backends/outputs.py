@@ -182,7 +182,10 @@ def raise_bad_output(y: Any, backend: AbstractBackend, operator: str = "gradient
     elif shape is not None and not is_one_element(tuple(shape)):
         hint = " Reduce it to a scalar (for example with .sum()), or use jacobian for array outputs."
     elif complex_output:
-        hint = " Differentiate its real part or its squared modulus instead."
+        hint = (
+            f" {operator} needs a real-valued f (also at a complex x). Return its real part (xp.real(y)) or its "
+            f"squared modulus (xp.abs(y) ** 2)."
+        )
     else:
         hint = " Return a floating-point 0-d array (or an array of one element)."
     raise InvalidOutputError(

@@ -294,6 +294,13 @@ class Family:
         dtypes 32-bit outside ``enable_x64``); by default none."""
         return contextlib.nullcontext()
 
+    def fused(self, function: Callable[..., Any]) -> Callable[..., Any]:
+        """``function`` (a few array operations on this family's arrays, such as the
+        real view of a complex ``x``, :mod:`di.complex`) as one call where the
+        library compiles (JAX: ``jax.jit``, one dispatch instead of one per
+        operation); by default ``function`` itself."""
+        return function
+
     def astype(self, array: Any, dtype_name: str) -> Any:
         """``array`` cast to the dtype named ``dtype_name`` (``"float32"``)."""
         xp = self.namespace()

@@ -219,9 +219,16 @@ class Signature:
         self.x_specs, self.operand_specs = tuple(x_specs), dict(operand_specs)
         for index, (_, dtype) in enumerate(self.x_specs):
             if not is_floating_dtype(np.dtype(dtype)):
+                remedy = "Pass integer or boolean data as a di.Constant."
+                if np.dtype(dtype).kind == "c":  # each engine has its own convention for complex cotangents
+                    remedy = (
+                        "A complex input is not offered across engines: pass its real and imaginary parts as two "
+                        "real arrays (and rebuild it inside f), or differentiate f with its own engine's backend, "
+                        "where di's operators take complex x (see the complex numbers page)."
+                    )
                 raise InvalidInputError(
                     f"DifferentiateWith: leaf {index} of x has dtype {dtype}; the differentiated input must hold real "
-                    f"floating-point arrays. Pass integer or boolean data as a di.Constant."
+                    f"floating-point arrays. {remedy}"
                 )
         self.family = engine_family(backend)
         strategy = get_strategy(backend)

@@ -21,6 +21,8 @@ from di.backends.protocol import Adapter
 from di.backends.registry import get_adapter, get_strategy
 from di.backends.selectors import AbstractBackend, check_flag
 from di.backends.source import ProgramSource
+from di.complex import prepare_complex
+from di.complex.view import refuse_complex
 from di.errors import InvalidInputError
 from di.families import family_of, get_family
 from di.operators.programs import caller_programs
@@ -76,15 +78,40 @@ def prepare_operator(
     resolved = _resolve(backend)  # a selector, and installed: said before anything about x
     check_flattens(x, "x")
     x_facts = Facts("x", x)  # what the preparation asks of x, and below of each context's value
-    _check_x(operator, x_facts)
+    complex_x = _check_x(operator, x_facts)
     values = wrapped_values(contexts)
     if operator.tangents is not None:
-        tangents = check_tangents(tangents, operator.tangents, family)
+        tangents = check_tangents(tangents, operator.tangents, family, complex_ok=complex_x)
         if operator.tangents == "tx":
             _check_tangent_shapes(tangents, x_facts)
     facts = ArgumentFacts(x_facts, values)
     request = PrepareRequest(family, f, x, tangents, tuple(contexts), strict, same_point, has_aux, value, facts)
+    if complex_x:
+        return _prepare_complex(backend, resolved, request)
     return _prepare(backend, resolved, request)
+
+
+def _prepare_complex(backend: AbstractBackend, resolved: Resolved, request: PrepareRequest) -> Prep:
+    """The prep of a request at a complex ``x``: its real view's (:mod:`di.complex`),
+    prepared on the same backend, behind programs that take the complex ``x``."""
+    programs, info = prepare_complex(request, OPERATORS, lambda real: _prepare(backend, resolved, real))
+    operator = OPERATORS[request.operator]
+    x, contexts = request.x, request.contexts
+    return Prep(
+        request.operator,
+        request.f,
+        backend,
+        x,
+        contexts,
+        programs,
+        request.strict,
+        request.tangents,
+        operator.tangents or "tx",
+        same_point_check(x, contexts) if request.same_point else None,
+        info=info,
+        has_aux=request.has_aux,
+        facts=request.facts,
+    )
 
 
 def prepare_request(backend: AbstractBackend, request: PrepareRequest) -> Prep:
@@ -109,6 +136,7 @@ def prepare_from_source(
     x, contexts, tangents = request.x, request.contexts, request.tangents
     facts = _facts(request)
     source.check_contexts(contexts)
+    refuse_complex(request.f, backend, source.adapter.capabilities)
     _check_engine_dtypes(source, backend, facts)
     if facts.x.pytree:  # every leaf checked, the first bad one named
         if source.checks_own_pytrees:
@@ -206,24 +234,28 @@ def _resolve(backend: Any) -> Resolved:
     return (None, get_adapter(backend)) if strategy is None else (strategy, None)
 
 
-def _check_x(operator: Operator, facts: Facts) -> None:
+def _check_x(operator: Operator, facts: Facts) -> bool:
+    """Refuse an ``x`` that ``operator`` cannot differentiate; answer whether it is
+    a complex array (differentiated through its real view, :mod:`di.complex`)."""
     x = facts.value
     refuse_array_kinds(facts)  # (a pytree's leaves too)
     if facts.pytree:
         if operator.scalar_x:
             raise InvalidInputError(f"{operator.family} needs a scalar x (a 0-d array or a float), not a pytree")
         refuse_storage_leaves(facts, operator.family)
-        return
-    refuse_x(facts, operator.family)
+        return False
+    complex_x = refuse_x(facts, operator.family, complex_ok=True)
     if operator.scalar_x and _shape_of(x) != ():
         raise InvalidInputError(
             f"{operator.family} needs a scalar x (a 0-d array or a float), not shape {tuple(x.shape)}; "
             f"use jacobian (or hessian) for array inputs."
         )
+    return complex_x
 
 
-def check_tangents(tangents: Any, label: str, operator: str) -> tuple[Any, ...]:
-    """Validate a tuple of tangents (``tx``) or cotangents (``ty``).
+def check_tangents(tangents: Any, label: str, operator: str, complex_ok: bool = False) -> tuple[Any, ...]:
+    """Validate a tuple of tangents (``tx``) or cotangents (``ty``); complex ones
+    only with ``complex_ok`` (those of a complex ``x``).
 
     Raises:
         InvalidInputError: not a tuple or list of arrays, one that holds itself,
@@ -241,7 +273,7 @@ def check_tangents(tangents: Any, label: str, operator: str) -> tuple[Any, ...]:
         check_flattens(tangent, f"{label}[{index}]")
         if family_of(tangent) is None and not isinstance(tangent, float) and not is_pytree(tangent):
             raise InvalidInputError(f"{label}[{index}] must be an array or pytree, not {type(tangent).__name__}")
-    check_tangent_dtypes(values, label)
+    check_tangent_dtypes(values, label, complex_ok)
     return tuple(tangents)
 
 
@@ -357,12 +389,15 @@ def _check_engine_dtypes(source: ProgramSource, backend: AbstractBackend, facts:
         for _, leaf, family in argument.leaves:
             if family is None or family == engine.name or engine.takes_dtype(leaf.dtype):
                 continue
-            name = argument.name
             dtype, display = get_family(family).describe_dtype(leaf.dtype), engine.display or engine.name
+            if argument is facts.x and facts.x.pytree and "complex" in dtype:
+                continue  # a complex leaf of x: refused next, by its path, with what to do
+            name = argument.name
             array = name if " " not in name else "value"
+            cast = "complex64" if "complex" in dtype else "float64"
             raise InvalidInputError(
                 f"{backend!r} cannot take {name} of dtype {dtype}: its engine computes in {display} arrays, which "
-                f"have no {dtype}. Cast it to float64 ({array}.astype(np.float64)), or use a backend whose engine "
+                f"have no {dtype}. Cast it to {cast} ({array}.astype(np.{cast})), or use a backend whose engine "
                 f"computes in {get_family(family).display} arrays."
             )
 

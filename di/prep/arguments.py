@@ -40,16 +40,20 @@ def check_x(x: Any, operator: str) -> None:
     refuse_x(Facts("x", x), operator)
 
 
-def refuse_x(facts: Facts, operator: str) -> None:
-    """:func:`check_x` of ``x``'s :class:`~di.prep.facts.Facts`.
+def refuse_x(facts: Facts, operator: str, complex_ok: bool = False) -> bool:
+    """:func:`check_x` of ``x``'s :class:`~di.prep.facts.Facts`; with
+    ``complex_ok``, a complex array passes too.
+
+    Returns:
+        Whether ``x`` is a complex array (only with ``complex_ok``).
 
     Raises:
         InvalidInputError: ``x`` is not an array or Python float, or its dtype is
-            not real floating point.
+            not floating point (real, or with ``complex_ok`` complex).
     """
     x, family = facts.value, facts.family
     if isinstance(x, float):
-        return
+        return False
     if family is None and traced_type(x) is not None:
         x = concrete(x)  # which backends take it is the operator layer's to check
         family = family_of(x)
@@ -61,7 +65,9 @@ def refuse_x(facts: Facts, operator: str) -> None:
         hint = ""
         if isinstance(x, (list, tuple)):
             hint = " Convert it first, e.g. np.asarray(x, dtype=float)."
-        elif isinstance(x, (bool, int, complex)):
+        elif isinstance(x, complex):
+            hint = " Pass a complex array, e.g. np.asarray(x)."
+        elif isinstance(x, (bool, int)):
             hint = " Pass a float array, e.g. np.asarray(x, dtype=float)."
         elif hasattr(x, "shape") and hasattr(x, "dtype"):
             hint = (
@@ -76,12 +82,15 @@ def refuse_x(facts: Facts, operator: str) -> None:
     _refuse_storage_format(family, name, "x", operator)
     if not is_floating_dtype(dtype):
         if "complex" in name:
+            if complex_ok:
+                return True
             fix = "differentiate the real and imaginary parts as separate real arrays"
         else:
             fix = "convert it to a floating-point dtype, e.g. x.astype(float)"
         raise InvalidInputError(
             f"x must be a real floating-point array for {operator}: got a {family} array of dtype {name}; {fix}."
         )
+    return False
 
 
 def check_array_kinds(value: Any, name: str) -> None:
@@ -165,7 +174,7 @@ def refuse_storage_leaves(facts: Facts, operator: str) -> None:
             _refuse_storage_format(family, get_family(family).describe_dtype(leaf.dtype), path, operator)
 
 
-def check_tangent_dtypes(tangents: Sequence[Any], label: str) -> None:
+def check_tangent_dtypes(tangents: Sequence[Any], label: str, complex_ok: bool = False) -> None:
     """Refuse tangents (``tx``) or cotangents (``ty``) whose arrays hold no real
     numbers: every engine drops a complex tangent's imaginary part without a
     word, and object or string arrays reach the engines as their own errors (or
@@ -174,6 +183,7 @@ def check_tangent_dtypes(tangents: Sequence[Any], label: str) -> None:
     Args:
         tangents: the tuple of tangents, each an array or a pytree of arrays.
         label: ``"tx"`` or ``"ty"``, for the message.
+        complex_ok: complex tangents pass too (those of a complex ``x``).
 
     Raises:
         InvalidInputError: naming the tangent (and the leaf of a pytree), its
@@ -189,7 +199,7 @@ def check_tangent_dtypes(tangents: Sequence[Any], label: str) -> None:
             kind = dtype_kind(leaf.dtype)
             dtype = get_family(family).describe_dtype(leaf.dtype)
             _refuse_storage_format(family, dtype, path, f"the {word}")
-            if kind in ("float", "int", "bool"):
+            if kind in ("float", "int", "bool") or (complex_ok and kind == "complex"):
                 continue
             if kind == "complex":
                 raise InvalidInputError(

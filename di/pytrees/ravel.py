@@ -55,7 +55,10 @@ def check_floating_leaves(leaves: Sequence[Any], paths: Sequence[str]) -> None:
             kind = type(leaf).__name__ if family_of(leaf) is None else f"an array of dtype {leaf.dtype}"
             remedy = "convert it (np.asarray(..., dtype=float)) or pass it as a di.Constant"
             if "complex" in str(getattr(leaf, "dtype", type(leaf).__name__)):
-                remedy = "pass its real and imaginary parts as two real leaves, or pass it as a di.Constant"
+                remedy = (
+                    "pass its real and imaginary parts as two real leaves, or pass it as a di.Constant (a complex "
+                    "array x, not in a pytree, is differentiated as documented on the complex numbers page)"
+                )
             raise InvalidInputError(
                 f"every leaf of x must be a real floating-point array, but {path} is {kind}; {remedy}."
             )

@@ -25,6 +25,7 @@ import numpy as np
 import di
 from di.contexts import Cache, Constant
 from di.families import family_of, get_family
+from di.pytrees import tree_flatten
 from di.testing.arrays import from_numpy_in
 from di.testing.scenario import OPERATORS, Scenario
 from di.testing.scenario_table import SAME_X, Analytic, Fixed, NaNs, Point, Row, RowGroup, Uniform
@@ -592,6 +593,13 @@ def _aux_group(rng: np.random.Generator) -> list[Scenario]:
     return [Scenario(**arguments) for arguments in aux_scenario_arguments(rng)]
 
 
+def _complex_group(rng: np.random.Generator) -> list[Scenario]:
+    from di.testing.complex_scenarios import complex_scenario_arguments
+
+    # complex x: the convention of docs/complex.md, on every engine that differentiates complex values
+    return [Scenario(**arguments) for arguments in complex_scenario_arguments(rng)]
+
+
 #: The groups :func:`default_scenarios` builds, by name. Each builder gets its own random
 #: generator (from the seed and the group's name), so adding a group moves no other group's
 #: points. A module adding scenarios adds its builder here.
@@ -603,7 +611,14 @@ SCENARIO_GROUPS: dict[str, ScenarioGroup] = {
     "sparse": _sparse_group,
     "pytree": PYTREE,
     "aux": _aux_group,
+    "complex": _complex_group,
 }
+
+
+def _holds(family: str, x: Any) -> bool:
+    """Whether arrays of ``family`` hold ``x``'s dtype (every leaf's)."""
+    record = get_family(family)
+    return all(record.takes_dtype(leaf.dtype) for leaf in tree_flatten(x)[0] if hasattr(leaf, "dtype"))
 
 
 def default_scenarios(
@@ -671,5 +686,7 @@ def default_scenarios(
         for scenario in scenarios:
             if family != own and isinstance(scenario.x, float):
                 continue  # a Python float x has no family to convert to
+            if family != own and not _holds(family, scenario.x):
+                continue  # a dtype the family has not (MLX and complex128)
             result.append(scenario.with_family(family))
     return result

@@ -78,7 +78,7 @@ def default_tolerances(backend: Any, dtype: Any, order: int = 1) -> tuple[float,
         >>> default_tolerances(di.AutoJAX(), np.float64), default_tolerances(di.AutoFiniteDiff(), np.float64)
         ((1e-09, 1e-12), (1e-06, 1e-09))
     """
-    name = dtype_name(dtype)
+    name = {"complex64": "float32", "complex128": "float64"}.get(dtype_name(dtype), dtype_name(dtype))
     if "16" in name:
         rtol, atol = 1e-2, 1e-4
     elif "32" in name:

@@ -30,7 +30,18 @@ def cast(x: Any, dtype: Any) -> Any:
     return np.asarray(x).astype(dtype)
 
 
-defvjp(cast, lambda ans, x, dtype: lambda g: cast(g, np.result_type(x)))
+def _back(g: Any, x: Any) -> Any:
+    """The cotangent of a cast of ``x``, in ``x``'s dtype: of a real ``x`` cast to
+    complex, the real part (a cast would drop it with NumPy's ComplexWarning)."""
+    dtype = np.result_type(x)
+    if np.iscomplexobj(getval(g)) and not np.issubdtype(dtype, np.complexfloating):
+        import autograd.numpy as anp
+
+        g = anp.real(g)
+    return cast(g, dtype)
+
+
+defvjp(cast, lambda ans, x, dtype: lambda g: _back(g, x))
 defjvp(cast, lambda g, ans, x, dtype: cast(g, dtype))
 
 

@@ -215,6 +215,11 @@ class JaxFamily(Family):
             return jax.enable_x64(True)  # type: ignore[no-any-return]
         return contextlib.nullcontext()
 
+    def fused(self, function: Callable[..., Any]) -> Callable[..., Any]:
+        import jax
+
+        return jax.jit(function)  # type: ignore[no-any-return]
+
     def astype(self, array: Any, dtype_name: str) -> Any:
         with self.scope((dtype_name,)):
             return array.astype(dtype_name)

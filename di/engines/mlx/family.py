@@ -23,7 +23,7 @@ from di.families.registry import is_64_bit
 
 __all__ = ["FAMILY", "MlxFamily", "mlx_dtype"]
 
-_NO_MLX_DTYPE = ("float128", "complex256")
+_NO_MLX_DTYPE = ("float128", "complex128", "complex256")  # (MLX has complex64 only)
 
 
 def mlx_dtype(name: str) -> Any:

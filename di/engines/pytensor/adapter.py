@@ -203,6 +203,13 @@ class PyTensorAdapter(Adapter):
             "AutoJAX or AutoFiniteDiff."
         ),
         differentiates="none",
+        complex_numbers=False,
+        complex_note=(
+            "PyTensor's gradients refuse complex intermediate values (pytensor.gradient.grad accepts real "
+            "gradient terms only), and f at a complex x computes on complex values. Use AutoJAX, AutoTorch, "
+            "AutoAutograd, AutoTensorFlow, AutoMLX or AutoFiniteDiff, or write f over the real and imaginary parts "
+            "as real arrays."
+        ),
     )
 
     def _program(

@@ -31,7 +31,7 @@ _SAME_NAME = (
     "empty_like equal exp expand_dims expm1 flip floor full_like greater greater_equal isfinite isinf "
     "isnan less less_equal log log1p log2 log10 logaddexp matmul maximum minimum moveaxis not_equal "
     "ones_like repeat reshape round searchsorted sign sin sinh sort sqrt square squeeze stack sum take "
-    "take_along_axis tan tanh tensordot tile tril triu trunc var std where zeros_like"
+    "take_along_axis tan tanh tensordot tile tril triu trunc var std where zeros_like real imag conj angle"
 ).split()
 
 _RENAMED = {
@@ -267,7 +267,19 @@ def build_namespace() -> types.SimpleNamespace:
             "newaxis": None,
         }
     )
-    for dtype in ("float16", "float32", "float64", "int8", "int16", "int32", "int64", "uint8", "bool"):
+    for dtype in (
+        "float16",
+        "float32",
+        "float64",
+        "complex64",
+        "complex128",
+        "int8",
+        "int16",
+        "int32",
+        "int64",
+        "uint8",
+        "bool",
+    ):
         functions[dtype] = np.dtype(dtype)
     functions["finfo"] = np.finfo
     functions["iinfo"] = np.iinfo

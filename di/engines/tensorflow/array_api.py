@@ -54,7 +54,14 @@ def asarray(obj: Any, /, *, dtype: Any = None, device: Any = None, copy: Any = N
 
 
 def astype(x: Any, dtype: Any, /, *, copy: bool = True, device: Any = None) -> Any:
-    return tf.cast(x, _dtype(dtype))
+    target = _dtype(dtype)
+    x = tf.convert_to_tensor(x)
+    if target.is_complex and not x.dtype.is_complex:
+        # tf.complex's gradient takes the real part; tf.cast's casts a complex gradient to a real dtype,
+        # which is right but logs "discard the imaginary part" at every backward pass
+        real = tf.cast(x, target.real_dtype)
+        return tf.complex(real, tf.zeros_like(real))
+    return tf.cast(x, target)
 
 
 def reshape(x: Any, /, shape: Sequence[int], *, copy: Any = None) -> Any:

@@ -1,0 +1,230 @@
+"""Complex x on every engine: one convention (docs/complex.md), checked against analytic references.
+
+For a real-valued f of z = a + ib the gradient is df/da + i df/db; for a holomorphic f the
+pushforward is J v, the pullback J^H w, the jacobian and derivative the complex derivative; the
+Hessian is the real one of shape (2, *x.shape, 2, *x.shape). Every engine of the registry, eager
+and compiled, in NumPy and its own family, at complex64 and complex128.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+from conftest import (
+    BACKENDS,
+    BACKENDS_AND_SCHEMES,
+    ENGINES,
+    FAMILIES,
+    as_family,
+    backend_params,
+    capabilities,
+    to_numpy,
+    tolerance,
+)
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import di
+from di.families import get_family
+from di.testing import approximates
+
+A = 1.0 + 2.0j  # f's coefficient
+
+
+def real_f(z: Any) -> Any:
+    """Re(sum(A z^2)) + |z|^2 / 2: real-valued, not holomorphic."""
+    xp = di.array_namespace(z)
+    return xp.real(xp.sum(z * z * A)) + xp.sum(xp.real(z * xp.conj(z))) / 2
+
+
+def real_f_gradient(z: np.ndarray) -> np.ndarray:
+    return 2 * np.conj(A * z) + z
+
+
+def real_f_hvp(v: np.ndarray) -> np.ndarray:
+    return 2 * np.conj(A * v) + v
+
+
+def holomorphic(z: Any) -> Any:
+    """exp(z) z + z^3, elementwise."""
+    xp = di.array_namespace(z)
+    return xp.exp(z) * z + z * z * z
+
+
+def holomorphic_derivative(z: np.ndarray) -> np.ndarray:
+    return np.exp(z) * (1 + z) + 3 * z * z
+
+
+def squared_moduli(z: Any) -> Any:
+    """|z|^2 elementwise: real-valued."""
+    xp = di.array_namespace(z)
+    return xp.real(z * xp.conj(z))
+
+
+def conjugate(z: Any) -> Any:
+    """conj(z): complex-valued, nowhere holomorphic."""
+    return di.array_namespace(z).conj(z)
+
+
+def real_hessian(z: np.ndarray) -> np.ndarray:
+    """The reference (2, n, 2, n) real Hessian of real_f: column (q, k) is the hvp along the
+    real (q = 0) or imaginary (q = 1) unit at k, split into its real view."""
+    n = z.size
+    hessian = np.zeros((2, n, 2, n))
+    for q, unit in enumerate((1.0, 1.0j)):
+        for k in range(n):
+            v = np.zeros(n, complex)
+            v[k] = unit
+            h = real_f_hvp(v)
+            hessian[0, :, q, k], hessian[1, :, q, k] = h.real, h.imag
+    return hessian
+
+
+def point(dtype: Any, n: int = 4, seed: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    x, v, w = (rng.normal(size=n) + 1j * rng.normal(size=n) for _ in range(3))
+    return x.astype(dtype) * 0.5, v.astype(dtype), w.astype(dtype)
+
+
+def close(actual: Any, expected: Any, backend: Any, dtype: Any, what: str) -> None:
+    """``actual`` (any family, complex or real) matches ``expected`` within the backend's
+    tolerance at the real precision of ``dtype``, its dtype that of ``expected``'s kind."""
+    real_dtype = np.float32 if np.dtype(dtype) == np.complex64 else np.float64
+    rtol, atol = tolerance(backend, real_dtype)
+    if approximates(backend):  # (the Hessian from differences of gradients: a few times the gradient's error)
+        rtol, atol = max(rtol, 1e-6), max(atol, 1e-6)
+    actual, expected = to_numpy(actual), np.asarray(expected)
+    assert actual.shape == expected.shape, f"{what}: shape {actual.shape} != {expected.shape}"
+    if np.iscomplexobj(expected):
+        assert actual.dtype == np.dtype(dtype), f"{what}: dtype {actual.dtype}, not {np.dtype(dtype)}"
+    scale = max(1.0, float(np.max(np.abs(expected)))) if expected.size else 1.0
+    np.testing.assert_allclose(actual, expected, rtol=rtol, atol=atol * scale, err_msg=f"{what} on {backend!r}")
+
+
+def complex_families(backend: Any) -> list[str]:
+    """NumPy and the engine's own family, where it holds complex numbers."""
+    return list(dict.fromkeys(["numpy", capabilities(backend).family]))
+
+
+def takes(backend: Any, dtype: Any) -> bool:
+    """Whether the backend's engine differentiates at a complex x of ``dtype`` (its
+    capabilities say so, and its family has the dtype)."""
+    record = capabilities(backend)
+    return record.complex_numbers and get_family(record.family).takes_dtype(np.dtype(dtype))
+
+
+CASES = [
+    pytest.param(b, family, dtype, id=f"{b.label if hasattr(b, 'label') else b!r}-{family}-{np.dtype(dtype).name}")
+    for b in BACKENDS
+    for family in complex_families(b)
+    if family in FAMILIES
+    for dtype in (np.complex64, np.complex128)
+    if get_family(family).takes_dtype(np.dtype(dtype))  # (a family without complex128 holds no such x)
+]
+
+
+def _id(param: Any) -> str:
+    return param.id
+
+
+@pytest.mark.parametrize(("backend", "family", "dtype"), CASES)
+def test_every_operator_follows_the_convention(backend: Any, family: str, dtype: Any) -> None:
+    x0, v0, w0 = point(dtype)
+    x, v, w = (as_family(a, family) for a in (x0, v0, w0))
+    if not takes(backend, dtype):
+        with pytest.raises(di.UnsupportedOperatorError, match="complex"):
+            di.gradient(real_f, backend, x)
+        return
+    g = real_f_gradient(x0)
+    close(di.gradient(real_f, backend, x), g, backend, dtype, "gradient")
+    y, g1 = di.value_and_gradient(real_f, backend, x)
+    close(y, np.real(np.sum(A * x0 * x0)) + np.sum(np.abs(x0) ** 2) / 2, backend, dtype, "value")
+    close(g1, g, backend, dtype, "value_and_gradient")
+    close(di.hvp(real_f, backend, x, (v,))[0], real_f_hvp(v0), backend, dtype, "hvp")
+    close(di.hessian(real_f, backend, x), real_hessian(x0), backend, dtype, "hessian")
+    jacobian = np.diag(holomorphic_derivative(x0))
+    close(di.jacobian(holomorphic, backend, x), jacobian, backend, dtype, "jacobian")
+    y, pushed = di.value_and_pushforward(holomorphic, backend, x, (v,))
+    close(y, np.exp(x0) * x0 + x0**3, backend, dtype, "value_and_pushforward's value")
+    close(pushed[0], jacobian @ v0, backend, dtype, "pushforward")
+    close(di.pullback(holomorphic, backend, x, (w,))[0], jacobian.conj().T @ w0, backend, dtype, "pullback")
+    x_scalar = as_family(x0[:1].reshape(()), family)
+    close(di.derivative(holomorphic, backend, x_scalar), holomorphic_derivative(x0[0]), backend, dtype, "derivative")
+    np.testing.assert_array_equal(to_numpy(x), x0)  # x never written
+
+
+@pytest.mark.parametrize("backend", backend_params([b for b in ENGINES if takes(b, np.complex128)]))
+def test_real_valued_and_non_holomorphic_outputs(backend: Any) -> None:
+    x, v, _ = point(np.complex128)
+    w = np.arange(1.0, 5.0)
+    # a real-valued f: each jacobian row in the gradient's convention, the pullback of a real w
+    # its combination, the pushforward the real directional derivative
+    close(di.jacobian(squared_moduli, backend, x), np.diag(2 * x), backend, np.complex128, "jacobian")
+    close(di.pullback(squared_moduli, backend, x, (w,))[0], 2 * w * x, backend, np.complex128, "pullback")
+    pushed = di.pushforward(squared_moduli, backend, x, (v,))[0]
+    close(pushed, 2 * np.real(np.conj(x) * v), backend, np.complex128, "pushforward")
+    with pytest.raises(di.InvalidInputError, match="real"):
+        di.pullback(squared_moduli, backend, x, (w + 1j,))
+    # a complex f that is not holomorphic: its jacobian is refused, its pushforward exists
+    with pytest.raises(di.InvalidOutputError, match="holomorphic"):
+        di.jacobian(conjugate, backend, x)
+    close(di.pushforward(conjugate, backend, x, (v,))[0], np.conj(v), backend, np.complex128, "pushforward")
+    close(di.pullback(conjugate, backend, x, (v,))[0], np.conj(v), backend, np.complex128, "pullback")
+    # gradient, hvp and hessian need a real-valued f, and say how to get one
+    with pytest.raises(di.InvalidOutputError, match=r"xp\.real"):
+        di.gradient(lambda z: di.array_namespace(z).sum(z * z), backend, x)
+    with pytest.raises(di.InvalidInputError, match="second_derivative"):
+        di.second_derivative(holomorphic, backend, x[0])
+
+
+def pymanopt_cost(x: Any) -> Any:
+    xp = di.array_namespace(x)
+    return xp.real(xp.sum(x**2))
+
+
+@pytest.mark.parametrize(
+    "backend",
+    backend_params(
+        [
+            *(b for b in BACKENDS_AND_SCHEMES if takes(b, np.complex128)),
+            di.SecondOrder(di.AutoFiniteDiff(), di.AutoFiniteDiff()),
+            di.AutoSparse(di.AutoFiniteDiff()),
+        ]
+    ),
+)
+def test_a_real_cost_of_a_complex_matrix_gets_twice_its_conjugate(backend: Any) -> None:
+    x = np.array([[1.0 + 2.0j, -0.5j], [3.0, 0.25 - 1.0j]])
+    kept = x.copy()
+    prep = di.prepare_gradient(pymanopt_cost, backend, np.zeros_like(x))
+    close(di.gradient(pymanopt_cost, prep, backend, x), 2 * np.conj(x), backend, np.complex128, "gradient")
+    np.testing.assert_array_equal(x, kept)
+
+
+coefficient = st.complex_numbers(min_magnitude=0.0, max_magnitude=2.0, allow_nan=False, allow_infinity=False)
+
+
+@settings(max_examples=8, deadline=None)
+@given(
+    coefficients=st.lists(coefficient, min_size=1, max_size=4),
+    z=st.complex_numbers(max_magnitude=1.5, allow_nan=False, allow_infinity=False),
+)
+def test_random_complex_polynomials(coefficients: list[complex], z: complex) -> None:
+    """For a polynomial p: derivative is p'(z); the gradient of Re(p(z)) is conj(p'(z)),
+    on an AD engine and on finite differences."""
+
+    def p(x: Any) -> Any:
+        total = x * 0
+        for k, c in enumerate(coefficients):
+            total = total + c * x**k
+        return total
+
+    def real_p(x: Any) -> Any:
+        return di.array_namespace(x).real(p(x))
+
+    derivative = sum(k * c * z ** (k - 1) for k, c in enumerate(coefficients) if k)
+    x = np.asarray(z, dtype=np.complex128)
+    for backend in (di.AutoAutograd(), di.AutoFiniteDiff()):
+        np.testing.assert_allclose(di.derivative(p, backend, x), derivative, rtol=1e-6, atol=1e-6)
+        np.testing.assert_allclose(di.gradient(real_p, backend, x), np.conj(derivative), rtol=1e-6, atol=1e-6)
