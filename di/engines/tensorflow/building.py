@@ -34,6 +34,7 @@ from di.backends.compile import (
 from di.backends.outputs import checking
 from di.backends.protocol import Adapter, Program, Programs
 from di.contexts import Context
+from di.engines.tensorflow.behavior import numpy_behavior
 from di.engines.tensorflow.family import is_symbolic
 from di.engines.tensorflow.rules import RULES, is_tensor
 from di.errors import RecompileLimitError
@@ -175,7 +176,8 @@ class ProgramBuilder(Adapter):
                 arrays, splits[key] = split_aux(aux, is_tensor)
                 return y, arrays
 
-            result, arrays = core(fx, x) if tangents is None else core(fx, x, tangents)
+            with numpy_behavior():  # the array API's operators on the tensors f computes with
+                result, arrays = core(fx, x) if tangents is None else core(fx, x, tangents)
             if plain:
                 result = result[-1]
             return (result, arrays) if has_aux else result
