@@ -9,6 +9,9 @@ default mode (Numba).
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 import warnings
 from typing import Any
 
@@ -256,6 +259,55 @@ def test_cache_float_and_complex_are_refused_clearly() -> None:
         di.AutoPyTensor(mode="fast")
 
 
+# --- the recursion limit ------------------------------------------------------------------------
+
+
+def test_the_recursion_limit_is_raised_only_while_a_graph_is_built() -> None:
+    # a fresh interpreter: di's import of PyTensor is the first (this one's raised the limit already)
+    script = """
+import json, sys
+import numpy as np
+import di
+seen = []
+
+def energy(x):
+    seen.append(sys.getrecursionlimit())
+    xp = di.array_namespace(x)
+    return xp.sum(xp.sin(x) ** 2)
+
+before = sys.getrecursionlimit()
+backend = di.AutoPyTensor(mode="FAST_COMPILE")
+prep = di.prepare_gradient(energy, backend, np.array([0.5, 1.0]))
+after_prepare = sys.getrecursionlimit()
+g = di.gradient(energy, prep, backend, np.array([0.5, 1.0]))
+print(json.dumps({"before": before, "inside": seen, "after": [after_prepare, sys.getrecursionlimit()],
+                  "pytensor": "pytensor" in sys.modules, "g": g.tolist()}))
+"""
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout.strip().splitlines()[-1])
+    assert report["pytensor"] and report["before"] < 3000
+    assert report["inside"] and all(limit == 3000 for limit in report["inside"])  # PyTensor's own, while f builds
+    assert report["after"] == [report["before"]] * 2  # put back: PyTensor's import raised it for good
+    np.testing.assert_allclose(report["g"], np.sin(2 * np.array([0.5, 1.0])), rtol=1e-12)
+
+
+def test_a_limit_set_above_pytensors_is_kept() -> None:
+    limit = sys.getrecursionlimit()
+    sys.setrecursionlimit(5000)
+    try:
+        seen = []
+
+        def energy(x: Any) -> Any:
+            seen.append(sys.getrecursionlimit())
+            return di.array_namespace(x).sum(x**2)
+
+        np.testing.assert_allclose(di.gradient(energy, FAST, np.array([2.0, 5.0])), [4.0, 10.0])
+        assert seen == [5000] and sys.getrecursionlimit() == 5000
+    finally:
+        sys.setrecursionlimit(limit)
+
+
 # --- DifferentiateWith: PyTensor outside ------------------------------------------------------
 
 
@@ -340,3 +392,4 @@ def _has(module: str) -> bool:
     import importlib.util
 
     return importlib.util.find_spec(module) is not None
+
