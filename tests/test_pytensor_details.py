@@ -393,3 +393,51 @@ def _has(module: str) -> bool:
 
     return importlib.util.find_spec(module) is not None
 
+
+# --- strategies over PyTensor --------------------------------------------------------------------
+
+
+def energy(x: Any) -> Any:
+    xp = di.array_namespace(x)
+    return xp.sum(x**4) / 4 + x[0] * x[1]
+
+
+def test_second_order_pairs_over_pytensor() -> None:
+    """PyTensor as the inner backend of SecondOrder (an outer engine that only evaluates its
+    compiled gradient); never as the outer one (its graph cannot take another engine's program:
+    the adapter declares ``differentiates="none"``)."""
+    x = np.array([1.0, 2.0])
+    hessian = np.array([[3.0, 1.0], [1.0, 12.0]])
+    x_var = pt.tensor("x", dtype="float64", shape=(2,))
+    native_hessian = native(gradient_module.hessian(energy(x_var), x_var), x_var)(x)
+    np.testing.assert_allclose(native_hessian, hessian, rtol=1e-12)
+    pair = di.SecondOrder(di.AutoFiniteDiff(), FAST)
+    np.testing.assert_allclose(di.hessian(energy, pair, x), native_hessian, rtol=1e-5, atol=1e-6)
+    (hv,) = di.hvp(energy, pair, x, (np.array([1.0, 0.0]),))
+    np.testing.assert_allclose(hv, native_hessian[:, 0], rtol=1e-5, atol=1e-6)
+    from di.backends.registry import get_adapter
+
+    assert get_adapter(FAST).capabilities.differentiates == "none"
+    with pytest.raises(di.UnsupportedOperatorError, match="cannot differentiate the programs"):
+        di.hessian(energy, di.SecondOrder(FAST, di.AutoFiniteDiff()), x)
+
+
+def test_sparse_and_fastest_over_pytensor() -> None:
+    def chain(x: Any) -> Any:
+        xp = di.array_namespace(x)
+        return x[1:] * x[:-1] + xp.sin(x[1:])
+
+    x = np.linspace(0.0, 1.0, 6)
+    x_var = pt.tensor("x", dtype="float64", shape=(6,))
+    dense = native(gradient_module.jacobian(chain(x_var), x_var), x_var)(x)  # PyTensor's own Jacobian
+    sparse = di.jacobian(chain, di.AutoSparse(FAST), x)
+    assert sparse.nnz == 10
+    np.testing.assert_allclose(sparse.toarray(), dense, rtol=1e-12)
+    sparse_hessian = di.hessian(energy, di.AutoSparse(FAST), np.array([1.0, 2.0]))
+    np.testing.assert_allclose(sparse_hessian.toarray(), [[3.0, 1.0], [1.0, 12.0]], rtol=1e-12)
+    fastest = di.AutoFastest(candidates=[FAST, di.AutoFiniteDiff()], budget_s=0.05)
+    prep = di.prepare_gradient(energy, fastest, np.array([1.0, 2.0]))
+    np.testing.assert_allclose(di.gradient(energy, prep, fastest, np.array([1.0, 2.0])), [3.0, 9.0], rtol=1e-6)
+    from di.backends.selectors import engine_of
+
+    assert engine_of(FAST).fastest == ("pytensor(mode='FAST_COMPILE')",)  # what AutoFastest measures by default
