@@ -166,8 +166,13 @@ def contexts_table() -> str:
     for s in selectors():
         capabilities = record(s)
         cache = "yes" if capabilities.cache else "refused at preparation"
-        rows.append([_code(label(s)), "yes", cache, html.escape(capabilities.cache_note) or "-"])
-    return _table(["backend", "`Constant`", "`Cache`", "note on `Cache`"], rows)
+        note = html.escape(capabilities.cache_note) or "-"
+        rows.append([_code(label(s)), "yes", cache, note, _X_WRITES[capabilities.x_writes]])
+    return _table(["backend", "`Constant`", "`Cache`", "note on `Cache`", "`f` writes into `x`"], rows)
+
+
+_X_WRITES = {"refused": "refused (`InvalidInputError`)", "own copy": "into the engine's own copy (differentiated)"}
+"""The contexts table's words for each ``Capabilities.x_writes`` (``di.backends.capabilities.X_WRITES``)."""
 
 
 def backends_table() -> str:

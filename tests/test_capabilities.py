@@ -266,3 +266,12 @@ def test_programs_an_adapter_leaves_out_are_named_at_preparation() -> None:
         di.prepare_gradient(_sum_squares, returns_none(), x)
     with pytest.raises(di.InvalidOptionError, match="family 'di_test_no_such_family', which is not registered"):
         di.prepare_gradient(_sum_squares, unknown_family(), x)
+
+
+def test_x_writes_takes_one_of_the_declared_fates() -> None:
+    from di.backends.capabilities import X_WRITES
+
+    assert Capabilities().x_writes == "refused" and set(X_WRITES) == {"refused", "own copy"}
+    assert Capabilities(x_writes="own copy").x_writes == "own copy"
+    with pytest.raises(di.InvalidOptionError, match="x_writes"):
+        Capabilities(x_writes="visible")

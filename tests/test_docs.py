@@ -364,6 +364,17 @@ def test_context_table_says_autograd_refuses_cache() -> None:
     assert rows["`AutoFiniteDiff()`"][1:3] == ["yes", "yes"]
 
 
+def test_context_table_says_what_a_write_into_x_does_as_each_adapter_declares() -> None:
+    from di.backends.capabilities import X_WRITES
+
+    hooks = docs_hooks()
+    rows = {row[0]: row for row in _table_rows(hooks.contexts_table())[2:]}
+    assert set(hooks._X_WRITES) == set(X_WRITES)
+    for selector in hooks.selectors():
+        declared = hooks.record(selector).x_writes
+        assert rows[f"`{hooks.label(selector)}`"][4] == hooks._X_WRITES[declared], selector
+
+
 def test_pytree_table_follows_the_adapters_declarations() -> None:
     pytest.importorskip("jax")
     pytest.importorskip("torch")

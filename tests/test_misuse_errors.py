@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from conftest import BACKENDS, backend_id, engine_family
+from conftest import BACKENDS, as_family, backend_id, capabilities, to_numpy
 
 import di
 
@@ -26,13 +26,17 @@ def writes_into_x(x: Any) -> Any:
 @pytest.mark.parametrize("backend", BACKENDS, ids=backend_id)
 def test_a_write_into_x_is_one_di_error_on_every_engine(backend: di.AbstractBackend) -> None:
     x = X.copy()
-    if engine_family(backend) == "mlx":
-        # MLX records x[0] = 5.0 as an operation of the graph on the array f is given (its own
-        # array: the caller's is never written), so f is a function of x like any other, with
-        # the derivative of what it computes: 0 for the overwritten entry. Nothing to refuse.
+    if capabilities(backend).x_writes == "own copy":
+        # the engine records x[0] = 5.0 as an operation on the array f is given (its own: the
+        # caller's is never written), so f is a function of x like any other, with the derivative
+        # of what it computes: 0 for the overwritten entry. Nothing to refuse.
         np.testing.assert_allclose(di.gradient(writes_into_x, backend, x), [0.0, 2.0, 4.0])
         np.testing.assert_array_equal(x, X)
+        own = as_family(X, capabilities(backend).family)  # x of the engine's own family: not written either
+        np.testing.assert_allclose(to_numpy(di.gradient(writes_into_x, backend, own)), [0.0, 2.0, 4.0])
+        np.testing.assert_array_equal(to_numpy(own), X)
         return
+    assert capabilities(backend).x_writes == "refused"
     with pytest.raises(di.InvalidInputError, match=r"f wrote into x in place") as caught:
         di.gradient(writes_into_x, backend, x)
     assert caught.value.__cause__ is not None or "torch" in repr(backend).lower()  # chained to the engine's own

@@ -275,6 +275,44 @@ def test_mlx_differentiates_inside_jax_torch_and_autograd() -> None:
     close(autograd.grad(lambda x: g(x) * 2)(X), expected)
 
 
+def test_second_derivatives_through_g_are_refused_both_ways_never_zero() -> None:
+    # g's derivative rules are computed outside the outer engine's graph: none can differentiate them
+    # again. MLX as the host used to give zeros; each way is now one di error naming the remedy, and
+    # the remedy it names (di directly on f with g's backend, or SecondOrder) gives the outer engine's
+    # native Hessian.
+    jax = pytest.importorskip("jax")
+    jnp = jax.numpy
+    x = np.array(X, dtype=np.float32)
+    hessian = np.diag(2 * np.cos(X) - X * np.sin(X))
+    hosted = di.DifferentiateWith(lambda x: jnp.sum(jnp.sin(x) * x), di.AutoJAX())
+
+    def calls_g(x: Any) -> Any:
+        return hosted(x) * 1.0
+
+    second_order = {
+        "hessian": lambda: di.hessian(calls_g, EAGER, x),
+        "hvp": lambda: di.hvp(calls_g, EAGER, x, (np.ones(3, np.float32),)),
+        "second_derivative": lambda: di.second_derivative(lambda s: hosted(s * mx.ones(3)), EAGER, 0.7),
+        "mx.jvp of mx.grad": lambda: mx.jvp(mx.grad(calls_g), [mx.array(x)], [mx.ones(3)]),
+        "mx.grad of mx.grad": lambda: mx.grad(lambda x: mx.sum(mx.grad(calls_g)(x)))(mx.array(x)),
+    }
+    for name, call in second_order.items():
+        with pytest.raises(di.UnsupportedOperatorError, match=r"inside MLX: a second derivative through g") as info:
+            call()
+        assert "di.hessian(f, AutoJAX" in str(info.value), name
+    close(di.gradient(calls_g, EAGER, x), np.sin(X) + X * np.cos(X))  # first order still runs through g
+    close(di.hessian(calls_g, di.SecondOrder(di.AutoFiniteDiff(), EAGER), x), hessian, rtol=1e-2, atol=1e-2)
+    native = jax.hessian(lambda x: jnp.sum(jnp.sin(x) * x))(jnp.asarray(X))
+
+    guest = di.DifferentiateWith(lambda x: mx.sum(mx.sin(x) * x), EAGER)  # MLX inside JAX and torch
+    with pytest.raises(di.UnsupportedOperatorError, match=r"inside JAX: a second derivative through g"):
+        jax.hessian(guest)(jnp.asarray(x))
+    pytest.importorskip("torch")
+    with pytest.raises(di.UnsupportedOperatorError, match=r"inside torch: a second derivative through g"):
+        di.hvp(guest, di.AutoTorch(), X, (np.ones(3),))
+    close(di.hessian(sin_x, EAGER, x), native)  # the remedy: MLX's own Hessian of f
+
+
 # --- di inside MLX's own transforms ----------------------------------------------------------------
 
 _XM, _TM = mx.array(X, dtype=mx.float32), mx.array(T, dtype=mx.float32)

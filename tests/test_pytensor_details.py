@@ -9,6 +9,9 @@ default mode (Numba).
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 import warnings
 from typing import Any
 
@@ -256,6 +259,55 @@ def test_cache_float_and_complex_are_refused_clearly() -> None:
         di.AutoPyTensor(mode="fast")
 
 
+# --- the recursion limit ------------------------------------------------------------------------
+
+
+def test_the_recursion_limit_is_raised_only_while_a_graph_is_built() -> None:
+    # a fresh interpreter: di's import of PyTensor is the first (this one's raised the limit already)
+    script = """
+import json, sys
+import numpy as np
+import di
+seen = []
+
+def energy(x):
+    seen.append(sys.getrecursionlimit())
+    xp = di.array_namespace(x)
+    return xp.sum(xp.sin(x) ** 2)
+
+before = sys.getrecursionlimit()
+backend = di.AutoPyTensor(mode="FAST_COMPILE")
+prep = di.prepare_gradient(energy, backend, np.array([0.5, 1.0]))
+after_prepare = sys.getrecursionlimit()
+g = di.gradient(energy, prep, backend, np.array([0.5, 1.0]))
+print(json.dumps({"before": before, "inside": seen, "after": [after_prepare, sys.getrecursionlimit()],
+                  "pytensor": "pytensor" in sys.modules, "g": g.tolist()}))
+"""
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout.strip().splitlines()[-1])
+    assert report["pytensor"] and report["before"] < 3000
+    assert report["inside"] and all(limit == 3000 for limit in report["inside"])  # PyTensor's own, while f builds
+    assert report["after"] == [report["before"]] * 2  # put back: PyTensor's import raised it for good
+    np.testing.assert_allclose(report["g"], np.sin(2 * np.array([0.5, 1.0])), rtol=1e-12)
+
+
+def test_a_limit_set_above_pytensors_is_kept() -> None:
+    limit = sys.getrecursionlimit()
+    sys.setrecursionlimit(5000)
+    try:
+        seen = []
+
+        def energy(x: Any) -> Any:
+            seen.append(sys.getrecursionlimit())
+            return di.array_namespace(x).sum(x**2)
+
+        np.testing.assert_allclose(di.gradient(energy, FAST, np.array([2.0, 5.0])), [4.0, 10.0])
+        assert seen == [5000] and sys.getrecursionlimit() == 5000
+    finally:
+        sys.setrecursionlimit(limit)
+
+
 # --- DifferentiateWith: PyTensor outside ------------------------------------------------------
 
 
@@ -340,3 +392,52 @@ def _has(module: str) -> bool:
     import importlib.util
 
     return importlib.util.find_spec(module) is not None
+
+
+# --- strategies over PyTensor --------------------------------------------------------------------
+
+
+def energy(x: Any) -> Any:
+    xp = di.array_namespace(x)
+    return xp.sum(x**4) / 4 + x[0] * x[1]
+
+
+def test_second_order_pairs_over_pytensor() -> None:
+    """PyTensor as the inner backend of SecondOrder (an outer engine that only evaluates its
+    compiled gradient); never as the outer one (its graph cannot take another engine's program:
+    the adapter declares ``differentiates="none"``, which SecondOrder reads)."""
+    x = np.array([1.0, 2.0])
+    hessian = np.array([[3.0, 1.0], [1.0, 12.0]])
+    x_var = pt.tensor("x", dtype="float64", shape=(2,))
+    native_hessian = native(gradient_module.hessian(energy(x_var), x_var), x_var)(x)
+    np.testing.assert_allclose(native_hessian, hessian, rtol=1e-12)
+    pair = di.SecondOrder(di.AutoFiniteDiff(), FAST)
+    np.testing.assert_allclose(di.hessian(energy, pair, x), native_hessian, rtol=1e-5, atol=1e-6)
+    (hv,) = di.hvp(energy, pair, x, (np.array([1.0, 0.0]),))
+    np.testing.assert_allclose(hv, native_hessian[:, 0], rtol=1e-5, atol=1e-6)
+    from di.backends.registry import get_adapter
+
+    # (SecondOrder's refusal of PyTensor as the outer backend is tested with every other unsupported
+    # pair in tests/test_second_order.py: building its message imports every engine, TensorFlow too)
+    assert get_adapter(FAST).capabilities.differentiates == "none"
+
+
+def test_sparse_and_fastest_over_pytensor() -> None:
+    def chain(x: Any) -> Any:
+        xp = di.array_namespace(x)
+        return x[1:] * x[:-1] + xp.sin(x[1:])
+
+    x = np.linspace(0.0, 1.0, 6)
+    x_var = pt.tensor("x", dtype="float64", shape=(6,))
+    dense = native(gradient_module.jacobian(chain(x_var), x_var), x_var)(x)  # PyTensor's own Jacobian
+    sparse = di.jacobian(chain, di.AutoSparse(FAST), x)
+    assert sparse.nnz == 10
+    np.testing.assert_allclose(sparse.toarray(), dense, rtol=1e-12)
+    sparse_hessian = di.hessian(energy, di.AutoSparse(FAST), np.array([1.0, 2.0]))
+    np.testing.assert_allclose(sparse_hessian.toarray(), [[3.0, 1.0], [1.0, 12.0]], rtol=1e-12)
+    fastest = di.AutoFastest(candidates=[FAST, di.AutoFiniteDiff()], budget_s=0.05)
+    prep = di.prepare_gradient(energy, fastest, np.array([1.0, 2.0]))
+    np.testing.assert_allclose(di.gradient(energy, prep, fastest, np.array([1.0, 2.0])), [3.0, 9.0], rtol=1e-6)
+    from di.backends.selectors import engine_of
+
+    assert engine_of(FAST).fastest == ("pytensor(mode='FAST_COMPILE')",)  # what AutoFastest measures by default

@@ -371,7 +371,7 @@ def test_compiled_torch_names_an_x_nested_deeper_than_dynamo_traces() -> None:
     x = {"b": torch.tensor([0.3, 0.7]), "a": nested(torch.tensor([1.0, -2.0, 0.5]), 60)}
     compiled = di.AutoTorch(compile=True, compile_options={"backend": "eager"})
     limit = sys.getrecursionlimit()
-    sys.setrecursionlimit(1000)  # Python's default (importing pytensor raises it to 3000, where dynamo goes deeper)
+    sys.setrecursionlimit(1000)  # Python's default (a test that imports pytensor itself raises it to 3000)
     try:
         with pytest.raises(
             di.InvalidInputError, match=r"x nests 61 containers deep.*Use AutoTorch\(\) \(eager\)"

@@ -55,6 +55,12 @@ def curve(s: Any) -> Any:
     return xp.stack([xp.sin(s), s**3])
 
 
+def native_vector(x: Any, a: Any) -> Any:
+    """``vector`` as plain TensorFlow spells it (its ``@`` takes matrices only: di
+    gives ``f`` the array API's ``@`` while it runs it, and leaves tensors alone)."""
+    return tf.tanh(tf.linalg.matvec(a, x))
+
+
 @pytest.fixture(scope="module")
 def native() -> dict[str, Any]:
     """TensorFlow's own spellings of each operator, at X (float64)."""
@@ -63,14 +69,14 @@ def native() -> dict[str, Any]:
         outer.watch(x)
         with tf.GradientTape(persistent=True) as tape:
             tape.watch(x)
-            y, v = scalar(x), vector(x, a)
+            y, v = scalar(x), native_vector(x, a)
         g = tape.gradient(y, x)
     with tf.autodiff.ForwardAccumulator(x, t) as accumulator:
         with tf.GradientTape() as inner:
             inner.watch(x)
             y2 = scalar(x)
         g2 = inner.gradient(y2, x)
-        v2 = vector(x, a)
+        v2 = native_vector(x, a)
     s = tf.constant(0.7, tf.float64)
     one = tf.constant(1.0, tf.float64)
     with tf.autodiff.ForwardAccumulator(s, one) as second:
@@ -153,6 +159,30 @@ def test_the_family_converts_both_ways_and_describes_tensors() -> None:
     assert converter("tensorflow", "torch")(x).dtype == torch.float64
 
 
+def test_f_gets_the_array_api_operators_and_tensors_keep_their_own_after() -> None:
+    plain = {name: tf.Tensor.__dict__.get(name) for name in ("T", "reshape", "astype", "ndim", "__matmul__")}
+    assert not hasattr(tf.ones(3), "T")  # plain TensorFlow: what a user has before di runs
+
+    def array_api(x: Any, a: Any) -> Any:  # @ of a matrix and a vector, .T, .mT, .reshape, promotion, indexing
+        assert x.T.shape == x.shape and a.mT.shape == (3, 2) and x.ndim == 1
+        return xp_sum(a @ x + x.reshape((3, 1))[[0, 1], 0] * tf.constant(2.0, tf.float32) + a.T[1:, 0])
+
+    def xp_sum(value: Any) -> Any:
+        return di.array_namespace(value).sum(value)
+
+    for backend in (EAGER, COMPILED):
+        gradient = di.gradient(array_api, backend, X, di.Constant(A))
+        np.testing.assert_allclose(gradient, A.sum(axis=0) + np.array([2.0, 2.0, 0.0]), rtol=1e-12)
+        assert di.value_and_jacobian(lambda x: x.T * 2.0, backend, tf.constant(X))[1].shape == (3, 3)
+    # what TensorFlow's process-wide switch would have added is gone again
+    assert {name: tf.Tensor.__dict__.get(name) for name in plain} == plain
+    assert not hasattr(tf.ones(3), "T") and not hasattr(tf.ones(3), "astype")
+    with pytest.raises(tf.errors.InvalidArgumentError):
+        tf.constant(A) @ tf.constant(X)  # TensorFlow's own @: matrices only
+    with pytest.raises(tf.errors.InvalidArgumentError):
+        tf.ones(2, tf.float32) + tf.ones(2, tf.float64)  # TensorFlow's own promotion: none
+
+
 def test_the_namespace_maps_the_array_api_onto_tensorflow() -> None:
     x, v = tf.constant(X), X
     xp = di.array_namespace(x)
@@ -161,7 +191,6 @@ def test_the_namespace_maps_the_array_api_onto_tensorflow() -> None:
         "concat": (xp.concat([x, x]), np.concatenate([v, v])),
         "stack": (xp.stack([x, x], axis=1), np.stack([v, v], axis=1)),
         "matmul": (xp.matmul(tf.constant(A), x), A @ v),
-        "operator @": (tf.constant(A) @ x, A @ v),
         "vecdot": (xp.vecdot(x, x), v @ v),
         "reshape": (xp.reshape(x, (3, 1)), v.reshape(3, 1)),
         "permute_dims": (xp.permute_dims(tf.constant(A), (1, 0)), A.T),

@@ -11,7 +11,14 @@ from dataclasses import dataclass, field
 from di.backends.transforms import Composition
 from di.errors import InvalidOptionError
 
-__all__ = ["AUX_FAMILIES", "OPERATOR_FAMILIES", "SAME_POINT_FAMILIES", "SECOND_ORDER_FAMILIES", "Capabilities"]
+__all__ = [
+    "AUX_FAMILIES",
+    "OPERATOR_FAMILIES",
+    "SAME_POINT_FAMILIES",
+    "SECOND_ORDER_FAMILIES",
+    "X_WRITES",
+    "Capabilities",
+]
 
 
 SECOND_ORDER_FAMILIES = frozenset({"hvp", "hessian", "second_derivative"})
@@ -42,6 +49,17 @@ SAME_POINT_FAMILIES = ("pullback_same_point", "hvp_same_point")
 
 
 _DIFFERENTIATES = ("none", "own", "any")
+
+X_WRITES = {
+    "refused": "a di.InvalidInputError at the call (f wrote into x in place); the caller's x is untouched",
+    "own copy": (
+        "f writes into the engine's own array, recorded as an operation of f: f is a function of x like any "
+        "other, with the derivative of what it computes (0 for an overwritten entry); the caller's x is untouched"
+    ),
+}
+"""What a write into ``x`` inside ``f`` (``x[i] = ...``, ``x += ...``) does, for
+each value of :attr:`Capabilities.x_writes`: never a write into the caller's
+``x``."""
 
 
 @dataclass(frozen=True)
@@ -83,6 +101,9 @@ class Capabilities:
             backend, the engine differentiates: ``"any"`` (it only evaluates
             them), ``"own"`` (those of adapters of its own class, which it
             traces) or ``"none"``.
+        x_writes: what a write into ``x`` inside ``f`` does (a key of
+            :data:`X_WRITES`): ``"refused"`` (a ``di`` error) or ``"own copy"``
+            (the engine's array takes it as one more operation of ``f``).
         transforms: the engine's own transforms and modes a ``di`` call can run
             inside (the names of :attr:`compositions`; set from them).
         compositions: for each of those transforms, what composes inside it and
@@ -109,12 +130,15 @@ class Capabilities:
     complex_note: str = ""
     float64: bool = False
     differentiates: str = "none"
+    x_writes: str = "refused"
     transforms: tuple[str, ...] = field(default=())
     compositions: tuple[Composition, ...] = field(default=())
 
     def __post_init__(self) -> None:
         if self.differentiates not in _DIFFERENTIATES:
             raise InvalidOptionError(f"Capabilities(differentiates={self.differentiates!r}): one of {_DIFFERENTIATES}")
+        if self.x_writes not in X_WRITES:
+            raise InvalidOptionError(f"Capabilities(x_writes={self.x_writes!r}): one of {tuple(X_WRITES)}")
         if not self.aux <= AUX_FAMILIES:
             raise InvalidOptionError(
                 f"Capabilities(aux=...): {sorted(self.aux - AUX_FAMILIES)} take no has_aux; "

@@ -72,6 +72,9 @@ class MLXAdapter(Adapter):
         compile_option="compile",
         aux=AUX_FAMILIES,
         differentiates="own",  # it differentiates the programs of MLX adapters (MLX functions)
+        # x[i] = ... inside f is an operation of MLX's graph on the array f is given (MLX's own,
+        # never the caller's): f is a function of x like any other
+        x_writes="own copy",
         compositions=COMPOSITIONS,
     )
 

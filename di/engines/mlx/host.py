@@ -8,8 +8,11 @@ them and brings its results back as MLX arrays, in the dtypes ``f`` returned
 (pullbacks in ``x``'s). MLX has no host callback: under ``mx.compile`` and
 ``mx.vmap`` nothing can leave MLX's graph, so ``g`` is refused there with a
 :class:`di.UnsupportedOperatorError`. The derivative rules are computed outside
-MLX: a second derivative through ``g`` (``mx.grad`` of ``mx.grad``) would be
-zero, and is not available.
+MLX, so MLX cannot differentiate them again: each is itself an
+``mx.custom_function`` whose own derivative rules refuse, so a second derivative
+through ``g`` (``mx.grad`` of ``mx.grad``, ``mx.jvp`` of ``mx.grad``, ``AutoMLX``'s
+``hvp``, ``hessian`` and ``second_derivative``) is one
+:class:`di.UnsupportedOperatorError`, never a silent zero.
 """
 
 from __future__ import annotations
@@ -53,6 +56,33 @@ def _items(value: Any, count: int) -> list[Any]:
     return [value] if count == 1 else list(value)
 
 
+def _second_order_error(g: DifferentiateWith) -> UnsupportedOperatorError:
+    return UnsupportedOperatorError(
+        f"{g!r} inside MLX: a second derivative through g (mx.grad of mx.grad, mx.jvp of mx.grad, an hvp, hessian or "
+        f"second_derivative of a function calling g) needs the derivative of {g.backend!r}'s pullback or pushforward "
+        f"with respect to x, which MLX cannot take: they are computed outside MLX's graph. Compute second "
+        f"derivatives of f with di directly (di.hessian(f, {g.backend!r}, x), di.hvp), or write f with "
+        f"di.array_namespace so MLX differentiates it natively."
+    )
+
+
+def _first_order_only(g: DifferentiateWith, rule: Any) -> Any:
+    """``rule`` (a derivative rule computed outside MLX) as an ``mx.custom_function``
+    whose own derivatives refuse: MLX calls them only when something differentiates
+    the rule's results, which would otherwise be constants to it (a silent zero)."""
+    wrapped = mx.custom_function(rule)
+
+    @wrapped.vjp
+    def refuse_pullback(primals: Any, cotangents: Any, outputs: Any) -> Any:
+        raise _second_order_error(g)
+
+    @wrapped.jvp
+    def refuse_pushforward(primals: Any, tangents: Any) -> Any:
+        raise _second_order_error(g)
+
+    return wrapped
+
+
 class MLXHost(Host):
     """``g`` inside MLX's eager transforms (see the module's description)."""
 
@@ -87,30 +117,39 @@ class MLXHost(Host):
 
         nargs = nx + len(operands)
 
-        # mx.custom_function passes one argument (one output) bare, several as a tuple
-        @primitive.vjp
-        def pullback(primals: Any, cotangents: Any, outputs: Any) -> Any:
-            primals = _items(primals, nargs)
+        def pullback_rule(*arrays: Any) -> Any:
+            primals, cotangents = arrays[:nargs], arrays[nargs:]
             xs, ops = split(primals)
-            cotangents = _items(cotangents, ny)
             (grads,) = call.pullback(xs, ops, [[np.array(c) for c in cotangents]])
             results = _to_mlx(grads, x_dtypes) + [mx.zeros_like(v) for v in primals[nx:]]
             return results[0] if len(results) == 1 else tuple(results)
 
+        def pushforward_rule(*arrays: Any) -> Any:
+            primals, tangents = arrays[:nargs], arrays[nargs:]
+            xs, ops = split(primals)
+            x_tangents = [np.array(t) for t in tangents[:nx]]
+            (products,) = call.pushforward(xs, ops, [x_tangents])
+            results = _to_mlx(products, y_dtypes)
+            return results[0] if ny == 1 else tuple(results)
+
+        pullback_once, pushforward_once = _first_order_only(g, pullback_rule), _first_order_only(g, pushforward_rule)
+
+        # mx.custom_function passes one argument (one output) bare, several as a tuple
+        @primitive.vjp
+        def pullback(primals: Any, cotangents: Any, outputs: Any) -> Any:
+            return pullback_once(*_items(primals, nargs), *_items(cotangents, ny))
+
         @primitive.jvp
         def pushforward(primals: Any, tangents: Any) -> Any:
             primals, tangents = _items(primals, nargs), _items(tangents, nargs)
-            xs, ops = split(primals)
             for k, tangent in enumerate(tangents[nx:]):
                 if tangent is not None and np.any(np.array(tangent)):
                     raise InvalidInputError(
                         f"{g!r} inside MLX: a tangent along context {positions[k] + 1}, a Constant, which g does not "
                         f"differentiate. Make it part of x (a tuple or dict of the arrays to differentiate)."
                     )
-            x_tangents = [np.zeros_like(p) if t is None else np.array(t) for p, t in zip(xs, tangents[:nx])]
-            (products,) = call.pushforward(xs, ops, [x_tangents])
-            results = _to_mlx(products, y_dtypes)
-            return results[0] if ny == 1 else tuple(results)
+            x_tangents = [mx.zeros_like(p) if t is None else t for p, t in zip(primals[:nx], tangents[:nx])]
+            return pushforward_once(*primals[:nx], *primals[nx:], *x_tangents)
 
         result: Any = primitive(*leaves, *operands)
         return output.unflatten([result] if ny == 1 else list(result))

@@ -9,6 +9,9 @@ makes the symbolic inputs, applies the core and compiles it, once per signature.
 
 from __future__ import annotations
 
+import di.engines.pytensor.imported  # noqa: F401  (first: PyTensor imported, its recursion limit undone)
+
+# isort: split
 from collections.abc import Callable, Sequence
 from typing import Any
 

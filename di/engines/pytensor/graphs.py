@@ -12,6 +12,9 @@ function directly. ``f``'s Python runs only while a graph is built.
 
 from __future__ import annotations
 
+from di.engines.pytensor.imported import graph_recursion  # first: PyTensor imported, its recursion limit undone
+
+# isort: split
 import threading
 import warnings
 from collections.abc import Callable, Hashable, Sequence
@@ -439,7 +442,7 @@ class SymbolicProgram:
     def _compile(self, key: Hashable, x: Any, tangents: Sequence[Any] | None, values: Sequence[Any]) -> _Compiled:
         self._count_compile()
         dtype = x.dtype.name
-        with pytensor.config.change_flags(floatX=dtype if dtype in _FLOATS else "float64"):
+        with graph_recursion(), pytensor.config.change_flags(floatX=dtype if dtype in _FLOATS else "float64"):
             symbolic_x = symbolic_like(x.shape, dtype, "x")
             received, inputs, readers = [], [], []
             for slot, value in zip(self._slots(x), values):

@@ -20,6 +20,9 @@ their shapes, which a graph ``AutoPyTensor`` builds always has.
 
 from __future__ import annotations
 
+import di.engines.pytensor.imported  # noqa: F401  (first: PyTensor imported, its recursion limit undone)
+
+# isort: split
 from collections.abc import Sequence
 from typing import Any
 

@@ -12,6 +12,9 @@ differentiates all of them.
 
 from __future__ import annotations
 
+import di.engines.pytensor.imported  # noqa: F401  (first: PyTensor imported, its recursion limit undone)
+
+# isort: split
 import math
 import types
 from collections.abc import Sequence

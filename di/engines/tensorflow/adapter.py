@@ -8,6 +8,7 @@ Each operator is a function of :mod:`di.engines.tensorflow.programs`;
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -15,13 +16,11 @@ from di.backends.capabilities import AUX_FAMILIES, Capabilities
 from di.backends.protocol import Programs
 from di.contexts import Context
 from di.engines.tensorflow import programs
-from di.engines.tensorflow.behavior import enable_numpy_behavior
+from di.engines.tensorflow.behavior import numpy_behavior
 from di.engines.tensorflow.building import ProgramBuilder
 from di.engines.tensorflow.compositions import COMPOSITIONS
 
 __all__ = ["TensorFlowAdapter"]
-
-enable_numpy_behavior()  # the array API's operators and methods on tensors (see its module)
 
 
 class TensorFlowAdapter(ProgramBuilder):
@@ -46,6 +45,12 @@ class TensorFlowAdapter(ProgramBuilder):
         differentiates="own",
         compositions=COMPOSITIONS,
     )
+
+    def scope(self, values: Sequence[Any]) -> Callable[[], contextlib.AbstractContextManager[Any]]:
+        """TensorFlow's NumPy behavior, on while ``f`` is evaluated outside the
+        programs (their bodies turn it on themselves): see
+        :mod:`di.engines.tensorflow.behavior`."""
+        return numpy_behavior
 
     def prepare_gradient_programs(
         self, f: Callable[..., Any], x: Any, contexts: Sequence[Context], *, has_aux: bool = False

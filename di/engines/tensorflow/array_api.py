@@ -23,7 +23,6 @@ import numpy as np
 import tensorflow as tf
 import tensorflow.experimental.numpy as tnp
 
-from di.engines.tensorflow.behavior import enable_numpy_behavior
 from di.families.numpy import NUMPY_SPELLINGS
 
 __all__ = ["TensorFlowNamespace", "tensorflow_namespace"]
@@ -399,5 +398,4 @@ def tensorflow_namespace() -> TensorFlowNamespace:
         >>> tensorflow_namespace() is tensorflow_namespace()
         True
     """
-    enable_numpy_behavior()  # the array API's operators on the tensors f computes with (see its module)
     return TensorFlowNamespace()

@@ -1,35 +1,162 @@
-"""TensorFlow's NumPy behavior, which ``AutoTensorFlow`` turns on when first used.
+"""TensorFlow's NumPy behavior, on only while ``AutoTensorFlow`` runs ``f``.
 
 Functions written once with the array API (``xp = di.array_namespace(x)``) use
 its operators and methods on ``x``: ``a @ x`` for a matrix and a vector, ``x.T``,
-``x.reshape(...)``, ``x.astype(...)``, and NumPy's type promotion (a float32
-tensor times a float64 array is float64). Plain TensorFlow has none of them
-(its ``@`` is ``tf.matmul``, for matrices only). TensorFlow's own switch,
-``tf.experimental.numpy.experimental_enable_numpy_behavior()``, gives them all;
-it is process-wide, and ``di`` turns it on (with TensorFlow's defaults) the first
-time an ``AutoTensorFlow`` selector or the array namespace of a tensor is used.
-Code that ran before keeps its results: the switch adds methods and lets mixed
-dtypes promote where TensorFlow raised.
+``x.reshape(...)``, ``x.astype(...)``, NumPy's indexing and type promotion (a
+float32 tensor times a float64 array is float64). Plain TensorFlow has none of
+them (its ``@`` is ``tf.matmul``, for matrices only). TensorFlow's own switch,
+``tf.experimental.numpy.experimental_enable_numpy_behavior()``, gives them all,
+but it is process-wide and has no "off". :func:`numpy_behavior` is that switch
+scoped: it turns the same three pieces on (the ``tf.Tensor`` methods, NumPy-style
+slicing, NumPy-style promotion in the operators), with the array API's ``.mT``, while ``AutoTensorFlow``'s
+programs run ``f`` (an eager call, or the trace of a compiled one: a compiled
+program runs without it) and puts back exactly what was there before, whatever
+the caller had set. A program running ``f`` in another thread keeps it on until
+the last one ends; TensorFlow code in other threads sees it meanwhile (the
+switch is TensorFlow's module state: it cannot be per thread). Its promotion
+skips TensorFlow's casts of operands already of the result's dtype (an op each:
+they doubled an eager operator's time), with the same results.
 """
 
 from __future__ import annotations
 
-import functools
+import numbers
+import threading
+from types import TracebackType
+from typing import Any
 
+import numpy as np
 import tensorflow as tf
+from tensorflow.python.framework import ops, override_binary_operator
+from tensorflow.python.ops.numpy_ops import np_math_ops
 
-__all__ = ["enable_numpy_behavior"]
+__all__ = ["numpy_behavior"]
+
+# the attributes TensorFlow's switch adds to tf.Tensor (np_math_ops._enable_numpy_methods)
+_METHODS = (
+    "T",
+    "ndim",
+    "size",
+    "__pos__",
+    "tolist",
+    "transpose",
+    "flatten",
+    "reshape",
+    "ravel",
+    "clip",
+    "astype",
+    "__round__",
+    "max",
+    "mean",
+    "min",
+    "data",
+)
+_ABSENT = object()
 
 
-@functools.cache
-def enable_numpy_behavior() -> None:
-    """Turn on TensorFlow's NumPy behavior, once.
+def _enabled_methods() -> dict[str, Any]:
+    """The methods TensorFlow's switch sets, read off a throwaway class, and the
+    array API's ``mT``, which it lacks."""
+    holder = type("NumpyMethods", (), {})
+    np_math_ops._enable_numpy_methods(holder)
+    return {**{name: holder.__dict__[name] for name in _METHODS}, "mT": property(tf.linalg.matrix_transpose)}
+
+
+_ON = _enabled_methods()
+
+_numpy_promotion = override_binary_operator.maybe_promote_tensors
+_Tensor = tf.Tensor
+
+
+def _promote_when_needed(*tensors: Any, force_same_dtype: bool = False) -> Any:
+    """TensorFlow's NumPy promotion of an operator's operands, skipped where it
+    changes nothing: TensorFlow's own casts every operand, even one already of
+    the result's dtype (an op per operand, most of an eager operator's time).
+    Tensors of one dtype, and a Python number beside a floating tensor (weak, as
+    NumPy takes it), pass as they are; anything else is promoted by TensorFlow."""
+    dtype = None
+    numbers_too = False
+    for value in tensors:
+        if isinstance(value, _Tensor):
+            if dtype is None:
+                dtype = value.dtype
+            elif value.dtype != dtype:
+                return _numpy_promotion(*tensors, force_same_dtype=force_same_dtype)
+        elif isinstance(value, numbers.Real) and not isinstance(value, np.generic):
+            numbers_too = True
+        else:
+            return _numpy_promotion(*tensors, force_same_dtype=force_same_dtype)
+    if dtype is None or (numbers_too and not dtype.is_floating):
+        return _numpy_promotion(*tensors, force_same_dtype=force_same_dtype)
+    if numbers_too:  # a Python number takes the tensor's dtype (NumPy's weak scalar), as TensorFlow's casts did
+        return [v if isinstance(v, _Tensor) else ops.convert_to_tensor(v, dtype) for v in tensors]
+    return tensors
+
+
+class _Switch:
+    """The scoped switch: on at the first entry, restored at the last exit."""
+
+    __slots__ = ("_depth", "_lock", "_saved")
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._depth = 0
+        self._saved: tuple[Any, bool, dict[str, Any]] | None = None
+
+    def __enter__(self) -> None:
+        with self._lock:
+            if self._depth == 0:
+                tensor = tf.Tensor
+                state = tensor.__dict__
+                self._saved = (
+                    ops.get_dtype_conversion_mode(),
+                    ops._numpy_style_slicing,
+                    {name: state.get(name, _ABSENT) for name in _ON},
+                )
+                ops.set_dtype_conversion_mode("legacy")
+                override_binary_operator.maybe_promote_tensors = _promote_when_needed
+                ops.enable_numpy_style_slicing()
+                for name, method in _ON.items():
+                    setattr(tensor, name, method)
+            self._depth += 1
+
+    def __exit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, traceback: TracebackType | None
+    ) -> None:
+        with self._lock:
+            self._depth -= 1
+            if self._depth or self._saved is None:
+                return
+            mode, slicing, methods = self._saved
+            self._saved = None
+            ops._dtype_conversion_mode = mode
+            override_binary_operator.maybe_promote_tensors = _numpy_promotion
+            ops._numpy_style_slicing = slicing
+            tensor = tf.Tensor
+            for name, method in methods.items():
+                if method is _ABSENT:
+                    delattr(tensor, name)
+                else:
+                    setattr(tensor, name, method)
+
+
+_SWITCH = _Switch()
+
+
+def numpy_behavior() -> _Switch:
+    """TensorFlow's NumPy behavior while the ``with`` block runs (see the module).
+
+    Returns:
+        A context manager; nested and concurrent uses keep the behavior on until
+        the last one ends, which restores what was there before the first.
 
     Examples:
         >>> import tensorflow as tf
-        >>> from di.engines.tensorflow.behavior import enable_numpy_behavior
-        >>> enable_numpy_behavior()
-        >>> (tf.ones((2, 3)) @ tf.ones(3)).shape
+        >>> from di.engines.tensorflow.behavior import numpy_behavior
+        >>> with numpy_behavior():
+        ...     (tf.ones((2, 3)) @ tf.ones(3)).shape
         TensorShape([2])
+        >>> hasattr(tf.ones(3), "T")
+        False
     """
-    tf.experimental.numpy.experimental_enable_numpy_behavior()
+    return _SWITCH
