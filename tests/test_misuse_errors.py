@@ -131,7 +131,7 @@ def test_a_torch_library_custom_operator_gets_its_own_message() -> None:
     # the custom operator, not the classic autograd.Function, nor an output cut off from x
     for call in (
         lambda: di.pushforward(sine, di.AutoTorch(), x, (x,)),
-        lambda: di.jacobian(sine, di.AutoTorch(), x),
+        lambda: di.jacobian(sine, di.AutoTorch(mode="forward"), x),  # (a square one is reverse mode by default)
         lambda: di.derivative(lambda t: sine(x * t), di.AutoTorch(), torch.tensor(0.5, dtype=torch.float64)),
     ):
         with pytest.raises(di.UnsupportedOperatorError, match=r"custom operator di_tests::sine") as caught:
