@@ -30,7 +30,7 @@ if __package__ in (None, ""):
 import numpy as np
 
 import di
-from bench.report import about_line, format_ns, format_ratio
+from bench.report import about_line, render_backend_dtype_rows
 from bench.timing import Settings, compare
 
 __all__ = ["aux_rows", "main"]
@@ -125,20 +125,6 @@ def aux_rows(settings: Settings, include_compile: bool = False) -> list[dict[str
     return rows
 
 
-def render(rows: list[dict[str, Any]]) -> str:
-    lines = [
-        "| backend | dtype | n | native | di | di / native (q1-q3) |",
-        "|---|---|---|---|---|---|",
-    ]
-    for row in rows:
-        t = row["timing"]
-        lines.append(
-            f"| `{row['backend']}` | {row['dtype']} | {row['n']:g} | {format_ns(t.a_ns)} | {format_ns(t.b_ns)} | "
-            f"{format_ratio(t.ratio)} ({format_ratio(t.ratio_q1)}-{format_ratio(t.ratio_q3)}) |"
-        )
-    return "\n".join(lines)
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.aux", description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="a short budget per row")
@@ -149,7 +135,7 @@ def main(argv: list[str] | None = None) -> int:
 
     torch.set_num_threads(1)
     settings = Settings(budget_s=0.5) if args.quick else Settings(budget_s=3.0)
-    table = render(aux_rows(settings, args.compile))
+    table = render_backend_dtype_rows(aux_rows(settings, args.compile))
     print(table)
     about = about_line()
     report = (

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from bench.timing import Settings, compare
 
@@ -253,3 +254,19 @@ def render_text(table: Table) -> str:
     out.append("  ".join(h.ljust(w) for h, w in zip(table.headers, widths)).rstrip())
     out += ["  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in table.rows]
     return "\n".join(out)
+
+
+def render_backend_dtype_rows(rows: list[dict[str, Any]]) -> str:
+    """A markdown table of timed rows, each a dict with ``backend``, ``dtype``, ``n``
+    and the ``timing`` of :func:`bench.timing.compare` (native first, di second)."""
+    lines = [
+        "| backend | dtype | n | native | di | di / native (q1-q3) |",
+        "|---|---|---|---|---|---|",
+    ]
+    for row in rows:
+        t = row["timing"]
+        lines.append(
+            f"| `{row['backend']}` | {row['dtype']} | {row['n']:g} | {format_ns(t.a_ns)} | {format_ns(t.b_ns)} | "
+            f"{format_ratio(t.ratio)} ({format_ratio(t.ratio_q1)}-{format_ratio(t.ratio_q3)}) |"
+        )
+    return "\n".join(lines)

@@ -15,8 +15,8 @@ other threads see it raised too.
 from __future__ import annotations
 
 import sys
-import threading
-from types import TracebackType
+
+from di.backends.scoping import NestedSwitch
 
 _before = sys.getrecursionlimit()
 import pytensor  # noqa: E402  (the import whose side effect is undone below)
@@ -31,35 +31,22 @@ GRAPH_RECURSION_LIMIT = 3000
 which ``di`` gives its graph building and compiling."""
 
 
-class _Deeper:
+class _Deeper(NestedSwitch):
     """Raises the limit at the first entry, restores it at the last exit (unless
     the code inside set another)."""
 
-    __slots__ = ("_depth", "_lock", "_restore")
+    __slots__ = ()
 
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._depth = 0
-        self._restore: int | None = None
+    def switch_on(self) -> int | None:
+        limit = sys.getrecursionlimit()
+        if limit >= GRAPH_RECURSION_LIMIT:
+            return None
+        sys.setrecursionlimit(GRAPH_RECURSION_LIMIT)
+        return limit
 
-    def __enter__(self) -> None:
-        with self._lock:
-            if self._depth == 0:
-                limit = sys.getrecursionlimit()
-                self._restore = limit if limit < GRAPH_RECURSION_LIMIT else None
-                if self._restore is not None:
-                    sys.setrecursionlimit(GRAPH_RECURSION_LIMIT)
-            self._depth += 1
-
-    def __exit__(
-        self, kind: type[BaseException] | None, error: BaseException | None, traceback: TracebackType | None
-    ) -> None:
-        with self._lock:
-            self._depth -= 1
-            if self._depth == 0 and self._restore is not None:
-                if sys.getrecursionlimit() == GRAPH_RECURSION_LIMIT:
-                    sys.setrecursionlimit(self._restore)
-                self._restore = None
+    def switch_off(self, saved: int | None) -> None:
+        if saved is not None and sys.getrecursionlimit() == GRAPH_RECURSION_LIMIT:
+            sys.setrecursionlimit(saved)
 
 
 _DEEPER = _Deeper()

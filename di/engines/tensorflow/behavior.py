@@ -21,14 +21,14 @@ they doubled an eager operator's time), with the same results.
 from __future__ import annotations
 
 import numbers
-import threading
-from types import TracebackType
 from typing import Any
 
 import numpy as np
 import tensorflow as tf
 from tensorflow.python.framework import ops, override_binary_operator
 from tensorflow.python.ops.numpy_ops import np_math_ops
+
+from di.backends.scoping import NestedSwitch
 
 __all__ = ["numpy_behavior"]
 
@@ -93,51 +93,37 @@ def _promote_when_needed(*tensors: Any, force_same_dtype: bool = False) -> Any:
     return tensors
 
 
-class _Switch:
+class _Switch(NestedSwitch):
     """The scoped switch: on at the first entry, restored at the last exit."""
 
-    __slots__ = ("_depth", "_lock", "_saved")
+    __slots__ = ()
 
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._depth = 0
-        self._saved: tuple[Any, bool, dict[str, Any]] | None = None
+    def switch_on(self) -> tuple[Any, bool, dict[str, Any]]:
+        tensor = tf.Tensor
+        state = tensor.__dict__
+        saved = (
+            ops.get_dtype_conversion_mode(),
+            ops._numpy_style_slicing,
+            {name: state.get(name, _ABSENT) for name in _ON},
+        )
+        ops.set_dtype_conversion_mode("legacy")
+        override_binary_operator.maybe_promote_tensors = _promote_when_needed
+        ops.enable_numpy_style_slicing()
+        for name, method in _ON.items():
+            setattr(tensor, name, method)
+        return saved
 
-    def __enter__(self) -> None:
-        with self._lock:
-            if self._depth == 0:
-                tensor = tf.Tensor
-                state = tensor.__dict__
-                self._saved = (
-                    ops.get_dtype_conversion_mode(),
-                    ops._numpy_style_slicing,
-                    {name: state.get(name, _ABSENT) for name in _ON},
-                )
-                ops.set_dtype_conversion_mode("legacy")
-                override_binary_operator.maybe_promote_tensors = _promote_when_needed
-                ops.enable_numpy_style_slicing()
-                for name, method in _ON.items():
-                    setattr(tensor, name, method)
-            self._depth += 1
-
-    def __exit__(
-        self, kind: type[BaseException] | None, error: BaseException | None, traceback: TracebackType | None
-    ) -> None:
-        with self._lock:
-            self._depth -= 1
-            if self._depth or self._saved is None:
-                return
-            mode, slicing, methods = self._saved
-            self._saved = None
-            ops._dtype_conversion_mode = mode
-            override_binary_operator.maybe_promote_tensors = _numpy_promotion
-            ops._numpy_style_slicing = slicing
-            tensor = tf.Tensor
-            for name, method in methods.items():
-                if method is _ABSENT:
-                    delattr(tensor, name)
-                else:
-                    setattr(tensor, name, method)
+    def switch_off(self, saved: tuple[Any, bool, dict[str, Any]]) -> None:
+        mode, slicing, methods = saved
+        ops._dtype_conversion_mode = mode
+        override_binary_operator.maybe_promote_tensors = _numpy_promotion
+        ops._numpy_style_slicing = slicing
+        tensor = tf.Tensor
+        for name, method in methods.items():
+            if method is _ABSENT:
+                delattr(tensor, name)
+            else:
+                setattr(tensor, name, method)
 
 
 _SWITCH = _Switch()
