@@ -21,6 +21,15 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
     _worker_tmp.mkdir(exist_ok=True)
     os.environ["TMPDIR"] = str(_worker_tmp)
 
+# MLX's compilation is off in the suite, except where tests/test_mlx_details.py turns it on for its
+# own tests of di's compiled MLX programs (traces, statics, storms). MLX 0.32 compiles every fused
+# CPU kernel with g++ and loads it into the process; with kernels built in the same run, a test
+# worker hung three times (CI and two clean-clone runs) with MLX's stream thread looping in a
+# float64 sum reduction of an eager AutoMLX evaluation (AutoSparse's reference test), and passed
+# with compilation off. Elsewhere the mlx-compile selectors run di's compiled-program path with
+# mx.compile as a pass-through; `python -m di` runs them compiled.
+os.environ.setdefault("MLX_DISABLE_COMPILE", "1")
+
 import numpy as np
 import pytest
 from functions import SCENARIOS, Scenario
