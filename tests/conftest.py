@@ -102,7 +102,10 @@ def evaluates_only(backend: di.AbstractBackend) -> bool:
 
 # The selectors, by label, whose traced values convert with float() (eager torch's, TensorFlow's and MLX's
 # tensors): a float() of a value computed from x slips through them unseen. No capability declares it.
+# (mlx-compile too where MLX compilation is off: mx.compile then passes f through, untraced)
 LETS_FLOAT_THROUGH = {"torch", "tensorflow", "mlx"}
+if os.environ.get("MLX_DISABLE_COMPILE"):
+    LETS_FLOAT_THROUGH.add("mlx-compile")
 
 
 def refuses_float(backend: di.AbstractBackend) -> bool:
