@@ -29,6 +29,7 @@ from hypothesis import strategies as st
 import di
 from di.families import get_family
 from di.testing import approximates
+from di.testing.complex_scenarios import _real_hessian as columns_of_the_hvp
 
 A = 1.0 + 2.0j  # f's coefficient
 
@@ -69,17 +70,9 @@ def conjugate(z: Any) -> Any:
 
 
 def real_hessian(z: np.ndarray) -> np.ndarray:
-    """The reference (2, n, 2, n) real Hessian of real_f: column (q, k) is the hvp along the
-    real (q = 0) or imaginary (q = 1) unit at k, split into its real view."""
-    n = z.size
-    hessian = np.zeros((2, n, 2, n))
-    for q, unit in enumerate((1.0, 1.0j)):
-        for k in range(n):
-            v = np.zeros(n, complex)
-            v[k] = unit
-            h = real_f_hvp(v)
-            hessian[0, :, q, k], hessian[1, :, q, k] = h.real, h.imag
-    return hessian
+    """The reference (2, n, 2, n) real Hessian of real_f (its hvp's columns along each real and
+    imaginary unit, the construction the complex scenarios use)."""
+    return columns_of_the_hvp(real_f_hvp, z.size)
 
 
 def point(dtype: Any, n: int = 4, seed: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
