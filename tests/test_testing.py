@@ -91,6 +91,9 @@ def _numeric_jacobian(f: Any, x: np.ndarray, h: float = 1e-6) -> np.ndarray:
 @pytest.mark.parametrize("scenario", [s for s in SCENARIOS if not s.is_pytree], ids=lambda s: s.name)
 def test_references_agree_with_numerical_derivatives(scenario: Scenario) -> None:
     """The analytic references, checked by plain NumPy central differences (no backend)."""
+    if np.iscomplexobj(scenario.x):
+        _check_complex_references(scenario)
+        return
     x = np.asarray(scenario.x, dtype=np.float64)
 
     def values() -> list[Any]:
@@ -125,6 +128,54 @@ def test_references_agree_with_numerical_derivatives(scenario: Scenario) -> None
                 _assert_close(np.tensordot(hess, t, axes=t.ndim), ref, 1e-5)
         else:
             _assert_close(hess, scenario.res2, 1e-5)
+
+
+def _check_complex_references(scenario: Scenario) -> None:
+    """docs/complex.md's convention by central differences along the real and imaginary axes."""
+    x = np.asarray(scenario.x, dtype=np.complex128)
+    values = [
+        np.asarray(c.value, np.complex128) if isinstance(c.value, np.ndarray) else c.value for c in scenario.contexts
+    ]
+
+    def f(z: np.ndarray) -> np.ndarray:
+        return np.asarray(scenario.f(z, *values))
+
+    def along(g: Any, z: np.ndarray, direction: np.ndarray, h: float = 1e-6) -> np.ndarray:
+        return (np.asarray(g(z + h * direction)) - np.asarray(g(z - h * direction))) / (2 * h)
+
+    def unit(k: int, scale: complex = 1.0) -> np.ndarray:
+        e = np.zeros(x.size, complex)
+        e[k] = scale
+        return e.reshape(x.shape)
+
+    if scenario.operator in ("gradient", "hvp", "hessian"):  # real-valued f: df/da + i df/db
+
+        def gradient(z: np.ndarray) -> np.ndarray:
+            parts = [along(f, z, unit(k)) + 1j * along(f, z, unit(k, 1j)) for k in range(x.size)]
+            return np.asarray(parts).reshape(x.shape)
+
+        assert np.isrealobj(f(x)) or np.all(np.imag(f(x)) == 0)
+        _assert_close(gradient(x), scenario.res1, 1e-6)
+        if scenario.operator == "hvp":  # the derivative of the gradient map along the tangent
+            for t, ref in zip(scenario.tangents or (), scenario.res2 or ()):
+                _assert_close(along(gradient, x, np.asarray(t, complex), h=1e-4), ref, 1e-5)
+        elif scenario.operator == "hessian":  # column (q, k): along the real (q = 0) or imaginary unit at k
+            columns = [along(gradient, x, unit(k, scale), h=1e-4) for scale in (1.0, 1j) for k in range(x.size)]
+            split = np.stack([np.stack([c.real for c in columns], -1), np.stack([c.imag for c in columns], -1)])
+            _assert_close(split.reshape((2, *x.shape, 2, *x.shape)), scenario.res2, 1e-5)
+        return
+    # holomorphic f: the complex derivative df/da, with df/db = i df/da (Cauchy-Riemann)
+    jac = np.stack([along(f, x, unit(k)) for k in range(x.size)], -1).reshape(np.shape(f(x)) + x.shape)
+    imaginary = np.stack([along(f, x, unit(k, 1j)) for k in range(x.size)], -1).reshape(jac.shape)
+    _assert_close(imaginary, 1j * jac, 1e-6)
+    if scenario.operator == "pushforward":
+        for t, ref in zip(scenario.tangents or (), scenario.res1):
+            _assert_close(np.tensordot(jac, t, axes=np.ndim(t)), ref, 1e-6)
+    elif scenario.operator == "pullback":  # J^H w
+        for t, ref in zip(scenario.tangents or (), scenario.res1):
+            _assert_close(np.tensordot(t, jac.conj(), axes=np.ndim(t)), ref, 1e-6)
+    else:
+        _assert_close(jac, scenario.res1, 1e-6)
 
 
 def _assert_same_aux(actual: Any, desired: Any) -> None:

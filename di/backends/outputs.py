@@ -33,6 +33,7 @@ from di.backends.aux import split_output
 from di.backends.selectors import AbstractBackend
 from di.errors import InvalidOutputError
 from di.families import is_floating_dtype
+from di.families.registry import family_of, get_family
 
 __all__ = [
     "SCALAR_OPERATORS",
@@ -357,8 +358,13 @@ class OutputRules:
         return True
 
     def scalar(self, y: Any) -> Any:
-        """A one-element output as a 0-d one."""
-        return y.reshape(())
+        """A one-element output as a 0-d one (by its family's namespace where the
+        array has no ``reshape`` method, as TensorFlow's tensors)."""
+        reshape = getattr(y, "reshape", None)
+        if reshape is not None:
+            return reshape(())
+        family = family_of(y)
+        return get_family(family).namespace().reshape(y, ()) if family is not None else y.reshape(())
 
     def accepts_array(self, y: Any) -> bool:
         """Whether the operators other than the scalar ones can use ``y``."""
