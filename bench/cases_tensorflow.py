@@ -144,7 +144,7 @@ def _tensorflow(compiled: bool) -> Callable[..., Case]:
         if HVP in operators:
             natives[HVP] = _fastest({"forward over reverse": lambda: fwd_rev(x, v), "reverse": lambda: rev_rev(x, v)})
         through_di = _di_side(backend, f, g, x, v, operators, block=False)
-        breakdown = _breakdown(f, backend, x, block=False) if GRADIENT in operators and not compiled else {}
+        breakdown = _breakdown(f, backend, x, block=False) if GRADIENT in operators else {}
         return Case(_pair(natives, through_di), breakdown=breakdown)
 
     return build

@@ -273,6 +273,9 @@ def breakdown_table(args: argparse.Namespace, settings: Settings) -> tuple[Table
             table.rows.append([engine.label, f"failed: {err!r}"[:200], "", "", "", "", "", "", ""])
             continue
         native, strict = case.pairs[GRADIENT]
+        if len(case.breakdown) != 2:  # (an engine whose case splits no layers: its row says so)
+            table.rows.append([engine.label, "no breakdown (the case gives no layers)", "", "", "", "", "", "", ""])
+            continue
 
         def passthrough(native: Any = native) -> Any:
             return native()

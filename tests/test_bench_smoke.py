@@ -12,6 +12,7 @@ import re
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -226,3 +227,20 @@ def test_the_spelling_bench_times_every_spelling(tmp_path: Path) -> None:
     hvp = next(row for row in rows if row[0] == "AutoTorch()" and row[1] == "hvp") if "torch" in backends else None
     assert hvp is None or "torch.func.jvp(torch.func.grad(f))" in markdown
     assert "within 1.2 of the fastest native spelling" in markdown
+
+
+def test_the_breakdown_table_names_an_engine_whose_case_splits_no_layers(monkeypatch: pytest.MonkeyPatch) -> None:
+    import argparse
+
+    import bench.run
+    from bench.cases import GRADIENT, Case, Engine
+    from bench.timing import Settings
+
+    def build(f: Any, g: Any, x: Any, dtype: str, operators: Any) -> Case:
+        return Case({GRADIENT: (lambda: None, lambda: None)})  # no breakdown (TensorFlow's compiled rows had none)
+
+    monkeypatch.setitem(bench.run.ENGINES, "layerless", Engine("Layerless()", {}, build))
+    args = argparse.Namespace(sizes=[10], functions=["rosenbrock"], backends=["layerless"])
+    table, own_costs = bench.run.breakdown_table(args, Settings(block_ns=1e4, budget_s=0.0, min_pairs=3, max_pairs=3))
+    assert table.rows == [["Layerless()", "no breakdown (the case gives no layers)", "", "", "", "", "", "", ""]]
+    assert own_costs == {}

@@ -245,6 +245,35 @@ def test_compiled_programs_trace_once_and_read_constants_as_inputs() -> None:
     assert eager.count == 3  # eager: f runs at every call
 
 
+def test_the_fast_path_reads_shapes_through_the_private_method_and_the_public_fallback_agrees(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from tensorflow.python.framework.ops import EagerTensor
+
+    from di.engines.tensorflow import building
+
+    # The compiled fast path reads EagerTensor._shape_tuple (a private method, ~2 us cheaper per new tensor than
+    # the public tensor.shape): this fails when TensorFlow drops it, and the fallback below takes over.
+    assert building._SHAPE is EagerTensor._shape_tuple
+    tensors = [tf.constant(X), tf.constant(A), tf.constant(1.0), tf.zeros((0, 3))]
+    assert [building._public_shape(t) for t in tensors] == [building._SHAPE(t) for t in tensors]
+    probe = tf.zeros((2, 0))
+    assert probe.shape == (2, 0)  # (read once: TensorFlow's own tensor.shape reads _shape_tuple the first time)
+    with monkeypatch.context() as patch:  # (TensorFlow's own ops read it too: patched only around the choice)
+        patch.setattr(EagerTensor, "_shape_tuple", None)  # as if TensorFlow dropped it
+        assert building._shape_reader(probe) is building._public_shape
+    reads: list[Any] = []
+    monkeypatch.setattr(building, "_SHAPE", lambda tensor: reads.append(tensor) or building._public_shape(tensor))
+    f = Traced()
+    x = tf.constant(X)
+    prep = di.prepare_gradient(f, COMPILED, x, di.Constant(tf.constant(A[0])))
+    for row in (A[0], A[1], A[1]):
+        gradient = di.gradient(f, prep, COMPILED, tf.constant(X), di.Constant(tf.constant(row)))
+        np.testing.assert_allclose(gradient.numpy(), 2 * row * X)
+    assert f.count == 1  # the public path keeps the fast path's single trace
+    assert reads  # (and the fast path read the shapes through it)
+
+
 def test_static_contexts_are_compiled_in_one_trace_per_value() -> None:
     f = Traced()
     prep = di.prepare_gradient(f, COMPILED, X, di.Constant(A[0]), di.Constant(2))
