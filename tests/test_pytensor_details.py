@@ -122,10 +122,48 @@ def test_second_order_operators_match_analytic_and_native_pytensor() -> None:
     np.testing.assert_allclose(hess, hessian, rtol=1e-14)
 
 
-def test_the_default_mode_compiles_and_agrees() -> None:
-    """PyTensor's default linker (Numba in 3.0): one compile, the same gradient."""
+def test_the_default_mode_runs_the_compiled_program_directly_with_the_functions_results(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """PyTensor's default linker (Numba in 3.0) compiles and agrees, and its compiled
+    program is called without pytensor.function's Python around it
+    (di.engines.pytensor.direct): this fails when PyTensor's JIT linker changes the
+    layout it reads, and the fallback (the function's own call) takes over."""
+    from di.engines.pytensor.direct import direct_call
+
     backend = di.AutoPyTensor()
-    np.testing.assert_allclose(di.gradient(scalar, backend, X), scalar_gradient(X), rtol=1e-13)
+    prep = di.prepare_pushforward(vector, backend, X, (T,))
+    (entry,) = prep.programs["pushforward"].compiled.values()
+    assert entry.direct is not None
+    through_function: list[Any] = []
+    function = entry.function
+    monkeypatch.setattr(entry, "function", lambda *args: through_function.append(args) or function(*args))
+    first = di.pushforward(vector, prep, backend, X, (T,))
+    second = di.pushforward(vector, prep, backend, 2 * X, (T,))
+    np.testing.assert_allclose(first[0], vector_jacobian(X) @ T, rtol=1e-13)
+    np.testing.assert_allclose(second[0], vector_jacobian(2 * X) @ T, rtol=1e-13)
+    assert not np.shares_memory(first[0], second[0])  # each call's own output, as the function's call returns
+    assert through_function == []
+    monkeypatch.setattr(entry, "direct", None)  # the fallback: the function's call, the same results
+    np.testing.assert_allclose(di.pushforward(vector, prep, backend, X, (T,))[0], first[0], rtol=0)
+    assert len(through_function) == 1
+    fast_compile = pytensor.function([x_var := pt.vector("x")], [2 * x_var], mode="FAST_COMPILE")
+    assert direct_call(fast_compile) is None  # another linker: the function's own call
+
+
+def test_an_error_inside_the_direct_program_is_pytensors_own() -> None:
+    from pytensor.raise_op import Assert
+
+    def checked(x: Any) -> Any:
+        xp = di.array_namespace(x)
+        return xp.sum(Assert("x must stay below 10")(x, xp.all(x < 10.0)) ** 2)
+
+    backend = di.AutoPyTensor()
+    prep = di.prepare_gradient(checked, backend, X)
+    assert next(iter(prep.programs["gradient"].compiled.values())).direct is not None
+    np.testing.assert_allclose(di.gradient(checked, prep, backend, X), 2 * X)
+    with pytest.raises(AssertionError, match="x must stay below 10"):
+        di.gradient(checked, prep, backend, X + 20.0)
 
 
 def test_pytree_x_aux_and_float32() -> None:

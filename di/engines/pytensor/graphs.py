@@ -32,6 +32,7 @@ from di.backends.aux import split_aux
 from di.backends.compile import RECOMPILE_WARNING_THRESHOLD, caller_stacklevel, is_static_context, is_static_value
 from di.backends.selectors import AbstractBackend
 from di.contexts import Constant, Context
+from di.engines.pytensor.direct import direct_call
 from di.errors import InvalidInputError, RecompileLimitError, RecompileWarning, UnsupportedOperatorError
 from di.families import converter, family_of
 from di.pytrees import tree_flatten, tree_map
@@ -232,6 +233,7 @@ class _Compiled:
         "aux",
         "build",
         "copies",
+        "direct",
         "function",
         "has_aux",
         "inputs",
@@ -254,6 +256,8 @@ class _Compiled:
         has_aux: bool,
     ) -> None:
         self.function = function
+        # the compiled program without the function's Python around it (di.engines.pytensor.direct), where found
+        self.direct = direct_call(function)
         self.inputs = inputs
         self.spec = spec
         self.n_result = n_result
@@ -269,6 +273,17 @@ class _Compiled:
         self.single = spec.is_leaf() and not has_aux
 
     def run(self, *arguments: Any) -> Any:
+        """The compiled program called on ``arguments`` (directly, or through the
+        function: this thread's copy); its outputs in a sequence."""
+        direct = self.direct
+        if direct is not None:
+            try:
+                return direct(*arguments)
+            except Exception:  # PyTensor's own call raises it again, naming the op
+                pass
+        return self.call(*arguments)
+
+    def call(self, *arguments: Any) -> Any:
         """The compiled function (this thread's copy) called on ``arguments``."""
         if threading.get_ident() == self.owner:
             return self.function(*arguments)
@@ -368,24 +383,30 @@ class SymbolicProgram:
             fast = self._fast
             if fast is not None and x.__class__ is np.ndarray and x.shape == fast[0] and x.dtype is fast[1]:
                 known = fast[2]
-                if known.single and threading.get_ident() == known.owner:
-                    return known.function(x)[0]
+                if known.single:
+                    return known.run(x)[0]
                 return known.build(known.run(x))
         elif len(rest) == 1 and self.takes_tangents:  # x and tangents alone, as at the last call
             fast_tangents = self._fast_tangents
-            if fast_tangents is not None and x.__class__ is np.ndarray and x.shape == fast_tangents[0]:
-                known, dtype, shapes = fast_tangents[2], fast_tangents[1], fast_tangents[3]
+            if fast_tangents is not None:
+                shape, dtype, known, shapes = fast_tangents
                 tangents = rest[0]
                 if (
-                    x.dtype is dtype
+                    x.__class__ is np.ndarray
+                    and x.dtype is dtype
+                    and x.shape == shape
                     and len(tangents) == len(shapes)
-                    and all(
-                        t.__class__ is np.ndarray and t.dtype is dtype and t.shape == s
-                        for t, s in zip(tangents, shapes)
+                    and (
+                        # (one tangent, the common call, compared without a generator)
+                        (t := tangents[0]).__class__ is np.ndarray and t.dtype is dtype and t.shape == shapes[0]
+                        if len(shapes) == 1
+                        else all(
+                            t.__class__ is np.ndarray and t.dtype is dtype and t.shape == s
+                            for t, s in zip(tangents, shapes)
+                        )
                     )
-                    and threading.get_ident() == known.owner
                 ):
-                    return known.build(known.function(x, *tangents))
+                    return known.build(known.run(x, *tangents))
         tangents = rest[0] if self.takes_tangents else None
         values = rest[1:] if self.takes_tangents else rest
         if x.__class__ is not np.ndarray or x.dtype.char not in "efd":
