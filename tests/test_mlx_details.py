@@ -212,6 +212,40 @@ def test_compiled_programs_trace_once_per_signature_with_constants_as_inputs() -
     assert maker.traces - before == 1  # array and float Constants are inputs: one trace for all
 
 
+@pytest.mark.parametrize("backend", BOTH)
+def test_the_common_call_runs_the_engines_function_directly(
+    backend: di.AbstractBackend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An MLX x without contexts skips the general path (conversions, scope, static
+    values: counted by its in_transform calls); a NumPy x, a context or a caller's
+    transform takes it, with the same derivatives, and a compiled program traces once."""
+    from di.engines.mlx import programs
+
+    general: list[Any] = []
+    in_transform = programs.in_transform
+    monkeypatch.setattr(programs, "in_transform", lambda x: general.append(x) or in_transform(x))
+    x, t = mx.array(X), mx.array(T)
+    maker = get_adapter(backend).maker
+    prep = di.prepare_gradient(sin_x, backend, x)
+    pulled = di.prepare_pullback(vector, backend, x, (t,))
+    scales = (1.0, 2.0, 3.0)
+    pulled_back = [di.pullback(vector, backend, scale * X, (T,))[0] for scale in scales]  # (NumPy: the general path)
+    assert general
+    general.clear()
+    traces = []
+    for scale, reference in zip(scales, pulled_back):
+        close(di.gradient(sin_x, prep, backend, scale * x), np.cos(scale * X) * scale * X + np.sin(scale * X))
+        (product,) = di.pullback(vector, pulled, backend, scale * x, (t,))
+        close(product, reference)
+        assert product.__class__ is mx.array
+        traces.append(maker.traces)
+    assert general == []
+    assert traces[0] == traces[-1]  # compiled: each program traced once (at preparation or its first call)
+    second = mx.grad(lambda x: di.gradient(sin_x, prep, backend, x)[0])(x)  # inside mx.grad: the general path
+    close(second, di.hessian(sin_x, backend, X)[0])
+    assert general
+
+
 def test_static_constants_compile_once_per_value_and_warn_on_a_storm() -> None:
     maker = get_adapter(COMPILED).maker
 

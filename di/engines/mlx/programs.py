@@ -266,6 +266,9 @@ class ProgramMaker:
                     output = core(x, engine_tangents, *values) if inside else run(x, engine_tangents, *values)
                     return finish(output, given, x, values, inside)
 
+        if plain and aux is None and not contexts and scope() is _NO_SCOPE:
+            # the common call (an MLX x, no context, no aux): one Python function around the engine's
+            program = _direct(program, run, tangents is not None, self.compiled)
         if not self.compiled:
             return program
         statics = tuple(i for i, c in enumerate(contexts) if is_static_context(c))
@@ -335,6 +338,15 @@ class ProgramMaker:
 
             return _serialised(mx.compile(traced))
 
+        if not statics and not floats:  # one compiled function: called as it is (_direct)
+            only = compiled[()] = compile_for(())
+
+            def run_only(*args: Any) -> Any:
+                return only(*args)
+
+            run_only.only = only  # type: ignore[attr-defined]
+            return run_only
+
         def run(*args: Any) -> Any:
             head, values = args[:lead], list(args[lead:])
             key = tuple(_key(values[i]) for i in statics)
@@ -363,14 +375,79 @@ def _signature(args: Sequence[Any]) -> tuple[Any, ...]:
 def _serialised(function: Callable[..., Any]) -> Callable[..., Any]:
     """``function`` called by one thread at a time: MLX's cache of compiled
     functions is not safe across threads (threads sharing a prep would trace it
-    again and again)."""
+    again and again). The lock and the function are its attributes ``lock`` and
+    ``function``, for :func:`_direct`."""
     lock = threading.Lock()
 
     def one_at_a_time(*args: Any) -> Any:
         with lock:
             return function(*args)
 
+    one_at_a_time.lock = lock  # type: ignore[attr-defined]
+    one_at_a_time.function = function  # type: ignore[attr-defined]
     return one_at_a_time
+
+
+_NO_SCOPE = contextlib.nullcontext()
+"""The scope of a call that needs none (:func:`_scope`'s, shared)."""
+
+
+def _direct(
+    program: Callable[..., Any], run: Callable[..., Any], takes_tangents: bool, compiled: bool
+) -> Callable[..., Any]:
+    """``program`` with its common call made directly: an MLX ``x`` (and one
+    MLX tangent of ``x``'s dtype), no context, outside any MLX transform of the
+    caller's. That call is the engine's function (the compiled one, under its
+    lock) and one ``mx.eval`` of its outputs, nothing else of ``program``'s
+    general path (conversions, the scope, the static-value lookup); every other
+    call is ``program``'s. ``mx.async_eval(x)`` tells a caller's transform, as
+    :func:`in_transform` does, inline."""
+    lock: Any = _NO_SCOPE  # (eager: the operator's function itself, no lock)
+    call = run
+    if compiled:
+        serialised = getattr(run, "only", None)  # (None: one compiled function per static value)
+        if serialised is None:
+            return program
+        lock, call = serialised.lock, serialised.function
+
+    if not takes_tangents:
+
+        def direct(x: Any, *values: Any) -> Any:
+            if values or x.__class__ is not mx.array:
+                return program(x, *values)
+            try:
+                mx.async_eval(x)
+            except ValueError:  # inside a caller's transform (or MLX's own refusal): the general path
+                return program(x)
+            with lock:
+                output = call(x)
+            mx.eval(output)
+            return output if output.__class__ is mx.array and output is not x else _unaliased(output, (x,))
+
+        return direct
+
+    def direct_with_tangents(x: Any, tangents: Any, *values: Any) -> Any:
+        if (
+            values
+            or x.__class__ is not mx.array
+            or tangents.__class__ is not tuple
+            or len(tangents) != 1
+            or (t := tangents[0]).__class__ is not mx.array
+            or t.dtype != x.dtype
+        ):
+            return program(x, tangents, *values)
+        try:
+            mx.async_eval(x)
+        except ValueError:
+            return program(x, tangents)
+        with lock:
+            output = call(x, [t])
+        mx.eval(output)
+        if output.__class__ is tuple and len(output) == 1 and output[0].__class__ is mx.array and output[0] is not x:
+            return output  # (the common result: one product)
+        return _unaliased(output, (x,))
+
+    return direct_with_tangents
 
 
 def _returning_caches(core: Callable[..., Any], lead: int, caches: tuple[int, ...]) -> Callable[..., Any]:
@@ -420,7 +497,7 @@ def _scope(dtypes: Sequence[Any]) -> Callable[[], Any]:
     CPU stream for 64-bit ones, where the default device is another)."""
     scope = FAMILY.scope(dtypes)
     if isinstance(scope, contextlib.nullcontext):
-        return lambda: scope  # reusable
+        return lambda: _NO_SCOPE  # reusable
     return lambda: FAMILY.scope(dtypes)
 
 
