@@ -402,7 +402,7 @@ def _direct(
     general path (conversions, the scope, the static-value lookup); every other
     call is ``program``'s. ``mx.async_eval(x)`` tells a caller's transform, as
     :func:`in_transform` does, inline."""
-    lock: Any = _NO_SCOPE  # (eager: the operator's function itself, no lock)
+    lock: Any = None  # (eager: the operator's function itself, no lock)
     call = run
     if compiled:
         serialised = getattr(run, "only", None)  # (None: one compiled function per static value)
@@ -419,8 +419,11 @@ def _direct(
                 mx.async_eval(x)
             except ValueError:  # inside a caller's transform (or MLX's own refusal): the general path
                 return program(x)
-            with lock:
+            if lock is None:
                 output = call(x)
+            else:
+                with lock:
+                    output = call(x)
             mx.eval(output)
             return output if output.__class__ is mx.array and output is not x else _unaliased(output, (x,))
 
@@ -440,8 +443,11 @@ def _direct(
             mx.async_eval(x)
         except ValueError:
             return program(x, tangents)
-        with lock:
+        if lock is None:
             output = call(x, [t])
+        else:
+            with lock:
+                output = call(x, [t])
         mx.eval(output)
         if output.__class__ is tuple and len(output) == 1 and output[0].__class__ is mx.array and output[0] is not x:
             return output  # (the common result: one product)
