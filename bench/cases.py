@@ -83,6 +83,8 @@ class Engine:
         operators: the operators benchmarked.
         spelled: the operators of the fastest-native-spelling table that ``build`` offers
             beyond :attr:`operators` (``hessian``); ``()``: those of :attr:`operators`.
+        min_pairs: pairs of blocks each row measures at least (``None``: the run's
+            settings), for an engine whose calls are slow and noisy (eager TensorFlow).
     """
 
     label: str
@@ -94,6 +96,7 @@ class Engine:
     quick_sizes: tuple[int, ...] | None = None
     operators: tuple[str, ...] = OPERATORS
     spelled: tuple[str, ...] = ()
+    min_pairs: int | None = None
 
     @property
     def installed(self) -> bool:

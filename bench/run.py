@@ -34,6 +34,7 @@ Options:
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import importlib.util
 import os
 import statistics
@@ -215,6 +216,8 @@ def per_call_rows(args: argparse.Namespace, emit: object) -> list[Row]:
 
 def _timed_row(engine: Engine, case: Case, operator: str, function: str, n: int, dtype: str, settings: Settings) -> Row:
     native, through_di = case.pairs[operator]
+    if engine.min_pairs is not None and settings.budget_s > 0:  # (--repeats: exactly that many, whatever the engine)
+        settings = dataclasses.replace(settings, min_pairs=max(settings.min_pairs, engine.min_pairs))
     return measured_row(
         engine.label,
         operator,

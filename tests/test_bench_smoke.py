@@ -244,3 +244,17 @@ def test_the_breakdown_table_names_an_engine_whose_case_splits_no_layers(monkeyp
     table, own_costs = bench.run.breakdown_table(args, Settings(block_ns=1e4, budget_s=0.0, min_pairs=3, max_pairs=3))
     assert table.rows == [["Layerless()", "no breakdown (the case gives no layers)", "", "", "", "", "", "", ""]]
     assert own_costs == {}
+
+
+def test_an_engine_with_min_pairs_gets_that_many_pairs_per_row() -> None:
+    import bench.run
+    from bench.cases import GRADIENT, Case, Engine
+    from bench.timing import Settings
+
+    case = Case({GRADIENT: (lambda: None, lambda: None)})
+    settings = Settings(block_ns=1e4, budget_s=1e-9, min_pairs=3, max_pairs=401)
+    slow = Engine("Slow()", {}, lambda *args: case, min_pairs=11)
+    row = bench.run._timed_row(slow, case, GRADIENT, "rosenbrock", 10, "float64", settings)
+    assert row.pairs == 11
+    plain = Engine("Plain()", {}, lambda *args: case)
+    assert bench.run._timed_row(plain, case, GRADIENT, "rosenbrock", 10, "float64", settings).pairs == 3
