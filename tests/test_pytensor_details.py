@@ -149,6 +149,10 @@ def test_the_default_mode_runs_the_compiled_program_directly_with_the_functions_
     assert len(through_function) == 1
     fast_compile = pytensor.function([x_var := pt.vector("x")], [2 * x_var], mode="FAST_COMPILE")
     assert direct_call(fast_compile) is None  # another linker: the function's own call
+    scale = pytensor.shared(np.array(2.0))
+    with_shared = pytensor.function([x_var], [scale * x_var])  # (the default linker)
+    assert direct_call(with_shared) is None  # an implicit input, the shared value: the function passes it
+    assert direct_call(pytensor.function([x_var], [3.0 * x_var])) is not None
 
 
 def test_an_error_inside_the_direct_program_is_pytensors_own() -> None:

@@ -11,8 +11,8 @@ outputs, so ``di`` calls it directly where it can find it.
 
 It reads PyTensor internals (the JIT linker's thunk and its default arguments),
 so it checks their layout and falls back to the function's own call for
-anything else: another linker (C, Python), a function with updates, storage
-that is not the function's own. The program computes what the function's call
+anything else: another linker (C, Python), a function with updates or implicit
+inputs (shared variables), storage that is not the function's own. The program computes what the function's call
 computes: the graph is the one the function compiled (with the copies it
 inserts so that no output is an input, a constant or another output), and the
 call has no state (two threads may run it at once). tests/test_pytensor_details.py
@@ -55,6 +55,9 @@ def direct_call(function: Any) -> Callable[..., Any] | None:
     program, thunk_inputs, thunk_outputs = defaults
     if not callable(program) or getattr(function, "_has_updates", True):
         return None
+    maker_inputs = getattr(getattr(function, "maker", None), "inputs", None)
+    if maker_inputs is None or any(getattr(given, "implicit", True) for given in maker_inputs):
+        return None  # (an implicit input, a shared variable's value, is the function's to pass)
     inputs = [container.storage for container in getattr(function, "input_storage", ())]
     outputs = [container.storage for container in getattr(function, "output_storage", ())]
     same_inputs = len(inputs) == len(thunk_inputs) and all(a is b for a, b in zip(inputs, thunk_inputs))
