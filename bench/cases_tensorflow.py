@@ -165,7 +165,7 @@ ENGINES = {
         {op: f"{text} (eager)" for op, text in _NATIVES.items()},
         _tensorflow(False),
         "tensorflow",
-        min_pairs=21,  # eager calls of milliseconds, each pair exposed to the machine's load: more pairs
+        min_pairs=101,  # eager calls of milliseconds, each pair exposed to the machine's load: more pairs
     ),
     "tensorflow-compile": Engine(
         "AutoTensorFlow(compile=True)",
