@@ -183,6 +183,20 @@ def test_f_gets_the_array_api_operators_and_tensors_keep_their_own_after() -> No
         tf.ones(2, tf.float32) + tf.ones(2, tf.float64)  # TensorFlow's own promotion: none
 
 
+def test_the_scoped_promotion_passes_operands_of_one_dtype_and_promotes_the_rest() -> None:
+    from di.engines.tensorflow.behavior import _promote_when_needed, numpy_behavior
+
+    a, b = tf.ones(2, tf.float32), tf.constant([2.0, 3.0], tf.float32)
+    with numpy_behavior():
+        assert _promote_when_needed(a, b) == (a, b)  # one dtype: as they are (no cast op)
+        for number in (2, 2.5, True):  # a Python number takes the floating tensor's dtype (NumPy's weak scalar)
+            tensor, promoted = _promote_when_needed(a, number)
+            assert tensor is a and promoted.dtype == tf.float32 and float(promoted) == float(number)
+        mixed = _promote_when_needed(a, tf.ones(2, tf.float64))  # two dtypes: TensorFlow's NumPy promotion
+        assert [t.dtype for t in mixed] == [tf.float64, tf.float64]
+        assert (a + tf.ones(2, tf.float64)).dtype == tf.float64
+
+
 def test_the_namespace_maps_the_array_api_onto_tensorflow() -> None:
     x, v = tf.constant(X), X
     xp = di.array_namespace(x)

@@ -65,6 +65,7 @@ def _enabled_methods() -> dict[str, Any]:
 _ON = _enabled_methods()
 
 _numpy_promotion = override_binary_operator.maybe_promote_tensors
+_PYTHON_NUMBERS = (float, int)
 _Tensor = tf.Tensor
 
 
@@ -78,11 +79,14 @@ def _promote_when_needed(*tensors: Any, force_same_dtype: bool = False) -> Any:
     numbers_too = False
     for value in tensors:
         if isinstance(value, _Tensor):
+            value_dtype = value.dtype
             if dtype is None:
-                dtype = value.dtype
-            elif value.dtype != dtype:
+                dtype = value_dtype
+            elif value_dtype is not dtype and value_dtype != dtype:  # (TensorFlow's dtypes are interned: `is` first)
                 return _numpy_promotion(*tensors, force_same_dtype=force_same_dtype)
-        elif isinstance(value, numbers.Real) and not isinstance(value, np.generic):
+        elif value.__class__ in _PYTHON_NUMBERS or (
+            isinstance(value, numbers.Real) and not isinstance(value, np.generic)
+        ):  # (the exact Python types first: the ABC's check is the slow one)
             numbers_too = True
         else:
             return _numpy_promotion(*tensors, force_same_dtype=force_same_dtype)
