@@ -254,7 +254,9 @@ class ProgramBuilder(Adapter):
             program = in_mesh(program, mesh)
         if not self.compiled:
             return program
-        if on_first_use:
+        if on_first_use and not (executable is not None and checks_arguments(function)):
+            # (an executable compiled by its first call compiles once under its own lock: no
+            # second lock around it, one Python call fewer per call)
             program = compiled_on_first_use(program)
         if checks_arguments(function):
             program = _mark(program)

@@ -305,16 +305,18 @@ class Reverse:
                 argument, differentiated, connect = x, tuple(leaves), keeps_graph
             else:
                 connect = False
-                for t in leaves:  # a tensor that requires grad may ask for the caller's graph
-                    if t.__class__ is not tensor or t.requires_grad:
-                        return run(x, *values)
                 for i in constants:
                     if requires_grad(values[i]):
                         return run(x, *values)
+                aliases = []
                 try:
-                    differentiated = tuple([t.detach().requires_grad_() for t in leaves])
+                    for t in leaves:  # a tensor that requires grad may ask for the caller's graph
+                        if t.__class__ is not tensor or t.requires_grad:
+                            return run(x, *values)
+                        aliases.append(t.detach().requires_grad_())
                 except RuntimeError:  # inference tensors: run clones them
                     return run(x, *values)
+                differentiated = tuple(aliases)
                 argument = unflatten(differentiated)
             try:
                 y = f(argument, *values)
