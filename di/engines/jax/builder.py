@@ -89,8 +89,13 @@ def _compiled_when_first_used(function: Any, specs: Sequence[Any], x64: bool) ->
                 if not compiled:
                     with x64_scope() if x64 else contextlib.nullcontext():
                         compiled.append(_direct_call(function.lower(*specs).compile()))
+                    cell[0] = compiled[0]
         return compiled[0](*args)
 
+    # what a caller that checks its arguments by the executable calls: this function until
+    # the executable is compiled, then the executable itself (a Python call fewer per call)
+    cell: list[Callable[..., Any]] = [executable]
+    executable.cell = cell  # type: ignore[attr-defined]
     return executable
 
 
