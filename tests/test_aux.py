@@ -386,3 +386,75 @@ def test_aux_arrays_keep_the_dtype_f_computes_them_in_at_a_float32_x(backend: An
             assert isinstance(aux[key], np.ndarray) and aux[key].dtype == np.float32, (name, key, aux[key].dtype)
             np.testing.assert_array_equal(aux[key], expected, err_msg=f"{name} {key}")
         assert not np.shares_memory(aux["x"], x), name
+
+
+def test_aux_of_the_callers_family_is_returned_as_f_built_it_and_anything_else_is_converted() -> None:
+    # a flat dict of the caller's arrays is recognised by their classes after the first
+    # call; the classes of containers are never taken for arrays
+    from di.backends.aux import aux_converter
+
+    to_caller = aux_converter("numpy", "numpy")
+    plain = {"loss": np.ones(2), "parts": [np.ones(1)]}
+    assert to_caller(plain) is plain
+    assert to_caller(plain) is plain
+    scalar = to_caller({"loss": np.float64(0.5)})
+    assert scalar["loss"].__class__ is np.ndarray and scalar["loss"] == 0.5
+    nested = to_caller({"loss": np.ones(2), "parts": [np.float64(2.0)]})
+    assert nested["parts"][0].__class__ is np.ndarray and nested["parts"][0] == 2.0
+    inner = to_caller({"loss": np.ones(2), "more": {"n": np.float32(3.0)}})
+    assert inner["more"]["n"].__class__ is np.ndarray and inner["more"]["n"].dtype == np.float32
+
+
+def test_torch_aux_at_a_pytree_x_is_detached_and_never_an_input() -> None:
+    def f(p: Any, batch: Any) -> Any:
+        loss = (p["w"] ** 2).sum() + (p["b"] * batch).sum()
+        return loss, {"loss": 2 * loss, "w": p["w"], "w_view": p["w"][:1], "n": 3}
+
+    params = {"w": torch.tensor([1.0, -2.0]), "b": torch.tensor([0.5, 0.25])}
+    batch = di.Constant(torch.tensor([3.0, 4.0]))
+    prep = di.prepare_gradient(f, di.AutoTorch(), params, batch, has_aux=True)
+    for _ in range(2):
+        (y, aux), g = di.value_and_gradient(f, prep, di.AutoTorch(), params, batch, has_aux=True)
+        torch.testing.assert_close(aux["loss"], 2 * y)
+        assert not aux["loss"].requires_grad and aux["loss"].grad_fn is None
+        for key in ("w", "w_view"):  # x's own memory comes back as a copy, detached
+            assert not aux[key].requires_grad
+            assert aux[key].untyped_storage().data_ptr() != params["w"].untyped_storage().data_ptr()
+        assert aux["n"] == 3
+        torch.testing.assert_close(g["w"], 2 * params["w"])
+        torch.testing.assert_close(g["b"], batch.value)
+
+
+def test_jax_jit_pytree_aux_prep_shared_by_threads_at_its_first_combined_call_traces_once() -> None:
+    import threading
+
+    traces = [0]
+
+    def f(p: Any) -> Any:
+        traces[0] += 1
+        xp = di.array_namespace(p["w"])
+        loss = xp.sum(p["w"] ** 2) + xp.sum(p["b"])
+        return loss, {"loss": loss}
+
+    backend = di.AutoJAX(jit=True)
+    params = {"w": jax.numpy.arange(3.0), "b": jax.numpy.ones(2)}
+    prep = di.prepare_gradient(f, backend, params, has_aux=True)  # the plain program, compiled now
+    before = traces[0]
+    barrier, results = threading.Barrier(8), []
+
+    def work() -> None:
+        barrier.wait()
+        results.append(di.value_and_gradient(f, prep, backend, params, has_aux=True))
+
+    threads = [threading.Thread(target=work) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert traces[0] - before == 1  # the combined program, traced and compiled once
+    assert len(results) == 8
+    for (y, aux), g in results:
+        np.testing.assert_allclose(y, 7.0)
+        np.testing.assert_allclose(aux["loss"], 7.0)
+        np.testing.assert_allclose(g["w"], [0.0, 2.0, 4.0])
+        np.testing.assert_allclose(g["b"], [1.0, 1.0])

@@ -626,7 +626,8 @@ def test_the_everyday_torch_ml_call_takes_the_short_path() -> None:
     """value_and_gradient with has_aux of a parameter dict, with a batch (X, y) as one
     Constant, on eager AutoTorch(): the short path a torch user writes (detach each
     leaf, f, torch.autograd.grad), aux detached and its own memory; counted, not
-    timed: 22 functions of di where the general path entered 82."""
+    timed: 12 functions of di (22 before aux's family check, aux's detaching, the alias
+    loop and the split of (y, aux) were folded) where the general path entered 82."""
     torch.manual_seed(0)
     params = {"w": torch.randn(3, 4), "b": torch.randn(4), "scale": torch.tensor(0.5)}
     batch = (torch.randn(5, 3), torch.randn(5, 4))
@@ -644,7 +645,7 @@ def test_the_everyday_torch_ml_call_takes_the_short_path() -> None:
     entered = _di_functions_entered(
         lambda: results.append(di.value_and_gradient(loss, prep, backend, params, context, has_aux=True))
     )
-    assert "run_tree_gradient" in entered and "wants_graph" not in entered and len(entered) <= 24, entered
+    assert "run_tree_gradient" in entered and "wants_graph" not in entered and len(entered) <= 12, entered
     (value, aux), grads = results[0]
     leaves = {name: t.detach().requires_grad_() for name, t in params.items()}
     expected_value, expected_aux = loss(leaves, batch)
@@ -664,3 +665,34 @@ def test_the_everyday_torch_ml_call_takes_the_short_path() -> None:
     (_, aux), _ = di.value_and_gradient(returning_the_batch, prep, backend, params, context, has_aux=True)
     torch.testing.assert_close(aux["X"], batch[0])
     assert aux["X"].untyped_storage().data_ptr() != batch[0].untyped_storage().data_ptr()
+
+
+def test_the_everyday_jax_ml_call_enters_few_functions_of_di() -> None:
+    """The same call on AutoJAX(jit=True) (the combined program compiled by its first
+    call, aux joined, the gradient put in the dict's own key order): 17 functions of di
+    per call, counted, not timed (25 before the compiled executable was called directly,
+    the key order rebuilt without its bookkeeping and aux's family recognised by one loop)."""
+    params = {"w": jnp.ones((3, 4)), "b": jnp.zeros(4), "scale": jnp.asarray(0.5)}  # (not sorted keys)
+    batch = (jnp.linspace(-1.0, 1.0, 15).reshape(5, 3), jnp.ones((5, 4)))
+
+    def loss(p: Any, batch: Any) -> Any:
+        X, y = batch
+        xp = di.array_namespace(X)
+        prediction = p["scale"] * xp.tanh(X @ p["w"] + p["b"])
+        return xp.mean((prediction - y) ** 2), {"mean": xp.mean(prediction)}
+
+    backend, context = di.AutoJAX(jit=True), di.Constant(batch)
+    prep = di.prepare_gradient(loss, backend, params, context, has_aux=True)
+    di.value_and_gradient(loss, prep, backend, params, context, has_aux=True)  # (compiles)
+    results: list[Any] = []
+    entered = _di_functions_entered(
+        lambda: results.append(di.value_and_gradient(loss, prep, backend, params, context, has_aux=True))
+    )
+    assert entered[0] == "dispatch" and len(entered) <= 17, entered
+    (value, aux), grads = results[0]
+    (expected_value, expected_aux), expected = jax.value_and_grad(loss, has_aux=True)(params, batch)
+    np.testing.assert_allclose(value, expected_value, rtol=1e-6)
+    np.testing.assert_allclose(aux["mean"], expected_aux["mean"], rtol=1e-6)
+    assert list(grads) == list(params)
+    for name in params:
+        np.testing.assert_allclose(grads[name], expected[name], rtol=1e-6, atol=1e-7)

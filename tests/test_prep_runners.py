@@ -178,3 +178,32 @@ def test_a_preparation_asks_the_family_of_an_array_x_once(backend: di.AbstractBa
     np.testing.assert_allclose(
         np.asarray(di.gradient(weighted, prep, backend, X, di.Constant(A))), 3 * X**2 * A, rtol=1e-5
     )
+
+
+def test_a_program_checked_by_its_executable_calls_what_the_executables_cell_holds() -> None:
+    # an executable compiled by its first call puts the compiled one in its cell: later
+    # calls go to it directly, and its refusals still mean other arguments
+    from di.prep.own_checks import ArgumentsRejected, checked_by_executable, compiling_again
+
+    calls: list[str] = []
+
+    def compiled(x: Any) -> Any:
+        calls.append("compiled")
+        if not isinstance(x, int):
+            raise TypeError("compiled for int")
+        return x + 1
+
+    def compiling(x: Any) -> Any:
+        calls.append("compiling")
+        cell[0] = compiled
+        return compiled(x)
+
+    cell: list[Any] = [compiling]
+    compiling.cell = cell  # type: ignore[attr-defined]
+    run = checked_by_executable(compiling, lambda x: x + 0.5)
+    assert (run(1), run(2)) == (2, 3)
+    assert calls == ["compiling", "compiled", "compiled"]
+    with pytest.raises(ArgumentsRejected):
+        run(1.0)
+    with compiling_again():
+        assert run(1.0) == 1.5

@@ -480,6 +480,29 @@ def test_dict_key_order_is_kept(backend: Any) -> None:
     np.testing.assert_allclose(di.gradient(f, backend, x)["alpha"], [27.0], rtol=1e-6)
 
 
+def test_a_loose_jax_prep_keeps_each_calls_key_order_after_its_first_result_set_the_rebuild() -> None:
+    # the first result fixes how results are put in x's key order; a strict=False prep
+    # called with dicts of other keys (or sizes) gets each call's own structure back
+    backend = di.AutoJAX(jit=True)
+
+    def f(p: Any) -> Any:
+        xp = di.array_namespace(next(iter(p.values())))
+        loss = sum(xp.sum(value**2) for value in p.values())
+        return loss, {"loss": loss}
+
+    first = {"zeta": np.array([1.0, 2.0]), "alpha": np.array([3.0])}
+    prep = di.prepare_gradient(f, backend, first, strict=False, has_aux=True)
+    others = ({"b": np.array([1.0]), "a": np.array([2.0, 0.5])}, {"q": np.array([4.0])}, first)
+    for p in (first, first, *others):
+        for call in (di.gradient, di.value_and_gradient):
+            result = call(f, prep, backend, p, has_aux=True)
+            g = result[0] if call is di.gradient else result[1]  # ((y, aux), g) or (g, aux)
+            expected = list(p) if set(p) == set(first) else sorted(p)  # (another structure: as JAX returns it)
+            assert list(g) == expected, (call.__name__, list(p))
+            for key, value in p.items():
+                np.testing.assert_allclose(g[key], 2 * value)
+
+
 @pytest.mark.parametrize("backend", JAX_BACKENDS, ids=backend_id)
 def test_pytree_outputs_on_jax(backend: Any) -> None:
     def f(x: Any) -> Any:

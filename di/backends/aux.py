@@ -155,12 +155,29 @@ def aux_converter(from_family: str, to_family: str) -> Callable[[Any], Any]:
 
         return convert_arrays
 
+    # the classes met as arrays of from_family (no NumPy scalar): a flat dict of them, the
+    # usual aux, is recognised by one loop over its values, without a call per leaf
+    own_classes: set[type] = set()
+
     def in_place(aux: Any) -> Any:
         # arrays of the caller's family already (what a compiled program returns): the
         # pytree as it is, without rebuilding it (an optree map, 1-3 us per call)
-        return aux if _of_family(aux, from_family, 0) else tree_map(convert_leaf, aux)
+        if aux.__class__ is dict:
+            for item in aux.values():
+                if item.__class__ not in own_classes:
+                    break
+            else:
+                return aux
+        if _of_family(aux, from_family, 0):
+            if aux.__class__ is dict:
+                own_classes.update(item.__class__ for item in aux.values() if item.__class__ not in _CONTAINERS)
+            return aux
+        return tree_map(convert_leaf, aux)
 
     return in_place
+
+
+_CONTAINERS = (dict, list, tuple)
 
 
 def _of_family(tree: Any, family: str, depth: int) -> bool:

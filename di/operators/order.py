@@ -131,8 +131,18 @@ def in_caller_order(
         # so, for every later one (the program's output structure follows its input's,
         # which the prep fixes).
         rebuild: list[bool | None] = [None]
+        # Once the first result has fixed the rebuilder of a layout of one structure
+        # (no tangent count, f's order known), later calls call it directly.
+        direct: list[Callable[[Any], Any] | None] = [None]
+        fixed_layout = output is None and not layout[-1].endswith("*")
 
         def ordered(result: Any) -> Any:
+            fast = direct[0]
+            if fast is not None:
+                try:
+                    return fast(result)
+                except (KeyError, IndexError, TypeError, ValueError, _OtherStructure):  # (a non-strict prep, another x)
+                    pass
             if rebuild[0] is False:
                 return result
             try:
@@ -141,11 +151,24 @@ def in_caller_order(
                 return result
             if rebuild[0] is None:
                 rebuild[0] = _layout(fixed) != _layout(result)
+                rebuilder = rebuilders.get(None)
+                if rebuild[0] and fixed_layout and rebuilder is not None:
+                    direct[0] = _with_aux_kept(rebuilder) if has_aux else rebuilder
             return fixed
 
         return finished(program, ordered)
 
     return {name: wrap(name, program) for name, program in programs.items()}
+
+
+def _with_aux_kept(rebuild: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    """``rebuild`` applied to a ``(result, aux)`` pair's result."""
+
+    def rebuilt(output: Any) -> Any:
+        result, aux = output
+        return rebuild(result), aux
+
+    return rebuilt
 
 
 def _known_in_order(output: OutputOrder | None) -> bool:

@@ -95,7 +95,20 @@ def _prepare_complex(backend: AbstractBackend, resolved: Resolved, request: Prep
     """The prep of a request at a complex ``x``: its real view's (:mod:`di.complex`),
     prepared on the same backend, behind programs that take the complex ``x``."""
     programs, info = prepare_complex(request, OPERATORS, lambda real: _prepare(backend, resolved, real))
-    operator = OPERATORS[request.operator]
+    return _prep_of(request, backend, programs, info, request.facts)
+
+
+def _prep_of(
+    request: PrepareRequest,
+    backend: AbstractBackend,
+    programs: dict[str, Any],
+    info: StrategyInfo,
+    facts: ArgumentFacts | None,
+    explain: Callable[..., str] | None = None,
+    traces: tuple[AbstractBackend, tuple[str, ...]] | None = None,
+) -> Prep:
+    """The :class:`Prep` of ``request`` running ``programs``, answering to
+    ``backend``: the one construction of an engine's prep and of a complex ``x``'s."""
     x, contexts = request.x, request.contexts
     return Prep(
         request.operator,
@@ -106,11 +119,13 @@ def _prepare_complex(backend: AbstractBackend, resolved: Resolved, request: Prep
         programs,
         request.strict,
         request.tangents,
-        operator.tangents or "tx",
+        OPERATORS[request.operator].tangents or "tx",
         same_point_check(x, contexts) if request.same_point else None,
         info=info,
         has_aux=request.has_aux,
-        facts=request.facts,
+        explain_failure=explain,
+        traces=traces,
+        facts=facts,
     )
 
 
@@ -151,23 +166,8 @@ def prepare_from_source(
         programs = caller_programs(
             operator, source, request.operator_key, request.f, x, tangents, contexts, request.has_aux, facts
         )
-    return Prep(
-        request.operator,
-        request.f,
-        backend,
-        x,
-        contexts,
-        programs,
-        request.strict,
-        tangents,
-        operator.tangents or "tx",
-        same_point_check(x, contexts) if request.same_point else None,
-        info=info or _chosen(programs, operator.names[0]),
-        has_aux=request.has_aux,
-        explain_failure=explain,
-        traces=(source.adapter.backend, source.takes),
-        facts=facts,
-    )
+    info = info or _chosen(programs, operator.names[0])
+    return _prep_of(request, backend, programs, info, facts, explain, (source.adapter.backend, source.takes))
 
 
 def _chosen(programs: dict[str, Any], plain: str) -> StrategyInfo:

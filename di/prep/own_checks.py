@@ -40,7 +40,9 @@ def checked_by_executable(executable: Callable[..., Any], function: Callable[...
     which refuses others with a ``TypeError``) and, for arguments it refuses,
     raises :class:`ArgumentsRejected`, or inside :func:`compiling_again` calls
     ``function`` (which compiles for them). Marked ``checks_arguments``, so a
-    strict prep's runner leaves the comparison of ``x`` to it.
+    strict prep's runner leaves the comparison of ``x`` to it. An ``executable``
+    with a ``cell`` attribute (a one-element list) is called through it: an
+    executable compiled by its first call puts the compiled one there.
 
     Examples:
         >>> from di.prep.own_checks import ArgumentsRejected, checked_by_executable, compiling_again
@@ -56,9 +58,12 @@ def checked_by_executable(executable: Callable[..., Any], function: Callable[...
         1.5
     """
 
+    # (an executable compiled by its first call gives the compiled one in its cell once it exists)
+    cell: list[Callable[..., Any]] = getattr(executable, "cell", None) or [executable]
+
     def run(*args: Any) -> Any:
         try:
-            return executable(*args)
+            return cell[0](*args)
         except TypeError:
             if getattr(_AGAIN, "on", False):
                 return function(*args)

@@ -89,8 +89,13 @@ def _compiled_when_first_used(function: Any, specs: Sequence[Any], x64: bool) ->
                 if not compiled:
                     with x64_scope() if x64 else contextlib.nullcontext():
                         compiled.append(_direct_call(function.lower(*specs).compile()))
+                    cell[0] = compiled[0]
         return compiled[0](*args)
 
+    # what a caller that checks its arguments by the executable calls: this function until
+    # the executable is compiled, then the executable itself (a Python call fewer per call)
+    cell: list[Callable[..., Any]] = [executable]
+    executable.cell = cell  # type: ignore[attr-defined]
     return executable
 
 
@@ -254,7 +259,9 @@ class ProgramBuilder(Adapter):
             program = in_mesh(program, mesh)
         if not self.compiled:
             return program
-        if on_first_use:
+        if on_first_use and not (executable is not None and checks_arguments(function)):
+            # (an executable compiled by its first call compiles once under its own lock: no
+            # second lock around it, one Python call fewer per call)
             program = compiled_on_first_use(program)
         if checks_arguments(function):
             program = _mark(program)

@@ -87,6 +87,9 @@ def unshared(tensor: Any, taken: set[int]) -> Any:
     return tensor.clone() if address and address in taken else tensor
 
 
+_TENSOR = torch.Tensor
+
+
 def owned_aux(aux: Any, taken: Callable[[], set[int]], detach: bool, computed: bool = False) -> Any:
     """``aux`` as a call returns it: each tensor detached from the call's graph
     (``detach``; a call that keeps the caller's graph returns differentiable
@@ -96,6 +99,16 @@ def owned_aux(aux: Any, taken: Callable[[], set[int]], detach: bool, computed: b
     one ``f`` computed, whose memory is its own (no look at the inputs' memory).
     A flat dict of tensors is walked by one comprehension, anything else by
     torch's pytree map."""
+    if computed and detach and aux.__class__ is dict:
+        # the usual aux (a loss's parts, computed by f): each detached, nothing else to
+        # look at; any other leaf takes the general walk below
+        owned = {}
+        for key, item in aux.items():
+            if item.__class__ is not _TENSOR or item.grad_fn is None or item._base is not None:
+                break
+            owned[key] = item.detach()
+        else:
+            return owned
     found: list[set[int]] = []
 
     def own(item: Any) -> Any:

@@ -301,25 +301,33 @@ class Reverse:
             leaves = leaves_of(x)
             if leaves is None:
                 return run(x, *values)
-            if as_is and _differentiable_as_is(leaves):  # they ask for the caller's graph where it is kept
+            # (a first leaf that does not require grad rules the as-is path out without a call)
+            first_asks = not leaves or getattr(leaves[0], "requires_grad", False)
+            if as_is and first_asks and _differentiable_as_is(leaves):
+                # they ask for the caller's graph where it is kept
                 argument, differentiated, connect = x, tuple(leaves), keeps_graph
             else:
                 connect = False
-                for t in leaves:  # a tensor that requires grad may ask for the caller's graph
-                    if t.__class__ is not tensor or t.requires_grad:
-                        return run(x, *values)
                 for i in constants:
                     if requires_grad(values[i]):
                         return run(x, *values)
+                aliases = []
                 try:
-                    differentiated = tuple([t.detach().requires_grad_() for t in leaves])
+                    for t in leaves:  # a tensor that requires grad may ask for the caller's graph
+                        if t.__class__ is not tensor or t.requires_grad:
+                            return run(x, *values)
+                        aliases.append(t.detach().requires_grad_())
                 except RuntimeError:  # inference tensors: run clones them
                     return run(x, *values)
+                differentiated = tuple(aliases)
                 argument = unflatten(differentiated)
             try:
                 y = f(argument, *values)
                 if has_aux:
-                    y, aux = split_output(y, backend, operator)
+                    if y.__class__ is tuple and len(y) == 2:  # (split_output's common case, inline)
+                        y, aux = y
+                    else:
+                        y, aux = split_output(y, backend, operator)
                 if y.__class__ is not tensor or not y.requires_grad:
                     y = check_output(y, differentiated, backend, operator, REVERSE_RULES)
                 result = unflatten(backward(y, differentiated, None, connect))

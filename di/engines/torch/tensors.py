@@ -29,15 +29,16 @@ __all__ = [
 
 
 _PLAIN_VALUES = frozenset({float, int, bool, str, type(None)})
+_TENSOR = torch.Tensor
 
 
 def requires_grad(value: Any) -> bool:
     """Whether ``value`` (a tensor, a pytree of them such as a dict ``Constant``
     of parameters, or anything else) requires grad."""
-    found = getattr(value, "requires_grad", None)  # (isinstance of torch.Tensor costs more)
-    if found is not None:
-        return found is True
-    if value.__class__ is tuple or value.__class__ is list:  # (a batch (X, y): no flatten)
+    kind = value.__class__
+    if kind is _TENSOR:
+        return value.requires_grad  # type: ignore[no-any-return]
+    if kind is tuple or kind is list:  # (a batch (X, y): no flatten, no failed attribute lookup)
         for item in value:
             found = getattr(item, "requires_grad", None)
             if found is None:
@@ -46,7 +47,11 @@ def requires_grad(value: Any) -> bool:
                 return True
         else:
             return False
-    if value.__class__ in _PLAIN_VALUES or not is_pytree(value):
+    else:
+        found = getattr(value, "requires_grad", None)  # (isinstance of torch.Tensor costs more)
+        if found is not None:
+            return found is True
+    if kind in _PLAIN_VALUES or not is_pytree(value):
         return False
     return any(getattr(leaf, "requires_grad", False) is True for leaf in tree_leaves(value))
 
