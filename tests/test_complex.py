@@ -8,6 +8,7 @@ and compiled, in NumPy and its own family, at complex64 and complex128.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -27,6 +28,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import di
+from di.backends.registry import get_adapter
+from di.complex.view import RealView
 from di.families import get_family
 from di.testing import approximates
 from di.testing.complex_scenarios import _real_hessian as columns_of_the_hvp
@@ -170,6 +173,45 @@ def test_real_valued_and_non_holomorphic_outputs(backend: Any) -> None:
         di.gradient(lambda z: di.array_namespace(z).sum(z * z), backend, x)
     with pytest.raises(di.InvalidInputError, match="second_derivative"):
         di.second_derivative(holomorphic, backend, x[0])
+
+
+NATIVE = [b for b in ENGINES if capabilities(b).complex_native]
+
+
+def real_f_with_aux(z: Any) -> Any:
+    return real_f(z), {"norm": di.array_namespace(z).sum(squared_moduli(z))}
+
+
+@pytest.mark.parametrize("backend", backend_params(NATIVE))  # (compiled: test_every_operator_follows_the_convention)
+def test_native_complex_programs_agree_with_the_real_view(backend: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An engine declaring complex_native runs its own programs at the complex x (no real view is
+    split), and they agree with the real view's, in NumPy and the engine's family, has_aux too."""
+    splits: list[int] = []
+    counted = RealView.split
+    monkeypatch.setattr(RealView, "split", lambda self, value: splits.append(1) or counted(self, value))
+
+    def results(x: Any) -> list[Any]:
+        prep = di.prepare_gradient(real_f, backend, x)
+        aux_prep = di.prepare_gradient(real_f_with_aux, backend, x, has_aux=True)
+        (y, g), (g_aux, aux) = (
+            di.value_and_gradient(real_f, prep, backend, x),
+            di.gradient(real_f_with_aux, aux_prep, backend, x, has_aux=True),
+        )
+        return [di.gradient(real_f, prep, backend, x), y, g, g_aux, aux["norm"]]
+
+    x0 = point(np.complex64)[0]
+    points = [as_family(x0, family) for family in complex_families(backend) if family in FAMILIES]
+    native = [results(x) for x in points]
+    assert not splits, "a complex_native gradient went through the real view"
+    adapter = get_adapter(backend)
+    monkeypatch.setattr(type(adapter), "capabilities", replace(adapter.capabilities, complex_native=frozenset()))
+    for x, by_engine in zip(points, native):
+        for got, expected, what in zip(
+            by_engine, results(x), ("gradient", "value", "value_and_gradient", "aux", "aux's")
+        ):
+            close(got, to_numpy(expected), backend, np.complex64, what)
+    assert splits
+    close(native[0][0], real_f_gradient(x0), backend, np.complex64, "gradient")
 
 
 def pymanopt_cost(x: Any) -> Any:

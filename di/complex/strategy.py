@@ -17,6 +17,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
+import numpy as np
+
 from di.complex.view import RealView, is_complex_value, real_function
 from di.errors import InvalidInputError, InvalidOutputError, UnsupportedOperatorError
 from di.families import family_of, get_family
@@ -24,7 +26,7 @@ from di.prep.base import Prep
 from di.prep.info import StrategyInfo
 from di.prep.strategy import PrepareRequest
 
-__all__ = ["COMPLEX_OUTPUTS", "holomorphic_tolerance", "prepare_complex"]
+__all__ = ["COMPLEX_OUTPUTS", "holomorphic_tolerance", "native_at_complex_x", "prepare_complex"]
 
 COMPLEX_OUTPUTS = ("derivative", "jacobian", "pushforward", "pullback")
 """The operator families whose ``f`` may return complex values at a complex ``x``
@@ -46,6 +48,38 @@ def holomorphic_tolerance(complex_dtype: str) -> float:
         (0.001, 1e-06)
     """
     return 1e-3 if complex_dtype == "complex64" else 1e-6
+
+
+def native_at_complex_x(request: PrepareRequest, capabilities: Any) -> bool:
+    """Whether an engine's own programs of ``request``'s operator run at its
+    complex ``x`` as it is, without the real view: the engine declares they
+    give the convention (:attr:`~di.backends.capabilities.Capabilities.complex_native`,
+    measured against the real view in ``tests/test_complex.py``), and its
+    arrays hold ``x``'s dtype (else the real view's refusal says what to do).
+
+    Args:
+        request: the checked request; its ``x`` is a complex array.
+        capabilities: the engine adapter's :class:`~di.backends.capabilities.Capabilities`.
+
+    Returns:
+        ``True`` to prepare ``request`` on the engine as it is.
+
+    Examples:
+        >>> import numpy as np, di
+        >>> from di.backends.capabilities import Capabilities
+        >>> from di.complex.strategy import native_at_complex_x
+        >>> from di.prep.strategy import PrepareRequest
+        >>> request = PrepareRequest("gradient", abs, np.ones(2, np.complex64), None, (), True)
+        >>> native_at_complex_x(request, Capabilities(complex_native=frozenset({"gradient"})))
+        True
+        >>> native_at_complex_x(request, Capabilities())
+        False
+    """
+    if request.operator not in capabilities.complex_native:
+        return False
+    x = request.x
+    name = _complex_name(x, family_of(x) or "numpy")
+    return bool(get_family(capabilities.family).takes_dtype(np.dtype(name)))
 
 
 def prepare_complex(

@@ -22,6 +22,7 @@ from di.backends.registry import get_adapter, get_strategy
 from di.backends.selectors import AbstractBackend, check_flag
 from di.backends.source import ProgramSource
 from di.complex import prepare_complex
+from di.complex.strategy import native_at_complex_x
 from di.complex.view import refuse_complex
 from di.errors import InvalidInputError
 from di.families import family_of, get_family
@@ -93,7 +94,12 @@ def prepare_operator(
 
 def _prepare_complex(backend: AbstractBackend, resolved: Resolved, request: PrepareRequest) -> Prep:
     """The prep of a request at a complex ``x``: its real view's (:mod:`di.complex`),
-    prepared on the same backend, behind programs that take the complex ``x``."""
+    prepared on the same backend, behind programs that take the complex ``x``;
+    on an engine whose own programs of the operator give the convention
+    (``Capabilities.complex_native``), those, at the complex ``x`` itself."""
+    strategy, adapter = resolved
+    if strategy is None and native_at_complex_x(request, adapter.capabilities):  # type: ignore[union-attr]
+        return prepare_from_source(ProgramSource(adapter), backend, request)  # type: ignore[arg-type]
     programs, info = prepare_complex(request, OPERATORS, lambda real: _prepare(backend, resolved, real))
     operator = OPERATORS[request.operator]
     x, contexts = request.x, request.contexts
