@@ -214,6 +214,58 @@ def test_native_complex_programs_agree_with_the_real_view(backend: Any, monkeypa
     close(native[0][0], real_f_gradient(x0), backend, np.complex64, "gradient")
 
 
+def tree_f(t: Any) -> Any:
+    """Re(sum(A w^2)) + sum(b^2) + sum(|w|^2) sum(b), of a pytree with a complex leaf w and a real leaf b."""
+    xp = di.array_namespace(t["b"])
+    return (
+        real_f(t["w"])
+        - xp.sum(squared_moduli(t["w"])) / 2
+        + xp.sum(t["b"] ** 2)
+        + xp.sum(squared_moduli(t["w"])) * xp.sum(t["b"])
+    )
+
+
+@pytest.mark.parametrize("backend", backend_params([b for b in ENGINES if takes(b, np.complex64)]))
+def test_a_pytree_with_complex_leaves_follows_the_convention(backend: Any) -> None:
+    """Each complex leaf gets what a complex array x gets (its real view), the real leaves theirs."""
+    dtype = np.complex128 if takes(backend, np.complex128) else np.complex64
+    w, vw, _ = point(dtype, n=2)
+    b, vb = np.array([0.7, -1.1, 0.2], w.real.dtype), np.array([1.0, 0.0, -1.0], w.real.dtype)
+    x, v = {"w": w, "b": b}, {"w": vw, "b": vb}
+    total, norm = b.sum(), np.sum(np.abs(w) ** 2)
+    gradient = {"w": 2 * np.conj(A * w) + 2 * w * total, "b": 2 * b + norm}
+    hvp = {"w": 2 * np.conj(A * vw) + 2 * vw * total + 2 * w * vb.sum(), "b": 2 * vb + 2 * np.vdot(w, vw).real}
+    results = {
+        "gradient": di.gradient(tree_f, backend, x),
+        "pullback": di.pullback(tree_f, backend, x, (np.ones((), b.dtype),))[0],
+        "hvp": di.hvp(tree_f, backend, x, (v,))[0],
+        "jacobian": di.jacobian(lambda t: tree_f(t)[None], backend, x),
+    }
+    for leaf in ("w", "b"):
+        for name in ("gradient", "pullback"):
+            close(results[name][leaf], gradient[leaf], backend, dtype, f"{name}[{leaf!r}]")
+        close(results["hvp"][leaf], hvp[leaf], backend, dtype, f"hvp[{leaf!r}]")
+        close(results["jacobian"][leaf], gradient[leaf][None], backend, dtype, f"jacobian[{leaf!r}]")
+    pushed = np.vdot(gradient["w"], vw).real + gradient["b"] @ vb
+    close(di.pushforward(tree_f, backend, x, (v,))[0], pushed, backend, dtype, "pushforward")
+    with pytest.raises(di.InvalidOutputError, match=r"xp\.real"):
+        di.jacobian(lambda t: t["w"] * t["b"][0], backend, x)
+
+
+def test_the_hessian_of_a_pytree_with_complex_leaves_holds_the_real_hessians_blocks() -> None:
+    """Block [i][j] is the real Hessian's, each complex leaf as its real view (2, *leaf.shape)
+    (the conversion is the same on every engine: none; one AD engine and finite differences)."""
+    w, b = point(np.complex128, n=2)[0], np.array([0.7, -1.1, 0.2])
+    for backend in (di.AutoAutograd(), di.AutoFiniteDiff()):
+        hessian = di.hessian(tree_f, backend, {"w": w, "b": b})
+        cross = np.broadcast_to(2 * np.stack([w.real, w.imag])[..., None], (2, 2, 3))  # d grad_w / d b
+        close(hessian["w"]["b"], cross, backend, np.complex128, "hessian['w']['b']")
+        close(hessian["b"]["w"], np.moveaxis(cross, -1, 0), backend, np.complex128, "hessian['b']['w']")
+        close(hessian["b"]["b"], 2 * np.eye(3), backend, np.complex128, "hessian['b']['b']")
+        real_view = columns_of_the_hvp(lambda v: 2 * np.conj(A * v) + 2 * v * b.sum(), 2)
+        close(hessian["w"]["w"], real_view, backend, np.complex128, "hessian['w']['w']")
+
+
 def pymanopt_cost(x: Any) -> Any:
     xp = di.array_namespace(x)
     return xp.real(xp.sum(x**2))

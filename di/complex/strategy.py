@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from di.complex.tree import TreeView
 from di.complex.view import RealView, is_complex_value, real_function
 from di.errors import InvalidInputError, InvalidOutputError, UnsupportedOperatorError
 from di.families import family_of, get_family
@@ -75,7 +76,7 @@ def native_at_complex_x(request: PrepareRequest, capabilities: Any) -> bool:
         >>> native_at_complex_x(request, Capabilities())
         False
     """
-    if request.operator not in capabilities.complex_native:
+    if request.operator not in capabilities.complex_native or family_of(request.x) is None:  # (a pytree x)
         return False
     x = request.x
     name = _complex_name(x, family_of(x) or "numpy")
@@ -115,22 +116,33 @@ def prepare_complex(
             "(see the complex numbers page of the documentation)."
         )
     x, f, values = request.x, request.f, [context.value for context in request.contexts]
-    family = family_of(x) or "numpy"
-    view = RealView(family, _complex_name(x, family))
     complex_output = False
     if operator in COMPLEX_OUTPUTS:  # whether f's output is complex decides the output's real view
         y = f(x, *values)
         complex_output = is_complex_value(y[0] if request.has_aux else y)
     inner_operator = "jacobian" if operator == "derivative" else operator
-    g = real_function(f, view.complex_dtype, complex_output, request.has_aux)
-    tangents = _inner_tangents(request, view, complex_output)
-    inner = prepare(replace(request, operator=inner_operator, f=g, x=view.split(x), tangents=tangents, facts=None))
-    convert = _Converters(view, len(tuple(x.shape)), complex_output, operator)
+    split: Convert
+    if family_of(x) is None:  # a pytree with complex leaves
+        tree = TreeView(x)
+        if complex_output:
+            raise InvalidOutputError(
+                f"{operator} of a complex-valued f of a pytree x with complex leaves is not offered: differentiate "
+                f"the real functions xp.real(f(x)) and xp.imag(f(x)), or pass the complex leaf as the array x."
+            )
+        g, split = tree.real_function(f, False, request.has_aux), tree.split
+        convert: Any = _TreeConverters(tree)
+    else:
+        family = family_of(x) or "numpy"
+        view = RealView(family, _complex_name(x, family))
+        g, split = real_function(f, view.complex_dtype, complex_output, request.has_aux), view.split
+        convert = _Converters(view, len(tuple(x.shape)), complex_output, operator)
+    tangents = _inner_tangents(request, split, complex_output)
+    inner = prepare(replace(request, operator=inner_operator, f=g, x=split(x), tangents=tangents, facts=None))
     programs: Programs = {}
     inner_names = operators[inner_operator].names
     for name, inner_name in zip(operators[operator].names, inner_names):
         parts = [convert.part(kind) for kind in operators[inner_operator].layout(inner_name)]
-        programs[name] = _program(inner.programs[inner_name], view, request, parts, complex_output)
+        programs[name] = _program(inner.programs[inner_name], split, request, parts, complex_output)
     return programs, inner.info
 
 
@@ -140,7 +152,7 @@ def _complex_name(x: Any, family: str) -> str:
     return "complex64" if name == "complex64" else "complex128"
 
 
-def _inner_tangents(request: PrepareRequest, view: RealView, complex_output: bool) -> tuple[Any, ...] | None:
+def _inner_tangents(request: PrepareRequest, split: Convert, complex_output: bool) -> tuple[Any, ...] | None:
     """The real view's tangents: a tangent of ``x`` split like ``x``; a
     cotangent split when ``f``'s output is complex, else as it is (real).
 
@@ -151,7 +163,7 @@ def _inner_tangents(request: PrepareRequest, view: RealView, complex_output: boo
     if tangents is None:
         return None
     if request.operator != "pullback" or complex_output:
-        return tuple(view.split(t) for t in tangents)
+        return tuple(split(t) for t in tangents)
     for index, tangent in enumerate(tangents):
         if is_complex_value(tangent):
             raise InvalidInputError(
@@ -162,12 +174,12 @@ def _inner_tangents(request: PrepareRequest, view: RealView, complex_output: boo
 
 
 def _program(
-    inner: Callable[..., Any], view: RealView, request: PrepareRequest, parts: Sequence[Convert], complex_output: bool
+    inner: Callable[..., Any], split: Convert, request: PrepareRequest, parts: Sequence[Convert], complex_output: bool
 ) -> Any:
     """The program at a complex ``x``: ``inner`` on the real views, its result
     converted part by part (``parts``, from the operator's layout), ``aux``
     passed through."""
-    split, has_aux = view.split, request.has_aux
+    has_aux = request.has_aux
     if len(parts) == 1:
         (only,) = parts
         if has_aux:
@@ -260,6 +272,29 @@ class _Converters:
                 f"functions xp.real(f(x)) and xp.imag(f(x)) instead (their jacobians hold df/da + i df/db), or use "
                 f"pushforward, which is defined for every f."
             )
+
+
+class _TreeConverters:
+    """:class:`_Converters` for a pytree ``x`` with complex leaves (and a
+    real-valued ``f``): each complex leaf's place converted as an array ``x``'s
+    result, the real leaves' as they are."""
+
+    def __init__(self, tree: TreeView) -> None:
+        self.tree = tree
+
+    def part(self, kind: str) -> Convert:
+        tree = self.tree
+        if kind in ("-", "XX", "Y", "Y*"):  # real values; the real Hessian's blocks
+            return _identity
+        if kind == "X":
+            return tree.combine
+        if kind == "X*":
+            return lambda results: tuple(tree.combine(r) for r in results)
+        if kind == "YX":  # each leaf's block (*out, 2, *leaf.shape): rows in the gradient's convention
+            return lambda real: tree.map_leaves(
+                real, lambda view, ndim, leaf: view.combine(leaf, len(tuple(leaf.shape)) - ndim - 1)
+            )
+        raise ValueError(f"unknown layout part {kind!r}")
 
 
 def _identity(value: Any) -> Any:

@@ -23,6 +23,7 @@ from di.backends.selectors import AbstractBackend, check_flag
 from di.backends.source import ProgramSource
 from di.complex import prepare_complex
 from di.complex.strategy import native_at_complex_x
+from di.complex.tree import has_complex_leaves
 from di.complex.view import refuse_complex
 from di.errors import InvalidInputError
 from di.families import family_of, get_family
@@ -242,14 +243,15 @@ def _resolve(backend: Any) -> Resolved:
 
 def _check_x(operator: Operator, facts: Facts) -> bool:
     """Refuse an ``x`` that ``operator`` cannot differentiate; answer whether it is
-    a complex array (differentiated through its real view, :mod:`di.complex`)."""
+    a complex array or a pytree with complex leaves (differentiated through its
+    real view, :mod:`di.complex`)."""
     x = facts.value
     refuse_array_kinds(facts)  # (a pytree's leaves too)
     if facts.pytree:
         if operator.scalar_x:
             raise InvalidInputError(f"{operator.family} needs a scalar x (a 0-d array or a float), not a pytree")
         refuse_storage_leaves(facts, operator.family)
-        return False
+        return has_complex_leaves(x)
     complex_x = refuse_x(facts, operator.family, complex_ok=True)
     if operator.scalar_x and _shape_of(x) != ():
         raise InvalidInputError(
