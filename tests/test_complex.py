@@ -266,6 +266,29 @@ def test_the_hessian_of_a_pytree_with_complex_leaves_holds_the_real_hessians_blo
         close(hessian["w"]["w"], real_view, backend, np.complex128, "hessian['w']['w']")
 
 
+@pytest.mark.parametrize(
+    ("backend", "family"),
+    [
+        pytest.param(di.AutoSparse(di.AutoFiniteDiff()), "numpy", id="finitediff-numpy"),
+        pytest.param(di.AutoSparse(di.AutoTorch()), "torch", id="torch-torch"),
+    ],
+)
+def test_a_sparse_jacobian_at_a_complex_x_follows_the_convention(backend: Any, family: str) -> None:
+    """AutoSparse's jacobian is the real view's sparse matrix recombined, in the caller's family:
+    the complex derivative of a holomorphic f, the gradient's convention per row of a real one.
+    (Before, a torch x got a false non-holomorphic error, and a real-valued f a 1-D tensor.)"""
+    if family not in FAMILIES:
+        pytest.skip(f"{family} is not installed")
+    x0, _, _ = point(np.complex128)
+    x = as_family(x0, family)
+    for f, expected in ((holomorphic, np.diag(holomorphic_derivative(x0))), (squared_moduli, np.diag(2 * x0))):
+        jacobian = di.jacobian(f, backend, x)
+        assert type(jacobian).__module__.split(".")[0] == {"numpy": "scipy", "torch": "torch"}[family]
+        close(di.to_scipy(jacobian).toarray(), expected, backend, np.complex128, f"sparse jacobian of {f.__name__}")
+    with pytest.raises(di.InvalidOutputError, match="holomorphic"):
+        di.jacobian(conjugate, backend, x)
+
+
 def pymanopt_cost(x: Any) -> Any:
     xp = di.array_namespace(x)
     return xp.real(xp.sum(x**2))

@@ -240,19 +240,50 @@ class _Converters:
             InvalidOutputError: a complex ``f`` that is not holomorphic at ``x``.
         """
         view = self.view
-        if family_of(real) != view.family.name:  # a sparse matrix (AutoSparse): its real view flattened
-            raise UnsupportedOperatorError(
-                f"a sparse {self.operator} at a complex x is not offered (its real view's sparse matrix would need "
-                f"recombining in every sparse format): pass dense_result=True to di.AutoSparse, or differentiate the "
-                f"real and imaginary parts as real arrays. (A sparse hessian at a complex x is offered: the real "
-                f"Hessian's (2 n, 2 n) sparse matrix.)"
-            )
+        matrix = view.family.sparse_to_scipy(real)  # a sparse matrix (AutoSparse): its real view flattened
+        if matrix is not None or family_of(real) != view.family.name:
+            return self._sparse_jacobian(real, matrix)
         axis = len(tuple(real.shape)) - self.x_ndim - 1
         if not self.complex_output:
             return view.combine(real, axis)
         along_a, along_b = view.combine(view.part(real, 0, axis)), view.combine(view.part(real, 1, axis))
         self._check_holomorphic(along_a, along_b)
         return along_a
+
+    def _sparse_jacobian(self, real: Any, matrix: Any) -> Any:
+        """A sparse jacobian at a complex ``x`` from the real view's sparse matrix
+        (``AutoSparse``): its columns are the real parts' then the imaginary parts'
+        (and, for a complex ``f``, its rows the real parts' then the imaginary
+        parts'), recombined in SciPy and returned in the caller's family, its
+        pattern the union of the two halves'.
+
+        Raises:
+            UnsupportedOperatorError: a family whose sparse matrices SciPy cannot read.
+            InvalidOutputError: a complex ``f`` that is not holomorphic at ``x``.
+        """
+        view, family = self.view, self.view.family
+        if matrix is None:
+            raise UnsupportedOperatorError(
+                f"a sparse {self.operator} at a complex x is not offered for {type(real).__name__} results: pass "
+                f"dense_result=True to di.AutoSparse, or differentiate the real and imaginary parts as real arrays."
+            )
+        import scipy.sparse as sp
+
+        dtype = np.dtype(view.complex_dtype)
+        columns = matrix.shape[1] // 2
+        along_a, along_b = (matrix[:, :columns].astype(dtype), matrix[:, columns:].astype(dtype))
+        if self.complex_output:
+            rows = matrix.shape[0] // 2
+            along_a, along_b = along_a[:rows] + along_a[rows:] * 1j, along_b[:rows] + along_b[rows:] * 1j
+            if along_a.nnz or along_b.nnz:
+                residual = float(abs(along_b - along_a * 1j).max())
+                scale = float(abs(along_a).max()) + float(abs(along_b).max())
+                self._refuse_non_holomorphic(residual, scale)
+            combined = along_a
+        else:
+            combined = along_a + along_b * 1j
+        with family.scope(("float64",) if view.wide else ()):
+            return family.sparse_from_scipy(sp.csr_array(combined))
 
     def _check_holomorphic(self, along_a: Any, along_b: Any) -> None:
         xp = self.view.xp
@@ -264,6 +295,9 @@ class _Converters:
                 scale = float(xp.max(xp.abs(along_a))) + float(xp.max(xp.abs(along_b)))
         except Exception:  # a traced value (inside jax.jit): no number to compare here
             return
+        self._refuse_non_holomorphic(residual, scale)
+
+    def _refuse_non_holomorphic(self, residual: float, scale: float) -> None:
         if residual > holomorphic_tolerance(self.view.complex_dtype) * max(scale, 1.0):
             raise InvalidOutputError(
                 f"{self.operator} of a complex-valued f at a complex x is the complex derivative, which exists only "
