@@ -17,22 +17,9 @@ from typing import Any
 from di.complex.view import RealView, _rebuilt, _split_output, is_complex_value
 from di.errors import InvalidInputError
 from di.families import family_of, get_family
-from di.pytrees import tree_leaves
 from di.pytrees.structure import Structure
 
-__all__ = ["TreeView", "has_complex_leaves"]
-
-
-def has_complex_leaves(x: Any) -> bool:
-    """Whether the pytree ``x`` holds a complex array leaf.
-
-    Examples:
-        >>> import numpy as np
-        >>> from di.complex.tree import has_complex_leaves
-        >>> has_complex_leaves({"a": np.ones(2), "b": np.ones(1, np.complex64)}), has_complex_leaves([np.ones(2)])
-        (True, False)
-    """
-    return any(family_of(leaf) is not None and is_complex_value(leaf) for leaf in tree_leaves(x))
+__all__ = ["TreeView"]
 
 
 class TreeView:

@@ -23,8 +23,7 @@ from di.backends.selectors import AbstractBackend, check_flag
 from di.backends.source import ProgramSource
 from di.complex import prepare_complex
 from di.complex.strategy import native_at_complex_x
-from di.complex.tree import has_complex_leaves
-from di.complex.view import refuse_complex
+from di.complex.view import is_complex_value, refuse_complex
 from di.errors import InvalidInputError
 from di.families import family_of, get_family
 from di.operators.programs import caller_programs
@@ -251,7 +250,7 @@ def _check_x(operator: Operator, facts: Facts) -> bool:
         if operator.scalar_x:
             raise InvalidInputError(f"{operator.family} needs a scalar x (a 0-d array or a float), not a pytree")
         refuse_storage_leaves(facts, operator.family)
-        return has_complex_leaves(x)
+        return any(family is not None and is_complex_value(leaf) for _, leaf, family in facts.leaves)
     complex_x = refuse_x(facts, operator.family, complex_ok=True)
     if operator.scalar_x and _shape_of(x) != ():
         raise InvalidInputError(
