@@ -289,6 +289,17 @@ def test_a_sparse_jacobian_at_a_complex_x_follows_the_convention(backend: Any, f
         di.jacobian(conjugate, backend, x)
 
 
+def test_differentiate_with_at_a_complex_x_is_refused_naming_what_to_do() -> None:
+    """Each engine hosting DifferentiateWith has its own convention for complex cotangents at
+    that boundary: refused (on the outer call's real view too), naming the remedy."""
+    inner = di.DifferentiateWith(pymanopt_cost, di.AutoFiniteDiff())
+    x = point(np.complex128, n=2)[0]
+    with pytest.raises(di.InvalidInputError, match="real and imaginary parts as two real arrays"):
+        di.gradient(inner, di.AutoAutograd(), x)
+    # finite differences only evaluate it (no boundary to cross): the convention's gradient
+    close(di.gradient(inner, di.AutoFiniteDiff(), x), 2 * np.conj(x), di.AutoFiniteDiff(), np.complex128, "gradient")
+
+
 def pymanopt_cost(x: Any) -> Any:
     xp = di.array_namespace(x)
     return xp.real(xp.sum(x**2))
