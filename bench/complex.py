@@ -6,18 +6,25 @@ torch user writes for the same convention, in one process, interleaved.
 ``df/da + i df/db``):
 
 * ``AutoJAX(jit=True)``: ``jax.jit`` of ``conj(jax.grad(f))`` (JAX's gradient is the conjugate);
-* ``AutoTorch()``: ``torch.autograd.grad`` on a detached ``requires_grad_()`` copy.
+* ``AutoTorch()``: ``torch.autograd.grad`` on a detached ``requires_grad_()`` copy;
+* ``AutoTensorFlow()``: ``tf.GradientTape.gradient`` of the watched complex tensor;
+* ``AutoMLX()``: ``mx.grad`` (complex64 only: MLX has no complex128).
 
-``f`` is ``Re(sum(sin(x)^2))``, complex128 and complex64, n = 1e3 (and 10). ``di`` computes
+``f`` is ``Re(sum(sin(x)^2))``, complex128 and complex64, n = 1e3 (and 10). JAX's ``di`` computes
 through the real view (``di/complex``): ``x`` split into its real and imaginary parts in the
-caller's family, ``f`` differentiated as a real function, the result recombined.
+caller's family, ``f`` differentiated as a real function, the result recombined. The engines
+whose own gradient at a complex ``x`` is the convention (``Capabilities.complex_native``) run it
+on ``x`` as it is; a second table times that against the real view on the same engine (the
+real view forced by preparing with ``complex_native`` cleared), paired and interleaved.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -27,8 +34,9 @@ if __package__ in (None, ""):
 import numpy as np
 
 import di
-from bench.report import about_line, render_backend_dtype_rows
+from bench.report import about_line, format_ns, format_ratio, render_backend_dtype_rows
 from bench.timing import Settings, compare
+from di.backends.registry import get_adapter
 
 __all__ = ["complex_rows", "main"]
 
@@ -91,20 +99,129 @@ def _torch_pair(n: int, dtype: str) -> Pair:
     return "AutoTorch()", run_native, run_di
 
 
+def _tensorflow_pair(n: int, dtype: str) -> Pair:
+    import tensorflow as tf
+
+    x = tf.constant(_point(n, dtype))
+    backend = di.AutoTensorFlow()
+    prep = di.prepare_gradient(_f, backend, x)
+    gradient = di.gradient
+
+    def run_native() -> Any:
+        with tf.GradientTape() as tape:
+            tape.watch(x)
+            y = _f(x)
+        return tape.gradient(y, x)
+
+    def run_di() -> Any:
+        return gradient(_f, prep, backend, x)
+
+    return "AutoTensorFlow()", run_native, run_di
+
+
+def _mlx_pair(n: int, dtype: str) -> Pair | None:
+    if dtype != "complex64":
+        return None
+    import mlx.core as mx
+
+    x = mx.array(_point(n, dtype))
+    native_grad = mx.grad(_f)
+    backend = di.AutoMLX()
+    prep = di.prepare_gradient(_f, backend, x)
+    gradient = di.gradient
+
+    def run_native() -> Any:
+        g = native_grad(x)
+        mx.eval(g)
+        return g
+
+    def run_di() -> Any:
+        g = gradient(_f, prep, backend, x)
+        mx.eval(g)
+        return g
+
+    return "AutoMLX()", run_native, run_di
+
+
+@contextlib.contextmanager
+def _real_view_only(backend: di.AbstractBackend) -> Iterator[None]:
+    """Preparations inside go through the real view on ``backend``'s engine (as before
+    ``Capabilities.complex_native``): the adapter's declaration cleared, then restored."""
+    cls = type(get_adapter(backend))
+    declared = cls.capabilities
+    cls.capabilities = replace(declared, complex_native=frozenset())
+    try:
+        yield
+    finally:
+        cls.capabilities = declared
+
+
+def _real_view_pair(make: Callable[[int, str], Pair | None], n: int, dtype: str) -> Pair | None:
+    """``(name, di through the real view, di on the engine's own gradient)``, or ``None``
+    where the engine runs no complex gradient of its own."""
+    made = make(n, dtype)
+    if made is None:
+        return None
+    name, _, own = made
+    backend = {"AutoTorch()": di.AutoTorch(), "AutoTensorFlow()": di.AutoTensorFlow(), "AutoMLX()": di.AutoMLX()}[name]
+    if "gradient" not in get_adapter(backend).capabilities.complex_native:
+        return None
+    with _real_view_only(backend):
+        _, _, through_view = make(n, dtype)  # type: ignore[misc]
+    return name, through_view, own
+
+
+MAKERS: tuple[Callable[[int, str], Pair | None], ...] = (_jax_pair, _torch_pair, _tensorflow_pair, _mlx_pair)
+
+
 def complex_rows(settings: Settings) -> list[dict[str, Any]]:
     """One row per backend, dtype and size: native and ``di`` per-call times and their ratio,
     after checking that both give the same gradient."""
     rows = []
-    for make in (_jax_pair, _torch_pair):
+    for make in MAKERS:
         for dtype in DTYPES:
             for n in SIZES:
-                name, native, through_di = make(n, dtype)
+                made = make(n, dtype)
+                if made is None:
+                    continue
+                name, native, through_di = made
                 expected, got = np.asarray(native()), np.asarray(through_di())
                 assert got.dtype == np.dtype(dtype), (name, got.dtype)
                 assert np.allclose(got, expected, rtol=1e-4, atol=1e-4), name
                 timing = compare(native, through_di, settings)
                 rows.append({"backend": name, "dtype": dtype, "n": n, "timing": timing})
     return rows
+
+
+def real_view_rows(settings: Settings) -> list[dict[str, Any]]:
+    """One row per engine with its own complex gradient, dtype and size: ``di`` through the
+    real view against ``di`` on the engine's own gradient, after checking they agree."""
+    rows = []
+    for make in MAKERS[1:]:
+        for dtype in DTYPES:
+            for n in SIZES:
+                made = _real_view_pair(make, n, dtype)
+                if made is None:
+                    continue
+                name, through_view, own = made
+                assert np.allclose(np.asarray(own()), np.asarray(through_view()), rtol=1e-4, atol=1e-4), name
+                rows.append({"backend": name, "dtype": dtype, "n": n, "timing": compare(through_view, own, settings)})
+    return rows
+
+
+def render_real_view_rows(rows: list[dict[str, Any]]) -> str:
+    """The table of :func:`real_view_rows`."""
+    lines = [
+        "| backend | dtype | n | di, real view (before) | di, engine's own (after) | after / before (q1-q3) |",
+        "|---|---|---|---|---|---|",
+    ]
+    for row in rows:
+        t = row["timing"]
+        lines.append(
+            f"| `{row['backend']}` | {row['dtype']} | {row['n']:g} | {format_ns(t.a_ns)} | {format_ns(t.b_ns)} | "
+            f"{format_ratio(t.ratio)} ({format_ratio(t.ratio_q1)}-{format_ratio(t.ratio_q3)}) |"
+        )
+    return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -118,10 +235,14 @@ def main(argv: list[str] | None = None) -> int:
     settings = Settings(budget_s=0.5) if args.quick else Settings(budget_s=2.0)
     table = render_backend_dtype_rows(complex_rows(settings))
     print(table)
+    before_after = render_real_view_rows(real_view_rows(settings))
+    print(before_after)
     report = (
         "# Complex x: prepared gradient against the native spelling of the same convention\n\n"
         f"{about_line()}\n\nGenerated by `python -m bench.complex`; torch on 1 intra-op thread. "
-        "Ratios are medians of interleaved pairs of blocks.\n\n" + table + "\n"
+        "Ratios are medians of interleaved pairs of blocks.\n\n" + table + "\n\n"
+        "The engine's own complex gradient (`Capabilities.complex_native`) against the real view, "
+        "on the same engine:\n\n" + before_after + "\n"
     )
     args.output.write_text(report)
     return 0

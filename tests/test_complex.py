@@ -8,6 +8,7 @@ and compiled, in NumPy and its own family, at complex64 and complex128.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -27,6 +28,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import di
+from di.backends.registry import get_adapter
+from di.complex.view import RealView
 from di.families import get_family
 from di.testing import approximates
 from di.testing.complex_scenarios import _real_hessian as columns_of_the_hvp
@@ -170,6 +173,139 @@ def test_real_valued_and_non_holomorphic_outputs(backend: Any) -> None:
         di.gradient(lambda z: di.array_namespace(z).sum(z * z), backend, x)
     with pytest.raises(di.InvalidInputError, match="second_derivative"):
         di.second_derivative(holomorphic, backend, x[0])
+
+
+NATIVE = [b for b in ENGINES if capabilities(b).complex_native]
+
+
+def real_f_with_aux(z: Any) -> Any:
+    return real_f(z), {"norm": di.array_namespace(z).sum(squared_moduli(z))}
+
+
+@pytest.mark.parametrize("backend", backend_params(NATIVE))  # (compiled: test_every_operator_follows_the_convention)
+def test_native_complex_programs_agree_with_the_real_view(backend: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An engine declaring complex_native runs its own programs at the complex x (no real view is
+    split), and they agree with the real view's, in NumPy and the engine's family, has_aux too."""
+    splits: list[int] = []
+    counted = RealView.split
+    monkeypatch.setattr(RealView, "split", lambda self, value: splits.append(1) or counted(self, value))
+    operators = capabilities(backend).complex_native
+
+    def results(x: Any, v: Any) -> dict[str, Any]:
+        found: dict[str, Any] = {}
+        if "gradient" in operators:
+            prep = di.prepare_gradient(real_f, backend, x)
+            aux_prep = di.prepare_gradient(real_f_with_aux, backend, x, has_aux=True)
+            (y, g), (g_aux, aux) = (
+                di.value_and_gradient(real_f, prep, backend, x),
+                di.gradient(real_f_with_aux, aux_prep, backend, x, has_aux=True),
+            )
+            found.update(gradient=di.gradient(real_f, prep, backend, x), value=y, value_and_gradient=g)
+            found.update(aux_gradient=g_aux, aux=aux["norm"])
+        if "hvp" in operators:
+            prep = di.prepare_hvp(real_f, backend, x, (v,))
+            g, (hv,) = di.gradient_and_hvp(real_f, prep, backend, x, (v,))
+            found.update(hvp=di.hvp(real_f, prep, backend, x, (v,))[0], gradient_and_hvp=g, its_hvp=hv)
+        return found
+
+    x0, v0, _ = point(np.complex64)
+    points = [(as_family(x0, fam), as_family(v0, fam)) for fam in complex_families(backend) if fam in FAMILIES]
+    native = [results(x, v) for x, v in points]
+    assert not splits, "a complex_native operator went through the real view"
+    adapter = get_adapter(backend)
+    monkeypatch.setattr(type(adapter), "capabilities", replace(adapter.capabilities, complex_native=frozenset()))
+    for (x, v), by_engine in zip(points, native):
+        through_view = results(x, v)
+        assert by_engine.keys() == through_view.keys()
+        for what, got in by_engine.items():
+            close(got, to_numpy(through_view[what]), backend, np.complex64, what)
+    assert splits
+
+
+def tree_f(t: Any) -> Any:
+    """Re(sum(A w^2)) + sum(b^2) + sum(|w|^2) sum(b), of a pytree with a complex leaf w and a real leaf b."""
+    xp = di.array_namespace(t["b"])
+    return (
+        real_f(t["w"])
+        - xp.sum(squared_moduli(t["w"])) / 2
+        + xp.sum(t["b"] ** 2)
+        + xp.sum(squared_moduli(t["w"])) * xp.sum(t["b"])
+    )
+
+
+@pytest.mark.parametrize("backend", backend_params([b for b in ENGINES if takes(b, np.complex64)]))
+def test_a_pytree_with_complex_leaves_follows_the_convention(backend: Any) -> None:
+    """Each complex leaf gets what a complex array x gets (its real view), the real leaves theirs."""
+    dtype = np.complex128 if takes(backend, np.complex128) else np.complex64
+    w, vw, _ = point(dtype, n=2)
+    b, vb = np.array([0.7, -1.1, 0.2], w.real.dtype), np.array([1.0, 0.0, -1.0], w.real.dtype)
+    x, v = {"w": w, "b": b}, {"w": vw, "b": vb}
+    total, norm = b.sum(), np.sum(np.abs(w) ** 2)
+    gradient = {"w": 2 * np.conj(A * w) + 2 * w * total, "b": 2 * b + norm}
+    hvp = {"w": 2 * np.conj(A * vw) + 2 * vw * total + 2 * w * vb.sum(), "b": 2 * vb + 2 * np.vdot(w, vw).real}
+    results = {
+        "gradient": di.gradient(tree_f, backend, x),
+        "pullback": di.pullback(tree_f, backend, x, (np.ones((), b.dtype),))[0],
+        "hvp": di.hvp(tree_f, backend, x, (v,))[0],
+        "jacobian": di.jacobian(lambda t: tree_f(t)[None], backend, x),
+    }
+    for leaf in ("w", "b"):
+        for name in ("gradient", "pullback"):
+            close(results[name][leaf], gradient[leaf], backend, dtype, f"{name}[{leaf!r}]")
+        close(results["hvp"][leaf], hvp[leaf], backend, dtype, f"hvp[{leaf!r}]")
+        close(results["jacobian"][leaf], gradient[leaf][None], backend, dtype, f"jacobian[{leaf!r}]")
+    pushed = np.vdot(gradient["w"], vw).real + gradient["b"] @ vb
+    close(di.pushforward(tree_f, backend, x, (v,))[0], pushed, backend, dtype, "pushforward")
+    with pytest.raises(di.InvalidOutputError, match=r"xp\.real"):
+        di.jacobian(lambda t: t["w"] * t["b"][0], backend, x)
+
+
+def test_the_hessian_of_a_pytree_with_complex_leaves_holds_the_real_hessians_blocks() -> None:
+    """Block [i][j] is the real Hessian's, each complex leaf as its real view (2, *leaf.shape)
+    (the conversion is the same on every engine: none; one AD engine and finite differences)."""
+    w, b = point(np.complex128, n=2)[0], np.array([0.7, -1.1, 0.2])
+    for backend in (di.AutoAutograd(), di.AutoFiniteDiff()):
+        hessian = di.hessian(tree_f, backend, {"w": w, "b": b})
+        cross = np.broadcast_to(2 * np.stack([w.real, w.imag])[..., None], (2, 2, 3))  # d grad_w / d b
+        close(hessian["w"]["b"], cross, backend, np.complex128, "hessian['w']['b']")
+        close(hessian["b"]["w"], np.moveaxis(cross, -1, 0), backend, np.complex128, "hessian['b']['w']")
+        close(hessian["b"]["b"], 2 * np.eye(3), backend, np.complex128, "hessian['b']['b']")
+        real_view = columns_of_the_hvp(lambda v: 2 * np.conj(A * v) + 2 * v * b.sum(), 2)
+        close(hessian["w"]["w"], real_view, backend, np.complex128, "hessian['w']['w']")
+
+
+@pytest.mark.parametrize(
+    ("backend", "family"),
+    [
+        pytest.param(di.AutoSparse(di.AutoFiniteDiff()), "numpy", id="finitediff-numpy"),
+        pytest.param(di.AutoSparse(di.AutoTorch()), "torch", id="torch-torch"),
+    ],
+)
+def test_a_sparse_jacobian_at_a_complex_x_follows_the_convention(backend: Any, family: str) -> None:
+    """AutoSparse's jacobian is the real view's sparse matrix recombined, in the caller's family:
+    the complex derivative of a holomorphic f, the gradient's convention per row of a real one.
+    (Before, a torch x got a false non-holomorphic error, and a real-valued f a 1-D tensor.)"""
+    if family not in FAMILIES:
+        pytest.skip(f"{family} is not installed")
+    x0, _, _ = point(np.complex128)
+    x = as_family(x0, family)
+    for f, expected in ((holomorphic, np.diag(holomorphic_derivative(x0))), (squared_moduli, np.diag(2 * x0))):
+        jacobian = di.jacobian(f, backend, x)
+        assert type(jacobian).__module__.split(".")[0] == {"numpy": "scipy", "torch": "torch"}[family]
+        close(di.to_scipy(jacobian).toarray(), expected, backend, np.complex128, f"sparse jacobian of {f.__name__}")
+    with pytest.raises(di.InvalidOutputError, match="holomorphic"):
+        di.jacobian(conjugate, backend, x)
+
+
+def test_differentiate_with_at_a_complex_x_is_refused_naming_what_to_do() -> None:
+    """Each engine hosting DifferentiateWith has its own convention for complex cotangents at
+    that boundary: refused (on the outer call's real view too), naming the remedy."""
+    inner = di.DifferentiateWith(pymanopt_cost, di.AutoFiniteDiff())
+    x = point(np.complex128, n=2)[0]
+    with pytest.raises(di.InvalidInputError, match="real and imaginary parts as two real arrays"):
+        di.gradient(inner, di.AutoAutograd(), x)
+    # finite differences only evaluate it (no boundary to cross): the convention's gradient
+    close(di.gradient(inner, di.AutoFiniteDiff(), x), 2 * np.conj(x), di.AutoFiniteDiff(), np.complex128, "gradient")
 
 
 def pymanopt_cost(x: Any) -> Any:

@@ -95,6 +95,11 @@ class Capabilities:
             values (``f`` of a complex ``x`` is differentiated through its real
             view, :mod:`di.complex`, whose rebuilt ``x`` is complex).
         complex_note: why it does not, and what to do instead (the refusal says it).
+        complex_native: the operator families whose native programs, run on
+            the complex ``x`` itself, already return the convention of the
+            complex numbers page (``df/da + i df/db`` for a real-valued ``f``):
+            a complex ``x`` of them skips the real view (a split and a
+            recombination per call); the others go through it.
         float64: whether the engine evaluates ``f`` in float64 whatever ``x``'s
             dtype (finite differences).
         differentiates: which programs, as :class:`di.SecondOrder`'s outer
@@ -128,6 +133,7 @@ class Capabilities:
     aux: frozenset[str] = frozenset()
     complex_numbers: bool = True
     complex_note: str = ""
+    complex_native: frozenset[str] = frozenset()
     float64: bool = False
     differentiates: str = "none"
     x_writes: str = "refused"
@@ -144,6 +150,13 @@ class Capabilities:
                 f"Capabilities(aux=...): {sorted(self.aux - AUX_FAMILIES)} take no has_aux; "
                 f"aux names operator families among {sorted(AUX_FAMILIES)}"
             )
+        if not self.complex_native <= OPERATOR_FAMILIES.keys():
+            raise InvalidOptionError(
+                f"Capabilities(complex_native=...): {sorted(self.complex_native - OPERATOR_FAMILIES.keys())} are not "
+                f"operator families ({sorted(OPERATOR_FAMILIES)})"
+            )
+        if self.complex_native and not self.complex_numbers:
+            raise InvalidOptionError("Capabilities(complex_native=...) needs complex_numbers=True")
         if self.compositions:
             object.__setattr__(self, "transforms", tuple(c.transform for c in self.compositions))
 

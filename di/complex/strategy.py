@@ -17,6 +17,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
+import numpy as np
+
+from di.complex.tree import TreeView
 from di.complex.view import RealView, is_complex_value, real_function
 from di.errors import InvalidInputError, InvalidOutputError, UnsupportedOperatorError
 from di.families import family_of, get_family
@@ -24,7 +27,7 @@ from di.prep.base import Prep
 from di.prep.info import StrategyInfo
 from di.prep.strategy import PrepareRequest
 
-__all__ = ["COMPLEX_OUTPUTS", "holomorphic_tolerance", "prepare_complex"]
+__all__ = ["COMPLEX_OUTPUTS", "holomorphic_tolerance", "native_at_complex_x", "prepare_complex"]
 
 COMPLEX_OUTPUTS = ("derivative", "jacobian", "pushforward", "pullback")
 """The operator families whose ``f`` may return complex values at a complex ``x``
@@ -46,6 +49,38 @@ def holomorphic_tolerance(complex_dtype: str) -> float:
         (0.001, 1e-06)
     """
     return 1e-3 if complex_dtype == "complex64" else 1e-6
+
+
+def native_at_complex_x(request: PrepareRequest, capabilities: Any) -> bool:
+    """Whether an engine's own programs of ``request``'s operator run at its
+    complex ``x`` as it is, without the real view: the engine declares they
+    give the convention (:attr:`~di.backends.capabilities.Capabilities.complex_native`,
+    measured against the real view in ``tests/test_complex.py``), and its
+    arrays hold ``x``'s dtype (else the real view's refusal says what to do).
+
+    Args:
+        request: the checked request; its ``x`` is a complex array.
+        capabilities: the engine adapter's :class:`~di.backends.capabilities.Capabilities`.
+
+    Returns:
+        ``True`` to prepare ``request`` on the engine as it is.
+
+    Examples:
+        >>> import numpy as np, di
+        >>> from di.backends.capabilities import Capabilities
+        >>> from di.complex.strategy import native_at_complex_x
+        >>> from di.prep.strategy import PrepareRequest
+        >>> request = PrepareRequest("gradient", abs, np.ones(2, np.complex64), None, (), True)
+        >>> native_at_complex_x(request, Capabilities(complex_native=frozenset({"gradient"})))
+        True
+        >>> native_at_complex_x(request, Capabilities())
+        False
+    """
+    if request.operator not in capabilities.complex_native or family_of(request.x) is None:  # (a pytree x)
+        return False
+    x = request.x
+    name = _complex_name(x, family_of(x) or "numpy")
+    return bool(get_family(capabilities.family).takes_dtype(np.dtype(name)))
 
 
 def prepare_complex(
@@ -81,22 +116,33 @@ def prepare_complex(
             "(see the complex numbers page of the documentation)."
         )
     x, f, values = request.x, request.f, [context.value for context in request.contexts]
-    family = family_of(x) or "numpy"
-    view = RealView(family, _complex_name(x, family))
     complex_output = False
     if operator in COMPLEX_OUTPUTS:  # whether f's output is complex decides the output's real view
         y = f(x, *values)
         complex_output = is_complex_value(y[0] if request.has_aux else y)
     inner_operator = "jacobian" if operator == "derivative" else operator
-    g = real_function(f, view.complex_dtype, complex_output, request.has_aux)
-    tangents = _inner_tangents(request, view, complex_output)
-    inner = prepare(replace(request, operator=inner_operator, f=g, x=view.split(x), tangents=tangents, facts=None))
-    convert = _Converters(view, len(tuple(x.shape)), complex_output, operator)
+    split: Convert
+    if family_of(x) is None:  # a pytree with complex leaves
+        tree = TreeView(x)
+        if complex_output:
+            raise InvalidOutputError(
+                f"{operator} of a complex-valued f of a pytree x with complex leaves is not offered: differentiate "
+                f"the real functions xp.real(f(x)) and xp.imag(f(x)), or pass the complex leaf as the array x."
+            )
+        g, split = tree.real_function(f, False, request.has_aux), tree.split
+        convert: Any = _TreeConverters(tree)
+    else:
+        family = family_of(x) or "numpy"
+        view = RealView(family, _complex_name(x, family))
+        g, split = real_function(f, view.complex_dtype, complex_output, request.has_aux), view.split
+        convert = _Converters(view, len(tuple(x.shape)), complex_output, operator)
+    tangents = _inner_tangents(request, split, complex_output)
+    inner = prepare(replace(request, operator=inner_operator, f=g, x=split(x), tangents=tangents, facts=None))
     programs: Programs = {}
     inner_names = operators[inner_operator].names
     for name, inner_name in zip(operators[operator].names, inner_names):
         parts = [convert.part(kind) for kind in operators[inner_operator].layout(inner_name)]
-        programs[name] = _program(inner.programs[inner_name], view, request, parts, complex_output)
+        programs[name] = _program(inner.programs[inner_name], split, request, parts, complex_output)
     return programs, inner.info
 
 
@@ -106,7 +152,7 @@ def _complex_name(x: Any, family: str) -> str:
     return "complex64" if name == "complex64" else "complex128"
 
 
-def _inner_tangents(request: PrepareRequest, view: RealView, complex_output: bool) -> tuple[Any, ...] | None:
+def _inner_tangents(request: PrepareRequest, split: Convert, complex_output: bool) -> tuple[Any, ...] | None:
     """The real view's tangents: a tangent of ``x`` split like ``x``; a
     cotangent split when ``f``'s output is complex, else as it is (real).
 
@@ -117,7 +163,7 @@ def _inner_tangents(request: PrepareRequest, view: RealView, complex_output: boo
     if tangents is None:
         return None
     if request.operator != "pullback" or complex_output:
-        return tuple(view.split(t) for t in tangents)
+        return tuple(split(t) for t in tangents)
     for index, tangent in enumerate(tangents):
         if is_complex_value(tangent):
             raise InvalidInputError(
@@ -128,12 +174,12 @@ def _inner_tangents(request: PrepareRequest, view: RealView, complex_output: boo
 
 
 def _program(
-    inner: Callable[..., Any], view: RealView, request: PrepareRequest, parts: Sequence[Convert], complex_output: bool
+    inner: Callable[..., Any], split: Convert, request: PrepareRequest, parts: Sequence[Convert], complex_output: bool
 ) -> Any:
     """The program at a complex ``x``: ``inner`` on the real views, its result
     converted part by part (``parts``, from the operator's layout), ``aux``
     passed through."""
-    split, has_aux = view.split, request.has_aux
+    has_aux = request.has_aux
     if len(parts) == 1:
         (only,) = parts
         if has_aux:
@@ -194,19 +240,50 @@ class _Converters:
             InvalidOutputError: a complex ``f`` that is not holomorphic at ``x``.
         """
         view = self.view
-        if family_of(real) != view.family.name:  # a sparse matrix (AutoSparse): its real view flattened
-            raise UnsupportedOperatorError(
-                f"a sparse {self.operator} at a complex x is not offered (its real view's sparse matrix would need "
-                f"recombining in every sparse format): pass dense_result=True to di.AutoSparse, or differentiate the "
-                f"real and imaginary parts as real arrays. (A sparse hessian at a complex x is offered: the real "
-                f"Hessian's (2 n, 2 n) sparse matrix.)"
-            )
+        matrix = view.family.sparse_to_scipy(real)  # a sparse matrix (AutoSparse): its real view flattened
+        if matrix is not None or family_of(real) != view.family.name:
+            return self._sparse_jacobian(real, matrix)
         axis = len(tuple(real.shape)) - self.x_ndim - 1
         if not self.complex_output:
             return view.combine(real, axis)
         along_a, along_b = view.combine(view.part(real, 0, axis)), view.combine(view.part(real, 1, axis))
         self._check_holomorphic(along_a, along_b)
         return along_a
+
+    def _sparse_jacobian(self, real: Any, matrix: Any) -> Any:
+        """A sparse jacobian at a complex ``x`` from the real view's sparse matrix
+        (``AutoSparse``): its columns are the real parts' then the imaginary parts'
+        (and, for a complex ``f``, its rows the real parts' then the imaginary
+        parts'), recombined in SciPy and returned in the caller's family, its
+        pattern the union of the two halves'.
+
+        Raises:
+            UnsupportedOperatorError: a family whose sparse matrices SciPy cannot read.
+            InvalidOutputError: a complex ``f`` that is not holomorphic at ``x``.
+        """
+        view, family = self.view, self.view.family
+        if matrix is None:
+            raise UnsupportedOperatorError(
+                f"a sparse {self.operator} at a complex x is not offered for {type(real).__name__} results: pass "
+                f"dense_result=True to di.AutoSparse, or differentiate the real and imaginary parts as real arrays."
+            )
+        import scipy.sparse as sp
+
+        dtype = np.dtype(view.complex_dtype)
+        columns = matrix.shape[1] // 2
+        along_a, along_b = (matrix[:, :columns].astype(dtype), matrix[:, columns:].astype(dtype))
+        if self.complex_output:
+            rows = matrix.shape[0] // 2
+            along_a, along_b = along_a[:rows] + along_a[rows:] * 1j, along_b[:rows] + along_b[rows:] * 1j
+            if along_a.nnz or along_b.nnz:
+                residual = float(abs(along_b - along_a * 1j).max())
+                scale = float(abs(along_a).max()) + float(abs(along_b).max())
+                self._refuse_non_holomorphic(residual, scale)
+            combined = along_a
+        else:
+            combined = along_a + along_b * 1j
+        with family.scope(("float64",) if view.wide else ()):
+            return family.sparse_from_scipy(sp.csr_array(combined))
 
     def _check_holomorphic(self, along_a: Any, along_b: Any) -> None:
         xp = self.view.xp
@@ -218,6 +295,9 @@ class _Converters:
                 scale = float(xp.max(xp.abs(along_a))) + float(xp.max(xp.abs(along_b)))
         except Exception:  # a traced value (inside jax.jit): no number to compare here
             return
+        self._refuse_non_holomorphic(residual, scale)
+
+    def _refuse_non_holomorphic(self, residual: float, scale: float) -> None:
         if residual > holomorphic_tolerance(self.view.complex_dtype) * max(scale, 1.0):
             raise InvalidOutputError(
                 f"{self.operator} of a complex-valued f at a complex x is the complex derivative, which exists only "
@@ -226,6 +306,29 @@ class _Converters:
                 f"functions xp.real(f(x)) and xp.imag(f(x)) instead (their jacobians hold df/da + i df/db), or use "
                 f"pushforward, which is defined for every f."
             )
+
+
+class _TreeConverters:
+    """:class:`_Converters` for a pytree ``x`` with complex leaves (and a
+    real-valued ``f``): each complex leaf's place converted as an array ``x``'s
+    result, the real leaves' as they are."""
+
+    def __init__(self, tree: TreeView) -> None:
+        self.tree = tree
+
+    def part(self, kind: str) -> Convert:
+        tree = self.tree
+        if kind in ("-", "XX", "Y", "Y*"):  # real values; the real Hessian's blocks
+            return _identity
+        if kind == "X":
+            return tree.combine
+        if kind == "X*":
+            return lambda results: tuple(tree.combine(r) for r in results)
+        if kind == "YX":  # each leaf's block (*out, 2, *leaf.shape): rows in the gradient's convention
+            return lambda real: tree.map_leaves(
+                real, lambda view, ndim, leaf: view.combine(leaf, len(tuple(leaf.shape)) - ndim - 1)
+            )
+        raise ValueError(f"unknown layout part {kind!r}")
 
 
 def _identity(value: Any) -> Any:

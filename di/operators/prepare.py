@@ -22,7 +22,8 @@ from di.backends.registry import get_adapter, get_strategy
 from di.backends.selectors import AbstractBackend, check_flag
 from di.backends.source import ProgramSource
 from di.complex import prepare_complex
-from di.complex.view import refuse_complex
+from di.complex.strategy import native_at_complex_x
+from di.complex.view import is_complex_value, refuse_complex
 from di.errors import InvalidInputError
 from di.families import family_of, get_family
 from di.operators.programs import caller_programs
@@ -93,7 +94,12 @@ def prepare_operator(
 
 def _prepare_complex(backend: AbstractBackend, resolved: Resolved, request: PrepareRequest) -> Prep:
     """The prep of a request at a complex ``x``: its real view's (:mod:`di.complex`),
-    prepared on the same backend, behind programs that take the complex ``x``."""
+    prepared on the same backend, behind programs that take the complex ``x``;
+    on an engine whose own programs of the operator give the convention
+    (``Capabilities.complex_native``), those, at the complex ``x`` itself."""
+    strategy, adapter = resolved
+    if strategy is None and native_at_complex_x(request, adapter.capabilities):  # type: ignore[union-attr]
+        return prepare_from_source(ProgramSource(adapter), backend, request)  # type: ignore[arg-type]
     programs, info = prepare_complex(request, OPERATORS, lambda real: _prepare(backend, resolved, real))
     return _prep_of(request, backend, programs, info, request.facts)
 
@@ -236,14 +242,15 @@ def _resolve(backend: Any) -> Resolved:
 
 def _check_x(operator: Operator, facts: Facts) -> bool:
     """Refuse an ``x`` that ``operator`` cannot differentiate; answer whether it is
-    a complex array (differentiated through its real view, :mod:`di.complex`)."""
+    a complex array or a pytree with complex leaves (differentiated through its
+    real view, :mod:`di.complex`)."""
     x = facts.value
     refuse_array_kinds(facts)  # (a pytree's leaves too)
     if facts.pytree:
         if operator.scalar_x:
             raise InvalidInputError(f"{operator.family} needs a scalar x (a 0-d array or a float), not a pytree")
         refuse_storage_leaves(facts, operator.family)
-        return False
+        return any(family is not None and is_complex_value(leaf) for _, leaf, family in facts.leaves)
     complex_x = refuse_x(facts, operator.family, complex_ok=True)
     if operator.scalar_x and _shape_of(x) != ():
         raise InvalidInputError(

@@ -71,6 +71,7 @@ class MLXAdapter(Adapter):
         family="mlx",
         compile_option="compile",
         aux=AUX_FAMILIES,
+        complex_native=frozenset({"gradient", "hvp"}),
         differentiates="own",  # it differentiates the programs of MLX adapters (MLX functions)
         # x[i] = ... inside f is an operation of MLX's graph on the array f is given (MLX's own,
         # never the caller's): f is a function of x like any other

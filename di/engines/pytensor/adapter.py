@@ -208,10 +208,13 @@ class PyTensorAdapter(Adapter):
         differentiates="none",
         complex_numbers=False,
         complex_note=(
-            "PyTensor's gradients refuse complex intermediate values (pytensor.gradient.grad accepts real "
-            "gradient terms only), and f at a complex x computes on complex values. Use AutoJAX, AutoTorch, "
-            "AutoAutograd, AutoTensorFlow, AutoMLX or AutoFiniteDiff, or write f over the real and imaginary parts "
-            "as real arrays."
+            "PyTensor's gradients refuse complex intermediate values, which f computes on at a complex x (even "
+            "rebuilt as pytensor.tensor.complex(a, b) from real inputs): pytensor.gradient.grad rejects every "
+            "complex gradient term, and past that check the ops' own gradients refuse complex ones (add, exp, "
+            "sin, log, sqrt, true_div raise NotImplementedError; conj has none; dot and matmul refuse a complex "
+            "output), so only products, real, imag, abs and sums would differentiate, and no second order. Use "
+            "AutoJAX, AutoTorch, AutoAutograd, AutoTensorFlow, AutoMLX or AutoFiniteDiff, or write f over the real "
+            "and imaginary parts as real arrays (the real view: x as xp.stack([xp.real(x), xp.imag(x)]))."
         ),
     )
 

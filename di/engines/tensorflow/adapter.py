@@ -41,6 +41,7 @@ class TensorFlowAdapter(ProgramBuilder):
         family="tensorflow",
         compile_option="compile",
         aux=AUX_FAMILIES,
+        complex_native=frozenset({"gradient", "hvp"}),
         cache_note="TensorFlow tensors are immutable: f receives the cache as a tensor it must not write into.",
         differentiates="own",
         compositions=COMPOSITIONS,

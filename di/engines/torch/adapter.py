@@ -113,6 +113,7 @@ class TorchAdapter(TorchBase):
         pytrees=frozenset({"gradient"}),
         compiled_pytrees=frozenset({"gradient"}),
         aux=AUX_FAMILIES,
+        complex_native=frozenset({"gradient", "hvp"}),
         cache_note=(
             "f receives the caller's buffer (numpy buffers through torch.from_numpy, sharing memory), detached after "
             "the call; operators torch.func cannot run on buffers are built from reverse mode."
