@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import optree
 import pytest
-from conftest import BACKENDS, backend_id, engine_name, to_numpy
+from conftest import BACKENDS, as_family, backend_id, engine_family, engine_name, to_numpy
 
 import di
 from di.families import family_of
@@ -644,3 +644,20 @@ def test_a_python_float_leaf_in_a_tangent_is_a_0d_leaf(backend: Any) -> None:
     (hv,) = di.hvp(f, prep, backend, x, ({"v": 2.0, "w": np.zeros(3)},))
     np.testing.assert_allclose(to_np(hv["v"]), 12.0, rtol=1e-5)
     np.testing.assert_allclose(to_np(hv["w"]), [4.0, 4.0, 4.0], rtol=1e-5)
+
+
+@pytest.mark.parametrize("backend", BACKENDS, ids=backend_id)
+def test_a_python_float_cotangent_of_a_native_pytree_gives_the_gradient(backend: Any) -> None:
+    """pullback(f, x, (2.0,)) of a scalar f at a pytree of the engine's own arrays is twice
+    the gradient (eager and compiled TensorFlow raised AttributeError: 'float' object has
+    no attribute 'dtype')."""
+
+    def f(p: Any) -> Any:
+        xp = di.array_namespace(p["a"])
+        return xp.sum(p["a"] ** 2) + xp.sum(p["b"])
+
+    native = engine_family(backend)
+    x = {"a": as_family(np.array([1.0, 2.0]), native), "b": as_family(np.array([3.0]), native)}
+    (pb,) = di.pullback(f, backend, x, (2.0,))
+    np.testing.assert_allclose(to_numpy(pb["a"]), [4.0, 8.0], rtol=1e-5)
+    np.testing.assert_allclose(to_numpy(pb["b"]), [2.0], rtol=1e-5)

@@ -398,7 +398,7 @@ def _check_engine_dtypes(source: ProgramSource, backend: AbstractBackend, facts:
                 continue
             dtype, display = get_family(family).describe_dtype(leaf.dtype), engine.display or engine.name
             if argument is facts.x and facts.x.pytree and "complex" in dtype:
-                continue  # a complex leaf of x: refused next, by its path, with what to do
+                continue  # a complex leaf of x: its real view (di/complex/tree.py) is what the engine takes
             name = argument.name
             array = name if " " not in name else "value"
             cast = "complex64" if "complex" in dtype else "float64"

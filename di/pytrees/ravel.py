@@ -56,8 +56,8 @@ def check_floating_leaves(leaves: Sequence[Any], paths: Sequence[str]) -> None:
             remedy = "convert it (np.asarray(..., dtype=float)) or pass it as a di.Constant"
             if "complex" in str(getattr(leaf, "dtype", type(leaf).__name__)):
                 remedy = (
-                    "pass its real and imaginary parts as two real leaves, or pass it as a di.Constant (a complex "
-                    "array x, not in a pytree, is differentiated as documented on the complex numbers page)"
+                    "pass its real and imaginary parts as two real leaves, or pass it as a di.Constant (where an "
+                    "operator takes complex leaves, docs/complex.md says so)"
                 )
             raise InvalidInputError(
                 f"every leaf of x must be a real floating-point array, but {path} is {kind}; {remedy}."

@@ -411,6 +411,9 @@ class SymbolicProgram:
         values = rest[1:] if self.takes_tangents else rest
         if x.__class__ is not np.ndarray or x.dtype.char not in "efd":
             x = self._x(x)
+        if tangents is not None and any(isinstance(t, (float, int)) for t in tangents):
+            # a Python number (a scalar output's cotangent) as the 0-d array of x's dtype
+            tangents = [np.asarray(t, x.dtype) if isinstance(t, (float, int)) else t for t in tangents]
         key = (x.shape, x.dtype.num) if tangents is None and not values else self._key(x, tangents, values)
         last = self._last
         if last is not None and last[0] == key:

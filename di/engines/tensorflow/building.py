@@ -68,9 +68,12 @@ def _as_tensor(value: Any) -> Any:
 
 def _to_tensorflow(value: Any) -> Callable[[Any], Any]:
     """The converter of arrays like ``value`` into tensors (variables read)."""
-    into = converter(family_of(value), "tensorflow")
-    if family_of(value) == "tensorflow":
+    family = family_of(value)
+    if family == "tensorflow":
         return _as_tensor
+    if family is None:  # a Python number (a scalar output's cotangent)
+        return tf.convert_to_tensor
+    into = converter(family, "tensorflow")
     return lambda v: _as_tensor(into(v))
 
 
