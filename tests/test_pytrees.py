@@ -199,15 +199,6 @@ def test_pytree_contexts_are_converted_leaf_by_leaf() -> None:
 # --- families ---------------------------------------------------------------------------------
 
 
-def as_family(array: np.ndarray, family: str) -> Any:
-    if family == "torch":
-        return torch.from_numpy(array.copy())
-    if family == "jax":
-        with jax.enable_x64(array.dtype == np.float64):
-            return jnp.asarray(array)
-    return array.copy()
-
-
 @pytest.mark.parametrize("family", ["numpy", "torch", "jax"])
 @pytest.mark.parametrize("backend", BACKENDS, ids=backend_id)
 def test_any_family_with_any_backend(backend: Any, family: str) -> None:
