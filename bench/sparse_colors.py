@@ -104,34 +104,35 @@ def random_sparse(m: int, n: int, per_row: int, seed: int) -> sp.csr_array:
 
 
 def cutest_hessian(name: str) -> sp.csr_array:
-    """The Hessian pattern ``di``'s tracer finds for a sif2jax problem."""
+    """The Hessian pattern ``di``'s tracer finds for a sif2jax problem (its detection
+    alone: the table needs no compiled program)."""
     import jax
     import sif2jax
 
-    import di
+    from di.sparse.jaxpr import traced_pattern
 
     problem = next(p for p in sif2jax.unconstrained_minimisation_problems if p.name == name)
     with jax.enable_x64(True):
         x = jax.device_put(np.asarray(problem.y0, dtype=np.float64))
-        backend = di.AutoSparse(di.AutoJAX(), order="natural")
-        prep = di.prepare_hessian(lambda y: problem.objective(y, problem.args), backend, x)
-    return sp.csr_array(prep.sparsity, dtype=bool)
+        detection = traced_pattern("hessian", lambda y: problem.objective(y, problem.args), x, ())
+    return sp.csr_array(detection.pattern, dtype=bool)
 
 
 def cutest_jacobian(name: str) -> sp.csr_array:
     """The Jacobian pattern ``di``'s tracer finds for the equations of a sif2jax
-    nonlinear-equations problem (its equality constraints)."""
+    nonlinear-equations problem (its equality constraints; detection alone: BRATU2DT's
+    4,900 equations are a Python loop of scalar operations, whose compiled program
+    alone takes minutes)."""
     import jax
     import sif2jax
 
-    import di
+    from di.sparse.jaxpr import traced_pattern
 
     problem = next(p for p in sif2jax.nonlinear_equations_problems if p.name == name)
     with jax.enable_x64(True):
         x = jax.device_put(np.asarray(problem.y0, dtype=np.float64))
-        backend = di.AutoSparse(di.AutoJAX(), order="natural")
-        prep = di.prepare_jacobian(lambda y: problem.constraint(y)[0], backend, x)
-    return sp.csr_array(prep.sparsity, dtype=bool)
+        detection = traced_pattern("jacobian", lambda y: problem.constraint(y)[0], x, ())
+    return sp.csr_array(detection.pattern, dtype=bool)
 
 
 def patterns(cutest: bool = True) -> list[tuple[str, str, Callable[[], sp.csr_array]]]:
