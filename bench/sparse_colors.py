@@ -110,12 +110,13 @@ def cutest_hessian(name: str) -> sp.csr_array:
     import sif2jax
 
     from di.sparse.jaxpr import traced_pattern
+    from di.sparse.patterns import symmetrize
 
     problem = next(p for p in sif2jax.unconstrained_minimisation_problems if p.name == name)
     with jax.enable_x64(True):
         x = jax.device_put(np.asarray(problem.y0, dtype=np.float64))
         detection = traced_pattern("hessian", lambda y: problem.objective(y, problem.args), x, ())
-    return sp.csr_array(detection.pattern, dtype=bool)
+    return sp.csr_array(symmetrize(detection.pattern), dtype=bool)  # as AutoSparse's preparation does
 
 
 def cutest_jacobian(name: str) -> sp.csr_array:
