@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import subprocess
+import sys
 import time
 import warnings
 from collections.abc import Callable
@@ -102,34 +104,36 @@ def random_sparse(m: int, n: int, per_row: int, seed: int) -> sp.csr_array:
 
 
 def cutest_hessian(name: str) -> sp.csr_array:
-    """The Hessian pattern ``di``'s tracer finds for a sif2jax problem."""
+    """The Hessian pattern ``di``'s tracer finds for a sif2jax problem (its detection
+    alone: the table needs no compiled program)."""
     import jax
     import sif2jax
 
-    import di
+    from di.sparse.jaxpr import traced_pattern
+    from di.sparse.patterns import symmetrize
 
     problem = next(p for p in sif2jax.unconstrained_minimisation_problems if p.name == name)
     with jax.enable_x64(True):
         x = jax.device_put(np.asarray(problem.y0, dtype=np.float64))
-        backend = di.AutoSparse(di.AutoJAX(), order="natural")
-        prep = di.prepare_hessian(lambda y: problem.objective(y, problem.args), backend, x)
-    return sp.csr_array(prep.sparsity, dtype=bool)
+        detection = traced_pattern("hessian", lambda y: problem.objective(y, problem.args), x, ())
+    return sp.csr_array(symmetrize(detection.pattern), dtype=bool)  # as AutoSparse's preparation does
 
 
 def cutest_jacobian(name: str) -> sp.csr_array:
     """The Jacobian pattern ``di``'s tracer finds for the equations of a sif2jax
-    nonlinear-equations problem (its equality constraints)."""
+    nonlinear-equations problem (its equality constraints; detection alone: BRATU2DT's
+    4,900 equations are a Python loop of scalar operations, whose compiled program
+    alone takes minutes)."""
     import jax
     import sif2jax
 
-    import di
+    from di.sparse.jaxpr import traced_pattern
 
     problem = next(p for p in sif2jax.nonlinear_equations_problems if p.name == name)
     with jax.enable_x64(True):
         x = jax.device_put(np.asarray(problem.y0, dtype=np.float64))
-        backend = di.AutoSparse(di.AutoJAX(), order="natural")
-        prep = di.prepare_jacobian(lambda y: problem.constraint(y)[0], backend, x)
-    return sp.csr_array(prep.sparsity, dtype=bool)
+        detection = traced_pattern("jacobian", lambda y: problem.constraint(y)[0], x, ())
+    return sp.csr_array(detection.pattern, dtype=bool)
 
 
 def patterns(cutest: bool = True) -> list[tuple[str, str, Callable[[], sp.csr_array]]]:
@@ -165,16 +169,65 @@ def _symmetric(pattern: sp.csr_array) -> sp.csr_array:
 # --- the references -------------------------------------------------------------------------------
 
 
-def networkx_best(graph: sp.csr_array) -> tuple[int, str]:
-    """The fewest colors among networkx's greedy strategies on ``graph``, and which."""
+NETWORKX_BUDGET = 300.0
+"""Seconds each networkx strategy may take on one pattern of the table (its own
+process, stopped when over): ``independent_set`` and ``saturation_largest_first``
+are quadratic or worse in networkx (``independent_set`` takes the minimum degree
+over every remaining vertex at each pick; DSATUR walks every colored vertex's
+neighbors at each step), so on BRATU2DT's 5,184 columns they ran for over 30
+minutes. A strategy that runs out is named in the table, not dropped silently."""
+
+
+def networkx_colors(graph: sp.csr_array, strategy: str) -> int:
+    """The colors of networkx's ``greedy_color`` with ``strategy`` on ``graph``."""
     import networkx as nx
 
-    g = nx.from_scipy_sparse_array(graph)
-    best = (graph.shape[0] + 1, "")
+    found = nx.greedy_color(nx.from_scipy_sparse_array(graph), strategy=strategy)
+    return max(found.values(), default=-1) + 1
+
+
+def networkx_runs(graph: sp.csr_array, budget: float | None = None) -> dict[str, tuple[int | None, float]]:
+    """``{strategy: (colors, seconds)}`` of each of :data:`STRATEGIES` on ``graph``;
+    with a ``budget``, each runs in a child process stopped after ``budget``
+    seconds (its colors then ``None``)."""
+    runs: dict[str, tuple[int | None, float]] = {}
     for strategy in STRATEGIES:
-        found = nx.greedy_color(g, strategy=strategy)
-        best = min(best, (max(found.values(), default=-1) + 1, strategy))
-    return best
+        start = time.perf_counter()
+        if budget is None:
+            runs[strategy] = (networkx_colors(graph, strategy), time.perf_counter() - start)
+            continue
+        message = json.dumps({"indptr": graph.indptr.tolist(), "indices": graph.indices.tolist(), "n": graph.shape[0]})
+        command = [sys.executable, "-m", "bench.sparse_colors", "--networkx-strategy", strategy]
+        try:
+            done = subprocess.run(command, input=message, capture_output=True, text=True, timeout=budget, check=True)
+        except subprocess.TimeoutExpired:
+            runs[strategy] = (None, time.perf_counter() - start)
+            continue
+        answer = json.loads(done.stdout.strip().splitlines()[-1])
+        runs[strategy] = (int(answer["colors"]), float(answer["seconds"]))
+    return runs
+
+
+def best_run(runs: dict[str, tuple[int | None, float]]) -> tuple[int, str]:
+    """The fewest colors among the strategies that finished, and which (``(0, "")``: none did)."""
+    finished = [(colors, strategy) for strategy, (colors, _) in runs.items() if colors is not None]
+    return min(finished) if finished else (0, "")
+
+
+def networkx_best(graph: sp.csr_array) -> tuple[int, str]:
+    """The fewest colors among networkx's greedy strategies on ``graph``, and which."""
+    return best_run(networkx_runs(graph))
+
+
+def _networkx_child(strategy: str) -> None:
+    """A budgeted strategy's process: the graph as JSON on stdin, its colors and seconds on stdout."""
+    message = json.loads(sys.stdin.read())
+    n = int(message["n"])
+    indptr, indices = np.asarray(message["indptr"]), np.asarray(message["indices"])
+    graph = sp.csr_array((np.ones(indices.size, dtype=bool), indices, indptr), shape=(n, n))
+    start = time.perf_counter()
+    colors = networkx_colors(graph, strategy)
+    print(json.dumps({"colors": colors, "seconds": time.perf_counter() - start}), flush=True)
 
 
 def _square(graph: sp.csr_array) -> sp.csr_array:
@@ -194,8 +247,8 @@ def asdex_colors(pattern: sp.csr_array, kind: str) -> int:
         return int(asdex.hessian_coloring_from_sparsity(pattern.toarray()).num_colors)
 
 
-def color_row(name: str, kind: str, pattern: sp.csr_array) -> dict[str, Any]:
-    """One row of the colors table."""
+def color_row(name: str, kind: str, pattern: sp.csr_array, budget: float = NETWORKX_BUDGET) -> dict[str, Any]:
+    """One row of the colors table (each networkx strategy within ``budget`` seconds)."""
     row: dict[str, Any] = {"name": name, "kind": kind, "n": pattern.shape[1], "nnz": int(pattern.nnz)}
     start = time.perf_counter()
     if kind == "jacobian":
@@ -213,7 +266,11 @@ def color_row(name: str, kind: str, pattern: sp.csr_array) -> dict[str, Any]:
         row.update(di_acyclic=acyclic.n_colors, di_acyclic_order=acyclic.order)
         graph = _square(coloring.adjacency(pattern))
     row["di_time"] = time.perf_counter() - start
-    row["networkx"], row["networkx_strategy"] = networkx_best(graph)
+    runs = networkx_runs(graph, budget)
+    row["networkx"], row["networkx_strategy"] = best_run(runs)
+    row["networkx_runs"] = {
+        strategy: {"colors": colors, "seconds": seconds} for strategy, (colors, seconds) in runs.items()
+    }
     try:
         row["asdex"] = asdex_colors(pattern, kind)
     except Exception as err:  # pragma: no cover - a reference failing is reported, not fatal
@@ -297,13 +354,16 @@ def _seconds(value: float) -> str:
     return f"{value:.2f} s" if value >= 1 else f"{value * 1e3:.1f} ms"
 
 
-def markdown(colors: list[dict[str, Any]], preparation: list[dict[str, Any]]) -> list[str]:
+def markdown(
+    colors: list[dict[str, Any]], preparation: list[dict[str, Any]], budget: float = NETWORKX_BUDGET
+) -> list[str]:
     lines = [
         "# Sparse colorings: di against networkx's greedy strategies and asdex",
         "",
         'Written by `python -m bench.sparse_colors`. `di`: `order="auto"` (every classic order, seeded ties, '
         "iterated greedy, within a work budget). Jacobians: column colorings; networkx: the best of "
-        f"{', '.join(STRATEGIES)} on the column intersection graph; asdex: "
+        f"{', '.join(STRATEGIES)} on the column intersection graph (each in its own process, stopped after "
+        f"{_seconds(budget)}: a strategy that ran out is named beside the best of those that finished); asdex: "
         '`jacobian_coloring_from_sparsity(mode="fwd")`. '
         "Hessians: di's star and acyclic colorings; networkx: its best strategy on the square of the adjacency graph "
         "(a distance-2 coloring, a star coloring); asdex: `hessian_coloring_from_sparsity` (star). `time`: di's "
@@ -316,11 +376,14 @@ def markdown(colors: list[dict[str, Any]], preparation: list[dict[str, Any]]) ->
     ]
     for row in colors:
         acyclic = row.get("di_acyclic", "-")
+        over = [name for name, run in row.get("networkx_runs", {}).items() if run["colors"] is None]
+        out_of_time = f"; over {_seconds(budget)}: {', '.join(over)}" if over else ""
         lines.append(
             f"| {row['name']} | {row['n']} | {row['nnz']} | {row['di']} | {acyclic} | {row['networkx']} "
-            f"({row['networkx_strategy']}) | {row['asdex']} | {row['di_order']} | {_seconds(row['di_time'])} |"
+            f"({row['networkx_strategy']}{out_of_time}) | {row['asdex']} | {row['di_order']} | "
+            f"{_seconds(row['di_time'])} |"
         )
-    worse = [row["name"] for row in colors if row["di"] > row["networkx"]]
+    worse = [row["name"] for row in colors if row["networkx"] and row["di"] > row["networkx"]]
     lines += ["", f"di uses more colors than networkx's best greedy strategy on: {', '.join(worse) or 'none'}."]
     if preparation:
         lines += [
@@ -352,19 +415,29 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--no-cutest", action="store_true", help="skip the CUTEst patterns (sif2jax imports slowly)")
     parser.add_argument("--no-preparation", action="store_true", help="skip the preparation timings")
     parser.add_argument("--output", type=Path, default=RESULTS)
+    parser.add_argument("--only", help="the patterns whose name contains this text (default: all)")
+    parser.add_argument(
+        "--networkx-budget", type=float, default=NETWORKX_BUDGET, help="seconds each networkx strategy may take"
+    )
+    parser.add_argument("--networkx-strategy", help=argparse.SUPPRESS)  # a budgeted strategy's own process
     args = parser.parse_args(argv)
+    if args.networkx_strategy:
+        _networkx_child(args.networkx_strategy)
+        return
     colors = []
     for name, kind, build in patterns(cutest=not args.no_cutest):
+        if args.only and args.only not in name:
+            continue
         try:
             pattern = build()
         except Exception as err:  # a problem missing from this sif2jax, or one its tracer refuses
             print(json.dumps({"name": name, "skipped": f"{type(err).__name__}: {err}"[:200]}), flush=True)
             continue
-        row = color_row(name, kind, pattern)
+        row = color_row(name, kind, pattern, args.networkx_budget)
         colors.append(row)
         print(json.dumps(row), flush=True)
     preparation = [] if args.no_preparation else preparation_rows()
-    args.output.write_text("\n".join(markdown(colors, preparation)) + "\n")
+    args.output.write_text("\n".join(markdown(colors, preparation, args.networkx_budget)) + "\n")
 
 
 if __name__ == "__main__":

@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import queue
 import statistics
 import subprocess
@@ -44,6 +45,7 @@ from di.fastest.plan import format_seconds
 ROUNDS = 15
 ROUND_SECONDS = 0.02  # each round's batch of calls lasts about this long
 PROBLEM_TIMEOUT = 300.0
+DENSE_SHARE = 0.9  # a Hessian with at least this share of n**2 nonzeros counts as nearly dense
 
 
 def _ready(result: Any) -> Any:
@@ -108,7 +110,7 @@ def measure(name: str) -> dict[str, Any]:
     with jax.enable_x64(True), warnings.catch_warnings():
         warnings.simplefilter("ignore")
         x = jax.device_put(np.asarray(problem.y0, dtype=np.float64))
-        row: dict[str, Any] = {"name": name, "n": int(x.size)}
+        row: dict[str, Any] = {"name": name, "n": int(x.size), "load": os.getloadavg()[0]}
         _step("di preparation")
         start = time.perf_counter()
         prep = di.prepare_hessian(f, backend, x)
@@ -130,6 +132,7 @@ def measure(name: str) -> dict[str, Any]:
         _step("timing")
         times = interleaved({"di": lambda: di.hessian(f, prep, backend, x), "asdex": lambda: native(x)})
         row.update(di_call=times["di"], asdex_call=times["asdex"])
+        row["load_after"] = os.getloadavg()[0]
     return row
 
 
@@ -208,8 +211,31 @@ class Worker:
             self.process = None
 
 
+def warm_up(name: str = "ARGLINA") -> None:
+    """One untimed preparation by each package (the imports and compiles every
+    problem shares, which would otherwise land on the first row's di preparation)."""
+    import asdex
+    import jax
+    import sif2jax
+
+    import di
+
+    problem = next(p for p in sif2jax.unconstrained_minimisation_problems if p.name == name)
+
+    def f(y: Any) -> Any:
+        return problem.objective(y, problem.args)
+
+    with jax.enable_x64(True), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        x = jax.device_put(np.asarray(problem.y0, dtype=np.float64))
+        backend = di.AutoSparse(di.AutoJAX(jit=True))
+        _ready(di.hessian(f, di.prepare_hessian(f, backend, x), backend, x))
+        _ready(jax.jit(asdex.hessian_from_coloring(f, asdex.hessian_coloring(f, x)))(x))
+
+
 def serve() -> None:
-    """The worker's loop: the problem list, then one problem per line of stdin."""
+    """The worker's loop: a warm-up, the problem list, then one problem per line of stdin."""
+    warm_up()
     print(json.dumps({"problems": cutest_problems()}), flush=True)
     for line in sys.stdin:
         name = line.strip()
@@ -249,26 +275,37 @@ def cutest_rows(
 _seconds = format_seconds
 
 
+def _load(row: dict[str, Any]) -> str:
+    """The one-minute load average when the row started and when it ended (``-``: not recorded)."""
+    if "load" not in row:
+        return "-"
+    return f"{row['load']:.1f}-{row.get('load_after', row['load']):.1f}"
+
+
 def cutest_markdown(rows: list[dict[str, Any]], timeout: float = PROBLEM_TIMEOUT) -> list[str]:
     lines = [
         "## Hessians of the sif2jax CUTEst problems (50 <= n <= 3000): di against asdex",
         "",
         "`AutoSparse(AutoJAX(jit=True))` (default options: star coloring, best of several orders) against "
         "`jax.jit(asdex.hessian_from_coloring(f, asdex.hessian_coloring(f, x)))`; JAX float64 input, `BCOO` "
-        f"output. `prep`: detection, coloring, compilation and a first call, once. `call`: median over {ROUNDS} "
+        f"output. `prep`: detection, coloring, compilation and a first call, once (`prep ratio`: di's over asdex's; "
+        "each worker process first prepares ARGLINA with both, untimed: the imports and compiles they share). "
+        "`call`: median over "
+        f"{ROUNDS} "
         "rounds of prepared calls, di's and asdex's rounds interleaved. `agree`: the two Hessians agree to 1e-9 "
-        "(relative to the largest entry). The problems run in a child process; one whose setup does not finish in "
+        "(relative to the largest entry). `load`: the one-minute load average at the row's start and end. The problems "
+        "run in a child process, one at a time; one whose setup does not finish in "
         f"{timeout:.0f} s (on a shared 2-core machine) is listed as skipped with the step it was in.",
         "",
         "| problem | n | di nnz | asdex nnz | di colors | asdex colors | di prep | asdex prep | di call | asdex call "
-        "| di / asdex | agree |",
-        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |",
+        "| di / asdex | prep ratio | agree | load |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | --- |",
     ]
     ratios, worse, more_nnz, skipped = [], [], [], []
     for row in rows:
         if "skipped" in row:
             skipped.append(row["name"])
-            lines.append(f"| {row['name']} | {row['n']} | skipped: {row['skipped']} | | | | | | | | | |")
+            lines.append(f"| {row['name']} | {row['n']} | skipped: {row['skipped']} | | | | | | | | | | | |")
             continue
         ratio = row["di_call"] / row["asdex_call"]
         ratios.append(ratio)
@@ -280,7 +317,7 @@ def cutest_markdown(rows: list[dict[str, Any]], timeout: float = PROBLEM_TIMEOUT
             f"| {row['name']} | {row['n']} | {row['di_nnz']} | {row['asdex_nnz']} | {row['di_colors']} | "
             f"{row['asdex_colors']} | {_seconds(row['di_prep'])} | {_seconds(row['asdex_prep'])} | "
             f"{_seconds(row['di_call'])} | {_seconds(row['asdex_call'])} | {ratio:.2f} | "
-            f"{'yes' if row['agree'] else 'NO'} |"
+            f"{row['di_prep'] / row['asdex_prep']:.2f} | {'yes' if row['agree'] else 'NO'} | {_load(row)} |"
         )
     if ratios:
         geomean = math.exp(sum(math.log(r) for r in ratios) / len(ratios))
@@ -293,6 +330,15 @@ def cutest_markdown(rows: list[dict[str, Any]], timeout: float = PROBLEM_TIMEOUT
             f"- problems where di's pattern has more nonzeros than asdex's: {', '.join(more_nnz) or 'none'}",
             f"- skipped: {', '.join(skipped) if skipped else 'none'}",
         ]
+        dense = [row for row in rows if "skipped" not in row and row["di_nnz"] >= DENSE_SHARE * row["n"] ** 2]
+        if dense:
+            prep = {row["name"]: row["di_prep"] / row["asdex_prep"] for row in dense}
+            over = [name for name, ratio in prep.items() if ratio > 2]
+            lines.append(
+                f"- nearly dense problems ({len(dense)}, at least {DENSE_SHARE:.0%} of n^2 nonzeros): di's preparation "
+                f"{min(prep.values()):.2f}-{max(prep.values()):.2f}x asdex's (target <= 2); over 2x: "
+                f"{', '.join(over) or 'none'}"
+            )
     return [*lines, ""]
 
 

@@ -13,12 +13,13 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 import torch
-from conftest import FAMILIES, assert_close, backend_id, backend_params
+from conftest import FAMILIES, as_family, assert_close, backend_id, backend_params
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from jax.experimental import sparse as jsparse
 
 import di
+from di.families import get_family
 from di.sparse import coloring, decompression
 from di.sparse import jaxpr as detection
 from di.testing import default_scenarios, test_differentiation
@@ -709,3 +710,21 @@ def test_dense_results_over_a_pytree_x_are_the_dense_backend_s(dense: di.Abstrac
         for got, want, value in leaves:
             assert (type(got), got.shape, got.dtype) == (type(want), want.shape, want.dtype)
             np.testing.assert_allclose(got, value, rtol=1e-7, atol=_second_order_atol(dense))
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_every_familys_gather_reads_the_entries_at_numpy_positions(family: str) -> None:
+    # AutoSparse reads the nonzeros of its compressed products with the family's gather.
+    record = get_family(family)
+    values = as_family(np.arange(10.0) * 1.5, family)
+    positions = record.index(np.array([3, 0, 9, 3]))
+    np.testing.assert_array_equal(record.to_numpy(record.gather(values, positions)), [4.5, 0.0, 13.5, 4.5])
+
+
+def test_the_jax_gather_is_an_in_bounds_indexing() -> None:
+    # jnp.take's default fill mode (bounds checks in the compiled program) made a one-color
+    # prepared Hessian's call at n = 100 cost 15.3 us of CPU against 8.2 us by indexing.
+    record = get_family("jax")
+    positions = record.index(np.array([2, 0, 1]))
+    program = str(jax.make_jaxpr(lambda v: record.gather(v, positions))(jnp.arange(3.0)))
+    assert "PROMISE_IN_BOUNDS" in program and "FILL_OR_DROP" not in program

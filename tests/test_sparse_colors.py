@@ -14,7 +14,19 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import di
-from bench.sparse_colors import FIVE, NINE, SEVEN, arrowhead, band, brusselator, networkx_best, random_sparse, stencil
+from bench.sparse_colors import (
+    FIVE,
+    NINE,
+    SEVEN,
+    arrowhead,
+    band,
+    best_run,
+    brusselator,
+    markdown,
+    networkx_best,
+    random_sparse,
+    stencil,
+)
 from di.families import get_family
 from di.families.family import Family
 from di.sparse import coloring, decompression, kernels, order_kernels
@@ -70,6 +82,19 @@ def test_star_and_acyclic_colorings_never_lose_to_networkx(name: str) -> None:
     assert coloring.is_acyclic_coloring(pattern, acyclic.colors)
     best, strategy = networkx_best(_square(coloring.adjacency(pattern)))  # distance-2: a star coloring
     assert acyclic.n_colors <= star.n_colors <= best, (name, star.order, strategy)
+
+
+def test_the_colors_table_names_a_networkx_strategy_that_ran_out_of_time() -> None:
+    runs = {"smallest_last": (6, 2.0), "independent_set": (None, 300.0), "largest_first": (7, 1.0)}
+    assert best_run(runs) == (6, "smallest_last")
+    assert best_run({"independent_set": (None, 300.0)}) == (0, "")
+    row = {"name": "P", "kind": "jacobian", "n": 9, "nnz": 20, "di": 7, "di_order": "natural", "di_time": 0.1}
+    row |= {"asdex": 8, "networkx_runs": {s: {"colors": c, "seconds": t} for s, (c, t) in runs.items()}}
+    table = "\n".join(markdown([{**row, "networkx": 6, "networkx_strategy": "smallest_last"}], [], budget=300.0))
+    assert "| 6 (smallest_last; over 300.00 s: independent_set) |" in table
+    assert "more colors than networkx's best greedy strategy on: P." in table
+    none_finished = {**row, "networkx": 0, "networkx_strategy": ""}
+    assert "strategy on: none." in "\n".join(markdown([none_finished], [], budget=300.0))
 
 
 def test_the_brusselator_takes_as_few_colors_as_its_largest_row() -> None:

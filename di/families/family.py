@@ -363,6 +363,13 @@ class Family:
         nonzeros of compressed products so. By default ``value`` itself."""
         return value
 
+    def gather(self, values: Any, positions: Any) -> Any:
+        """The entries of the 1-D array ``values`` at ``positions`` (from :meth:`index`):
+        by default the array API's ``take`` (every library has it; some, TensorFlow's,
+        refuse index arrays in ``values[positions]``). Override it where another
+        spelling runs faster in a compiled program."""
+        return self.namespace().take(values, positions, axis=0)
+
     def scatter(self, data: Any, positions: Any, size: int) -> Any:
         """A 1-D array of ``size`` zeros of ``data``'s dtype with ``data`` at
         ``positions`` (from :meth:`index`)."""

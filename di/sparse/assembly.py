@@ -67,7 +67,7 @@ def gatherer(family: str, index: np.ndarray | None) -> Callable[[Sequence[Any]],
                 runs.append([product])
         parts = [xp.reshape(stack(run), (-1,)) for run in runs]
         flat = parts[0] if len(parts) == 1 else xp.concat(parts)
-        return flat if where is None else xp.take(flat, where, axis=0)  # (the array API's gather: no NumPy indexing)
+        return flat if where is None else record.gather(flat, where)
 
     return gather
 

@@ -261,6 +261,11 @@ class JaxFamily(Family):
     def index(self, positions: np.ndarray) -> Any:
         return positions.astype(np.int32) if positions.size < 2**31 else positions
 
+    def gather(self, values: Any, positions: Any) -> Any:
+        # Indexing with constant NumPy positions: jnp.take's default fill mode made a
+        # one-color prepared Hessian's call (n = 100) 15.3 us against 8.2 us of CPU.
+        return values[positions]
+
     def whole(self, value: Any) -> Any:
         from di.engines.jax.meshes import replicated
 
