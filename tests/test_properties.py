@@ -55,7 +55,7 @@ from di.testing import approximates
 
 _HEALTH = [HealthCheck.too_slow, HealthCheck.data_too_large]
 # Both inherit conftest.py's profile: the same examples at every run unless DI_HYPOTHESIS_RANDOM is set.
-settings.register_profile("ci", max_examples=15, deadline=None, suppress_health_check=_HEALTH, print_blob=True)
+settings.register_profile("ci", max_examples=10, deadline=None, suppress_health_check=_HEALTH, print_blob=True)
 settings.register_profile("dev", max_examples=200, deadline=None, suppress_health_check=_HEALTH, print_blob=True)
 PROFILE = os.environ.get("DI_HYPOTHESIS_PROFILE", "ci")
 PROPERTY_SETTINGS = settings.get_profile(PROFILE)
