@@ -87,7 +87,7 @@ def _dense_nonzeros(matrix: Any) -> np.ndarray:
     return np.abs(np.asarray(matrix)) > 0
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(st.sampled_from(sorted(STEPS)), min_size=1, max_size=6), st.integers(0, 2**31 - 1))
 def test_compositions_never_miss_a_jacobian_nonzero(steps: list[str], seed: int) -> None:
     pytest.importorskip("jax")
@@ -102,7 +102,7 @@ def test_compositions_never_miss_a_jacobian_nonzero(steps: list[str], seed: int)
     assert not np.any(local & ~pattern)  # the branch taken is one of the branches
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(st.sampled_from(SAFE_FOR_SECOND_ORDER), min_size=1, max_size=5), st.integers(0, 2**31 - 1))
 def test_compositions_never_miss_a_hessian_nonzero(steps: list[str], seed: int) -> None:
     pytest.importorskip("jax")
