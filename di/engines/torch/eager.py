@@ -25,6 +25,7 @@ from di.engines.torch.reverse import (
     hessian_backward,
     hvp_backward,
     pullback_backward,
+    pushforward_backward,
 )
 from di.engines.torch.rules import overwritten_error, refusing_writes
 from di.engines.torch.transforms import dispatching
@@ -121,6 +122,30 @@ class EagerPrograms:
         self, f: Callable[..., Any], x: Any, tx: Sequence[Any], contexts: Sequence[Context], has_aux: bool
     ) -> Programs:
         return fallbacks.pushforward_programs(self.adapter, f, x, tx, contexts, has_aux=has_aux)
+
+    def pushforward_by_double_vjp(
+        self,
+        f: Callable[..., Any],
+        x: Any,
+        tx: Sequence[Any],
+        contexts: Sequence[Context],
+        has_aux: bool,
+        traced: Programs,
+    ) -> Programs:
+        """The pushforward by two reverse passes
+        (:func:`~di.engines.torch.reverse.pushforward_backward`); inside transforms
+        and ``forward_ad`` levels, ``traced``'s programs (``torch.func.jvp``). Eager
+        only. The programs own their results (as the pullback's do)."""
+        reverse, backend = Reverse(self.adapter, f, x, contexts, "pushforward", has_aux), self.adapter.backend
+        # (the traced programs are forward mode, which a forward_ad level refuses: dispatching says so)
+        inside = {name: dispatching(program, program, name, backend) for name, program in traced.items()}
+        programs = {
+            name: reverse.program(pushforward_backward, with_value=with_value, with_tangents=True, traced=inside[name])
+            for name, with_value in (("pushforward", False), ("value_and_pushforward", True))
+        }
+        for program in programs.values():
+            program.owns_results = True  # type: ignore[attr-defined]
+        return programs
 
     def jacobian(self, f: Callable[..., Any], x: Any, contexts: Sequence[Context], has_aux: bool) -> Programs:
         return fallbacks.jacobian_programs(self.adapter, f, x, contexts, forward=False, has_aux=has_aux)
