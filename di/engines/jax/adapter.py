@@ -441,6 +441,7 @@ def jacobian_mode_by_traffic(forward: float | None, reverse: float | None) -> st
     ``sin(x) x`` and the Rosenbrock gradient tie (forward 0.02-0.7x).
 
     Examples:
+        >>> from di.engines.jax.adapter import jacobian_mode_by_traffic
         >>> jacobian_mode_by_traffic(4.4e7, 2.8e7)
         'reverse'
         >>> jacobian_mode_by_traffic(4.0e6, 4.0e6)
