@@ -418,3 +418,42 @@ def test_what_the_refusals_of_an_autograd_function_say_works_does() -> None:
     with pytest.raises(NotImplementedError, match="f is not written yet") as info:
         di.jacobian(unfinished, di.AutoTorch(), torch.ones(2, dtype=torch.float64))
     assert type(info.value) is NotImplementedError
+
+
+class _OnceDifferentiable(torch.autograd.Function):
+    """A jvp rule and a backward marked once_differentiable (a derivative of 3)."""
+
+    @staticmethod
+    def forward(x: Any) -> Any:
+        xp = di.array_namespace(x)
+        return xp.sin(x)
+
+    @staticmethod
+    def setup_context(ctx: Any, inputs: Any, output: Any) -> None:
+        pass
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx: Any, g: Any) -> Any:
+        return 3.0 * g
+
+    @staticmethod
+    def jvp(ctx: Any, t: Any) -> Any:
+        return 3.0 * t
+
+
+def test_eager_pushforward_of_a_once_differentiable_backward_runs_forward_mode() -> None:
+    """The double vjp differentiates f's backward; one marked once_differentiable
+    records no graph (its second pass read zeros, silently): the call runs
+    torch.func.jvp instead, which uses the Function's jvp rule (several tangents
+    there ask for a vmap rule, as before)."""
+    (product,) = _call("pushforward", _OnceDifferentiable, di.AutoTorch())
+    np.testing.assert_array_equal(product.numpy(), [3.0, 3.0])
+    y, (product,) = di.value_and_pushforward(
+        _through(_OnceDifferentiable, False),
+        di.AutoTorch(),
+        torch.tensor([0.3, -1.2], dtype=torch.float64),
+        (torch.ones(2, dtype=torch.float64),),
+    )
+    np.testing.assert_array_equal(product.numpy(), [3.0, 3.0])
+    np.testing.assert_allclose(y.numpy(), np.sin([0.3, -1.2]))

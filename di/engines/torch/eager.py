@@ -19,6 +19,7 @@ from di.contexts import Context
 from di.engines.torch.base import TorchBase
 from di.engines.torch.ownership import detaching
 from di.engines.torch.reverse import (
+    NotTwiceDifferentiable,
     Reverse,
     double_backward,
     gradient_backward,
@@ -143,6 +144,7 @@ class EagerPrograms:
             name: reverse.program(pushforward_backward, with_value=with_value, with_tangents=True, traced=inside[name])
             for name, with_value in (("pushforward", False), ("value_and_pushforward", True))
         }
+        programs = {name: _falling_back(program, traced[name]) for name, program in programs.items()}
         for program in programs.values():
             program.owns_results = True  # type: ignore[attr-defined]
         return programs
@@ -213,6 +215,21 @@ class EagerPrograms:
             f"traced values into buffers. Pass the buffer as a Constant and build new tensors in f, or use "
             f"AutoJAX or AutoFiniteDiff."
         )
+
+
+def _falling_back(program: Callable[..., Any], forward: Callable[..., Any]) -> Callable[..., Any]:
+    """``program`` (a double vjp), or ``forward`` (``torch.func.jvp``) for a call
+    where ``f``'s pullback cannot be differentiated again (a ``once_differentiable``
+    backward, an operation without double backward): forward mode then runs the
+    Function's own ``jvp`` rule, as it did before the double vjp."""
+
+    def run(x: Any, *args: Any) -> Any:
+        try:
+            return program(x, *args)
+        except NotTwiceDifferentiable:
+            return forward(x, *args)
+
+    return run
 
 
 def _hessian_alone(y: Any, alias: Any, cotangents: Any, create_graph: bool) -> Any:
