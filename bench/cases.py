@@ -354,6 +354,13 @@ def _torch(compiled: bool) -> Callable[..., Case]:
             with forward_ad.dual_level():
                 return forward_ad.unpack_dual(g(forward_ad.make_dual(x, v))).tangent
 
+        def double_vjp() -> Any:
+            xr = leaf()
+            y = g(xr)
+            u = torch.zeros_like(y, requires_grad=True)
+            (pulled,) = autograd_grad(y, xr, u, create_graph=True)
+            return autograd_grad(pulled, u, v)[0]
+
         grad_and_value = func.grad_and_value(f)
 
         def called(fn: Callable[[Any], Any]) -> Thunk:
@@ -382,6 +389,8 @@ def _torch(compiled: bool) -> Callable[..., Case]:
             PUSHFORWARD: {
                 "torch.func.jvp(g)": lambda: func.jvp(g, (x,), (v,))[1],
                 "forward_ad.make_dual": forward_ad_pushforward,
+                "double vjp (autograd.grad twice, a cotangent that requires grad)": double_vjp,
+                "torch.autograd.functional.jvp(g, x, v)": lambda: torch.autograd.functional.jvp(g, x, v)[1],
             },
             PULLBACK: {
                 "torch.autograd.grad(g(xr), xr, grad_outputs=v)": native_pullback,

@@ -305,7 +305,8 @@ def test_a_write_into_x_under_forward_mode_is_refused(backend: Any, operator: st
     forward mode, and f evaluated untraced at a preparation, the same; a second
     derivative raised torch's raw 'mutate a captured Tensor'). The write is
     found after f ran (x's version counter) and refused with InvalidInputError,
-    which says whether the caller's x holds it."""
+    which says whether the caller's x holds it. The eager pushforward, two reverse
+    passes, refuses the write before it is made."""
     start = [0.5] if operator in ("derivative", "second_derivative") else [1.0, 2.0, 3.0]
     x = np.array(start[0] if len(start) == 1 else start)
     x.flags.writeable = writable  # (a read-only array reaches f as a copy)
@@ -313,7 +314,10 @@ def test_a_write_into_x_under_forward_mode_is_refused(backend: Any, operator: st
         _writing_call(backend, operator, x)
     message = str(info.value)
     assert "mutation rule" in message
-    if writable:
+    if operator == "pushforward" and backend == di.AutoTorch():
+        # eagerly two reverse passes: autograd refuses the write into x's alias before it happens
+        np.testing.assert_array_equal(x, start)
+    elif writable:
         assert "The caller's x already holds what f wrote" in message
         assert not np.array_equal(np.atleast_1d(x), start)  # (as the message says)
     else:
@@ -342,3 +346,75 @@ def test_eager_second_order_says_which_program_it_chose() -> None:
         assert expected in prep.info.program, prep.info
         torch.testing.assert_close(di.hessian(f, prep, backend, x), torch.diag(12 * x**2))
     assert di.prepare_gradient(f, backend, small).info.program is None
+
+
+def _coupled(x: Any, scale: Any) -> Any:
+    xp = di.array_namespace(x)
+    return scale * x * x * x - x * xp.sum(x * x) / x.shape[0]
+
+
+def test_eager_pushforward_is_a_double_vjp_agreeing_with_torch_func_jvp() -> None:
+    """The eager pushforward at a real tensor x is two reverse passes (the pullback
+    along a cotangent that requires grad, then its own pullback along each tangent;
+    0.7 of forward_ad dual numbers' time and 0.4 of torch.func.jvp's at n = 32 and 1e3),
+    said in prep.info; its results are torch.func.jvp's: one tangent, several, with a
+    Constant, with aux, the value, a complex output of a real x, a tangent not shared
+    with the result of a linear f; a pytree x (torch.func.jvp there)."""
+    import torch
+
+    x = torch.linspace(-1.0, 1.0, 5, dtype=torch.float64)
+    tangents = (torch.cos(x), torch.sin(x), torch.ones(5, dtype=torch.float64))
+    backend = di.AutoTorch()
+
+    def expected(f: Any, t: Any) -> Any:
+        return torch.func.jvp(f, (x,), (t,))[1]
+
+    for count in (1, 3):
+        prep = di.prepare_pushforward(_coupled, backend, x, tangents[:count], di.Constant(2.0))
+        assert prep.info.program.startswith("double vjp")
+        y, products = di.value_and_pushforward(_coupled, prep, backend, x, tangents[:count], di.Constant(2.0))
+        torch.testing.assert_close(y, _coupled(x, 2.0))
+        for t, product in zip(tangents[:count], products):
+            torch.testing.assert_close(product, expected(lambda x: _coupled(x, 2.0), t))
+
+    def with_aux(x: Any) -> Any:
+        return _coupled(x, 1.0), {"norm": (x * x).sum(), "label": "kept"}
+
+    products, aux = di.pushforward(with_aux, backend, x, tangents[:2], has_aux=True)
+    torch.testing.assert_close(products[1], expected(lambda x: _coupled(x, 1.0), tangents[1]))
+    assert aux["label"] == "kept" and not aux["norm"].requires_grad
+    torch.testing.assert_close(aux["norm"], (x * x).sum())
+
+    def complex_output(x: Any) -> Any:
+        return torch.exp(1j * x) * x
+
+    (product,) = di.pushforward(complex_output, backend, x, tangents[:1])
+    torch.testing.assert_close(product, expected(complex_output, tangents[0]))
+    (identity,) = di.pushforward(lambda x: x, backend, x, tangents[:1])
+    torch.testing.assert_close(identity, tangents[0])
+    assert identity.data_ptr() != tangents[0].data_ptr()
+    tree = {"a": x, "b": x[:2]}
+    (tree_product,) = di.pushforward(lambda p: p["a"] * p["b"].sum(), backend, tree, (tree,))
+    torch.testing.assert_close(tree_product, torch.func.jvp(lambda p: p["a"] * p["b"].sum(), (tree,), (tree,))[1])
+
+
+def test_one_eager_pushforward_prep_serves_threads() -> None:
+    """The double vjp keeps no forward-mode state: eight threads sharing one prep
+    (dual numbers raised 'Nested forward mode AD is not supported' in three of four
+    threads) all get torch.func.jvp's result."""
+    import concurrent.futures
+
+    import torch
+
+    backend = di.AutoTorch()
+    x = torch.linspace(-1.0, 1.0, 64, dtype=torch.float64)
+    prep = di.prepare_pushforward(_coupled, backend, x, (x,), di.Constant(2.0))
+
+    def run(i: int) -> Any:
+        t = torch.full_like(x, float(i))
+        return [di.pushforward(_coupled, prep, backend, x, (t,), di.Constant(2.0))[0] for _ in range(20)][-1], t
+
+    with concurrent.futures.ThreadPoolExecutor(8) as pool:
+        results = list(pool.map(run, range(8)))
+    for product, t in results:
+        torch.testing.assert_close(product, torch.func.jvp(lambda x: _coupled(x, 2.0), (x,), (t,))[1])

@@ -180,7 +180,8 @@ def _interrupted_call(operator: str, f: Any, backend: Any, x: Any, prep: Any = N
 # (a prepared pullback runs reverse mode, where torch refuses the write before f
 # reaches its interrupt; the unprepared compiled calls interrupt the warm-up of
 # the compile, and the untraced evaluation a compiled pullback's preparation makes;
-# an eager square jacobian runs reverse mode too unless mode="forward" asks)
+# an eager square jacobian runs reverse mode too unless mode="forward" asks, and an
+# eager pushforward runs two reverse passes)
 _INTERRUPTED = [
     pytest.param(
         di.AutoTorch(mode="forward") if operator == "jacobian" and backend is not COMPILED else backend,
@@ -191,7 +192,7 @@ _INTERRUPTED = [
     for backend, name in ((di.AutoTorch(), backend_id(di.AutoTorch())), (COMPILED, "torch-compile"))
     for operator in ("pushforward", "jacobian", "pullback", "derivative")
     for prepared in (False, True)
-    if not (operator == "pullback" and prepared)
+    if not (operator == "pullback" and prepared) and not (operator == "pushforward" and backend is not COMPILED)
 ]
 
 
@@ -221,7 +222,8 @@ def _writes_into_x(x: Any, *values: Any) -> Any:
     return x * 2.0
 
 
-# (without a Cache, pushforward and derivative run forward mode, whose program finds the write itself)
+# (without a Cache, the programs of pushforward (two reverse passes eagerly) and derivative (forward mode) find
+# the write themselves)
 @pytest.mark.parametrize(
     ("operator", "cache"),
     [
@@ -312,14 +314,12 @@ def _call(operator: str, function: Any, backend: Any) -> Any:
 _REFUSED = [
     *[
         (_Classic, op, "reverse" if op == "jacobian-reverse" else None, "setup_context")
-        for op in ("jacobian", "jacobian-reverse", "pushforward", "derivative", "second_derivative")
+        for op in ("jacobian", "jacobian-reverse", "derivative", "second_derivative")
     ],
-    *[(_BackwardOnly, op, None, "has no jvp") for op in ("pushforward", "derivative", "second_derivative")],
-    *[
-        (_WithJvp, op, mode, "generate_vmap_rule = True")
-        for op, mode in (("jacobian", "forward"), ("pushforward2", None))
-    ],
+    *[(_BackwardOnly, op, None, "has no jvp") for op in ("derivative", "second_derivative")],
+    *[(_WithJvp, "jacobian", "forward", "generate_vmap_rule = True")],
 ]
+"""(eager pushforwards, two reverse passes, run them all: below)"""
 
 
 @pytest.mark.parametrize(
@@ -365,6 +365,18 @@ def test_an_eager_square_jacobian_runs_reverse_mode_and_a_function_without_vmap_
 
 
 @pytest.mark.parametrize("function", [_Classic, _BackwardOnly, _WithJvp], ids=lambda f: f.__name__)
+def test_eager_pushforward_runs_an_autograd_function_torch_func_cannot(function: Any) -> None:
+    """The eager pushforward is two reverse passes (a double vjp), which run a
+    Function through its own backward (a derivative of 3) where torch.func.jvp
+    refused it (classic style, no jvp, no vmap rule for several tangents)."""
+    for operator, count in (("pushforward", 1), ("pushforward2", 2)):
+        products = _call(operator, function, di.AutoTorch())
+        assert len(products) == count
+        for product in products:
+            np.testing.assert_array_equal(product.numpy(), [3.0, 3.0])
+
+
+@pytest.mark.parametrize("function", [_Classic, _BackwardOnly, _WithJvp], ids=lambda f: f.__name__)
 @pytest.mark.parametrize("operator", ["hvp", "hessian"])
 def test_eager_second_order_runs_an_autograd_function_torch_func_cannot(function: Any, operator: str) -> None:
     """hvp and hessian on eager AutoTorch() differentiate twice in reverse mode
@@ -406,3 +418,42 @@ def test_what_the_refusals_of_an_autograd_function_say_works_does() -> None:
     with pytest.raises(NotImplementedError, match="f is not written yet") as info:
         di.jacobian(unfinished, di.AutoTorch(), torch.ones(2, dtype=torch.float64))
     assert type(info.value) is NotImplementedError
+
+
+class _OnceDifferentiable(torch.autograd.Function):
+    """A jvp rule and a backward marked once_differentiable (a derivative of 3)."""
+
+    @staticmethod
+    def forward(x: Any) -> Any:
+        xp = di.array_namespace(x)
+        return xp.sin(x)
+
+    @staticmethod
+    def setup_context(ctx: Any, inputs: Any, output: Any) -> None:
+        pass
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx: Any, g: Any) -> Any:
+        return 3.0 * g
+
+    @staticmethod
+    def jvp(ctx: Any, t: Any) -> Any:
+        return 3.0 * t
+
+
+def test_eager_pushforward_of_a_once_differentiable_backward_runs_forward_mode() -> None:
+    """The double vjp differentiates f's backward; one marked once_differentiable
+    records no graph (its second pass read zeros, silently): the call runs
+    torch.func.jvp instead, which uses the Function's jvp rule (several tangents
+    there ask for a vmap rule, as before)."""
+    (product,) = _call("pushforward", _OnceDifferentiable, di.AutoTorch())
+    np.testing.assert_array_equal(product.numpy(), [3.0, 3.0])
+    y, (product,) = di.value_and_pushforward(
+        _through(_OnceDifferentiable, False),
+        di.AutoTorch(),
+        torch.tensor([0.3, -1.2], dtype=torch.float64),
+        (torch.ones(2, dtype=torch.float64),),
+    )
+    np.testing.assert_array_equal(product.numpy(), [3.0, 3.0])
+    np.testing.assert_allclose(y.numpy(), np.sin([0.3, -1.2]))

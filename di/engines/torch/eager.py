@@ -19,12 +19,14 @@ from di.contexts import Context
 from di.engines.torch.base import TorchBase
 from di.engines.torch.ownership import detaching
 from di.engines.torch.reverse import (
+    NotTwiceDifferentiable,
     Reverse,
     double_backward,
     gradient_backward,
     hessian_backward,
     hvp_backward,
     pullback_backward,
+    pushforward_backward,
 )
 from di.engines.torch.rules import overwritten_error, refusing_writes
 from di.engines.torch.transforms import dispatching
@@ -122,6 +124,31 @@ class EagerPrograms:
     ) -> Programs:
         return fallbacks.pushforward_programs(self.adapter, f, x, tx, contexts, has_aux=has_aux)
 
+    def pushforward_by_double_vjp(
+        self,
+        f: Callable[..., Any],
+        x: Any,
+        tx: Sequence[Any],
+        contexts: Sequence[Context],
+        has_aux: bool,
+        traced: Programs,
+    ) -> Programs:
+        """The pushforward by two reverse passes
+        (:func:`~di.engines.torch.reverse.pushforward_backward`); inside transforms
+        and ``forward_ad`` levels, ``traced``'s programs (``torch.func.jvp``). Eager
+        only. The programs own their results (as the pullback's do)."""
+        reverse, backend = Reverse(self.adapter, f, x, contexts, "pushforward", has_aux), self.adapter.backend
+        # (the traced programs are forward mode, which a forward_ad level refuses: dispatching says so)
+        inside = {name: dispatching(program, program, name, backend) for name, program in traced.items()}
+        programs = {
+            name: reverse.program(pushforward_backward, with_value=with_value, with_tangents=True, traced=inside[name])
+            for name, with_value in (("pushforward", False), ("value_and_pushforward", True))
+        }
+        programs = {name: _falling_back(program, traced[name]) for name, program in programs.items()}
+        for program in programs.values():
+            program.owns_results = True  # type: ignore[attr-defined]
+        return programs
+
     def jacobian(self, f: Callable[..., Any], x: Any, contexts: Sequence[Context], has_aux: bool) -> Programs:
         return fallbacks.jacobian_programs(self.adapter, f, x, contexts, forward=False, has_aux=has_aux)
 
@@ -188,6 +215,21 @@ class EagerPrograms:
             f"traced values into buffers. Pass the buffer as a Constant and build new tensors in f, or use "
             f"AutoJAX or AutoFiniteDiff."
         )
+
+
+def _falling_back(program: Callable[..., Any], forward: Callable[..., Any]) -> Callable[..., Any]:
+    """``program`` (a double vjp), or ``forward`` (``torch.func.jvp``) for a call
+    where ``f``'s pullback cannot be differentiated again (a ``once_differentiable``
+    backward, an operation without double backward): forward mode then runs the
+    Function's own ``jvp`` rule, as it did before the double vjp."""
+
+    def run(x: Any, *args: Any) -> Any:
+        try:
+            return program(x, *args)
+        except NotTwiceDifferentiable:
+            return forward(x, *args)
+
+    return run
 
 
 def _hessian_alone(y: Any, alias: Any, cotangents: Any, create_graph: bool) -> Any:

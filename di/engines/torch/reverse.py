@@ -32,6 +32,7 @@ from di.pytrees.structure import Structure
 
 __all__ = [
     "Backward",
+    "NotTwiceDifferentiable",
     "Reverse",
     "alias",
     "double_backward",
@@ -39,6 +40,7 @@ __all__ = [
     "hessian_backward",
     "hvp_backward",
     "pullback_backward",
+    "pushforward_backward",
 ]
 
 
@@ -449,6 +451,49 @@ def _backward(y: Any, alias: Any, cotangent: Any, *, retain: bool, create_graph:
         y, alias, grad_outputs=cotangent, retain_graph=retain, allow_unused=True, create_graph=create_graph
     )
     return torch.zeros_like(alias) if g is None else g
+
+
+class NotTwiceDifferentiable(Exception):
+    """Raised by :func:`pushforward_backward` where ``f``'s pullback cannot be
+    differentiated again (a ``once_differentiable`` backward records no graph, an
+    operation has no double backward): the caller runs forward mode instead."""
+
+
+def pushforward_backward(y: Any, alias: Any, tangents: Sequence[Any], create_graph: bool) -> tuple[Any, ...]:
+    """The pushforwards of ``y`` along ``tangents`` by two reverse passes (a
+    double vjp): the pullback ``u -> J^T u`` along a cotangent ``u`` that requires
+    grad is linear in ``u``, so its own pullback along a tangent ``t`` is ``J t``.
+    Exact for any ``f`` whose backward autograd can differentiate, and free of
+    forward-mode state (``forward_ad`` levels are one per process, not per
+    thread). A complex ``y`` (of a real ``x``) is taken as its real view."""
+    if y.is_complex():
+        real = pushforward_backward(torch.view_as_real(y), alias, tangents, create_graph)
+        return tuple(torch.view_as_complex(product) for product in real)
+    cotangent = torch.zeros_like(y, requires_grad=True)
+    (vjp,) = torch.autograd.grad(y, alias, cotangent, create_graph=True, allow_unused=True)
+    if vjp is None:  # y does not depend on x: J is zero
+        return tuple(torch.zeros_like(y) for _ in tangents)
+    if not vjp.requires_grad:  # (linear in the cotangent, it is recorded unless a backward records nothing)
+        raise NotTwiceDifferentiable("f's pullback recorded no graph")
+    last = len(tangents) - 1
+    products = []
+    for i, t in enumerate(tangents):
+        tangent = like(t, alias)
+        try:  # (f has run: only the double backward can raise here)
+            (product,) = torch.autograd.grad(
+                vjp,
+                cotangent,
+                tangent,
+                retain_graph=create_graph or i < last,
+                create_graph=create_graph,
+                allow_unused=True,
+            )
+        except RuntimeError as err:
+            raise NotTwiceDifferentiable(str(err)) from err
+        if product is None:  # (the pullback is linear in the cotangent: it reaches it unless a backward cut it)
+            raise NotTwiceDifferentiable("f's pullback does not reach the cotangent")
+        products.append(_not_sharing(product, tangent))
+    return tuple(products)
 
 
 def double_backward(y: Any, alias: Any, tangents: Sequence[Any], create_graph: bool) -> tuple[Any, tuple[Any, ...]]:
