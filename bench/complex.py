@@ -34,7 +34,7 @@ if __package__ in (None, ""):
 import numpy as np
 
 import di
-from bench.report import about_line, format_ns, format_ratio, render_backend_dtype_rows
+from bench.report import about_line, render_backend_dtype_rows
 from bench.timing import Settings, compare
 from di.backends.registry import get_adapter
 
@@ -211,17 +211,8 @@ def real_view_rows(settings: Settings) -> list[dict[str, Any]]:
 
 def render_real_view_rows(rows: list[dict[str, Any]]) -> str:
     """The table of :func:`real_view_rows`."""
-    lines = [
-        "| backend | dtype | n | di, real view (before) | di, engine's own (after) | after / before (q1-q3) |",
-        "|---|---|---|---|---|---|",
-    ]
-    for row in rows:
-        t = row["timing"]
-        lines.append(
-            f"| `{row['backend']}` | {row['dtype']} | {row['n']:g} | {format_ns(t.a_ns)} | {format_ns(t.b_ns)} | "
-            f"{format_ratio(t.ratio)} ({format_ratio(t.ratio_q1)}-{format_ratio(t.ratio_q3)}) |"
-        )
-    return "\n".join(lines)
+    columns = ("di, real view (before)", "di, engine's own (after)", "after / before")
+    return render_backend_dtype_rows(rows, columns)
 
 
 def main(argv: list[str] | None = None) -> int:

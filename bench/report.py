@@ -256,11 +256,15 @@ def render_text(table: Table) -> str:
     return "\n".join(out)
 
 
-def render_backend_dtype_rows(rows: list[dict[str, Any]]) -> str:
+def render_backend_dtype_rows(
+    rows: list[dict[str, Any]], columns: tuple[str, str, str] = ("native", "di", "di / native")
+) -> str:
     """A markdown table of timed rows, each a dict with ``backend``, ``dtype``, ``n``
-    and the ``timing`` of :func:`bench.timing.compare` (native first, di second)."""
+    and the ``timing`` of :func:`bench.timing.compare` (``columns``: the headers of
+    the first timing, the second, and their ratio)."""
+    first, second, ratio = columns
     lines = [
-        "| backend | dtype | n | native | di | di / native (q1-q3) |",
+        f"| backend | dtype | n | {first} | {second} | {ratio} (q1-q3) |",
         "|---|---|---|---|---|---|",
     ]
     for row in rows:
