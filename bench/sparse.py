@@ -6,7 +6,9 @@ Run ``python -m bench.sparse [--sizes 100,1000,10000] [--sections classic,struct
 [--out bench/sparse_results.md]`` (needs the bench extra for sparsejac, asdex and sif2jax:
 ``pip install 'differentiation-interface[bench]'``). The structured patterns (colors against
 the optimum) are in :mod:`bench.sparse_structured`, the CUTEst Hessians against asdex in
-:mod:`bench.sparse_cutest` (one process per problem, rows written as they finish).
+:mod:`bench.sparse_cutest` (one process per problem, rows written as they finish); the JAX
+compressed program from one seed matrix per batch against one tangent per color, and asdex, in
+:mod:`bench.sparse_stacked` (``python -m bench.sparse_stacked [PROBLEM ...]``, printed).
 
 Each row: the number of colors, the preparation time (detection + coloring +
 compilation, one run) and the median call time (prepared calls, results ready).

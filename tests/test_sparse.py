@@ -728,3 +728,45 @@ def test_the_jax_gather_is_an_in_bounds_indexing() -> None:
     positions = record.index(np.array([2, 0, 1]))
     program = str(jax.make_jaxpr(lambda v: record.gather(v, positions))(jnp.arange(3.0)))
     assert "PROMISE_IN_BOUNDS" in program and "FILL_OR_DROP" not in program
+
+
+def _energy(v: Any) -> Any:
+    xp = di.array_namespace(v)
+    return xp.sum(v) ** 3 + xp.sum(v**4)
+
+
+def _spread(v: Any) -> Any:
+    xp = di.array_namespace(v)
+    return xp.sin(v) * xp.sum(v * v)
+
+
+def test_the_compressed_products_trace_f_once_for_all_batches(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Dense matrices: one color per column (or row). With the engine's batched form, one seed
+    # matrix per batch of colors, preparation traces f as often however the colors are batched;
+    # with a tangent per color (an engine without that form), once more per batch.
+    from di.backends.protocol import Adapter
+    from di.engines.jax.adapter import JAXAdapter
+
+    x = np.linspace(-1.0, 1.0, 6)
+    hessian = ("hessian", _energy, di.hessian(_energy, di.AutoJAX(), x), {})
+    jacobian = ("jacobian", _spread, di.jacobian(_spread, di.AutoJAX(), x), {"mode": "reverse"})
+
+    def traces(operator: str, function: Any, reference: Any, options: dict[str, Any], chunk_size: int | None) -> int:
+        calls: list[None] = []
+
+        def f(v: Any) -> Any:
+            calls.append(None)
+            return function(v)
+
+        backend = di.AutoSparse(di.AutoJAX(jit=True), chunk_size=chunk_size, **options)
+        prep = getattr(di, f"prepare_{operator}")(f, backend, x)
+        count = len(calls)
+        result = getattr(di, operator)(f, prep, backend, x)
+        np.testing.assert_allclose(result.toarray(), reference, rtol=1e-12, atol=1e-12)
+        assert prep.colors == 6 and prep.info.chunks == (1 if chunk_size is None else 6 // chunk_size)
+        return count
+
+    stacked = [traces(*hessian, None), traces(*hessian, 2), traces(*jacobian, 2)]
+    monkeypatch.setattr(JAXAdapter, "stacked_products", Adapter.stacked_products)
+    assert stacked[0] == stacked[1] < traces(*hessian, 2)
+    assert stacked[2] < traces(*jacobian, 2)

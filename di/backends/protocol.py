@@ -296,6 +296,35 @@ class Adapter:
         """
         raise UnsupportedOperatorError(f"{self.backend!r} does not compile programs of its own engine into one.")
 
+    def stacked_products(
+        self, primitive: str, f: Callable[..., Any], x: Any, contexts: Sequence[Context]
+    ) -> Callable[..., Any] | None:
+        """The batched (vectorised) form of ``primitive`` for a strategy that
+        compiles it into one program with :meth:`compile_program` (a traceable
+        twin's engine): ``at(x, *values) -> (value, apply)``, where ``apply(seeds)``
+        maps a stack of seeds (leading axis: one seed per row) to the stack of
+        their products in one batched pass, ``f`` traced once for every call of
+        ``apply``. ``None`` (the default): no batched form; the strategy then
+        takes the per-tangent programs.
+
+        :class:`di.AutoSparse` computes its compressed products so: one seed matrix
+        per batch of colors, rather than a tangent per color, which the trace
+        handles leaf by leaf.
+
+        Args:
+            primitive: ``"pushforward"`` (``value`` is ``f(x)``, seeds shaped like
+                ``x``), ``"pullback"`` (``value`` is ``f(x)``, seeds shaped like it)
+                or ``"hvp"`` (``value`` is the gradient, seeds shaped like ``x``).
+            f: the function, called as ``f(x, *context_values)``; ``x`` is an array.
+            x: the point of preparation, in the engine's family.
+            contexts: the contexts, in ``f``'s order.
+
+        Returns:
+            ``at``, a function of the engine's own values (traced by the compiler of
+            the adapter whose twin this is), or ``None``.
+        """
+        return None
+
     # --- what the adapter implements ----------------------------------------------
 
     @classmethod

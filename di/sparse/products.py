@@ -74,7 +74,13 @@ class CompressedProducts:
     ) -> tuple[Callable[..., Any], Callable[..., Any]]:
         """``(with_value, plain)``: ``with_value(x, *values) -> (value, products)`` and
         ``plain(x, *values) -> products``, the products of ``primitive`` on the seeds,
-        in batches of ``chunk_size`` (one prepared program per batch size)."""
+        in batches of ``chunk_size``: where the engine fuses programs and has a
+        batched form (:meth:`~di.backends.protocol.Adapter.stacked_products`), one
+        seed matrix per batch, ``f`` traced once for all of them; else one prepared
+        program per batch size, a tangent per seed."""
+        stacked = self._stacked(adapter, primitive, f, x_engine, contexts, seed_rows, shape)
+        if stacked is not None:
+            return stacked
         tangent_sets = [
             tuple(row.reshape(shape) for row in seed_rows[part])
             for part in chunks(seed_rows.shape[0], self.selector.chunk_size)
@@ -100,6 +106,37 @@ class CompressedProducts:
             for program, tangents in [(by_size[len(first)][primitive], first), *later]:
                 products.extend(program(x, tangents, *values))
             return products
+
+        return with_value, plain
+
+    def _stacked(
+        self,
+        adapter: Adapter,
+        primitive: str,
+        f: Callable[..., Any],
+        x_engine: Any,
+        contexts: Sequence[Context],
+        seed_rows: np.ndarray,
+        shape: tuple[int, ...],
+    ) -> tuple[Callable[..., Any], Callable[..., Any]] | None:
+        """:meth:`_batched` from the engine's batched form: the products of each batch
+        are one stacked array (the gather reads them as the stacked products they
+        are), ``None`` where the engine has no such form or does not fuse (its
+        products then run outside one compiled program)."""
+        at = adapter.stacked_products(primitive, f, x_engine, contexts) if self._fuses() else None
+        if at is None:
+            return None
+        batches = [
+            seed_rows[part].reshape((part.stop - part.start, *shape))
+            for part in chunks(seed_rows.shape[0], self.selector.chunk_size)
+        ]
+
+        def with_value(x: Any, *values: Any) -> Any:
+            value, apply = at(x, *values)
+            return value, [apply(seeds) for seeds in batches]
+
+        def plain(x: Any, *values: Any) -> Any:
+            return with_value(x, *values)[1]
 
         return with_value, plain
 

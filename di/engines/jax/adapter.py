@@ -389,6 +389,23 @@ class JAXAdapter(ProgramBuilder):
 
         return split(gradient_and_hvp, "hvp", "gradient_and_hvp")
 
+    def stacked_products(
+        self, primitive: str, f: Callable[..., Any], x: Any, contexts: Sequence[Context]
+    ) -> Callable[..., Any] | None:
+        """``linearize`` (``vjp`` for pullbacks) once, then ``vmap`` of the linear
+        map over each stack of seeds: one seed array, not a tangent per seed."""
+        checked = self._checked(f, primitive)
+
+        def at(x: Any, *values: Any) -> Any:
+            fx = functools.partial(first_argument, checked, values)
+            if primitive == "pullback":
+                y, vjp = jax.vjp(fx, x)
+                return y, lambda seeds: jax.vmap(vjp)(cast_like(seeds, y))[0]
+            value, linear = jax.linearize(jax.grad(fx) if primitive == "hvp" else fx, x)
+            return value, lambda seeds: jax.vmap(linear)(cast_like(seeds, x))
+
+        return at
+
     def prepare_hessian_programs(self, f: Callable[..., Any], x: Any, contexts: Sequence[Context]) -> Programs:
         checked = self._checked(f, "hessian")
 
