@@ -127,10 +127,13 @@ def test_a_torch_library_custom_operator_gets_its_own_message() -> None:
     # eager torch's second order is double backward (engines/torch/second_order.py), which runs
     # the registered backward formula g * cos(x) under autograd: the Hessian is diag(-sin(x))
     np.testing.assert_allclose(di.hessian(f, di.AutoTorch(), x).numpy(), np.diag(-torch.sin(x).numpy()), rtol=1e-12)
+    # eager torch's pushforward at an array x is two reverse passes (the double vjp), which run the
+    # registered backward formula: J v = cos(x) v
+    (jv,) = di.pushforward(sine, di.AutoTorch(), x, (x,))
+    np.testing.assert_allclose(jv.numpy(), (torch.cos(x) * x).numpy(), rtol=1e-12)
     # forward mode has no derivative for it (register_autograd gives a backward only): the error names
     # the custom operator, not the classic autograd.Function, nor an output cut off from x
     for call in (
-        lambda: di.pushforward(sine, di.AutoTorch(), x, (x,)),
         lambda: di.jacobian(sine, di.AutoTorch(mode="forward"), x),  # (a square one is reverse mode by default)
         lambda: di.derivative(lambda t: sine(x * t), di.AutoTorch(), torch.tensor(0.5, dtype=torch.float64)),
     ):

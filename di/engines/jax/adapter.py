@@ -227,8 +227,9 @@ class JAXAdapter(ProgramBuilder):
         aux = self._aux(contexts, has_aux)
         checked = self._checked(f, "jacobian", aux)
         mode = self._jacobian_mode(value_only(checked) if aux else checked, x, contexts)
-        if mode != _MEASURED:
-            return self._jacobian_programs(checked, mode == "forward", x, contexts, aux, has_aux)
+        if mode != _MEASURED or has_aux:
+            # (f's aux is recorded by the one trace of its program: one candidate, forward, as before)
+            return self._jacobian_programs(checked, mode != "reverse", x, contexts, aux, has_aux)
         # A square jacobian under jit: which mode is faster depends on f (forward for elementwise
         # and banded f, reverse where the batched jvp's dot splits XLA's fusions), so both are
         # compiled and XLA's cost analysis of the two executables decides (memory traffic)
@@ -290,8 +291,9 @@ class JAXAdapter(ProgramBuilder):
     def _jacobian_mode(self, checked: Callable[..., Any], x: Any, contexts: Sequence[Context]) -> str:
         """``"forward"`` or ``"reverse"``: the selector's mode, else forward when x
         has fewer elements than f's output (one pass per input versus one per
-        output), reverse when it has more; for a square jacobian under jit,
-        :data:`_MEASURED` (both are compiled and compared)."""
+        output), reverse when it has more; for a square jacobian of at least
+        :data:`MEASURED_MIN_SIZE` elements under jit, :data:`_MEASURED` (both are
+        compiled and compared)."""
         assert isinstance(self.backend, AutoJAX)
         if self.backend.mode is not None:
             return self.backend.mode
@@ -309,7 +311,7 @@ class JAXAdapter(ProgramBuilder):
                     raise
                 y = checked(*inputs)
         n_in, n_out = size(inputs[0]), size(y)
-        if n_in == n_out and n_in > 1 and self.compiled and not traced_inputs([x, *values], None):
+        if n_in == n_out >= MEASURED_MIN_SIZE and self.compiled and not traced_inputs([x, *values], None):
             return _MEASURED
         return "forward" if n_in <= n_out else "reverse"
 
@@ -424,6 +426,11 @@ class JAXAdapter(ProgramBuilder):
 
         return self._plain_and_full(hessian, core, x, None, contexts, ("hessian", "value_gradient_and_hessian"))
 
+
+MEASURED_MIN_SIZE = 64
+"""The least size of a square jacobian whose mode is measured (both programs compiled):
+below it both modes run in microseconds and a second compile at preparation costs more
+than it can save; smaller square jacobians run forward mode."""
 
 REVERSE_TRAFFIC_RATIO = 0.9
 """A square jacobian runs in reverse mode when XLA's cost analysis gives its
