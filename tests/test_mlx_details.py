@@ -193,6 +193,27 @@ def test_namespace_is_mlx_with_a_dtype_keeping_asarray() -> None:
     assert seen[0] is xp
 
 
+
+def test_reductions_of_an_empty_array_agree_with_numpy_without_running_mlxs_reduction() -> None:
+    # MLX's CPU reduction of an empty axis of a non-contiguous array reads past its plan:
+    # `mx.sum(mx.zeros((0, 4)).T, axis=1)` hangs or answers garbage, as an AutoSparse test
+    # of an empty x did now and then. The namespace answers these without it.
+    xp = di.array_namespace(mx.ones(2))
+    empty = np.zeros((0, 4))
+    for name in ("sum", "prod", "mean", "var", "std", "all", "any", "count_nonzero"):
+        for axis in (None, 0, 1, (0, 1)):
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", RuntimeWarning)  # NumPy's mean of nothing
+                expected = getattr(np, name)(empty.T, axis=axis)
+            result = getattr(xp, name)(xp.asarray(empty).T, axis=axis)
+            assert result.shape == np.shape(expected), (name, axis)
+            np.testing.assert_array_equal(np.array(result), expected)
+    assert xp.sum(mx.zeros((0,), dtype=mx.int32)).dtype == mx.int32
+    close(xp.linalg.vector_norm(xp.asarray(empty).T, axis=1), np.zeros(4))
+    close(xp.linalg.matrix_norm(xp.asarray(empty)), 0.0)
+    gradient = mx.grad(lambda x: xp.sum(xp.sum(x.T, axis=1) + 1.0))(mx.zeros((0, 4), dtype=mx.float64))
+    assert gradient.shape == (0, 4) and gradient.dtype == mx.float64
+
 # --- compiled semantics: traces counted ---------------------------------------------------------------
 
 

@@ -12,7 +12,12 @@ few differences fixed:
 * ``bool`` (MLX calls it ``bool_``), ``hypot``, ``copysign`` and ``nonzero``,
   which MLX lacks, built from its functions;
 * the ``linalg`` functions run on the CPU stream, where MLX has them, with the array
-  API's ``vector_norm`` and ``matrix_norm`` (MLX has ``norm``).
+  API's ``vector_norm`` and ``matrix_norm`` (MLX has ``norm``);
+* the reductions that have a value on an empty array (``sum``, ``prod``, ``mean``,
+  ``var``, ``std``, ``all``, ``any``, ``count_nonzero`` and the norms) answer it
+  without MLX's CPU reduction, which reads past its plan on an empty axis of a
+  non-contiguous array and, depending on what memory held, returns a wrong value
+  or never returns (``mx.sum(mx.zeros((0, 4)).T, axis=1)`` hangs in MLX 0.32).
 """
 
 from __future__ import annotations
@@ -68,6 +73,35 @@ def nonzero(x: Any, /) -> tuple[Any, ...]:
     return tuple(mx.array(index) for index in np.nonzero(np.array(x)))
 
 
+def _empty_safe(reduction: Any, empty_value: float | bool) -> Any:
+    """``reduction`` (an ``mlx.core`` reduction), answering ``empty_value`` in MLX's
+    own result shape and dtype when ``x`` has no elements, without running it."""
+
+    @functools.wraps(reduction)
+    def reduce(x: Any, /, *args: Any, **kwargs: Any) -> Any:
+        if x.size != 0:
+            return reduction(x, *args, **kwargs)
+        unevaluated = reduction(x, *args, **kwargs)  # (its shape and dtype: never evaluated)
+        return mx.full(unevaluated.shape, mx.array(empty_value, dtype=unevaluated.dtype))
+
+    return reduce
+
+
+_EMPTY_VALUES: dict[str, float | bool] = {
+    "sum": 0.0,
+    "prod": 1.0,
+    "mean": float("nan"),
+    "var": float("nan"),
+    "std": float("nan"),
+    "all": True,
+    "any": False,
+    "count_nonzero": 0,
+}
+
+
+_EMPTY_SAFE = {name: _empty_safe(getattr(mx, name), value) for name, value in _EMPTY_VALUES.items()}
+
+
 class _Linalg:
     """``mx.linalg`` with its functions on the CPU stream (the one that has them)."""
 
@@ -79,6 +113,8 @@ class _Linalg:
     def vector_norm(x: Any, /, *, axis: Any = None, keepdims: bool = False, ord: Any = 2) -> Any:
         """The array API's ``vector_norm`` (MLX has ``norm`` only), over every axis
         by default (``mx.linalg.norm`` takes at most two axes)."""
+        if x.size == 0:  # (MLX's reduction of an empty array: see the module's docstring)
+            return _EMPTY_SAFE["sum"](x, axis=axis, keepdims=keepdims)
         if axis is None:
             norm = mx.linalg.norm(mx.reshape(x, (-1,)), ord=ord, axis=0, stream=mx.cpu)
             return mx.reshape(norm, (1,) * x.ndim) if keepdims else norm
@@ -87,6 +123,8 @@ class _Linalg:
     @staticmethod
     def matrix_norm(x: Any, /, *, keepdims: bool = False, ord: Any = "fro") -> Any:
         """The array API's ``matrix_norm``: over the last two axes."""
+        if x.size == 0:
+            return _EMPTY_SAFE["sum"](x, axis=(-2, -1), keepdims=keepdims)
         return mx.linalg.norm(x, ord=ord, axis=[-2, -1], keepdims=keepdims, stream=mx.cpu)
 
 
@@ -106,6 +144,7 @@ _OVERRIDES: dict[str, Any] = {
     "copysign": copysign,
     "nonzero": nonzero,
     "linalg": _Linalg(),
+    **_EMPTY_SAFE,
 }
 
 MLX_NAMESPACE = _Namespace("di_mlx_namespace", "The array API over mlx.core, as di.array_namespace answers it.")
