@@ -193,7 +193,6 @@ def test_namespace_is_mlx_with_a_dtype_keeping_asarray() -> None:
     assert seen[0] is xp
 
 
-
 def test_reductions_of_an_empty_array_agree_with_numpy_without_running_mlxs_reduction() -> None:
     # MLX's CPU reduction of an empty axis of a non-contiguous array reads past its plan:
     # `mx.sum(mx.zeros((0, 4)).T, axis=1)` hangs or answers garbage, as an AutoSparse test
@@ -213,6 +212,7 @@ def test_reductions_of_an_empty_array_agree_with_numpy_without_running_mlxs_redu
     close(xp.linalg.matrix_norm(xp.asarray(empty)), 0.0)
     gradient = mx.grad(lambda x: xp.sum(xp.sum(x.T, axis=1) + 1.0))(mx.zeros((0, 4), dtype=mx.float64))
     assert gradient.shape == (0, 4) and gradient.dtype == mx.float64
+
 
 # --- compiled semantics: traces counted ---------------------------------------------------------------
 
