@@ -382,19 +382,25 @@ def engine_names_outside_their_folders() -> list[str]:
     """``module:line names engine (reference)`` for every reference to a built-in
     engine outside its folder (and the lists that name them all)."""
     found = []
-    for engine in builtin_engines():
-        folder = f"di/engines/{engine.name}/"
-        for name, path in modules().items():
-            relative = path.relative_to(ROOT).as_posix()
-            if relative.startswith(folder) or relative in ENGINE_LIST_HOMES:
-                continue
+    engines = builtin_engines()
+    for name, path in modules().items():
+        relative = path.relative_to(ROOT).as_posix()
+        if relative in ENGINE_LIST_HOMES:
+            continue
+        checked = [engine for engine in engines if not relative.startswith(f"di/engines/{engine.name}/")]
+        if not checked:
+            continue
+        source = path.read_text(encoding="utf-8")
+        lines: dict[str, list[int]] = {}  # each module parsed once, each distinct reference checked once
+        for line, reference in _references(source, name if path.name != "__init__.py" else f"{name}.__init__"):
+            lines.setdefault(reference, []).append(line)
+        for engine in checked:
             allowed = any(
                 relative.startswith(f) and library == engine.name for f, (library, _) in LIBRARY_USERS.items()
             )
-            source = path.read_text(encoding="utf-8")
-            for line, reference in _references(source, name if path.name != "__init__.py" else f"{name}.__init__"):
+            for reference, at in lines.items():
                 if names_engine(reference, engine, allowed):
-                    found.append(f"{relative}:{line} names {engine.name} ({reference})")
+                    found += [f"{relative}:{line} names {engine.name} ({reference})" for line in at]
     return sorted(set(found))
 
 
