@@ -237,7 +237,7 @@ def test_a_hessian_under_jit_times_both_programs_and_names_the_one_it_keeps(
 
     timed: list[int] = []
 
-    def verdict(default: Any, other: Any) -> tuple[bool, float]:
+    def verdict(default: Any, other: Any, at_most: float) -> tuple[bool, float]:
         timed.append(1)
         default(), other()  # (both run: the compiled programs, not f)
         return reverse, 0.5 if reverse else 1.5
@@ -270,7 +270,7 @@ def test_a_hessian_is_not_timed_small_eager_or_calling_back(monkeypatch: pytest.
 
     timed: list[int] = []
 
-    def never(default: Any, other: Any) -> tuple[bool, float]:
+    def never(default: Any, other: Any, at_most: float) -> tuple[bool, float]:
         timed.append(1)
         return True, 0.5
 

@@ -15,25 +15,17 @@ unless reverse over reverse is clearly faster.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import jax
 
+from di.backends.choosing import faster_of
 from di.backends.processes import processes_of
 from di.backends.protocol import Programs
 from di.engines.jax.programs import size
 
-__all__ = [
-    "BUDGET_S",
-    "HESSIAN_SPELLINGS",
-    "MAX_ROUNDS",
-    "MEASURED_MIN_SIZE",
-    "REVERSE_TIME_RATIO",
-    "faster_of",
-    "hessian_programs",
-]
+__all__ = ["HESSIAN_SPELLINGS", "MEASURED_MIN_SIZE", "REVERSE_TIME_RATIO", "hessian_programs"]
 
 MEASURED_MIN_SIZE = 64
 """The least size of ``x`` whose Hessian program is measured (both compiled and
@@ -44,53 +36,10 @@ REVERSE_TIME_RATIO = 0.85
 """Reverse over reverse is chosen when its best time is at most this fraction of
 forward over reverse's: a near-tie keeps JAX's own ``jax.hessian``."""
 
-BUDGET_S = 0.1
-"""What the timing at preparation spends at most, after one call of each: at least
-two and at most :data:`MAX_ROUNDS` timed calls of each are made."""
-
-MAX_ROUNDS = 12
-
 HESSIAN_SPELLINGS = {
     "forward": "jax.hessian (forward over reverse: jacfwd(jacrev(f)))",
     "reverse": "jacrev(jacrev(f)) (reverse over reverse)",
 }
-
-
-def faster_of(
-    default: Callable[[], Any],
-    other: Callable[[], Any],
-    budget_s: float = BUDGET_S,
-    clock: Callable[[], float] = time.perf_counter,
-) -> tuple[bool, float]:
-    """Whether ``other`` is clearly faster than ``default``, and the ratio of their
-    best times (``other / default``): both called once, then timed interleaved, at
-    least twice each and while the budget lasts (by ``clock``); ``other`` wins when
-    its best time is at most :data:`REVERSE_TIME_RATIO` of ``default``'s.
-
-    Examples:
-        >>> from di.engines.jax.hessians import faster_of
-        >>> now = [0]
-        >>> def taking(ticks):
-        ...     def run():
-        ...         now[0] += ticks
-        ...     return run
-        >>> faster_of(taking(10), taking(1), clock=lambda: now[0])
-        (True, 0.1)
-        >>> faster_of(taking(10), taking(9), clock=lambda: now[0])
-        (False, 0.9)
-    """
-    thunks, best = (default, other), [float("inf"), float("inf")]
-    default(), other()
-    start = clock()
-    rounds = 0
-    while rounds < 2 or (clock() - start < budget_s and rounds < MAX_ROUNDS):
-        for i in (0, 1) if rounds % 2 == 0 else (1, 0):
-            began = clock()
-            thunks[i]()
-            best[i] = min(best[i], clock() - began)
-        rounds += 1
-    ratio = best[1] / best[0] if best[0] > 0 else 1.0
-    return ratio <= REVERSE_TIME_RATIO, ratio
 
 
 def _calls_back(executables: Sequence[Any]) -> bool:
@@ -132,7 +81,7 @@ def hessian_programs(
         return lambda: jax.block_until_ready(programs[plain](x, *values))
 
     try:
-        chosen_reverse, ratio = faster_of(run(forward), run(reverse))
+        chosen_reverse, ratio = faster_of(run(forward), run(reverse), REVERSE_TIME_RATIO)
     except Exception:  # f fails at x0 when run (a checkify error): the calls will say so
         return forward
     programs = reverse if chosen_reverse else forward
