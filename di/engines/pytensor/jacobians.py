@@ -13,6 +13,7 @@ the vectorized graph is kept unless the scan is clearly faster.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -48,7 +49,7 @@ def jacobian_programs(build: Callable[[bool], Programs], x: Any, values: Sequenc
     processes; each program then names its spelling and how it was chosen (the
     prep's ``info``)."""
     vectorized = build(True)
-    size = sum(int(np.size(leaf)) for leaf in tree_flatten(x)[0])
+    size = sum(math.prod(np.shape(leaf)) for leaf in tree_flatten(x)[0])  # (x of any family: a torch size is a method)
     if has_aux or size < MEASURED_MIN_SIZE or processes_of([x, *values]) is not None:
         return vectorized
     scanned = build(False)
