@@ -22,6 +22,7 @@ range (min to max over the runs) of each ratio.
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 from collections.abc import Callable
 from pathlib import Path
@@ -192,14 +193,17 @@ def _ratio(row: dict[str, Any]) -> str:
     return f"{row['ratio']:.2f} ({row['low']:.2f} to {row['high']:.2f})"
 
 
-def _markdown(torch_rows: list[dict[str, Any]], jax_rows: list[dict[str, Any]], runs: int) -> str:
+def _markdown(
+    torch_rows: list[dict[str, Any]], jax_rows: list[dict[str, Any]], runs: int, load: tuple[float, float] | None = None
+) -> str:
+    loads = "" if load is None else f" Load average (1 min) at start / end: {load[0]:.2f} / {load[1]:.2f}."
     lines = [
         "# Mixing engines: benchmark",
         "",
         f"Written by `python -m bench.mixing` (float32, CPU, one torch thread, results ready; {runs} interleaved "
         "runs per comparison: times are medians, ratios `median (min to max)` over the runs). The loss is a "
         f"one-hidden-layer tanh MLP on a batch of {BATCH} inputs of size {INPUTS}, its `n` parameters one flat "
-        "vector.",
+        f"vector.{loads}",
         "",
         "## A torch loss inside `jax.jit(jax.grad(...))`",
         "",
@@ -265,11 +269,12 @@ def main(argv: list[str] | None = None) -> None:
     sizes = [int(float(s)) for s in args.sizes.split(",")]
     settings = Settings(budget_s=args.budget)
     torch_rows, jax_rows = [], []
+    start_load = os.getloadavg()[0]
     for n in sizes:
         torch_rows.append(torch_in_jax(n, args.runs, settings, wrap=not args.skip_wrap))
         jax_rows.append(jax_in_torch(n, args.runs, settings))
         print(f"n={n} done", flush=True)
-    report = _markdown(torch_rows, jax_rows, args.runs)
+    report = _markdown(torch_rows, jax_rows, args.runs, (start_load, os.getloadavg()[0]))
     Path(args.out).write_text(report)
     print(report)
 

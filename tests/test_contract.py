@@ -310,6 +310,42 @@ def test_finite_difference_steps_along_a_tangent_follow_the_coordinates_it_moves
     np.testing.assert_allclose(di.pushforward(sines, di.AutoFiniteDiff(), x, both)[0], expected, rtol=5e-3)
 
 
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_finite_difference_pushforward_is_the_central_difference_along_the_tangent(dtype: str) -> None:
+    """The pushforward is ``(f(x + h t) - f(x - h t)) / 2h`` to the last bit, with the step
+    of :func:`directional_step`; f sees only the two moved points (read-only, never x
+    itself), and a zero tangent still asks f for its output's shape at a point it cannot write."""
+    from di.engines.finitediff.steps import directional_step, relative_step
+
+    seen: list[Any] = []
+
+    def cubes(x: Any) -> Any:
+        seen.append(x)
+        return x**3 + di.array_namespace(x).sum(x)
+
+    x = np.array([0.5, -2.0, 3.0, 1e3], dtype=dtype)
+    t = np.array([1.0, 0.5, -0.25, 2.0], dtype=dtype)
+    backend = di.AutoFiniteDiff()
+    prep = di.prepare_pushforward(cubes, backend, x, (t,))
+    seen.clear()
+    (product,) = di.pushforward(cubes, prep, backend, x, (t,))
+    point, tangent = x.astype(np.float64), t.astype(np.float64)
+    scale = float(np.abs(tangent).max())
+    h = directional_step(relative_step(backend), point, tangent, scale)
+    expected = ((cubes(point + h * tangent) - cubes(point - h * tangent)) / (2 * h)).astype(dtype)
+    assert product.dtype == np.dtype(dtype)
+    np.testing.assert_array_equal(product, expected)
+    assert len(seen) == 4 and all(not moved.flags.writeable and moved is not x for moved in seen[:2])
+
+    def writes(x: Any) -> Any:
+        x[0] = 5.0
+        return x * 2.0
+
+    with pytest.raises(di.InvalidInputError, match=r"f wrote into x in place"):
+        di.pushforward(writes, backend, x, (np.zeros_like(t),))
+    np.testing.assert_array_equal(x, np.array([0.5, -2.0, 3.0, 1e3], dtype=dtype))
+
+
 # --- aux ------------------------------------------------------------------------------------------------
 
 

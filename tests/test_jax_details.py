@@ -221,3 +221,75 @@ def test_a_square_jacobian_under_jit_takes_the_mode_xla_costs_less() -> None:
     traced.clear()
     named = di.prepare_jacobian(coupled_cubic, di.AutoJAX(jit=True, mode="forward"), x)
     assert "cost analysis" not in (named.info.program or "") and len(traced) == 1  # (its compile: no shape look)
+
+
+@pytest.mark.parametrize("reverse", [True, False])
+def test_a_hessian_under_jit_times_both_programs_and_names_the_one_it_keeps(
+    reverse: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A Hessian under jit of at least 64 elements compiles forward over reverse and
+    reverse over reverse, times both at preparation (here the timing's verdict is
+    given, so the test reads no clock) and keeps the faster, saying which and why in
+    prep.info: XLA's cost analysis ties them (the same bytes) where reverse over reverse
+    ran in 0.3x (sum(x**2)) to 12x (sum(sin(x) x)) of the other's time. f is traced
+    once per candidate; the results are that spelling's, to the last bit."""
+    from di.engines.jax import hessians
+
+    timed: list[int] = []
+
+    def verdict(default: Any, other: Any, at_most: float) -> tuple[bool, float]:
+        timed.append(1)
+        default(), other()  # (both run: the compiled programs, not f)
+        return reverse, 0.5 if reverse else 1.5
+
+    monkeypatch.setattr(hessians, "faster_of", verdict)
+    traced = []
+
+    def f(x: Any) -> Any:
+        traced.append(1)
+        xp = di.array_namespace(x)
+        return xp.sum(xp.sin(x) * x) + xp.sum(x * x) ** 2
+
+    x = jax.numpy.asarray(np.random.default_rng(0).uniform(-1.0, 1.0, 64).astype("float32"))
+    prep = di.prepare_hessian(f, JIT, x)
+    assert len(traced) == 2 and len(timed) == 1
+    spelling = "jacrev(jacrev(f))" if reverse else "jax.hessian"
+    assert prep.info.program.startswith(spelling) and "timing both compiled programs" in prep.info.program
+    native = jax.jit(jax.jacrev(jax.jacrev(f)) if reverse else jax.hessian(f))
+    np.testing.assert_array_equal(di.hessian(f, prep, JIT, x), native(x))
+    y, g, hessian = di.value_gradient_and_hessian(f, prep, JIT, x)
+    np.testing.assert_allclose(hessian, native(x), rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(g, jax.grad(f)(x), rtol=1e-6)
+    np.testing.assert_allclose(y, f(x), rtol=1e-6)
+
+
+def test_a_hessian_is_not_timed_small_eager_or_calling_back(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Below 64 elements, eager, or where f calls back into Python (which the timing
+    would run at preparation), the Hessian is jax.hessian alone, with nothing timed."""
+    from di.engines.jax import hessians
+
+    timed: list[int] = []
+
+    def never(default: Any, other: Any, at_most: float) -> tuple[bool, float]:
+        timed.append(1)
+        return True, 0.5
+
+    monkeypatch.setattr(hessians, "faster_of", never)
+    traced, called_back = [], []
+
+    def f(x: Any) -> Any:
+        traced.append(1)
+        return jax.numpy.sum(x**3)
+
+    def reported(x: Any) -> Any:
+        jax.debug.callback(lambda value: called_back.append(value), x[0])
+        return jax.numpy.sum(x**3)
+
+    small = jax.numpy.linspace(0.0, 1.0, 63, dtype="float32")
+    large = jax.numpy.linspace(0.0, 1.0, 64, dtype="float32")
+    for function, backend, x in ((f, JIT, small), (f, EAGER, large), (reported, JIT, large)):
+        traced.clear()
+        prep = di.prepare_hessian(function, backend, x)
+        assert prep.info.program is None and len(traced) <= 1 and not called_back and not timed
+        np.testing.assert_allclose(di.hessian(function, prep, backend, x), np.diag(6 * np.asarray(x)), atol=1e-5)
+    assert called_back  # (the callback runs in the calls)

@@ -342,3 +342,47 @@ def test_torch_compile_takes_a_dict_x(inner: Any) -> None:
     for y, grad in results:  # sum(a**2) + 10 * sum(b), a = x[:2], b = x
         close(y, torch.tensor(65.0, dtype=torch.float64), RTOL, ATOL)
         close(grad, torch.tensor([12.0, 14.0, 10.0], dtype=torch.float64), RTOL, ATOL)
+
+
+@pytest.mark.skipif(importlib.util.find_spec("jax") is None, reason="jax is not installed")
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_a_jitted_jax_f_takes_cpu_tensors_as_numpy_views(dtype: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With AutoJAX(jit=True), g's forward and backward hand CPU tensors to JAX's jitted
+    programs as NumPy views (faster for them than arrays JAX imported by DLPack): x, a
+    Constant tensor operand and the cotangent; a pytree x and a captured JAX Constant
+    too. Gradients are torch's own for the same f, in x's dtypes; f is traced once
+    per signature, not per call."""
+    import jax
+
+    from di.engines.jax import host as jax_host
+
+    seen: list[Any] = []
+    linearize = jax_host.JaxHost.linearize
+
+    def spying(self: Any, f: Any, backend: Any, x: Any, values: Any) -> Any:
+        seen.append([type(leaf) for leaf in jax.tree_util.tree_leaves([x, list(values)])])
+        return linearize(self, f, backend, x, values)
+
+    monkeypatch.setattr(jax_host.JaxHost, "linearize", spying)
+    traced = []
+
+    def scaled_layer(params: Any, inputs: Any, scale: Any) -> Any:
+        traced.append(1)
+        out = layer(params, inputs)
+        return out["mean"] * scale[0] + di.array_namespace(params["w"]).sum(out["hidden"] ** 2)
+
+    torch_dtype = getattr(torch, dtype)
+    scale = np.array([1.5], dtype=dtype)
+    with jax.enable_x64(dtype == "float64"):
+        g = di.DifferentiateWith(scaled_layer, di.AutoJAX(jit=True))
+        inputs = torch.tensor(INPUTS, dtype=torch_dtype)
+        for _ in range(3):
+            params = {k: torch.tensor(v, dtype=torch_dtype).requires_grad_() for k, v in PARAMS.items()}
+            grads = torch.autograd.grad(g(params, inputs, jax.numpy.asarray(scale)), list(params.values()))
+            reference = {k: torch.tensor(v, dtype=torch_dtype).requires_grad_() for k, v in PARAMS.items()}
+            native = torch.autograd.grad(scaled_layer(reference, inputs, torch.tensor(scale)), list(reference.values()))
+            for got, expected in zip(grads, native):
+                assert got.dtype == torch_dtype
+                close(got, expected, 1e-5 if dtype == "float32" else 1e-12, 1e-6 if dtype == "float32" else 1e-12)
+    assert len(traced) == 1 + 3  # (torch's own three; di's jitted programs trace f once)
+    assert seen and all(kind is np.ndarray for kinds in seen for kind in kinds[:3])  # the leaves and the operand

@@ -483,3 +483,47 @@ def test_sparse_and_fastest_over_pytensor() -> None:
     from di.backends.selectors import engine_of
 
     assert engine_of(FAST).fastest == ("pytensor(mode='FAST_COMPILE')",)  # what AutoFastest measures by default
+
+
+@pytest.mark.parametrize("scan", [True, False])
+def test_a_large_jacobian_times_both_graphs_and_names_the_one_it_keeps(
+    scan: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """From MEASURED_MIN_SIZE elements (256; 8 here, to keep the test fast) the Jacobian
+    compiles PyTensor's vectorized pullbacks and a scan of pullbacks, times both at
+    preparation (the verdict is given here: the test reads no clock) and keeps the
+    faster, saying which in prep.info; smaller x and an f with aux build the
+    vectorized graph alone. The results are the Jacobian either way."""
+    from di.engines.pytensor import jacobians
+
+    timed: list[int] = []
+
+    def verdict(default: Any, other: Any, at_most: float) -> tuple[bool, float]:
+        timed.append(1)
+        np.testing.assert_allclose(other(), default(), rtol=1e-6)  # (both graphs, at x)
+        return scan, 0.5 if scan else 1.5
+
+    monkeypatch.setattr(jacobians, "faster_of", verdict)
+    monkeypatch.setattr(jacobians, "MEASURED_MIN_SIZE", 8)
+
+    def cubic(x: Any) -> Any:
+        xp = di.array_namespace(x)
+        return x * x * x - x * xp.sum(x * x) / x.shape[0]
+
+    x = np.random.default_rng(0).uniform(-1.0, 1.0, 8)
+    expected = np.diag(3 * x**2 - np.sum(x**2) / 8) - 2 * np.outer(x, x) / 8
+    prep = di.prepare_jacobian(cubic, FAST, x)
+    assert len(timed) == 1
+    assert prep.info.program.startswith(f"pytensor.gradient.jacobian(vectorize={not scan})")
+    assert "timing both compiled programs" in prep.info.program
+    np.testing.assert_allclose(di.jacobian(cubic, prep, FAST, x), expected, rtol=1e-12, atol=1e-14)
+    y, jacobian = di.value_and_jacobian(cubic, prep, FAST, x)
+    np.testing.assert_allclose(jacobian, expected, rtol=1e-12, atol=1e-14)
+    np.testing.assert_allclose(y, cubic(x), rtol=1e-14)
+    timed.clear()
+    for small_or_aux in (
+        di.prepare_jacobian(cubic, FAST, x[:7]),
+        di.prepare_jacobian(lambda x: (cubic(x), {"n": 1}), FAST, x, has_aux=True),
+    ):
+        assert small_or_aux.info.program is None
+    assert not timed

@@ -32,13 +32,14 @@ from di.backends.registry import get_adapter, get_strategy
 from di.backends.selectors import AbstractBackend
 from di.contexts import Constant, Context
 from di.errors import InvalidInputError
-from di.families import converter, family_of, get_family, identity, is_floating_dtype
+from di.families import converter, family_of, get_family, is_floating_dtype
+from di.mixing.handover import handover, numpy_view, to_family, views
 from di.namespace import array_namespace
 from di.operators.jacobian import jacobian, prepare_jacobian
 from di.operators.pullback import prepare_pullback, pullback
 from di.operators.pushforward import prepare_pushforward, pushforward, value_and_pushforward
 from di.prep.base import Prep
-from di.pytrees import is_pytree, tree_flatten, tree_map, tree_unflatten
+from di.pytrees import tree_flatten, tree_unflatten
 
 __all__ = [
     "Call",
@@ -48,6 +49,7 @@ __all__ = [
     "engine_backend",
     "engine_family",
     "handover",
+    "numpy_view",
     "stack_leaves",
     "to_family",
 ]
@@ -108,67 +110,6 @@ def engine_family(backend: AbstractBackend) -> str:
     """
     engine = engine_backend(backend)
     return "numpy" if engine is None else get_adapter(engine).capabilities.family
-
-
-def handover(value: Any, family: str) -> Any:
-    """An array of any family as an array of ``family``, for reading only: by
-    DLPack between two libraries that speak it (zero-copy where they allow it),
-    as a NumPy view when NumPy is the target, else through the family hub. The
-    conversion is chosen once per class of ``value`` (it runs on every call).
-
-    Examples:
-        >>> import numpy as np
-        >>> from di.mixing.calls import handover
-        >>> a = np.ones(2)
-        >>> handover(a, "numpy") is a
-        True
-    """
-    key = (value.__class__, family)
-    convert = _HANDOVERS.get(key)
-    if convert is None:
-        convert = _HANDOVERS[key] = _handover(family_of(value), family)
-    return convert(value)
-
-
-_HANDOVERS: dict[tuple[type, str], Callable[[Any], Any]] = {}
-
-
-def _handover(source: str | None, family: str) -> Callable[[Any], Any]:
-    if source is None or source == family:
-        return identity
-    hub = converter(source, family)
-    if source == "numpy":
-        return hub
-    shared = get_family(source).dlpack_source
-    if family == "numpy":
-
-        def view(value: Any) -> Any:
-            try:
-                return np.asarray(shared(value))
-            except (TypeError, RuntimeError):  # an array on an accelerator: the hub copies it to the host
-                return hub(value)
-
-        return view
-    target = get_family(family)
-    from_dlpack = target.namespace().from_dlpack
-
-    def by_dlpack(value: Any) -> Any:
-        try:
-            with target.scope((value.dtype,)):  # JAX keeps 64-bit dtypes only inside its x64 scope
-                return from_dlpack(shared(value))
-        except (TypeError, ValueError, RuntimeError, BufferError, AttributeError):
-            return hub(value)  # a library or a layout DLPack does not take: the hub copies
-
-    return by_dlpack
-
-
-def to_family(value: Any, family: str) -> Any:
-    """A context value for ``f``: arrays (and the array leaves of pytrees) in ``family``."""
-    if family_of(value) is not None:
-        return handover(value, family)
-    if is_pytree(value):
-        return tree_map(lambda leaf: handover(leaf, family) if family_of(leaf) is not None else leaf, value)
-    return value
 
 
 def stack_leaves(rows: Sequence[Sequence[Any]]) -> Leaves:
@@ -236,6 +177,8 @@ class Signature:
         # f's own engine's host (inner), for a plain selector of that engine: it runs f once
         # per forward and backward pair (linearize) and describes the output without a trace
         self.inner = inner if strategy is None else None
+        # whether that host's linearization takes x, the Constants and the cotangents as NumPy views
+        self._views = self.inner is not None and self.inner.linearizes_numpy(backend)
         self.output: OutputSpec | None = None
         self._raveled: Callable[..., Any] | None = None
         self._preps: dict[tuple[str, int], Prep] = {}
@@ -285,9 +228,17 @@ class Signature:
         inner = self.inner
         if inner is None:
             return self.value(x_leaves, values), None
-        x, contexts = self.arguments(x_leaves, values)
+        if self._views:
+            family = self.family
+            x = tree_unflatten(self.treedef, [numpy_view(leaf, family) for leaf in x_leaves])
+            arguments = [
+                views(value, family) if kind is Constant else value for (kind, _), value in zip(self.kinds, values)
+            ]
+        else:
+            x, contexts = self.arguments(x_leaves, values)
+            arguments = [c.value for c in contexts]
         with get_family(self.family).scope([spec[1] for spec in self.x_specs]):
-            linearized = inner.linearize(self.f, self.backend, x, [c.value for c in contexts])
+            linearized = inner.linearize(self.f, self.backend, x, arguments)
         if linearized is None:
             self.inner = None  # (asked once: this engine does not linearize)
             return self.value(x_leaves, values), None
@@ -376,7 +327,8 @@ class Signature:
         evaluation recorded (``f`` does not run again)."""
         if residual is not None and len(cotangents) == 1 and self.output is not None:
             family = self.family
-            cotangent = self.output.unflatten([handover(leaf, family) for leaf in cotangents[0]])
+            hand = numpy_view if self._views else handover
+            cotangent = self.output.unflatten([hand(leaf, family) for leaf in cotangents[0]])
             with get_family(family).scope([spec[1] for spec in self.x_specs]):
                 result = residual(cotangent)
             if result is not None:

@@ -92,6 +92,14 @@ class Host:
         """
         return None
 
+    def linearizes_numpy(self, backend: AbstractBackend) -> bool:
+        """Whether :meth:`linearize` with ``backend`` takes NumPy arrays for ``x``, the
+        context values and the cotangents as well as this engine's (a compiled
+        program that takes NumPy input itself): the host of the outer engine then
+        hands its CPU arrays over as NumPy views, where that is faster than making
+        them this engine's arrays (the default: no)."""
+        return False
+
     @contextlib.contextmanager
     def probing(self) -> Iterator[None]:
         """A scope in which evaluating an ``f`` of this engine leaves no trace: what

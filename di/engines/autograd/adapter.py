@@ -267,10 +267,9 @@ class AutogradAdapter(Adapter):
 
     Native: gradient (``value_and_grad``), pullback (``make_vjp``), pushforward
     (``make_jvp``, true forward mode), jacobian (one vjp per output element), hvp
-    (``make_hvp``), hessian (``hessian``). ``x`` and array contexts are handed to
-    autograd as numpy arrays (torch tensors zero-copy through ``.numpy()``).
-    ``Cache`` is refused at preparation: autograd's traced values (``ArrayBox``)
-    cannot be written into arrays.
+    (``make_hvp``), hessian (the jacobian of ``grad``). ``x`` and array contexts are
+    handed to autograd as numpy arrays (torch tensors zero-copy through ``.numpy()``).
+    ``Cache`` is refused at preparation: autograd's traced values cannot be written.
     """
 
     capabilities = Capabilities(
@@ -498,23 +497,26 @@ class AutogradAdapter(Adapter):
     def prepare_hessian_programs(self, f: Callable[..., Any], x: Any, contexts: Sequence[Context]) -> Programs:
         inputs = self._inputs(x, contexts)
         checked = self._checked(f, "hessian")
-        value_and_grad = autograd.value_and_grad(checked)
-        nonempty_hessian = autograd.hessian(checked)
+        # jacobian(grad(f)), not autograd.hessian (jacobian(jacobian)), whose inner stack and
+        # reshape are differentiated in each of the n passes; the vjp's value is the gradient.
+        gradient_vjp = make_vjp(autograd.grad(checked))
 
-        def hessian_function(x: Any, *values: Any) -> Any:
+        def gradient_and_hessian(x: Any, values: Sequence[Any]) -> tuple[Any, Any]:
             if x.size == 0:  # autograd's jacobian cannot stack zero rows
-                return np.zeros(x.shape + x.shape, dtype=x.dtype)
-            return nonempty_hessian(x, *values)
+                return np.zeros(x.shape, dtype=x.dtype), np.zeros(x.shape + x.shape, dtype=x.dtype)
+            vjp, g = gradient_vjp(x, *values)
+            basis = np.eye(x.size, dtype=getval(g).dtype).reshape((x.size, *x.shape))
+            rows = _stack([vjp(e) for e in basis])
+            return _array(g, dtype=x.dtype), _array(rows, dtype=x.dtype).reshape(x.shape + x.shape)
 
         def value_gradient_and_hessian(x: Any, *values: Any) -> Any:
             x, values = inputs(x, values)
-            y, g = value_and_grad(x, *values)
-            hessian = _array(hessian_function(x, *values), dtype=x.dtype)
-            return _owned(_array(y), x, values), _array(g, dtype=x.dtype), hessian.reshape(x.shape + x.shape)
+            g, hessian = gradient_and_hessian(x, values)
+            return _owned(_array(checked(x, *values)), x, values), g, hessian
 
         def hessian(x: Any, *values: Any) -> Any:
             x, values = inputs(x, values)
-            return _array(hessian_function(x, *values), dtype=x.dtype).reshape(x.shape + x.shape)
+            return gradient_and_hessian(x, values)[1]
 
         return {"hessian": hessian, "value_gradient_and_hessian": value_gradient_and_hessian}
 

@@ -127,14 +127,15 @@ class FiniteDiffAdapter(Adapter):
         def directional(point: Any, values: Sequence[Any], t: Any, y0: Any) -> Any:
             t = np.asarray(t if t.__class__ is np.ndarray else converter(family_of(t), "numpy")(t), dtype=np.float64)
             scale = largest_magnitude(t)
-            if scale == 0.0:
-                return np.zeros_like(array(point, values, operator) if y0 is None else y0)
+            if scale == 0.0:  # (f's output's shape, at a point f may not write into)
+                return np.zeros_like(array(read_only(np.array(point)), values, operator) if y0 is None else y0)
             h = directional_step(evaluator.precision.first_step, point, t, scale)
+            step = h * t  # (once for both points: the same products, one array operation fewer)
             # np.asarray: a 0-d point +- h*t would otherwise be a numpy scalar. The last
             # evaluation's output needs no copy (nothing runs f after it: a buffer f
             # returns keeps its value); the first one's does when another follows.
-            up = array(read_only(point + h * t), values, operator, copy=central)
-            other = array(read_only(point - h * t), values, operator, copy=False) if central else y0
+            up = array(read_only(point + step), values, operator, copy=central)
+            other = array(read_only(point - step), values, operator, copy=False) if central else y0
             if up.shape != other.shape:
                 raise shape_changed(self.backend, operator, other.shape, up.shape)
             return (up - other) / (2 * h if central else h)
@@ -160,7 +161,8 @@ class FiniteDiffAdapter(Adapter):
             at_point = with_value or not central or has_aux
 
             def run(x: Any, tx: Sequence[Any], *values: Any) -> Any:
-                caller, point, values = evaluator.inputs(x, values)
+                # f sees x itself only where it is evaluated there; else x is only read here
+                caller, point, values = evaluator.inputs(x, values, seen=at_point)
                 y0, aux = evaluator.array_at_point(caller, point, values, "pushforward") if at_point else (None, None)
                 dtype = caller.dtype
                 # (a list: a StopIteration f raises inside a generator would become RuntimeError)

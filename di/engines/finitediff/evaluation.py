@@ -136,9 +136,17 @@ class Evaluator:
 
         return {name: settling(program) for name, program in programs.items()}
 
-    def inputs(self, x: Any, values: Sequence[Any]) -> tuple[Any, Any, tuple[Any, ...]]:
-        """(caller's x as numpy, a float64 C-contiguous copy of it, converted values)."""
+    def inputs(self, x: Any, values: Sequence[Any], seen: bool = True) -> tuple[Any, Any, tuple[Any, ...]]:
+        """(caller's x as numpy, a float64 C-contiguous copy of it, converted values).
+        ``seen=False``: ``f`` never sees the point, nor do the steps write into it (a
+        pushforward evaluates ``f`` only at new points): it is then ``x`` in float64,
+        a copy only where ``x`` is not already a float64 array."""
         caller = x if x.__class__ is np.ndarray else np.asarray(self.to_numpy_x(x))
+        if not seen:
+            point = np.asarray(caller, dtype=np.float64)
+            if self.convert_any:
+                values = tuple(convert(v) for convert, v in zip(self.convert_contexts, values))
+            return caller, point, tuple(values)
         # f reads the point through a read-only view: a write into x raises there (it
         # would be differentiated as part of f otherwise); the steps write through
         # writable(point)
@@ -218,8 +226,9 @@ class Evaluator:
 def read_only(point: Any) -> Any:
     """A point made for ``f`` alone (``x`` moved along a direction), read only as
     :meth:`Evaluator.inputs` makes ``x`` (a 0-d result made an array)."""
-    point = np.asarray(point)
-    point.flags.writeable = False
+    if point.__class__ is not np.ndarray:
+        point = np.asarray(point)
+    point.setflags(write=False)
     return point
 
 

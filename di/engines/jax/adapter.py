@@ -25,6 +25,7 @@ from di.backends.protocol import Programs, plain_from_full
 from di.backends.transforms import Composition
 from di.contexts import Context
 from di.engines.jax.builder import ProgramBuilder, traced_inputs
+from di.engines.jax.hessians import hessian_programs
 from di.engines.jax.meshes import MeshScope, explicit_mesh
 from di.engines.jax.programs import (
     AuxTracing,
@@ -92,7 +93,8 @@ class JAXAdapter(ProgramBuilder):
 
     Native: every operator, with JAX's transforms (``jvp``/``linearize`` and
     ``vmap`` for batched pushforwards and hvps, ``vjp`` for pullbacks,
-    ``jacfwd``/``jacrev``, forward-over-reverse hvp and hessian). Eager
+    ``jacfwd``/``jacrev``, forward-over-reverse hvp, the hessian of
+    :mod:`di.engines.jax.hessians`). Eager
     (``jit=False``) runs op by op on every call, so Python control flow on values
     works; compiled (``jit=True``) compiles one program per operator family at
     preparation, with contexts traced or compiled in as
@@ -410,21 +412,29 @@ class JAXAdapter(ProgramBuilder):
 
     def prepare_hessian_programs(self, f: Callable[..., Any], x: Any, contexts: Sequence[Context]) -> Programs:
         checked = self._checked(f, "hessian")
+        values = [c.value for c in contexts]
 
-        def core(x: Any, *values: Any) -> Any:
-            value_and_grad = jax.value_and_grad(functools.partial(first_argument, checked, values))
+        def build(forward: bool, compiled_now: list[Any]) -> Programs:
+            outer = jax.jacfwd if forward else jax.jacrev
 
-            def gradient_with_aux(x: Any) -> Any:
-                y, g = value_and_grad(x)
-                return g, (y, g)
+            def core(x: Any, *values: Any) -> Any:
+                value_and_grad = jax.value_and_grad(functools.partial(first_argument, checked, values))
 
-            hessian, (y, g) = jax.jacfwd(gradient_with_aux, has_aux=True)(x)
-            return y, g, hessian
+                def gradient_with_aux(x: Any) -> Any:
+                    y, g = value_and_grad(x)
+                    return g, (y, g)
 
-        def hessian(x: Any, *values: Any) -> Any:
-            return jax.hessian(functools.partial(first_argument, checked, values))(x)
+                hessian, (y, g) = outer(gradient_with_aux, has_aux=True)(x)
+                return y, g, hessian
 
-        return self._plain_and_full(hessian, core, x, None, contexts, ("hessian", "value_gradient_and_hessian"))
+            def hessian(x: Any, *values: Any) -> Any:
+                fx = functools.partial(first_argument, checked, values)
+                return jax.hessian(fx)(x) if forward else jax.jacrev(jax.jacrev(fx))(x)
+
+            names = ("hessian", "value_gradient_and_hessian")
+            return self._plain_and_full(hessian, core, x, None, contexts, names, None, compiled_now)
+
+        return hessian_programs(build, x, values, self.compiled and not traced_inputs([x, *values], None))
 
 
 MEASURED_MIN_SIZE = 64

@@ -351,11 +351,19 @@ class JaxHost(Host):
         site = _Site(g, call, x_avals, y_avals, len(operands))
         return output.unflatten(_function(site)(*leaves, *operands))
 
+    def linearizes_numpy(self, backend: Any) -> bool:
+        """A compiled selector's: its jitted programs take NumPy arrays themselves, and
+        faster than arrays JAX imported by DLPack (a torch CPU tensor at n = 10 to
+        1e4: the jitted forward and backward pair in 0.6-0.8 of the time; a tie from
+        1e5, where the copy into JAX's buffer costs what the import saved)."""
+        return bool(getattr(backend, "jit", False))
+
     def linearize(
         self, f: Callable[..., Any], backend: Any, x: Any, values: Sequence[Any]
     ) -> tuple[Any, Callable[[Any], Any] | None] | None:
         """``jax.vjp`` of ``f`` (see :meth:`Host.linearize`); a compiled selector's
-        prepared programs are faster, and ``f`` (pure) may run twice there."""
+        prepared programs are faster, and ``f`` (pure) may run twice there. With
+        them, NumPy leaves are taken as they are (:meth:`linearizes_numpy`)."""
         if getattr(backend, "jit", False):
             programs = _jitted_vjp(f, values)
             if programs is None:
@@ -367,9 +375,17 @@ class JaxHost(Host):
             backward = _apply
 
         def pullback(cotangent: Any) -> Any:
-            return backward(vjp, jax.tree_util.tree_map(lambda c, y: jnp.asarray(c, dtype=y.dtype), cotangent, y))
+            return backward(vjp, jax.tree_util.tree_map(_cotangent, cotangent, y))
 
         return y, once(pullback)
+
+
+def _cotangent(c: Any, y: Any) -> Any:
+    """A cotangent in its output's dtype: a NumPy one stays NumPy (only a jitted
+    backward is handed one, and it takes it as it is)."""
+    if c.__class__ is np.ndarray:
+        return c if c.dtype == y.dtype else np.asarray(c, dtype=y.dtype)
+    return jnp.asarray(c, dtype=y.dtype)
 
 
 def _apply(vjp: Any, cotangent: Any) -> Any:

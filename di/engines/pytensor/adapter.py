@@ -31,6 +31,7 @@ from di.backends.protocol import Adapter, Programs
 from di.backends.selectors import AbstractBackend
 from di.contexts import Context
 from di.engines.pytensor.graphs import Core, SymbolicProgram, symbolic_like
+from di.engines.pytensor.jacobians import jacobian_programs
 from di.errors import InvalidOutputError
 
 __all__ = ["RULES", "PyTensorAdapter", "traced_values"]
@@ -164,13 +165,14 @@ def _grad(y: Any, x: Any) -> Any:
     return grad(y, x, disconnected_inputs="ignore")
 
 
-def _jacobian(y: Any, x: Any) -> Any:
-    """``dy/dx`` of shape ``y.shape + x.shape`` (vectorized pullbacks)."""
+def _jacobian(y: Any, x: Any, vectorize: bool = True) -> Any:
+    """``dy/dx`` of shape ``y.shape + x.shape`` (vectorized pullbacks, or with
+    ``vectorize=False`` one pullback per row in a scan)."""
     flat = pt.flatten(y) if y.ndim != 1 else y
     if y.ndim == 0:
         return pt.reshape(_grad(y, x), x.shape)
     try:
-        jac = jacobian(flat, x, vectorize=True, disconnected_inputs="ignore")
+        jac = jacobian(flat, x, vectorize=vectorize, disconnected_inputs="ignore")
     except ValueError:  # PyTensor cannot vectorize some graphs (an empty slice of x): one pullback per row
         jac = jacobian(flat, x, vectorize=False, disconnected_inputs="ignore")
     return pt.reshape(jac, (*_static(y), *_static(x)))
@@ -190,7 +192,8 @@ class PyTensorAdapter(Adapter):
     Native: every operator, each one compiled ``pytensor.function`` of a graph of
     ``pytensor.gradient``'s transforms: ``grad`` (gradient), ``pullback``,
     ``pushforward`` (the ops' forward rules where they have them), ``jacobian``
-    (vectorized pullbacks), ``hessian_vector_product``, the Jacobian of the
+    (vectorized pullbacks, or from 256 elements the faster of them and a scan of
+    pullbacks: :mod:`~di.engines.pytensor.jacobians`), ``hessian_vector_product``, the Jacobian of the
     gradient (hessian), and pushforwards of pushforwards (second derivative).
     ``f`` runs once per signature, at preparation, on symbolic variables.
     ``Cache`` is refused: a symbolic graph has no buffer to write into.
@@ -349,15 +352,18 @@ class PyTensorAdapter(Adapter):
     def prepare_jacobian_programs(
         self, f: Callable[..., Any], x: Any, contexts: Sequence[Context], *, has_aux: bool = False
     ) -> Programs:
-        def full(fx: Any, x: Any, specs: Any) -> Any:
-            y, aux = _outputs(fx(x), has_aux)
-            return _result(has_aux, (y, pt.cast(_jacobian(y, x), y.dtype)), aux), []
+        def build(vectorize: bool) -> Programs:
+            def full(fx: Any, x: Any, specs: Any) -> Any:
+                y, aux = _outputs(fx(x), has_aux)
+                return _result(has_aux, (y, pt.cast(_jacobian(y, x, vectorize), y.dtype)), aux), []
 
-        def plain(fx: Any, x: Any, specs: Any) -> Any:
-            y, aux = _outputs(fx(x), has_aux)
-            return _result(has_aux, pt.cast(_jacobian(y, x), y.dtype), aux), []
+            def plain(fx: Any, x: Any, specs: Any) -> Any:
+                y, aux = _outputs(fx(x), has_aux)
+                return _result(has_aux, pt.cast(_jacobian(y, x, vectorize), y.dtype), aux), []
 
-        return self._pair(("jacobian", "value_and_jacobian"), full, plain, f, x, contexts, has_aux=has_aux)
+            return self._pair(("jacobian", "value_and_jacobian"), full, plain, f, x, contexts, has_aux=has_aux)
+
+        return jacobian_programs(build, x, [c.value for c in contexts], has_aux)
 
     def prepare_hvp_programs(
         self, f: Callable[..., Any], x: Any, tx: Sequence[Any], contexts: Sequence[Context]
