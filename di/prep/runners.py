@@ -50,11 +50,15 @@ class Compared:
         (<class 'numpy.ndarray'>, (3,), dtype('float64'))
     """
 
-    __slots__ = ("fields", "matcher")
+    __slots__ = ("fields", "matcher", "shortcut")
 
     def __init__(self, value: Any, matcher: Matcher, family: str | None) -> None:
         self.fields: tuple[type, Any, Any] | None = None if family is None else get_family(family).fields(value)
         self.matcher = matcher
+        # (class, attribute, object) tested inline before the matcher (Family.shortcut)
+        self.shortcut: tuple[type, str, Any] | None = None
+        if family is not None and self.fields is None:
+            self.shortcut = get_family(family).shortcut(value)
 
 
 class Prepared(Protocol):
@@ -189,7 +193,7 @@ class _Shape(NamedTuple):
     finish: tuple[bool, ...]  # the steps finishing the program's result (di.prep.finish): each a cell?
     tangents: int
     contexts: int
-    inline: tuple[bool, ...]  # for each argument compared (x, the tangents, the context values): fields inline?
+    inline: tuple[bool | str, ...]  # each argument compared (x, tangents, context values): how (_inline)
     through_cell: bool = False  # a program checking its arguments: its executable called through its cell
 
     @property
@@ -236,21 +240,38 @@ def _shape_and_constants(
             constants.append(_miss if probing else _mismatched(prep, program, finish))
     constants.extend(steps)
     compares = strict and kind != _CHECKED_BY_PROGRAM
-    inline: list[bool] = []
+    inline: list[bool | str] = []
     tests = (prep.x_test, *prep.tangent_tests) if compares else ()
+    for test in (*tests, *[test for _, test in prep.context_tests]) if compares else ():
+        inline.append(_inline(test))
+    marks = iter(inline)
     for test in tests:
-        fields = test.fields
-        constants.extend((test.matcher,) if fields is None else fields)
-        inline.append(fields is not None)
+        constants.extend(_test_constants(test, next(marks)))
     for wrapper, test in prep.context_tests:
         constants.append(wrapper)
         if compares:
-            fields = test.fields
-            constants.extend((test.matcher,) if fields is None else fields)
-            inline.append(fields is not None)
+            constants.extend(_test_constants(test, next(marks)))
     cells = tuple(step.__class__ is list for step in steps)
     key = (strict, kind, cells, len(prep.tangent_tests), len(prep.context_tests), tuple(inline), through_cell)
     return key, constants
+
+
+def _inline(test: Compared) -> bool | str:
+    """How a runner compares an argument: ``True``, its fields inline; an attribute's
+    name, that attribute's identity inline, else its matcher; ``False``, its matcher."""
+    if test.fields is not None:
+        return True
+    return False if test.shortcut is None else test.shortcut[1]
+
+
+def _test_constants(test: Compared, inline: bool | str) -> tuple[Any, ...]:
+    """The constants of an argument's comparison, in the order of :func:`_parameters`."""
+    if inline is True:
+        return test.fields  # type: ignore[return-value]
+    if inline is False:
+        return (test.matcher,)
+    cls, _, same = test.shortcut  # type: ignore[misc]
+    return cls, same, test.matcher
 
 
 def _parameters(shape: _Shape) -> tuple[list[str], list[str]]:
@@ -271,11 +292,17 @@ def _parameters(shape: _Shape) -> tuple[list[str], list[str]]:
     def compare(name: str, expression: str) -> None:
         # bound to name where it is read again: a context's value (the call passes it
         # on), fields read inline
-        if next(inline):
+        mode = next(inline)
+        bound = expression if name == expression else f"({name} := {expression})"
+        if mode is True:
             names.extend(f"{name}_{field}" for field in ("cls", "shape", "dtype"))
-            bound = expression if name == expression else f"({name} := {expression})"
             tests.append(
                 f"{bound}.__class__ is {name}_cls and {name}.shape == {name}_shape and {name}.dtype == {name}_dtype"
+            )
+        elif mode:  # the family's shortcut (an attribute's identity), else its matcher
+            names.extend((f"{name}_cls", f"{name}_same", f"{name}_matches"))
+            tests.append(
+                f"({bound}.__class__ is {name}_cls and {name}.{mode} is {name}_same or {name}_matches({name}))"
             )
         else:
             names.append(f"{name}_matches")
