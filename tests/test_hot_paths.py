@@ -721,3 +721,30 @@ def test_the_everyday_jax_ml_call_enters_few_functions_of_di() -> None:
     assert list(grads) == list(params)
     for name in params:
         np.testing.assert_allclose(grads[name], expected[name], rtol=1e-6, atol=1e-7)
+
+
+@pytest.mark.parametrize("compile", [False, True])
+def test_a_strict_mlx_tangent_call_takes_the_strict_form(compile: bool) -> None:
+    """A strict prep's runner, once its comparison has passed, calls the program's
+    strict form (on MLX: the common call without asking again for x's and the
+    tangent's classes and dtypes); inside a caller's MLX transform that form still
+    hands the call to the general path, which differentiates through it."""
+    mx = pytest.importorskip("mlx.core")
+
+    def g(x: Any) -> Any:
+        return x * x
+
+    backend = di.AutoMLX(compile=compile)
+    x, v = mx.array([1.0, 2.0]), mx.array([1.0, -1.0])
+    prep = di.prepare_pushforward(g, backend, x, (v,))
+    di.pushforward(g, prep, backend, x, (v,))
+    results: list[Any] = []
+    entered = _di_functions_entered(lambda: results.append(di.pushforward(g, prep, backend, x, (v,))))
+    # (then MLX's jvp of f through di's layers: eager, or traced at each call under the suite's
+    # MLX_DISABLE_COMPILE; compiled outside the suite, the strict form is the last of three)
+    assert entered[:3] == ["dispatch", "run_strict_with_tangents_0c", "strict_with_tangents"], entered
+    np.testing.assert_allclose(np.array(results[0][0]), [2.0, -4.0])  # 2 x v
+    outer = mx.grad(lambda x: di.pushforward(g, prep, backend, x, (v,))[0].sum())(x)
+    np.testing.assert_allclose(np.array(outer), [2.0, -2.0])  # d/dx sum(2 x v) = 2 v
+    with pytest.raises(di.PreparationMismatchError, match="differs"):
+        di.pushforward(g, prep, backend, x, (mx.ones(3),))

@@ -231,11 +231,12 @@ def _shape_and_constants(
         called = program if executable is None else cell if through_cell else executable
         constants += (called, refused, rejected)
     elif kind == _WITH_TANGENTS:
-        constants += (program, _miss if probing else prep.refuse_tangent_call, prep.explain_error)
+        fast = _strict_form(program) if strict else program
+        constants += (fast, _miss if probing else prep.refuse_tangent_call, prep.explain_error)
         if strict:
             constants.append(_miss if probing else _mismatched_with_tangents(prep, program, finish))
     else:
-        constants.append(program)
+        constants.append(_strict_form(program) if strict else program)
         if strict:
             constants.append(_miss if probing else _mismatched(prep, program, finish))
     constants.extend(steps)
@@ -272,6 +273,16 @@ def _test_constants(test: Compared, inline: bool | str) -> tuple[Any, ...]:
         return (test.matcher,)
     cls, _, same = test.shortcut  # type: ignore[misc]
     return cls, same, test.matcher
+
+
+def _strict_form(program: Callable[..., Any]) -> Callable[..., Any]:
+    """What a strict runner calls once its comparison has passed: the program's
+    ``strict_form`` where it has one (a form that leaves out the questions that
+    comparison has answered: the classes, shapes and dtypes of ``x`` and the
+    tangents, and the count of contexts, are the prepared ones), else the program.
+    The comparison's slow path (a difference, or arguments the prep takes as
+    something else) calls the program itself."""
+    return getattr(program, "strict_form", None) or program
 
 
 def _parameters(shape: _Shape) -> tuple[list[str], list[str]]:
