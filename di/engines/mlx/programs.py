@@ -519,7 +519,17 @@ def _unaliased(output: Any, inputs: tuple[Any, ...]) -> Any:
                 return mx.array(output)
         return output
     if output.__class__ is tuple:
-        return tuple(_unaliased(item, inputs) for item in output)
+        # (the common case, nothing aliased, found in one walk: no call per element)
+        pending = list(output)
+        while pending:
+            item = pending.pop()
+            if item.__class__ is tuple:
+                pending.extend(item)
+            elif item.__class__ is mx.array:
+                for value in inputs:
+                    if item is value:
+                        return tuple(_unaliased(item, inputs) for item in output)
+        return output
     return output
 
 
