@@ -257,12 +257,20 @@ def _shape_and_constants(
     return key, constants
 
 
+_TREE = "*tree"
+"""How a runner compares a pytree argument whose matcher is its structure's leaves
+and a predicate of them (:func:`di.prep.matching` ``tree_parts``): both called inline."""
+
+
 def _inline(test: Compared) -> bool | str:
     """How a runner compares an argument: ``True``, its fields inline; an attribute's
-    name, that attribute's identity inline, else its matcher; ``False``, its matcher."""
+    name, that attribute's identity inline, else its matcher; :data:`_TREE`, a
+    pytree's leaves and their predicate inline; ``False``, its matcher."""
     if test.fields is not None:
         return True
-    return False if test.shortcut is None else test.shortcut[1]
+    if test.shortcut is not None:
+        return test.shortcut[1]
+    return _TREE if getattr(test.matcher, "tree_parts", None) is not None else False
 
 
 def _test_constants(test: Compared, inline: bool | str) -> tuple[Any, ...]:
@@ -271,6 +279,8 @@ def _test_constants(test: Compared, inline: bool | str) -> tuple[Any, ...]:
         return test.fields  # type: ignore[return-value]
     if inline is False:
         return (test.matcher,)
+    if inline == _TREE:
+        return test.matcher.tree_parts  # type: ignore[attr-defined,no-any-return]
     cls, _, same = test.shortcut  # type: ignore[misc]
     return cls, same, test.matcher
 
@@ -309,6 +319,11 @@ def _parameters(shape: _Shape) -> tuple[list[str], list[str]]:
             names.extend(f"{name}_{field}" for field in ("cls", "shape", "dtype"))
             tests.append(
                 f"{bound}.__class__ is {name}_cls and {name}.shape == {name}_shape and {name}.dtype == {name}_dtype"
+            )
+        elif mode == _TREE:  # a pytree: its leaves (None: another structure), then their predicate
+            names.extend((f"{name}_leaves_of", f"{name}_leaves_match"))
+            tests.append(
+                f"({name}_leaves := {name}_leaves_of({bound})) is not None and {name}_leaves_match({name}_leaves)"
             )
         elif mode:  # the family's shortcut (an attribute's identity), else its matcher
             names.extend((f"{name}_cls", f"{name}_same", f"{name}_matches"))
