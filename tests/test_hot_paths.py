@@ -593,13 +593,14 @@ def _tree_square_sum(p: Any) -> Any:
 
 @pytest.mark.parametrize(
     ("case", "most"),
-    [("numpy x on AutoJAX(jit=True)", 2), ("jax x", 3), ("jax dict, sorted keys", 2), ("torch x", 5)],
+    [("numpy x on AutoJAX(jit=True)", 2), ("jax x", 2), ("jax dict, sorted keys", 2), ("torch x", 5)],
 )
 def test_a_prepared_call_enters_few_functions_of_di(case: str, most: int) -> None:
     """The prepared hot path in Python calls (what a call costs on top of the engine's,
     0.1-0.5 us each on a slow core), counted rather than timed: the operator
-    function, the prep's runner, and what the engine's program needs (2, 3, 2 and 5
-    here; 4 for the dict and 6 for torch before they were unrolled)."""
+    function, the prep's runner, and what the engine's program needs (2, 2, 2 and 5
+    here; 4 for the dict and 6 for torch before they were unrolled; 3 for a JAX x
+    before its abstract value was tested inline)."""
     f: Any = _square_sum
     if case.startswith("numpy x"):
         backend, x = di.AutoJAX(jit=True), np.array([1.0, 2.0], dtype=np.float32)
@@ -622,12 +623,33 @@ def test_a_prepared_call_enters_few_functions_of_di(case: str, most: int) -> Non
         assert isinstance(g, np.ndarray) and g.flags.writeable
 
 
+@pytest.mark.parametrize("operator", ["pushforward", "pullback", "hvp"])
+def test_a_compiled_jax_tangent_call_enters_three_functions_of_di(operator: str) -> None:
+    """AutoJAX(jit=True) pushforward, pullback and hvp at a JAX x and tangent: the
+    operator function, the runner (x and the tangent tested by their abstract value,
+    inline) and the program putting the one result in a tuple; 5 before the abstract
+    values were tested inline. A tangent of another shape is still refused."""
+    backend, x, v = di.AutoJAX(jit=True), jnp.array([1.0, 2.0]), jnp.array([1.0, -1.0])
+    f: Any = _square_sum if operator == "hvp" else (lambda x: x * x)
+    prepare, call = getattr(di, f"prepare_{operator}"), getattr(di, operator)
+    prep = prepare(f, backend, x, (v,))
+    call(f, prep, backend, x, (v,))
+    results: list[Any] = []
+    entered = _di_functions_entered(lambda: results.append(call(f, prep, backend, x, (v,))))
+    assert entered[0] == "dispatch" and len(entered) <= 3, entered
+    expected = [2.0, -2.0] if operator == "hvp" else [2.0, -4.0]  # 2 v; 2 x * v
+    np.testing.assert_allclose(results[0][0], expected)
+    with pytest.raises(di.PreparationMismatchError, match="differs"):
+        call(f, prep, backend, x, (jnp.ones(3),))
+
+
 def test_the_everyday_torch_ml_call_takes_the_short_path() -> None:
     """value_and_gradient with has_aux of a parameter dict, with a batch (X, y) as one
     Constant, on eager AutoTorch(): the short path a torch user writes (detach each
     leaf, f, torch.autograd.grad), aux detached and its own memory; counted, not
-    timed: 12 functions of di (22 before aux's family check, aux's detaching, the alias
-    loop and the split of (y, aux) were folded) where the general path entered 82."""
+    timed: 10 functions of di (12 before the runner called each pytree's leaves and their
+    check inline, 22 before aux's family check, aux's detaching, the alias loop and the
+    split of (y, aux) were folded) where the general path entered 82."""
     torch.manual_seed(0)
     params = {"w": torch.randn(3, 4), "b": torch.randn(4), "scale": torch.tensor(0.5)}
     batch = (torch.randn(5, 3), torch.randn(5, 4))
@@ -645,7 +667,7 @@ def test_the_everyday_torch_ml_call_takes_the_short_path() -> None:
     entered = _di_functions_entered(
         lambda: results.append(di.value_and_gradient(loss, prep, backend, params, context, has_aux=True))
     )
-    assert "run_tree_gradient" in entered and "wants_graph" not in entered and len(entered) <= 12, entered
+    assert "run_tree_gradient" in entered and "wants_graph" not in entered and len(entered) <= 10, entered
     (value, aux), grads = results[0]
     leaves = {name: t.detach().requires_grad_() for name, t in params.items()}
     expected_value, expected_aux = loss(leaves, batch)
@@ -669,9 +691,13 @@ def test_the_everyday_torch_ml_call_takes_the_short_path() -> None:
 
 def test_the_everyday_jax_ml_call_enters_few_functions_of_di() -> None:
     """The same call on AutoJAX(jit=True) (the combined program compiled by its first
-    call, aux joined, the gradient put in the dict's own key order): 17 functions of di
-    per call, counted, not timed (25 before the compiled executable was called directly,
-    the key order rebuilt without its bookkeeping and aux's family recognised by one loop)."""
+    call, aux joined, the gradient put in the dict's own key order): 7 functions of di
+    per call, counted, not timed: the operator function, the runner, the unflattening of
+    the trace's aux record (called by JAX), and the finishing steps the runner calls one
+    after the other (aux joined, the key order, aux's layout and family). 17 before the
+    steps left their wrappers and the key order was one generated function; 25 before
+    the compiled executable was called directly, the key order rebuilt without its
+    bookkeeping and aux's family recognised by one loop."""
     params = {"w": jnp.ones((3, 4)), "b": jnp.zeros(4), "scale": jnp.asarray(0.5)}  # (not sorted keys)
     batch = (jnp.linspace(-1.0, 1.0, 15).reshape(5, 3), jnp.ones((5, 4)))
 
@@ -688,7 +714,7 @@ def test_the_everyday_jax_ml_call_enters_few_functions_of_di() -> None:
     entered = _di_functions_entered(
         lambda: results.append(di.value_and_gradient(loss, prep, backend, params, context, has_aux=True))
     )
-    assert entered[0] == "dispatch" and len(entered) <= 17, entered
+    assert entered[0] == "dispatch" and len(entered) <= 7, entered
     (value, aux), grads = results[0]
     (expected_value, expected_aux), expected = jax.value_and_grad(loss, has_aux=True)(params, batch)
     np.testing.assert_allclose(value, expected_value, rtol=1e-6)
@@ -696,3 +722,30 @@ def test_the_everyday_jax_ml_call_enters_few_functions_of_di() -> None:
     assert list(grads) == list(params)
     for name in params:
         np.testing.assert_allclose(grads[name], expected[name], rtol=1e-6, atol=1e-7)
+
+
+@pytest.mark.parametrize("compile", [False, True])
+def test_a_strict_mlx_tangent_call_takes_the_strict_form(compile: bool) -> None:
+    """A strict prep's runner, once its comparison has passed, calls the program's
+    strict form (on MLX: the common call without asking again for x's and the
+    tangent's classes and dtypes); inside a caller's MLX transform that form still
+    hands the call to the general path, which differentiates through it."""
+    mx = pytest.importorskip("mlx.core")
+
+    def g(x: Any) -> Any:
+        return x * x
+
+    backend = di.AutoMLX(compile=compile)
+    x, v = mx.array([1.0, 2.0]), mx.array([1.0, -1.0])
+    prep = di.prepare_pushforward(g, backend, x, (v,))
+    di.pushforward(g, prep, backend, x, (v,))
+    results: list[Any] = []
+    entered = _di_functions_entered(lambda: results.append(di.pushforward(g, prep, backend, x, (v,))))
+    # (then MLX's jvp of f through di's layers: eager, or traced at each call under the suite's
+    # MLX_DISABLE_COMPILE; compiled outside the suite, the strict form is the last of three)
+    assert entered[:3] == ["dispatch", "run_strict_with_tangents_0c", "strict_with_tangents"], entered
+    np.testing.assert_allclose(np.array(results[0][0]), [2.0, -4.0])  # 2 x v
+    outer = mx.grad(lambda x: di.pushforward(g, prep, backend, x, (v,))[0].sum())(x)
+    np.testing.assert_allclose(np.array(outer), [2.0, -2.0])  # d/dx sum(2 x v) = 2 v
+    with pytest.raises(di.PreparationMismatchError, match="differs"):
+        di.pushforward(g, prep, backend, x, (mx.ones(3),))

@@ -18,6 +18,7 @@ the caller's family (:func:`aux_converter`), NumPy scalars into 0-d arrays.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from operator import itemgetter
 from typing import Any
 
 import numpy as np
@@ -79,7 +80,7 @@ class AuxSplit:
     It holds no array (the engine's arrays may be tracers of a finished trace).
     """
 
-    __slots__ = ("_arrays_only", "_keys", "_leaves", "_positions", "_spec")
+    __slots__ = ("_arrays_only", "_keys", "_leaves", "_positions", "_spec", "dict_keys", "dict_pick")
 
     def __init__(self, spec: Any, leaves: list[Any], positions: tuple[int, ...]) -> None:
         self._spec = spec
@@ -89,10 +90,18 @@ class AuxSplit:
         # a flat dict of arrays (the usual aux): its keys in the order of the leaves, so
         # that joining is one dict comprehension, not an unflatten
         self._keys: list[tuple[Any, int]] | None = None
+        # for a flat dict of arrays: its keys, and what picks its arrays in their order
+        # (None: the arrays are in it already), for a caller joining it inline
+        self.dict_keys: tuple[Any, ...] | None = None
+        self.dict_pick: Callable[[Sequence[Any]], Any] | None = None
         if self._arrays_only:
             skeleton = spec.unflatten(range(len(leaves)))
             if skeleton.__class__ is dict and all(index.__class__ is int for index in skeleton.values()):
                 self._keys = list(skeleton.items())
+                self.dict_keys = tuple(skeleton)
+                indices = tuple(skeleton.values())
+                if indices != tuple(range(len(indices))):
+                    self.dict_pick = itemgetter(*indices)  # (two or more: a tuple)
 
     def join(self, arrays: Sequence[Any]) -> Any:
         """The ``aux`` pytree with these arrays in the array positions."""

@@ -5,6 +5,7 @@ its own (JAX sorts a dict's keys) has its results given the exact structure of
 from __future__ import annotations
 
 import functools
+import os
 from collections.abc import Callable
 from typing import Any
 
@@ -136,7 +137,7 @@ def in_caller_order(
         direct: list[Callable[[Any], Any] | None] = [None]
         fixed_layout = output is None and not layout[-1].endswith("*")
 
-        def ordered(result: Any) -> Any:
+        def ordered(result: Any) -> Any:  # (the runner calls it through its cell)
             fast = direct[0]
             if fast is not None:
                 try:
@@ -154,8 +155,15 @@ def in_caller_order(
                 rebuilder = rebuilders.get(None)
                 if rebuild[0] and fixed_layout and rebuilder is not None:
                     direct[0] = _with_aux_kept(rebuilder) if has_aux else rebuilder
+                    skeleton = _skeleton(specs[None])
+                    # from now on one generated function, this one its fallback
+                    fast = _generated_rebuilder((skeleton, 0) if has_aux else skeleton, ordered)
+                    if fast is not None:
+                        cell[0] = fast
             return fixed
 
+        cell: list[Callable[[Any], Any]] = [ordered]
+        ordered.cell = cell  # type: ignore[attr-defined]
         return finished(program, ordered)
 
     return {name: wrap(name, program) for name, program in programs.items()}
@@ -243,6 +251,66 @@ def _node_rebuilder(skeleton: Any, depth: int) -> Callable[[Any], Any] | None:
     if kind is int:  # a leaf's place in a skeleton
         return _leaf
     return None
+
+
+def _generated_rebuilder(skeleton: Any, fallback: Callable[[Any], Any]) -> Callable[[Any], Any] | None:
+    """What :func:`_rebuilder` does for ``skeleton``, as one generated function
+    (each node checked and rebuilt inline: one Python call where the rebuilder
+    makes one per node and per comprehension); a result of another structure
+    goes to ``fallback``. ``None`` for a skeleton :func:`_rebuilder` refuses.
+
+    Examples:
+        >>> from di.operators.order import _generated_rebuilder
+        >>> rebuild = _generated_rebuilder((0, {"w": 0, "b": 0}), lambda value: "other")
+        >>> rebuild((1, {"b": 2, "w": 3})), rebuild((1, {"b": 2}))
+        ((1, {'w': 3, 'b': 2}), 'other')
+    """
+    if _rebuilder(skeleton) is None:
+        return None
+    checks: list[str] = []
+    constants: dict[str, Any] = {}
+
+    def key(value: Any) -> str:
+        if value.__class__ in (str, int):
+            return repr(value)
+        name = f"k{len(constants)}"
+        constants[name] = value
+        return name
+
+    def node(skeleton: Any, expression: str) -> str:
+        kind = skeleton.__class__
+        if kind is int:
+            return expression
+        if skeleton is None:
+            checks.append(f"{expression} is None")
+            return "None"
+        name = f"n{len(checks)}"
+        size = len(skeleton)
+        checks.append(f"({name} := {expression}).__class__ is {kind.__name__} and len({name}) == {size}")
+        if kind is dict:
+            items = [(key(k), child) for k, child in skeleton.items()]
+            return "{" + ", ".join(f"{k}: {node(child, f'{name}[{k}]')}" for k, child in items) + "}"
+        parts = [node(child, f"{name}[{index}]") for index, child in enumerate(skeleton)]
+        if kind is tuple:
+            return "(" + "".join(f"{part}, " for part in parts) + ")"
+        return "[" + ", ".join(parts) + "]"
+
+    built = node(skeleton, "value")
+    source = "\n".join(
+        [
+            "def rebuilt(value):",
+            "    try:",
+            f"        if {' and '.join(checks) or 'True'}:",
+            f"            return {built}",
+            "    except (KeyError, IndexError, TypeError):",
+            "        pass",
+            "    return fallback(value)",
+        ]
+    )
+    namespace: dict[str, Any] = {"fallback": fallback, **constants}
+    # (named beside this module, as the runners are: a traceback shows where it was made)
+    exec(compile(source, os.path.join(os.path.dirname(__file__), "<rebuilt>"), "exec"), namespace)
+    return namespace["rebuilt"]  # type: ignore[no-any-return]
 
 
 def _leaf(value: Any) -> Any:

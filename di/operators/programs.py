@@ -335,19 +335,16 @@ def _aux_layout(operator: Operator, programs: Programs, engine_family: str, fami
     aux_to_caller = aux_converter(engine_family, family)
     plain_name = operator.names[0]
 
+    # (finishing steps of the program's result, which a prep's runner calls in its own frame)
+    def plain(output: Any) -> Any:
+        result, aux = output
+        return result, aux_to_caller(aux)
+
+    def combined(output: Any) -> Any:
+        (y, result), aux = output
+        return (y, aux_to_caller(aux)), result
+
     def wrap(name: str, program: Callable[..., Any]) -> Callable[..., Any]:
-        if name == plain_name:
-
-            def plain(*args: Any) -> Any:
-                result, aux = program(*args)
-                return result, aux_to_caller(aux)
-
-            return plain
-
-        def combined(*args: Any) -> Any:
-            (y, result), aux = program(*args)
-            return (y, aux_to_caller(aux)), result
-
-        return combined
+        return finished(program, plain if name == plain_name else combined)
 
     return {name: wrap(name, program) for name, program in programs.items()}

@@ -1,49 +1,81 @@
 """A program followed by the conversion of its result for the caller, kept as its
-two parts: a prep's runner calls them itself, one Python call fewer on the hot path."""
+parts: a prep's runner calls them itself, one Python call fewer per part on the
+hot path.
+
+A program may be finished several times over (the engine's ``aux`` joined, the
+result put in the caller's key order, ``aux`` laid out): the parts are kept as a
+flat tuple of steps, which the runner calls one after the other in its own frame
+(no function composing them). A step may be a *cell*, a one-element list holding
+the function: a step that learns a faster form of itself from the first result
+(:func:`di.operators.order.in_caller_order`) puts it there, and the runner reads
+the cell at each call.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["Finish", "finished", "split_finish"]
+__all__ = ["Finish", "Step", "composed_steps", "finish_steps", "finished", "split_finish"]
 
 Finish = Callable[[Any], Any]
 """What turns a program's result into the caller's (its array family, its layout)."""
 
+Step = Finish | list[Finish]
+"""One step of a finish: the function, or a cell holding it (read at each call)."""
+
 
 def finished(program: Callable[..., Any], finish: Finish) -> Callable[..., Any]:
     """``program`` followed by ``finish`` (the conversion of its result for the
-    caller), as one function that keeps its two parts: a prep's runner calls them
-    itself, one Python call fewer on the hot path.
+    caller), as one function that keeps its parts: a prep's runner calls them
+    itself, one Python call fewer per part on the hot path. ``finish`` with a
+    ``cell`` attribute (a one-element list) is called through it.
 
     Examples:
-        >>> from di.prep.finish import finished, split_finish
-        >>> run = finished(lambda x: x + 1, str)
-        >>> run(1), split_finish(run)[1] is str
-        ('2', True)
+        >>> from di.prep.finish import finish_steps, finished, split_finish
+        >>> run = finished(finished(lambda x: x + 1, str), len)
+        >>> run(10), split_finish(run)[1]("abc"), len(finish_steps(run)[1])
+        (2, 3, 2)
     """
 
-    inner, first = split_finish(program)
-    if first is not None:  # one finish after the other, around the innermost program
-        program, finish = inner, _then(first, finish)
+    inner, steps = finish_steps(program)
+    cell = getattr(finish, "cell", None)
+    steps = (*steps, finish if cell is None else cell)
+    composed = composed_steps(steps)
 
     def run(*args: Any) -> Any:
-        return finish(program(*args))
+        return composed(inner(*args))
 
-    run.finish_parts = (program, finish)  # type: ignore[attr-defined]
+    run.finish_parts = (inner, steps)  # type: ignore[attr-defined]
     return run
 
 
-def _then(first: Finish, second: Finish) -> Finish:
-    def both(result: Any) -> Any:
-        return second(first(result))
+def _call(step: Step, result: Any) -> Any:
+    return step[0](result) if step.__class__ is list else step(result)  # type: ignore[operator, index]
 
-    return both
+
+def composed_steps(steps: tuple[Step, ...]) -> Finish:
+    """The steps as one function (off the runners' path: a program called as it is, a slow path)."""
+    if len(steps) == 1 and steps[0].__class__ is not list:
+        return steps[0]  # type: ignore[return-value]
+
+    def composed(result: Any) -> Any:
+        for step in steps:
+            result = _call(step, result)
+        return result
+
+    return composed
+
+
+def finish_steps(program: Callable[..., Any]) -> tuple[Callable[..., Any], tuple[Step, ...]]:
+    """``(program, steps)`` of a program made by :func:`finished` (the innermost
+    program and its finishing steps, first to last), else ``(program, ())``."""
+    parts = getattr(program, "finish_parts", None)
+    return (program, ()) if parts is None else parts
 
 
 def split_finish(program: Callable[..., Any]) -> tuple[Callable[..., Any], Finish | None]:
-    """``(program, finish)`` of a program made by :func:`finished`, else
-    ``(program, None)``."""
-    parts = getattr(program, "finish_parts", None)
-    return (program, None) if parts is None else parts
+    """``(program, finish)`` of a program made by :func:`finished` (its steps as
+    one function), else ``(program, None)``."""
+    inner, steps = finish_steps(program)
+    return (program, None) if not steps else (inner, composed_steps(steps))

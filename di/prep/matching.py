@@ -71,6 +71,8 @@ def _tree_matcher(structure: Structure, leaves_match: Callable[[Sequence[Any]], 
         leaves = structure.leaves(given)
         return leaves is not None and leaves_match(leaves)
 
+    # (its two parts, for a prep's runner to call inline: a Python call fewer per pytree)
+    matches.tree_parts = (structure.leaves, leaves_match)  # type: ignore[attr-defined]
     return matches
 
 

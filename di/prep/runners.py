@@ -25,7 +25,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple, Protocol
 
 from di.families import get_family
-from di.prep.finish import Finish, split_finish
+from di.prep.finish import Finish, Step, composed_steps, finish_steps
 from di.prep.matching import Matcher, same_selector
 from di.prep.own_checks import ArgumentsRejected, checks_arguments, compiling_again
 from di.prep.traced import plain
@@ -50,11 +50,15 @@ class Compared:
         (<class 'numpy.ndarray'>, (3,), dtype('float64'))
     """
 
-    __slots__ = ("fields", "matcher")
+    __slots__ = ("fields", "matcher", "shortcut")
 
     def __init__(self, value: Any, matcher: Matcher, family: str | None) -> None:
         self.fields: tuple[type, Any, Any] | None = None if family is None else get_family(family).fields(value)
         self.matcher = matcher
+        # (class, attribute, object) tested inline before the matcher (Family.shortcut)
+        self.shortcut: tuple[type, str, Any] | None = None
+        if family is not None and self.fields is None:
+            self.shortcut = get_family(family).shortcut(value)
 
 
 class Prepared(Protocol):
@@ -153,14 +157,14 @@ def _miss(*args: Any) -> Any:
 def _made(prep: Prepared, program: Callable[..., Any], probing: bool) -> Callable[..., Any]:
     """A runner (:func:`runner`), or with ``probing`` a :func:`probe`."""
     checked = checks_arguments(program)
-    program, finish = split_finish(program)
+    program, steps = finish_steps(program)
     if prep.tangent_check is not None:
         kind = _WITH_TANGENTS
     elif checked and prep.x_spec is None:  # a pytree x, compared by the program itself
         kind = _CHECKED_BY_PROGRAM
     else:
         kind = _PLAIN
-    key, constants = _shape_and_constants(prep, kind, program, finish, probing)
+    key, constants = _shape_and_constants(prep, kind, program, steps, probing)
     factory = _FACTORIES.get(key)
     if factory is None:
         shape = _Shape(*key)
@@ -186,10 +190,11 @@ class _Shape(NamedTuple):
 
     strict: bool
     kind: str
-    finish: bool  # whether the program's result is finished (di.prep.finish)
+    finish: tuple[bool, ...]  # the steps finishing the program's result (di.prep.finish): each a cell?
     tangents: int
     contexts: int
-    inline: tuple[bool, ...]  # for each argument compared (x, the tangents, the context values): fields inline?
+    inline: tuple[bool | str, ...]  # each argument compared (x, tangents, context values): how (_inline)
+    through_cell: bool = False  # a program checking its arguments: its executable called through its cell
 
     @property
     def compares(self) -> bool:
@@ -203,47 +208,91 @@ class _Shape(NamedTuple):
 
 
 def _shape_and_constants(
-    prep: Prepared, kind: str, program: Callable[..., Any], finish: Finish | None, probing: bool = False
+    prep: Prepared, kind: str, program: Callable[..., Any], steps: tuple[Step, ...], probing: bool = False
 ) -> tuple[tuple[Any, ...], list[Any]]:
     """The fields of a runner's :class:`_Shape` (a plain tuple: the key of its
     factory) and the constants it closes over, in the order of the parameters of
     its factory (:func:`_parameters`); asked at each preparation, so it builds no
     source. A probe's constants differ only in what a failed comparison calls."""
     strict = prep.strict
+    finish = composed_steps(steps) if steps else None  # (for the slow paths)
     constants: list[Any] = [prep.f, prep.backend, same_selector, _miss if probing else prep.check]
+    through_cell = False
     if kind == _CHECKED_BY_PROGRAM:
         # The executable itself when the program exposes it (a Python call fewer): it
         # refuses other arguments with a TypeError, which the program turns into
-        # ArgumentsRejected (or, within compiling_again, into a new compile).
+        # ArgumentsRejected (or, within compiling_again, into a new compile). One
+        # compiled by its first call is read from its cell, where it puts the compiled one.
         executable = getattr(program, "executable", None)
         refused = (ArgumentsRejected,) if executable is None else (TypeError, ArgumentsRejected)
         rejected = _rejected(prep, program, probing)
-        constants += (program if executable is None else executable, refused, rejected)
+        cell = getattr(executable, "cell", None)
+        through_cell = cell is not None
+        called = program if executable is None else cell if through_cell else executable
+        constants += (called, refused, rejected)
     elif kind == _WITH_TANGENTS:
-        constants += (program, _miss if probing else prep.refuse_tangent_call, prep.explain_error)
+        fast = _strict_form(program) if strict else program
+        constants += (fast, _miss if probing else prep.refuse_tangent_call, prep.explain_error)
         if strict:
             constants.append(_miss if probing else _mismatched_with_tangents(prep, program, finish))
     else:
-        constants.append(program)
+        constants.append(_strict_form(program) if strict else program)
         if strict:
             constants.append(_miss if probing else _mismatched(prep, program, finish))
-    if finish is not None:
-        constants.append(finish)
+    constants.extend(steps)
     compares = strict and kind != _CHECKED_BY_PROGRAM
-    inline: list[bool] = []
+    inline: list[bool | str] = []
     tests = (prep.x_test, *prep.tangent_tests) if compares else ()
+    for test in (*tests, *[test for _, test in prep.context_tests]) if compares else ():
+        inline.append(_inline(test))
+    marks = iter(inline)
     for test in tests:
-        fields = test.fields
-        constants.extend((test.matcher,) if fields is None else fields)
-        inline.append(fields is not None)
+        constants.extend(_test_constants(test, next(marks)))
     for wrapper, test in prep.context_tests:
         constants.append(wrapper)
         if compares:
-            fields = test.fields
-            constants.extend((test.matcher,) if fields is None else fields)
-            inline.append(fields is not None)
-    key = (strict, kind, finish is not None, len(prep.tangent_tests), len(prep.context_tests), tuple(inline))
+            constants.extend(_test_constants(test, next(marks)))
+    cells = tuple(step.__class__ is list for step in steps)
+    key = (strict, kind, cells, len(prep.tangent_tests), len(prep.context_tests), tuple(inline), through_cell)
     return key, constants
+
+
+_TREE = "*tree"
+"""How a runner compares a pytree argument whose matcher is its structure's leaves
+and a predicate of them (:func:`di.prep.matching` ``tree_parts``): both called inline."""
+
+
+def _inline(test: Compared) -> bool | str:
+    """How a runner compares an argument: ``True``, its fields inline; an attribute's
+    name, that attribute's identity inline, else its matcher; :data:`_TREE`, a
+    pytree's leaves and their predicate inline; ``False``, its matcher."""
+    if test.fields is not None:
+        return True
+    if test.shortcut is not None:
+        return test.shortcut[1]
+    return _TREE if getattr(test.matcher, "tree_parts", None) is not None else False
+
+
+def _test_constants(test: Compared, inline: bool | str) -> tuple[Any, ...]:
+    """The constants of an argument's comparison, in the order of :func:`_parameters`."""
+    if inline is True:
+        return test.fields  # type: ignore[return-value]
+    if inline is False:
+        return (test.matcher,)
+    if inline == _TREE:
+        return test.matcher.tree_parts  # type: ignore[attr-defined,no-any-return]
+    cls, _, same = test.shortcut  # type: ignore[misc]
+    return cls, same, test.matcher
+
+
+def _strict_form(program: Callable[..., Any]) -> Callable[..., Any]:
+    """What a strict runner calls once its comparison has passed: the program's
+    ``strict_form`` where it has one (a form that leaves out the questions that
+    comparison has answered: the classes, shapes and dtypes of ``x`` and the
+    tangents, and the count of contexts, are the prepared ones), else the program.
+    The comparison's slow path (a difference, or arguments the prep takes as
+    something else) calls the program itself."""
+    return getattr(program, "strict_form", None) or program
 
 
 def _parameters(shape: _Shape) -> tuple[list[str], list[str]]:
@@ -257,19 +306,29 @@ def _parameters(shape: _Shape) -> tuple[list[str], list[str]]:
         names += ["program", "refuse", "explain", *(["mismatched"] if shape.strict else [])]
     else:
         names += ["program", *(["mismatched"] if shape.strict else [])]
-    if shape.finish:
-        names.append("finish")
+    names.extend(f"finish{index}" for index in range(len(shape.finish)))
     tests: list[str] = []
     inline = iter(shape.inline)
 
     def compare(name: str, expression: str) -> None:
         # bound to name where it is read again: a context's value (the call passes it
         # on), fields read inline
-        if next(inline):
+        mode = next(inline)
+        bound = expression if name == expression else f"({name} := {expression})"
+        if mode is True:
             names.extend(f"{name}_{field}" for field in ("cls", "shape", "dtype"))
-            bound = expression if name == expression else f"({name} := {expression})"
             tests.append(
                 f"{bound}.__class__ is {name}_cls and {name}.shape == {name}_shape and {name}.dtype == {name}_dtype"
+            )
+        elif mode == _TREE:  # a pytree: its leaves (None: another structure), then their predicate
+            names.extend((f"{name}_leaves_of", f"{name}_leaves_match"))
+            tests.append(
+                f"({name}_leaves := {name}_leaves_of({bound})) is not None and {name}_leaves_match({name}_leaves)"
+            )
+        elif mode:  # the family's shortcut (an attribute's identity), else its matcher
+            names.extend((f"{name}_cls", f"{name}_same", f"{name}_matches"))
+            tests.append(
+                f"({bound}.__class__ is {name}_cls and {name}.{mode} is {name}_same or {name}_matches({name}))"
             )
         else:
             names.append(f"{name}_matches")
@@ -319,11 +378,12 @@ def _source(shape: _Shape) -> str:
         elif shape.contexts:  # (fewer contexts than prepared: the report says so, not an IndexError)
             same = f"{same} and len(contexts) >= {shape.contexts}"
         body += [f"if not ({same}):", "    fail(f, backend, x, contexts)"]
-    result = "finish(result)" if shape.finish else "result"
+    result = _finishing(shape, "result")
     if shape.kind == _CHECKED_BY_PROGRAM:
-        call = f"call(x{values})"
+        callee = "call[0]" if shape.through_cell else "call"
+        call = f"{callee}(x{values})"
         if not shape.strict and shape.contexts == 0:  # (contexts the prep was not made with: passed on)
-            call += " if contexts else call(x)"
+            call += f" if contexts else {callee}(x)"
         body += [
             "try:",
             f"    result = {call}",
@@ -341,12 +401,19 @@ def _source(shape: _Shape) -> str:
             f"return {result}",
         ]
     else:
-        call = f"program(x{values})"
-        body.append(f"return finish({call})" if shape.finish else f"return {call}")
+        body.append(f"return {_finishing(shape, f'program(x{values})')}")
     lines = [f"def make({', '.join(names)}):", f"    def {shape.name}({arguments}):"]
     lines += [f"        {line}" for line in body]
     lines.append(f"    return {shape.name}")
     return "\n".join(lines) + "\n"
+
+
+def _finishing(shape: _Shape, result: str) -> str:
+    """The expression finishing ``result``: each step called on the last one's result
+    (a cell's function read from it)."""
+    for index, cell in enumerate(shape.finish):
+        result = f"finish{index}{'[0]' if cell else ''}({result})"
+    return result
 
 
 def _values(shape: _Shape) -> str:

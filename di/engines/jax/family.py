@@ -189,6 +189,10 @@ class JaxFamily(Family):
 
         return matches
 
+    def shortcut(self, value: Any) -> tuple[type, str, Any] | None:
+        # (an array alike shares value's abstract value: the matcher's own first test)
+        return value.__class__, "aval", value.aval
+
     def key(self, value: Any) -> Any:
         aval = value.aval
         return ("jax", tuple(aval.shape), str(aval.dtype), bool(aval.weak_type))

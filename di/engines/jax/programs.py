@@ -26,6 +26,7 @@ from di.engines.jax.selector import AutoJAX
 from di.engines.jax.x64 import in_x64
 from di.errors import UnsupportedOperatorError
 from di.families import converter, family_of, identity
+from di.prep.finish import finished
 
 __all__ = [
     "RULES",
@@ -317,12 +318,16 @@ class _TraceAux:
     copy by every call, so that no call's ``aux`` aliases another's.
     """
 
-    __slots__ = ("_constants", "_split", "_travels")
+    __slots__ = ("_constants", "_split", "_travels", "keys", "pick")
 
     def __init__(self, split: AuxSplit, travels: tuple[bool, ...], constants: tuple[np.ndarray, ...]) -> None:
         self._split = split
         self._travels = travels
         self._constants = constants
+        # a flat dict of arrays that all travelled (the usual aux): joined as
+        # dict(zip(keys, pick(arrays))) inline by the program's finish, no call of this
+        self.keys = split.dict_keys if not constants else None
+        self.pick = split.dict_pick
 
     def join(self, arrays: Sequence[Any]) -> Any:
         """The ``aux`` pytree with the arrays that travelled (and copies of the constants)."""
@@ -400,12 +405,17 @@ class AuxTracing:
         """``program`` returning ``(result, aux)`` where it returned ``(result, aux's
         arrays)`` (eager) or ``(result, aux's arrays, the rest)`` (:meth:`carrying`)."""
         if compiled:
+            # a finishing step (the runner calls it after the executable, in its own frame)
+            def joined_carried(result: Any) -> Any:
+                output, arrays, carried = result
+                aux = carried.aux
+                keys = aux.keys
+                if keys is not None:
+                    pick = aux.pick
+                    return output, dict(zip(keys, arrays if pick is None else pick(arrays)))
+                return output, aux.join(arrays)
 
-            def joined_carried(*args: Any) -> Any:
-                output, arrays, carried = program(*args)
-                return output, carried.aux.join(arrays)
-
-            return joined_carried
+            return finished(program, joined_carried)
         local = self._local
 
         def joined(*args: Any) -> Any:

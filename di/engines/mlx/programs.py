@@ -268,7 +268,7 @@ class ProgramMaker:
 
         if plain and aux is None and not contexts and scope() is _NO_SCOPE:
             # the common call (an MLX x, no context, no aux): one Python function around the engine's
-            program = _direct(program, run, tangents is not None, self.compiled)
+            program = _direct(program, run, tangents is not None, self.compiled, x, tangents)
         if not self.compiled:
             return program
         statics = tuple(i for i, c in enumerate(contexts) if is_static_context(c))
@@ -393,7 +393,12 @@ _NO_SCOPE = contextlib.nullcontext()
 
 
 def _direct(
-    program: Callable[..., Any], run: Callable[..., Any], takes_tangents: bool, compiled: bool
+    program: Callable[..., Any],
+    run: Callable[..., Any],
+    takes_tangents: bool,
+    compiled: bool,
+    x: Any = None,
+    tangents: Sequence[Any] | None = None,
 ) -> Callable[..., Any]:
     """``program`` with its common call made directly: an MLX ``x`` (and one
     MLX tangent of ``x``'s dtype), no context, outside any MLX transform of the
@@ -429,6 +434,23 @@ def _direct(
 
         return direct
 
+    def strict_with_tangents(x: Any, tangents: Any) -> Any:
+        # (the strict form: a strict runner has found an MLX x and one MLX tangent of
+        # x's dtype, and no context, as prepared)
+        try:
+            mx.async_eval(x)
+        except ValueError:
+            return program(x, tangents)
+        if lock is None:
+            output = call(x, [tangents[0]])
+        else:
+            with lock:
+                output = call(x, [tangents[0]])
+        mx.eval(output)
+        if output.__class__ is tuple and len(output) == 1 and output[0].__class__ is mx.array and output[0] is not x:
+            return output
+        return _unaliased(output, (x,))
+
     def direct_with_tangents(x: Any, tangents: Any, *values: Any) -> Any:
         if (
             values
@@ -453,6 +475,9 @@ def _direct(
             return output  # (the common result: one product)
         return _unaliased(output, (x,))
 
+    one = tangents is not None and len(tangents) == 1 and tangents[0].__class__ is mx.array
+    if x.__class__ is mx.array and one and tangents[0].dtype == x.dtype:  # type: ignore[index]
+        direct_with_tangents.strict_form = strict_with_tangents  # type: ignore[attr-defined]
     return direct_with_tangents
 
 
@@ -494,7 +519,17 @@ def _unaliased(output: Any, inputs: tuple[Any, ...]) -> Any:
                 return mx.array(output)
         return output
     if output.__class__ is tuple:
-        return tuple(_unaliased(item, inputs) for item in output)
+        # (the common case, nothing aliased, found in one walk: no call per element)
+        pending = list(output)
+        while pending:
+            item = pending.pop()
+            if item.__class__ is tuple:
+                pending.extend(item)
+            elif item.__class__ is mx.array:
+                for value in inputs:
+                    if item is value:
+                        return tuple(_unaliased(item, inputs) for item in output)
+        return output
     return output
 
 
