@@ -233,7 +233,7 @@ def test_a_hessian_under_jit_times_both_programs_and_names_the_one_it_keeps(
     prep.info: XLA's cost analysis ties them (the same bytes) where reverse over reverse
     ran in 0.3x (sum(x**2)) to 12x (sum(sin(x) x)) of the other's time. f is traced
     once per candidate; the results are that spelling's, to the last bit."""
-    from di.engines.jax import hessians
+    from di.backends import choosing
 
     timed: list[int] = []
 
@@ -242,7 +242,7 @@ def test_a_hessian_under_jit_times_both_programs_and_names_the_one_it_keeps(
         default(), other()  # (both run: the compiled programs, not f)
         return reverse, 0.5 if reverse else 1.5
 
-    monkeypatch.setattr(hessians, "faster_of", verdict)
+    monkeypatch.setattr(choosing, "faster_of", verdict)
     traced = []
 
     def f(x: Any) -> Any:
@@ -266,7 +266,7 @@ def test_a_hessian_under_jit_times_both_programs_and_names_the_one_it_keeps(
 def test_a_hessian_is_not_timed_small_eager_or_calling_back(monkeypatch: pytest.MonkeyPatch) -> None:
     """Below 64 elements, eager, or where f calls back into Python (which the timing
     would run at preparation), the Hessian is jax.hessian alone, with nothing timed."""
-    from di.engines.jax import hessians
+    from di.backends import choosing
 
     timed: list[int] = []
 
@@ -274,7 +274,7 @@ def test_a_hessian_is_not_timed_small_eager_or_calling_back(monkeypatch: pytest.
         timed.append(1)
         return True, 0.5
 
-    monkeypatch.setattr(hessians, "faster_of", never)
+    monkeypatch.setattr(choosing, "faster_of", never)
     traced, called_back = [], []
 
     def f(x: Any) -> Any:

@@ -494,6 +494,7 @@ def test_a_large_jacobian_times_both_graphs_and_names_the_one_it_keeps(
     preparation (the verdict is given here: the test reads no clock) and keeps the
     faster, saying which in prep.info; smaller x and an f with aux build the
     vectorized graph alone. The results are the Jacobian either way."""
+    from di.backends import choosing
     from di.engines.pytensor import jacobians
 
     timed: list[int] = []
@@ -503,7 +504,7 @@ def test_a_large_jacobian_times_both_graphs_and_names_the_one_it_keeps(
         np.testing.assert_allclose(other(), default(), rtol=1e-6)  # (both graphs, at x)
         return scan, 0.5 if scan else 1.5
 
-    monkeypatch.setattr(jacobians, "faster_of", verdict)
+    monkeypatch.setattr(choosing, "faster_of", verdict)
     monkeypatch.setattr(jacobians, "MEASURED_MIN_SIZE", 8)
 
     def cubic(x: Any) -> Any:

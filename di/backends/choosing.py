@@ -12,9 +12,12 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-__all__ = ["BUDGET_S", "MAX_ROUNDS", "faster_of"]
+if TYPE_CHECKING:
+    from di.backends.protocol import Programs
+
+__all__ = ["BUDGET_S", "MAX_ROUNDS", "faster_of", "timed_choice"]
 
 BUDGET_S = 0.1
 """What a timing at preparation spends at most, after one call of each: at least
@@ -33,7 +36,7 @@ def faster_of(
     """Whether ``other`` is clearly faster than ``default``, and the ratio of their
     best times (``other / default``): both called once, then timed interleaved, at
     least twice each and while the budget lasts (by ``clock``); ``other`` wins when
-    its best time is at most :data:`REVERSE_TIME_RATIO` of ``default``'s.
+    its best time is at most ``at_most`` of ``default``'s.
 
     Examples:
         >>> from di.backends.choosing import faster_of
@@ -59,3 +62,39 @@ def faster_of(
         rounds += 1
     ratio = best[1] / best[0] if best[0] > 0 else 1.0
     return ratio <= at_most, ratio
+
+
+def timed_choice(
+    default: Programs,
+    other: Programs,
+    run: Callable[[Programs], Callable[[], Any]],
+    at_most: float,
+    describe: Callable[[bool, float], str],
+) -> Programs:
+    """``other`` where :func:`faster_of` finds ``run(other)`` clearly faster than
+    ``run(default)``, else ``default``; each chosen program's ``spelling`` (what
+    ``prep.info`` shows) becomes ``describe(other_chosen, ratio)``.
+
+    If a timed call raises (``f`` fails at the prepared point), ``default`` is kept
+    as it is: the calls will raise the same error to the caller.
+
+    Examples:
+        >>> from di.backends.choosing import timed_choice
+        >>> class Program:
+        ...     spelling = ""
+        ...     def __call__(self):
+        ...         pass
+        >>> default, other = {"jacobian": Program()}, {"jacobian": Program()}
+        >>> chosen = timed_choice(default, other, lambda p: p["jacobian"], 1e9, lambda o, r: f"other: {o}")
+        >>> chosen is other, other["jacobian"].spelling
+        (True, 'other: True')
+    """
+    try:
+        chose_other, ratio = faster_of(run(default), run(other), at_most)
+    except Exception:
+        return default
+    programs = other if chose_other else default
+    spelling = describe(chose_other, ratio)
+    for program in programs.values():
+        program.spelling = spelling  # type: ignore[attr-defined]
+    return programs

@@ -20,7 +20,7 @@ from typing import Any
 
 import jax
 
-from di.backends.choosing import faster_of
+from di.backends.choosing import timed_choice
 from di.backends.processes import processes_of
 from di.backends.protocol import Programs
 from di.engines.jax.programs import size
@@ -80,15 +80,13 @@ def hessian_programs(
     def run(programs: Programs) -> Callable[[], Any]:
         return lambda: jax.block_until_ready(programs[plain](x, *values))
 
-    try:
-        chosen_reverse, ratio = faster_of(run(forward), run(reverse), REVERSE_TIME_RATIO)
-    except Exception:  # f fails at x0 when run (a checkify error): the calls will say so
-        return forward
-    programs = reverse if chosen_reverse else forward
-    note = (
-        f"{HESSIAN_SPELLINGS['reverse' if chosen_reverse else 'forward']}, chosen by timing both compiled "
-        f"programs at preparation (reverse over reverse took {ratio:.2f} of forward over reverse's time)"
-    )
-    for program in programs.values():
-        program.spelling = note  # type: ignore[attr-defined]
-    return programs
+    return timed_choice(
+        forward,
+        reverse,
+        run,
+        REVERSE_TIME_RATIO,
+        lambda chosen_reverse, ratio: (
+            f"{HESSIAN_SPELLINGS['reverse' if chosen_reverse else 'forward']}, chosen by timing both compiled "
+            f"programs at preparation (reverse over reverse took {ratio:.2f} of forward over reverse's time)"
+        ),
+    )  # (a checkify error of f at x0 keeps forward: the calls will raise it)

@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from di.backends.choosing import faster_of
+from di.backends.choosing import timed_choice
 from di.backends.processes import processes_of
 from di.backends.protocol import Programs
 from di.pytrees import tree_flatten
@@ -58,15 +58,13 @@ def jacobian_programs(build: Callable[[bool], Programs], x: Any, values: Sequenc
         program = programs["jacobian"]
         return lambda: program(x, *values)
 
-    try:
-        chosen_scan, ratio = faster_of(run(vectorized), run(scanned), SCAN_TIME_RATIO)
-    except Exception:  # f fails at x0 when run: the calls will say so
-        return vectorized
-    programs = scanned if chosen_scan else vectorized
-    note = (
-        f"{JACOBIAN_SPELLINGS[not chosen_scan]}, chosen by timing both compiled programs at preparation (the scan "
-        f"took {ratio:.2f} of the vectorized graph's time)"
+    return timed_choice(
+        vectorized,
+        scanned,
+        run,
+        SCAN_TIME_RATIO,
+        lambda chosen_scan, ratio: (
+            f"{JACOBIAN_SPELLINGS[not chosen_scan]}, chosen by timing both compiled programs at preparation (the "
+            f"scan took {ratio:.2f} of the vectorized graph's time)"
+        ),
     )
-    for program in programs.values():
-        program.spelling = note  # type: ignore[attr-defined]
-    return programs
