@@ -33,9 +33,9 @@ from di.engines.torch.base import TorchBase
 from di.engines.torch.compile import FALLS_BACK, break_in_di
 from di.engines.torch.eager import EagerPrograms
 from di.engines.torch.jacobians import batched_jvp_fails, forward_jacobian, per_tangent, reverse_jacobian, rows
-from di.engines.torch.lazy import built_on_first_use
+from di.engines.torch.lazy import eager_beside_traced, same
 from di.engines.torch.rules import REVERSE_RULES, RULES, cut_off_error
-from di.engines.torch.second_order import SecondOrderPrograms, same, spelled
+from di.engines.torch.second_order import SecondOrderPrograms, spelled
 from di.engines.torch.tensors import as_dtype
 from di.engines.torch.transforms import dynamo_compiling
 from di.errors import InvalidInputError, RecompileWarning
@@ -81,17 +81,14 @@ class FuncPrograms(SecondOrderPrograms):
                         stacklevel=caller_stacklevel(("di", "torch")),
                     )
 
-        def inside(x: Any, tangents: Any, contexts: Sequence[Context]) -> Programs:
-            return self._func_gradient(f, x, contexts, has_aux, fast=same)
-
-        lazy = built_on_first_use(inside, x, None, contexts, ("gradient", "value_and_gradient"))
-        if lazy is not None:
-            return self.eager.gradient(f, x, contexts, has_aux, lazy)
-
-        def eager(traced: Programs) -> Programs:
-            return self.eager.gradient(f, x, contexts, has_aux, traced)
-
-        return self._func_gradient(f, x, contexts, has_aux, fast=eager)
+        return eager_beside_traced(
+            lambda x, _, contexts, fast: self._func_gradient(f, x, contexts, has_aux, fast=fast),
+            lambda traced: self.eager.gradient(f, x, contexts, has_aux, traced),
+            x,
+            None,
+            contexts,
+            ("gradient", "value_and_gradient"),
+        )
 
     def _func_gradient(
         self,
@@ -161,17 +158,14 @@ class FuncPrograms(SecondOrderPrograms):
             except FALLS_BACK:
                 pass  # dynamo cannot trace f inside torch.func.vjp (graph breaks): compile f alone
 
-        def inside(x: Any, ty: Any, contexts: Sequence[Context]) -> Programs:
-            return self._func_pullback(f, x, ty, contexts, has_aux, fast=same)
-
-        lazy = built_on_first_use(inside, x, ty, contexts, ("pullback", "value_and_pullback"))
-        if lazy is not None:
-            return self.eager.pullback(f, x, ty, contexts, has_aux, lazy)
-
-        def eager(traced: Programs) -> Programs:
-            return self.eager.pullback(f, x, ty, contexts, has_aux, traced)
-
-        return self._func_pullback(f, x, ty, contexts, has_aux, fast=eager)
+        return eager_beside_traced(
+            lambda x, ty, contexts, fast: self._func_pullback(f, x, ty, contexts, has_aux, fast=fast),
+            lambda traced: self.eager.pullback(f, x, ty, contexts, has_aux, traced),
+            x,
+            ty,
+            contexts,
+            ("pullback", "value_and_pullback"),
+        )
 
     def _func_pullback(
         self,
@@ -220,18 +214,15 @@ class FuncPrograms(SecondOrderPrograms):
             programs = self._func_pushforward(f, x, tx, contexts, has_aux)
             return spelled(programs, _JVP + self._compiled_note())
 
-        def inside(x: Any, tx: Any, contexts: Sequence[Context]) -> Programs:
-            return self._func_pushforward(f, x, tx, contexts, has_aux, fast=same)
-
-        names = ("pushforward", "value_and_pushforward")
-        lazy = built_on_first_use(inside, x, tx, contexts, names)
-        if lazy is not None:
-            return spelled(self.eager.pushforward_by_double_vjp(f, x, tx, contexts, has_aux, lazy), _DOUBLE_VJP)
-
-        def eager(traced: Programs) -> Programs:
-            return self.eager.pushforward_by_double_vjp(f, x, tx, contexts, has_aux, traced)
-
-        return spelled(self._func_pushforward(f, x, tx, contexts, has_aux, fast=eager), _DOUBLE_VJP)
+        programs = eager_beside_traced(
+            lambda x, tx, contexts, fast: self._func_pushforward(f, x, tx, contexts, has_aux, fast=fast),
+            lambda traced: self.eager.pushforward_by_double_vjp(f, x, tx, contexts, has_aux, traced),
+            x,
+            tx,
+            contexts,
+            ("pushforward", "value_and_pushforward"),
+        )
+        return spelled(programs, _DOUBLE_VJP)
 
     def _func_pushforward(
         self,

@@ -14,7 +14,35 @@ from di.contexts import Context
 from di.engines.torch.family import transform_of
 from di.engines.torch.transforms import dynamo_compiling, inside_transform
 
-__all__ = ["built_on_first_use", "stand_in_maker"]
+__all__ = ["built_on_first_use", "eager_beside_traced", "same", "stand_in_maker"]
+
+
+def same(value: Any) -> Any:
+    """``value`` itself (the programs inside transforms are the ``torch.func`` ones as they are)."""
+    return value
+
+
+def eager_beside_traced(
+    traced: Callable[[Any, Any, Sequence[Context], Callable[[Programs], Programs]], Programs],
+    eager: Callable[[Programs], Programs],
+    x: Any,
+    tangents: Sequence[Any] | None,
+    contexts: Sequence[Context],
+    names: tuple[str, str],
+) -> Programs:
+    """An eager prep's programs: ``eager(inside)`` serves calls outside transforms,
+    the ``torch.func`` programs ``traced(x, tangents, contexts, fast)`` (with
+    ``fast`` :func:`same`) serve calls inside, built on their first use there
+    (:func:`built_on_first_use`), or now, with ``eager`` as their fast path, where
+    the prepared arguments have no stand-ins."""
+
+    def inside(x: Any, tangents: Any, contexts: Sequence[Context]) -> Programs:
+        return traced(x, tangents, contexts, same)
+
+    lazy = built_on_first_use(inside, x, tangents, contexts, names)
+    if lazy is not None:
+        return eager(lazy)
+    return traced(x, tangents, contexts, eager)
 
 
 def built_on_first_use(

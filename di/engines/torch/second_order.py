@@ -19,12 +19,12 @@ from di.contexts import Context
 from di.engines.torch.eager import EagerPrograms
 from di.engines.torch.func_builder import FuncBuilder
 from di.engines.torch.jacobians import forward_jacobian, per_tangent, reverse_jacobian
-from di.engines.torch.lazy import built_on_first_use
+from di.engines.torch.lazy import eager_beside_traced
 from di.engines.torch.rules import REVERSE_RULES
 from di.engines.torch.tensors import as_dtype
 from di.pytrees import is_pytree
 
-__all__ = ["BATCHED_HESSIAN_MAX_N", "SecondOrderPrograms", "same", "spelled"]
+__all__ = ["BATCHED_HESSIAN_MAX_N", "SecondOrderPrograms", "spelled"]
 
 _func = torch.func
 
@@ -33,11 +33,6 @@ BATCHED_HESSIAN_MAX_N = 1024
 the largest size measured here (0.5-0.8 of ``torch.func``'s reverse over reverse
 from n = 32 to 1e3); above it, ``torch.func``'s reverse over reverse (see
 :meth:`SecondOrderPrograms.hessian`)."""
-
-
-def same(value: Any) -> Any:
-    """``value`` itself (the programs inside transforms are the ``torch.func`` ones as they are)."""
-    return value
 
 
 _DOUBLE_BACKWARD = "double backward (torch.autograd.grad of the gradient along each tangent)"
@@ -70,18 +65,15 @@ class SecondOrderPrograms(FuncBuilder):
         if self.adapter.compiled or is_pytree(x):
             return spelled(self._func_hvp(f, x, tx, contexts), _FORWARD_OVER_REVERSE + self._compiled_note())
 
-        def inside(x: Any, tx: Any, contexts: Sequence[Context]) -> Programs:
-            return self._func_hvp(f, x, tx, contexts, fast=same)
-
-        names = ("hvp", "gradient_and_hvp")
-        lazy = built_on_first_use(inside, x, tx, contexts, names)
-        if lazy is not None:
-            return spelled(self.eager.hvp(f, x, tx, contexts, lazy), _DOUBLE_BACKWARD)
-
-        def eager(traced: Programs) -> Programs:
-            return self.eager.hvp(f, x, tx, contexts, traced)
-
-        return spelled(self._func_hvp(f, x, tx, contexts, fast=eager), _DOUBLE_BACKWARD)
+        programs = eager_beside_traced(
+            lambda x, tx, contexts, fast: self._func_hvp(f, x, tx, contexts, fast=fast),
+            lambda traced: self.eager.hvp(f, x, tx, contexts, traced),
+            x,
+            tx,
+            contexts,
+            ("hvp", "gradient_and_hvp"),
+        )
+        return spelled(programs, _DOUBLE_BACKWARD)
 
     def _compiled_note(self) -> str:
         return ", compiled" if self.adapter.compiles_now() else ""
@@ -130,17 +122,15 @@ class SecondOrderPrograms(FuncBuilder):
         if is_pytree(x) or math.prod(getattr(x, "shape", ())) > BATCHED_HESSIAN_MAX_N:
             return spelled(self._func_hessian(f, x, contexts, "reverse"), _JACREV_OF_GRAD)
 
-        def inside(x: Any, tangents: Any, contexts: Sequence[Context]) -> Programs:
-            return self._func_hessian(f, x, contexts, "reverse", fast=same)
-
-        lazy = built_on_first_use(inside, x, None, contexts, ("hessian", "value_gradient_and_hessian"))
-        if lazy is not None:
-            return spelled(self.eager.hessian_by_double_backward(f, x, contexts, lazy), _BATCHED_DOUBLE_BACKWARD)
-
-        def eager(traced: Programs) -> Programs:
-            return self.eager.hessian_by_double_backward(f, x, contexts, traced)
-
-        return spelled(self._func_hessian(f, x, contexts, "reverse", fast=eager), _BATCHED_DOUBLE_BACKWARD)
+        programs = eager_beside_traced(
+            lambda x, _, contexts, fast: self._func_hessian(f, x, contexts, "reverse", fast=fast),
+            lambda traced: self.eager.hessian_by_double_backward(f, x, contexts, traced),
+            x,
+            None,
+            contexts,
+            ("hessian", "value_gradient_and_hessian"),
+        )
+        return spelled(programs, _BATCHED_DOUBLE_BACKWARD)
 
     def _func_hessian(
         self,
