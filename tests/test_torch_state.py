@@ -420,26 +420,13 @@ def test_what_the_refusals_of_an_autograd_function_say_works_does() -> None:
     assert type(info.value) is NotImplementedError
 
 
-class _OnceDifferentiable(torch.autograd.Function):
-    """A jvp rule and a backward marked once_differentiable (a derivative of 3)."""
-
-    @staticmethod
-    def forward(x: Any) -> Any:
-        xp = di.array_namespace(x)
-        return xp.sin(x)
-
-    @staticmethod
-    def setup_context(ctx: Any, inputs: Any, output: Any) -> None:
-        pass
+class _OnceDifferentiable(_WithJvp):
+    """_WithJvp's rules, its backward marked once_differentiable (a derivative of 3)."""
 
     @staticmethod
     @torch.autograd.function.once_differentiable
     def backward(ctx: Any, g: Any) -> Any:
         return 3.0 * g
-
-    @staticmethod
-    def jvp(ctx: Any, t: Any) -> Any:
-        return 3.0 * t
 
 
 def test_eager_pushforward_of_a_once_differentiable_backward_runs_forward_mode() -> None:

@@ -105,18 +105,20 @@ def _numpy_view(shared: Callable[[Any], Any]) -> Callable[[Any], Any]:
 
 def to_family(value: Any, family: str) -> Any:
     """A context value for ``f``: arrays (and the array leaves of pytrees) in ``family``."""
-    if family_of(value) is not None:
-        return handover(value, family)
-    if is_pytree(value):
-        return tree_map(lambda leaf: handover(leaf, family) if family_of(leaf) is not None else leaf, value)
-    return value
+    return _arrays_as(value, family, handover)
 
 
 def views(value: Any, family: str) -> Any:
     """A context value for a linearization that takes NumPy: arrays (and the array
     leaves of pytrees) as :func:`numpy_view` gives them."""
+    return _arrays_as(value, family, numpy_view)
+
+
+def _arrays_as(value: Any, family: str, convert: Callable[[Any, str], Any]) -> Any:
+    """``value`` with ``convert(array, family)`` for it, if an array, or for each array
+    leaf of it, if a pytree."""
     if family_of(value) is not None:
-        return numpy_view(value, family)
+        return convert(value, family)
     if is_pytree(value):
-        return tree_map(lambda leaf: numpy_view(leaf, family) if family_of(leaf) is not None else leaf, value)
+        return tree_map(lambda leaf: convert(leaf, family) if family_of(leaf) is not None else leaf, value)
     return value
