@@ -34,7 +34,7 @@ from di.backends.registry import get_adapter
 from di.backends.source import ProgramSource
 from di.contexts import Context, rewrap_context
 from di.errors import InvalidInputError, UnsupportedOperatorError
-from di.families import converter, family_of, get_family, identity
+from di.families import converter, family_of, identity
 from di.prep.info import StrategyInfo
 from di.pytrees import is_pytree
 from di.sparse.assembly import assembler, chunks, numpy_dtype, solver
@@ -340,16 +340,8 @@ class SparseSource(CompressedProducts, ProgramSource):
             def finish(flat: Any) -> Any:
                 return assemble(solve(flat))
 
-        block = get_family(self.family).block
-
         def full(x: Any, *values: Any) -> Any:
-            outputs = full_program(x, *values)
-            if to_caller is not identity:
-                # every output evaluated together before any is converted: a lazy engine (MLX) then
-                # runs the program's graph once, not once per output with its shared nodes half
-                # evaluated (an MLX float64 sum in such a partial evaluation was seen never to end)
-                block(outputs)
-            *others, result = outputs
+            *others, result = full_program(x, *values)
             return (*[_as_array(to_caller(value)) for value in others], finish(result))
 
         def plain(x: Any, *values: Any) -> Any:
