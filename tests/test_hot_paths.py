@@ -624,11 +624,13 @@ def test_a_prepared_call_enters_few_functions_of_di(case: str, most: int) -> Non
 
 
 @pytest.mark.parametrize("operator", ["pushforward", "pullback", "hvp"])
-def test_a_compiled_jax_tangent_call_enters_three_functions_of_di(operator: str) -> None:
+def test_a_compiled_jax_tangent_call_enters_two_functions_of_di(operator: str) -> None:
     """AutoJAX(jit=True) pushforward, pullback and hvp at a JAX x and tangent: the
-    operator function, the runner (x and the tangent tested by their abstract value,
-    inline) and the program putting the one result in a tuple; 5 before the abstract
-    values were tested inline. A tangent of another shape is still refused."""
+    operator function and the runner (x and the tangent tested by their abstract value,
+    inline; the jitted function called by it, its one result put in a tuple there);
+    3 before the runner called the jitted function itself, 5 before the abstract
+    values were tested inline. A tangent of another shape is still refused, and a
+    strict prep of a NumPy tangent takes the same path."""
     backend, x, v = di.AutoJAX(jit=True), jnp.array([1.0, 2.0]), jnp.array([1.0, -1.0])
     f: Any = _square_sum if operator == "hvp" else (lambda x: x * x)
     prepare, call = getattr(di, f"prepare_{operator}"), getattr(di, operator)
@@ -636,20 +638,31 @@ def test_a_compiled_jax_tangent_call_enters_three_functions_of_di(operator: str)
     call(f, prep, backend, x, (v,))
     results: list[Any] = []
     entered = _di_functions_entered(lambda: results.append(call(f, prep, backend, x, (v,))))
-    assert entered[0] == "dispatch" and len(entered) <= 3, entered
+    assert entered[0] == "dispatch" and len(entered) <= 2, entered
     expected = [2.0, -2.0] if operator == "hvp" else [2.0, -4.0]  # 2 v; 2 x * v
+    assert results[0].__class__ is tuple and len(results[0]) == 1
     np.testing.assert_allclose(results[0][0], expected)
     with pytest.raises(di.PreparationMismatchError, match="differs"):
         call(f, prep, backend, x, (jnp.ones(3),))
+    with pytest.raises(di.PreparationMismatchError, match="differs"):
+        call(f, prep, backend, x, (np.array([1.0, -1.0], dtype=np.float32),))
+    numpy_v = np.array([1.0, -1.0], dtype=np.float32)
+    prep = prepare(f, backend, x, (numpy_v,))
+    call(f, prep, backend, x, (numpy_v,))
+    entered = _di_functions_entered(lambda: results.append(call(f, prep, backend, x, (numpy_v,))))
+    assert len(entered) <= 2, entered
+    np.testing.assert_allclose(results[-1][0], expected)
 
 
 def test_the_everyday_torch_ml_call_takes_the_short_path() -> None:
     """value_and_gradient with has_aux of a parameter dict, with a batch (X, y) as one
     Constant, on eager AutoTorch(): the short path a torch user writes (detach each
     leaf, f, torch.autograd.grad), aux detached and its own memory; counted, not
-    timed: 10 functions of di (12 before the runner called each pytree's leaves and their
-    check inline, 22 before aux's family check, aux's detaching, the alias loop and the
-    split of (y, aux) were folded) where the general path entered 82."""
+    timed: 6 functions of di (10 before the batch's requires_grad, aux's detaching, the
+    tree gradient's backward and aux's family check went inline; 12 before the runner
+    called each pytree's leaves and their check inline, 22 before aux's family check,
+    aux's detaching, the alias loop and the split of (y, aux) were folded) where the
+    general path entered 82."""
     torch.manual_seed(0)
     params = {"w": torch.randn(3, 4), "b": torch.randn(4), "scale": torch.tensor(0.5)}
     batch = (torch.randn(5, 3), torch.randn(5, 4))
@@ -667,7 +680,7 @@ def test_the_everyday_torch_ml_call_takes_the_short_path() -> None:
     entered = _di_functions_entered(
         lambda: results.append(di.value_and_gradient(loss, prep, backend, params, context, has_aux=True))
     )
-    assert "run_tree_gradient" in entered and "wants_graph" not in entered and len(entered) <= 10, entered
+    assert "run_tree_gradient" in entered and "wants_graph" not in entered and len(entered) <= 6, entered
     (value, aux), grads = results[0]
     leaves = {name: t.detach().requires_grad_() for name, t in params.items()}
     expected_value, expected_aux = loss(leaves, batch)
@@ -689,12 +702,48 @@ def test_the_everyday_torch_ml_call_takes_the_short_path() -> None:
     assert aux["X"].untyped_storage().data_ptr() != batch[0].untyped_storage().data_ptr()
 
 
+def test_the_torch_tree_gradient_s_short_path_leaves_other_batches_and_aux_to_the_general_one() -> None:
+    """What the short path of a torch tree gradient asks inline (whether a tuple
+    Constant's tensors require grad; whether aux is a flat dict of tensors f
+    computed) sends everything else to the general path, as before: a batch tensor
+    that requires grad keeps its graph (the value's gradient flows into it), and an
+    aux holding a view of a parameter, or a float, comes back as the general path
+    gives it (the view a copy: never the caller's memory)."""
+    params = {"w": torch.tensor([1.0, 2.0]), "b": torch.tensor(0.5)}
+    X = torch.tensor([3.0, -1.0], requires_grad=True)
+    backend = di.AutoTorch()
+
+    def loss(p: Any, batch: Any) -> Any:
+        X, scale = batch
+        xp = di.array_namespace(X)
+        return scale * xp.sum(p["w"] * X) + p["b"], {"row": p["w"][:1], "note": 2.5}
+
+    context = di.Constant((X, torch.tensor(2.0)))
+    prep = di.prepare_gradient(loss, backend, params, context, has_aux=True)
+    (value, aux), grads = di.value_and_gradient(loss, prep, backend, params, context, has_aux=True)
+    torch.testing.assert_close(grads["w"], torch.tensor([6.0, -2.0]))
+    torch.testing.assert_close(grads["b"], torch.tensor(1.0))
+    (gradient_of_x,) = torch.autograd.grad(value, X)  # the batch's graph was kept
+    torch.testing.assert_close(gradient_of_x, torch.tensor([2.0, 4.0]))
+    assert aux["note"] == 2.5
+    torch.testing.assert_close(aux["row"], torch.tensor([1.0]))
+    assert aux["row"].untyped_storage().data_ptr() != params["w"].untyped_storage().data_ptr()
+
+    plain = di.Constant((X.detach(), torch.tensor(2.0)))
+    prep = di.prepare_gradient(loss, backend, params, plain, has_aux=True)
+    (value, aux), grads = di.value_and_gradient(loss, prep, backend, params, plain, has_aux=True)
+    assert not value.requires_grad and aux["note"] == 2.5 and not aux["row"].requires_grad
+    torch.testing.assert_close(grads["w"], torch.tensor([6.0, -2.0]))
+    assert aux["row"].untyped_storage().data_ptr() != params["w"].untyped_storage().data_ptr()
+
+
 def test_the_everyday_jax_ml_call_enters_few_functions_of_di() -> None:
     """The same call on AutoJAX(jit=True) (the combined program compiled by its first
-    call, aux joined, the gradient put in the dict's own key order): 7 functions of di
+    call, aux joined, the gradient put in the dict's own key order): 6 functions of di
     per call, counted, not timed: the operator function, the runner, the unflattening of
     the trace's aux record (called by JAX), and the finishing steps the runner calls one
-    after the other (aux joined, the key order, aux's layout and family). 17 before the
+    after the other (aux joined, the key order, aux's layout and family check in one).
+    7 before aux's family check went into its layout; 17 before the
     steps left their wrappers and the key order was one generated function; 25 before
     the compiled executable was called directly, the key order rebuilt without its
     bookkeeping and aux's family recognised by one loop."""
@@ -714,7 +763,7 @@ def test_the_everyday_jax_ml_call_enters_few_functions_of_di() -> None:
     entered = _di_functions_entered(
         lambda: results.append(di.value_and_gradient(loss, prep, backend, params, context, has_aux=True))
     )
-    assert entered[0] == "dispatch" and len(entered) <= 7, entered
+    assert entered[0] == "dispatch" and len(entered) <= 6, entered
     (value, aux), grads = results[0]
     (expected_value, expected_aux), expected = jax.value_and_grad(loss, has_aux=True)(params, batch)
     np.testing.assert_allclose(value, expected_value, rtol=1e-6)

@@ -183,6 +183,8 @@ def aux_converter(from_family: str, to_family: str) -> Callable[[Any], Any]:
             return aux
         return tree_map(convert_leaf, aux)
 
+    # (for a step that lays aux out to test a flat dict's classes inline: a Python call fewer)
+    in_place.own_classes = own_classes  # type: ignore[attr-defined]
     return in_place
 
 

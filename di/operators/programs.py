@@ -334,15 +334,42 @@ def _aux_layout(operator: Operator, programs: Programs, engine_family: str, fami
     of ``aux`` are brought into the caller's family, its other leaves untouched."""
     aux_to_caller = aux_converter(engine_family, family)
     plain_name = operator.names[0]
+    own_classes: set[type] | None = getattr(aux_to_caller, "own_classes", None)
 
     # (finishing steps of the program's result, which a prep's runner calls in its own frame)
-    def plain(output: Any) -> Any:
-        result, aux = output
-        return result, aux_to_caller(aux)
+    if own_classes is None:
 
-    def combined(output: Any) -> Any:
-        (y, result), aux = output
-        return (y, aux_to_caller(aux)), result
+        def plain(output: Any) -> Any:
+            result, aux = output
+            return result, aux_to_caller(aux)
+
+        def combined(output: Any) -> Any:
+            (y, result), aux = output
+            return (y, aux_to_caller(aux)), result
+
+    else:
+        # aux in the caller's family already when its engine's is (the usual aux, a flat
+        # dict of the engine's arrays): recognised inline, as aux_to_caller would, a call fewer
+
+        def plain(output: Any) -> Any:
+            result, aux = output
+            if aux.__class__ is dict:
+                for item in aux.values():
+                    if item.__class__ not in own_classes:
+                        break
+                else:
+                    return output
+            return result, aux_to_caller(aux)
+
+        def combined(output: Any) -> Any:
+            (y, result), aux = output
+            if aux.__class__ is dict:
+                for item in aux.values():
+                    if item.__class__ not in own_classes:
+                        break
+                else:
+                    return (y, aux), result
+            return (y, aux_to_caller(aux)), result
 
     def wrap(name: str, program: Callable[..., Any]) -> Callable[..., Any]:
         return finished(program, plain if name == plain_name else combined)

@@ -195,6 +195,7 @@ class _Shape(NamedTuple):
     contexts: int
     inline: tuple[bool | str, ...]  # each argument compared (x, tangents, context values): how (_inline)
     through_cell: bool = False  # a program checking its arguments: its executable called through its cell
+    boxed: bool = False  # a strict form whose one result the runner puts in a tuple (_boxed_form)
 
     @property
     def compares(self) -> bool:
@@ -231,7 +232,9 @@ def _shape_and_constants(
         called = program if executable is None else cell if through_cell else executable
         constants += (called, refused, rejected)
     elif kind == _WITH_TANGENTS:
-        fast = _strict_form(program) if strict else program
+        boxed_form = _boxed_form(prep, program) if strict else None
+        boxed = boxed_form is not None
+        fast = boxed_form if boxed_form is not None else _strict_form(program) if strict else program
         constants += (fast, _miss if probing else prep.refuse_tangent_call, prep.explain_error)
         if strict:
             constants.append(_miss if probing else _mismatched_with_tangents(prep, program, finish))
@@ -253,7 +256,17 @@ def _shape_and_constants(
         if compares:
             constants.extend(_test_constants(test, next(marks)))
     cells = tuple(step.__class__ is list for step in steps)
-    key = (strict, kind, cells, len(prep.tangent_tests), len(prep.context_tests), tuple(inline), through_cell)
+    key: tuple[Any, ...] = (
+        strict,
+        kind,
+        cells,
+        len(prep.tangent_tests),
+        len(prep.context_tests),
+        tuple(inline),
+        through_cell,
+    )
+    if kind == _WITH_TANGENTS and boxed:
+        key += (True,)
     return key, constants
 
 
@@ -293,6 +306,21 @@ def _strict_form(program: Callable[..., Any]) -> Callable[..., Any]:
     The comparison's slow path (a difference, or arguments the prep takes as
     something else) calls the program itself."""
     return getattr(program, "strict_form", None) or program
+
+
+def _boxed_form(prep: Prepared, program: Callable[..., Any]) -> Callable[..., Any] | None:
+    """What a strict runner with one tangent calls once its comparison has passed,
+    when the program offers it (``boxed_strict_form``: a function returning the one
+    result bare, and which classes of tangent it takes) and the prepared tangent is
+    of such a class: the runner puts the result in the tuple the program would
+    have built (a Python call fewer). ``None`` otherwise."""
+    form = getattr(program, "boxed_strict_form", None)
+    if form is None or len(prep.tangent_tests) != 1:
+        return None
+    function, takes = form
+    test = prep.tangent_tests[0]
+    found = test.fields if test.fields is not None else test.shortcut
+    return function if found is not None and takes(found[0]) else None
 
 
 def _parameters(shape: _Shape) -> tuple[list[str], list[str]]:
@@ -394,7 +422,7 @@ def _source(shape: _Shape) -> str:
     elif tangents:
         body += [
             "try:",
-            f"    result = program(x, tangents{values})",
+            f"    result = {'(' if shape.boxed else ''}program(x, tangents{values}){',)' if shape.boxed else ''}",
             "except Exception as error:",
             "    explain(error, x, tangents, contexts)",
             "    raise",

@@ -264,6 +264,10 @@ def wrap(
                     return (with_t_plain(x, tangents, *values),)
                 return with_t_plain(x, tangents, *values)
 
+            # What a strict runner calls once it has compared x and the one tangent with the
+            # prepared ones (of a class jit takes as it is): the jitted function itself, its
+            # result put in a tuple by the runner (a Python call fewer per call)
+            with_one_t_plain.boxed_strict_form = (function, _taken_as_is)  # type: ignore[attr-defined]
             program = with_one_t_plain
     elif with_tangents:
 
@@ -283,6 +287,11 @@ def wrap(
 
         program = converted
     return in_x64(program) if x64 else program
+
+
+def _taken_as_is(cls: type) -> bool:
+    """Whether jit takes arguments of class ``cls`` as they are (NumPy's and JAX's arrays)."""
+    return cls is np.ndarray or issubclass(cls, jax.Array)
 
 
 def value_only(checked: Callable[..., Any]) -> Callable[..., Any]:

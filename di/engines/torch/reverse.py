@@ -26,6 +26,7 @@ from di.engines.torch.ownership import addresses, owned_aux, unshared
 from di.engines.torch.rules import REVERSE_RULES, refuse_cut_off
 from di.engines.torch.tensors import leaf, like, normal_tensors, recording, requires_grad
 from di.engines.torch.transforms import dynamo_compiling
+from di.engines.torch.tree_gradient import differentiable_as_is, tree_gradient_program, zeros_where_unused
 from di.families import converter, family_of, identity
 from di.pytrees import is_pytree, tree_flatten
 from di.pytrees.structure import Structure
@@ -126,10 +127,10 @@ class Reverse:
         if not connect and self.torch_leaves:
             if not self.own_leaves:
                 differentiated = tuple([leaf(t) for t in leaves])
-            elif _differentiable_as_is(leaves):
+            elif differentiable_as_is(leaves):
                 return x, tuple(leaves)
             else:
-                differentiated = tuple([t if _differentiable_as_is((t,)) else leaf(t) for t in leaves])
+                differentiated = tuple([t if differentiable_as_is((t,)) else leaf(t) for t in leaves])
             return structure.unflatten(differentiated), differentiated
         tensors = leaves if self.torch_leaves else [converter(family_of(item), "torch")(item) for item in leaves]
         differentiated = tuple(alias(t, connect) for t in tensors)
@@ -261,104 +262,11 @@ class Reverse:
                 raise_translated(err, backend, operator, REVERSE_RULES)
 
         if tree:  # results are rebuilt with x's own structure (its dict order kept)
-            gradient = self._tree_gradient_program(backward, run, with_value, traced)
+            gradient = tree_gradient_program(self, run, with_value, traced)
             program = run if gradient is None else gradient
             program.keeps_x_structure = True  # type: ignore[attr-defined]
             return program
         return run_plain if plain_x and not caches else run
-
-    def _tree_gradient_program(
-        self,
-        backward: Backward,
-        run: Callable[..., Any],
-        with_value: bool,
-        traced: Callable[..., Any] | None,
-    ) -> Callable[..., Any] | None:
-        """The hot path of a gradient at a pytree ``x`` of tensors: what a torch
-        user writes, and little else; ``run`` serves every other call. Two kinds
-        of ``x`` take it: a model's parameters (leaf tensors that require grad,
-        differentiated as they are, as ``torch.autograd.grad`` does, where ``f`` is
-        not compiled; with ``create_graph`` left on, the results keep their graph,
-        as ``torch.autograd.grad(..., create_graph=True)`` gives them), and plain
-        tensors that do not require grad (nor do the context values),
-        differentiated through detached aliases. With ``has_aux``, ``aux``'s tensors
-        are returned detached (:func:`~di.engines.torch.ownership.owned_aux`).
-        ``None`` where the prep cannot take it (contexts to convert or write,
-        another operator)."""
-        if not self.torch_leaves or self.convert_any or self.caches:
-            return None
-        if self.operator != "gradient" or self.structure is None:
-            return None
-        f, backend, operator, structure = self.f, self.backend, self.operator, self.structure
-        leaves_of, unflatten, constants = structure.leaves, structure.unflatten, self.constants
-        as_is, keeps_graph, has_aux = self.own_leaves, self.keeps_graph, self.has_aux
-        tensor, is_grad_enabled, conversions = torch.Tensor, torch.is_grad_enabled, REVERSE_RULES.conversion_errors
-        is_compiling, transforms_active = dynamo_compiling, torch._C._are_functorch_transforms_active
-
-        def run_tree_gradient(x: Any, *values: Any) -> Any:
-            if not is_grad_enabled() or (
-                traced is not None and (is_compiling() or transforms_active() or dual._current_level >= 0)
-            ):
-                return run(x, *values)
-            leaves = leaves_of(x)
-            if leaves is None:
-                return run(x, *values)
-            # (a first leaf that does not require grad rules the as-is path out without a call)
-            first_asks = not leaves or getattr(leaves[0], "requires_grad", False)
-            if as_is and first_asks and _differentiable_as_is(leaves):
-                # they ask for the caller's graph where it is kept
-                argument, differentiated, connect = x, tuple(leaves), keeps_graph
-            else:
-                connect = False
-                for i in constants:
-                    if requires_grad(values[i]):
-                        return run(x, *values)
-                aliases = []
-                try:
-                    for t in leaves:  # a tensor that requires grad may ask for the caller's graph
-                        if t.__class__ is not tensor or t.requires_grad:
-                            return run(x, *values)
-                        aliases.append(t.detach().requires_grad_())
-                except RuntimeError:  # inference tensors: run clones them
-                    return run(x, *values)
-                differentiated = tuple(aliases)
-                argument = unflatten(differentiated)
-            try:
-                y = f(argument, *values)
-                if has_aux:
-                    if y.__class__ is tuple and len(y) == 2:  # (split_output's common case, inline)
-                        y, aux = y
-                    else:
-                        y, aux = split_output(y, backend, operator)
-                if y.__class__ is not tensor or not y.requires_grad:
-                    y = check_output(y, differentiated, backend, operator, REVERSE_RULES)
-                result = unflatten(backward(y, differentiated, None, connect))
-            except conversions as err:  # torch refused NumPy, or a write into x, inside f: say why
-                raise_translated(err, backend, operator, REVERSE_RULES)
-            if with_value:
-                value = y if connect else y.detach()
-                if y._base is not None or y.grad_fn is None:  # a leaf of x (or a view of one): copied
-                    value = unshared(value, addresses(differentiated, values))
-                result = (value.reshape(()) if value.ndim else value), result
-            if has_aux:
-                # (no context value requires grad here: a tensor with a graph f computed)
-                return result, owned_aux(aux, lambda: addresses(differentiated, values), not connect, computed=True)
-            return result
-
-        return run_tree_gradient
-
-
-def _differentiable_as_is(tensors: Sequence[Any]) -> bool:
-    """Whether ``torch.autograd.grad`` may differentiate with respect to each of
-    ``tensors`` itself, unconnected to the caller's graph: a leaf that requires
-    grad, as a model's parameter is; not a non-leaf (its gradient would be taken
-    into the graph that made it), not an inference tensor (autograd cannot save
-    those), not one with hooks of the caller's (they would run, and could change
-    the result). One loop: it runs at every call."""
-    for t in tensors:
-        if not (t.requires_grad and t.is_leaf and t._backward_hooks is None and not t.is_inference()):
-            return False
-    return True
 
 
 def _own_buffers(values: Sequence[Any], caches: Sequence[int]) -> tuple[Any, ...]:
@@ -415,7 +323,7 @@ def gradient_backward(backend: Any, tree: bool = False) -> Backward:
             raise
         for d in grads:
             if d is None:  # f does not use some leaves: zeros, as for an array x
-                return tuple(torch.zeros_like(a) if d is None else d for a, d in zip(leaves, grads))
+                return zeros_where_unused(leaves, grads)
         return grads
 
     return tree_backward if tree else backward
