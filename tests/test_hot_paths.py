@@ -737,6 +737,43 @@ def test_the_torch_tree_gradient_s_short_path_leaves_other_batches_and_aux_to_th
     assert aux["row"].untyped_storage().data_ptr() != params["w"].untyped_storage().data_ptr()
 
 
+@pytest.mark.parametrize("caller", ["jax", "numpy"])
+def test_the_key_order_step_lays_aux_out_for_every_kind_of_aux_and_structure(caller: str) -> None:
+    """On AutoJAX(jit=True) a dict x's key order step also lays aux out (one
+    generated function): the plain and combined forms, aux of the caller's arrays,
+    aux with other leaves, a NumPy caller's aux converted, and a strict=False
+    prep given another structure (the fallback) all come back as JAX lays them out,
+    in x's key order."""
+    backend = di.AutoJAX(jit=True)
+    as_caller: Any = jnp.asarray if caller == "jax" else (lambda v: np.asarray(v, dtype=np.float32))
+    params = {"w": as_caller([1.0, 2.0]), "b": as_caller(0.5)}  # (not sorted keys)
+
+    def loss(p: Any, scale: Any) -> Any:
+        xp = di.array_namespace(p["w"])
+        y = scale * xp.sum(p["w"] ** 2) + p["b"]
+        return y, {"mean": xp.mean(p["w"]), "note": "ok", "n": 2}
+
+    context = di.Constant(as_caller(3.0))
+    for strict in (True, False):
+        prep = di.prepare_gradient(loss, backend, params, context, has_aux=True, strict=strict)
+        for _ in range(3):  # (the first call fixes the generated step)
+            (value, aux), grads = di.value_and_gradient(loss, prep, backend, params, context, has_aux=True)
+            plain, plain_aux = di.gradient(loss, prep, backend, params, context, has_aux=True)
+            for result, kept in ((grads, aux), (plain, plain_aux)):
+                assert list(result) == ["w", "b"]
+                np.testing.assert_allclose(np.asarray(result["w"]), [6.0, 12.0])
+                np.testing.assert_allclose(np.asarray(result["b"]), 1.0)
+                assert list(kept) == ["mean", "note", "n"] and kept["note"] == "ok" and kept["n"] == 2
+                assert di.families.family_of(kept["mean"]) == caller
+                np.testing.assert_allclose(np.asarray(kept["mean"]), 1.5)
+            np.testing.assert_allclose(np.asarray(value), 15.5)
+    other = {"w": as_caller([1.0, 2.0, 3.0]), "b": as_caller(0.5), "c": as_caller(1.0)}
+    (value, aux), grads = di.value_and_gradient(loss, prep, backend, other, context, has_aux=True)
+    assert set(grads) == {"w", "b", "c"} and aux["note"] == "ok"
+    np.testing.assert_allclose(np.asarray(grads["w"]), [6.0, 12.0, 18.0])
+    np.testing.assert_allclose(np.asarray(value), 42.5)
+
+
 def test_the_everyday_jax_ml_call_enters_few_functions_of_di() -> None:
     """The same call on AutoJAX(jit=True) (the combined program compiled by its first
     call, aux joined, the gradient put in the dict's own key order): 6 functions of di

@@ -7,7 +7,7 @@ from __future__ import annotations
 import functools
 import os
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 from di.backends.aux import with_aux
 from di.families import family_of
@@ -15,9 +15,24 @@ from di.operators.table import Operator
 from di.prep.finish import finished, split_finish
 from di.pytrees import is_pytree, tree_flatten, tree_unflatten
 
-__all__ = ["OutputOrder", "in_caller_order"]
+__all__ = ["AuxLayout", "OutputOrder", "in_caller_order"]
 
 Programs = dict[str, Callable[..., Any]]
+
+
+class AuxLayout(NamedTuple):
+    """How the programs of a prep with ``has_aux`` lay their ``(result, aux)`` out
+    for the caller (:func:`di.operators.programs`' ``_aux_layout``), for a key order
+    step to do it in the same call: ``steps``, each program's layout step by name;
+    ``combined``, the names whose result is ``((y, aux), result)`` (the others'
+    ``(result, aux)``); ``to_caller``, ``aux`` brought into the caller's family;
+    ``own_classes``, the classes of a flat dict's values that ``to_caller`` gives back
+    as they are (``None``: it always converts)."""
+
+    steps: dict[str, Callable[[Any], Any]]
+    combined: frozenset[str]
+    to_caller: Callable[[Any], Any]
+    own_classes: set[type] | None
 
 
 class OutputOrder:
@@ -43,13 +58,20 @@ class OutputOrder:
 
 
 def in_caller_order(
-    operator: Operator, programs: Programs, x: Any, has_aux: bool, output: OutputOrder | None
+    operator: Operator,
+    programs: Programs,
+    x: Any,
+    has_aux: bool,
+    output: OutputOrder | None,
+    aux_layout: AuxLayout | None = None,
 ) -> Programs:
     """Give results the exact structure of ``x`` and of ``f``'s output wherever they
     hold them, at any depth (a Jacobian of a pytree output is ``f``'s structure
     holding ``x``'s, a Hessian ``x``'s holding ``x``'s): an engine such as JAX
     rebuilds dicts with sorted keys; the caller's key order is kept. ``f``'s
-    order is known from ``output`` (engines that keep it need none)."""
+    order is known from ``output`` (engines that keep it need none). With
+    ``aux_layout``, a program given a key order step has its ``aux`` laid out by
+    that step too (one call, not two), and is marked ``laid_out``."""
     x_spec = tree_flatten(x)[1] if is_pytree(x) else None
     if x_spec is not None and x_spec.is_leaf():  # a node only the engine knows: the engine's structure
         return programs
@@ -127,6 +149,7 @@ def in_caller_order(
 
             return finished(inner, converted_in_order)
 
+        lay = None if aux_layout is None else aux_layout.steps.get(name)
         finish = with_aux(has_aux, restructure)
         # An engine that keeps the structures needs no rebuilding: the first result says
         # so, for every later one (the program's output structure follows its input's,
@@ -138,6 +161,10 @@ def in_caller_order(
         fixed_layout = output is None and not layout[-1].endswith("*")
 
         def ordered(result: Any) -> Any:  # (the runner calls it through its cell)
+            fixed = in_order(result)
+            return fixed if lay is None else lay(fixed)
+
+        def in_order(result: Any) -> Any:
             fast = direct[0]
             if fast is not None:
                 try:
@@ -157,14 +184,20 @@ def in_caller_order(
                     direct[0] = _with_aux_kept(rebuilder) if has_aux else rebuilder
                     skeleton = _skeleton(specs[None])
                     # from now on one generated function, this one its fallback
-                    fast = _generated_rebuilder((skeleton, 0) if has_aux else skeleton, ordered)
+                    if lay is not None and aux_layout is not None:
+                        fast = _generated_laid_out(skeleton, ordered, aux_layout, name in aux_layout.combined)
+                    else:
+                        fast = _generated_rebuilder((skeleton, 0) if has_aux else skeleton, ordered)
                     if fast is not None:
                         cell[0] = fast
             return fixed
 
         cell: list[Callable[[Any], Any]] = [ordered]
         ordered.cell = cell  # type: ignore[attr-defined]
-        return finished(program, ordered)
+        ordered_program = finished(program, ordered)
+        if lay is not None:
+            ordered_program.laid_out = True  # type: ignore[attr-defined]
+        return ordered_program
 
     return {name: wrap(name, program) for name, program in programs.items()}
 
@@ -269,6 +302,29 @@ def _generated_rebuilder(skeleton: Any, fallback: Callable[[Any], Any]) -> Calla
         return None
     checks: list[str] = []
     constants: dict[str, Any] = {}
+    built = _node_source(skeleton, "value", checks, constants)
+    source = "\n".join(
+        [
+            "def rebuilt(value):",
+            "    try:",
+            f"        if {' and '.join(checks) or 'True'}:",
+            f"            return {built}",
+            "    except (KeyError, IndexError, TypeError):",
+            "        pass",
+            "    return fallback(value)",
+        ]
+    )
+    namespace: dict[str, Any] = {"fallback": fallback, **constants}
+    # (named beside this module, as the runners are: a traceback shows where it was made)
+    exec(compile(source, os.path.join(os.path.dirname(__file__), "<rebuilt>"), "exec"), namespace)
+    return namespace["rebuilt"]  # type: ignore[no-any-return]
+
+
+def _node_source(skeleton: Any, expression: str, checks: list[str], constants: dict[str, Any]) -> str:
+    """The source rebuilding the node ``expression`` of a result as ``skeleton`` says
+    (see :func:`_generated_rebuilder`), adding the tests of its nodes' kinds and
+    sizes to ``checks`` (each node bound to a name ``n<i>``) and the keys that are
+    no literal to ``constants``."""
 
     def key(value: Any) -> str:
         if value.__class__ in (str, int):
@@ -295,22 +351,68 @@ def _generated_rebuilder(skeleton: Any, fallback: Callable[[Any], Any]) -> Calla
             return "(" + "".join(f"{part}, " for part in parts) + ")"
         return "[" + ", ".join(parts) + "]"
 
-    built = node(skeleton, "value")
+    return node(skeleton, expression)
+
+
+_AUX = "\x00"
+"""Where ``aux`` goes in a laid-out result's source (a character no key's ``repr`` holds)."""
+
+
+def _generated_laid_out(
+    skeleton: Any, fallback: Callable[[Any], Any], aux_layout: AuxLayout, combined: bool
+) -> Callable[[Any], Any] | None:
+    """:func:`_generated_rebuilder` of a ``(result, aux)`` pair whose result has the
+    structure of ``skeleton``, laying the pair out as :class:`AuxLayout` says in
+    the same function: ``(result, aux)``, or ``((y, aux), result)`` for a combined
+    form (``result`` a ``(y, result)`` pair), ``aux`` in the caller's family (a flat
+    dict of ``own_classes`` tested inline, as ``to_caller`` would). A result of
+    another structure goes to ``fallback``, which lays it out too. ``None`` for a
+    skeleton :func:`_rebuilder` refuses, or a combined result that is no pair.
+
+    Examples:
+        >>> from di.operators.order import AuxLayout, _generated_laid_out
+        >>> layout = AuxLayout({}, frozenset(), lambda aux: ("converted", aux), {int})
+        >>> rebuild = _generated_laid_out((0, {"w": 0, "b": 0}), lambda value: "other", layout, True)
+        >>> rebuild(((1, {"b": 2, "w": 3}), {"n": 4})), rebuild(((1, {"b": 2, "w": 3}), {"n": 4.0}))
+        (((1, {'n': 4}), {'w': 3, 'b': 2}), ((1, ('converted', {'n': 4.0})), {'w': 3, 'b': 2}))
+    """
+    if _rebuilder(skeleton) is None or (combined and not (skeleton.__class__ is tuple and len(skeleton) == 2)):
+        return None
+    checks: list[str] = ["(n0 := value).__class__ is tuple and len(n0) == 2"]
+    constants: dict[str, Any] = {"fallback": fallback, "to_caller": aux_layout.to_caller}
+    if combined:
+        checks.append("(n1 := n0[0]).__class__ is tuple and len(n1) == 2")
+        y = _node_source(skeleton[0], "n1[0]", checks, constants)
+        result = _node_source(skeleton[1], "n1[1]", checks, constants)
+        laid = f"(({y}, {_AUX}), {result})"
+    else:
+        result = _node_source(skeleton, "n0[0]", checks, constants)
+        laid = f"({result}, {_AUX})"
+    body = ["        if " + " and ".join(checks) + ":", "            aux = n0[1]"]
+    if aux_layout.own_classes is not None:
+        constants["own_classes"] = aux_layout.own_classes
+        body += [
+            "            if aux.__class__ is dict:",
+            "                for item in aux.values():",
+            "                    if item.__class__ not in own_classes:",
+            "                        break",
+            "                else:",
+            "                    return " + laid.replace(_AUX, "aux"),
+        ]
+    body.append("            return " + laid.replace(_AUX, "to_caller(aux)"))
     source = "\n".join(
         [
-            "def rebuilt(value):",
+            "def laid_out(value):",
             "    try:",
-            f"        if {' and '.join(checks) or 'True'}:",
-            f"            return {built}",
+            *body,
             "    except (KeyError, IndexError, TypeError):",
             "        pass",
             "    return fallback(value)",
         ]
     )
-    namespace: dict[str, Any] = {"fallback": fallback, **constants}
-    # (named beside this module, as the runners are: a traceback shows where it was made)
-    exec(compile(source, os.path.join(os.path.dirname(__file__), "<rebuilt>"), "exec"), namespace)
-    return namespace["rebuilt"]  # type: ignore[no-any-return]
+    namespace: dict[str, Any] = dict(constants)
+    exec(compile(source, os.path.join(os.path.dirname(__file__), "<laid_out>"), "exec"), namespace)
+    return namespace["laid_out"]  # type: ignore[no-any-return]
 
 
 def _leaf(value: Any) -> Any:

@@ -19,7 +19,7 @@ from di.backends.source import ProgramSource
 from di.contexts import Context
 from di.errors import InvalidInputError
 from di.families import converter, family_of, get_family, identity
-from di.operators.order import OutputOrder, in_caller_order
+from di.operators.order import AuxLayout, OutputOrder, in_caller_order
 from di.operators.table import Operator
 from di.prep.facts import ArgumentFacts, Facts
 from di.prep.finish import finished
@@ -102,10 +102,11 @@ def caller_programs(
             placed = _placed(converter(source.family, family), x, facts.x.family)
             array_to_caller = _restoring_bfloat16(source, x, placed)
             programs[plain] = _converted(_from_float(x, engine[plain]), array_to_caller, False)
+        layout = _aux_layout_of(operator, source.family, family) if has_aux else None
         if pytree or output is not None:
-            programs = in_caller_order(operator, programs, x, has_aux, output)
-        if has_aux:
-            programs = _aux_layout(operator, programs, source.family, family)
+            programs = in_caller_order(operator, programs, x, has_aux, output, layout)
+        if layout is not None:
+            programs = _aux_layout(programs, layout)
         for name in operator.names:  # the runner then leaves x's check to the program
             if checks_arguments(engine[name]):
                 programs[name].checks_arguments = True  # type: ignore[attr-defined]
@@ -114,7 +115,7 @@ def caller_programs(
                 programs[name].spelling = spelling  # type: ignore[attr-defined]
         return programs
     if has_aux:
-        programs = _aux_layout(operator, programs, source.family, family)
+        programs = _aux_layout(programs, _aux_layout_of(operator, source.family, family))
     return programs
 
 
@@ -328,10 +329,20 @@ def _raveled(
     return {name: wrap(name) for name in operator.names}
 
 
-def _aux_layout(operator: Operator, programs: Programs, engine_family: str, family: str) -> Programs:
-    """Programs returning ``(result, aux)`` in JAX's layout: the plain operator
-    returns ``(result, aux)``, the combined form ``((y, aux), result)``; the arrays
-    of ``aux`` are brought into the caller's family, its other leaves untouched."""
+def _aux_layout(programs: Programs, layout: AuxLayout) -> Programs:
+    """Programs returning ``(result, aux)`` in JAX's layout (:func:`_aux_layout_of`),
+    where their key order step does not lay it out already (``laid_out``)."""
+
+    def wrap(name: str, program: Callable[..., Any]) -> Callable[..., Any]:
+        return program if getattr(program, "laid_out", False) else finished(program, layout.steps[name])
+
+    return {name: wrap(name, program) for name, program in programs.items()}
+
+
+def _aux_layout_of(operator: Operator, engine_family: str, family: str) -> AuxLayout:
+    """JAX's layout of ``aux``: the plain operator returns ``(result, aux)``, the
+    combined form ``((y, aux), result)``; the arrays of ``aux`` are brought into the
+    caller's family, its other leaves untouched. Each program's step, by name."""
     aux_to_caller = aux_converter(engine_family, family)
     plain_name = operator.names[0]
     own_classes: set[type] | None = getattr(aux_to_caller, "own_classes", None)
@@ -371,7 +382,7 @@ def _aux_layout(operator: Operator, programs: Programs, engine_family: str, fami
                     return (y, aux), result
             return (y, aux_to_caller(aux)), result
 
-    def wrap(name: str, program: Callable[..., Any]) -> Callable[..., Any]:
-        return finished(program, plain if name == plain_name else combined)
-
-    return {name: wrap(name, program) for name, program in programs.items()}
+    steps: dict[str, Callable[[Any], Any]] = {
+        name: plain if name == plain_name else combined for name in operator.names
+    }
+    return AuxLayout(steps, frozenset(operator.names[1:]), aux_to_caller, own_classes)
