@@ -346,23 +346,6 @@ class _TraceAux:
         return self._split.join([next(travelled) if t else np.array(next(constants)) for t in self._travels])
 
 
-# Under jit a trace's _TraceAux rides in the compiled function's output tree, as the
-# static data of a node without leaves: JAX keeps each output tree with the program
-# traced for it, so a call is always joined with the structure of the trace whose
-# program ran, whichever shape or static value it was compiled for. The node
-# unflattens to itself (no allocation per call), and must: jit's C++ dispatch
-# re-flattens the outputs, and any other object there would be a leaf that is not
-# an array, which sends every call down jit's Python path (about 100 us).
-class _Carried:
-    __slots__ = ("aux",)
-
-    def __init__(self, aux: _TraceAux) -> None:
-        self.aux = aux
-
-
-jax.tree_util.register_pytree_node(_Carried, lambda carried: ((), carried), lambda carried, _: carried)
-
-
 def _constant(leaf: Any) -> np.ndarray:
     """A NumPy copy of an ``aux`` leaf that does not travel through jit."""
     family = family_of(leaf)
@@ -406,7 +389,15 @@ class AuxTracing:
             output, arrays = core(*args)
             if local.aux is None:  # pragma: no cover - f always runs when core is traced
                 raise RuntimeError("has_aux: f was not called while its program was traced")
-            return output, arrays, _Carried(local.aux)
+            # Under jit a trace's _TraceAux rides in the compiled function's output tree, as the
+            # one key of a dict whose value has no leaves: JAX keeps each output tree with the
+            # program traced for it, so a call is always joined with the structure of the trace
+            # whose program ran, whichever shape or static value it was compiled for. JAX builds
+            # that dict itself (no Python call per call, where a node of di's own class had its
+            # unflattening called by jit's C++ dispatch at every call), and a node without leaves
+            # keeps every output an array: any other object there would be a leaf that is not an
+            # array, which sends every call down jit's Python path (about 100 us).
+            return output, arrays, {local.aux: ()}
 
         return carried
 
@@ -417,7 +408,7 @@ class AuxTracing:
             # a finishing step (the runner calls it after the executable, in its own frame)
             def joined_carried(result: Any) -> Any:
                 output, arrays, carried = result
-                aux = carried.aux
+                [aux] = carried  # (the dict's one key)
                 keys = aux.keys
                 if keys is not None:
                     pick = aux.pick
