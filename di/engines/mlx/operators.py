@@ -136,6 +136,13 @@ def _closing_gradient(checked: Callable[..., Any], has_aux: bool) -> Pair:
 
 def pushforward(checked: Callable[..., Any], has_aux: bool) -> Pair:
     def value_and_pushforward(x: Any, tx: Sequence[Any], *values: Any) -> Any:
+        if not has_aux and not values and len(tx) == 1:  # (the common call: one mx.jvp of f itself)
+            try:
+                (value,), (product,) = mx.jvp(checked, [x], [tx[0]])
+                return value, (product,)
+            except RuntimeError as err:
+                if not _no_jvp(err):
+                    raise
         fy, capture = _y_only(checked, values, has_aux)
         if not tx:
             return _result((fy(x), ()), capture)
@@ -150,6 +157,9 @@ def pushforward(checked: Callable[..., Any], has_aux: bool) -> Pair:
 
 def pullback(checked: Callable[..., Any], has_aux: bool) -> Pair:
     def value_and_pullback(x: Any, ty: Sequence[Any], *values: Any) -> Any:
+        if not has_aux and not values and len(ty) == 1:  # (the common call: one mx.vjp of f itself)
+            (value,), (product,) = mx.vjp(checked, [x], [ty[0]])
+            return value, (product,)
         fy, capture = _y_only(checked, values, has_aux)
         if not ty:
             return _result((fy(x), ()), capture)
@@ -267,6 +277,13 @@ def hvp(checked: Callable[..., Any], caches: bool = False) -> Pair:
         def grad(x: Any) -> Any:
             return mx.grad(_values_closed(checked, values))(x) if caches else grad_of_all(x, *values)
 
+        if not caches and not values and len(tx) == 1:  # (the common call: one mx.jvp of mx.grad of f)
+            try:
+                (g,), (product,) = mx.jvp(grad_of_all, [x], [tx[0]])
+                return g, (product,)
+            except RuntimeError as err:
+                if not _no_jvp(err):
+                    raise
         if not tx:
             return grad(x), ()
         try:
