@@ -246,11 +246,15 @@ def _jacobian_of(fy: Callable[[Any], Any], x: Any, y: Any, forward: bool, bases:
             return _jacobian_of(fy, x, y, False, bases)
         if columns is None:
             return mx.zeros((*y.shape, *x.shape), dtype=y.dtype)
+        if x.ndim == 1 and y.ndim == 1:  # (the transpose as it is, a view: a reshape of it would copy)
+            return columns.T
         return columns.reshape((n, m)).T.reshape((*y.shape, *x.shape))
     rows = _vectorised(lambda c: mx.vjp(fy, [x], [c])[1][0], bases(y.shape, y.dtype))
     if rows is None:
         return mx.zeros((*y.shape, *x.shape), dtype=y.dtype)
-    return rows.astype(y.dtype).reshape((*y.shape, *x.shape))
+    if rows.dtype != y.dtype:
+        rows = rows.astype(y.dtype)
+    return rows if y.ndim == 1 else rows.reshape((*y.shape, *x.shape))
 
 
 def jacobian(checked: Callable[..., Any], has_aux: bool, forward: bool, bases: Bases) -> Pair:
@@ -307,6 +311,8 @@ def _hessian_of(grad: Callable[[Any], Any], x: Any, bases: Bases) -> Any:
         columns = _vectorised(lambda t: _hessian_product(grad, x, t, False), basis)
     if columns is None:
         return mx.zeros((*x.shape, *x.shape), dtype=x.dtype)
+    if x.ndim == 1:  # (the transpose as it is, a view: a reshape of it would copy)
+        return columns.T
     return columns.reshape((x.size, x.size)).T.reshape((*x.shape, *x.shape))
 
 
