@@ -430,7 +430,18 @@ def _direct(
                 return program(x)
             output = call(x)
             mx.eval(output)
-            return output if output.__class__ is mx.array and output is not x else _unaliased(output, (x,))
+            if output.__class__ is mx.array:
+                return output if output is not x else mx.array(output)
+            if (  # (a value and a gradient: neither x, told without a walk)
+                output.__class__ is tuple
+                and len(output) == 2
+                and (first := output[0]).__class__ is mx.array
+                and (second := output[1]).__class__ is mx.array
+                and first is not x
+                and second is not x
+            ):
+                return output
+            return _unaliased(output, (x,))
 
         return direct
 
