@@ -95,7 +95,8 @@ def test_jacobian_and_hessian_bases_are_made_once_at_preparation(
 ) -> None:
     """The identity matrices a Jacobian or Hessian program pushes or pulls are made
     at preparation and kept (a compiled trace reads them as constants): repeated calls
-    make none, and a non-strict call at a new shape makes its own."""
+    make none, and a non-strict call at a new shape makes its own; a basis over
+    CACHED_BASIS_MAX elements is not kept."""
     from di.engines.mlx import operators
 
     made: list[tuple[int, ...]] = []
@@ -123,6 +124,12 @@ def test_jacobian_and_hessian_bases_are_made_once_at_preparation(
         atol=1e-6,
     )
     assert (5,) in made[prepared:]
+    monkeypatch.setattr(operators, "CACHED_BASIS_MAX", 35)  # (a 6 x 6 basis is then too large to keep)
+    made.clear()
+    large = di.prepare_hessian(sines, backend, x)
+    for _ in range(2):
+        di.hessian(sines, large, backend, x)
+    assert len(made) >= 2  # (at preparation, and again by the calls or the compiled trace)
 
 
 def test_compiled_products_take_their_tangents_as_arguments_and_trace_once() -> None:

@@ -215,10 +215,7 @@ class MLXAdapter(Adapter):
 
     def prepare_hessian_programs(self, f: Callable[..., Any], x: Any, contexts: Sequence[Context]) -> Programs:
         bases = operators.Bases()
-        try:
-            _prime(bases, self.input_converters([x])[0](x))
-        except Exception:  # (an x the programs refuse: they say why, at the call)
-            pass
+        _prime_x(bases, x, self.input_converters)
         plain, full = operators.hessian(self._checked(f, "hessian"), bases)
         return self._pair(plain, full, x, None, contexts, ("hessian", "value_gradient_and_hessian"))
 
@@ -237,23 +234,34 @@ class MLXAdapter(Adapter):
         when the selector says so, or when ``x`` has fewer elements than ``f``'s
         output (one pass per input versus one per output; at equal sizes reverse
         mode, which :meth:`prepare_jacobian_programs` may time against forward
-        mode). ``f`` is evaluated once, here, for its output's size; the bases of
-        ``x`` and ``f(x)`` are made now (``bases``)."""
+        mode). ``f`` is evaluated once, here, for its output's size; the basis
+        the default mode pushes or pulls is made now (``bases``: that of ``x``
+        forward, of ``f(x)`` reverse; at equal sizes and dtypes, the same)."""
         assert isinstance(self.backend, AutoMLX)
+        if self.backend.mode is not None:
+            if self.backend.mode == "forward":
+                _prime_x(bases, x, self.input_converters)
+            return self.backend.mode == "forward", None
         inputs = [x, *[c.value for c in contexts]]
         converted = [convert(v) for convert, v in zip(self.input_converters(inputs), inputs)]
-        _prime(bases, converted[0])
-        if self.backend.mode is not None:
-            return self.backend.mode == "forward", None
         try:
             y = f(*converted)
         except Exception:  # f's own error is the programs' to raise, at the call
             return True, None
         if has_aux and isinstance(y, tuple) and len(y) == 2:
             y = y[0]
-        _prime(bases, y)
         x_size, y_size = int(getattr(converted[0], "size", 1)), int(getattr(y, "size", 1))
-        return x_size < y_size, (x_size, y_size)
+        forward = x_size < y_size
+        _prime(bases, converted[0] if forward else y)
+        return forward, (x_size, y_size)
+
+
+def _prime_x(bases: operators.Bases, x: Any, input_converters: Callable[..., Any]) -> None:
+    """The basis of ``x`` (as the programs convert it) made now."""
+    try:
+        _prime(bases, input_converters([x])[0](x))
+    except Exception:  # (an x the programs refuse: they say why, at the call)
+        pass
 
 
 def _prime(bases: operators.Bases, value: Any) -> None:

@@ -29,9 +29,9 @@ __all__ = [
     "second_derivative",
 ]
 
-CACHED_BASIS_MAX = 1 << 22
+CACHED_BASIS_MAX = 1 << 20
 """The most elements of a basis (an identity matrix, ``n * n``) a Jacobian or
-Hessian program keeps between calls (32 MiB in float64, ``n`` = 2048): making
+Hessian program keeps between calls (8 MiB in float64, ``n`` = 1024): making
 it again cost 4-10 ms of the 20-50 ms an eager float64 Jacobian took at n = 1e3."""
 
 Pair = tuple[Callable[..., Any], Callable[..., Any]]
