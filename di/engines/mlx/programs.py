@@ -296,7 +296,7 @@ class ProgramMaker:
         count = len(contexts)  # (the closures below hold no context: a prep keeps no caller's array alive)
         compiled: dict[Any, Callable[..., Any]] = {}
         lock = threading.Lock()  # (making a compiled function for a new static value)
-        trace_lock = threading.RLock()  # (f traced inside f's trace: SecondOrder's inner prep, the same thread)
+        trace_lock = threading.RLock()  # (reentrant: a trace that calls this program again, in its thread)
         watch = RecompileWatch(self.backend, statics=(), limit=RETRACE_LIMIT + 1, skip=("di", "mlx"))
         maker = self
         x_dtype = getattr(x, "dtype", None)
@@ -388,7 +388,8 @@ class ProgramMaker:
 
 def _signature(args: Sequence[Any]) -> tuple[Any, ...]:
     """The shapes and dtypes of the MLX arrays among a traced function's arguments
-    (and in the lists of its tangents)."""
+    (``x``, each tangent, the traced context values; a list's elements, where an
+    argument is one)."""
     leaves: list[Any] = []
     for arg in args:
         leaves.extend(arg if isinstance(arg, (list, tuple)) else [arg])
