@@ -313,10 +313,9 @@ class ProgramMaker:
             signatures: set[Any] = set()
 
             def traced(*args: Any) -> Any:
-                # MLX keeps its compiled functions per thread (each thread that calls one traces
-                # it once) and traces in the calling thread only: the lock makes f's traces and
-                # their count one at a time across threads; a call that finds its trace made
-                # runs no Python of di's and takes no lock
+                # MLX keeps compiled functions per thread (each calling thread traces once, in
+                # itself): the lock makes traces and their count one at a time across threads; a
+                # call that finds its trace made runs no Python of di's and takes no lock
                 with trace_lock:
                     return count_trace(args)
 
@@ -433,15 +432,10 @@ def _direct(
             mx.eval(output)
             if output.__class__ is mx.array:
                 return output if output is not x else mx.array(output)
-            if (  # (a value and a gradient: neither x, told without a walk)
-                output.__class__ is tuple
-                and len(output) == 2
-                and (first := output[0]).__class__ is mx.array
-                and (second := output[1]).__class__ is mx.array
-                and first is not x
-                and second is not x
-            ):
-                return output
+            if output.__class__ is tuple and len(output) == 2:  # (a value and a gradient, told without a walk)
+                first, second = output
+                if first.__class__ is mx.array and second.__class__ is mx.array and x is not first and x is not second:
+                    return output
             return _unaliased(output, (x,))
 
         return direct
