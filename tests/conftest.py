@@ -6,7 +6,9 @@ this directory on ``sys.path`` (rootdir-relative ``prepend`` import mode).
 
 from __future__ import annotations
 
+import gc
 import os
+import sys
 import tempfile
 from collections.abc import Iterable
 from pathlib import Path
@@ -170,6 +172,26 @@ def backend_scenario_params(
 
 def scenario_params(scenarios: Iterable[Scenario] = SCENARIOS) -> list[Any]:
     return [pytest.param(s, id=s.name) for s in scenarios]
+
+
+_MODULES_WHEN_FROZEN = 0
+
+
+@pytest.fixture(autouse=True)
+def _freeze_what_imports_loaded() -> None:
+    """Keep the garbage collector off the engines' own objects.
+
+    An engine's import leaves millions of objects that live for the whole session, and every full
+    collection (Python's own, or a test's ``gc.collect()``) walks them all: about a second each
+    with the engines loaded. Once a test has imported more modules, what is alive is collected
+    once and frozen (``gc.freeze``), so later collections walk only what tests create. A test's
+    own objects are made after the freeze, so a test that checks one is freed still sees it go.
+    """
+    global _MODULES_WHEN_FROZEN
+    if len(sys.modules) > _MODULES_WHEN_FROZEN + 100:
+        gc.collect()
+        gc.freeze()
+        _MODULES_WHEN_FROZEN = len(sys.modules)
 
 
 @pytest.fixture

@@ -831,6 +831,9 @@ def test_a_strict_mlx_tangent_call_takes_the_strict_form(compile: bool) -> None:
     # (then MLX's jvp of f through di's layers: eager, or traced at each call under the suite's
     # MLX_DISABLE_COMPILE; compiled outside the suite, the strict form is the last of three)
     assert entered[:3] == ["dispatch", "run_strict_with_tangents_0c", "strict_with_tangents"], entered
+    if not compile:  # then the operator's function, one mx.jvp of the checked f: 12 before it skipped the
+        # general pushforward's closures, loop and helpers for one tangent and no context
+        assert entered[3:] == ["<lambda>", "value_and_pushforward", "checked", "array_output"], entered
     np.testing.assert_allclose(np.array(results[0][0]), [2.0, -4.0])  # 2 x v
     outer = mx.grad(lambda x: di.pushforward(g, prep, backend, x, (v,))[0].sum())(x)
     np.testing.assert_allclose(np.array(outer), [2.0, -2.0])  # d/dx sum(2 x v) = 2 v

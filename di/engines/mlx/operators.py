@@ -16,7 +16,23 @@ from typing import Any
 
 import mlx.core as mx
 
-__all__ = ["derivative", "gradient", "hessian", "hvp", "jacobian", "pullback", "pushforward", "second_derivative"]
+__all__ = [
+    "CACHED_BASIS_MAX",
+    "Bases",
+    "derivative",
+    "gradient",
+    "hessian",
+    "hvp",
+    "jacobian",
+    "pullback",
+    "pushforward",
+    "second_derivative",
+]
+
+CACHED_BASIS_MAX = 1 << 20
+"""The most elements of a basis (an identity matrix, ``n * n``) a Jacobian or
+Hessian program keeps between calls (8 MiB in float64, ``n`` = 1024): making
+it again cost 4-10 ms of the 20-50 ms an eager float64 Jacobian took at n = 1e3."""
 
 Pair = tuple[Callable[..., Any], Callable[..., Any]]
 
@@ -120,6 +136,13 @@ def _closing_gradient(checked: Callable[..., Any], has_aux: bool) -> Pair:
 
 def pushforward(checked: Callable[..., Any], has_aux: bool) -> Pair:
     def value_and_pushforward(x: Any, tx: Sequence[Any], *values: Any) -> Any:
+        if not has_aux and not values and len(tx) == 1:  # (the common call: one mx.jvp of f itself)
+            try:
+                (value,), (product,) = mx.jvp(checked, [x], [tx[0]])
+                return value, (product,)
+            except RuntimeError as err:
+                if not _no_jvp(err):
+                    raise
         fy, capture = _y_only(checked, values, has_aux)
         if not tx:
             return _result((fy(x), ()), capture)
@@ -134,6 +157,9 @@ def pushforward(checked: Callable[..., Any], has_aux: bool) -> Pair:
 
 def pullback(checked: Callable[..., Any], has_aux: bool) -> Pair:
     def value_and_pullback(x: Any, ty: Sequence[Any], *values: Any) -> Any:
+        if not has_aux and not values and len(ty) == 1:  # (the common call: one mx.vjp of f itself)
+            (value,), (product,) = mx.vjp(checked, [x], [ty[0]])
+            return value, (product,)
         fy, capture = _y_only(checked, values, has_aux)
         if not ty:
             return _result((fy(x), ()), capture)
@@ -162,6 +188,40 @@ def _basis(shape: Sequence[int], dtype: Any) -> Any:
     return mx.eye(size, dtype=dtype).reshape((size, *shape))
 
 
+class Bases:
+    """The basis vectors a Jacobian or Hessian program pushes forward or pulls
+    back, one identity matrix per shape and dtype: made once and kept (up to
+    :data:`CACHED_BASIS_MAX` elements), where it can be made outside any MLX
+    transform (at preparation, :meth:`prime`, so that a compiled program's trace
+    reads it as a constant instead of making it at every call; or at an eager
+    call); inside a transform (the program's own trace, a caller's ``mx.vmap``
+    or ``mx.compile``), one not kept is made there."""
+
+    def __init__(self) -> None:
+        self._made: dict[tuple[tuple[int, ...], Any], Any] = {}
+
+    def __call__(self, shape: Sequence[int], dtype: Any) -> Any:
+        key = (tuple(shape), dtype)
+        basis = self._made.get(key)
+        if basis is None:
+            basis = _basis(shape, dtype)
+            self._keep(key, basis)
+        return basis
+
+    def prime(self, shape: Sequence[int], dtype: Any) -> None:
+        """Make and keep the basis of ``shape`` and ``dtype`` now."""
+        self(shape, dtype)
+
+    def _keep(self, key: tuple[tuple[int, ...], Any], basis: Any) -> None:
+        if basis.size > CACHED_BASIS_MAX:
+            return
+        try:
+            mx.eval(basis)  # (MLX refuses inside compile and vmap: the basis is a value of that trace)
+        except ValueError:
+            return
+        self._made[key] = basis
+
+
 def _vectorised(function: Callable[[Any], Any], basis: Any) -> Any:
     """``function`` of each row of ``basis``, stacked: ``mx.vmap`` where MLX can
     vectorise every primitive, else a loop."""
@@ -175,30 +235,34 @@ def _vectorised(function: Callable[[Any], Any], basis: Any) -> Any:
         return mx.stack([function(basis[i]) for i in range(basis.shape[0])])
 
 
-def _jacobian_of(fy: Callable[[Any], Any], x: Any, y: Any, forward: bool) -> Any:
+def _jacobian_of(fy: Callable[[Any], Any], x: Any, y: Any, forward: bool, bases: Bases) -> Any:
     n, m = x.size, y.size
     if forward:
         try:
-            columns = _vectorised(lambda t: mx.jvp(fy, [x], [t])[1][0], _basis(x.shape, x.dtype))
+            columns = _vectorised(lambda t: mx.jvp(fy, [x], [t])[1][0], bases(x.shape, x.dtype))
         except RuntimeError as err:  # no forward rule for a primitive of f: reverse mode
             if not _no_jvp(err):
                 raise
-            return _jacobian_of(fy, x, y, False)
+            return _jacobian_of(fy, x, y, False, bases)
         if columns is None:
             return mx.zeros((*y.shape, *x.shape), dtype=y.dtype)
+        if x.ndim == 1 and y.ndim == 1:  # (the transpose as it is, a view: a reshape of it would copy)
+            return columns.T
         return columns.reshape((n, m)).T.reshape((*y.shape, *x.shape))
-    rows = _vectorised(lambda c: mx.vjp(fy, [x], [c])[1][0], _basis(y.shape, y.dtype))
+    rows = _vectorised(lambda c: mx.vjp(fy, [x], [c])[1][0], bases(y.shape, y.dtype))
     if rows is None:
         return mx.zeros((*y.shape, *x.shape), dtype=y.dtype)
-    return rows.astype(y.dtype).reshape((*y.shape, *x.shape))
+    if rows.dtype != y.dtype:
+        rows = rows.astype(y.dtype)
+    return rows if y.ndim == 1 else rows.reshape((*y.shape, *x.shape))
 
 
-def jacobian(checked: Callable[..., Any], has_aux: bool, forward: bool) -> Pair:
+def jacobian(checked: Callable[..., Any], has_aux: bool, forward: bool, bases: Bases) -> Pair:
     def value_and_jacobian(x: Any, *values: Any) -> Any:
         fy, capture = _y_only(checked, values, has_aux)
         y = fy(x)  # (and aux, kept by this evaluation)
         arrays = capture.arrays if capture is not None else ()
-        jac = _jacobian_of(fy, x, y, forward)
+        jac = _jacobian_of(fy, x, y, forward, bases)
         return (y, jac) if capture is None else ((y, jac), arrays)
 
     return _plain(value_and_jacobian, has_aux), value_and_jacobian
@@ -217,6 +281,13 @@ def hvp(checked: Callable[..., Any], caches: bool = False) -> Pair:
         def grad(x: Any) -> Any:
             return mx.grad(_values_closed(checked, values))(x) if caches else grad_of_all(x, *values)
 
+        if not caches and not values and len(tx) == 1:  # (the common call: one mx.jvp of mx.grad of f)
+            try:
+                (g,), (product,) = mx.jvp(grad_of_all, [x], [tx[0]])
+                return g, (product,)
+            except RuntimeError as err:
+                if not _no_jvp(err):
+                    raise
         if not tx:
             return grad(x), ()
         try:
@@ -230,8 +301,8 @@ def hvp(checked: Callable[..., Any], caches: bool = False) -> Pair:
     return _plain(gradient_and_hvp), gradient_and_hvp
 
 
-def _hessian_of(grad: Callable[[Any], Any], x: Any) -> Any:
-    basis = _basis(x.shape, x.dtype)
+def _hessian_of(grad: Callable[[Any], Any], x: Any, bases: Bases) -> Any:
+    basis = bases(x.shape, x.dtype)
     try:
         columns = _vectorised(lambda t: _hessian_product(grad, x, t, True), basis)
     except RuntimeError as err:  # forward over reverse refused: reverse over reverse
@@ -240,17 +311,19 @@ def _hessian_of(grad: Callable[[Any], Any], x: Any) -> Any:
         columns = _vectorised(lambda t: _hessian_product(grad, x, t, False), basis)
     if columns is None:
         return mx.zeros((*x.shape, *x.shape), dtype=x.dtype)
+    if x.ndim == 1:  # (the transpose as it is, a view: a reshape of it would copy)
+        return columns.T
     return columns.reshape((x.size, x.size)).T.reshape((*x.shape, *x.shape))
 
 
-def hessian(checked: Callable[..., Any]) -> Pair:
+def hessian(checked: Callable[..., Any], bases: Bases) -> Pair:
     def value_gradient_and_hessian(x: Any, *values: Any) -> Any:
         fx = _values_closed(checked, values)
         y, g = mx.value_and_grad(fx)(x)
-        return y, g, _hessian_of(mx.grad(fx), x)
+        return y, g, _hessian_of(mx.grad(fx), x, bases)
 
     def plain_hessian(x: Any, *values: Any) -> Any:
-        return _hessian_of(mx.grad(_values_closed(checked, values)), x)
+        return _hessian_of(mx.grad(_values_closed(checked, values)), x, bases)
 
     return plain_hessian, value_gradient_and_hessian
 

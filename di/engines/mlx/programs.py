@@ -295,7 +295,8 @@ class ProgramMaker:
         floats = tuple(i for i, c in enumerate(contexts) if i not in statics and isinstance(c.value, float))
         count = len(contexts)  # (the closures below hold no context: a prep keeps no caller's array alive)
         compiled: dict[Any, Callable[..., Any]] = {}
-        lock = threading.Lock()
+        lock = threading.Lock()  # (making a compiled function for a new static value)
+        trace_lock = threading.RLock()  # (reentrant: a trace that calls this program again, in its thread)
         watch = RecompileWatch(self.backend, statics=(), limit=RETRACE_LIMIT + 1, skip=("di", "mlx"))
         maker = self
         x_dtype = getattr(x, "dtype", None)
@@ -305,11 +306,20 @@ class ProgramMaker:
             else mlx_dtype(FAMILY.describe_dtype(x_dtype) if x_dtype is not None else "float32")
         )
 
+        traced_count = count - len(statics)  # (the context values the compiled function takes)
+
         def compile_for(static_values: tuple[Any, ...]) -> Callable[..., Any]:
             traces = [0]
             signatures: set[Any] = set()
 
             def traced(*args: Any) -> Any:
+                # MLX keeps compiled functions per thread (each calling thread traces once, in
+                # itself): the lock makes traces and their count one at a time across threads; a
+                # call that finds its trace made runs no Python of di's and takes no lock
+                with trace_lock:
+                    return count_trace(args)
+
+            def count_trace(args: tuple[Any, ...]) -> Any:
                 maker.traces += 1
                 signature = _signature(args)
                 if not signatures or signature in signatures:
@@ -330,19 +340,29 @@ class ProgramMaker:
                 return call_core(args)
 
             def call_core(args: tuple[Any, ...]) -> Any:
-                head, rest = list(args[:lead]), list(args[lead:])
+                # (the tangents come as arguments of their own, between x and the context values)
+                end = len(args) - traced_count
+                head = [args[0], list(args[1:end])] if lead == 2 else [args[0]]
+                rest = list(args[end:])
                 full = []
                 for i in range(count):
                     full.append(static_values[statics.index(i)] if i in statics else rest.pop(0))
                 return core(*head, *full)
 
-            return _serialised(mx.compile(traced))
+            return mx.compile(traced)
 
         if not statics and not floats:  # one compiled function: called as it is (_direct)
             only = compiled[()] = compile_for(())
 
-            def run_only(*args: Any) -> Any:
-                return only(*args)
+            if lead == 1:
+
+                def run_only(*args: Any) -> Any:
+                    return only(*args)
+
+            else:
+
+                def run_only(x: Any, tangents: Sequence[Any], *values: Any) -> Any:  # type: ignore[misc]
+                    return only(x, *tangents, *values)
 
             run_only.only = only  # type: ignore[attr-defined]
             return run_only
@@ -358,6 +378,8 @@ class ProgramMaker:
                 if isinstance(values[i], float):
                     values[i] = mx.array(values[i], dtype=float_dtype)
             traced_values = [v for i, v in enumerate(values) if i not in statics]
+            if lead == 2:
+                return function(head[0], *head[1], *traced_values)
             return function(*head, *traced_values)
 
         return run
@@ -365,27 +387,12 @@ class ProgramMaker:
 
 def _signature(args: Sequence[Any]) -> tuple[Any, ...]:
     """The shapes and dtypes of the MLX arrays among a traced function's arguments
-    (and in the lists of its tangents)."""
+    (``x``, each tangent, the traced context values; a list's elements, where an
+    argument is one)."""
     leaves: list[Any] = []
     for arg in args:
         leaves.extend(arg if isinstance(arg, (list, tuple)) else [arg])
     return tuple((tuple(a.shape), str(a.dtype)) if isinstance(a, mx.array) else type(a) for a in leaves)
-
-
-def _serialised(function: Callable[..., Any]) -> Callable[..., Any]:
-    """``function`` called by one thread at a time: MLX's cache of compiled
-    functions is not safe across threads (threads sharing a prep would trace it
-    again and again). The lock and the function are its attributes ``lock`` and
-    ``function``, for :func:`_direct`."""
-    lock = threading.Lock()
-
-    def one_at_a_time(*args: Any) -> Any:
-        with lock:
-            return function(*args)
-
-    one_at_a_time.lock = lock  # type: ignore[attr-defined]
-    one_at_a_time.function = function  # type: ignore[attr-defined]
-    return one_at_a_time
 
 
 _NO_SCOPE = contextlib.nullcontext()
@@ -402,18 +409,15 @@ def _direct(
 ) -> Callable[..., Any]:
     """``program`` with its common call made directly: an MLX ``x`` (and one
     MLX tangent of ``x``'s dtype), no context, outside any MLX transform of the
-    caller's. That call is the engine's function (the compiled one, under its
-    lock) and one ``mx.eval`` of its outputs, nothing else of ``program``'s
+    caller's. That call is the engine's function (the compiled one, its tangent
+    an argument of its own; eagerly, the operator's function, its tangents a
+    list) and one ``mx.eval`` of its outputs, nothing else of ``program``'s
     general path (conversions, the scope, the static-value lookup); every other
     call is ``program``'s. ``mx.async_eval(x)`` tells a caller's transform, as
     :func:`in_transform` does, inline."""
-    lock: Any = None  # (eager: the operator's function itself, no lock)
-    call = run
-    if compiled:
-        serialised = getattr(run, "only", None)  # (None: one compiled function per static value)
-        if serialised is None:
-            return program
-        lock, call = serialised.lock, serialised.function
+    call: Callable[..., Any] | None = getattr(run, "only", None) if compiled else run
+    if call is None:  # (compiled: one compiled function per static value)
+        return program
 
     if not takes_tangents:
 
@@ -424,13 +428,15 @@ def _direct(
                 mx.async_eval(x)
             except ValueError:  # inside a caller's transform (or MLX's own refusal): the general path
                 return program(x)
-            if lock is None:
-                output = call(x)
-            else:
-                with lock:
-                    output = call(x)
+            output = call(x)
             mx.eval(output)
-            return output if output.__class__ is mx.array and output is not x else _unaliased(output, (x,))
+            if output.__class__ is mx.array:
+                return output if output is not x else mx.array(output)
+            if output.__class__ is tuple and len(output) == 2:  # (a value and a gradient, told without a walk)
+                first, second = output
+                if first.__class__ is mx.array and second.__class__ is mx.array and x is not first and x is not second:
+                    return output
+            return _unaliased(output, (x,))
 
         return direct
 
@@ -441,11 +447,7 @@ def _direct(
             mx.async_eval(x)
         except ValueError:
             return program(x, tangents)
-        if lock is None:
-            output = call(x, [tangents[0]])
-        else:
-            with lock:
-                output = call(x, [tangents[0]])
+        output = call(x, tangents[0]) if compiled else call(x, [tangents[0]])
         mx.eval(output)
         if output.__class__ is tuple and len(output) == 1 and output[0].__class__ is mx.array and output[0] is not x:
             return output
@@ -465,11 +467,7 @@ def _direct(
             mx.async_eval(x)
         except ValueError:
             return program(x, tangents)
-        if lock is None:
-            output = call(x, [t])
-        else:
-            with lock:
-                output = call(x, [t])
+        output = call(x, t) if compiled else call(x, [t])
         mx.eval(output)
         if output.__class__ is tuple and len(output) == 1 and output[0].__class__ is mx.array and output[0] is not x:
             return output  # (the common result: one product)
