@@ -156,6 +156,17 @@ def backend_params(backends: Iterable[di.AbstractBackend] | None = None) -> list
     return [pytest.param(b, id=backend_id(b)) for b in (BACKENDS if backends is None else backends)]
 
 
+def alternating_params(options: list[Any], backends: Iterable[di.AbstractBackend] | None = None) -> list[Any]:
+    """``pytest.param(backend, option)`` per backend, the options taken in turn (for a test whose
+    option is not the backend's business: each option still runs on several engines, and each
+    engine once, instead of every pair)."""
+    chosen = list(BACKENDS if backends is None else backends)
+    return [
+        pytest.param(b, options[i % len(options)], id=f"{backend_id(b)}-{options[i % len(options)]!r}")
+        for i, b in enumerate(chosen)
+    ]
+
+
 def supports(backend: di.AbstractBackend, scenario: Scenario) -> bool:
     """Whether the scenario can run on the backend (one that writes into a ``Cache`` needs an
     engine that can: JAX's arrays are immutable, autograd refuses ``Cache`` altogether)."""

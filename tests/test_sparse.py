@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 import torch
-from conftest import FAMILIES, as_family, assert_close, backend_id, backend_params
+from conftest import FAMILIES, alternating_params, as_family, assert_close, backend_id, backend_params
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from jax.experimental import sparse as jsparse
@@ -487,8 +487,8 @@ def _banded_products(x: Any) -> Any:
     return xp.multiply(x[1:], x[:-1])
 
 
-@pytest.mark.parametrize("sparsity", [di.TracerSparsity(), di.DenseSparsity()], ids=["tracer", "dense"])
-@pytest.mark.parametrize("dense", backend_params())
+# (the value comes from the combined program, whichever source found the pattern)
+@pytest.mark.parametrize(("dense", "sparsity"), alternating_params([di.TracerSparsity(), di.DenseSparsity()]))
 def test_the_value_of_the_combined_forms_is_an_array_of_xs_family_and_dtype(
     dense: di.AbstractBackend, sparsity: Any
 ) -> None:
