@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import gc
 import os
+import shutil
 import sys
 import tempfile
 from collections.abc import Iterable
@@ -22,6 +23,15 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
     _worker_tmp = Path(tempfile.gettempdir()) / f"di-tests-{os.environ['PYTEST_XDIST_WORKER']}"
     _worker_tmp.mkdir(exist_ok=True)
     os.environ["TMPDIR"] = str(_worker_tmp)
+
+    # The workers share the XLA programs they compile: eager JAX compiles each operation at each new
+    # signature and compiled selectors each program, and the two workers meet most of the same ones
+    # (half of the JAX compile time, measured). JAX's persistent cache, in a directory of this run (the
+    # workers' parent process's, removed when the run ends), keeps every program however quick to
+    # compile. A cache entry read half-written (JAX does not lock without eviction) is compiled again.
+    os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", str(Path(tempfile.gettempdir()) / f"di-jax-{os.getppid()}"))
+    os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
+    os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "-1")
 
 # MLX's compilation is off in the suite, except where tests/test_mlx_details.py turns it on for its
 # own tests of di's compiled MLX programs (traces, statics, storms). MLX 0.32 compiles every fused
@@ -183,6 +193,12 @@ def backend_scenario_params(
 
 def scenario_params(scenarios: Iterable[Scenario] = SCENARIOS) -> list[Any]:
     return [pytest.param(s, id=s.name) for s in scenarios]
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """The controlling process of a parallel run removes the workers' shared JAX cache."""
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        shutil.rmtree(Path(tempfile.gettempdir()) / f"di-jax-{os.getpid()}", ignore_errors=True)
 
 
 _MODULES_WHEN_FROZEN = 0
