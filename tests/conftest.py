@@ -33,13 +33,13 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
     os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
     os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "-1")
 
-# MLX's compilation is off in the suite, except where tests/test_mlx_details.py turns it on for its
-# own tests of di's compiled MLX programs (traces, statics, storms). MLX 0.32 compiles every fused
-# CPU kernel with g++ and loads it into the process; with kernels built in the same run, a test
-# worker hung three times (CI and two clean-clone runs) with MLX's stream thread looping in a
-# float64 sum reduction of an eager AutoMLX evaluation (AutoSparse's reference test), and passed
-# with compilation off. Elsewhere the mlx-compile selectors run di's compiled-program path with
-# mx.compile as a pass-through; `python -m di` runs them compiled.
+# MLX's compilation is off in the suite, except where tests/test_mlx_details.py and
+# tests/test_mlx_programs.py turn it on for their own tests of di's compiled MLX programs (traces,
+# statics, storms, threads): MLX 0.32 builds every fused CPU kernel with g++ (seconds each) and
+# loads it into the process. It was first turned off for a worker that hung in MLX's stream thread;
+# the cause proved to be MLX's reduction of an empty array, which di's MLX namespace now answers
+# itself (docs/engines/mlx.md). Elsewhere the mlx-compile selectors run di's compiled-program path
+# with mx.compile as a pass-through; `python -m di` runs them compiled.
 os.environ.setdefault("MLX_DISABLE_COMPILE", "1")
 
 import numpy as np
