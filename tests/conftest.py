@@ -201,6 +201,16 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
         shutil.rmtree(Path(tempfile.gettempdir()) / f"di-jax-{os.getpid()}", ignore_errors=True)
 
 
+@pytest.fixture
+def mlx_compiling() -> Any:
+    """MLX's compilation on for a test of di's compiled MLX programs (off elsewhere: see above)."""
+    import mlx.core as mx
+
+    mx.enable_compile()
+    yield
+    mx.disable_compile()
+
+
 _MODULES_WHEN_FROZEN = 0
 
 

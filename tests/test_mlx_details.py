@@ -20,12 +20,7 @@ from di.families import family_of, get_family
 mx = pytest.importorskip("mlx.core")
 
 
-@pytest.fixture(autouse=True)
-def _mlx_compiles() -> Any:
-    """MLX's compilation on for this module's tests (tests/conftest.py turns it off elsewhere)."""
-    mx.enable_compile()
-    yield
-    mx.disable_compile()
+pytestmark = pytest.mark.usefixtures("mlx_compiling")  # (compilation is off elsewhere in the suite)
 
 
 EAGER, COMPILED = di.AutoMLX(), di.AutoMLX(compile=True)
