@@ -44,11 +44,24 @@ RESULT_BYTES = N * 8
 LEAK_FRACTION = 0.25  # of one result per call: the smallest per-call leak the bound must see
 
 
+_MALLINFO2_FIELDS = (
+    "arena",
+    "ordblks",
+    "smblks",
+    "hblks",
+    "hblkhd",
+    "usmblks",
+    "fsmblks",
+    "uordblks",
+    "fordblks",
+    "keepcost",
+)
+
+
 class _MallInfo2(ctypes.Structure):
-    _fields_ = [
-        (name, ctypes.c_size_t)
-        for name in ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks", "fordblks")
-    ] + [("keepcost", ctypes.c_size_t)]
+    """glibc's ``struct mallinfo2``: ten ``size_t`` counts, in this order."""
+
+    _fields_ = [(name, ctypes.c_size_t) for name in _MALLINFO2_FIELDS]
 
 
 def _mallinfo2() -> Any:
