@@ -4,6 +4,7 @@ objects or ``"module:NAME"`` paths, for an engine with a library or without one.
 from __future__ import annotations
 
 import dataclasses
+import sys
 from collections.abc import Iterator
 from typing import Any
 
@@ -107,3 +108,21 @@ def test_hooks_of_another_kind_are_refused_when_the_record_is_made() -> None:
         Engine("boxes", AutoBoxes, FINITE_DIFFERENCES, host="no_colon")
     record = Engine("boxes", AutoBoxes, FINITE_DIFFERENCES, host=HOST, traced=box_values)
     assert record.host is HOST and record.traced is box_values
+
+
+@pytest.mark.parametrize(
+    ("module", "installed"),
+    [("engine_pkg", True), ("engine_pkg.core", True), ("engine_pkg.absent", False), ("absent_pkg_of_di.core", False)],
+)
+def test_an_engine_s_module_is_found_without_importing_its_parents(
+    module: str, installed: bool, tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    package = tmp_path / "engine_pkg"
+    package.mkdir()
+    (package / "__init__.py").write_text("raise RuntimeError('imported')\n")
+    (package / "core.py").write_text("")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    record = dataclasses.replace(next(iter(di.backends.registry.engines())), module=module)
+    # found in its parent's folder: the parent is not imported (it would raise), a missing parent is no error
+    assert record.is_installed() is installed
+    assert "engine_pkg" not in sys.modules

@@ -275,12 +275,25 @@ class Engine:
         return self.name or self.selectors[0]
 
     def is_installed(self) -> bool:
-        """Whether :attr:`module` can be imported (found without importing it)."""
+        """Whether :attr:`module` can be imported (found without importing it).
+
+        A dotted module (``mlx.core``) is looked for in its parents' folders, so that
+        neither a parent is imported nor a missing parent raises.
+        """
         if not self.module:
             return True
+        import importlib.machinery
         import importlib.util
 
-        return importlib.util.find_spec(self.module) is not None
+        top, *rest = self.module.split(".")
+        spec = importlib.util.find_spec(top)
+        name = top
+        for part in rest:
+            if spec is None or spec.submodule_search_locations is None:
+                return False
+            name = f"{name}.{part}"
+            spec = importlib.machinery.PathFinder.find_spec(name, list(spec.submodule_search_locations))
+        return spec is not None
 
 
 def _default_labels(name: str, selector: type) -> dict[str, Any]:
