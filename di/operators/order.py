@@ -12,10 +12,10 @@ from typing import Any, NamedTuple
 from di.backends.aux import with_aux
 from di.families import family_of
 from di.operators.table import Operator
-from di.prep.finish import finish_steps, finished, split_finish
+from di.prep.finish import finish_steps, finished, split_finish, with_steps
 from di.pytrees import is_pytree, tree_flatten, tree_unflatten
 
-__all__ = ["AuxLayout", "OutputOrder", "in_caller_order"]
+__all__ = ["AuxLayout", "OutputOrder", "in_caller_order", "joined_and_laid_out", "joins_flat", "without_last_step"]
 
 Programs = dict[str, Callable[..., Any]]
 
@@ -152,8 +152,7 @@ def in_caller_order(
         lay = None if aux_layout is None else aux_layout.steps.get(name)
         # a last step that joins aux from the engine's flat result (joins_flat): taken into
         # this step, which then builds the caller's result from the flat one at once
-        steps = finish_steps(program)[1]
-        join = steps[-1] if has_aux and lay is not None and steps and getattr(steps[-1], "joins_flat", False) else None
+        join = joins_flat(program) if has_aux and lay is not None else None
         finish = with_aux(has_aux, restructure)
         # An engine that keeps the structures needs no rebuilding: the first result says
         # so, for every later one (the program's output structure follows its input's,
@@ -198,8 +197,14 @@ def in_caller_order(
 
         cell: list[Callable[[Any], Any]] = [ordered]
         if join is not None:
-            joined_cell = _joined_in_order(join, ordered, direct, specs, aux_layout, name)  # type: ignore[arg-type]
-            ordered_program = finished(_without_last_step(program), joined_cell[0])
+
+            def skeleton() -> Any:  # (known once the first result has fixed the rebuilder, or found none needed)
+                if rebuild[0] is False:
+                    return _AS_BUILT
+                return _skeleton(specs[None]) if direct[0] is not None and None in specs else None
+
+            laid_out = joined_and_laid_out(join, ordered, aux_layout, name, skeleton)  # type: ignore[arg-type]
+            ordered_program = finished(without_last_step(program), laid_out)
         else:
             ordered.cell = cell  # type: ignore[attr-defined]
             ordered_program = finished(program, ordered)
@@ -210,53 +215,54 @@ def in_caller_order(
     return {name: wrap(name, program) for name, program in programs.items()}
 
 
-def _without_last_step(program: Callable[..., Any]) -> Callable[..., Any]:
+def without_last_step(program: Callable[..., Any]) -> Callable[..., Any]:
     """``program`` (made by :func:`finished`) without its last finishing step."""
     inner, steps = finish_steps(program)
-    for step in steps[:-1]:
-        inner = finished(inner, step if step.__class__ is not list else _in_cell(step))  # type: ignore[arg-type]
-    return inner
+    return with_steps(inner, steps[:-1])
 
 
-def _in_cell(cell: list[Callable[[Any], Any]]) -> Callable[[Any], Any]:
-    """A function that :func:`finished` takes back as the cell ``cell``."""
-
-    def through(result: Any) -> Any:  # pragma: no cover - finished calls the cell itself
-        return cell[0](result)
-
-    through.cell = cell  # type: ignore[attr-defined]
-    return through
+_AS_BUILT = object()
+"""A skeleton meaning: the result's structure as the engine builds it (no key order to give)."""
 
 
-def _joined_in_order(
+def joined_and_laid_out(
     join: Callable[[Any], Any],
-    ordered: Callable[[Any], Any],
-    direct: list[Callable[[Any], Any] | None],
-    specs: dict[Any, Any],
+    then: Callable[[Any], Any],
     aux_layout: AuxLayout,
     name: str,
-) -> list[Callable[[Any], Any]]:
-    """The cell of one step doing what ``join`` (an engine's step joining ``aux`` from
-    its flat result: ``joins_flat``) and then ``ordered`` (the key order and ``aux``'s
-    layout) do. Once the first result has fixed the key order's rebuilder
-    (``direct``), a function generated for the flat result of that trace
-    (:func:`_generated_flat`) takes the cell's place, this one its fallback."""
+    skeleton: Callable[[], Any] = lambda: _AS_BUILT,
+) -> Callable[[Any], Any]:
+    """One finishing step doing what ``join`` (an engine's step joining ``aux`` from
+    its flat result: ``joins_flat``) and then ``then`` (the layout of ``aux``, and
+    the key order where there is one) do, called by the runner through its cell:
+    after the first result, a function generated for the flat result of that trace
+    (:func:`_generated_flat`) takes the cell's place, this one its fallback.
+    ``skeleton`` gives the result's structure in the caller's order once ``then``
+    has fixed it (``None`` while it has not), by default the engine's own."""
     tried: list[bool] = [False]
 
-    def joined_in_order(result: Any) -> Any:
-        fixed = ordered(join(result))
-        if not tried[0] and direct[0] is not None and None in specs:
-            tried[0] = True
-            fast = _generated_flat(
-                _skeleton(specs[None]), result, join, joined_in_order, aux_layout, name in aux_layout.combined
-            )
-            if fast is not None:
-                cell[0] = fast
+    def joined_laid_out(result: Any) -> Any:
+        fixed = then(join(result))
+        if not tried[0]:
+            wanted = skeleton()
+            if wanted is not None:
+                tried[0] = True
+                fast = _generated_flat(wanted, result, join, joined_laid_out, aux_layout, name in aux_layout.combined)
+                if fast is not None:
+                    cell[0] = fast
         return fixed
 
-    cell: list[Callable[[Any], Any]] = [joined_in_order]
-    joined_in_order.cell = cell  # type: ignore[attr-defined]
-    return cell
+    cell: list[Callable[[Any], Any]] = [joined_laid_out]
+    joined_laid_out.cell = cell  # type: ignore[attr-defined]
+    return joined_laid_out
+
+
+def joins_flat(program: Callable[..., Any]) -> Callable[[Any], Any] | None:
+    """The last finishing step of ``program`` when it joins ``aux`` from an engine's
+    flat result (marked ``joins_flat``), else ``None``."""
+    steps = finish_steps(program)[1]
+    last = steps[-1] if steps else None
+    return last if getattr(last, "joins_flat", False) else None  # type: ignore[return-value]
 
 
 def _generated_flat(
@@ -273,10 +279,11 @@ def _generated_flat(
     whose program ran (:meth:`di.engines.jax.programs.AuxTracing.carrying`). For a
     result of that trace (its record, by identity), each leaf is put where the
     caller's structure wants it (``skeleton``: the result's, in the caller's key
-    order) and ``aux`` built as ``join`` builds it, with no structure built in
-    between; any other result goes to ``fallback``. ``None`` where ``join`` puts
-    anything but the flat leaves in ``aux`` (constants, strings), or a node of
-    another kind than dict, list, tuple and ``None``.
+    order; :data:`_AS_BUILT`: as the engine builds it) and ``aux`` built as
+    ``join`` builds it, with no structure built in between; any other result
+    goes to ``fallback``. ``None`` where ``join`` puts anything but the flat
+    leaves in ``aux`` (constants, strings), or a node of another kind than dict,
+    list, tuple and ``None``.
 
     Examples:
         >>> from di.operators.order import AuxLayout, _generated_flat
@@ -294,6 +301,8 @@ def _generated_flat(
         size = len(flat) - 1
         indexed = join((*range(size), marks))  # (result, aux) with each leaf's index in flat
         output, aux = indexed
+        if skeleton is _AS_BUILT:
+            skeleton = output
         if combined:
             (y_index, result_index) = output
             y = _flat_source(skeleton[0], y_index)
