@@ -47,7 +47,7 @@ def with_steps(program: Callable[..., Any], steps: tuple[Step, ...]) -> Callable
     :func:`finished` makes it; ``program`` itself when there are none.
 
     Examples:
-        >>> from di.prep.finish import finish_steps, with_steps
+        >>> from di.prep.finish import finish_steps, finished, with_steps
         >>> inner, steps = finish_steps(finished(finished(lambda x: x + 1, str), len))
         >>> with_steps(inner, steps[:1])(10), with_steps(inner, ())(10)
         ('11', 11)
