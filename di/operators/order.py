@@ -199,9 +199,11 @@ def in_caller_order(
         if join is not None:
 
             def skeleton() -> Any:  # (known once the first result has fixed the rebuilder, or found none needed)
+                if rebuild[0] is None:
+                    return None
                 if rebuild[0] is False:
                     return _AS_BUILT
-                return _skeleton(specs[None]) if direct[0] is not None and None in specs else None
+                return _skeleton(specs[None]) if direct[0] is not None and None in specs else False
 
             laid_out = joined_and_laid_out(join, ordered, aux_layout, name, skeleton)  # type: ignore[arg-type]
             ordered_program = finished(without_last_step(program), laid_out)
@@ -238,7 +240,8 @@ def joined_and_laid_out(
     after the first result, a function generated for the flat result of that trace
     (:func:`_generated_flat`) takes the cell's place, this one its fallback.
     ``skeleton`` gives the result's structure in the caller's order once ``then``
-    has fixed it (``None`` while it has not), by default the engine's own."""
+    has fixed it (``None`` while it has not, ``False`` for one no function is
+    generated for), by default the engine's own."""
     tried: list[bool] = [False]
 
     def joined_laid_out(result: Any) -> Any:
@@ -247,7 +250,10 @@ def joined_and_laid_out(
             wanted = skeleton()
             if wanted is not None:
                 tried[0] = True
-                fast = _generated_flat(wanted, result, join, joined_laid_out, aux_layout, name in aux_layout.combined)
+                fast = None
+                if wanted is not False:
+                    combined = name in aux_layout.combined
+                    fast = _generated_flat(wanted, result, join, joined_laid_out, aux_layout, combined)
                 if fast is not None:
                     cell[0] = fast
         return fixed
