@@ -33,6 +33,7 @@ from di.backends.selectors import AbstractBackend
 from di.contexts import Constant, Context
 from di.errors import InvalidInputError, RecompileWarning
 from di.families import family_of
+from di.prep.finish import finish_steps, with_steps
 
 __all__ = [
     "RECOMPILE_WARNING_THRESHOLD",
@@ -307,6 +308,8 @@ def compiled_on_first_use(program: Program) -> Program:
         >>> run(1), run(2), len(traces)
         (2, 4, 2)
     """
+    # (a program's finishing steps stay outside, as its parts: a prep's runner calls them itself)
+    program, steps = finish_steps(program)
     lock = threading.Lock()
     compiled = False
 
@@ -319,7 +322,7 @@ def compiled_on_first_use(program: Program) -> Program:
             compiled = True
         return result
 
-    return run
+    return with_steps(run, steps)
 
 
 class RecompileWatch:

@@ -19,7 +19,14 @@ from di.backends.source import ProgramSource
 from di.contexts import Context
 from di.errors import InvalidInputError
 from di.families import converter, family_of, get_family, identity
-from di.operators.order import AuxLayout, OutputOrder, in_caller_order
+from di.operators.order import (
+    AuxLayout,
+    OutputOrder,
+    in_caller_order,
+    joined_and_laid_out,
+    joins_flat,
+    without_last_step,
+)
 from di.operators.table import Operator
 from di.prep.facts import ArgumentFacts, Facts
 from di.prep.finish import finished
@@ -334,7 +341,12 @@ def _aux_layout(programs: Programs, layout: AuxLayout) -> Programs:
     where their key order step does not lay it out already (``laid_out``)."""
 
     def wrap(name: str, program: Callable[..., Any]) -> Callable[..., Any]:
-        return program if getattr(program, "laid_out", False) else finished(program, layout.steps[name])
+        if getattr(program, "laid_out", False):
+            return program
+        join = joins_flat(program)
+        if join is not None:  # aux joined and laid out in one step
+            return finished(without_last_step(program), joined_and_laid_out(join, layout.steps[name], layout, name))
+        return finished(program, layout.steps[name])
 
     return {name: wrap(name, program) for name, program in programs.items()}
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["Finish", "Step", "composed_steps", "finish_steps", "finished", "split_finish"]
+__all__ = ["Finish", "Step", "composed_steps", "finish_steps", "finished", "split_finish", "with_steps"]
 
 Finish = Callable[[Any], Any]
 """What turns a program's result into the caller's (its array family, its layout)."""
@@ -38,9 +38,24 @@ def finished(program: Callable[..., Any], finish: Finish) -> Callable[..., Any]:
         (2, 3, 2)
     """
 
-    inner, steps = finish_steps(program)
     cell = getattr(finish, "cell", None)
-    steps = (*steps, finish if cell is None else cell)
+    return with_steps(program, (finish if cell is None else cell,))
+
+
+def with_steps(program: Callable[..., Any], steps: tuple[Step, ...]) -> Callable[..., Any]:
+    """``program`` followed by ``steps`` (as :func:`finish_steps` gives them), as
+    :func:`finished` makes it; ``program`` itself when there are none.
+
+    Examples:
+        >>> from di.prep.finish import finish_steps, finished, with_steps
+        >>> inner, steps = finish_steps(finished(finished(lambda x: x + 1, str), len))
+        >>> with_steps(inner, steps[:1])(10), with_steps(inner, ())(10)
+        ('11', 11)
+    """
+    if not steps:
+        return program
+    inner, own = finish_steps(program)
+    steps = (*own, *steps)
     composed = composed_steps(steps)
 
     def run(*args: Any) -> Any:

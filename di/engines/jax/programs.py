@@ -327,12 +327,15 @@ class _TraceAux:
     copy by every call, so that no call's ``aux`` aliases another's.
     """
 
-    __slots__ = ("_constants", "_split", "_travels", "keys", "pick")
+    __slots__ = ("_constants", "_split", "_travels", "keys", "pick", "tree")
 
     def __init__(self, split: AuxSplit, travels: tuple[bool, ...], constants: tuple[np.ndarray, ...]) -> None:
         self._split = split
         self._travels = travels
         self._constants = constants
+        # under jit, the tree of ``(result, aux's arrays)``, whose leaves the compiled function
+        # returns flat (set by AuxTracing.carrying when the trace's output is known)
+        self.tree: Any = None
         # a flat dict of arrays that all travelled (the usual aux): joined as
         # dict(zip(keys, pick(arrays))) inline by the program's finish, no call of this
         self.keys = split.dict_keys if not constants else None
@@ -380,14 +383,16 @@ class AuxTracing:
         return tuple(a for a, t in zip(arrays, travels) if t)
 
     def carrying(self, core: Callable[..., Any]) -> Callable[..., Any]:
-        """``core`` (returning ``(result, aux's arrays)``, to be jitted) returning
-        ``(result, aux's arrays, the rest of aux)``, the rest in its output tree."""
+        """``core`` (returning ``(result, aux's arrays)``, to be jitted) returning the
+        leaves of ``(result, aux's arrays)`` flat, then the rest of ``aux`` (the trace's
+        record, which holds that tree too), in one tuple: ``(*leaves, {record: ()})``."""
         local = self._local
 
         def carried(*args: Any) -> Any:
             local.aux = None
             output, arrays = core(*args)
-            if local.aux is None:  # pragma: no cover - f always runs when core is traced
+            record = local.aux
+            if record is None:  # pragma: no cover - f always runs when core is traced
                 raise RuntimeError("has_aux: f was not called while its program was traced")
             # Under jit a trace's _TraceAux rides in the compiled function's output tree, as the
             # one key of a dict whose value has no leaves: JAX keeps each output tree with the
@@ -396,25 +401,31 @@ class AuxTracing:
             # that dict itself (no Python call per call, where a node of di's own class had its
             # unflattening called by jit's C++ dispatch at every call), and a node without leaves
             # keeps every output an array: any other object there would be a leaf that is not an
-            # array, which sends every call down jit's Python path (about 100 us).
-            return output, arrays, {local.aux: ()}
+            # array, which sends every call down jit's Python path (about 100 us). The leaves come
+            # flat, in one tuple: JAX then builds no dict of them (in its sorted key order) that
+            # di would build again in the caller's order; the caller's finishing step builds the
+            # caller's structure from them at once (di.operators.order: joins_flat).
+            leaves, record.tree = jax.tree_util.tree_flatten((output, arrays))
+            return (*leaves, {record: ()})
 
         return carried
 
     def joining(self, program: Program, compiled: bool) -> Program:
         """``program`` returning ``(result, aux)`` where it returned ``(result, aux's
-        arrays)`` (eager) or ``(result, aux's arrays, the rest)`` (:meth:`carrying`)."""
+        arrays)`` (eager) or the leaves of those and the rest of ``aux`` (:meth:`carrying`)."""
         if compiled:
             # a finishing step (the runner calls it after the executable, in its own frame)
             def joined_carried(result: Any) -> Any:
-                output, arrays, carried = result
-                [aux] = carried  # (the dict's one key)
+                [aux] = result[-1]  # (the dict's one key: the trace's record)
+                output, arrays = aux.tree.unflatten(result[:-1])
                 keys = aux.keys
                 if keys is not None:
                     pick = aux.pick
                     return output, dict(zip(keys, arrays if pick is None else pick(arrays)))
                 return output, aux.join(arrays)
 
+            # (a step that a key order step after it may take into a generated one of its own)
+            joined_carried.joins_flat = True  # type: ignore[attr-defined]
             return finished(program, joined_carried)
         local = self._local
 
