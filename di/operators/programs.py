@@ -19,14 +19,8 @@ from di.backends.source import ProgramSource
 from di.contexts import Context
 from di.errors import InvalidInputError
 from di.families import converter, family_of, get_family, identity
-from di.operators.order import (
-    AuxLayout,
-    OutputOrder,
-    in_caller_order,
-    joined_and_laid_out,
-    joins_flat,
-    without_last_step,
-)
+from di.operators.aux_layout import AuxLayout, joined_and_laid_out, joins_flat, without_last_step
+from di.operators.order import OutputOrder, in_caller_order
 from di.operators.table import Operator
 from di.prep.facts import ArgumentFacts, Facts
 from di.prep.finish import finished
