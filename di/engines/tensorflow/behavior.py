@@ -74,7 +74,22 @@ def _promote_when_needed(*tensors: Any, force_same_dtype: bool = False) -> Any:
     changes nothing: TensorFlow's own casts every operand, even one already of
     the result's dtype (an op per operand, most of an eager operator's time).
     Tensors of one dtype, and a Python number beside a floating tensor (weak, as
-    NumPy takes it), pass as they are; anything else is promoted by TensorFlow."""
+    NumPy takes it: the tensor's dtype), pass as they are; anything else is
+    promoted by TensorFlow.
+
+    A number after the tensor in an operator (``x * 2.0``, ``force_same_dtype``
+    false) goes on as it is: TensorFlow's operator converts it to the tensor's
+    dtype itself, as it does with the behavior off. Before it (``2.0 * x``,
+    ``force_same_dtype``) it is converted here, as TensorFlow's own promotion
+    does with the behavior off."""
+    if len(tensors) == 2:  # (every operator: the common cases without the loop)
+        first, second = tensors
+        if isinstance(first, _Tensor):
+            if isinstance(second, _Tensor):
+                if first.dtype == second.dtype:
+                    return tensors
+            elif not force_same_dtype and second.__class__ in _PYTHON_NUMBERS and first.dtype.is_floating:
+                return tensors
     dtype = None
     numbers_too = False
     for value in tensors:
