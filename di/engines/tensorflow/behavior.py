@@ -86,7 +86,8 @@ def _promote_when_needed(*tensors: Any, force_same_dtype: bool = False) -> Any:
         first, second = tensors
         if isinstance(first, _Tensor):
             if isinstance(second, _Tensor):
-                if first.dtype == second.dtype:
+                dtype, other = first.dtype, second.dtype
+                if dtype is other or dtype == other:  # (TensorFlow's dtypes are interned: `is` first)
                     return tensors
             elif not force_same_dtype and second.__class__ in _PYTHON_NUMBERS and first.dtype.is_floating:
                 return tensors
