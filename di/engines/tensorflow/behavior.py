@@ -11,7 +11,11 @@ scoped: it turns the same three pieces on (the ``tf.Tensor`` methods, NumPy-styl
 slicing, NumPy-style promotion in the operators), with the array API's ``.mT``, while ``AutoTensorFlow``'s
 programs run ``f`` (an eager call, or the trace of a compiled one: a compiled
 program runs without it) and puts back exactly what was there before, whatever
-the caller had set. A program running ``f`` in another thread keeps it on until
+the caller had set. It covers ``f`` alone: a tape's backward pass, after ``f``
+has returned, runs TensorFlow's gradient functions (and a ``tf.custom_gradient``'s)
+with TensorFlow's behavior as the caller has it, as they were written, and
+without the promotion's Python on each of their operators (forward mode's
+derivatives are computed while ``f`` runs, with it). A program running ``f`` in another thread keeps it on until
 the last one ends; TensorFlow code in other threads sees it meanwhile (the
 switch is TensorFlow's module state: it cannot be per thread). Its promotion
 skips TensorFlow's casts of operands already of the result's dtype (an op each:
