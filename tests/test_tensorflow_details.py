@@ -183,18 +183,55 @@ def test_f_gets_the_array_api_operators_and_tensors_keep_their_own_after() -> No
         tf.ones(2, tf.float32) + tf.ones(2, tf.float64)  # TensorFlow's own promotion: none
 
 
+@pytest.mark.parametrize("backend", BOTH)
+def test_the_behavior_is_on_while_f_runs_and_the_backward_pass_is_tensorflows_own(backend: Any) -> None:
+    seen: dict[str, bool] = {}
+
+    @tf.custom_gradient  # type: ignore[misc]
+    def cube(x: Any) -> Any:
+        seen["f"] = hasattr(x, "T")
+
+        def gradient(upstream: Any) -> Any:  # run by the tape's backward pass, after f has returned
+            seen["backward"] = hasattr(upstream, "T")
+            return upstream * 3.0 * x * x
+
+        return x * x * x, gradient
+
+    def f(x: Any) -> Any:
+        return tf.reduce_sum(cube(x.reshape((3, 1))))  # .reshape: the array API's method, on inside f
+
+    np.testing.assert_allclose(di.gradient(f, backend, X), 3 * X**2, rtol=1e-12)
+    assert seen == {"f": True, "backward": False}
+    np.testing.assert_allclose(di.pullback(f, backend, X, (2.0,))[0], 6 * X**2, rtol=1e-12)
+
+
 def test_the_scoped_promotion_passes_operands_of_one_dtype_and_promotes_the_rest() -> None:
+    import operator
+
     from di.engines.tensorflow.behavior import _promote_when_needed, numpy_behavior
 
     a, b = tf.ones(2, tf.float32), tf.constant([2.0, 3.0], tf.float32)
     with numpy_behavior():
         assert _promote_when_needed(a, b) == (a, b)  # one dtype: as they are (no cast op)
-        for number in (2, 2.5, True):  # a Python number takes the floating tensor's dtype (NumPy's weak scalar)
-            tensor, promoted = _promote_when_needed(a, number)
+        assert _promote_when_needed(a, 2.5) == (a, 2.5)  # x * 2.5: TensorFlow's operator converts the number itself
+        for number in (2, 2.5, True):  # 2.5 * x (force_same_dtype): the number takes the tensor's dtype here
+            tensor, promoted = _promote_when_needed(a, number, force_same_dtype=True)
             assert tensor is a and promoted.dtype == tf.float32 and float(promoted) == float(number)
         mixed = _promote_when_needed(a, tf.ones(2, tf.float64))  # two dtypes: TensorFlow's NumPy promotion
         assert [t.dtype for t in mixed] == [tf.float64, tf.float64]
         assert (a + tf.ones(2, tf.float64)).dtype == tf.float64
+    # a Python number on either side of a floating tensor is NumPy's weak scalar: the tensor's dtype, NumPy's values
+    operators = (operator.add, operator.sub, operator.mul, operator.truediv, operator.pow, operator.floordiv)
+    for dtype in ("float32", "float64"):
+        values = np.array([1.5, 3.0, 0.25], dtype)
+        tensor = tf.constant(values)
+        for number in (2, 2.5, True, 7.0):
+            for op in operators:
+                with numpy_behavior():
+                    after, before = op(tensor, number), op(number, tensor)
+                for result, expected in ((after, op(values, number)), (before, op(number, values))):
+                    assert result.dtype.name == dtype and expected.dtype == np.dtype(dtype)
+                    np.testing.assert_allclose(result.numpy(), expected, rtol=1e-6, err_msg=f"{op.__name__} {number}")
 
 
 def test_the_namespace_maps_the_array_api_onto_tensorflow() -> None:

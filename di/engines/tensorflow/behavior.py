@@ -11,7 +11,11 @@ scoped: it turns the same three pieces on (the ``tf.Tensor`` methods, NumPy-styl
 slicing, NumPy-style promotion in the operators), with the array API's ``.mT``, while ``AutoTensorFlow``'s
 programs run ``f`` (an eager call, or the trace of a compiled one: a compiled
 program runs without it) and puts back exactly what was there before, whatever
-the caller had set. A program running ``f`` in another thread keeps it on until
+the caller had set. It covers ``f`` alone: a tape's backward pass, after ``f``
+has returned, runs TensorFlow's gradient functions (and a ``tf.custom_gradient``'s)
+with TensorFlow's behavior as the caller has it, as they were written, and
+without the promotion's Python on each of their operators (forward mode's
+derivatives are computed while ``f`` runs, with it). A program running ``f`` in another thread keeps it on until
 the last one ends; TensorFlow code in other threads sees it meanwhile (the
 switch is TensorFlow's module state: it cannot be per thread). Its promotion
 skips TensorFlow's casts of operands already of the result's dtype (an op each:
@@ -74,7 +78,23 @@ def _promote_when_needed(*tensors: Any, force_same_dtype: bool = False) -> Any:
     changes nothing: TensorFlow's own casts every operand, even one already of
     the result's dtype (an op per operand, most of an eager operator's time).
     Tensors of one dtype, and a Python number beside a floating tensor (weak, as
-    NumPy takes it), pass as they are; anything else is promoted by TensorFlow."""
+    NumPy takes it: the tensor's dtype), pass as they are; anything else is
+    promoted by TensorFlow.
+
+    A number after the tensor in an operator (``x * 2.0``, ``force_same_dtype``
+    false) goes on as it is: TensorFlow's operator converts it to the tensor's
+    dtype itself, as it does with the behavior off. Before it (``2.0 * x``,
+    ``force_same_dtype``) it is converted here, as TensorFlow's own promotion
+    does with the behavior off."""
+    if len(tensors) == 2:  # (every operator: the common cases without the loop)
+        first, second = tensors
+        if isinstance(first, _Tensor):
+            if isinstance(second, _Tensor):
+                dtype, other = first.dtype, second.dtype
+                if dtype is other or dtype == other:  # (TensorFlow's dtypes are interned: `is` first)
+                    return tensors
+            elif not force_same_dtype and second.__class__ in _PYTHON_NUMBERS and first.dtype.is_floating:
+                return tensors
     dtype = None
     numbers_too = False
     for value in tensors:

@@ -173,15 +173,15 @@ class ProgramBuilder(Adapter):
             key = tuple(values[i] for i in statics)
 
             def fx(x: Any) -> tuple[Any, Any]:
-                output = checked(x, *values)
+                with numpy_behavior():  # the array API's operators on the tensors f computes with
+                    output = checked(x, *values)
                 if not has_aux:
                     return output, None
                 y, aux = output
                 arrays, splits[key] = split_aux(aux, is_tensor)
                 return y, arrays
 
-            with numpy_behavior():  # the array API's operators on the tensors f computes with
-                result, arrays = core(fx, x) if tangents is None else core(fx, x, tangents)
+            result, arrays = core(fx, x) if tangents is None else core(fx, x, tangents)
             if plain:
                 result = result[-1]
             return (result, arrays) if has_aux else result

@@ -38,7 +38,8 @@ EAGER_LOOP_OUTPUTS = 64  # where one eager reverse pass per output stops beating
 
 
 def _cast(value: Any, like: Any) -> Any:
-    return value if value.dtype == like.dtype else tf.cast(value, like.dtype)
+    dtype, target = value.dtype, like.dtype
+    return value if dtype is target or dtype == target else tf.cast(value, target)  # (interned dtypes: `is` first)
 
 
 def value(fx: Fx, x: Any) -> tuple[Any, Any]:
@@ -62,7 +63,7 @@ def pullback(fx: Fx, x: Any, ty: Sequence[Any]) -> tuple[tuple[Any, tuple[Any, .
         y, aux = fx(x)
     products = []
     for t in ty:
-        t = tf.convert_to_tensor(t)
+        t = t if isinstance(t, tf.Tensor) else tf.convert_to_tensor(t)
         if t.shape != y.shape:  # the tape would broadcast it, silently
             raise ValueError(f"a cotangent of shape {tuple(t.shape)} for an output of shape {tuple(y.shape)}")
         products.append(_cast(tape.gradient(y, x, output_gradients=_cast(t, y), unconnected_gradients=ZERO), x))
