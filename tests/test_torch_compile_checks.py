@@ -137,6 +137,24 @@ def test_differentiate_with_inside_a_compiled_gradient_is_not_refused() -> None:
     np.testing.assert_allclose(di.gradient(f, COMPILED, x).numpy(), 2.0 * np.cos(X), rtol=1e-6)
 
 
+def test_a_second_prep_at_another_size_compiles_for_its_own_size() -> None:
+    """dynamo remembers sizes by function name and line, so the second prep of one f
+    at another size was traced with symbolic sizes (automatic dynamic shapes): the
+    DifferentiateWith inside f, registered for concrete shapes, broke the graph with
+    a warning blaming di. Each prep's first trace is specialized to its signature."""
+    pytest.importorskip("autograd")
+    wrapped = di.DifferentiateWith(lambda x: di.array_namespace(x).sin(x) * 2.0, di.AutoAutograd())
+
+    def f(x: Any) -> Any:
+        xp = di.array_namespace(x)
+        return xp.sum(wrapped(x))
+
+    for size in (2, 3, 4):
+        x = torch.linspace(-1.0, 1.0, size, dtype=torch.float64)
+        prep = di.prepare_gradient(f, COMPILED, x)
+        np.testing.assert_allclose(di.gradient(f, prep, COMPILED, x).numpy(), 2.0 * np.cos(x.numpy()), rtol=1e-12)
+
+
 def _writes_then_interrupts(x: Any) -> Any:
     with torch.no_grad():  # (a write torch lets through: nothing records it)
         x.mul_(1.0)

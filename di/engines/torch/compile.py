@@ -147,7 +147,8 @@ class TorchCompiler:
         held = warnings.catch_warnings(record=True)
         caught = held.__enter__()
         try:
-            warm_up(compiled)
+            with _specialized_to_the_prep():
+                warm_up(compiled)
         except RECURSION_LIMITS as err:
             failure: BaseException | None = err
         except AssertionError as err:
@@ -192,7 +193,8 @@ class TorchCompiler:
             options["fullgraph"] = False
             compiled = torch.compile(traced, **options)
             try:
-                warm_up(compiled)
+                with _specialized_to_the_prep():
+                    warm_up(compiled)
             except RECURSION_LIMITS as err:
                 if not _ran_out_of_recursion(err):
                     raise
@@ -411,6 +413,21 @@ def specializing(function: Callable[..., Any], static_argnums: tuple[int, ...]) 
         return function(*[_constant(a) if i in positions else a for i, a in enumerate(args)])
 
     return specialized
+
+
+def _specialized_to_the_prep() -> Any:
+    """dynamo's automatic dynamic shapes off while a prep's program is first traced.
+
+    dynamo remembers the shapes each function was compiled for by its file, line
+    and name (not by code object: :func:`own_code`'s copies share them), and marks
+    a size dynamic once a second compile sees another value. Two preps of one ``f``
+    at two sizes then compiled the second for symbolic sizes: a prep made for one
+    signature traced as for any, and a ``di.DifferentiateWith`` inside ``f``
+    (registered for concrete shapes) broke the graph. The first trace of a prep is
+    specialized to its signature; later recompiles (a ``strict=False`` prep given
+    another shape) follow torch's defaults.
+    """
+    return torch._dynamo.config.patch(automatic_dynamic_shapes=False)
 
 
 def own_code(function: Callable[..., Any]) -> Callable[..., Any]:
