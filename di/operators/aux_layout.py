@@ -18,7 +18,7 @@ from typing import Any, NamedTuple
 
 from di.prep.finish import finish_steps, with_steps
 
-__all__ = ["AS_BUILT", "AuxLayout", "joined_and_laid_out", "joins_flat", "without_last_step"]
+__all__ = ["AS_BUILT", "AuxLayout", "joined_and_laid_out", "split_flat_join"]
 
 
 class AuxLayout(NamedTuple):
@@ -44,12 +44,6 @@ class _OtherFlatStructure(Exception):
     """A flat result whose structure is not the one the generated step was made for."""
 
 
-def without_last_step(program: Callable[..., Any]) -> Callable[..., Any]:
-    """``program`` (made by :func:`finished`) without its last finishing step."""
-    inner, steps = finish_steps(program)
-    return with_steps(inner, steps[:-1])
-
-
 AS_BUILT = object()
 """A skeleton meaning: the result's structure as the engine builds it (no key order to give)."""
 
@@ -62,7 +56,7 @@ def joined_and_laid_out(
     skeleton: Callable[[], Any] = lambda: AS_BUILT,
 ) -> Callable[[Any], Any]:
     """One finishing step doing what ``join`` (an engine's step joining ``aux`` from
-    its flat result: ``joins_flat``) and then ``then`` (the layout of ``aux``, and
+    its flat result: :func:`split_flat_join`) and then ``then`` (the layout of ``aux``, and
     the key order where there is one) do, called by the runner through its cell:
     after the first result, a function generated for the flat result of that trace
     (:func:`_generated_flat`) takes the cell's place, this one its fallback.
@@ -90,12 +84,16 @@ def joined_and_laid_out(
     return joined_laid_out
 
 
-def joins_flat(program: Callable[..., Any]) -> Callable[[Any], Any] | None:
-    """The last finishing step of ``program`` when it joins ``aux`` from an engine's
-    flat result (marked ``joins_flat``), else ``None``."""
-    steps = finish_steps(program)[1]
+def split_flat_join(
+    program: Callable[..., Any],
+) -> tuple[Callable[..., Any], Callable[[Any], Any]] | None:
+    """``program`` without its last finishing step, and that step, when it joins
+    ``aux`` from an engine's flat result (marked ``joins_flat``); else ``None``."""
+    inner, steps = finish_steps(program)
     last = steps[-1] if steps else None
-    return last if getattr(last, "joins_flat", False) else None  # type: ignore[return-value]
+    if not callable(last) or not getattr(last, "joins_flat", False):  # (a cell is no such step)
+        return None
+    return with_steps(inner, steps[:-1]), last
 
 
 def _generated_flat(

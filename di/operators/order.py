@@ -11,7 +11,7 @@ from typing import Any
 
 from di.backends.aux import with_aux
 from di.families import family_of
-from di.operators.aux_layout import AS_BUILT, AuxLayout, joined_and_laid_out, joins_flat, without_last_step
+from di.operators.aux_layout import AS_BUILT, AuxLayout, joined_and_laid_out, split_flat_join
 from di.operators.table import Operator
 from di.prep.finish import finished, split_finish
 from di.pytrees import is_pytree, tree_flatten, tree_unflatten
@@ -138,7 +138,7 @@ def in_caller_order(
         lay = None if aux_layout is None else aux_layout.steps.get(name)
         # a last step that joins aux from the engine's flat result (joins_flat): taken into
         # this step, which then builds the caller's result from the flat one at once
-        join = joins_flat(program) if has_aux and lay is not None else None
+        flat = split_flat_join(program) if has_aux and lay is not None else None
         finish = with_aux(has_aux, restructure)
         # An engine that keeps the structures needs no rebuilding: the first result says
         # so, for every later one (the program's output structure follows its input's,
@@ -172,8 +172,11 @@ def in_caller_order(
                 if rebuild[0] and fixed_layout and rebuilder is not None:
                     direct[0] = _with_aux_kept(rebuilder) if has_aux else rebuilder
                     skeleton = _skeleton(specs[None])
-                    # from now on one generated function, this one its fallback
-                    if lay is not None and aux_layout is not None:
+                    # from now on one generated function, this one its fallback (where the
+                    # flat join's step calls this one, that step generates its own instead)
+                    if flat is not None:
+                        fast = None
+                    elif lay is not None and aux_layout is not None:
                         fast = _generated_laid_out(skeleton, ordered, aux_layout, name in aux_layout.combined)
                     else:
                         fast = _generated_rebuilder((skeleton, 0) if has_aux else skeleton, ordered)
@@ -182,7 +185,8 @@ def in_caller_order(
             return fixed
 
         cell: list[Callable[[Any], Any]] = [ordered]
-        if join is not None:
+        if flat is not None:
+            rest, join = flat
 
             def skeleton() -> Any:  # (known once the first result has fixed the rebuilder, or found none needed)
                 if rebuild[0] is None:
@@ -192,7 +196,7 @@ def in_caller_order(
                 return _skeleton(specs[None]) if direct[0] is not None and None in specs else False
 
             laid_out = joined_and_laid_out(join, ordered, aux_layout, name, skeleton)  # type: ignore[arg-type]
-            ordered_program = finished(without_last_step(program), laid_out)
+            ordered_program = finished(rest, laid_out)
         else:
             ordered.cell = cell  # type: ignore[attr-defined]
             ordered_program = finished(program, ordered)

@@ -19,7 +19,7 @@ from di.backends.source import ProgramSource
 from di.contexts import Context
 from di.errors import InvalidInputError
 from di.families import converter, family_of, get_family, identity
-from di.operators.aux_layout import AuxLayout, joined_and_laid_out, joins_flat, without_last_step
+from di.operators.aux_layout import AuxLayout, joined_and_laid_out, split_flat_join
 from di.operators.order import OutputOrder, in_caller_order
 from di.operators.table import Operator
 from di.prep.facts import ArgumentFacts, Facts
@@ -337,9 +337,10 @@ def _aux_layout(programs: Programs, layout: AuxLayout) -> Programs:
     def wrap(name: str, program: Callable[..., Any]) -> Callable[..., Any]:
         if getattr(program, "laid_out", False):
             return program
-        join = joins_flat(program)
-        if join is not None:  # aux joined and laid out in one step
-            return finished(without_last_step(program), joined_and_laid_out(join, layout.steps[name], layout, name))
+        flat = split_flat_join(program)
+        if flat is not None:  # aux joined and laid out in one step
+            rest, join = flat
+            return finished(rest, joined_and_laid_out(join, layout.steps[name], layout, name))
         return finished(program, layout.steps[name])
 
     return {name: wrap(name, program) for name, program in programs.items()}
