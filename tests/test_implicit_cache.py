@@ -156,6 +156,42 @@ def test_bound_methods_are_one_function_per_object_and_free_their_object() -> No
     assert freed() is None and di.cache_info().currsize == 1
 
 
+def test_a_finite_difference_loop_calls_f_itself_not_its_weak_stand_in(monkeypatch: Any) -> None:
+    from di.operators.cache import WeakFunction
+
+    through_stand_in = []
+    call = WeakFunction.__call__
+
+    def counted(self: Any, *args: Any, **kwargs: Any) -> Any:
+        through_stand_in.append(1)
+        return call(self, *args, **kwargs)
+
+    monkeypatch.setattr(WeakFunction, "__call__", counted)
+
+    class Model:
+        def loss(self, x: Any) -> Any:
+            xp = di.array_namespace(x)
+            return xp.sum(xp.sin(x) * x)
+
+    backend, x, model = di.AutoFiniteDiff(), np.linspace(0.5, 1.5, 40), Model()
+    expected = np.sin(x) + x * np.cos(x)
+    for f in (cubes, model.loss):
+        for _ in range(3):
+            through_stand_in.clear()
+            gradient = di.gradient(f, backend, x)
+            # (the first evaluation, which checks f's output, may go through it; not the 80 of the loop)
+            assert len(through_stand_in) <= 2
+        np.testing.assert_allclose(gradient, 3 * x**2 if f is cubes else expected, rtol=1e-6)
+        through_stand_in.clear()
+        jacobian = di.jacobian(lambda x: x**2, backend, x[:5])
+        np.testing.assert_allclose(jacobian, np.diag(2 * x[:5]), rtol=1e-6, atol=1e-8)
+        assert len(through_stand_in) <= 2
+    freed = weakref.ref(model)
+    del model, f
+    gc.collect()
+    assert freed() is None
+
+
 def test_threads_share_the_cache_and_get_their_own_results() -> None:
     backend = di.AutoFiniteDiff()
     calls = [0]

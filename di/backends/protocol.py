@@ -28,7 +28,7 @@ from di.errors import InvalidOptionError, UnsupportedContextError, UnsupportedOp
 from di.families import converter, family_of, identity
 from di.pytrees import is_pytree, tree_flatten, tree_map
 
-__all__ = ["Adapter", "Program", "Programs", "keeping_error", "plain_from_full"]
+__all__ = ["Adapter", "Program", "Programs", "keeping_error", "plain_from_full", "resolved"]
 
 Program = Callable[..., Any]
 Programs = dict[str, Program]
@@ -57,6 +57,31 @@ def keeping_error(wrapper: Program, program: Program) -> Program:
     if getattr(program, "checked_program", False):
         wrapper.checked_program = True  # type: ignore[attr-defined]
     return wrapper
+
+
+def resolved(f: Callable[..., Any]) -> Callable[..., Any]:
+    """``f`` to call many times within one call of a program (a finite-difference
+    loop): a stand-in that refers to ``f`` weakly (the one a cached prep keeps:
+    :mod:`di.operators.cache`) gives ``f`` itself, which the caller holds for the
+    call's length, so the evaluations skip the stand-in's frame; any other
+    callable is returned as it is.
+
+    Args:
+        f: the function a program was prepared with.
+
+    Returns:
+        The callable to evaluate in this call.
+
+    Examples:
+        >>> from di.backends.protocol import resolved
+        >>> from di.operators.cache import WeakFunction
+        >>> def square(x):
+        ...     return x * x
+        >>> resolved(square) is square, resolved(WeakFunction(square)) is square
+        (True, True)
+    """
+    resolve = getattr(type(f), "__di_resolved__", None)
+    return f if resolve is None else resolve(f)  # type: ignore[no-any-return]
 
 
 def checked_program(program: Callable[..., Any]) -> Callable[..., Any]:

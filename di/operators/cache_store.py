@@ -60,6 +60,13 @@ class WeakFunction:
         owner = self._self()
         return None if owner is None else types.MethodType(function, owner)
 
+    def __di_resolved__(self) -> Any:
+        """``f`` itself while it lives (this stand-in once it is freed): what
+        :func:`di.backends.protocol.resolved` gives an engine that calls ``f`` many
+        times within one call."""
+        target = self.target()
+        return self if target is None else target
+
     def __getattr__(self, name: str) -> Any:
         # f's own attributes (what an engine asks of f: checked_program, ...) and its
         # names; no other dunder, which a compiler guarding on this object reads of it

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from di.backends.capabilities import AUX_FAMILIES, Capabilities
-from di.backends.protocol import Adapter, Program, Programs
+from di.backends.protocol import Adapter, Program, Programs, resolved
 from di.contexts import Cache, Context
 from di.engines.finitediff.evaluation import Evaluator, read_only, shape_changed, writable
 from di.engines.finitediff.selector import AutoFiniteDiff
@@ -75,7 +75,7 @@ class FiniteDiffAdapter(Adapter):
         # arithmetic is the same IEEE double arithmetic, so results are identical.
         coordinates, steps = flat.tolist(), coordinate_steps(flat, step).tolist()
         g = [0.0] * flat.size
-        f, values = evaluator.f, tuple(values)
+        f, values = resolved(evaluator.f), tuple(values)  # (a cached prep's stand-in: f itself)
         for i, (xi, hi) in enumerate(zip(coordinates, steps)):
             flat[i] = xi + hi
             if i == 0:  # the first evaluation checks f's output; the rest are read as it was
@@ -201,7 +201,7 @@ class FiniteDiffAdapter(Adapter):
             # broadcast a one-element output into the row without a word.
             y_shape: Any = None if y0 is None else y0.shape
             rows: Any = None if y_shape is None else np.empty((flat.size, *y_shape))
-            f, checked = evaluator.f, evaluator.checked_array  # (evaluator.array, a call fewer)
+            f, checked = resolved(evaluator.f), evaluator.checked_array  # (evaluator.array, a call fewer)
             # Python floats for the coordinates and steps, as in the gradient; the
             # second evaluation is used before f runs again: no copy.
             for i, (xi, hi) in enumerate(zip(flat.tolist(), steps)):
