@@ -195,3 +195,59 @@ def test_a_compiled_prep_shared_by_threads_gives_the_serial_results() -> None:
         worker.join()
     assert not failures, failures[0]
     assert maker.traces - before <= 2 * threads  # (at most one trace per thread and program)
+
+
+@pytest.mark.parametrize("mode", [None, "forward"], ids=["reverse", "forward"])
+def test_a_plain_eager_jacobian_evaluates_f_once_per_call(mode: str | None) -> None:
+    """The plain Jacobian evaluates f only inside its pullbacks (or pushforwards),
+    which mx.vmap traces once: no evaluation of f(x) beside them (reverse mode takes
+    f(x)'s shape and dtype from the call before, confirmed by the pullbacks). The
+    value-and-Jacobian evaluates f(x) for its value."""
+    calls: list[int] = []
+
+    def counted(x: Any) -> Any:
+        calls.append(1)
+        return cubic(x)
+
+    backend = di.AutoMLX(mode=mode)
+    x_np = np.linspace(-1.0, 1.0, 6)
+    x = mx.array(x_np, dtype=mx.float32)
+    prep = di.prepare_jacobian(counted, backend, x)
+    di.jacobian(counted, prep, backend, x)
+    for scale in (0.5, 2.0):
+        calls.clear()
+        jacobian = di.jacobian(counted, prep, backend, scale * x)
+        assert len(calls) == 1
+        np.testing.assert_allclose(np.array(jacobian), cubic_jacobian(scale * x_np), rtol=1e-5, atol=1e-6)
+    calls.clear()
+    y, jacobian = di.value_and_jacobian(counted, prep, backend, x)
+    assert len(calls) == 2
+    np.testing.assert_allclose(np.array(y), cubic(x_np), rtol=1e-6)
+    np.testing.assert_allclose(np.array(jacobian), cubic_jacobian(x_np), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("mode", [None, "forward"], ids=["reverse", "forward"])
+def test_a_plain_eager_jacobian_follows_an_output_of_another_shape_or_dtype(mode: str | None) -> None:
+    """An f whose output changes shape or dtype from one call to the next (Python
+    control flow, eagerly): each plain Jacobian is that of the call's f, in its
+    output's dtype (a pullback of the previous call's shape is refused by MLX, one
+    of its dtype is seen, and f(x) is then evaluated for them)."""
+    state: dict[str, Any] = {"rows": 6, "dtype": None}
+
+    def switching(x: Any) -> Any:
+        y = cubic(x)[: state["rows"]]
+        return y if state["dtype"] is None else y.astype(state["dtype"])
+
+    backend = di.AutoMLX(mode=mode)
+    x_np = np.linspace(-1.0, 1.0, 6)
+    x = mx.array(x_np, dtype=mx.float32)
+    prep = di.prepare_jacobian(switching, backend, x)
+    for rows, dtype in [(6, None), (4, None), (4, None), (6, mx.float16), (6, None), (1, mx.float16), (6, None)]:
+        state["rows"], state["dtype"] = rows, dtype
+        jacobian = di.jacobian(switching, prep, backend, x)
+        assert jacobian.shape == (rows, 6)
+        assert jacobian.dtype == (dtype or mx.float32)
+        tolerance = 1e-2 if dtype is not None else 1e-5
+        np.testing.assert_allclose(
+            np.array(jacobian.astype(mx.float32)), cubic_jacobian(x_np)[:rows], rtol=tolerance, atol=tolerance
+        )
