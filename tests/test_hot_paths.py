@@ -922,13 +922,13 @@ def test_the_torch_ml_calls_own_strict_check_refuses_as_the_runner_did() -> None
     loose = di.prepare_gradient(loss, backend, params, context, has_aux=True, strict=False)
     leaves = {name: t.detach().requires_grad_() for name, t in params.items()}
     expected = dict(zip(leaves, torch.autograd.grad(loss(leaves, batch)[0], tuple(leaves.values()))))
-    for given in (
+    for point in (
         params,
         {name: torch.nn.Parameter(t.clone()) for name, t in params.items()},
         {"w": torch.nn.Parameter(params["w"].clone(), requires_grad=False), "b": params["b"]},
     ):
         for p in (prep, loose):
-            (_, _), grads = di.value_and_gradient(loss, p, backend, given, context, has_aux=True)
+            (_, _), grads = di.value_and_gradient(loss, p, backend, point, context, has_aux=True)
             for name in params:
                 torch.testing.assert_close(grads[name], expected[name])
     refused = [

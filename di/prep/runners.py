@@ -328,8 +328,8 @@ def _checking_form(prep: Prepared, program: Callable[..., Any]) -> Callable[...,
     offer = getattr(program, "checking_form", None)
     if offer is None or not prep.strict or prep.tangent_check is not None or _inline(prep.x_test) != _TREE:
         return None
-    parts = [test.matcher.tree_parts if _inline(test) == _TREE else None for _, test in prep.context_tests]
-    return offer(prep.x_test.matcher.tree_parts, parts)  # type: ignore[no-any-return]
+    parts = [getattr(test.matcher, "tree_parts", None) for _, test in prep.context_tests]
+    return offer(prep.x_test.matcher.tree_parts, parts)  # type: ignore[attr-defined,no-any-return]
 
 
 def _boxed_form(prep: Prepared, program: Callable[..., Any]) -> Callable[..., Any] | None:
