@@ -7,7 +7,6 @@ other call goes to the general reverse program (:class:`di.engines.torch.reverse
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from operator import itemgetter
 from typing import Any
 
 import torch
@@ -60,9 +59,6 @@ def tree_gradient_program(
         return None
     f, backend, operator, structure = reverse.f, reverse.backend, reverse.operator, reverse.structure
     leaves_of, unflatten, constants = structure.leaves, structure.unflatten, reverse.constants
-    # a flat dict (the usual parameters) is rebuilt by C calls, without unflatten's frame
-    flat = _flat_dict_order(structure)
-    keys, order = flat if flat is not None else ((), None)
     as_is, keeps_graph, has_aux = reverse.own_leaves, reverse.keeps_graph, reverse.has_aux
     tensor, is_grad_enabled, conversions = torch.Tensor, torch.is_grad_enabled, REVERSE_RULES.conversion_errors
     is_compiling, transforms_active = dynamo_compiling, torch._C._are_functorch_transforms_active
@@ -102,7 +98,7 @@ def tree_gradient_program(
         except RuntimeError:  # inference tensors: run clones them
             return run(x, *values)
         differentiated = tuple(aliases)
-        argument = unflatten(differentiated) if order is None else dict(zip(keys, order(differentiated)))
+        argument = unflatten(differentiated)
         return called(argument, differentiated, False, values)
 
     def called(argument: Any, differentiated: tuple[Any, ...], connect: bool, values: tuple[Any, ...]) -> Any:
@@ -126,7 +122,7 @@ def tree_gradient_program(
                 if d is None:  # f does not use some leaves: zeros, as for an array x
                     grads = zeros_where_unused(differentiated, grads)
                     break
-            result = unflatten(grads) if order is None else dict(zip(keys, order(grads)))
+            result = unflatten(grads)
         except conversions as err:  # torch refused NumPy, or a write into x, inside f: say why
             raise_translated(err, backend, operator, REVERSE_RULES)
         if with_value:
@@ -201,7 +197,7 @@ def tree_gradient_program(
             if aliases is None or not leaves:
                 return run_tree_gradient(x, *values)
             differentiated = tuple(aliases)
-            argument = unflatten(differentiated) if order is None else dict(zip(keys, order(differentiated)))
+            argument = unflatten(differentiated)
             return called(argument, differentiated, False, values)
 
         run_checked.checks_arguments = True  # type: ignore[attr-defined]
@@ -209,22 +205,6 @@ def tree_gradient_program(
 
     run_tree_gradient.checking_form = checking_form  # type: ignore[attr-defined]
     return run_tree_gradient
-
-
-def _flat_dict_order(structure: Any) -> tuple[tuple[Any, ...], Callable[[Sequence[Any]], Any]] | None:
-    """For a flat dict of two or more leaves: its keys in the prepared order and the
-    ``operator.itemgetter`` putting leaves (in ``optree``'s sorted order) in that
-    order, so ``dict(zip(keys, order(leaves)))`` is ``structure.unflatten(leaves)``;
-    ``None`` for any other structure."""
-    count = structure.num_leaves
-    if count < 2:
-        return None
-    positions = structure.unflatten(list(range(count)))  # (each leaf its index)
-    if positions.__class__ is not dict or len(positions) != count:
-        return None
-    if not all(position.__class__ is int for position in positions.values()):
-        return None  # (a nested node)
-    return tuple(positions), itemgetter(*positions.values())
 
 
 def differentiable_as_is(tensors: Sequence[Any]) -> bool:
