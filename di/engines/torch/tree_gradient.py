@@ -64,45 +64,47 @@ def tree_gradient_program(
     is_compiling, transforms_active = dynamo_compiling, torch._C._are_functorch_transforms_active
     grad = torch.autograd.grad
 
-    def run_tree_gradient(x: Any, *values: Any) -> Any:
-        if not is_grad_enabled() or (
-            traced is not None and (is_compiling() or transforms_active() or dual._current_level >= 0)
-        ):
-            return run(x, *values)
-        leaves = leaves_of(x)
-        if leaves is None:
-            return run(x, *values)
-        # (a first leaf that does not require grad rules the as-is path out without a call)
-        first_asks = not leaves or getattr(leaves[0], "requires_grad", False)
-        if as_is and first_asks and differentiable_as_is(leaves):
-            # they ask for the caller's graph where it is kept
-            return called(x, tuple(leaves), keeps_graph, values)
-        for i in constants:
-            value = values[i]
-            if value.__class__ is tuple:  # (a batch (X, y) of tensors, asked inline)
-                for item in value:
-                    if item.__class__ is not tensor or item.requires_grad:
-                        break
-                else:
-                    continue
-            elif value.__class__ is tensor and not value.requires_grad:
-                continue
-            if requires_grad(value):
+    def run_tree_gradient(x: Any, *values: Any, aliases: tuple[Any, ...] | None = None) -> Any:
+        # (aliases: the detached leaves its checking form made, in the pass that checked them)
+        if aliases is not None:
+            argument, differentiated, connect = unflatten(aliases), aliases, False
+        else:
+            if not is_grad_enabled() or (
+                traced is not None and (is_compiling() or transforms_active() or dual._current_level >= 0)
+            ):
                 return run(x, *values)
-        aliases = []
-        try:
-            for t in leaves:  # a tensor that requires grad may ask for the caller's graph
-                if t.__class__ is not tensor or t.requires_grad:
+            leaves = leaves_of(x)
+            if leaves is None:
+                return run(x, *values)
+            # (a first leaf that does not require grad rules the as-is path out without a call)
+            first_asks = not leaves or getattr(leaves[0], "requires_grad", False)
+            if as_is and first_asks and differentiable_as_is(leaves):
+                # they ask for the caller's graph where it is kept
+                argument, differentiated, connect = x, tuple(leaves), keeps_graph
+            else:
+                connect = False
+                for i in constants:
+                    value = values[i]
+                    if value.__class__ is tuple:  # (a batch (X, y) of tensors, asked inline)
+                        for item in value:
+                            if item.__class__ is not tensor or item.requires_grad:
+                                break
+                        else:
+                            continue
+                    elif value.__class__ is tensor and not value.requires_grad:
+                        continue
+                    if requires_grad(value):
+                        return run(x, *values)
+                made = []
+                try:
+                    for t in leaves:  # a tensor that requires grad may ask for the caller's graph
+                        if t.__class__ is not tensor or t.requires_grad:
+                            return run(x, *values)
+                        made.append(t.detach().requires_grad_())
+                except RuntimeError:  # inference tensors: run clones them
                     return run(x, *values)
-                aliases.append(t.detach().requires_grad_())
-        except RuntimeError:  # inference tensors: run clones them
-            return run(x, *values)
-        differentiated = tuple(aliases)
-        argument = unflatten(differentiated)
-        return called(argument, differentiated, False, values)
-
-    def called(argument: Any, differentiated: tuple[Any, ...], connect: bool, values: tuple[Any, ...]) -> Any:
-        # f and its gradient at argument, whose leaves are differentiated
+                differentiated = tuple(made)
+                argument = unflatten(differentiated)
         try:
             y = f(argument, *values)
             if has_aux:
@@ -196,9 +198,7 @@ def tree_gradient_program(
                         aliases = None
             if aliases is None or not leaves:
                 return run_tree_gradient(x, *values)
-            differentiated = tuple(aliases)
-            argument = unflatten(differentiated)
-            return called(argument, differentiated, False, values)
+            return run_tree_gradient(x, *values, aliases=tuple(aliases))
 
         run_checked.checks_arguments = True  # type: ignore[attr-defined]
         return run_checked
