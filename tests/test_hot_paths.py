@@ -658,8 +658,7 @@ def test_the_everyday_torch_ml_call_takes_the_short_path() -> None:
     """value_and_gradient with has_aux of a parameter dict, with a batch (X, y) as one
     Constant, on eager AutoTorch(): the short path a torch user writes (detach each
     leaf, f, torch.autograd.grad), aux detached and its own memory; counted, not
-    timed: 5 functions of di (6 before the strict check of the leaves and the batch went
-    into the pass that makes the aliases; 10 before the batch's requires_grad, aux's detaching, the
+    timed: 6 functions of di (10 before the batch's requires_grad, aux's detaching, the
     tree gradient's backward and aux's family check went inline; 12 before the runner
     called each pytree's leaves and their check inline, 22 before aux's family check,
     aux's detaching, the alias loop and the split of (y, aux) were folded) where the
@@ -681,7 +680,7 @@ def test_the_everyday_torch_ml_call_takes_the_short_path() -> None:
     entered = _di_functions_entered(
         lambda: results.append(di.value_and_gradient(loss, prep, backend, params, context, has_aux=True))
     )
-    assert "run_checked" in entered and "wants_graph" not in entered and len(entered) <= 5, entered
+    assert "run_tree_gradient" in entered and "wants_graph" not in entered and len(entered) <= 6, entered
     (value, aux), grads = results[0]
     leaves = {name: t.detach().requires_grad_() for name, t in params.items()}
     expected_value, expected_aux = loss(leaves, batch)
@@ -901,11 +900,11 @@ def test_a_strict_mlx_tangent_call_takes_the_strict_form(compile: bool) -> None:
 
 
 def test_the_torch_ml_calls_own_strict_check_refuses_as_the_runner_did() -> None:
-    """The strict check of the ML call's leaves and batch, made in the pass that makes the
-    aliases (TorchFamily.leaves_matcher's comparison): a leaf or a batch tensor of another
-    shape, dtype or class is refused before f runs, with the report a strict prep gives;
-    a model's parameters (leaves that require grad), a Parameter where a tensor was
-    prepared and a strict=False prep take the program's own paths, with the same numbers."""
+    """The strict check of the ML call's leaves and batch (the runner's inline comparison,
+    TorchFamily.leaves_matcher): a leaf or a batch tensor of another shape, dtype or
+    structure is refused before f runs, with the report a strict prep gives; a model's
+    parameters (leaves that require grad), a Parameter where a tensor was prepared and
+    a strict=False prep take the program's own paths, with the same numbers."""
     torch.manual_seed(0)
     params = {"w": torch.randn(3, 4), "b": torch.randn(4)}
     batch = (torch.randn(5, 3), torch.randn(5, 4))

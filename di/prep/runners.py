@@ -158,14 +158,13 @@ def _made(prep: Prepared, program: Callable[..., Any], probing: bool) -> Callabl
     """A runner (:func:`runner`), or with ``probing`` a :func:`probe`."""
     checked = checks_arguments(program)
     program, steps = finish_steps(program)
-    form = None if checked else _checking_form(prep, program)
     if prep.tangent_check is not None:
         kind = _WITH_TANGENTS
-    elif (checked and prep.x_spec is None) or form is not None:  # a pytree x, compared by the program itself
+    elif checked and prep.x_spec is None:  # a pytree x, compared by the program itself
         kind = _CHECKED_BY_PROGRAM
     else:
         kind = _PLAIN
-    key, constants = _shape_and_constants(prep, kind, program, steps, probing, form)
+    key, constants = _shape_and_constants(prep, kind, program, steps, probing)
     factory = _FACTORIES.get(key)
     if factory is None:
         shape = _Shape(*key)
@@ -210,19 +209,12 @@ class _Shape(NamedTuple):
 
 
 def _shape_and_constants(
-    prep: Prepared,
-    kind: str,
-    program: Callable[..., Any],
-    steps: tuple[Step, ...],
-    probing: bool = False,
-    form: Callable[..., Any] | None = None,
+    prep: Prepared, kind: str, program: Callable[..., Any], steps: tuple[Step, ...], probing: bool = False
 ) -> tuple[tuple[Any, ...], list[Any]]:
     """The fields of a runner's :class:`_Shape` (a plain tuple: the key of its
     factory) and the constants it closes over, in the order of the parameters of
     its factory (:func:`_parameters`); asked at each preparation, so it builds no
-    source. A probe's constants differ only in what a failed comparison calls.
-    ``form``: the program's checking form (:func:`_checking_form`), called in its
-    place; the arguments it refuses go to the program itself."""
+    source. A probe's constants differ only in what a failed comparison calls."""
     strict = prep.strict
     finish = composed_steps(steps) if steps else None  # (for the slow paths)
     constants: list[Any] = [prep.f, prep.backend, same_selector, _miss if probing else prep.check]
@@ -237,7 +229,7 @@ def _shape_and_constants(
         rejected = _rejected(prep, program, probing)
         cell = getattr(executable, "cell", None)
         through_cell = cell is not None
-        called = form or (program if executable is None else cell if through_cell else executable)
+        called = program if executable is None else cell if through_cell else executable
         constants += (called, refused, rejected)
     elif kind == _WITH_TANGENTS:
         boxed_form = _boxed_form(prep, program) if strict else None
@@ -314,22 +306,6 @@ def _strict_form(program: Callable[..., Any]) -> Callable[..., Any]:
     The comparison's slow path (a difference, or arguments the prep takes as
     something else) calls the program itself."""
     return getattr(program, "strict_form", None) or program
-
-
-def _checking_form(prep: Prepared, program: Callable[..., Any]) -> Callable[..., Any] | None:
-    """A strict prep's program in a form that compares ``x`` and the context values
-    itself, where the program offers one (``checking_form``, given the comparison of
-    each as the runner would make it inline: a pytree's ``(leaves, predicate)``,
-    else ``None``) for a pytree ``x`` and no tangents: the engine reads each
-    array's fields in the pass that uses them. It raises
-    :class:`~di.prep.own_checks.ArgumentsRejected` where the comparison would fail,
-    before ``f`` runs, and the runner then reports the difference as a strict prep
-    does. ``None`` otherwise."""
-    offer = getattr(program, "checking_form", None)
-    if offer is None or not prep.strict or prep.tangent_check is not None or _inline(prep.x_test) != _TREE:
-        return None
-    parts = [getattr(test.matcher, "tree_parts", None) for _, test in prep.context_tests]
-    return offer(prep.x_test.matcher.tree_parts, parts)  # type: ignore[attr-defined,no-any-return]
 
 
 def _boxed_form(prep: Prepared, program: Callable[..., Any]) -> Callable[..., Any] | None:

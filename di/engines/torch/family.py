@@ -179,9 +179,6 @@ class TorchFamily(Family):
                         return False
                 return True
 
-            # (its comparison, for a program that makes it in its own pass over the tensors:
-            # di.engines.torch.tree_gradient)
-            on_cpu.cpu_specs = specs  # type: ignore[attr-defined]
             return on_cpu
 
         def on_devices(given: Sequence[Any]) -> bool:

@@ -14,12 +14,10 @@ from torch.autograd import forward_ad as dual
 
 from di.backends.aux import split_output
 from di.backends.outputs import check_output, raise_translated
-from di.engines.torch.family import family_class
 from di.engines.torch.ownership import addresses, owned_aux, unshared
 from di.engines.torch.rules import REVERSE_RULES
 from di.engines.torch.tensors import requires_grad
 from di.engines.torch.transforms import dynamo_compiling
-from di.prep.own_checks import ArgumentsRejected
 
 __all__ = ["differentiable_as_is", "tree_gradient_program", "zeros_where_unused"]
 
@@ -64,47 +62,43 @@ def tree_gradient_program(
     is_compiling, transforms_active = dynamo_compiling, torch._C._are_functorch_transforms_active
     grad = torch.autograd.grad
 
-    def run_tree_gradient(x: Any, *values: Any, aliases: tuple[Any, ...] | None = None) -> Any:
-        # (aliases: the detached leaves its checking form made, in the pass that checked them)
-        if aliases is not None:
-            argument, differentiated, connect = unflatten(aliases), aliases, False
+    def run_tree_gradient(x: Any, *values: Any) -> Any:
+        if not is_grad_enabled() or (
+            traced is not None and (is_compiling() or transforms_active() or dual._current_level >= 0)
+        ):
+            return run(x, *values)
+        leaves = leaves_of(x)
+        if leaves is None:
+            return run(x, *values)
+        # (a first leaf that does not require grad rules the as-is path out without a call)
+        first_asks = not leaves or getattr(leaves[0], "requires_grad", False)
+        if as_is and first_asks and differentiable_as_is(leaves):
+            # they ask for the caller's graph where it is kept
+            argument, differentiated, connect = x, tuple(leaves), keeps_graph
         else:
-            if not is_grad_enabled() or (
-                traced is not None and (is_compiling() or transforms_active() or dual._current_level >= 0)
-            ):
-                return run(x, *values)
-            leaves = leaves_of(x)
-            if leaves is None:
-                return run(x, *values)
-            # (a first leaf that does not require grad rules the as-is path out without a call)
-            first_asks = not leaves or getattr(leaves[0], "requires_grad", False)
-            if as_is and first_asks and differentiable_as_is(leaves):
-                # they ask for the caller's graph where it is kept
-                argument, differentiated, connect = x, tuple(leaves), keeps_graph
-            else:
-                connect = False
-                for i in constants:
-                    value = values[i]
-                    if value.__class__ is tuple:  # (a batch (X, y) of tensors, asked inline)
-                        for item in value:
-                            if item.__class__ is not tensor or item.requires_grad:
-                                break
-                        else:
-                            continue
-                    elif value.__class__ is tensor and not value.requires_grad:
+            connect = False
+            for i in constants:
+                value = values[i]
+                if value.__class__ is tuple:  # (a batch (X, y) of tensors, asked inline)
+                    for item in value:
+                        if item.__class__ is not tensor or item.requires_grad:
+                            break
+                    else:
                         continue
-                    if requires_grad(value):
-                        return run(x, *values)
-                made = []
-                try:
-                    for t in leaves:  # a tensor that requires grad may ask for the caller's graph
-                        if t.__class__ is not tensor or t.requires_grad:
-                            return run(x, *values)
-                        made.append(t.detach().requires_grad_())
-                except RuntimeError:  # inference tensors: run clones them
+                elif value.__class__ is tensor and not value.requires_grad:
+                    continue
+                if requires_grad(value):
                     return run(x, *values)
-                differentiated = tuple(made)
-                argument = unflatten(differentiated)
+            aliases = []
+            try:
+                for t in leaves:  # a tensor that requires grad may ask for the caller's graph
+                    if t.__class__ is not tensor or t.requires_grad:
+                        return run(x, *values)
+                    aliases.append(t.detach().requires_grad_())
+            except RuntimeError:  # inference tensors: run clones them
+                return run(x, *values)
+            differentiated = tuple(aliases)
+            argument = unflatten(differentiated)
         try:
             y = f(argument, *values)
             if has_aux:
@@ -147,63 +141,6 @@ def tree_gradient_program(
             return result, owned_aux(aux, lambda: addresses(differentiated, values), not connect, computed=True)
         return result
 
-    def checking_form(x_parts: Any, value_parts: Sequence[Any]) -> Callable[..., Any] | None:
-        # The program comparing x and the context values itself, for a strict prep's
-        # runner (di.prep.runners): each tensor's class, dtype, device and shape read
-        # in the pass that makes its alias (a pass and four calls fewer; see
-        # TorchFamily.leaves_matcher, whose comparison it is). Every context a pytree
-        # of CPU tensors, or no form.
-        parts = (x_parts, *value_parts)
-        specs: list[Any] = [None if p is None else getattr(p[1], "cpu_specs", None) for p in parts]
-        if None in specs or len(value_parts) != len(constants) or len(specs[0]) != structure.num_leaves:
-            return None
-        x_leaves_of, x_specs = x_parts[0], specs[0]
-        value_checks = tuple((p[0], s) for p, s in zip(value_parts, specs[1:]))
-
-        def run_checked(x: Any, *values: Any) -> Any:
-            leaves = x_leaves_of(x)
-            if leaves is None:
-                raise ArgumentsRejected()
-            free = True  # (no context value requires grad)
-            for value, (value_leaves_of, value_specs) in zip(values, value_checks):
-                value_leaves = value_leaves_of(value)
-                if value_leaves is None:
-                    raise ArgumentsRejected()
-                for t, (cls, shape, dtype) in zip(value_leaves, value_specs):
-                    if t.__class__ is not cls and family_class(t.__class__) is not family_class(cls):
-                        raise ArgumentsRejected()
-                    if t.dtype is not dtype or not t.is_cpu or t.shape != shape:
-                        raise ArgumentsRejected()
-                    if t.requires_grad:
-                        free = False
-            aliases: list[Any] | None = None
-            if (
-                free
-                and is_grad_enabled()
-                and not (traced is not None and (is_compiling() or transforms_active() or dual._current_level >= 0))
-            ):
-                aliases = []
-            for t, (cls, shape, dtype) in zip(leaves, x_specs):
-                if t.__class__ is not cls and family_class(t.__class__) is not family_class(cls):
-                    raise ArgumentsRejected()
-                if t.dtype is not dtype or not t.is_cpu or t.shape != shape:
-                    raise ArgumentsRejected()
-                if aliases is not None:
-                    if t.__class__ is not tensor or t.requires_grad:
-                        aliases = None  # (a model's parameters, or the caller's graph: as the program decides)
-                        continue
-                    try:
-                        aliases.append(t.detach().requires_grad_())
-                    except RuntimeError:  # an inference tensor: the program clones it
-                        aliases = None
-            if aliases is None or not leaves:
-                return run_tree_gradient(x, *values)
-            return run_tree_gradient(x, *values, aliases=tuple(aliases))
-
-        run_checked.checks_arguments = True  # type: ignore[attr-defined]
-        return run_checked
-
-    run_tree_gradient.checking_form = checking_form  # type: ignore[attr-defined]
     return run_tree_gradient
 
 
