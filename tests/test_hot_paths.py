@@ -897,3 +897,53 @@ def test_a_strict_mlx_tangent_call_takes_the_strict_form(compile: bool) -> None:
     np.testing.assert_allclose(np.array(outer), [2.0, -2.0])  # d/dx sum(2 x v) = 2 v
     with pytest.raises(di.PreparationMismatchError, match="differs"):
         di.pushforward(g, prep, backend, x, (mx.ones(3),))
+
+
+def test_the_torch_ml_calls_own_strict_check_refuses_as_the_runner_did() -> None:
+    """The strict check of the ML call's leaves and batch (the runner's inline comparison,
+    TorchFamily.leaves_matcher): a leaf or a batch tensor of another shape, dtype or
+    structure is refused before f runs, with the report a strict prep gives; a model's
+    parameters (leaves that require grad), a Parameter where a tensor was prepared and
+    a strict=False prep take the program's own paths, with the same numbers."""
+    torch.manual_seed(0)
+    params = {"w": torch.randn(3, 4), "b": torch.randn(4)}
+    batch = (torch.randn(5, 3), torch.randn(5, 4))
+    calls: list[int] = []
+
+    def loss(p: Any, batch: Any) -> Any:
+        calls.append(1)
+        X, y = batch
+        prediction = torch.tanh(X @ p["w"] + p["b"])
+        return ((prediction - y) ** 2).mean(), {"mean": prediction.mean()}
+
+    backend, context = di.AutoTorch(), di.Constant(batch)
+    prep = di.prepare_gradient(loss, backend, params, context, has_aux=True)
+    loose = di.prepare_gradient(loss, backend, params, context, has_aux=True, strict=False)
+    leaves = {name: t.detach().requires_grad_() for name, t in params.items()}
+    expected = dict(zip(leaves, torch.autograd.grad(loss(leaves, batch)[0], tuple(leaves.values()))))
+    for point in (
+        params,
+        {name: torch.nn.Parameter(t.clone()) for name, t in params.items()},
+        {"w": torch.nn.Parameter(params["w"].clone(), requires_grad=False), "b": params["b"]},
+    ):
+        for p in (prep, loose):
+            (_, _), grads = di.value_and_gradient(loss, p, backend, point, context, has_aux=True)
+            for name in params:
+                torch.testing.assert_close(grads[name], expected[name])
+    refused = [
+        ({"w": torch.randn(4, 3), "b": params["b"]}, context),
+        ({"w": params["w"].double(), "b": params["b"]}, context),
+        ({"w": params["w"], "b": params["b"].to(torch.float16)}, context),
+        ({"w": params["w"]}, context),
+        (params, di.Constant((batch[0], batch[1].double()))),
+        (params, di.Constant((batch[0][:4], batch[1][:4]))),
+        (params, di.Constant((batch[0], batch[1], batch[1]))),
+        (params, di.Constant([batch[0], batch[1]])),
+    ]
+    for x, c in refused:
+        calls.clear()
+        with pytest.raises(di.PreparationMismatchError) as raised:
+            di.value_and_gradient(loss, prep, backend, x, c, has_aux=True)
+        with pytest.raises(di.PreparationMismatchError) as reported:
+            prep.check(loss, backend, x, [c])
+        assert str(raised.value) == str(reported.value) and not calls
