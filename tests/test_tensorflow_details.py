@@ -301,20 +301,20 @@ def test_the_fast_path_reads_shapes_through_the_private_method_and_the_public_fa
 ) -> None:
     from tensorflow.python.framework.ops import EagerTensor
 
-    from di.engines.tensorflow import building
+    from di.engines.tensorflow import building, shapes
 
     # The compiled fast path reads EagerTensor._shape_tuple (a private method, ~2 us cheaper per new tensor than
     # the public tensor.shape): this fails when TensorFlow drops it, and the fallback below takes over.
-    assert building._SHAPE is EagerTensor._shape_tuple
+    assert shapes.eager_shape is EagerTensor._shape_tuple
     tensors = [tf.constant(X), tf.constant(A), tf.constant(1.0), tf.zeros((0, 3))]
-    assert [building._public_shape(t) for t in tensors] == [building._SHAPE(t) for t in tensors]
+    assert [shapes.public_shape(t) for t in tensors] == [shapes.eager_shape(t) for t in tensors]
     probe = tf.zeros((2, 0))
     assert probe.shape == (2, 0)  # (read once: TensorFlow's own tensor.shape reads _shape_tuple the first time)
     with monkeypatch.context() as patch:  # (TensorFlow's own ops read it too: patched only around the choice)
         patch.setattr(EagerTensor, "_shape_tuple", None)  # as if TensorFlow dropped it
-        assert building._shape_reader(probe) is building._public_shape
+        assert shapes.shape_reader(probe) is shapes.public_shape
     reads: list[Any] = []
-    monkeypatch.setattr(building, "_SHAPE", lambda tensor: reads.append(tensor) or building._public_shape(tensor))
+    monkeypatch.setattr(building, "eager_shape", lambda tensor: reads.append(tensor) or shapes.public_shape(tensor))
     f = Traced()
     x = tf.constant(X)
     prep = di.prepare_gradient(f, COMPILED, x, di.Constant(tf.constant(A[0])))

@@ -18,6 +18,8 @@ from typing import Any
 import tensorflow as tf
 from tensorflow.python.eager import record
 
+from di.engines.tensorflow.shapes import EAGER, eager_shape
+
 __all__ = [
     "derivative",
     "gradient",
@@ -42,6 +44,15 @@ def _cast(value: Any, like: Any) -> Any:
     return value if dtype is target or dtype == target else tf.cast(value, target)  # (interned dtypes: `is` first)
 
 
+def _same_shape(a: Any, b: Any) -> bool:
+    """Whether two tensors have one shape: eager ones' read as tuples (a new
+    tensor's ``.shape`` builds a ``TensorShape``), symbolic ones' compared as
+    ``TensorShape``s (unknown dimensions alike)."""
+    if a.__class__ is EAGER and b.__class__ is EAGER:
+        return eager_shape(a) == eager_shape(b)
+    return bool(a.shape == b.shape)
+
+
 def value(fx: Fx, x: Any) -> tuple[Any, Any]:
     """``(y, aux)``."""
     return fx(x)
@@ -64,7 +75,7 @@ def pullback(fx: Fx, x: Any, ty: Sequence[Any]) -> tuple[tuple[Any, tuple[Any, .
     products = []
     for t in ty:
         t = t if isinstance(t, tf.Tensor) else tf.convert_to_tensor(t)
-        if t.shape != y.shape:  # the tape would broadcast it, silently
+        if not _same_shape(t, y):  # the tape would broadcast it, silently
             raise ValueError(f"a cotangent of shape {tuple(t.shape)} for an output of shape {tuple(y.shape)}")
         products.append(_cast(tape.gradient(y, x, output_gradients=_cast(t, y), unconnected_gradients=ZERO), x))
     return (y, tuple(products)), aux
