@@ -93,7 +93,8 @@ class _Tangents:
             if convert is None:
                 convert = self._converters[t.__class__] = _to_tensorflow(t)
             t = convert(t)
-            converted.append(t if t.dtype == dtype else tf.cast(t, dtype))
+            t_dtype = t.dtype
+            converted.append(t if t_dtype is dtype or t_dtype == dtype else tf.cast(t, dtype))  # (interned dtypes)
         return tuple(converted)
 
 
@@ -215,18 +216,26 @@ class ProgramBuilder(Adapter):
                         converted[i] = tf.constant(value, dtype)
             return converted
 
+        def finish(result: Any, arrays: Any) -> Any:
+            if plain:
+                result = result[-1]
+            return (result, splits[()].join(arrays)) if has_aux else result
+
         if not compiled:
-            # One frame between the runner and the computation (see _calling), for both kinds of program
-            def eager(x: Any, *args: Any) -> Any:
+            # One frame between the runner and the computation, which it calls early in its code
+            # (see _calling: TensorFlow looks up this frame's line at each operation)
+            if has_tangents:
+
+                def eager_with_tangents(x: Any, tangents: Any, *values: Any) -> Any:
+                    x = to_x(x)
+                    fx = calling(convert_values(values, x.dtype), splits, ())
+                    return finish(*core(fx, x, tangents_of(tangents, x.dtype)))
+
+                return eager_with_tangents
+
+            def eager(x: Any, *values: Any) -> Any:
                 x = to_x(x)
-                if has_tangents:
-                    tangents, values = tangents_of(args[0], x.dtype), args[1:]
-                    result, arrays = core(calling(convert_values(values, x.dtype), splits, ()), x, tangents)
-                else:
-                    result, arrays = core(calling(convert_values(args, x.dtype), splits, ()), x)
-                if plain:
-                    result = result[-1]
-                return (result, splits[()].join(arrays)) if has_aux else result
+                return finish(*core(calling(convert_values(values, x.dtype), splits, ()), x))
 
             return eager
 

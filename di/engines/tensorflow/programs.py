@@ -73,12 +73,22 @@ def pullback(fx: Fx, x: Any, ty: Sequence[Any]) -> tuple[tuple[Any, tuple[Any, .
         tape.watch(x)
         y, aux = fx(x)
     products = []
+    # (the cotangents made ready first: the reverse pass comes early in this frame's code, whose
+    # line TensorFlow looks up at each of its operations, reading the code from the start)
+    for t in _cotangents(ty, y):
+        products.append(_cast(tape.gradient(y, x, output_gradients=t, unconnected_gradients=ZERO), x))
+    return (y, tuple(products)), aux
+
+
+def _cotangents(ty: Sequence[Any], y: Any) -> list[Any]:
+    """The cotangents as tensors of ``y``'s dtype, each of ``y``'s shape."""
+    cotangents = []
     for t in ty:
         t = t if isinstance(t, tf.Tensor) else tf.convert_to_tensor(t)
         if not _same_shape(t, y):  # the tape would broadcast it, silently
             raise ValueError(f"a cotangent of shape {tuple(t.shape)} for an output of shape {tuple(y.shape)}")
-        products.append(_cast(tape.gradient(y, x, output_gradients=_cast(t, y), unconnected_gradients=ZERO), x))
-    return (y, tuple(products)), aux
+        cotangents.append(_cast(t, y))
+    return cotangents
 
 
 def pushforward(fx: Fx, x: Any, tx: Sequence[Any]) -> tuple[tuple[Any, tuple[Any, ...]], Any]:
