@@ -3,7 +3,8 @@
 
 ``fx(x)`` is ``f`` at ``x`` with the contexts bound, returning ``(y, aux)``
 (``aux`` ``None`` without ``has_aux``). Each function returns ``(result, aux)``,
-``result`` being the ``value_and_*`` tuple of its operator. Reverse mode is
+``result`` being the ``value_and_*`` tuple of its operator (``aux`` ``None`` for
+the second-order ones, which take no ``has_aux``). Reverse mode is
 ``tf.GradientTape``, forward mode ``tf.autodiff.ForwardAccumulator``;
 Jacobians and Hessians are the tape's ``jacobian``, vectorised with ``pfor``.
 Derivatives never come back as ``None``: an output not connected to ``x`` has
@@ -113,8 +114,8 @@ def derivative(fx: Fx, x: Any) -> tuple[tuple[Any, Any], Any]:
     return (y, accumulator.jvp(y, unconnected_gradients=ZERO)), aux
 
 
-def second_derivative(fx: Fx, x: Any) -> tuple[Any, Any, Any]:
-    """``(y, dy, d2y)``: forward over forward, two nested accumulators along ones;
+def second_derivative(fx: Fx, x: Any) -> tuple[tuple[Any, Any, Any], None]:
+    """``((y, dy, d2y), None)``: forward over forward, two nested accumulators along ones;
     reverse over forward (the tape's jacobian of the accumulator's derivative)
     where a tape outside records ``x``, which TensorFlow cannot differentiate
     nested accumulators under."""
@@ -126,12 +127,12 @@ def second_derivative(fx: Fx, x: Any) -> tuple[Any, Any, Any]:
                 y, _ = fx(x)
             dy = accumulator.jvp(y, unconnected_gradients=ZERO)
         d2y = _tape_jacobian(tape, dy, x)
-        return y, dy, _cast(tf.reshape(d2y, tf.shape(dy)), y)
+        return (y, dy, _cast(tf.reshape(d2y, tf.shape(dy)), y)), None
     with tf.autodiff.ForwardAccumulator(x, one) as outer:
         with tf.autodiff.ForwardAccumulator(x, one) as inner:
             y, _ = fx(x)
         dy = inner.jvp(y, unconnected_gradients=ZERO)
-    return y, dy, _cast(outer.jvp(dy, unconnected_gradients=ZERO), y)
+    return (y, dy, _cast(outer.jvp(dy, unconnected_gradients=ZERO), y)), None
 
 
 def _tape_jacobian(tape: tf.GradientTape, y: Any, x: Any) -> Any:
@@ -167,8 +168,8 @@ def jacobian(fx: Fx, x: Any) -> tuple[tuple[Any, Any], Any]:
     return (y, _cast(_tape_jacobian(tape, y, x), y)), aux
 
 
-def hvp(fx: Fx, x: Any, tx: Sequence[Any]) -> tuple[Any, tuple[Any, ...]]:
-    """``(g, (H t...))``: reverse over reverse, ``f`` evaluated once, one
+def hvp(fx: Fx, x: Any, tx: Sequence[Any]) -> tuple[tuple[Any, tuple[Any, ...]], None]:
+    """``((g, (H t...)), None)``: reverse over reverse, ``f`` evaluated once, one
     reverse pass of the gradient per tangent (``H`` is symmetric, so the
     gradient's pullback along ``t`` is ``H t``). TensorFlow's forward mode would
     compute the same reverse pass of the gradient, and one more."""
@@ -178,14 +179,14 @@ def hvp(fx: Fx, x: Any, tx: Sequence[Any]) -> tuple[Any, tuple[Any, ...]]:
             inner.watch(x)
             y, _ = fx(x)
         g = inner.gradient(y, x, unconnected_gradients=ZERO)
-    products = tuple(
-        _cast(outer.gradient(g, x, output_gradients=_cast(t, g), unconnected_gradients=ZERO), x) for t in tx
-    )
-    return _cast(g, x), products
+    products = []
+    for t in tx:  # (a loop in this frame: a generator's frame would be one more at each operation)
+        products.append(_cast(outer.gradient(g, x, output_gradients=_cast(t, g), unconnected_gradients=ZERO), x))
+    return (_cast(g, x), tuple(products)), None
 
 
-def hessian(fx: Fx, x: Any) -> tuple[Any, Any, Any]:
-    """``(y, g, H)``: the vectorised jacobian of the gradient (reverse over reverse)."""
+def hessian(fx: Fx, x: Any) -> tuple[tuple[Any, Any, Any], None]:
+    """``((y, g, H), None)``: the vectorised jacobian of the gradient (reverse over reverse)."""
     with tf.GradientTape(persistent=True) as outer:
         outer.watch(x)
         with tf.GradientTape() as inner:
@@ -193,5 +194,5 @@ def hessian(fx: Fx, x: Any) -> tuple[Any, Any, Any]:
             y, _ = fx(x)
         g = inner.gradient(y, x, unconnected_gradients=ZERO)
     if x.shape.num_elements() == 0:
-        return y, g, tf.zeros(tuple(x.shape) * 2, x.dtype)
-    return y, _cast(g, x), _cast(_tape_jacobian(outer, g, x), x)
+        return (y, g, tf.zeros(tuple(x.shape) * 2, x.dtype)), None
+    return (y, _cast(g, x), _cast(_tape_jacobian(outer, g, x), x)), None
