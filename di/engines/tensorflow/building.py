@@ -63,6 +63,8 @@ _NAMES = {
 
 def _as_tensor(value: Any) -> Any:
     """A tensor as the programs take it: a ``tf.Variable`` read as its value."""
+    if value.__class__ is EAGER:  # (the common case, without isinstance's look through tf.Variable's ABC)
+        return value
     return tf.convert_to_tensor(value) if isinstance(value, tf.Variable) else value
 
 
@@ -224,18 +226,19 @@ class ProgramBuilder(Adapter):
         if not compiled:
             # One frame between the runner and the computation, which it calls early in its code
             # (see _calling: TensorFlow looks up this frame's line at each operation)
+            alone = calling((), splits, ())  # (f without contexts: made once)
             if has_tangents:
 
                 def eager_with_tangents(x: Any, tangents: Any, *values: Any) -> Any:
                     x = to_x(x)
-                    fx = calling(convert_values(values, x.dtype), splits, ())
+                    fx = calling(convert_values(values, x.dtype), splits, ()) if values else alone
                     return finish(*core(fx, x, tangents_of(tangents, x.dtype)))
 
                 return eager_with_tangents
 
             def eager(x: Any, *values: Any) -> Any:
                 x = to_x(x)
-                return finish(*core(calling(convert_values(values, x.dtype), splits, ()), x))
+                return finish(*core(calling(convert_values(values, x.dtype), splits, ()) if values else alone, x))
 
             return eager
 
