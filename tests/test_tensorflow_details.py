@@ -301,20 +301,20 @@ def test_the_fast_path_reads_shapes_through_the_private_method_and_the_public_fa
 ) -> None:
     from tensorflow.python.framework.ops import EagerTensor
 
-    from di.engines.tensorflow import building
+    from di.engines.tensorflow import building, shapes
 
     # The compiled fast path reads EagerTensor._shape_tuple (a private method, ~2 us cheaper per new tensor than
     # the public tensor.shape): this fails when TensorFlow drops it, and the fallback below takes over.
-    assert building._SHAPE is EagerTensor._shape_tuple
+    assert shapes.eager_shape is EagerTensor._shape_tuple
     tensors = [tf.constant(X), tf.constant(A), tf.constant(1.0), tf.zeros((0, 3))]
-    assert [building._public_shape(t) for t in tensors] == [building._SHAPE(t) for t in tensors]
+    assert [shapes.public_shape(t) for t in tensors] == [shapes.eager_shape(t) for t in tensors]
     probe = tf.zeros((2, 0))
     assert probe.shape == (2, 0)  # (read once: TensorFlow's own tensor.shape reads _shape_tuple the first time)
     with monkeypatch.context() as patch:  # (TensorFlow's own ops read it too: patched only around the choice)
         patch.setattr(EagerTensor, "_shape_tuple", None)  # as if TensorFlow dropped it
-        assert building._shape_reader(probe) is building._public_shape
+        assert shapes.shape_reader(probe) is shapes.public_shape
     reads: list[Any] = []
-    monkeypatch.setattr(building, "_SHAPE", lambda tensor: reads.append(tensor) or building._public_shape(tensor))
+    monkeypatch.setattr(building, "eager_shape", lambda tensor: reads.append(tensor) or shapes.public_shape(tensor))
     f = Traced()
     x = tf.constant(X)
     prep = di.prepare_gradient(f, COMPILED, x, di.Constant(tf.constant(A[0])))
@@ -445,3 +445,53 @@ def test_a_tensorflow_function_inside_jax_torch_and_autograd() -> None:
     np.testing.assert_allclose(x.grad.numpy(), reference.grad.numpy(), rtol=1e-12)
     autograd = pytest.importorskip("autograd")
     np.testing.assert_allclose(autograd.grad(g)(X), autograd.grad(scalar)(X), rtol=1e-12)
+
+
+def _engine_frames() -> int:
+    """How many frames of di's TensorFlow engine the caller's caller runs under."""
+    import sys
+    from pathlib import Path
+
+    engine = Path(di.__file__).parent / "engines" / "tensorflow"
+    frame, count = sys._getframe(2), 0
+    while frame is not None:
+        count += Path(frame.f_code.co_filename).parent == engine
+        frame = frame.f_back
+    return count
+
+
+def test_eager_programs_keep_few_frames_under_f_and_the_backward_pass() -> None:
+    # TensorFlow records the Python stack (up to 30 frames, each with its line number) at every eager
+    # operation: each frame of the engine's between f's operations, or the backward pass's, and the
+    # caller is paid at each of them. f runs under fx, the computation and the program; the backward
+    # pass under the computation and the program.
+    seen: dict[str, int] = {}
+
+    @tf.custom_gradient
+    def doubled(x: Any) -> Any:
+        seen["forward"] = _engine_frames()
+
+        def backward(dy: Any) -> Any:
+            seen["backward"] = _engine_frames()
+            return 2.0 * dy
+
+        return 2.0 * x, backward
+
+    x, v = tf.constant(X), tf.constant(np.cos(X))
+    prep = di.prepare_pullback(doubled, EAGER, x, (v,))
+    seen.clear()
+    (pulled,) = di.pullback(doubled, prep, EAGER, x, (v,))
+    np.testing.assert_allclose(pulled.numpy(), 2.0 * np.cos(X))
+    assert seen == {"forward": 3, "backward": 2}
+
+    def total(x: Any) -> Any:
+        return tf.reduce_sum(doubled(x) * x)
+
+    for operator in ("gradient", "hvp"):
+        prep = di.prepare_gradient(total, EAGER, x) if operator == "gradient" else di.prepare_hvp(total, EAGER, x, (v,))
+        seen.clear()
+        if operator == "gradient":
+            np.testing.assert_allclose(di.gradient(total, prep, EAGER, x).numpy(), 4.0 * X)
+        else:
+            np.testing.assert_allclose(di.hvp(total, prep, EAGER, x, (v,))[0].numpy(), 4.0 * np.cos(X))
+        assert seen["forward"] == 3, operator

@@ -81,23 +81,12 @@ class TensorFlowAdapter(ProgramBuilder):
     def prepare_hvp_programs(
         self, f: Callable[..., Any], x: Any, tx: Sequence[Any], contexts: Sequence[Context]
     ) -> Programs:
-        return self.programs(_without_aux(programs.hvp), f, x, tx, contexts, "hvp", False)
+        return self.programs(programs.hvp, f, x, tx, contexts, "hvp", False)
 
     def prepare_hessian_programs(self, f: Callable[..., Any], x: Any, contexts: Sequence[Context]) -> Programs:
-        return self.programs(_without_aux(programs.hessian), f, x, None, contexts, "hessian", False)
+        return self.programs(programs.hessian, f, x, None, contexts, "hessian", False)
 
     def prepare_second_derivative_programs(
         self, f: Callable[..., Any], x: Any, contexts: Sequence[Context]
     ) -> Programs:
-        core = _without_aux(programs.second_derivative)
-        return self.programs(core, f, x, None, contexts, "second_derivative", False)
-
-
-def _without_aux(core: Callable[..., Any]) -> Callable[..., Any]:
-    """A second-order computation (which takes no ``has_aux``) returning ``(result, None)``."""
-
-    def with_no_aux(*args: Any) -> Any:
-        return core(*args), None
-
-    with_no_aux.__name__ = core.__name__
-    return with_no_aux
+        return self.programs(programs.second_derivative, f, x, None, contexts, "second_derivative", False)

@@ -117,33 +117,38 @@ def _promote_when_needed(*tensors: Any, force_same_dtype: bool = False) -> Any:
     return tensors
 
 
+_NAMES = tuple(_ON)
+_METHODS_ON = tuple(_ON.items())
+_LEGACY = ops._get_promo_mode_enum("legacy")  # (what set_dtype_conversion_mode("legacy") sets)
+
+
 class _Switch(NestedSwitch):
-    """The scoped switch: on at the first entry, restored at the last exit."""
+    """The scoped switch: on at the first entry, restored at the last exit.
+
+    It runs twice per eager call, so it writes TensorFlow's module state
+    directly (the dtype conversion mode, the slicing flag) rather than through
+    its setters, and reads ``tf.Tensor``'s attributes in one pass."""
 
     __slots__ = ()
 
-    def switch_on(self) -> tuple[Any, bool, dict[str, Any]]:
+    def switch_on(self) -> tuple[Any, bool, list[Any]]:
         tensor = tf.Tensor
-        state = tensor.__dict__
-        saved = (
-            ops.get_dtype_conversion_mode(),
-            ops._numpy_style_slicing,
-            {name: state.get(name, _ABSENT) for name in _ON},
-        )
-        ops.set_dtype_conversion_mode("legacy")
+        get = tensor.__dict__.get
+        saved = (ops._dtype_conversion_mode, ops._numpy_style_slicing, [get(name, _ABSENT) for name in _NAMES])
+        ops._dtype_conversion_mode = _LEGACY
         override_binary_operator.maybe_promote_tensors = _promote_when_needed
-        ops.enable_numpy_style_slicing()
-        for name, method in _ON.items():
+        ops._numpy_style_slicing = True
+        for name, method in _METHODS_ON:
             setattr(tensor, name, method)
         return saved
 
-    def switch_off(self, saved: tuple[Any, bool, dict[str, Any]]) -> None:
+    def switch_off(self, saved: tuple[Any, bool, list[Any]]) -> None:
         mode, slicing, methods = saved
         ops._dtype_conversion_mode = mode
         override_binary_operator.maybe_promote_tensors = _numpy_promotion
         ops._numpy_style_slicing = slicing
         tensor = tf.Tensor
-        for name, method in methods.items():
+        for name, method in zip(_NAMES, methods):
             if method is _ABSENT:
                 delattr(tensor, name)
             else:

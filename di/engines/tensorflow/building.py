@@ -22,9 +22,8 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import tensorflow as tf
-from tensorflow.python.framework.ops import EagerTensor
 
-from di.backends.aux import AuxSplit, split_aux
+from di.backends.aux import AuxSplit, split_aux, split_output
 from di.backends.compile import (
     RecompileWatch,
     combined_first,
@@ -32,12 +31,13 @@ from di.backends.compile import (
     counting_static_values,
     static_positions,
 )
-from di.backends.outputs import checking
+from di.backends.outputs import SCALAR_OPERATORS, check_output, raise_translated
 from di.backends.protocol import Adapter, Program, Programs
 from di.contexts import Context
 from di.engines.tensorflow.behavior import numpy_behavior
 from di.engines.tensorflow.family import is_symbolic
-from di.engines.tensorflow.rules import RULES, is_tensor
+from di.engines.tensorflow.rules import RULES, accepts_array, accepts_scalar, is_tensor
+from di.engines.tensorflow.shapes import EAGER, eager_shape
 from di.errors import RecompileLimitError
 from di.families import converter, family_of
 from di.pytrees import is_pytree, tree_map
@@ -63,6 +63,8 @@ _NAMES = {
 
 def _as_tensor(value: Any) -> Any:
     """A tensor as the programs take it: a ``tf.Variable`` read as its value."""
+    if value.__class__ is EAGER:  # (the common case, without isinstance's look through tf.Variable's ABC)
+        return value
     return tf.convert_to_tensor(value) if isinstance(value, tf.Variable) else value
 
 
@@ -93,7 +95,8 @@ class _Tangents:
             if convert is None:
                 convert = self._converters[t.__class__] = _to_tensorflow(t)
             t = convert(t)
-            converted.append(t if t.dtype == dtype else tf.cast(t, dtype))
+            t_dtype = t.dtype
+            converted.append(t if t_dtype is dtype or t_dtype == dtype else tf.cast(t, dtype))  # (interned dtypes)
         return tuple(converted)
 
 
@@ -108,6 +111,50 @@ def _describe(args: Sequence[Any]) -> str:
         return repr(value)
 
     return ", ".join(one(a) for a in args)
+
+
+Fx = Callable[[Any], tuple[Any, Any]]
+"""``fx(x) -> (y, aux's tensors)``, what a computation of :mod:`~di.engines.tensorflow.programs` calls."""
+
+
+def _calling(f: Callable[..., Any], backend: Any, operator: str, has_aux: bool) -> Callable[..., Fx]:
+    """How the programs call ``f``: ``calling(values, splits, key)`` is ``fx``,
+    ``f`` at ``x`` with the contexts' ``values`` under TensorFlow's NumPy
+    behavior, its output held to di's contract (the steps of
+    :func:`di.backends.outputs.checking`, an eager tensor of the expected kind
+    told at a glance) and, under ``has_aux``, ``aux`` split into its tensors
+    (the rest kept in ``splits[key]``).
+
+    ``fx`` calls ``f`` itself: TensorFlow records the Python stack at every
+    eager operation (up to 30 frames, and for each its line number, which
+    Python finds by reading the frame's line table from the start), so every
+    frame between ``f``'s operations, or the tape's backward pass, and the
+    caller is paid at each operation. The eager program calls the computation
+    directly for the same reason (a wrapper's frame or two fewer: at n = 1e3 the
+    pullback of a cubic runs about 40 operations)."""
+    conversions = RULES.conversion_errors
+    untraced = getattr(f, "checked_program", False)
+    quick = accepts_scalar if operator in SCALAR_OPERATORS else accepts_array
+
+    def calling(values: Sequence[Any], splits: dict[Any, AuxSplit], key: Any) -> Fx:
+        def fx(x: Any) -> tuple[Any, Any]:
+            with numpy_behavior():  # the array API's operators on the tensors f computes with
+                try:
+                    output = f(x, *values)
+                except conversions as error:
+                    raise_translated(error, backend, operator, RULES, values)
+            if has_aux:
+                output, aux = split_output(output, backend, operator)
+            if not quick(output):
+                output = check_output(output, x, backend, operator, RULES, untraced=untraced)
+            if not has_aux:
+                return output, None
+            arrays, splits[key] = split_aux(aux, is_tensor)
+            return output, arrays
+
+        return fx
+
+    return calling
 
 
 class ProgramBuilder(Adapter):
@@ -129,16 +176,16 @@ class ProgramBuilder(Adapter):
     ) -> Programs:
         """Both programs of ``operator``'s family, from ``core(fx, x, [tangents])``
         returning ``(value_and_* result, aux's tensors)``."""
-        checked = checking(f, self.backend, operator, RULES, has_aux=has_aux)
+        calling = _calling(f, self.backend, operator, has_aux)
         plain_name, full_name = _NAMES[operator]
-        plain = self._program(core, checked, x, tangents, contexts, has_aux, plain=True)
-        full = self._program(core, checked, x, tangents, contexts, has_aux, plain=False)
+        plain = self._program(core, calling, x, tangents, contexts, has_aux, plain=True)
+        full = self._program(core, calling, x, tangents, contexts, has_aux, plain=False)
         return {plain_name: plain, full_name: full}
 
     def _program(
         self,
         core: Callable[..., Any],
-        checked: Callable[..., Any],
+        calling: Callable[..., Fx],
         x: Any,
         tangents: Sequence[Any] | None,
         contexts: Sequence[Context],
@@ -156,7 +203,9 @@ class ProgramBuilder(Adapter):
         statics = static_positions(contexts, self.backend) if self.compiled else ()
         compiled = self.compiled
 
-        def convert_values(values: Sequence[Any], dtype: Any) -> list[Any]:
+        def convert_values(values: Sequence[Any], dtype: Any) -> Sequence[Any]:
+            if not values:
+                return values
             converted = list(values)
             for i, convert in enumerate(value_converters):
                 if convert is not None:
@@ -169,28 +218,41 @@ class ProgramBuilder(Adapter):
                         converted[i] = tf.constant(value, dtype)
             return converted
 
+        def finish(result: Any, arrays: Any) -> Any:
+            if plain:
+                result = result[-1]
+            return (result, splits[()].join(arrays)) if has_aux else result
+
+        if not compiled:
+            # One frame between the runner and the computation, which it calls early in its code
+            # (see _calling: TensorFlow looks up this frame's line at each operation)
+            alone = calling((), splits, ())  # (f without contexts: made once)
+            if has_tangents:
+
+                def eager_with_tangents(x: Any, tangents: Any, *values: Any) -> Any:
+                    x = to_x(x)
+                    fx = calling(convert_values(values, x.dtype), splits, ()) if values else alone
+                    return finish(*core(fx, x, tangents_of(tangents, x.dtype)))
+
+                return eager_with_tangents
+
+            def eager(x: Any, *values: Any) -> Any:
+                x = to_x(x)
+                return finish(*core(calling(convert_values(values, x.dtype), splits, ()) if values else alone, x))
+
+            return eager
+
         def body(x: Any, tangents: Sequence[Any] | None, *values: Any) -> Any:
             key = tuple(values[i] for i in statics)
-
-            def fx(x: Any) -> tuple[Any, Any]:
-                with numpy_behavior():  # the array API's operators on the tensors f computes with
-                    output = checked(x, *values)
-                if not has_aux:
-                    return output, None
-                y, aux = output
-                arrays, splits[key] = split_aux(aux, is_tensor)
-                return y, arrays
-
+            fx = calling(values, splits, key)
             result, arrays = core(fx, x) if tangents is None else core(fx, x, tangents)
             if plain:
                 result = result[-1]
             return (result, arrays) if has_aux else result
 
-        function: Any = body
-        if compiled:
-            function = self._traced(body, statics)
-            if not statics:  # (a static context is a Python value the concrete function baked in)
-                function = _ConcreteFirst(function)
+        function: Any = self._traced(body, statics)
+        if not statics:  # (a static context is a Python value the concrete function baked in)
+            function = _ConcreteFirst(function)
 
         def run(x: Any, tangents: Any, values: Sequence[Any]) -> Any:
             x = to_x(x)
@@ -217,8 +279,6 @@ class ProgramBuilder(Adapter):
 
             program = without_tangents
 
-        if not compiled:
-            return program
         first = combined_first() != plain  # the program the preparation asked for traces now
         if first and not _symbolic([x, *values, *(tangents or ())]):
             engine_x = to_x(x)
@@ -267,42 +327,12 @@ class ProgramBuilder(Adapter):
         return tf.function(traced, jit_compile=True, reduce_retracing=True, autograph=False)
 
 
-def _public_shape(tensor: Any) -> tuple[int, ...]:
-    """An eager tensor's shape through the public API (``tensor.shape``)."""
-    return tuple(tensor.shape.as_list())
-
-
-def _shape_reader(probe: Any = None) -> Callable[[Any], tuple[int, ...]]:
-    """How the fast path reads an eager tensor's shape: ``EagerTensor._shape_tuple``,
-    a private method, where TensorFlow has it, else :func:`_public_shape`.
-
-    The private method is kept on purpose: it returns the shape as a tuple of
-    ints straight from the C tensor, while the public ``tensor.shape`` builds a
-    ``TensorShape`` the first time it is read on each tensor, and a call's ``x``
-    is usually a new tensor: about 2 us more per call (TensorFlow 2.21, paired
-    timing of a fresh tensor's shape read, 0.6 us against 2.2-2.8 us), a third
-    of a compiled gradient's overhead (``tensor.shape`` itself reads the private
-    method the first time). The public path gives the same tuples
-    (tests/test_tensorflow_details.py holds both to that, and fails if the
-    private method disappears, so a TensorFlow upgrade shows the fallback)."""
-    private = getattr(EagerTensor, "_shape_tuple", None)
-    probe = tf.zeros((2, 0)) if probe is None else probe
-    try:
-        works = callable(private) and private(probe) == _public_shape(probe)
-    except Exception:  # (a stub that raises, a changed signature)
-        works = False
-    return private if works else _public_shape  # type: ignore[return-value]
-
-
-_SHAPE: Callable[[Any], tuple[int, ...]] = _shape_reader()
-
-
 def _spec(value: Any) -> Any:
     """What a concrete function was traced for: each eager tensor's shape and
     dtype, and the rest by identity (``None`` tangents); ``False`` for a symbolic
     tensor or a value of another kind (never the fast path)."""
-    if value.__class__ is _EAGER:
-        return _SHAPE(value), value.dtype
+    if value.__class__ is EAGER:
+        return eager_shape(value), value.dtype
     if value is None:
         return None
     if value.__class__ is tuple:
@@ -337,9 +367,6 @@ class _ConcreteFirst:
 
     def get_concrete_function(self, *args: Any) -> Any:
         return self._function.get_concrete_function(*args)
-
-
-_EAGER: Any = EagerTensor
 
 
 def _leaf(leaf: Any, dtype: Any, compiled: bool) -> Any:

@@ -96,10 +96,28 @@ class TensorFlowFamily(Family):
         return bool(getattr(dtype, "is_floating", False)) or self.describe_dtype(dtype) == "bfloat16"
 
     def matcher(self, value: Any) -> Matcher:
+        from di.engines.tensorflow.shapes import EAGER, eager_shape
+
         shape, dtype = value.shape, value.dtype
         classes = _tensor_classes() if isinstance(value, sys.modules["tensorflow"].Tensor) else (value.__class__,)
-        # an eager tensor and a symbolic one (the same x inside tf.function) are alike
-        return lambda given: given.__class__ in classes and given.dtype == dtype and given.shape == shape
+
+        def matches(given: Any) -> bool:
+            # an eager tensor and a symbolic one (the same x inside tf.function) are alike
+            return given.__class__ in classes and given.dtype == dtype and given.shape == shape
+
+        if value.__class__ is not EAGER:
+            return matches
+        dims = eager_shape(value)
+
+        def matches_eager(given: Any) -> bool:
+            # (a strict prep's comparison at every call: an eager tensor's dtype, interned, by
+            # identity first, its shape as a tuple; a new tensor's .shape builds a TensorShape)
+            if given.__class__ is EAGER:
+                given_dtype = given.dtype
+                return (given_dtype is dtype or given_dtype == dtype) and eager_shape(given) == dims
+            return matches(given)
+
+        return matches_eager
 
     def key(self, value: Any) -> Any:
         return (value.__class__, self.shape(value), self.describe_dtype(value.dtype), str(self.device(value)))

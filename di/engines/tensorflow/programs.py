@@ -3,7 +3,8 @@
 
 ``fx(x)`` is ``f`` at ``x`` with the contexts bound, returning ``(y, aux)``
 (``aux`` ``None`` without ``has_aux``). Each function returns ``(result, aux)``,
-``result`` being the ``value_and_*`` tuple of its operator. Reverse mode is
+``result`` being the ``value_and_*`` tuple of its operator (``aux`` ``None`` for
+the second-order ones, which take no ``has_aux``). Reverse mode is
 ``tf.GradientTape``, forward mode ``tf.autodiff.ForwardAccumulator``;
 Jacobians and Hessians are the tape's ``jacobian``, vectorised with ``pfor``.
 Derivatives never come back as ``None``: an output not connected to ``x`` has
@@ -17,6 +18,8 @@ from typing import Any
 
 import tensorflow as tf
 from tensorflow.python.eager import record
+
+from di.engines.tensorflow.shapes import EAGER, eager_shape
 
 __all__ = [
     "derivative",
@@ -42,6 +45,15 @@ def _cast(value: Any, like: Any) -> Any:
     return value if dtype is target or dtype == target else tf.cast(value, target)  # (interned dtypes: `is` first)
 
 
+def _same_shape(a: Any, b: Any) -> bool:
+    """Whether two tensors have one shape: eager ones' read as tuples (a new
+    tensor's ``.shape`` builds a ``TensorShape``), symbolic ones' compared as
+    ``TensorShape``s (unknown dimensions alike)."""
+    if a.__class__ is EAGER and b.__class__ is EAGER:
+        return eager_shape(a) == eager_shape(b)
+    return bool(a.shape == b.shape)
+
+
 def value(fx: Fx, x: Any) -> tuple[Any, Any]:
     """``(y, aux)``."""
     return fx(x)
@@ -62,12 +74,22 @@ def pullback(fx: Fx, x: Any, ty: Sequence[Any]) -> tuple[tuple[Any, tuple[Any, .
         tape.watch(x)
         y, aux = fx(x)
     products = []
+    # (the cotangents made ready first: the reverse pass comes early in this frame's code, whose
+    # line TensorFlow looks up at each of its operations, reading the code from the start)
+    for t in _cotangents(ty, y):
+        products.append(_cast(tape.gradient(y, x, output_gradients=t, unconnected_gradients=ZERO), x))
+    return (y, tuple(products)), aux
+
+
+def _cotangents(ty: Sequence[Any], y: Any) -> list[Any]:
+    """The cotangents as tensors of ``y``'s dtype, each of ``y``'s shape."""
+    cotangents = []
     for t in ty:
         t = t if isinstance(t, tf.Tensor) else tf.convert_to_tensor(t)
-        if t.shape != y.shape:  # the tape would broadcast it, silently
+        if not _same_shape(t, y):  # the tape would broadcast it, silently
             raise ValueError(f"a cotangent of shape {tuple(t.shape)} for an output of shape {tuple(y.shape)}")
-        products.append(_cast(tape.gradient(y, x, output_gradients=_cast(t, y), unconnected_gradients=ZERO), x))
-    return (y, tuple(products)), aux
+        cotangents.append(_cast(t, y))
+    return cotangents
 
 
 def pushforward(fx: Fx, x: Any, tx: Sequence[Any]) -> tuple[tuple[Any, tuple[Any, ...]], Any]:
@@ -92,8 +114,8 @@ def derivative(fx: Fx, x: Any) -> tuple[tuple[Any, Any], Any]:
     return (y, accumulator.jvp(y, unconnected_gradients=ZERO)), aux
 
 
-def second_derivative(fx: Fx, x: Any) -> tuple[Any, Any, Any]:
-    """``(y, dy, d2y)``: forward over forward, two nested accumulators along ones;
+def second_derivative(fx: Fx, x: Any) -> tuple[tuple[Any, Any, Any], None]:
+    """``((y, dy, d2y), None)``: forward over forward, two nested accumulators along ones;
     reverse over forward (the tape's jacobian of the accumulator's derivative)
     where a tape outside records ``x``, which TensorFlow cannot differentiate
     nested accumulators under."""
@@ -105,12 +127,12 @@ def second_derivative(fx: Fx, x: Any) -> tuple[Any, Any, Any]:
                 y, _ = fx(x)
             dy = accumulator.jvp(y, unconnected_gradients=ZERO)
         d2y = _tape_jacobian(tape, dy, x)
-        return y, dy, _cast(tf.reshape(d2y, tf.shape(dy)), y)
+        return (y, dy, _cast(tf.reshape(d2y, tf.shape(dy)), y)), None
     with tf.autodiff.ForwardAccumulator(x, one) as outer:
         with tf.autodiff.ForwardAccumulator(x, one) as inner:
             y, _ = fx(x)
         dy = inner.jvp(y, unconnected_gradients=ZERO)
-    return y, dy, _cast(outer.jvp(dy, unconnected_gradients=ZERO), y)
+    return (y, dy, _cast(outer.jvp(dy, unconnected_gradients=ZERO), y)), None
 
 
 def _tape_jacobian(tape: tf.GradientTape, y: Any, x: Any) -> Any:
@@ -146,8 +168,8 @@ def jacobian(fx: Fx, x: Any) -> tuple[tuple[Any, Any], Any]:
     return (y, _cast(_tape_jacobian(tape, y, x), y)), aux
 
 
-def hvp(fx: Fx, x: Any, tx: Sequence[Any]) -> tuple[Any, tuple[Any, ...]]:
-    """``(g, (H t...))``: reverse over reverse, ``f`` evaluated once, one
+def hvp(fx: Fx, x: Any, tx: Sequence[Any]) -> tuple[tuple[Any, tuple[Any, ...]], None]:
+    """``((g, (H t...)), None)``: reverse over reverse, ``f`` evaluated once, one
     reverse pass of the gradient per tangent (``H`` is symmetric, so the
     gradient's pullback along ``t`` is ``H t``). TensorFlow's forward mode would
     compute the same reverse pass of the gradient, and one more."""
@@ -157,14 +179,14 @@ def hvp(fx: Fx, x: Any, tx: Sequence[Any]) -> tuple[Any, tuple[Any, ...]]:
             inner.watch(x)
             y, _ = fx(x)
         g = inner.gradient(y, x, unconnected_gradients=ZERO)
-    products = tuple(
-        _cast(outer.gradient(g, x, output_gradients=_cast(t, g), unconnected_gradients=ZERO), x) for t in tx
-    )
-    return _cast(g, x), products
+    products = []
+    for t in tx:  # (a loop in this frame: a generator's frame would be one more at each operation)
+        products.append(_cast(outer.gradient(g, x, output_gradients=_cast(t, g), unconnected_gradients=ZERO), x))
+    return (_cast(g, x), tuple(products)), None
 
 
-def hessian(fx: Fx, x: Any) -> tuple[Any, Any, Any]:
-    """``(y, g, H)``: the vectorised jacobian of the gradient (reverse over reverse)."""
+def hessian(fx: Fx, x: Any) -> tuple[tuple[Any, Any, Any], None]:
+    """``((y, g, H), None)``: the vectorised jacobian of the gradient (reverse over reverse)."""
     with tf.GradientTape(persistent=True) as outer:
         outer.watch(x)
         with tf.GradientTape() as inner:
@@ -172,5 +194,5 @@ def hessian(fx: Fx, x: Any) -> tuple[Any, Any, Any]:
             y, _ = fx(x)
         g = inner.gradient(y, x, unconnected_gradients=ZERO)
     if x.shape.num_elements() == 0:
-        return y, g, tf.zeros(tuple(x.shape) * 2, x.dtype)
-    return y, _cast(g, x), _cast(_tape_jacobian(outer, g, x), x)
+        return (y, g, tf.zeros(tuple(x.shape) * 2, x.dtype)), None
+    return (y, _cast(g, x), _cast(_tape_jacobian(outer, g, x), x)), None

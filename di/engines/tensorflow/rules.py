@@ -13,14 +13,32 @@ from tensorflow.python.eager import record
 from di.backends.misuse import written_x_error
 from di.backends.outputs import OutputRules
 from di.backends.selectors import AbstractBackend
+from di.engines.tensorflow.shapes import EAGER, eager_shape
 from di.errors import InvalidOutputError
 
-__all__ = ["RULES", "is_tensor"]
+__all__ = ["RULES", "accepts_array", "accepts_scalar", "is_tensor"]
 
 
 def is_tensor(value: Any) -> bool:
     """Whether ``value`` is a TensorFlow tensor (eager or symbolic) or variable."""
     return isinstance(value, (tf.Tensor, tf.Variable))
+
+
+def accepts_array(y: Any) -> bool:
+    """The common output of an array operator told at a glance: an eager floating
+    tensor with at least one dimension, which :func:`~di.backends.outputs.check_output`
+    passes as it is (only a 0-d one needs the look at the tape). ``False``
+    sends ``y`` to the full check."""
+    return y.__class__ is EAGER and y.dtype.is_floating and eager_shape(y) != ()
+
+
+def accepts_scalar(y: Any) -> bool:
+    """The common output of a scalar operator told at a glance: a 0-d eager
+    floating tensor that a tape records (computed from ``x``), which
+    :func:`~di.backends.outputs.check_output` passes as it is. ``False`` sends
+    ``y`` to the full check (a one-element array made 0-d, an output the tapes
+    do not record, anything else)."""
+    return y.__class__ is EAGER and eager_shape(y) == () and y.dtype.is_floating and record.should_record_backprop((y,))
 
 
 class _Rules(OutputRules):
