@@ -495,3 +495,41 @@ def test_eager_programs_keep_few_frames_under_f_and_the_backward_pass() -> None:
         else:
             np.testing.assert_allclose(di.hvp(total, prep, EAGER, x, (v,))[0].numpy(), 4.0 * np.cos(X))
         assert seen["forward"] == 3, operator
+
+
+def test_a_strict_eager_runner_calls_its_program_first_and_still_compares_first() -> None:
+    # Python finds a frame's line by reading its line table from the start, and TensorFlow asks for
+    # it at every eager operation: the strict runner of an eager program has the program's call
+    # first in its code, its comparison run on the loop's first pass; it still refuses before f runs.
+    import dis
+
+    calls: list[Any] = []
+
+    def counted(x: Any, a: Any) -> Any:
+        calls.append(1)
+        return tf.reduce_sum(tf.sin(x) * x) * a
+
+    x, a = tf.constant(X), di.Constant(3.0)
+    gradient_prep = di.prepare_gradient(counted, EAGER, x, a)
+    pullback_prep = di.prepare_pullback(scalar, EAGER, x, (tf.constant(1.0), tf.constant(2.0)))
+    for prep, name in ((gradient_prep, "gradient"), (pullback_prep, "pullback")):
+        runner = prep.runners[name]
+        first_call = next(ins for ins in dis.get_instructions(runner) if ins.opname == "CALL")
+        program_line = min(ins.positions.lineno for ins in dis.get_instructions(runner) if ins.argval == "program")
+        assert first_call.positions is not None and first_call.positions.lineno == program_line, name
+    calls.clear()
+    gradient = di.gradient(counted, gradient_prep, EAGER, x, a)
+    np.testing.assert_allclose(gradient.numpy(), 3.0 * (np.sin(X) + X * np.cos(X)))
+    assert len(calls) == 1
+    pulled = di.pullback(scalar, pullback_prep, EAGER, x, (tf.constant(1.0), tf.constant(2.0)))
+    np.testing.assert_allclose([p.numpy() for p in pulled], [scalar_gradient(X), 2.0 * scalar_gradient(X)])
+    calls.clear()
+    with pytest.raises(di.PreparationMismatchError, match=r"x\s+differs"):
+        di.gradient(counted, gradient_prep, EAGER, tf.constant(X[:2]), a)
+    with pytest.raises(di.PreparationMismatchError, match=r"f\s+differs"):
+        di.gradient(scalar, gradient_prep, EAGER, x, a)
+    with pytest.raises(di.PreparationMismatchError, match=r"context 1\s+differs"):
+        di.gradient(counted, gradient_prep, EAGER, x, di.Cache(3.0))
+    assert calls == []
+    with pytest.raises(di.PreparationMismatchError, match=r"ty\s+differs"):
+        di.pullback(scalar, pullback_prep, EAGER, x, (tf.constant(1.0),))

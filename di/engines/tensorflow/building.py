@@ -234,12 +234,14 @@ class ProgramBuilder(Adapter):
                     fx = calling(convert_values(values, x.dtype), splits, ()) if values else alone
                     return finish(*core(fx, x, tangents_of(tangents, x.dtype)))
 
+                eager_with_tangents.records_python_stack = True  # type: ignore[attr-defined]
                 return eager_with_tangents
 
             def eager(x: Any, *values: Any) -> Any:
                 x = to_x(x)
                 return finish(*core(calling(convert_values(values, x.dtype), splits, ()) if values else alone, x))
 
+            eager.records_python_stack = True  # type: ignore[attr-defined]
             return eager
 
         def body(x: Any, tangents: Sequence[Any] | None, *values: Any) -> Any:
