@@ -16,8 +16,8 @@ process; a runner is a closure over the prep's constants, like a hand-written
 one. What a runner does when its comparison fails (the report, or the program on
 the arguments as the prep sees them) is ordinary Python, below the template.
 
-A program marked ``records_python_stack = True`` (eager TensorFlow's: its engine
-records the Python stack, with each frame's line, at every operation) gets a
+A program marked ``records_python_stack = True`` (its engine records the Python
+stack, with each frame's line, at every operation it runs) gets a
 runner whose call of it comes first in the code, ahead of the comparison, since
 Python finds a frame's line by reading its line table from the start.
 """
@@ -442,7 +442,7 @@ def _source(shape: _Shape) -> str:
         # first pass): the program's engine records the Python stack at each of its
         # operations, and Python finds each frame's line by reading its line table from
         # the start, so a call deep in this frame's code is paid at every operation
-        # (about 1 % of an eager TensorFlow pullback at n = 1e3: 12-18 us of 1.2-1.5 ms).
+        # (about 1 % of such an engine's eager pullback at n = 1e3: 12-18 us of 1.2-1.5 ms).
         call_lines = body
         body = ["ok = False", "while True:", "    if ok:"]
         body += [f"        {line}" for line in call_lines]
