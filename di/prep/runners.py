@@ -14,7 +14,7 @@ makes, strict or not, is written once (:data:`_SAME_F_AND_BACKEND`); so is each
 other part of the template. The source of each shape is compiled once per
 process; a runner is a closure over the prep's constants, like a hand-written
 one. What a runner does when its comparison fails (the report, or the program on
-the arguments as the prep sees them) is ordinary Python, below the template.
+the arguments as the prep sees them) is ordinary Python, in :mod:`di.prep.slow_paths`.
 
 A program marked ``records_python_stack = True`` (its engine records the Python
 stack, with each frame's line, at every operation it runs) gets a
@@ -30,10 +30,10 @@ from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple, Protocol
 
 from di.families import get_family
-from di.prep.finish import Finish, Step, composed_steps, finish_steps
+from di.prep.finish import Step, composed_steps, finish_steps
 from di.prep.matching import Matcher, same_selector
-from di.prep.own_checks import ArgumentsRejected, checks_arguments, compiling_again
-from di.prep.traced import plain
+from di.prep.own_checks import ArgumentsRejected, checks_arguments
+from di.prep.slow_paths import Missed, mismatched, mismatched_with_tangents, rejected
 
 __all__ = ["Compared", "Missed", "Prepared", "probe", "runner"]
 
@@ -118,10 +118,6 @@ def runner(prep: Prepared, program: Callable[..., Any]) -> Callable[..., Any]:
     if prep.same_point is not None:
         return program
     return _made(prep, program, probing=False)
-
-
-class Missed(Exception):
-    """Raised by a :func:`probe` whose arguments differ from the prepared ones."""
 
 
 def probe(prep: Prepared, program: Callable[..., Any]) -> Callable[..., Any]:
@@ -232,22 +228,22 @@ def _shape_and_constants(
         # compiled by its first call is read from its cell, where it puts the compiled one.
         executable = getattr(program, "executable", None)
         refused = (ArgumentsRejected,) if executable is None else (TypeError, ArgumentsRejected)
-        rejected = _rejected(prep, program, probing)
         cell = getattr(executable, "cell", None)
         through_cell = cell is not None
         called = program if executable is None else cell if through_cell else executable
-        constants += (called, refused, rejected)
+        constants += (called, refused, rejected(prep.check, prep.strict, prep.matches, program, probing))
     elif kind == _WITH_TANGENTS:
         boxed_form = _boxed_form(prep, program) if strict else None
         boxed = boxed_form is not None
         fast = boxed_form if boxed_form is not None else _strict_form(program) if strict else program
-        constants += (fast, _miss if probing else prep.refuse_tangent_call, prep.explain_error)
+        refuse, explain = prep.refuse_tangent_call, prep.explain_error
+        constants += (fast, _miss if probing else refuse, explain)
         if strict:
-            constants.append(_miss if probing else _mismatched_with_tangents(prep, program, finish))
+            constants.append(_miss if probing else mismatched_with_tangents(refuse, explain, program, finish))
     else:
         constants.append(_strict_form(program) if strict else program)
         if strict:
-            constants.append(_miss if probing else _mismatched(prep, program, finish))
+            constants.append(_miss if probing else mismatched(prep.check, program, finish))
     constants.extend(steps)
     compares = strict and kind != _CHECKED_BY_PROGRAM
     inline: list[bool | str] = []
@@ -495,68 +491,3 @@ def _compiled(source: str, name: str) -> Callable[..., Callable[..., Any]]:
     namespace: dict[str, Any] = {"__name__": __name__}
     exec(compile(source, filename, "exec"), namespace)
     return namespace["make"]  # type: ignore[no-any-return]
-
-
-# --- the slow paths ------------------------------------------------------------------------------
-
-
-def _mismatched(prep: Prepared, program: Callable[..., Any], finish: Finish | None) -> Callable[..., Any]:
-    """What a strict runner does when its comparison fails: the prep's check raises
-    the report, or finds that the arguments fit after all (a memmap where an
-    ndarray was prepared, an engine's traced value holding an array like the
-    prepared one), and the program runs on them as the prep sees them."""
-    check = prep.check
-
-    def mismatched(f: Any, backend: Any, x: Any, contexts: Sequence[Any]) -> Any:
-        check(f, backend, x, contexts)
-        result = program(plain(x), *[plain(context.value) for context in contexts])
-        return result if finish is None else finish(result)
-
-    return mismatched
-
-
-def _mismatched_with_tangents(prep: Prepared, program: Callable[..., Any], finish: Finish | None) -> Callable[..., Any]:
-    """:func:`_mismatched` for a runner with tangents."""
-    refuse, explain = prep.refuse_tangent_call, prep.explain_error
-
-    def mismatched(f: Any, backend: Any, x: Any, tangents: Any, contexts: Sequence[Any]) -> Any:
-        refuse(f, backend, x, tangents, contexts)
-        x, tangents = plain(x), tuple(plain(t) for t in tangents)
-        values = [plain(context.value) for context in contexts]
-        try:
-            result = program(x, tangents, *values)
-        except Exception as error:
-            explain(error, x, tangents, [_Value(value) for value in values])
-            raise
-        return result if finish is None else finish(result)
-
-    return mismatched
-
-
-def _rejected(prep: Prepared, program: Callable[..., Any], probing: bool = False) -> Callable[..., Any]:
-    """What a runner does when a program that checks its own arguments refuses a
-    call's: a strict prep reports the difference its check sees (a probe raises
-    :class:`Missed`), and a difference only the compiler sees (such as a weak
-    type), or any for a non-strict prep, is compiled again."""
-    check, strict, matches = prep.check, prep.strict, prep.matches
-
-    def rejected(f: Any, backend: Any, x: Any, contexts: Sequence[Any], values: Sequence[Any]) -> Any:
-        if probing:
-            if not matches(x, contexts):
-                raise Missed()
-        elif strict:
-            check(f, backend, x, contexts)
-        with compiling_again():
-            return program(x, *values)
-
-    return rejected
-
-
-class _Value:
-    """A context's value, for :meth:`di.prep.base.Prep.explain_error` on the slow
-    path (only the value is read there)."""
-
-    __slots__ = ("value",)
-
-    def __init__(self, value: Any) -> None:
-        self.value = value

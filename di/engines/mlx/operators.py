@@ -236,20 +236,36 @@ def _vectorised(function: Callable[[Any], Any], basis: Any) -> Any:
         return mx.stack([function(basis[i]) for i in range(basis.shape[0])])
 
 
+_NO_FORWARD_RULE: Any = object()
+"""What :func:`_columns` returns where MLX has no forward rule for a primitive of ``f``."""
+
+
+def _columns(fy: Callable[[Any], Any], x: Any, bases: Bases) -> Any:
+    """The Jacobian's columns, one pushforward of each basis vector of ``x``
+    stacked (``None`` for an ``x`` without elements), or :data:`_NO_FORWARD_RULE`."""
+    try:
+        return _vectorised(lambda t: mx.jvp(fy, [x], [t])[1][0], bases(x.shape, x.dtype))
+    except RuntimeError as err:  # no forward rule for a primitive of f: reverse mode
+        if not _no_jvp(err):
+            raise
+        return _NO_FORWARD_RULE
+
+
+def _from_columns(columns: Any, x: Any, y_shape: tuple[int, ...]) -> Any:
+    """The Jacobian of shape ``(*y_shape, *x.shape)`` from its stacked ``columns``."""
+    if x.ndim == 1 and len(y_shape) == 1:  # (the transpose as it is, a view: a reshape of it would copy)
+        return columns.T
+    return columns.reshape((x.size, math.prod(y_shape))).T.reshape((*y_shape, *x.shape))
+
+
 def _jacobian_of(fy: Callable[[Any], Any], x: Any, y: Any, forward: bool, bases: Bases) -> Any:
-    n, m = x.size, y.size
     if forward:
-        try:
-            columns = _vectorised(lambda t: mx.jvp(fy, [x], [t])[1][0], bases(x.shape, x.dtype))
-        except RuntimeError as err:  # no forward rule for a primitive of f: reverse mode
-            if not _no_jvp(err):
-                raise
+        columns = _columns(fy, x, bases)
+        if columns is _NO_FORWARD_RULE:
             return _jacobian_of(fy, x, y, False, bases)
         if columns is None:
             return mx.zeros((*y.shape, *x.shape), dtype=y.dtype)
-        if x.ndim == 1 and y.ndim == 1:  # (the transpose as it is, a view: a reshape of it would copy)
-            return columns.T
-        return columns.reshape((n, m)).T.reshape((*y.shape, *x.shape))
+        return _from_columns(columns, x, y.shape)
     rows = _vectorised(lambda c: mx.vjp(fy, [x], [c])[1][0], bases(y.shape, y.dtype))
     if rows is None:
         return mx.zeros((*y.shape, *x.shape), dtype=y.dtype)
@@ -272,18 +288,12 @@ def _jacobian_alone(fy: Callable[[Any], Any], x: Any, forward: bool, bases: Base
     then (and at the first call) ``f(x)`` is evaluated for them, as
     :func:`_jacobian_of` does."""
     if forward:
-        try:
-            columns = _vectorised(lambda t: mx.jvp(fy, [x], [t])[1][0], bases(x.shape, x.dtype))
-        except RuntimeError as err:  # no forward rule for a primitive of f: reverse mode
-            if not _no_jvp(err):
-                raise
+        columns = _columns(fy, x, bases)
+        if columns is _NO_FORWARD_RULE:
             return _jacobian_alone(fy, x, False, bases, last)
         if columns is None:  # (x has no elements: f(x) says the shape of the zeros)
             return _jacobian_of(fy, x, fy(x), True, bases)
-        y_shape = columns.shape[1:]
-        if x.ndim == 1 and len(y_shape) == 1:  # (the transpose as it is, a view: a reshape of it would copy)
-            return columns.T
-        return columns.reshape((x.size, math.prod(y_shape))).T.reshape((*y_shape, *x.shape))
+        return _from_columns(columns, x, columns.shape[1:])
     guess = last[0]
     if guess is not None:
         shape, dtype = guess
