@@ -195,9 +195,9 @@ class _Shape(NamedTuple):
     tangents: int
     contexts: int
     inline: tuple[bool | str, ...]  # each argument compared (x, tangents, context values): how (_inline)
-    through_cell: bool = False  # a program checking its arguments: its executable called through its cell
-    boxed: bool = False  # a strict form whose one result the runner puts in a tuple (_boxed_form)
-    call_first: bool = False  # the program's call first in the code (a program marked records_python_stack)
+    through_cell: bool  # a program checking its arguments: its executable called through its cell
+    boxed: bool  # a strict form whose one result the runner puts in a tuple (_boxed_form)
+    call_first: bool  # the program's call first in the code (a program marked records_python_stack)
 
     @property
     def compares(self) -> bool:
@@ -220,7 +220,7 @@ def _shape_and_constants(
     strict = prep.strict
     finish = composed_steps(steps) if steps else None  # (for the slow paths)
     constants: list[Any] = [prep.f, prep.backend, same_selector, _miss if probing else prep.check]
-    through_cell = False
+    through_cell = boxed = False
     if kind == _CHECKED_BY_PROGRAM:
         # The executable itself when the program exposes it (a Python call fewer): it
         # refuses other arguments with a TypeError, which the program turns into
@@ -266,10 +266,9 @@ def _shape_and_constants(
         len(prep.context_tests),
         tuple(inline),
         through_cell,
+        boxed,
+        compares and getattr(program, "records_python_stack", False) is True,  # (call_first)
     )
-    call_first = compares and getattr(program, "records_python_stack", False) is True
-    if (kind == _WITH_TANGENTS and boxed) or call_first:
-        key += (kind == _WITH_TANGENTS and boxed, call_first)
     return key, constants
 
 

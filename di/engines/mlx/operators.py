@@ -269,9 +269,15 @@ def _jacobian_of(fy: Callable[[Any], Any], x: Any, y: Any, forward: bool, bases:
     rows = _vectorised(lambda c: mx.vjp(fy, [x], [c])[1][0], bases(y.shape, y.dtype))
     if rows is None:
         return mx.zeros((*y.shape, *x.shape), dtype=y.dtype)
-    if rows.dtype != y.dtype:
-        rows = rows.astype(y.dtype)
-    return rows if y.ndim == 1 else rows.reshape((*y.shape, *x.shape))
+    return _from_rows(rows, x, y.shape, y.dtype)
+
+
+def _from_rows(rows: Any, x: Any, y_shape: tuple[int, ...], y_dtype: Any) -> Any:
+    """The Jacobian of shape ``(*y_shape, *x.shape)`` and dtype ``y_dtype`` from its
+    stacked ``rows`` (one pullback of each basis vector of ``f(x)``)."""
+    if rows.dtype != y_dtype:
+        rows = rows.astype(y_dtype)
+    return rows if len(y_shape) == 1 else rows.reshape((*y_shape, *x.shape))
 
 
 _COTANGENT_SHAPE = "does not match cotangent shape"
@@ -312,9 +318,7 @@ def _jacobian_alone(fy: Callable[[Any], Any], x: Any, forward: bool, bases: Base
                 raise
         else:
             if not others:
-                if rows.dtype != dtype:
-                    rows = rows.astype(dtype)
-                return rows if len(shape) == 1 else rows.reshape((*shape, *x.shape))
+                return _from_rows(rows, x, shape, dtype)
     y = fy(x)
     if y.__class__ is mx.array and y.size:  # (an output with no elements pulls nothing back to confirm it)
         last[0] = (y.shape, y.dtype)
