@@ -222,3 +222,47 @@ def test_results_keep_the_graph_through_x(operator: str) -> None:
         assert a is not None
         np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-12)
     assert not ours(x, di.AutoTorch(create_graph=False)).requires_grad
+
+
+def test_torch_function_modes_and_foreign_cotangents_still_go_through_autograd_grad() -> None:
+    """The eager programs call autograd's engine directly (without torch.autograd.grad's
+    Python) only where grad's checks would pass: under a torch function mode the mode
+    still sees torch.autograd.grad, and an hvp tangent of another, broadcastable shape
+    (past a strict=False prep) is refused as grad refuses it, never summed by the engine."""
+    from torch.overrides import TorchFunctionMode
+
+    seen: list[Any] = []
+
+    class Recording(TorchFunctionMode):
+        def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+            seen.append(func)
+            return func(*args, **(kwargs or {}))
+
+    backend, x = di.AutoTorch(), _x()
+
+    def f(x: Any) -> Any:
+        return (torch.sin(x) * x).sum()
+
+    def tree_f(p: Any) -> Any:
+        return f(p["a"]), {"mean": p["a"].mean()}
+
+    prep = di.prepare_gradient(f, backend, x)
+    tree_prep = di.prepare_gradient(tree_f, backend, {"a": x}, has_aux=True)
+    expected = torch.sin(x) + x * torch.cos(x)
+    with Recording():
+        gradients = [
+            di.gradient(f, prep, backend, x),
+            di.value_and_gradient(tree_f, tree_prep, backend, {"a": x}, has_aux=True)[1]["a"],
+            di.hvp(f, backend, x, (torch.ones_like(x),))[0],
+        ]
+    assert sum(func is torch.autograd.grad for func in seen) >= 4  # (the hvp's two passes)
+    torch.testing.assert_close(gradients[0], expected)
+    torch.testing.assert_close(gradients[1], expected)
+    torch.testing.assert_close(gradients[2], 2 * torch.cos(x) - x * torch.sin(x))
+
+    def cube(x: Any) -> Any:
+        return (x**3).sum()
+
+    loose = di.prepare_hvp(cube, backend, x, (torch.ones_like(x),), strict=False)
+    with pytest.raises(RuntimeError, match="Mismatch in shape"):
+        di.hvp(cube, loose, backend, x, (torch.ones(1, dtype=x.dtype),))

@@ -24,7 +24,7 @@ from di.contexts import Cache, Context
 from di.engines.torch.base import TorchBase
 from di.engines.torch.ownership import addresses, owned_aux, unshared
 from di.engines.torch.rules import REVERSE_RULES, refuse_cut_off
-from di.engines.torch.tensors import leaf, like, normal_tensors, recording, requires_grad
+from di.engines.torch.tensors import grad_along, grad_of_scalar, leaf, like, normal_tensors, recording, requires_grad
 from di.engines.torch.transforms import dynamo_compiling
 from di.engines.torch.tree_gradient import differentiable_as_is, tree_gradient_program, zeros_where_unused
 from di.families import converter, family_of, identity
@@ -303,11 +303,10 @@ hot path accepts every such tensor: autograd.grad refuses what else is wrong."""
 def gradient_backward(backend: Any, tree: bool = False) -> Backward:
     """The gradient of a scalar ``y`` with respect to one leaf (zeros where ``f``
     does not use ``x``), or, with ``tree``, to the leaves of a pytree."""
-    grad = torch.autograd.grad
 
     def backward(y: Any, differentiated: Any, cotangents: Any, create_graph: bool) -> Any:
         try:
-            (g,) = grad(y, differentiated, allow_unused=True, create_graph=create_graph)
+            (g,) = grad_of_scalar(y, (differentiated,), create_graph)
         except RuntimeError:  # autograd refuses non-scalar and complex outputs: say why
             check_output(y, differentiated, backend, "gradient", REVERSE_RULES)
             raise
@@ -317,7 +316,7 @@ def gradient_backward(backend: Any, tree: bool = False) -> Backward:
         if not leaves:
             return ()
         try:
-            grads = grad(y, leaves, allow_unused=True, create_graph=create_graph)
+            grads = grad_of_scalar(y, leaves, create_graph)
         except RuntimeError:
             check_output(y, leaves, backend, "gradient", REVERSE_RULES)
             raise
@@ -355,9 +354,7 @@ def _not_sharing(product: Any, cotangent: Any) -> Any:
 def _backward(y: Any, alias: Any, cotangent: Any, *, retain: bool, create_graph: bool = False) -> Any:
     if not y.requires_grad:
         return torch.zeros_like(alias)
-    (g,) = torch.autograd.grad(
-        y, alias, grad_outputs=cotangent, retain_graph=retain, allow_unused=True, create_graph=create_graph
-    )
+    (g,) = grad_along(y, (alias,), cotangent, retain, create_graph)
     return torch.zeros_like(alias) if g is None else g
 
 
@@ -407,7 +404,7 @@ def pushforward_backward(y: Any, alias: Any, tangents: Sequence[Any], create_gra
 def double_backward(y: Any, alias: Any, tangents: Sequence[Any], create_graph: bool) -> tuple[Any, tuple[Any, ...]]:
     """The gradient of a scalar ``y`` and its hvps along ``tangents``: reverse over
     reverse (zeros where ``y`` does not depend on ``alias``, or only linearly)."""
-    (g,) = torch.autograd.grad(y, alias, create_graph=True, allow_unused=True)
+    (g,) = grad_of_scalar(y, (alias,), True)
     if g is None:
         return torch.zeros_like(alias), tuple(torch.zeros_like(alias) for _ in tangents)
     last = len(tangents) - 1

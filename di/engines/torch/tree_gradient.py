@@ -16,7 +16,7 @@ from di.backends.aux import split_output
 from di.backends.outputs import check_output, raise_translated
 from di.engines.torch.ownership import addresses, owned_aux, unshared
 from di.engines.torch.rules import REVERSE_RULES
-from di.engines.torch.tensors import requires_grad
+from di.engines.torch.tensors import grad_of_scalar, requires_grad
 from di.engines.torch.transforms import dynamo_compiling
 
 __all__ = ["differentiable_as_is", "tree_gradient_program", "zeros_where_unused"]
@@ -60,7 +60,6 @@ def tree_gradient_program(
     as_is, keeps_graph, has_aux = reverse.own_leaves, reverse.keeps_graph, reverse.has_aux
     tensor, is_grad_enabled, conversions = torch.Tensor, torch.is_grad_enabled, REVERSE_RULES.conversion_errors
     is_compiling, transforms_active = dynamo_compiling, torch._C._are_functorch_transforms_active
-    grad = torch.autograd.grad
 
     def run_tree_gradient(x: Any, *values: Any) -> Any:
         if not is_grad_enabled() or (
@@ -110,7 +109,7 @@ def tree_gradient_program(
                 y = check_output(y, differentiated, backend, operator, REVERSE_RULES)
             # (the tree gradient's backward, inline: a call fewer)
             try:
-                grads = grad(y, differentiated, allow_unused=True, create_graph=connect) if differentiated else ()
+                grads = grad_of_scalar(y, differentiated, connect) if differentiated else ()
             except RuntimeError:  # autograd refuses non-scalar and complex outputs: say why
                 check_output(y, differentiated, backend, operator, REVERSE_RULES)
                 raise
