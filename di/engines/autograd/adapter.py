@@ -11,7 +11,9 @@ from typing import Any
 import autograd
 import autograd.numpy as anp
 import numpy as np
+from autograd.core import make_vjp as unary_vjp
 from autograd.differential_operators import make_hvp, make_jvp, make_vjp
+from autograd.extend import vspace
 from autograd.numpy.numpy_boxes import ArrayBox
 from autograd.tracer import Box, getval
 
@@ -184,6 +186,18 @@ def _numpy(value: Any, dtype: Any) -> Any:
     if isinstance(value, Box):
         return value
     return np.asarray(converter(family_of(value), "numpy")(value) if family_of(value) else value, dtype=dtype)
+
+
+def _value_and_grad(f: Callable[..., Any], x: Any, values: tuple[Any, ...]) -> tuple[Any, Any]:
+    """``autograd.value_and_grad(f)(x, *values)``, by autograd's own ``make_vjp``
+    of one argument, as ``autograd.grad`` runs it, without what its wrapper for
+    functions of many arguments builds at each call (two functions, whose names
+    and docstrings it formats from ``f``'s)."""
+    vjp, y = unary_vjp((lambda x: f(x, *values)) if values else f, x)
+    space = vspace(y)
+    if space.size != 1:
+        raise TypeError("Grad only applies to real scalar-output functions. Try jacobian or elementwise_grad.")
+    return y, vjp(space.ones())
 
 
 def _as_they_are(x: Any, values: tuple[Any, ...]) -> tuple[Any, tuple[Any, ...]]:
@@ -361,18 +375,15 @@ class AutogradAdapter(Adapter):
 
         checked = checking(f, backend, "gradient", _RULES, accept=_boxed_float_scalar)
 
-        value_and_grad = autograd.value_and_grad(checked)
-        grad = autograd.grad(checked)
-
         def gradient(x: Any, *values: Any) -> Any:
             if converts:
                 x, values = arguments(x, values)
-            g = grad(x, *values)
+            g = _value_and_grad(checked, x, values)[1]
             return g if g.__class__ is np.ndarray and g.dtype == x.dtype else _array(g, dtype=x.dtype)
 
         def value_and_gradient(x: Any, *values: Any) -> Any:
             x, values = arguments(x, values)
-            y, g = value_and_grad(x, *values)
+            y, g = _value_and_grad(checked, x, values)
             return _owned(_array(y), x, values), _array(g, dtype=x.dtype)
 
         if not has_aux:
