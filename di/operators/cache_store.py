@@ -47,10 +47,11 @@ class WeakFunction:
             self._self = None
             self._function = weakref.ref(f, on_free)
 
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+    def __call__(self, *args: Any) -> Any:
+        # (engines call f with positional arguments only: no keywords' dict at each call)
         if self._self is None:
-            return self._function()(*args, **kwargs)
-        return self._function()(self._self(), *args, **kwargs)
+            return self._function()(*args)
+        return self._function()(self._self(), *args)
 
     def target(self) -> Any:
         """``f``, or ``None`` once it is freed."""
