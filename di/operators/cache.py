@@ -155,14 +155,15 @@ def unprepared_call(
     count_hit, move_to_end, scoped = cache.hit_count.__next__, cache.order.move_to_end, _SCOPED.get
 
     def call(f: Any, args: tuple[Any, ...], has_aux: bool) -> Any:
-        backend, function, aux, run, token, _ = memo[0]
+        backend, function, aux, run, token, entry = memo[0]
         if backend is args[0] and function() is f and aux is has_aux and scoped():
             try:
                 result = run(args[1], args[2], args[3:]) if with_tangents else run(args[1], args[2:])
             except Missed:
                 pass
             except Exception as error:
-                memo[0][5].prep.refuse_foreign_traces(args[1], args[2] if with_tangents else None, args[2:], error)
+                tangents, contexts = (args[2], args[3:]) if with_tangents else (None, args[2:])
+                entry.prep.refuse_foreign_traces(args[1], tangents, contexts, error)
                 raise
             else:
                 count_hit()
