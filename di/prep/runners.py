@@ -393,9 +393,8 @@ def _source(shape: _Shape) -> str:
     if shape.compares:
         # one comparison of everything; any difference (or a comparison that raises)
         # goes to the slow path, which reports it or runs the arguments as the prep sees them
-        if tangents:
-            tests[0:0] = ["tangents.__class__ is tuple", f"len(tangents) == {shape.tangents}"]
-        tests = [*same, count, *tests]
+        checks = ["tangents.__class__ is tuple", f"len(tangents) == {shape.tangents}"] if tangents else []
+        tests = [*same, *checks, count, *tests]
         comparison = [
             "try:",
             "    ok = " + " and ".join(tests),
