@@ -138,6 +138,9 @@ class Cache:
         self.hit_count = itertools.count()
         self.hit_reads = self.hit_base = 0
         self.memos: list[list[tuple[Any, ...]]] = []
+        # (read through the store: a weak reference's callback may empty memos at
+        # interpreter exit, once this module's globals are gone)
+        self.no_memo = NO_MEMO
         self.preps: dict[tuple[Any, ...], list[Entry]] = {}
         self.order: OrderedDict[int, tuple[Any, ...]] = OrderedDict()  # token -> key
         self.keys_of: dict[Any, set[tuple[Any, ...]]] = {}  # f's identity -> its keys
@@ -192,13 +195,13 @@ class Cache:
         (their forgetting may have come before this memo was written)."""
         memo[0] = (backend, entry.function, has_aux, entry.probes[name], entry.token, entry)
         if not (entry.alive and self.enabled):
-            memo[0] = NO_MEMO
+            memo[0] = self.no_memo
 
     def forget(self, entries: Any = None) -> None:
         """Empty the memos of ``entries`` (a container of entries; ``None``: every memo)."""
         for memo in self.memos:
             if entries is None or memo[0][5] in entries:
-                memo[0] = NO_MEMO
+                memo[0] = self.no_memo
 
     def add(self, key: tuple[Any, ...], prep: Prep, stand_in: WeakFunction) -> None:
         """Keep ``prep`` under ``key``, evicting the least recently used beyond the size."""
@@ -234,7 +237,7 @@ class Cache:
         its memos are emptied at once, whose weak reference now gives ``None``)."""
         for memo in self.memos:
             if memo[0][1]() is None:
-                memo[0] = NO_MEMO
+                memo[0] = self.no_memo
         if self.lock.acquire(blocking=False):
             try:
                 self._drop(identity)
