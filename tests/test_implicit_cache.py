@@ -287,6 +287,26 @@ def test_it_can_be_turned_off_for_a_block_and_for_the_process() -> None:
         di.set_cache(maxsize=-1)
 
 
+def test_the_last_hit_is_not_served_once_the_cache_is_off() -> None:
+    # A hit is remembered per operator and no longer asks whether the cache is on: turning
+    # it off (for the process or a block) or clearing it must empty that memory.
+    backend, x = di.AutoFiniteDiff(), np.array([1.0, 2.0])
+    for _ in range(3):  # a miss, a hit found by the key (remembered), a remembered hit
+        di.gradient(cubes, backend, x)
+    assert (di.cache_info().misses, di.cache_info().hits) == (1, 2)
+    with di.caching(False):
+        np.testing.assert_allclose(di.gradient(cubes, backend, x), 3 * x**2, rtol=1e-5)
+    assert (di.cache_info().misses, di.cache_info().hits) == (1, 2)
+    di.gradient(cubes, backend, x)
+    di.set_cache(enabled=False)
+    np.testing.assert_allclose(di.gradient(cubes, backend, x), 3 * x**2, rtol=1e-5)
+    assert (di.cache_info().misses, di.cache_info().hits) == (1, 3)
+    di.set_cache(enabled=True)
+    di.cache_clear()
+    di.gradient(cubes, backend, x)
+    assert (di.cache_info().misses, di.cache_info().hits) == (1, 0)
+
+
 def test_fastest_plans_once_per_signature() -> None:
     backend = di.AutoFastest([di.AutoFiniteDiff(), di.AutoFiniteDiff(method="forward")], budget_s=0.01)
     for value in (1.0, 2.0, 3.0):

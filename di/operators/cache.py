@@ -33,7 +33,7 @@ from typing import Any, NamedTuple
 
 from di.backends.selectors import AbstractBackend, check_flag
 from di.errors import InvalidInputError, InvalidOptionError, InvalidOptionTypeError
-from di.operators.cache_store import Cache, WeakFunction, identity
+from di.operators.cache_store import NO_MEMO, Cache, WeakFunction, identity
 from di.operators.prepare import prepare_operator
 from di.prep.base import Prep
 from di.prep.runners import Missed
@@ -132,22 +132,51 @@ MISS: Any = object()
 """What :func:`unprepared_call`'s function returns when no cached prep serves the call."""
 
 
-def unprepared_call(family: str, name: str, with_tangents: bool) -> Callable[[Any, tuple[Any, ...], bool], Any]:
+def unprepared_call(
+    family: str, name: str, with_tangents: bool, takes_aux: bool, slow: Callable[..., Any]
+) -> Callable[[Any, tuple[Any, ...], bool], Any]:
     """The fast path of an unprepared call of program ``name``: for ``(f, args,
     has_aux)`` (``args``: ``backend, x, [tangents,] *contexts``), the result of
-    the cached prep's program, as a prepared call of it, or :data:`MISS` (the
-    call then takes the operator's slow path, which prepares or explains).
+    the cached prep's program, as a prepared call of it, or where no cached prep
+    serves the call, that of ``slow(f, args, None, has_aux)`` (the operator's slow
+    path, which prepares or explains).
 
-    The entry of the last hit is tried first, before any key is built: the same
-    ``f`` (held weakly) and the same selector object, a live entry and
-    ``has_aux``; its probe (:func:`~di.prep.runners.probe`) compares the
-    arguments as the prep's runner does and runs the program. Otherwise the key
-    (whose hash hashes the selector) finds the entries to probe."""
-    last: list[Any] = [(None, None, None)]  # (the entry of the last hit, the selector it was called with, has_aux)
+    The last hit is tried first, before any key is built (:class:`~di.operators.
+    cache_store.Cache`'s memo): the same selector object, ``f`` (held weakly) and
+    ``has_aux``; its probe (:func:`~di.prep.runners.probe`) compares the arguments
+    as the prep's runner does and runs the program. Otherwise the key (whose hash
+    hashes the selector) finds the entries to probe. ``takes_aux``: whether the
+    operator takes ``has_aux`` (a call that gives it otherwise takes the slow path,
+    which refuses it)."""
+    cache = _CACHE
+    memo: list[tuple[Any, ...]] = [NO_MEMO]
+    cache.memos.append(memo)
+    # (bound once: the store never replaces its counter, order or context variable)
+    count_hit, move_to_end, scoped = cache.hit_count.__next__, cache.order.move_to_end, _SCOPED.get
 
     def call(f: Any, args: tuple[Any, ...], has_aux: bool) -> Any:
-        cache = _CACHE
-        if not (cache.enabled and _SCOPED.get()):
+        backend, function, aux, run, token, entry = memo[0]
+        if backend is args[0] and function() is f and aux is has_aux and scoped():
+            try:
+                result = run(args[1], args[2], args[3:]) if with_tangents else run(args[1], args[2:])
+            except Missed:
+                pass
+            except Exception as error:
+                tangents, contexts = (args[2], args[3:]) if with_tangents else (None, args[2:])
+                entry.prep.refuse_foreign_traces(args[1], tangents, contexts, error)
+                raise
+            else:
+                count_hit()
+                try:
+                    move_to_end(token)
+                except KeyError:  # (evicted meanwhile)
+                    pass
+                return result
+        result = keyed(f, args, has_aux)
+        return slow(f, args, None, has_aux) if result is MISS else result
+
+    def keyed(f: Any, args: tuple[Any, ...], has_aux: bool) -> Any:
+        if not (cache.enabled and scoped()) or not (has_aux is False or (has_aux is True and takes_aux)):
             return MISS
         backend, x = args[0], args[1]
         if with_tangents:
@@ -156,26 +185,6 @@ def unprepared_call(family: str, name: str, with_tangents: bool) -> Callable[[An
                 return MISS
         else:
             tangents, contexts = None, args[2:]
-        entry, called_with, aux = last[0]
-        if entry is not None and called_with is backend and aux is has_aux and entry.function() is f and entry.alive:
-            run = entry.probes[name]
-            try:
-                if with_tangents:
-                    result = run(entry.stand_in, backend, x, tangents, contexts)
-                else:
-                    result = run(entry.stand_in, backend, x, contexts)
-            except Missed:
-                pass
-            except Exception as error:
-                entry.prep.refuse_foreign_traces(x, tangents, contexts, error)
-                raise
-            else:
-                next(cache.hit_count)  # (Cache.hit, inline)
-                try:
-                    cache.order.move_to_end(entry.token)
-                except KeyError:  # (evicted meanwhile)
-                    pass
-                return result
         identity = id(f) if f.__class__ is not types.MethodType else (id(f.__self__), id(f.__func__))
         if contexts:
             key = (identity, family, has_aux, backend, *[context.__class__ for context in contexts])
@@ -193,10 +202,7 @@ def unprepared_call(family: str, name: str, with_tangents: bool) -> Callable[[An
         for entry in candidates:
             run = entry.probes[name]
             try:
-                if with_tangents:
-                    result = run(entry.stand_in, backend, x, tangents, contexts)
-                else:
-                    result = run(entry.stand_in, backend, x, contexts)
+                result = run(x, tangents, contexts) if with_tangents else run(x, contexts)
             except Missed:
                 continue
             except Exception as error:
@@ -204,7 +210,7 @@ def unprepared_call(family: str, name: str, with_tangents: bool) -> Callable[[An
                 raise
             cache.hit(entry, entries)
             if entry.function is not None:  # (a bound method is a new object at each access)
-                last[0] = entry, backend, has_aux
+                cache.remember(memo, entry, backend, has_aux, name)
             return result
         for entry in candidates:
             # arguments the prep takes as something else (a memmap as its ndarray, an
@@ -332,6 +338,8 @@ def set_cache(*, enabled: bool | None = None, maxsize: int | None = None) -> Cac
         _CACHE.resize(maxsize)
     if enabled is not None:
         _CACHE.enabled = enabled
+        if not enabled:
+            _CACHE.forget()  # (after the switch: a memo written meanwhile undoes itself)
     return cache_info()
 
 

@@ -14,7 +14,7 @@ from typing import Any
 from di.prep.base import Prep
 from di.prep.runners import probe
 
-__all__ = ["Cache", "Entry", "WeakFunction", "identity"]
+__all__ = ["NO_MEMO", "Cache", "Entry", "WeakFunction", "identity"]
 
 
 class WeakFunction:
@@ -47,10 +47,11 @@ class WeakFunction:
             self._self = None
             self._function = weakref.ref(f, on_free)
 
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+    def __call__(self, *args: Any) -> Any:
+        # (engines call f with positional arguments only: no keywords' dict at each call)
         if self._self is None:
-            return self._function()(*args, **kwargs)
-        return self._function()(self._self(), *args, **kwargs)
+            return self._function()(*args)
+        return self._function()(self._self(), *args)
 
     def target(self) -> Any:
         """``f``, or ``None`` once it is freed."""
@@ -103,12 +104,26 @@ class Entry:
         self.alive = True
 
 
+def _dead() -> None:
+    return None
+
+
+NO_MEMO: tuple[Any, ...] = (object(), _dead, None, None, None, None)
+"""A memo that no call fits (its selector is no object a call passes)."""
+
+
 class Cache:
     """The preps of unprepared calls, least recently used first out.
 
     Each key (``f``'s identity, the operator family, ``has_aux``, the backend,
     the context classes) holds the entries of the signatures met with it, most
     recently used first; ``order`` ranks every entry of every key for eviction.
+
+    Each program's unprepared call remembers its last hit in a memo (a one-item
+    list, :data:`NO_MEMO` when empty): ``(selector, f's weak reference, has_aux,
+    probe, token, entry)``, tried before any key is built. A memo is
+    emptied as its entry leaves the cache, and whenever the cache is turned off,
+    so that its call need not ask.
     """
 
     def __init__(self, maxsize: int) -> None:
@@ -117,9 +132,15 @@ class Cache:
         self.enabled = True
         self.misses = 0
         # hits are counted by next(hit_count), atomic without the lock (a hit takes no
-        # lock); reading the count advances it too, so the reads are counted apart
+        # lock); reading the count advances it too, so the reads are counted apart, and
+        # the count is never replaced (a memo's call holds its __next__): cleared, it
+        # starts again from hit_base
         self.hit_count = itertools.count()
-        self.hit_reads = 0
+        self.hit_reads = self.hit_base = 0
+        self.memos: list[list[tuple[Any, ...]]] = []
+        # (read through the store: a weak reference's callback may empty memos at
+        # interpreter exit, once this module's globals are gone)
+        self.no_memo = NO_MEMO
         self.preps: dict[tuple[Any, ...], list[Entry]] = {}
         self.order: OrderedDict[int, tuple[Any, ...]] = OrderedDict()  # token -> key
         self.keys_of: dict[Any, set[tuple[Any, ...]]] = {}  # f's identity -> its keys
@@ -164,9 +185,23 @@ class Cache:
 
     def hits(self) -> int:
         """How many hits were counted (with the lock held)."""
-        count = next(self.hit_count) - self.hit_reads
+        count = next(self.hit_count) - self.hit_reads - self.hit_base
         self.hit_reads += 1
         return count
+
+    def remember(self, memo: list[tuple[Any, ...]], entry: Entry, backend: Any, has_aux: bool, name: str) -> None:
+        """Make ``entry`` the last hit of a program's ``memo``; undone at once
+        when the entry has left the cache, or the cache was turned off, meanwhile
+        (their forgetting may have come before this memo was written)."""
+        memo[0] = (backend, entry.function, has_aux, entry.probes[name], entry.token, entry)
+        if not (entry.alive and self.enabled):
+            memo[0] = self.no_memo
+
+    def forget(self, entries: Any = None) -> None:
+        """Empty the memos of ``entries`` (a container of entries; ``None``: every memo)."""
+        for memo in self.memos:
+            if entries is None or memo[0][5] in entries:
+                memo[0] = self.no_memo
 
     def add(self, key: tuple[Any, ...], prep: Prep, stand_in: WeakFunction) -> None:
         """Keep ``prep`` under ``key``, evicting the least recently used beyond the size."""
@@ -186,6 +221,7 @@ class Cache:
         for entry in entries:
             if entry.token == token:
                 entry.alive = False
+                self.forget((entry,))
         entries[:] = [entry for entry in entries if entry.token != token]
         if not entries:
             del self.preps[key]
@@ -197,7 +233,11 @@ class Cache:
 
     def freed(self, identity: Any) -> None:
         """Drop the entries of a freed function (a weak reference's callback: it
-        may come while this thread holds the lock, and then waits for the next use)."""
+        may come while this thread holds the lock, and then waits for the next use;
+        its memos are emptied at once, whose weak reference now gives ``None``)."""
+        for memo in self.memos:
+            if memo[0][1]() is None:
+                memo[0] = self.no_memo
         if self.lock.acquire(blocking=False):
             try:
                 self._drop(identity)
@@ -212,9 +252,11 @@ class Cache:
 
     def _drop(self, identity: Any) -> None:
         for key in self.keys_of.pop(identity, ()):
-            for entry in self.preps.pop(key, ()):
+            entries = self.preps.pop(key, ())
+            for entry in entries:
                 entry.alive = False
                 self.order.pop(entry.token, None)
+            self.forget(entries)
             self.preparing.pop(key, None)
 
     def clear(self) -> None:
@@ -222,13 +264,14 @@ class Cache:
             for entries in self.preps.values():
                 for entry in entries:
                     entry.alive = False
+            self.forget()
             self.preps.clear()
             self.order.clear()
             self.keys_of.clear()
             self.preparing.clear()
             self.pending.clear()
             self.misses = self.hit_reads = 0
-            self.hit_count = itertools.count()
+            self.hit_base = next(self.hit_count) + 1
 
     def resize(self, maxsize: int) -> None:
         with self.lock:

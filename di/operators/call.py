@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 
 from di.backends.selectors import AbstractBackend, check_flag
 from di.errors import InvalidInputError, PreparationMismatchError, type_label
-from di.operators.cache import MISS, cached_prep, unprepared_call
+from di.operators.cache import cached_prep, unprepared_call
 from di.operators.prepare import check_tangents
 from di.operators.table import OPERATORS
 from di.prep.base import Prep
@@ -64,7 +64,7 @@ def operator_function(family: str) -> Callable[[F], F]:
             return run_operator(family, name, f, args, out, has_aux)
 
         with_tangents = lead == 4
-        cached = unprepared_call(family, name, with_tangents)
+        cached = unprepared_call(family, name, with_tangents, takes_aux, slow)
 
         def dispatch(f: Callable[..., Any], *args: Any, out: Any = None, has_aux: Any = False) -> Any:
             if out is None and len(args) >= lead:
@@ -82,14 +82,10 @@ def operator_function(family: str) -> Callable[[F], F]:
                     except Exception as error:
                         _explain_failure(prep, name, args[1:], lead, error)
                         raise
-                if prep.__class__ is not Prep and (has_aux is False or (has_aux is True and takes_aux)):
-                    result = cached(f, args, has_aux)  # unprepared (with contexts): a cached prep's runner
-                    if result is not MISS:
-                        return result
-            elif out is None and len(args) == lead - 1 and (has_aux is False or (has_aux is True and takes_aux)):
-                result = cached(f, args, has_aux)  # unprepared: a cached prep's runner
-                if result is not MISS:
-                    return result
+                if prep.__class__ is not Prep:
+                    return cached(f, args, has_aux)  # unprepared (with contexts): a cached prep's runner
+            elif out is None and len(args) == lead - 1:
+                return cached(f, args, has_aux)  # unprepared: a cached prep's runner
             return slow(f, args, out, has_aux)
 
         return functools.update_wrapper(dispatch, stub)  # type: ignore[return-value]

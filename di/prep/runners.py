@@ -125,14 +125,15 @@ def probe(prep: Prepared, program: Callable[..., Any]) -> Callable[..., Any]:
     calls (:mod:`di.operators.cache`): the same comparison and program, in one
     call, but arguments that differ from the prepared ones raise :class:`Missed`
     (the cache then looks further or prepares) where the runner reports them. It
-    is called with the prep's own ``f``.
+    compares neither ``f`` nor the selector: the cache found its entry by them.
 
     Args:
         prep: a strict prep (not a same-point one).
         program: one of its programs.
 
     Returns:
-        A function called as the runner is.
+        ``run(x, contexts)``, or ``run(x, tangents, contexts)`` when the prep has
+        tangents.
 
     Examples:
         >>> import numpy as np, di
@@ -140,10 +141,10 @@ def probe(prep: Prepared, program: Callable[..., Any]) -> Callable[..., Any]:
         >>> f = lambda x: (x * x).sum()
         >>> prep = di.prepare_gradient(f, di.AutoFiniteDiff(), np.zeros(2))
         >>> run = probe(prep, prep.programs["gradient"])
-        >>> run(f, di.AutoFiniteDiff(), np.array([1.0, 2.0]), ()).round(6)
+        >>> run(np.array([1.0, 2.0]), ()).round(6)
         array([2., 4.])
         >>> try:
-        ...     run(f, di.AutoFiniteDiff(), np.zeros(3), ())
+        ...     run(np.zeros(3), ())
         ... except Missed:
         ...     print("another signature")
         another signature
@@ -198,6 +199,7 @@ class _Shape(NamedTuple):
     through_cell: bool  # a program checking its arguments: its executable called through its cell
     boxed: bool  # a strict form whose one result the runner puts in a tuple (_boxed_form)
     call_first: bool  # the program's call first in the code (a program marked records_python_stack)
+    probe: bool  # a probe (:func:`probe`): f and the selector neither passed nor compared
 
     @property
     def compares(self) -> bool:
@@ -207,7 +209,7 @@ class _Shape(NamedTuple):
     @property
     def name(self) -> str:
         strictness = "strict" if self.strict else "loose"
-        return "_".join(filter(None, ("run", strictness, self.kind, f"{self.contexts}c")))
+        return "_".join(filter(None, ("probe" if self.probe else "run", strictness, self.kind, f"{self.contexts}c")))
 
 
 def _shape_and_constants(
@@ -268,6 +270,7 @@ def _shape_and_constants(
         through_cell,
         boxed,
         compares and getattr(program, "records_python_stack", False) is True,  # (call_first)
+        probing,
     )
     return key, constants
 
@@ -380,16 +383,18 @@ def _source(shape: _Shape) -> str:
     """The source of a runner of ``shape``: ``make(*constants)``, returning the runner."""
     names, tests = _parameters(shape)
     tangents = shape.kind == _WITH_TANGENTS
-    arguments = "f, backend, x, tangents, contexts" if tangents else "f, backend, x, contexts"
+    arguments = "x, tangents, contexts" if tangents else "x, contexts"
+    if not shape.probe:
+        arguments = "f, backend, " + arguments
+    same = [] if shape.probe else [_SAME_F_AND_BACKEND]
     count = "not contexts" if shape.contexts == 0 else f"len(contexts) == {shape.contexts}"
     values = _values(shape)
     body: list[str] = []
     if shape.compares:
         # one comparison of everything; any difference (or a comparison that raises)
         # goes to the slow path, which reports it or runs the arguments as the prep sees them
-        tests = [_SAME_F_AND_BACKEND, count, *tests]
-        if tangents:
-            tests[1:1] = ["tangents.__class__ is tuple", f"len(tangents) == {shape.tangents}"]
+        checks = ["tangents.__class__ is tuple", f"len(tangents) == {shape.tangents}"] if tangents else []
+        tests = [*same, *checks, count, *tests]
         comparison = [
             "try:",
             "    ok = " + " and ".join(tests),
@@ -401,13 +406,11 @@ def _source(shape: _Shape) -> str:
     else:
         if tangents:
             body += ["if tangents.__class__ is not tuple:", f"    refuse({arguments})"]
-        same = _SAME_F_AND_BACKEND
         if shape.strict:  # (a program that compares x and the values itself: here, the contexts' wrappers)
-            wrappers = [f"contexts[{index}].__class__ is wrapper{index}" for index in range(shape.contexts)]
-            same = " and ".join([same, count, *wrappers])
+            same += [count, *[f"contexts[{index}].__class__ is wrapper{index}" for index in range(shape.contexts)]]
         elif shape.contexts:  # (fewer contexts than prepared: the report says so, not an IndexError)
-            same = f"{same} and len(contexts) >= {shape.contexts}"
-        body += [f"if not ({same}):", "    fail(f, backend, x, contexts)"]
+            same.append(f"len(contexts) >= {shape.contexts}")
+        body += [f"if not ({' and '.join(same)}):", f"    fail({'' if shape.probe else 'f, backend, '}x, contexts)"]
     result = _finishing(shape, "result")
     if shape.kind == _CHECKED_BY_PROGRAM:
         callee = "call[0]" if shape.through_cell else "call"
@@ -418,7 +421,8 @@ def _source(shape: _Shape) -> str:
             "try:",
             f"    result = {call}",
             "except refused:",
-            f"    result = rejected(f, backend, x, contexts, ({values[2:]}{',' if values else ''}))",
+            f"    result = rejected({'None, None' if shape.probe else 'f, backend'}, x, contexts, "
+            f"({values[2:]}{',' if values else ''}))",
             f"return {result}",
         ]
     elif tangents:

@@ -11,7 +11,10 @@ from typing import Any
 import autograd
 import autograd.numpy as anp
 import numpy as np
-from autograd.differential_operators import make_hvp, make_jvp, make_vjp
+from autograd.core import make_jvp as unary_jvp
+from autograd.core import make_vjp as unary_vjp
+from autograd.differential_operators import make_hvp, make_vjp
+from autograd.extend import vspace
 from autograd.numpy.numpy_boxes import ArrayBox
 from autograd.tracer import Box, getval
 
@@ -184,6 +187,28 @@ def _numpy(value: Any, dtype: Any) -> Any:
     if isinstance(value, Box):
         return value
     return np.asarray(converter(family_of(value), "numpy")(value) if family_of(value) else value, dtype=dtype)
+
+
+def _vjp(f: Callable[..., Any], x: Any, values: Sequence[Any]) -> tuple[Callable[[Any], Any], Any]:
+    """``autograd.make_vjp(f)(x, *values)``: autograd's ``make_vjp`` of one
+    argument, as its wrapper for functions of many arguments (``make_vjp``,
+    ``grad``, ``value_and_grad``) runs it, without what that wrapper builds at
+    each call (two functions, whose names and docstrings it formats from ``f``'s)."""
+    return unary_vjp((lambda x: f(x, *values)) if values else f, x)
+
+
+def _jvp(f: Callable[..., Any], x: Any, values: Sequence[Any]) -> Callable[[Any], tuple[Any, Any]]:
+    """``autograd.make_jvp(f)(x, *values)``, as :func:`_vjp`."""
+    return unary_jvp((lambda x: f(x, *values)) if values else f, x)
+
+
+def _value_and_grad(f: Callable[..., Any], x: Any, values: Sequence[Any]) -> tuple[Any, Any]:
+    """``autograd.value_and_grad(f)(x, *values)`` (:func:`_vjp`)."""
+    vjp, y = _vjp(f, x, values)
+    space = vspace(y)
+    if space.size != 1:
+        raise TypeError("Grad only applies to real scalar-output functions. Try jacobian or elementwise_grad.")
+    return y, vjp(space.ones())
 
 
 def _as_they_are(x: Any, values: tuple[Any, ...]) -> tuple[Any, tuple[Any, ...]]:
@@ -361,18 +386,15 @@ class AutogradAdapter(Adapter):
 
         checked = checking(f, backend, "gradient", _RULES, accept=_boxed_float_scalar)
 
-        value_and_grad = autograd.value_and_grad(checked)
-        grad = autograd.grad(checked)
-
         def gradient(x: Any, *values: Any) -> Any:
             if converts:
                 x, values = arguments(x, values)
-            g = grad(x, *values)
+            g = _value_and_grad(checked, x, values)[1]
             return g if g.__class__ is np.ndarray and g.dtype == x.dtype else _array(g, dtype=x.dtype)
 
         def value_and_gradient(x: Any, *values: Any) -> Any:
             x, values = arguments(x, values)
-            y, g = value_and_grad(x, *values)
+            y, g = _value_and_grad(checked, x, values)
             return _owned(_array(y), x, values), _array(g, dtype=x.dtype)
 
         if not has_aux:
@@ -393,11 +415,11 @@ class AutogradAdapter(Adapter):
     ) -> Programs:
         inputs = self._inputs(x, contexts)
         f, attach = _capturing(f, self.backend, "pullback", has_aux)
-        vjp_maker = make_vjp(self._checked(f, "pullback"))
+        checked = self._checked(f, "pullback")
 
         def pulled_back(x: Any, ty: Sequence[Any], values: Sequence[Any]) -> tuple[Any, tuple[Any, ...]]:
             x, values = inputs(x, values)
-            vjp, y = vjp_maker(x, *values)
+            vjp, y = _vjp(checked, x, values)
             y = _owned(_array(y), x, values)
             products = []
             for t in ty:
@@ -427,13 +449,13 @@ class AutogradAdapter(Adapter):
     ) -> Programs:
         inputs = self._inputs(x, contexts)
         f, attach = _capturing(f, self.backend, "pushforward", has_aux)
-        jvp_maker = make_jvp(self._checked(f, "pushforward"))
+        checked = self._checked(f, "pushforward")
 
         def pushed_forward(x: Any, tx: Sequence[Any], values: Sequence[Any]) -> tuple[Any, tuple[Any, ...]]:
             x, values = inputs(x, values)
             if not tx:
                 return _owned(_array(f(x, *values)), x, values), ()
-            jvp = jvp_maker(x, *values)
+            jvp = _jvp(checked, x, values)
             # make_jvp evaluates f at x once per tangent (each leaves the same aux)
             products, y = [], None
             for t in tx:
@@ -456,12 +478,12 @@ class AutogradAdapter(Adapter):
     ) -> Programs:
         inputs = self._inputs(x, contexts)
         f, attach = _capturing(f, self.backend, "jacobian", has_aux)
-        vjp_maker = make_vjp(self._checked(f, "jacobian"))
+        checked = self._checked(f, "jacobian")
 
         def jacobian_with_value(x: Any, values: Sequence[Any]) -> tuple[Any, Any]:
             # autograd.jacobian's algorithm (a vjp per output element), keeping the value.
             x, values = inputs(x, values)
-            vjp, y = vjp_maker(x, *values)
+            vjp, y = _vjp(checked, x, values)
             y = _owned(_array(y), x, values)
             basis = np.eye(y.size, dtype=y.dtype).reshape((y.size, *y.shape))
             # a row comes back in x's dtype where f casts (astype's vjp casts back):
