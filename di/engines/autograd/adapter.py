@@ -11,10 +11,7 @@ from typing import Any
 import autograd
 import autograd.numpy as anp
 import numpy as np
-from autograd.core import make_jvp as unary_jvp
-from autograd.core import make_vjp as unary_vjp
 from autograd.differential_operators import make_hvp, make_vjp
-from autograd.extend import vspace
 from autograd.numpy.numpy_boxes import ArrayBox
 from autograd.tracer import Box, getval
 
@@ -27,6 +24,7 @@ from di.backends.protocol import Adapter, Programs
 from di.backends.selectors import AbstractBackend
 from di.backends.transforms import Composition
 from di.contexts import Context
+from di.engines.autograd.primitives import jvp_at, value_and_grad_at, vjp_at
 from di.errors import DIError, UnsupportedOperatorError
 from di.families import converter, family_of, identity
 from di.pytrees import tree_map
@@ -187,28 +185,6 @@ def _numpy(value: Any, dtype: Any) -> Any:
     if isinstance(value, Box):
         return value
     return np.asarray(converter(family_of(value), "numpy")(value) if family_of(value) else value, dtype=dtype)
-
-
-def _vjp(f: Callable[..., Any], x: Any, values: Sequence[Any]) -> tuple[Callable[[Any], Any], Any]:
-    """``autograd.make_vjp(f)(x, *values)``: autograd's ``make_vjp`` of one
-    argument, as its wrapper for functions of many arguments (``make_vjp``,
-    ``grad``, ``value_and_grad``) runs it, without what that wrapper builds at
-    each call (two functions, whose names and docstrings it formats from ``f``'s)."""
-    return unary_vjp((lambda x: f(x, *values)) if values else f, x)
-
-
-def _jvp(f: Callable[..., Any], x: Any, values: Sequence[Any]) -> Callable[[Any], tuple[Any, Any]]:
-    """``autograd.make_jvp(f)(x, *values)``, as :func:`_vjp`."""
-    return unary_jvp((lambda x: f(x, *values)) if values else f, x)
-
-
-def _value_and_grad(f: Callable[..., Any], x: Any, values: Sequence[Any]) -> tuple[Any, Any]:
-    """``autograd.value_and_grad(f)(x, *values)`` (:func:`_vjp`)."""
-    vjp, y = _vjp(f, x, values)
-    space = vspace(y)
-    if space.size != 1:
-        raise TypeError("Grad only applies to real scalar-output functions. Try jacobian or elementwise_grad.")
-    return y, vjp(space.ones())
 
 
 def _as_they_are(x: Any, values: tuple[Any, ...]) -> tuple[Any, tuple[Any, ...]]:
@@ -389,12 +365,12 @@ class AutogradAdapter(Adapter):
         def gradient(x: Any, *values: Any) -> Any:
             if converts:
                 x, values = arguments(x, values)
-            g = _value_and_grad(checked, x, values)[1]
+            g = value_and_grad_at(checked, x, values)[1]
             return g if g.__class__ is np.ndarray and g.dtype == x.dtype else _array(g, dtype=x.dtype)
 
         def value_and_gradient(x: Any, *values: Any) -> Any:
             x, values = arguments(x, values)
-            y, g = _value_and_grad(checked, x, values)
+            y, g = value_and_grad_at(checked, x, values)
             return _owned(_array(y), x, values), _array(g, dtype=x.dtype)
 
         if not has_aux:
@@ -419,7 +395,7 @@ class AutogradAdapter(Adapter):
 
         def pulled_back(x: Any, ty: Sequence[Any], values: Sequence[Any]) -> tuple[Any, tuple[Any, ...]]:
             x, values = inputs(x, values)
-            vjp, y = _vjp(checked, x, values)
+            vjp, y = vjp_at(checked, x, values)
             y = _owned(_array(y), x, values)
             products = []
             for t in ty:
@@ -455,7 +431,7 @@ class AutogradAdapter(Adapter):
             x, values = inputs(x, values)
             if not tx:
                 return _owned(_array(f(x, *values)), x, values), ()
-            jvp = _jvp(checked, x, values)
+            jvp = jvp_at(checked, x, values)
             # make_jvp evaluates f at x once per tangent (each leaves the same aux)
             products, y = [], None
             for t in tx:
@@ -483,7 +459,7 @@ class AutogradAdapter(Adapter):
         def jacobian_with_value(x: Any, values: Sequence[Any]) -> tuple[Any, Any]:
             # autograd.jacobian's algorithm (a vjp per output element), keeping the value.
             x, values = inputs(x, values)
-            vjp, y = _vjp(checked, x, values)
+            vjp, y = vjp_at(checked, x, values)
             y = _owned(_array(y), x, values)
             basis = np.eye(y.size, dtype=y.dtype).reshape((y.size, *y.shape))
             # a row comes back in x's dtype where f casts (astype's vjp casts back):
