@@ -176,7 +176,8 @@ def unprepared_table(settings: Settings, sizes: tuple[int, ...] = SIZES, cache_o
         "Unprepared calls",
         ["backend", "operator", "n", "native", "di unprepared", "di / native (q1-q3)", "di added", "cache off"],
         intro=(
-            "`di.gradient(f, backend, x)` (and `di.hvp`, `di.jacobian`) called in a loop, float64, against the "
+            "`di.gradient(f, backend, x)` (and `di.hvp`, `di.jacobian`) called in a loop, float64 (float32 on "
+            "JAX, whose x64 mode is off here: both sides alike), against the "
             "native call (see `bench/unprepared.py`; for finite differences, against di's prepared call). "
             "'di added' is the median per-pair difference; 'cache off' is one unprepared call under "
             "`di.caching(False)`, which prepares afresh as every unprepared call did before the cache. "
