@@ -43,6 +43,7 @@ __all__ = [
     "DEFAULT_MAXSIZE",
     "MISS",
     "CacheInfo",
+    "UnpreparedCall",
     "WeakFunction",
     "cache_clear",
     "cache_info",
@@ -129,54 +130,69 @@ def cached_prep(
 
 
 MISS: Any = object()
-"""What :func:`unprepared_call`'s function returns when no cached prep serves the call."""
+"""What :class:`UnpreparedCall`'s ``keyed`` returns when no cached prep serves the call."""
+
+
+class UnpreparedCall(NamedTuple):
+    """What an operator's dispatcher (:func:`di.operators.call.operator_function`)
+    runs for an unprepared call of program ``name``, ``(f, args, has_aux)`` with
+    ``args`` = ``backend, x, [tangents,] *contexts``: first the last hit, inline
+    in the dispatcher (a Python frame fewer than a function of this module would
+    cost), then ``keyed``.
+
+    Attributes:
+        memo: the program's last hit, a one-item list (:class:`~di.operators.
+            cache_store.Cache`: ``(selector, f's weak reference, has_aux, probe,
+            token, entry)``); it serves a call whose selector is that object, whose
+            ``f`` is that function and ``has_aux`` that flag, while ``scoped()``;
+            the probe then compares the arguments and runs the program, or raises
+            :class:`~di.prep.runners.Missed`.
+        scoped: whether the cache is on in this context (``di.caching``).
+        count_hit: counts a hit.
+        used: ``used(token)`` ranks the hit's entry most recently used (``KeyError``:
+            evicted meanwhile).
+        failed: ``failed(entry, args, error)``, on the failure path of a hit:
+            raises the error a traced argument explains, chained to ``error``.
+        keyed: ``keyed(f, args, has_aux)``: the result of a cached prep found by
+            its key, else of ``slow(f, args, None, has_aux)`` (which prepares or
+            explains).
+    """
+
+    memo: list[tuple[Any, ...]]
+    scoped: Callable[[], bool]
+    count_hit: Callable[[], int]
+    used: Callable[[int], None]
+    failed: Callable[[Any, tuple[Any, ...], BaseException], None]
+    keyed: Callable[[Any, tuple[Any, ...], bool], Any]
 
 
 def unprepared_call(
     family: str, name: str, with_tangents: bool, takes_aux: bool, slow: Callable[..., Any]
-) -> Callable[[Any, tuple[Any, ...], bool], Any]:
-    """The fast path of an unprepared call of program ``name``: for ``(f, args,
-    has_aux)`` (``args``: ``backend, x, [tangents,] *contexts``), the result of
-    the cached prep's program, as a prepared call of it, or where no cached prep
-    serves the call, that of ``slow(f, args, None, has_aux)`` (the operator's slow
-    path, which prepares or explains).
+) -> UnpreparedCall:
+    """The unprepared call of program ``name``, for the operator's dispatcher
+    (:class:`UnpreparedCall`). ``takes_aux``: whether the operator takes
+    ``has_aux`` (a call that gives it otherwise takes the slow path, which
+    refuses it).
 
-    The last hit is tried first, before any key is built (:class:`~di.operators.
-    cache_store.Cache`'s memo): the same selector object, ``f`` (held weakly) and
-    ``has_aux``; its probe (:func:`~di.prep.runners.probe`) compares the arguments
-    as the prep's runner does and runs the program. Otherwise the key (whose hash
-    hashes the selector) finds the entries to probe. ``takes_aux``: whether the
-    operator takes ``has_aux`` (a call that gives it otherwise takes the slow path,
-    which refuses it)."""
+    The last hit is tried first, before any key is built: the same selector
+    object, ``f`` (held weakly) and ``has_aux``; its probe (:func:`~di.prep.runners.
+    probe`) compares the arguments as the prep's runner does and runs the
+    program. Otherwise the key (whose hash hashes the selector) finds the entries
+    to probe, and a hit becomes the last hit."""
     cache = _CACHE
     memo: list[tuple[Any, ...]] = [NO_MEMO]
     cache.memos.append(memo)
-    # (bound once: the store never replaces its counter, order or context variable)
-    count_hit, move_to_end, scoped = cache.hit_count.__next__, cache.order.move_to_end, _SCOPED.get
 
-    def call(f: Any, args: tuple[Any, ...], has_aux: bool) -> Any:
-        backend, function, aux, run, token, entry = memo[0]
-        if backend is args[0] and function() is f and aux is has_aux and scoped():
-            try:
-                result = run(args[1], args[2], args[3:]) if with_tangents else run(args[1], args[2:])
-            except Missed:
-                pass
-            except Exception as error:
-                tangents, contexts = (args[2], args[3:]) if with_tangents else (None, args[2:])
-                entry.prep.refuse_foreign_traces(args[1], tangents, contexts, error)
-                raise
-            else:
-                count_hit()
-                try:
-                    move_to_end(token)
-                except KeyError:  # (evicted meanwhile)
-                    pass
-                return result
-        result = keyed(f, args, has_aux)
-        return slow(f, args, None, has_aux) if result is MISS else result
+    def failed(entry: Any, args: tuple[Any, ...], error: BaseException) -> None:
+        tangents, contexts = (args[2], args[3:]) if with_tangents else (None, args[2:])
+        entry.prep.refuse_foreign_traces(args[1], tangents, contexts, error)
 
     def keyed(f: Any, args: tuple[Any, ...], has_aux: bool) -> Any:
-        if not (cache.enabled and scoped()) or not (has_aux is False or (has_aux is True and takes_aux)):
+        result = found(f, args, has_aux)
+        return slow(f, args, None, has_aux) if result is MISS else result
+
+    def found(f: Any, args: tuple[Any, ...], has_aux: bool) -> Any:
+        if not (cache.enabled and _SCOPED.get()) or not (has_aux is False or (has_aux is True and takes_aux)):
             return MISS
         backend, x = args[0], args[1]
         if with_tangents:
@@ -227,7 +243,8 @@ def unprepared_call(
                     raise
         return MISS
 
-    return call
+    # (bound once: the store never replaces its counter, order or context variable)
+    return UnpreparedCall(memo, _SCOPED.get, cache.hit_count.__next__, cache.order.move_to_end, failed, keyed)
 
 
 def _traced(x: Any, tangents: Any, contexts: Sequence[Any]) -> bool:

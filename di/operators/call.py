@@ -5,9 +5,11 @@ written in their operator modules as documented stubs; :func:`operator_function`
 replaces each by its dispatcher, so a call enters one Python function before the
 prep's runner. A prepared call of the right operator with no ``out=`` goes
 straight to the prep's runner (its strict check and its program, one closure
-specialised at preparation); everything else (unprepared calls, ``out=``,
-same-point preps, wrong preps) takes :func:`run_operator`, which checks and
-explains.
+specialised at preparation). An unprepared call tries the last cached prep
+that served it, inline, then the rest of the implicit cache
+(:mod:`di.operators.cache`). Everything else (``out=``, same-point preps, wrong
+preps, and unprepared calls that the cache does not serve) takes
+:func:`run_operator`, which checks and explains.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from di.operators.prepare import check_tangents
 from di.operators.table import OPERATORS
 from di.prep.base import Prep
 from di.prep.out import check_out, write_out
+from di.prep.runners import Missed
 
 __all__ = ["operator_function", "run_operator"]
 
@@ -64,7 +67,9 @@ def operator_function(family: str) -> Callable[[F], F]:
             return run_operator(family, name, f, args, out, has_aux)
 
         with_tangents = lead == 4
-        cached = unprepared_call(family, name, with_tangents, takes_aux, slow)
+        # One closure variable, a plain tuple read by index: each closure variable is copied into
+        # the frame at every call, prepared or not, and an index of an exact tuple is the cheapest read.
+        unprepared: tuple[Any, ...] = tuple(unprepared_call(family, name, with_tangents, takes_aux, slow))
 
         def dispatch(f: Callable[..., Any], *args: Any, out: Any = None, has_aux: Any = False) -> Any:
             if out is None and len(args) >= lead:
@@ -82,11 +87,29 @@ def operator_function(family: str) -> Callable[[F], F]:
                     except Exception as error:
                         _explain_failure(prep, name, args[1:], lead, error)
                         raise
-                if prep.__class__ is not Prep:
-                    return cached(f, args, has_aux)  # unprepared (with contexts): a cached prep's runner
-            elif out is None and len(args) == lead - 1:
-                return cached(f, args, has_aux)  # unprepared: a cached prep's runner
-            return slow(f, args, out, has_aux)
+                if prep.__class__ is Prep:  # (another operator's, a same-point prep, has_aux differing)
+                    return slow(f, args, None, has_aux)
+            elif out is not None or len(args) != lead - 1:
+                return slow(f, args, out, has_aux)
+            # unprepared: the last hit, inline (di.operators.cache.UnpreparedCall), then the keyed cache
+            # (the UnpreparedCall fields: memo, scoped, count_hit, used, failed, keyed)
+            hit = unprepared[0][0]  # (selector, f's weak reference, has_aux, probe, token, entry)
+            if hit[0] is args[0] and hit[1]() is f and hit[2] is has_aux and unprepared[1]():
+                try:
+                    result = hit[3](args[1], args[2], args[3:]) if with_tangents else hit[3](args[1], args[2:])
+                except Missed:
+                    pass
+                except Exception as error:
+                    unprepared[4](hit[5], args, error)
+                    raise
+                else:
+                    unprepared[2]()
+                    try:
+                        unprepared[3](hit[4])
+                    except KeyError:  # (evicted meanwhile)
+                        pass
+                    return result
+            return unprepared[5](f, args, has_aux)
 
         return functools.update_wrapper(dispatch, stub)  # type: ignore[return-value]
 
