@@ -80,10 +80,11 @@ def operator_function(family: str) -> Callable[[F], F]:
                     and prep.has_aux is has_aux
                     and prep.same_point is None
                 ):
+                    # (no slice without contexts: a slice object is made and freed at each call)
                     try:  # (free until something raises: the failure path only)
                         if with_tangents:
-                            return prep.runners[name](f, args[1], args[2], args[3], args[4:])
-                        return prep.runners[name](f, args[1], args[2], args[3:])
+                            return prep.runners[name](f, args[1], args[2], args[3], args[4:] if len(args) > 4 else ())
+                        return prep.runners[name](f, args[1], args[2], args[3:] if len(args) > 3 else ())
                     except Exception as error:
                         _explain_failure(prep, name, args[1:], lead, error)
                         raise
@@ -96,7 +97,10 @@ def operator_function(family: str) -> Callable[[F], F]:
             hit = unprepared[0][0]  # (selector, f's weak reference, has_aux, probe, token, entry)
             if hit[0] is args[0] and hit[1]() is f and hit[2] is has_aux and unprepared[1]():
                 try:
-                    result = hit[3](args[1], args[2], args[3:]) if with_tangents else hit[3](args[1], args[2:])
+                    if with_tangents:
+                        result = hit[3](args[1], args[2], args[3:] if len(args) > 3 else ())
+                    else:
+                        result = hit[3](args[1], args[2:] if len(args) > 2 else ())
                 except Missed:
                     pass
                 except Exception as error:
