@@ -260,9 +260,51 @@ def test_torch_function_modes_and_foreign_cotangents_still_go_through_autograd_g
     torch.testing.assert_close(gradients[1], expected)
     torch.testing.assert_close(gradients[2], 2 * torch.cos(x) - x * torch.sin(x))
 
+    def g(x: Any) -> Any:
+        return torch.sin(x) * x
+
+    seen.clear()
+    with Recording():  # the pushforward's double vjp, the hessian's first pass
+        (pushed,) = di.pushforward(g, backend, x, (torch.ones_like(x),))
+        hessian = di.hessian(f, backend, x)
+    assert sum(func is torch.autograd.grad for func in seen) >= 3
+    torch.testing.assert_close(pushed, expected)
+    torch.testing.assert_close(hessian, torch.diag(2 * torch.cos(x) - x * torch.sin(x)))
+
     def cube(x: Any) -> Any:
         return (x**3).sum()
 
     loose = di.prepare_hvp(cube, backend, x, (torch.ones_like(x),), strict=False)
     with pytest.raises(RuntimeError, match="Mismatch in shape"):
         di.hvp(cube, loose, backend, x, (torch.ones(1, dtype=x.dtype),))
+
+
+def test_eager_pushforward_and_hessian_call_autograds_engine_without_grads_python(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The pushforward's double vjp and the hessian's first reverse pass call autograd's
+    engine as torch.autograd.grad does once its checks pass (grad's own Python is about
+    45k instructions a call); only the hessian's batched second pass goes through grad
+    (its is_grads_batched vectorisation lives there). Values checked analytically."""
+    calls: list[Any] = []
+    grad = torch.autograd.grad
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        calls.append(kwargs.get("is_grads_batched", False))
+        return grad(*args, **kwargs)
+
+    monkeypatch.setattr(torch.autograd, "grad", counted)
+    backend, x = di.AutoTorch(), _x()
+
+    def g(x: Any) -> Any:
+        return torch.sin(x) * x
+
+    def f(x: Any) -> Any:
+        return g(x).sum()
+
+    (pushed,) = di.pushforward(g, backend, x, (torch.ones_like(x),))
+    assert calls == []
+    torch.testing.assert_close(pushed, torch.sin(x) + x * torch.cos(x))
+    hessian = di.hessian(f, backend, x)
+    assert calls == [True]
+    torch.testing.assert_close(hessian, torch.diag(2 * torch.cos(x) - x * torch.sin(x)))

@@ -375,7 +375,7 @@ def pushforward_backward(y: Any, alias: Any, tangents: Sequence[Any], create_gra
         real = pushforward_backward(torch.view_as_real(y), alias, tangents, create_graph)
         return tuple(torch.view_as_complex(product) for product in real)
     cotangent = torch.zeros_like(y, requires_grad=True)
-    (vjp,) = torch.autograd.grad(y, alias, cotangent, create_graph=True, allow_unused=True)
+    (vjp,) = grad_along(y, (alias,), cotangent, True, True)
     if vjp is None:  # y does not depend on x: J is zero
         return tuple(torch.zeros_like(y) for _ in tangents)
     if not vjp.requires_grad:  # (linear in the cotangent, it is recorded unless a backward records nothing)
@@ -385,14 +385,7 @@ def pushforward_backward(y: Any, alias: Any, tangents: Sequence[Any], create_gra
     for i, t in enumerate(tangents):
         tangent = like(t, alias)
         try:  # (f has run: only the double backward can raise here)
-            (product,) = torch.autograd.grad(
-                vjp,
-                cotangent,
-                tangent,
-                retain_graph=create_graph or i < last,
-                create_graph=create_graph,
-                allow_unused=True,
-            )
+            (product,) = grad_along(vjp, (cotangent,), tangent, create_graph or i < last, create_graph)
         except RuntimeError as err:
             raise NotTwiceDifferentiable(str(err)) from err
         if product is None:  # (the pullback is linear in the cotangent: it reaches it unless a backward cut it)
@@ -427,7 +420,7 @@ def hessian_backward(y: Any, alias: Any, cotangents: Any, create_graph: bool) ->
     of the gradient, vectorised, as ``torch.autograd.functional.hessian(...,
     vectorize=True)`` computes it); zeros where ``y`` does not depend on ``alias``,
     or only linearly."""
-    (g,) = torch.autograd.grad(y, alias, create_graph=True, allow_unused=True)
+    (g,) = grad_of_scalar(y, (alias,), True)
     n, shape = alias.numel(), tuple(alias.shape)
     if g is None:
         return torch.zeros_like(alias), alias.new_zeros(shape + shape)
