@@ -72,7 +72,8 @@ def operator_function(family: str) -> Callable[[F], F]:
         unprepared: tuple[Any, ...] = tuple(unprepared_call(family, name, with_tangents, takes_aux, slow))
 
         def dispatch(f: Callable[..., Any], *args: Any, out: Any = None, has_aux: Any = False) -> Any:
-            if out is None and len(args) >= lead:
+            count = len(args)  # (read once: each len() call is a visible part of this path)
+            if out is None and count >= lead:
                 prep = args[0]
                 if (
                     prep.__class__ is Prep
@@ -83,14 +84,14 @@ def operator_function(family: str) -> Callable[[F], F]:
                     # (no slice without contexts: a slice object is made and freed at each call)
                     try:  # (free until something raises: the failure path only)
                         if with_tangents:
-                            return prep.runners[name](f, args[1], args[2], args[3], args[4:] if len(args) > 4 else ())
-                        return prep.runners[name](f, args[1], args[2], args[3:] if len(args) > 3 else ())
+                            return prep.runners[name](f, args[1], args[2], args[3], args[4:] if count > 4 else ())
+                        return prep.runners[name](f, args[1], args[2], args[3:] if count > 3 else ())
                     except Exception as error:
                         _explain_failure(prep, name, args[1:], lead, error)
                         raise
                 if prep.__class__ is Prep:  # (another operator's, a same-point prep, has_aux differing)
                     return slow(f, args, None, has_aux)
-            elif out is not None or len(args) != lead - 1:
+            elif out is not None or count != lead - 1:
                 return slow(f, args, out, has_aux)
             # unprepared: the last hit, inline (di.operators.cache.UnpreparedCall), then the keyed cache
             # (the UnpreparedCall fields: memo, scoped, count_hit, used, failed, keyed)
@@ -98,9 +99,9 @@ def operator_function(family: str) -> Callable[[F], F]:
             if hit[0] is args[0] and hit[1]() is f and hit[2] is has_aux and unprepared[1]():
                 try:
                     if with_tangents:
-                        result = hit[3](args[1], args[2], args[3:] if len(args) > 3 else ())
+                        result = hit[3](args[1], args[2], args[3:] if count > 3 else ())
                     else:
-                        result = hit[3](args[1], args[2:] if len(args) > 2 else ())
+                        result = hit[3](args[1], args[2:] if count > 2 else ())
                 except Missed:
                     pass
                 except Exception as error:
