@@ -69,7 +69,9 @@ def operator_function(family: str) -> Callable[[F], F]:
         with_tangents = lead == 4
         # One closure variable, a plain tuple read by index: each closure variable is copied into
         # the frame at every call, prepared or not, and an index of an exact tuple is the cheapest read.
-        unprepared: tuple[Any, ...] = tuple(unprepared_call(family, name, with_tangents, takes_aux, slow))
+        # Its order is fixed here, by name, and read below by these indices.
+        call = unprepared_call(family, name, with_tangents, takes_aux, slow)
+        unprepared = (call.memo, call.scoped, call.count_hit, call.used, call.failed, call.keyed)
 
         def dispatch(f: Callable[..., Any], *args: Any, out: Any = None, has_aux: Any = False) -> Any:
             count = len(args)  # (read once: each len() call is a visible part of this path)
@@ -93,8 +95,8 @@ def operator_function(family: str) -> Callable[[F], F]:
                     return slow(f, args, None, has_aux)
             elif out is not None or count != lead - 1:
                 return slow(f, args, out, has_aux)
-            # unprepared: the last hit, inline (di.operators.cache.UnpreparedCall), then the keyed cache
-            # (the UnpreparedCall fields: memo, scoped, count_hit, used, failed, keyed)
+            # unprepared: the last hit, inline (di.operators.cache.UnpreparedCall), then the keyed cache;
+            # unprepared = (memo, scoped, count_hit, used, failed, keyed), as built above
             hit = unprepared[0][0]  # (selector, f's weak reference, has_aux, probe, token, entry)
             if hit[0] is args[0] and hit[1]() is f and hit[2] is has_aux and unprepared[1]():
                 try:
