@@ -151,3 +151,47 @@ def test_the_default_torch_prep_compiles_the_combined_form_on_its_first_call() -
     assert (in_preparation, in_loop) == (1, 1)
     for got, want in zip(result, _expected("gradient", CUBE_X, TANGENT)[1]):
         np.testing.assert_allclose(got, want, rtol=1e-6)
+
+
+@pytest.mark.parametrize("family", ["pushforward", "pullback", "hvp"])
+def test_one_tangent_of_any_family_or_call_path_traces_once_on_compiled_jax(family: str) -> None:
+    """The compiled program of one tangent takes it bare (a tuple of one costs jit
+    more to flatten): the preparation, the strict runner, a loose prep's program
+    (any family's tangent, converted) and the unprepared call (whose first call of
+    a signature prepares) all pass it alike, so none traces ``f`` again."""
+    jnp = pytest.importorskip("jax.numpy")
+    backend = di.AutoJAX(jit=True)
+    counter = [0]
+    f = counting(counter, vector=family != "hvp")
+    x, tangent = jnp.asarray(CUBE_X), jnp.asarray(TANGENT)
+    run = getattr(di, family)
+    expected: Any = _expected(family, CUBE_X, TANGENT)
+    want = expected[0][0]
+
+    def traces(prep: Any, each: Any) -> int:
+        before = counter[0]
+        result = run(f, backend, x, (each,)) if prep is None else run(f, prep, backend, x, (each,))
+        assert isinstance(result, tuple) and len(result) == 1
+        np.testing.assert_allclose(np.asarray(result[0]), want, rtol=1e-5)
+        return counter[0] - before
+
+    strict = getattr(di, f"prepare_{family}")(f, backend, x, (tangent,))
+    loose = getattr(di, f"prepare_{family}")(f, backend, x, (tangent,), strict=False)
+    assert counter[0] >= 2
+    tangents: list[Any] = [tangent, TANGENT]
+    torch = _optional("torch")
+    if torch is not None:
+        tangents.append(torch.asarray(TANGENT, dtype=torch.float32))
+    for _ in range(2):
+        assert traces(strict, tangent) == 0
+        for each in tangents:
+            assert traces(loose, each) == 0, type(each)
+    assert traces(None, tangent) >= 1  # (a new prep for the cache)
+    assert traces(None, tangent) == 0
+
+
+def _optional(module: str) -> Any:
+    try:
+        return __import__(module)
+    except ImportError:
+        return None

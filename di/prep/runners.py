@@ -315,8 +315,9 @@ def _strict_form(program: Callable[..., Any]) -> Callable[..., Any]:
 
 def _boxed_form(prep: Prepared, program: Callable[..., Any]) -> Callable[..., Any] | None:
     """What a strict runner with one tangent calls once its comparison has passed,
-    when the program offers it (``boxed_strict_form``: a function returning the one
-    result bare, and which classes of tangent it takes) and the prepared tangent is
+    when the program offers it (``boxed_strict_form``: a function taking the one
+    tangent bare and returning its one result bare, and which classes of tangent it
+    takes) and the prepared tangent is
     of such a class: the runner puts the result in the tuple the program would
     have built (a Python call fewer). ``None`` otherwise."""
     form = getattr(program, "boxed_strict_form", None)
@@ -326,6 +327,14 @@ def _boxed_form(prep: Prepared, program: Callable[..., Any]) -> Callable[..., An
     test = prep.tangent_tests[0]
     found = test.fields if test.fields is not None else test.shortcut
     return function if found is not None and takes(found[0]) else None
+
+
+def _passed(shape: _Shape) -> str:
+    """What a runner with tangents passes its program: the tangents, or to a boxed
+    form the one tangent bare (bound by its comparison, unless the call comes first)."""
+    if not shape.boxed:
+        return "tangents"
+    return "tangents[0]" if shape.call_first else "tangent0"
 
 
 def _parameters(shape: _Shape) -> tuple[list[str], list[str]]:
@@ -428,7 +437,8 @@ def _source(shape: _Shape) -> str:
     elif tangents:
         body += [
             "try:",
-            f"    result = {'(' if shape.boxed else ''}program(x, tangents{values}){',)' if shape.boxed else ''}",
+            f"    result = {'(' if shape.boxed else ''}program(x, {_passed(shape)}{values})"
+            f"{',)' if shape.boxed else ''}",
             "except Exception as error:",
             "    explain(error, x, tangents, contexts)",
             "    raise",

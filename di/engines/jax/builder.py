@@ -35,7 +35,7 @@ from di.backends.registry import get_adapter
 from di.backends.selectors import AbstractBackend
 from di.contexts import Context
 from di.engines.jax.meshes import in_mesh
-from di.engines.jax.programs import RULES, AuxTracing, StaticLeaves, bare_single, engine_tangents, named, wrap
+from di.engines.jax.programs import RULES, AuxTracing, StaticLeaves, bare_single, named, passed_tangents, wrap
 from di.engines.jax.selector import AutoJAX
 from di.engines.jax.x64 import x64_scope
 from di.families import family_of, identity
@@ -244,7 +244,7 @@ class ProgramBuilder(Adapter):
             with scope():  # (64-bit inputs; a mesh with explicit axes, which lowering some programs needs)
                 args = [convert(v) for convert, v in zip(converters, inputs)]
                 if tangents is not None:
-                    args.insert(1, engine_tangents(tangents))
+                    args.insert(1, passed_tangents(tangents, bare))
                 if not on_first_use:  # compiled now
                     compiled = _lowered(function, args, self.backend, operator, values).compile()
                     if compiled_now is not None:

@@ -36,6 +36,7 @@ __all__ = [
     "bare_single",
     "cast_like",
     "engine_tangents",
+    "passed_tangents",
     "first_argument",
     "named",
     "result",
@@ -224,6 +225,16 @@ def engine_tangents(tangents: Sequence[Any]) -> tuple[Any, ...]:
     return tuple(jax.tree_util.tree_map(to_jax, t) for t in tangents)
 
 
+def passed_tangents(tangents: Sequence[Any], bare: bool) -> Any:
+    """Tangents as a compiled program's jitted function takes them (after
+    :func:`engine_tangents`): for a ``bare`` program (:func:`bare_single`) one array
+    tangent bare, anything else as a tuple."""
+    tangents = engine_tangents(tangents)
+    if bare and len(tangents) == 1 and family_of(tangents[0]) in ("jax", "numpy"):
+        return tangents[0]
+    return tangents
+
+
 def wrap(
     function: Callable[..., Any],
     converters: Sequence[Callable[[Any], Any]],
@@ -233,9 +244,10 @@ def wrap(
 ) -> Program:
     """``function`` taking caller-family inputs, in the x64 scope it needs, adding
     nothing on the hot path when neither conversion nor scope is needed.
-    ``bare``: for one tangent, ``function`` returns its result as a bare array,
-    which the program puts in the tuple it returns (a tuple out of a jitted call
-    costs it more than one built in Python)."""
+    ``bare``: for one tangent, ``function`` takes it bare when it is an array and
+    returns its result as a bare array, which the program puts in the tuple it
+    returns (:func:`bare_single`: jit flattens a bare array faster than a tuple of
+    one, and a tuple out of a jitted call costs it more than one built in Python)."""
     plain = all(convert is identity for convert in converters)
     convert_x, convert_values = converters[0], converters[1:]
     program: Program
@@ -258,23 +270,25 @@ def wrap(
         if bare:
 
             def with_one_t_plain(x: Any, tangents: Sequence[Any], *values: Any) -> Any:
-                if len(tangents) == 1:
-                    if tangents[0].__class__ in taken:  # the hot path
-                        return (function(x, tangents, *values) if values else function(x, tangents),)
-                    return (with_t_plain(x, tangents, *values),)
-                return with_t_plain(x, tangents, *values)
+                if len(tangents) != 1:
+                    return with_t_plain(x, tangents, *values)
+                tangent = tangents[0]
+                if tangent.__class__ not in taken:  # (another family's, a pytree, a class not seen yet)
+                    tangent = passed_tangents(tangents, True)
+                    if tangent.__class__ is not tuple:
+                        taken.add(tangent.__class__)
+                return (function(x, tangent, *values) if values else function(x, tangent),)
 
             # What a strict runner calls once it has compared x and the one tangent with the
-            # prepared ones (of a class jit takes as it is): the jitted function itself, its
-            # result put in a tuple by the runner (a Python call fewer per call)
+            # prepared ones (of a class jit takes as it is): the jitted function itself, given
+            # the tangent bare, its result put in a tuple by the runner (a Python call fewer)
             with_one_t_plain.boxed_strict_form = (function, _taken_as_is)  # type: ignore[attr-defined]
             program = with_one_t_plain
     elif with_tangents:
 
         def with_t(x: Any, tangents: Sequence[Any], *values: Any) -> Any:
-            result = function(
-                convert_x(x), engine_tangents(tangents), *[convert(v) for convert, v in zip(convert_values, values)]
-            )
+            converted = [convert(v) for convert, v in zip(convert_values, values)]
+            result = function(convert_x(x), passed_tangents(tangents, bare), *converted)
             return (result,) if bare and len(tangents) == 1 else result
 
         program = with_t
@@ -437,11 +451,13 @@ class AuxTracing:
 
 
 def bare_single(plain_core: Callable[..., Any]) -> Callable[..., Any]:
-    """A plain operator's function returning, for one tangent, its one result as a
-    bare array rather than a tuple of one (decided at trace time)."""
+    """A plain operator's function taking one array tangent bare (anything that is
+    no tuple: :func:`passed_tangents` passes the tuple otherwise) and returning, for
+    one tangent, its one result as a bare array rather than a tuple of one (decided
+    at trace time)."""
 
-    def bare(*args: Any) -> Any:
-        results = plain_core(*args)
+    def bare(x: Any, tangents: Any, *values: Any) -> Any:
+        results = plain_core(x, tangents if tangents.__class__ is tuple else (tangents,), *values)
         return results[0] if len(results) == 1 else results
 
     return bare
