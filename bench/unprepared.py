@@ -9,7 +9,18 @@ writes ``bench/unprepared_results.md``; ``python -m bench`` includes them.
   ``jax.jit(jax.grad(f))``, forward-over-reverse hvp and ``jax.jacrev`` (jitted for
   ``AutoJAX(jit=True)``, not for ``AutoJAX()``); ``torch.autograd.grad`` (hvp by double
   backward, jacobian by ``torch.func.jacrev``); ``autograd.grad``,
-  ``autograd.hessian_vector_product`` and ``autograd.jacobian``. Finite differences have
+  ``autograd.hessian_vector_product`` and ``autograd.jacobian``; ``mx.grad``,
+  ``mx.jvp`` of ``mx.grad`` and ``mx.vmap`` over ``mx.vjp`` rows, each result
+  evaluated with ``mx.eval`` (under ``mx.compile`` for ``AutoMLX(compile=True)``);
+  ``tape.gradient`` of a ``tf.GradientTape``, the faster of forward over reverse (a
+  ``tf.autodiff.ForwardAccumulator`` around a tape) and reverse over reverse for the
+  hvp (as ``bench/cases_tensorflow.py`` picks it) and ``tape.jacobian`` with ``pfor``
+  (each inside ``tf.function(jit_compile=True)`` for ``AutoTensorFlow(compile=True)``;
+  eagerly, ``tape.jacobian`` traces a new function at every call, which di's eager
+  jacobian of few outputs avoids with one reverse pass per output); for
+  ``AutoPyTensor()``, the compiled ``pytensor.function`` of the fastest of
+  ``bench/cases_pytensor.py``'s spellings (``grad``; ``hessian_vector_product`` or
+  the gradient's pushforward or pullback; ``jacobian`` vectorised or by scan). Finite differences have
   no native call: their row compares the unprepared call with the prepared one. The
   last column is one unprepared call with the cache off (``di.caching(False)``): what
   every unprepared call cost before the cache.
@@ -41,6 +52,7 @@ if __package__ in (None, ""):
 import numpy as np
 
 import di
+from bench.cases import GRADIENT, HVP, JACOBIAN
 from bench.report import Table, about_line, format_ns, format_ratio
 from bench.timing import Settings, Timing, compare
 
@@ -112,6 +124,74 @@ def _autograd_natives(x_np: np.ndarray) -> tuple[Any, dict[str, Thunk], bool]:
     return (x_np, v), natives, False
 
 
+def _mlx_natives(compiled: bool, x_np: np.ndarray) -> tuple[Any, dict[str, Thunk], bool]:
+    import mlx.core as mx
+
+    from bench.cases_mlx import _spellings
+
+    x = mx.array(x_np, dtype=mx.float64)
+    v = mx.ones_like(x)
+    spellings = _spellings(scalar_f, vector_g, x, v, compiled)  # each thunk evaluates its result
+    natives = {
+        "gradient": spellings[GRADIENT]["mx.grad"],
+        "hvp": spellings[HVP]["mx.jvp(mx.grad)"],
+        "jacobian": spellings[JACOBIAN]["mx.vmap(mx.vjp)"],
+    }
+    return (x, v), natives, False
+
+
+def _tensorflow_natives(compiled: bool, x_np: np.ndarray) -> tuple[Any, dict[str, Thunk], bool]:
+    import tensorflow as tf
+
+    from bench.cases_tensorflow import _fastest
+
+    x, v = tf.constant(x_np), tf.ones(len(x_np), dtype=tf.float64)
+
+    def gradient(x: Any) -> Any:
+        with tf.GradientTape() as tape:
+            tape.watch(x)
+            y = scalar_f(x)
+        return tape.gradient(y, x)
+
+    def forward_over_reverse(x: Any, v: Any) -> Any:
+        with tf.autodiff.ForwardAccumulator(x, v) as accumulator:
+            gradient_x = gradient(x)
+        return accumulator.jvp(gradient_x)
+
+    def reverse_over_reverse(x: Any, v: Any) -> Any:
+        with tf.GradientTape() as tape:
+            tape.watch(x)
+            gradient_x = gradient(x)
+        return tape.gradient(gradient_x, x, output_gradients=v)
+
+    def jacobian(x: Any) -> Any:
+        with tf.GradientTape() as tape:
+            tape.watch(x)
+            y = vector_g(x)
+        return tape.jacobian(y, x, experimental_use_pfor=True)
+
+    # autograph off: f has no Python control flow on tensors, and autograph would try (and
+    # fail, with a warning) to convert di.array_namespace's own code; it acts at trace time only
+    wrap = (lambda fn: tf.function(fn, jit_compile=True, autograph=False)) if compiled else (lambda fn: fn)
+    grad, fwd_rev, rev_rev, jacobian_ = (
+        wrap(gradient),
+        wrap(forward_over_reverse),
+        wrap(reverse_over_reverse),
+        wrap(jacobian),
+    )
+    hvp = _fastest({"forward over reverse": lambda: fwd_rev(x, v), "reverse over reverse": lambda: rev_rev(x, v)})
+    natives = {"gradient": lambda: grad(x), "hvp": hvp, "jacobian": lambda: jacobian_(x)}
+    return (x, v), natives, False
+
+
+def _pytensor_natives(x_np: np.ndarray) -> tuple[Any, dict[str, Thunk], bool]:
+    from bench.cases_pytensor import _natives
+
+    v = np.ones_like(x_np)
+    natives = _natives(scalar_f, vector_g, x_np, v, (GRADIENT, HVP, JACOBIAN))
+    return (x_np, v), {"gradient": natives[GRADIENT], "hvp": natives[HVP], "jacobian": natives[JACOBIAN]}, False
+
+
 def _finitediff_natives(x_np: np.ndarray) -> tuple[Any, dict[str, Thunk], bool]:
     backend, v = di.AutoFiniteDiff(), np.ones_like(x_np)
     gradient_prep = di.prepare_gradient(scalar_f, backend, x_np)
@@ -136,6 +216,24 @@ def _engines() -> Iterator[tuple[str, Callable[[], Any], str, Callable[[np.ndarr
         yield "AutoTorch()", lambda: di.AutoTorch(), "torch.autograd", _torch_natives
     if importlib.util.find_spec("autograd"):
         yield "AutoAutograd()", lambda: di.AutoAutograd(), "autograd", _autograd_natives
+    if importlib.util.find_spec("mlx"):
+        yield "AutoMLX()", lambda: di.AutoMLX(), "mlx (eager)", lambda x: _mlx_natives(False, x)
+        yield (
+            "AutoMLX(compile=True)",
+            lambda: di.AutoMLX(compile=True),
+            "mx.compile(...)",
+            lambda x: _mlx_natives(True, x),
+        )
+    if importlib.util.find_spec("tensorflow"):
+        yield "AutoTensorFlow()", lambda: di.AutoTensorFlow(), "tf (eager)", lambda x: _tensorflow_natives(False, x)
+        yield (
+            "AutoTensorFlow(compile=True)",
+            lambda: di.AutoTensorFlow(compile=True),
+            "tf.function(jit_compile=True)",
+            lambda x: _tensorflow_natives(True, x),
+        )
+    if importlib.util.find_spec("pytensor"):
+        yield "AutoPyTensor()", lambda: di.AutoPyTensor(), "pytensor.function", _pytensor_natives
     yield "AutoFiniteDiff()", lambda: di.AutoFiniteDiff(), "di, prepared", _finitediff_natives
 
 
@@ -176,8 +274,8 @@ def unprepared_table(settings: Settings, sizes: tuple[int, ...] = SIZES, cache_o
         "Unprepared calls",
         ["backend", "operator", "n", "native", "di unprepared", "di / native (q1-q3)", "di added", "cache off"],
         intro=(
-            "`di.gradient(f, backend, x)` (and `di.hvp`, `di.jacobian`) called in a loop, float64 (float32 on "
-            "JAX, whose x64 mode is off here: both sides alike), against the "
+            "`di.gradient(f, backend, x)` (and `di.hvp`, `di.jacobian`) called in a loop, float64 on every "
+            "engine but JAX (float32 there, whose x64 mode is off here: both sides alike), against the "
             "native call (see `bench/unprepared.py`; for finite differences, against di's prepared call). "
             "'di added' is the median per-pair difference; 'cache off' is one unprepared call under "
             "`di.caching(False)`, which prepares afresh as every unprepared call did before the cache. "
