@@ -174,13 +174,60 @@ def test_f_gets_the_array_api_operators_and_tensors_keep_their_own_after() -> No
         gradient = di.gradient(array_api, backend, X, di.Constant(A))
         np.testing.assert_allclose(gradient, A.sum(axis=0) + np.array([2.0, 2.0, 0.0]), rtol=1e-12)
         assert di.value_and_jacobian(lambda x: x.T * 2.0, backend, tf.constant(X))[1].shape == (3, 3)
-    # what TensorFlow's process-wide switch would have added is gone again
-    assert {name: tf.Tensor.__dict__.get(name) for name in plain} == plain
-    assert not hasattr(tf.ones(3), "T") and not hasattr(tf.ones(3), "astype")
+    # what TensorFlow's process-wide switch would have added is gone again (gated off: absent)
+    assert {name: tf.Tensor.__dict__.get(name) for name in ("ndim", "__matmul__")} == {
+        name: plain[name] for name in ("ndim", "__matmul__")
+    }
+    assert not hasattr(tf.ones(3), "T") and not hasattr(tf.ones(3), "astype") and not hasattr(tf.ones(3), "mT")
+    assert not hasattr(tf.Tensor, "reshape") and tf.ones((2, 3)).ndim == 2
     with pytest.raises(tf.errors.InvalidArgumentError):
         tf.constant(A) @ tf.constant(X)  # TensorFlow's own @: matrices only
     with pytest.raises(tf.errors.InvalidArgumentError):
         tf.ones(2, tf.float32) + tf.ones(2, tf.float64)  # TensorFlow's own promotion: none
+
+
+def test_an_eager_call_changes_no_attribute_of_the_tensor_class() -> None:
+    """Python's attribute caches for ``tf.Tensor`` and its subclasses survive an eager
+    call (a change to the class invalidates them, and TensorFlow's own Python then
+    runs slower): the methods' gates open and close, the class dict is the same
+    inside ``f`` as before and after the call."""
+    inside: list[dict[str, Any]] = []
+
+    def f(x: Any) -> Any:
+        inside.append(dict(tf.Tensor.__dict__))
+        return di.array_namespace(x).sum(x.reshape((3, 1)).T ** 2)
+
+    np.testing.assert_allclose(di.gradient(f, EAGER, X), 2 * X, rtol=1e-12)  # (the first call installs the gates)
+    before = dict(tf.Tensor.__dict__)
+    np.testing.assert_allclose(di.gradient(f, EAGER, X), 2 * X, rtol=1e-12)
+    for seen in (inside[-1], dict(tf.Tensor.__dict__)):
+        assert seen.keys() == before.keys() and all(seen[k] is v for k, v in before.items())
+
+
+def test_a_callers_own_tensor_method_is_what_a_tensor_has_outside_f() -> None:
+    """A method the caller put on ``tf.Tensor`` (TensorFlow's own switch, or their
+    own) is what tensors have outside ``f``; inside, ``f`` gets the array API's."""
+    from di.engines.tensorflow.behavior import numpy_behavior
+
+    with numpy_behavior():  # (the gates in place)
+        pass
+    saved = tf.Tensor.__dict__["astype"]
+    try:
+        tf.Tensor.astype = lambda self, dtype: "the caller's"
+        seen: list[Any] = []
+
+        def f(x: Any) -> Any:
+            seen.append(x.astype(tf.float64))
+            return di.array_namespace(x).sum(x * x)
+
+        np.testing.assert_allclose(di.gradient(f, EAGER, X), 2 * X, rtol=1e-12)
+        assert seen and all(hasattr(value, "dtype") and value.dtype == tf.float64 for value in seen)
+        assert tf.ones(2).astype(tf.float64) == "the caller's"
+    finally:
+        tf.Tensor.astype = saved
+    with numpy_behavior():
+        pass
+    assert not hasattr(tf.ones(2), "astype")
 
 
 @pytest.mark.parametrize("backend", BOTH)

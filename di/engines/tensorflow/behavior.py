@@ -11,7 +11,19 @@ scoped: it turns the same three pieces on (the ``tf.Tensor`` methods, NumPy-styl
 slicing, NumPy-style promotion in the operators), with the array API's ``.mT``, while ``AutoTensorFlow``'s
 programs run ``f`` (an eager call, or the trace of a compiled one: a compiled
 program runs without it) and puts back exactly what was there before, whatever
-the caller had set. It covers ``f`` alone: a tape's backward pass, after ``f``
+the caller had set.
+
+The methods are not set and deleted at each switch: any change to a class's
+attributes invalidates Python's attribute caches for it and every subclass, and
+TensorFlow's own Python then runs slower for the rest of the call (about 30 us
+an eager gradient at n = 1e3, 5 % of it). At the first switch each method is
+installed once, as a gate (:class:`_Gated`) that gives the method while the
+switch is on and, off, what ``tf.Tensor`` had before (a method of the caller's,
+or nothing: an ``AttributeError``, as without di). Off, a tensor looks as it did:
+``hasattr(x, "T")`` is false, unless the caller had given it one. (One difference:
+unary ``+x`` outside ``f`` raises ``AttributeError`` where TensorFlow raised
+``TypeError``.) ``ndim`` and ``__round__``, which ``tf.Tensor`` has with the same
+meaning, are left as they are. It covers ``f`` alone: a tape's backward pass, after ``f``
 has returned, runs TensorFlow's gradient functions (and a ``tf.custom_gradient``'s)
 with TensorFlow's behavior as the caller has it, as they were written, and
 without the promotion's Python on each of their operators (forward mode's
@@ -36,10 +48,10 @@ from di.backends.scoping import NestedSwitch
 
 __all__ = ["numpy_behavior"]
 
-# the attributes TensorFlow's switch adds to tf.Tensor (np_math_ops._enable_numpy_methods)
+# the attributes TensorFlow's switch adds to tf.Tensor (np_math_ops._enable_numpy_methods), less
+# ndim and __round__, which tf.Tensor has itself, with the same meaning
 _METHODS = (
     "T",
-    "ndim",
     "size",
     "__pos__",
     "tolist",
@@ -49,7 +61,6 @@ _METHODS = (
     "ravel",
     "clip",
     "astype",
-    "__round__",
     "max",
     "mean",
     "min",
@@ -117,9 +128,43 @@ def _promote_when_needed(*tensors: Any, force_same_dtype: bool = False) -> Any:
     return tensors
 
 
-_NAMES = tuple(_ON)
-_METHODS_ON = tuple(_ON.items())
 _LEGACY = ops._get_promo_mode_enum("legacy")  # (what set_dtype_conversion_mode("legacy") sets)
+
+
+class _Gated:
+    """A method of the NumPy behavior on ``tf.Tensor``: ``method`` while the switch
+    is on; off, ``before`` (what the class had), or an ``AttributeError`` where it
+    had nothing (then ``tf.Tensor.__getattr__`` words it, as without di)."""
+
+    __slots__ = ("before", "method", "name")
+
+    def __init__(self, name: str, method: Any, before: Any) -> None:
+        self.name, self.method, self.before = name, method, before
+
+    def __get__(self, instance: Any, owner: Any = None) -> Any:
+        if _STATE[0]:
+            return self.method.__get__(instance, owner)
+        if self.before is _ABSENT:
+            raise AttributeError(self.name)
+        return self.before.__get__(instance, owner) if hasattr(self.before, "__get__") else self.before
+
+
+_STATE = [False]  # (whether the switch is on: read by every gate)
+_GATES: dict[str, _Gated] = {}
+_GATE_LIST: list[tuple[str, Any]] = [(name, _ABSENT) for name in _ON]  # (read at each switch; none yet)
+
+
+def _install_gates() -> None:
+    """Put a gate on ``tf.Tensor`` for each method where there is none: at the first
+    switch, and again if something replaced one since (TensorFlow's own switch:
+    what it set is then what a gate gives while off)."""
+    tensor = tf.Tensor
+    for name, method in _ON.items():
+        current = tensor.__dict__.get(name, _ABSENT)
+        if current is not _GATES.get(name):
+            _GATES[name] = gate = _Gated(name, method, current)
+            setattr(tensor, name, gate)
+    _GATE_LIST[:] = list(_GATES.items())
 
 
 class _Switch(NestedSwitch):
@@ -127,32 +172,29 @@ class _Switch(NestedSwitch):
 
     It runs twice per eager call, so it writes TensorFlow's module state
     directly (the dtype conversion mode, the slicing flag) rather than through
-    its setters, and reads ``tf.Tensor``'s attributes in one pass."""
+    its setters, and opens the methods' gates rather than setting them."""
 
     __slots__ = ()
 
-    def switch_on(self) -> tuple[Any, bool, list[Any]]:
-        tensor = tf.Tensor
-        get = tensor.__dict__.get
-        saved = (ops._dtype_conversion_mode, ops._numpy_style_slicing, [get(name, _ABSENT) for name in _NAMES])
+    def switch_on(self) -> tuple[Any, bool]:
+        get = tf.Tensor.__dict__.get
+        for name, gate in _GATE_LIST:  # (a gate something replaced since: put back, what replaced it kept)
+            if get(name) is not gate:
+                _install_gates()
+                break
+        saved = (ops._dtype_conversion_mode, ops._numpy_style_slicing)
         ops._dtype_conversion_mode = _LEGACY
         override_binary_operator.maybe_promote_tensors = _promote_when_needed
         ops._numpy_style_slicing = True
-        for name, method in _METHODS_ON:
-            setattr(tensor, name, method)
+        _STATE[0] = True
         return saved
 
-    def switch_off(self, saved: tuple[Any, bool, list[Any]]) -> None:
-        mode, slicing, methods = saved
+    def switch_off(self, saved: tuple[Any, bool]) -> None:
+        _STATE[0] = False
+        mode, slicing = saved
         ops._dtype_conversion_mode = mode
         override_binary_operator.maybe_promote_tensors = _numpy_promotion
         ops._numpy_style_slicing = slicing
-        tensor = tf.Tensor
-        for name, method in zip(_NAMES, methods):
-            if method is _ABSENT:
-                delattr(tensor, name)
-            else:
-                setattr(tensor, name, method)
 
 
 _SWITCH = _Switch()
