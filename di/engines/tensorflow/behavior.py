@@ -13,25 +13,28 @@ programs run ``f`` (an eager call, or the trace of a compiled one: a compiled
 program runs without it) and puts back exactly what was there before, whatever
 the caller had set.
 
+The switch covers ``f`` alone: a tape's backward pass, after ``f`` has returned,
+runs TensorFlow's gradient functions (and a ``tf.custom_gradient``'s) with
+TensorFlow's behavior as the caller has it, as they were written, and without the
+promotion's Python on each of their operators (forward mode's derivatives are
+computed while ``f`` runs, with it). A program running ``f`` in another thread
+keeps it on until the last one ends; TensorFlow code in other threads sees it
+meanwhile (the switch is TensorFlow's module state: it cannot be per thread). Its
+promotion skips TensorFlow's casts of operands already of the result's dtype (an
+op each: they doubled an eager operator's time), with the same results.
+
 The methods are not set and deleted at each switch: any change to a class's
 attributes invalidates Python's attribute caches for it and every subclass, and
-TensorFlow's own Python then runs slower for the rest of the call (about 30 us
-an eager gradient at n = 1e3, 5 % of it). At the first switch each method is
+TensorFlow's own Python then runs slower for the rest of the call (about 45 us of
+an eager gradient at n = 1e3, 8 % of it). At the first switch each method is
 installed once, as a gate (:class:`_Gated`) that gives the method while the
 switch is on and, off, what ``tf.Tensor`` had before (a method of the caller's,
-or nothing: an ``AttributeError``, as without di). Off, a tensor looks as it did:
-``hasattr(x, "T")`` is false, unless the caller had given it one. (One difference:
-unary ``+x`` outside ``f`` raises ``AttributeError`` where TensorFlow raised
-``TypeError``.) ``ndim`` and ``__round__``, which ``tf.Tensor`` has with the same
-meaning, are left as they are. It covers ``f`` alone: a tape's backward pass, after ``f``
-has returned, runs TensorFlow's gradient functions (and a ``tf.custom_gradient``'s)
-with TensorFlow's behavior as the caller has it, as they were written, and
-without the promotion's Python on each of their operators (forward mode's
-derivatives are computed while ``f`` runs, with it). A program running ``f`` in another thread keeps it on until
-the last one ends; TensorFlow code in other threads sees it meanwhile (the
-switch is TensorFlow's module state: it cannot be per thread). Its promotion
-skips TensorFlow's casts of operands already of the result's dtype (an op each:
-they doubled an eager operator's time), with the same results.
+or nothing: an ``AttributeError``, as without di). Off, a tensor behaves as it
+did: ``hasattr(x, "T")`` is false, unless the caller had given it one. Two
+differences remain: ``dir(x)`` lists the gated names, and unary ``+x`` outside
+``f`` raises ``AttributeError`` where TensorFlow raised ``TypeError``. ``ndim``
+and ``__round__``, which ``tf.Tensor`` has with the same meaning, are left as
+they are.
 """
 
 from __future__ import annotations
