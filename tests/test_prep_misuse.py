@@ -150,6 +150,20 @@ def test_a_loose_prep_refuses_another_backend(backend: Any, call: str) -> None:
 
 
 @pytest.mark.parametrize("backend", BACKENDS, ids=backend_id)
+@pytest.mark.parametrize("strict", [False, True], ids=["loose", "strict"])
+def test_tangents_in_a_list_are_refused_by_a_prepared_call_with_what_to_do(backend: Any, strict: bool) -> None:
+    """A preparation takes its tangents in a list (as a tuple); a prepared call takes a tuple,
+    and refuses a list saying to pass the tuple, strict or not (a strict prep said it was
+    made for other arguments: the list's structure differed from the tuple's)."""
+    f = scaled(2.0)
+    prep = di.prepare_pushforward(f, backend, X, [X], strict=strict)
+    with pytest.raises(di.InvalidInputError, match=r"tx must be a tuple, not a list: pass tuple\(tx\)"):
+        di.pushforward(f, prep, backend, X, [X])
+    np.testing.assert_allclose(np.asarray(di.pushforward(f, prep, backend, X, (X,))[0]), 4 * np.sum(X * X), rtol=1e-6)
+    np.testing.assert_allclose(np.asarray(di.pushforward(f, backend, X, [X])[0]), 4 * np.sum(X * X), rtol=1e-6)
+
+
+@pytest.mark.parametrize("backend", BACKENDS, ids=backend_id)
 def test_a_loose_prep_still_takes_another_shape(backend: Any) -> None:
     """What strict=False is for is unchanged: other x of another shape runs (a new compile on a
     compiled backend)."""

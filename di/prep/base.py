@@ -305,11 +305,13 @@ class Prep:
                 f"{label} must be a tuple of arrays for {self.operator} (one result per element), not "
                 f"{type(tangents).__name__}; pass a single one as a tuple of one, (v,)."
             )
+        # (before the strict comparison: a list of the prepared tangents would otherwise read as
+        # "made for other arguments", its structure differing)
+        if tangents.__class__ is not tuple:
+            raise InvalidInputError(f"{label} must be a tuple, not a {type(tangents).__name__}: pass tuple({label}).")
         if self.strict:
             self.check(f, backend, x, contexts)
             self.check_tangents(tangents)
-        if tangents.__class__ is not tuple:
-            raise InvalidInputError(f"{label} must be a tuple, not a {type(tangents).__name__}: pass tuple({label}).")
 
     def check_tangents(self, tangents: Any) -> None:
         """Check the tangents (or cotangents) of a call against the prepared ones.
