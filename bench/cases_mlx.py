@@ -25,6 +25,7 @@ from bench.cases import (
     HESSIAN,
     HVP,
     JACOBIAN,
+    MAX_N,
     PULLBACK,
     PUSHFORWARD,
     UNPREPARED,
@@ -67,8 +68,11 @@ def _spellings(
     eye = mx.eye(x.size, dtype=x.dtype)
     # evaluated now: mx.compile reads a lazy array its function closes over as a graph to
     # run at every call (the identity made again: 1.26 against 0.73 ms per compiled float64
-    # Jacobian at n = 1e3), where di's programs read their basis evaluated, as a constant
-    mx.eval(one, eye)
+    # Jacobian at n = 1e3), where di's programs read their basis evaluated, as a constant;
+    # only at the sizes the Jacobian and Hessian rows run (at n = 1e5 it would take 40 GB)
+    mx.eval(one)
+    if x.size <= max(MAX_N.values()):
+        mx.eval(eye)
     grad = mx.grad(f)
     functions: dict[str, dict[str, Callable[..., Any]]] = {
         GRADIENT: {
