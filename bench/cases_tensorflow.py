@@ -71,6 +71,64 @@ def _fastest(candidates: dict[str, Thunk]) -> Thunk:
     return best
 
 
+def tape_spellings(f: Callable[..., Any], g: Callable[..., Any]) -> dict[str, Callable[..., Any]]:
+    """The native spellings of a TensorFlow user, eager (wrap them in ``tf.function`` to
+    compile): ``gradient``, ``value_and_gradient``, ``jacobian`` (pfor), ``pushforward``,
+    ``pullback``, and the hvp ``forward_over_reverse`` and ``reverse_over_reverse``; of
+    ``f`` (scalar) and ``g`` (vector)."""
+    import tensorflow as tf
+
+    def gradient(x: Any) -> Any:
+        with tf.GradientTape() as tape:
+            tape.watch(x)
+            y = f(x)
+        return tape.gradient(y, x)
+
+    def value_and_gradient(x: Any) -> Any:
+        with tf.GradientTape() as tape:
+            tape.watch(x)
+            y = f(x)
+        return y, tape.gradient(y, x)
+
+    def tape_jacobian(x: Any) -> Any:
+        with tf.GradientTape() as tape:
+            tape.watch(x)
+            y = g(x)
+        return tape.jacobian(y, x, experimental_use_pfor=True)
+
+    def pushforward(x: Any, v: Any) -> Any:
+        with tf.autodiff.ForwardAccumulator(x, v) as accumulator:
+            y = g(x)
+        return accumulator.jvp(y)
+
+    def pullback(x: Any, v: Any) -> Any:
+        with tf.GradientTape() as tape:
+            tape.watch(x)
+            y = g(x)
+        return tape.gradient(y, x, output_gradients=v)
+
+    def forward_over_reverse(x: Any, v: Any) -> Any:
+        with tf.autodiff.ForwardAccumulator(x, v) as accumulator:
+            gradient_x = gradient(x)
+        return accumulator.jvp(gradient_x)
+
+    def reverse_over_reverse(x: Any, v: Any) -> Any:
+        with tf.GradientTape() as tape:
+            tape.watch(x)
+            gradient_x = gradient(x)
+        return tape.gradient(gradient_x, x, output_gradients=v)
+
+    return {
+        "gradient": gradient,
+        "value_and_gradient": value_and_gradient,
+        "jacobian": tape_jacobian,
+        "pushforward": pushforward,
+        "pullback": pullback,
+        "forward_over_reverse": forward_over_reverse,
+        "reverse_over_reverse": reverse_over_reverse,
+    }
+
+
 def _tensorflow(compiled: bool) -> Callable[..., Case]:
     def build(
         f: Callable[..., Any], g: Callable[..., Any], x_np: np.ndarray, dtype: str, operators: Sequence[str]
@@ -86,63 +144,18 @@ def _tensorflow(compiled: bool) -> Callable[..., Case]:
         def program(function: Callable[..., Any]) -> Callable[..., Any]:
             return tf.function(function, jit_compile=True) if compiled else function
 
-        def gradient(x: Any) -> Any:
-            with tf.GradientTape() as tape:
-                tape.watch(x)
-                y = f(x)
-            return tape.gradient(y, x)
-
-        def value_and_gradient(x: Any) -> Any:
-            with tf.GradientTape() as tape:
-                tape.watch(x)
-                y = f(x)
-            return y, tape.gradient(y, x)
-
-        def tape_jacobian(x: Any) -> Any:
-            with tf.GradientTape() as tape:
-                tape.watch(x)
-                y = g(x)
-            return tape.jacobian(y, x, experimental_use_pfor=True)
-
-        def pushforward(x: Any, v: Any) -> Any:
-            with tf.autodiff.ForwardAccumulator(x, v) as accumulator:
-                y = g(x)
-            return accumulator.jvp(y)
-
-        def pullback(x: Any, v: Any) -> Any:
-            with tf.GradientTape() as tape:
-                tape.watch(x)
-                y = g(x)
-            return tape.gradient(y, x, output_gradients=v)
-
-        def forward_over_reverse(x: Any, v: Any) -> Any:
-            with tf.autodiff.ForwardAccumulator(x, v) as accumulator:
-                gradient_x = gradient(x)
-            return accumulator.jvp(gradient_x)
-
-        def reverse_over_reverse(x: Any, v: Any) -> Any:
-            with tf.GradientTape() as tape:
-                tape.watch(x)
-                gradient_x = gradient(x)
-            return tape.gradient(gradient_x, x, output_gradients=v)
-
-        compiled_gradient, compiled_value_and_gradient = program(gradient), program(value_and_gradient)
-        compiled_jacobian, compiled_pushforward, compiled_pullback = (
-            program(tape_jacobian),
-            program(pushforward),
-            program(pullback),
-        )
-        fwd_rev, rev_rev = program(forward_over_reverse), program(reverse_over_reverse)
+        spelled = {name: program(function) for name, function in tape_spellings(f, g).items()}
         natives: dict[str, Thunk] = {
-            GRADIENT: lambda: compiled_gradient(x),
-            VALUE_AND_GRADIENT: lambda: compiled_value_and_gradient(x),
-            PUSHFORWARD: lambda: compiled_pushforward(x, v),
-            PULLBACK: lambda: compiled_pullback(x, v),
+            GRADIENT: lambda: spelled["gradient"](x),
+            VALUE_AND_GRADIENT: lambda: spelled["value_and_gradient"](x),
+            PUSHFORWARD: lambda: spelled["pushforward"](x, v),
+            PULLBACK: lambda: spelled["pullback"](x, v),
         }
         if JACOBIAN in operators:
-            natives[JACOBIAN] = lambda: compiled_jacobian(x)
+            natives[JACOBIAN] = lambda: spelled["jacobian"](x)
         if HVP in operators:
-            natives[HVP] = _fastest({"forward over reverse": lambda: fwd_rev(x, v), "reverse": lambda: rev_rev(x, v)})
+            forward, reverse = spelled["forward_over_reverse"], spelled["reverse_over_reverse"]
+            natives[HVP] = _fastest({"forward over reverse": lambda: forward(x, v), "reverse": lambda: reverse(x, v)})
         through_di = _di_side(backend, f, g, x, v, operators, block=False)
         breakdown = _breakdown(f, backend, x, block=False) if GRADIENT in operators else {}
         return Case(_pair(natives, through_di), breakdown=breakdown)

@@ -143,44 +143,21 @@ def _mlx_natives(compiled: bool, x_np: np.ndarray) -> tuple[Any, dict[str, Thunk
 def _tensorflow_natives(compiled: bool, x_np: np.ndarray) -> tuple[Any, dict[str, Thunk], bool]:
     import tensorflow as tf
 
-    from bench.cases_tensorflow import _fastest
+    from bench.cases_tensorflow import _fastest, tape_spellings
 
     x, v = tf.constant(x_np), tf.ones(len(x_np), dtype=tf.float64)
-
-    def gradient(x: Any) -> Any:
-        with tf.GradientTape() as tape:
-            tape.watch(x)
-            y = scalar_f(x)
-        return tape.gradient(y, x)
-
-    def forward_over_reverse(x: Any, v: Any) -> Any:
-        with tf.autodiff.ForwardAccumulator(x, v) as accumulator:
-            gradient_x = gradient(x)
-        return accumulator.jvp(gradient_x)
-
-    def reverse_over_reverse(x: Any, v: Any) -> Any:
-        with tf.GradientTape() as tape:
-            tape.watch(x)
-            gradient_x = gradient(x)
-        return tape.gradient(gradient_x, x, output_gradients=v)
-
-    def jacobian(x: Any) -> Any:
-        with tf.GradientTape() as tape:
-            tape.watch(x)
-            y = vector_g(x)
-        return tape.jacobian(y, x, experimental_use_pfor=True)
-
     # autograph off: f has no Python control flow on tensors, and autograph would try (and
     # fail, with a warning) to convert di.array_namespace's own code; it acts at trace time only
     wrap = (lambda fn: tf.function(fn, jit_compile=True, autograph=False)) if compiled else (lambda fn: fn)
-    grad, fwd_rev, rev_rev, jacobian_ = (
-        wrap(gradient),
-        wrap(forward_over_reverse),
-        wrap(reverse_over_reverse),
-        wrap(jacobian),
+    spelled = {name: wrap(function) for name, function in tape_spellings(scalar_f, vector_g).items()}
+    forward_over_reverse, reverse_over_reverse = spelled["forward_over_reverse"], spelled["reverse_over_reverse"]
+    hvp = _fastest(
+        {
+            "forward over reverse": lambda: forward_over_reverse(x, v),
+            "reverse over reverse": lambda: reverse_over_reverse(x, v),
+        }
     )
-    hvp = _fastest({"forward over reverse": lambda: fwd_rev(x, v), "reverse over reverse": lambda: rev_rev(x, v)})
-    natives = {"gradient": lambda: grad(x), "hvp": hvp, "jacobian": lambda: jacobian_(x)}
+    natives = {"gradient": lambda: spelled["gradient"](x), "hvp": hvp, "jacobian": lambda: spelled["jacobian"](x)}
     return (x, v), natives, False
 
 
