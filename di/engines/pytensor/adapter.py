@@ -182,6 +182,18 @@ def _static(variable: Any) -> tuple[Any, ...]:
     return tuple(variable.shape[i] if s is None else s for i, s in enumerate(variable.type.shape))
 
 
+def _cotangent_dtype(y: Any, x: Any) -> str:
+    """The pullback's cotangent input: in ``x``'s dtype where PyTensor upcast a
+    float ``x`` to a wider float ``y`` (``x / x.shape[0]`` with a 32-bit ``x``
+    is float64 at n = 1e5), as the expert's own spelling takes it, so a call
+    does not convert the cotangent (at n = 1e5 that was half the call); the
+    result is cast to ``x``'s dtype in any case."""
+    y_dtype, x_dtype = np.dtype(y.dtype), np.dtype(x.dtype)
+    if y_dtype.kind == x_dtype.kind == "f" and y_dtype.itemsize > x_dtype.itemsize:
+        return str(x.dtype)
+    return str(y.dtype)
+
+
 def _tangents(specs: Sequence[tuple[tuple[int, ...], str]], dtype: str) -> list[Any]:
     return [symbolic_like(shape, dtype) for shape, _ in specs]
 
@@ -322,7 +334,7 @@ class PyTensorAdapter(Adapter):
             for spec_shape, _ in specs:
                 if tuple(spec_shape) != shape:  # PyTensor would broadcast it, silently
                     raise ValueError(f"a cotangent of shape {tuple(spec_shape)} for an output of shape {shape}")
-                cotangents.append(symbolic_like(spec_shape, y.dtype))
+                cotangents.append(symbolic_like(spec_shape, _cotangent_dtype(y, x)))
             dxs = tuple(pt.cast(pullback(y, x, c, disconnected_inputs="ignore"), x.dtype) for c in cotangents)
             return y, dxs, aux, cotangents
 
