@@ -37,8 +37,8 @@ from di.engines.torch.lazy import eager_beside_traced, same
 from di.engines.torch.rules import REVERSE_RULES, RULES, cut_off_error
 from di.engines.torch.second_order import SecondOrderPrograms, spelled
 from di.engines.torch.tensors import as_dtype
-from di.engines.torch.transforms import dynamo_compiling
-from di.errors import InvalidInputError, RecompileWarning
+from di.engines.torch.transforms import dynamo_compiling, inside_transform
+from di.errors import InvalidInputError, RecompileWarning, UnsupportedOperatorError
 from di.families import converter, family_of
 from di.pytrees import is_pytree, tree_flatten
 from di.pytrees.structure import Structure
@@ -50,6 +50,12 @@ _JACOBIAN_SPELLINGS = {
 """What ``prep.info.program`` says of a jacobian's program, by mode."""
 _JVP = "torch.func.jvp (forward mode)"
 _DOUBLE_VJP = "double vjp (torch.autograd.grad of the pullback along a cotangent that requires grad, per tangent)"
+FORWARD_FROM = 1 << 16
+"""The size of ``x`` (elements) from which the eager pushforward runs ``torch.func.jvp``:
+from there the arithmetic outweighs ``torch.func.jvp``'s per-operation cost (which
+reaches ~200 us for an operation with a Python scalar), and the double vjp's two extra
+passes cost most. Measured on three functions (docs/performance.md): at 2**16 elements
+the double vjp ran 0.92-1.94x ``torch.func.jvp``'s time, at 1e6 2.0-2.8x; at 1e3 0.36-1.06x."""
 
 __all__ = ["FuncPrograms"]
 
@@ -205,11 +211,13 @@ class FuncPrograms(SecondOrderPrograms):
     def pushforward(
         self, f: Callable[..., Any], x: Any, tx: Sequence[Any], contexts: Sequence[Context], has_aux: bool
     ) -> Programs:
-        """Eagerly at a real tensor ``x``, two reverse passes (a double vjp:
-        0.4 of ``torch.func.jvp``'s time and 0.7 of ``forward_ad`` dual numbers'
-        at n = 32 and 1e3 here, and thread-safe, which dual numbers are not);
-        compiled, at a pytree or complex ``x``, and inside transforms and
-        ``forward_ad`` levels, ``torch.func.jvp``. ``prep.info.program`` says which."""
+        """Eagerly at a real tensor ``x`` of fewer than :data:`FORWARD_FROM`
+        elements, two reverse passes (a double vjp: 0.4 of ``torch.func.jvp``'s
+        time and 0.7 of ``forward_ad`` dual numbers' at n = 32 and 1e3 on an ``f``
+        with Python scalars, about equal without; and thread-safe, which dual
+        numbers are not); from that size, compiled, at a pytree or complex ``x``,
+        and inside transforms and ``forward_ad`` levels, ``torch.func.jvp``.
+        ``prep.info.program`` says which."""
         if self.adapter.compiled or is_pytree(x) or _is_complex(x):
             programs = self._func_pushforward(f, x, tx, contexts, has_aux)
             return spelled(programs, _JVP + self._compiled_note())
@@ -222,7 +230,14 @@ class FuncPrograms(SecondOrderPrograms):
             contexts,
             ("pushforward", "value_and_pushforward"),
         )
-        return spelled(programs, _DOUBLE_VJP)
+        size = math.prod(tuple(x.shape))
+        if size < FORWARD_FROM or not isinstance(x, torch.Tensor):
+            return spelled(programs, _DOUBLE_VJP)
+        forward = self._func_pushforward(f, x, tx, contexts, has_aux)
+        keeps_graph = self.adapter.selector.create_graph
+        return spelled(
+            {name: _forward_first(forward[name], programs[name], keeps_graph) for name in forward}, _large(size)
+        )
 
     def _func_pushforward(
         self,
@@ -420,6 +435,58 @@ def _no_view(x: Any) -> Any:
     """``x``, copied while dynamo compiles: its fake tensors fail nested forward
     mode on a view (``x[0]``) once a first such graph was compiled in the process."""
     return x.clone() if dynamo_compiling() else x
+
+
+def _large(size: int) -> str:
+    return (
+        f"{_JVP} (x has {size} elements, at least {FORWARD_FROM}: forward mode's one pass beats the double vjp's "
+        f"three); the {_DOUBLE_VJP.partition(' (')[0]} where forward mode refuses f"
+    )
+
+
+def _forward_first(
+    forward: Callable[..., Any], double_vjp: Callable[..., Any], keeps_graph: bool
+) -> Callable[..., Any]:
+    """``forward`` (``torch.func.jvp``) at a detached alias of ``x`` that requires
+    grad, as the double vjp's (autograd refuses a write into it before it is made,
+    where forward mode alone lets the write happen; the results are detached from
+    it: about 1 % of a call at 1e6 elements, against 4-20 % for a copy), at the
+    caller's ``x`` itself where it requires grad and ``create_graph`` keeps the
+    results' graph to it, or at a copy where ``create_graph=False`` (whose programs
+    detach ``x``, alias or not). The
+    double vjp, which a smaller ``x`` runs, answers every call forward mode does
+    not: inside transforms (where its programs dispatch to forward mode
+    themselves), and any call forward mode fails (a write into ``x``, ``f``'s own
+    error), giving its own result, refusal or ``f``'s error: what ``f`` computes or
+    refuses does not depend on ``x``'s size. A failed call runs ``f`` twice. Where
+    forward mode refuses ``f`` itself (a classic ``torch.autograd.Function``, an
+    operation without a forward derivative), the prep remembers and later calls
+    run the double vjp alone."""
+    refused = False
+
+    def run(x: Any, *args: Any) -> Any:
+        nonlocal refused
+        if refused or x.__class__ is not torch.Tensor or inside_transform():
+            return double_vjp(x, *args)
+        if not keeps_graph:  # (the programs detach x: an alias would not stop the write)
+            argument = x.detach().clone()
+        else:
+            argument = x if x.requires_grad else x.detach().requires_grad_()
+        try:
+            result = forward(argument, *args)
+        except (UnsupportedOperatorError, NotImplementedError):
+            refused = True
+        except Exception:  # (the double vjp's own answer: its refusal, or f's error again)
+            pass
+        else:
+            return torch_pytree.tree_map(_detached, result) if keeps_graph and argument is not x else result
+        return double_vjp(x, *args)
+
+    return run
+
+
+def _detached(value: Any) -> Any:
+    return value.detach() if isinstance(value, torch.Tensor) and value.requires_grad else value
 
 
 def _is_complex(x: Any) -> bool:
