@@ -86,8 +86,8 @@ def test_every_runner_shape_with_tangents_computes_and_refuses(tangents: int, co
     for i in range(tangents):
         np.testing.assert_allclose(results[i], 2 * X * product * basis[i], rtol=1e-6, atol=1e-9)
         np.testing.assert_allclose(products[i], 6 * X * product * basis[i], rtol=1e-4, atol=1e-6)
-    with pytest.raises(di.PreparationMismatchError if strict else di.InvalidInputError, match=r"tuple|ty +differs"):
-        di.pullback(squares, pullback, backend, X, list(basis), *contexts)  # (a list: the strict check reports it)
+    with pytest.raises(di.InvalidInputError, match=r"ty must be a tuple, not a list"):
+        di.pullback(squares, pullback, backend, X, list(basis), *contexts)  # (a list: strict or not, said so)
     with pytest.raises(di.PreparationMismatchError, match=r"f\s+differs"):
         di.hvp(squares, hvp, backend, X, basis, *contexts)
     if strict:
