@@ -53,7 +53,7 @@ _DOUBLE_VJP = "double vjp (torch.autograd.grad of the pullback along a cotangent
 FORWARD_FROM = 1 << 16
 """The size of ``x`` (elements) from which the eager pushforward runs ``torch.func.jvp``:
 from there the arithmetic outweighs ``torch.func.jvp``'s per-operation cost (which
-reaches ~200 us for an operation with a Python scalar), and the double vjp's two extra
+reaches 150-190 us for an operation with a scalar operand), and the double vjp's two extra
 passes cost most. Measured on three functions (docs/performance.md): at 2**16 elements
 the double vjp ran 0.92-1.94x ``torch.func.jvp``'s time, at 1e6 2.0-2.8x; at 1e3 0.36-1.06x."""
 
