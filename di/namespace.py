@@ -5,9 +5,11 @@ array-api-compat's namespace. An engine whose traced values array-api-compat
 maps to a namespace the engine cannot differentiate declares, in its record
 (:class:`~di.backends.engine.NamespaceOverride`), the namespace ``di`` answers
 instead (autograd's boxes get one whose functions autograd differentiates). The
-records are read on the first call, importing no engine; the replacement
-namespace is built on first use, once its engine is loaded (a traced value could
-not exist before).
+records are read on the first call that may need them, importing no engine
+(before any engine is registered, a value of a namespace no built-in engine
+replaces is answered without them: a ``torch.compile`` trace cannot follow their
+loading); the replacement namespace is built on first use, once its engine is
+loaded (a traced value could not exist before).
 
 Pytrees (a dict of parameters, a list of arrays, a dataclass registered with
 ``optree``) get the namespace of their array leaves.
@@ -19,6 +21,7 @@ import importlib
 import sys
 from typing import TYPE_CHECKING, Any
 
+from di.engines import BUILTIN_REPLACED_NAMESPACES
 from di.errors import InvalidInputError, type_label
 
 if TYPE_CHECKING:
@@ -77,6 +80,16 @@ def _overrides() -> dict[str, _Override]:
     return _OVERRIDES
 
 
+def _overrides_if_registered() -> dict[str, _Override] | None:
+    """:func:`_overrides` once an engine is registered, else ``None``: the records
+    are loaded under a lock, which a ``torch.compile`` trace of ``f`` (dynamo)
+    cannot follow, and until then no namespace but the built-in engines'
+    (:data:`~di.engines.BUILTIN_REPLACED_NAMESPACES`) can be replaced."""
+    from di.backends.selectors import builtin_loaded
+
+    return _overrides() if builtin_loaded() else None
+
+
 def _add_override(engine: Engine) -> None:
     override = engine.namespace
     if override is not None:
@@ -131,11 +144,11 @@ def array_namespace(*arrays: Any) -> Any:
             return known
     import array_api_compat
 
-    overrides = _OVERRIDES if _overrides_read else _overrides()
+    overrides = _OVERRIDES if _overrides_read else _overrides_if_registered()
     try:
         namespace = array_api_compat.array_namespace(*arrays)
     except TypeError:  # traced values beside NumPy arrays, a pytree, or no array at all
-        for override in overrides.values():
+        for override in (_overrides() if overrides is None else overrides).values():
             if any(override.is_traced(value) for value in arrays):
                 return _checked_mix(override, arrays)
         if any(_is_container(value) for value in arrays):
@@ -143,7 +156,10 @@ def array_namespace(*arrays: Any) -> Any:
         raise
     # Checked after the fact, so that most families pay one lookup, which
     # torch.compile and jax.jit trace for free.
-    replaced = overrides.get(getattr(namespace, "__name__", ""))
+    name = getattr(namespace, "__name__", "")
+    if overrides is None:  # no engine registered yet: only a built-in one's replacement could apply
+        overrides = _overrides() if name in BUILTIN_REPLACED_NAMESPACES else _OVERRIDES
+    replaced = overrides.get(name)
     if replaced is not None:
         return _checked_mix(replaced, arrays)
     if len(arrays) == 1 and len(_BY_CLASS) < 256 and not _is_container(arrays[0]):

@@ -642,3 +642,45 @@ def test_autograd_boxes_are_recognised_before_the_adapter_is_imported() -> None:
     out = json.loads(result.stdout.strip().splitlines()[-1])
     np.testing.assert_allclose(out["g"], np.cos([0.0, 1.0]) + 2 * np.array([0.0, 1.0]))
     assert out["adapter"] is False
+
+
+def test_the_statically_named_replaced_namespaces_are_the_builtin_records() -> None:
+    """array_namespace answers, before any engine is registered, every namespace
+    but those the built-in records replace without loading the records: the set
+    it reads must be theirs."""
+    from di.backends.engine import load
+    from di.engines import BUILTIN_ENGINES, BUILTIN_REPLACED_NAMESPACES
+
+    records = [load(path) for path in BUILTIN_ENGINES]
+    assert {r.namespace.replaces for r in records if r.namespace is not None} == BUILTIN_REPLACED_NAMESPACES
+
+
+def test_a_torch_compile_trace_before_any_use_of_di_gets_the_namespace_without_a_graph_break() -> None:
+    """A torch.compile(fullgraph=True) trace of an f written with
+    di.array_namespace, in a process that has not used di yet, traces the lookup
+    (it loaded the engine registry under a lock there, which dynamo refused:
+    'Unsupported context manager'; without fullgraph, a graph break kept the
+    compiled gradient at 7x di's own); autograd boxes still get di's namespace
+    afterwards."""
+    pytest.importorskip("torch")
+    code = """
+        import json, sys
+        import autograd, numpy as np, torch
+        import di
+        def f(x):
+            xp = di.array_namespace(x)
+            return xp.sum(xp.concat([xp.sin(x), x ** 2]))
+        x = torch.tensor([0.0, 1.0])
+        g = torch.compile(torch.func.grad(f), fullgraph=True, backend="eager")(x)
+        from di.backends.selectors import builtin_loaded
+        loaded = builtin_loaded()
+        h = autograd.grad(f)(np.array([0.0, 1.0]))
+        print(json.dumps({"g": g.tolist(), "h": h.tolist(), "loaded while tracing": loaded}))
+    """
+    result = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]
+    out = json.loads(result.stdout.strip().splitlines()[-1])
+    expected = np.cos([0.0, 1.0]) + 2 * np.array([0.0, 1.0])
+    np.testing.assert_allclose(out["g"], expected, rtol=1e-6)
+    np.testing.assert_allclose(out["h"], expected)
+    assert out["loaded while tracing"] is False

@@ -32,6 +32,7 @@ from di.errors import InvalidOptionError, InvalidOptionTypeError
 __all__ = [
     "AbstractBackend",
     "available_backends",
+    "builtin_loaded",
     "builtin_selectors",
     "backend",
     "check_flag",
@@ -278,6 +279,19 @@ def _load_builtin() -> None:
             _builtin_state = "unloaded"
             raise
         _builtin_state = "loaded"
+
+
+def builtin_loaded() -> bool:
+    """Whether the built-in engines' records are registered (every registration
+    registers them first: before, no engine is).
+
+    Examples:
+        >>> from di.backends.selectors import builtin_loaded, engines
+        >>> _ = engines()
+        >>> builtin_loaded()
+        True
+    """
+    return _builtin_state == "loaded"
 
 
 def builtin_selectors() -> dict[str, type[AbstractBackend]]:

@@ -12,7 +12,7 @@ engine added in tree is its folder, one line here and one in ``di/__init__.py``
 
 from __future__ import annotations
 
-__all__ = ["BUILTIN_ENGINES"]
+__all__ = ["BUILTIN_ENGINES", "BUILTIN_REPLACED_NAMESPACES"]
 
 BUILTIN_ENGINES: tuple[str, ...] = (
     "di.engines.jax:ENGINE",
@@ -25,3 +25,13 @@ BUILTIN_ENGINES: tuple[str, ...] = (
 )
 """The ``"module:NAME"`` path of each built-in engine's record, in the order
 :func:`di.available_backends` lists them."""
+
+BUILTIN_REPLACED_NAMESPACES: frozenset[str] = frozenset(
+    {"autograd.numpy.numpy_wrapper", "tensorflow", "mlx.core", "pytensor.tensor"}
+)
+"""The namespaces (by ``__name__``) the built-in engines' records replace in
+:func:`di.array_namespace` (each record's ``namespace.replaces``), known before the
+records are loaded: until an engine is registered, an array of any other namespace
+is answered without loading them, so that a ``torch.compile`` trace of ``f`` met
+before any use of ``di`` does not load them (their loading takes a lock, which
+dynamo cannot trace). ``tests/test_namespace.py`` keeps it equal to the records'."""
