@@ -157,12 +157,14 @@ def array_namespace(*arrays: Any) -> Any:
     # Checked after the fact, so that most families pay one lookup, which
     # torch.compile and jax.jit trace for free.
     name = getattr(namespace, "__name__", "")
-    if overrides is None:  # no engine registered yet: only a built-in one's replacement could apply
+    unread = overrides is None  # no engine registered yet: only a built-in one's replacement could apply
+    if overrides is None:
         overrides = _overrides() if name in BUILTIN_REPLACED_NAMESPACES else _OVERRIDES
     replaced = overrides.get(name)
     if replaced is not None:
         return _checked_mix(replaced, arrays)
-    if len(arrays) == 1 and len(_BY_CLASS) < 256 and not _is_container(arrays[0]):
+    # (not remembered before the records are read: an engine registered later may replace it)
+    if len(arrays) == 1 and not unread and len(_BY_CLASS) < 256 and not _is_container(arrays[0]):
         _BY_CLASS[arrays[0].__class__] = namespace
     return namespace
 

@@ -684,3 +684,30 @@ def test_a_torch_compile_trace_before_any_use_of_di_gets_the_namespace_without_a
     np.testing.assert_allclose(out["g"], expected, rtol=1e-6)
     np.testing.assert_allclose(out["h"], expected)
     assert out["loaded while tracing"] is False
+
+
+def test_a_namespace_met_before_any_registration_can_still_be_replaced_by_an_engine_registered_later() -> None:
+    """Before the records are read, a namespace is answered without them and not
+    remembered: an engine registered afterwards that replaces it is heard (a
+    fresh process, so that nothing is registered at the first call)."""
+    code = """
+        import dataclasses, json, sys, types
+        import numpy as np
+        import di
+        from di.backends.engine import Engine, NamespaceOverride
+        first = di.array_namespace(np.zeros(2)).__name__
+        builder = types.ModuleType("late_namespace")
+        builder.build = lambda: types.SimpleNamespace(__name__="late")
+        builder.Box = type("Box", (), {})
+        sys.modules["late_namespace"] = builder
+        @dataclasses.dataclass(frozen=True)
+        class AutoLate(di.AbstractBackend):
+            pass
+        override = NamespaceOverride("array_api_compat.numpy", "late_namespace:build", "late_namespace:Box")
+        adapter = "di.engines.finitediff.adapter:FiniteDiffAdapter"
+        di.register_engine(Engine("late", AutoLate, adapter, namespace=override))
+        print(json.dumps([first, di.array_namespace(np.zeros(2)).__name__]))
+    """
+    result = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert json.loads(result.stdout.strip().splitlines()[-1]) == ["array_api_compat.numpy", "late"]
