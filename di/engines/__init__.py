@@ -14,21 +14,22 @@ from __future__ import annotations
 
 __all__ = ["BUILTIN_ENGINES", "BUILTIN_REPLACED_NAMESPACES"]
 
-BUILTIN_ENGINES: tuple[str, ...] = (
-    "di.engines.jax:ENGINE",
-    "di.engines.torch:ENGINE",
-    "di.engines.autograd:ENGINE",
-    "di.engines.tensorflow:ENGINE",
-    "di.engines.mlx:ENGINE",
-    "di.engines.pytensor:ENGINE",
-    "di.engines.finitediff:ENGINE",
+_BUILTIN: tuple[tuple[str, str | None], ...] = (
+    # (the record's path, and the namespace its record replaces in di.array_namespace, if any)
+    ("di.engines.jax:ENGINE", None),
+    ("di.engines.torch:ENGINE", None),
+    ("di.engines.autograd:ENGINE", "autograd.numpy.numpy_wrapper"),
+    ("di.engines.tensorflow:ENGINE", "tensorflow"),
+    ("di.engines.mlx:ENGINE", "mlx.core"),
+    ("di.engines.pytensor:ENGINE", "pytensor.tensor"),
+    ("di.engines.finitediff:ENGINE", None),
 )
+
+BUILTIN_ENGINES: tuple[str, ...] = tuple(path for path, _ in _BUILTIN)
 """The ``"module:NAME"`` path of each built-in engine's record, in the order
 :func:`di.available_backends` lists them."""
 
-BUILTIN_REPLACED_NAMESPACES: frozenset[str] = frozenset(
-    {"autograd.numpy.numpy_wrapper", "tensorflow", "mlx.core", "pytensor.tensor"}
-)
+BUILTIN_REPLACED_NAMESPACES: frozenset[str] = frozenset(name for _, name in _BUILTIN if name is not None)
 """The namespaces (by ``__name__``) the built-in engines' records replace in
 :func:`di.array_namespace` (each record's ``namespace.replaces``), known before the
 records are loaded: until an engine is registered, an array of any other namespace
