@@ -428,7 +428,7 @@ def test_a_large_eager_pushforward_runs_forward_mode_with_the_same_results_and_r
     classic autograd.Function without a jvp rule runs (forward mode refuses it once,
     the prep remembers), an f writing into x is refused with x unchanged, with
     create_graph=True and create_graph=False, and the product is differentiable in
-    an x that requires grad."""
+    an x and a context that require grad."""
     import torch
 
     from di.engines.torch.func import FORWARD_FROM
@@ -477,6 +477,10 @@ def test_a_large_eager_pushforward_runs_forward_mode_with_the_same_results_and_r
             with pytest.raises(di.InvalidInputError, match="in place"):
                 di.pushforward(writes, graph_backend, x, tangents[:1])
             assert torch.equal(x, before)
+        scale = torch.tensor(2.0, dtype=torch.float64, requires_grad=True)  # the caller's graph, through a context
+        (scaled,) = di.pushforward(_coupled, backend, x, tangents[:1], di.Constant(scale))
+        (d_scale,) = torch.autograd.grad(scaled.sum(), scale)
+        torch.testing.assert_close(d_scale, (3 * x * x * tangents[0]).sum())
         leaf = x.clone().requires_grad_()  # create_graph=True: the product is differentiable in x
         (product,) = di.pushforward(_coupled, backend, leaf, tangents[:1], di.Constant(2.0))
         (second,) = torch.autograd.grad(product.sum(), leaf)

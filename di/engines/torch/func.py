@@ -34,6 +34,7 @@ from di.engines.torch.compile import FALLS_BACK, break_in_di
 from di.engines.torch.eager import EagerPrograms
 from di.engines.torch.jacobians import batched_jvp_fails, forward_jacobian, per_tangent, reverse_jacobian, rows
 from di.engines.torch.lazy import eager_beside_traced, same
+from di.engines.torch.ownership import detaching
 from di.engines.torch.rules import REVERSE_RULES, RULES, cut_off_error
 from di.engines.torch.second_order import SecondOrderPrograms, spelled
 from di.engines.torch.tensors import as_dtype
@@ -450,7 +451,9 @@ def _forward_first(
     """``forward`` (``torch.func.jvp``) at a detached alias of ``x`` that requires
     grad, as the double vjp's (autograd refuses a write into it before it is made,
     where forward mode alone lets the write happen; the results are detached from
-    it: about 1 % of a call at 1e6 elements, against 4-20 % for a copy), at the
+    it unless a tangent or context of the caller's that requires grad reaches them,
+    as :func:`~di.engines.torch.ownership.detaching` decides for every program:
+    about 1 % of a call at 1e6 elements, against 4-20 % for a copy), at the
     caller's ``x`` itself where it requires grad and ``create_graph`` keeps the
     results' graph to it, or at a copy where ``create_graph=False`` (whose programs
     detach ``x``, alias or not). The
@@ -464,29 +467,28 @@ def _forward_first(
     run the double vjp alone."""
     refused = False
 
+    def at_alias(x: Any, *args: Any) -> Any:
+        return forward(x.detach().requires_grad_(), *args)
+
+    # the results detached from the alias, as the programs detach theirs, unless the caller's own
+    # graph reaches them (a tangent or a context that requires grad)
+    at_alias_detached = detaching(at_alias, 2, keeps_graph)
+
     def run(x: Any, *args: Any) -> Any:
         nonlocal refused
         if refused or x.__class__ is not torch.Tensor or inside_transform():
             return double_vjp(x, *args)
-        if not keeps_graph:  # (the programs detach x: an alias would not stop the write)
-            argument = x.detach().clone()
-        else:
-            argument = x if x.requires_grad else x.detach().requires_grad_()
         try:
-            result = forward(argument, *args)
+            if not keeps_graph:  # (the programs detach x: an alias would not stop the write)
+                return forward(x.detach().clone(), *args)
+            return forward(x, *args) if x.requires_grad else at_alias_detached(x, *args)
         except (UnsupportedOperatorError, NotImplementedError):
             refused = True
         except Exception:  # (the double vjp's own answer: its refusal, or f's error again)
             pass
-        else:
-            return torch_pytree.tree_map(_detached, result) if keeps_graph and argument is not x else result
         return double_vjp(x, *args)
 
     return run
-
-
-def _detached(value: Any) -> Any:
-    return value.detach() if isinstance(value, torch.Tensor) and value.requires_grad else value
 
 
 def _is_complex(x: Any) -> bool:
