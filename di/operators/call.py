@@ -92,9 +92,9 @@ def operator_function(family: str) -> Callable[[F], F]:
                     ):
                         # (no slice without contexts: a slice object is made and freed at each call)
                         try:  # (free until something raises: the failure path only)
-                            if not with_tangents:
-                                return first.runners[name](f, args[1], args[2], args[3:] if count > 3 else ())
-                            return first.runners[name](f, args[1], args[2], args[3], args[4:] if count > 4 else ())
+                            if with_tangents:
+                                return first.runners[name](f, args[1], args[2], args[3], args[4:] if count > 4 else ())
+                            return first.runners[name](f, args[1], args[2], args[3:] if count > 3 else ())
                         except Exception as error:
                             _explain_failure(first, name, args[1:], lead, error)
                             raise
