@@ -178,3 +178,51 @@ def test_the_preparation_check_lets_an_interrupt_through_and_refuses_a_write() -
     assert type(info.value) is KeyboardInterrupt and info.value.args == ("ctrl-c inside f",)
     with pytest.raises(di.InvalidInputError, match=r"gradient with AutoTorch.*f wrote into x"):
         di.prepare_gradient(_writes, COMPILED, x)
+
+
+def _cubic(x: Any) -> Any:
+    xp = di.array_namespace(x)
+    return x * x * x - x * xp.sum(x * x)
+
+
+def _cubic_sum(x: Any) -> Any:
+    xp = di.array_namespace(x)
+    return xp.sum(x * x * x)
+
+
+@pytest.mark.parametrize("operator", ["pushforward", "pullback", "hvp"])
+def test_one_tangent_reaches_the_compiled_program_bare_and_several_still_work(
+    operator: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """dynamo guards and flattens a tuple argument at every call (about 7 us of a
+    compiled pushforward at n = 1e5): one tensor tangent goes to the compiled
+    program bare. A strict=False prep given two tangents still computes both (as a
+    tuple, compiled once more), and one tangent after that goes bare again."""
+    from di.engines.torch import compile as torch_compile
+
+    received: list[type] = []
+    watching = torch_compile.TorchCompiler.watching
+
+    def recording(self: Any, compiled: Any, *rest: Any) -> Any:
+        def recorded(*args: Any) -> Any:
+            received.append(type(args[1]))
+            return compiled(*args)
+
+        return watching(self, recorded, *rest)
+
+    monkeypatch.setattr(torch_compile.TorchCompiler, "watching", recording)
+    f = _cubic_sum if operator == "hvp" else _cubic
+    x = torch.tensor(X, dtype=torch.float64)
+    u, w = torch.tensor([1.0, 0.5, -2.0], dtype=torch.float64), torch.tensor([0.0, 1.0, 3.0], dtype=torch.float64)
+    call, prepare = getattr(di, operator), getattr(di, f"prepare_{operator}")
+    prep = prepare(f, COMPILED, x, (u,), strict=False)
+    expected = [call(f, EAGER, x, (t,))[0] for t in (u, w)]
+    received.clear()
+    one = call(f, prep, COMPILED, x, (u,))
+    assert received == [torch.Tensor]
+    two = call(f, prep, COMPILED, x, (u, w))
+    assert received[1:] == [tuple]
+    again = call(f, prep, COMPILED, x, (w,))
+    assert received[2:] == [torch.Tensor]
+    for got, want in zip([one[0], *two, again[0]], [expected[0], *expected, expected[1]]):
+        torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
