@@ -78,8 +78,9 @@ def operator_function(family: str) -> Callable[[F], F]:
             # Both common calls come early in this code, before every other path: TensorFlow's
             # eager operations read the line of each frame on the stack, finding it by reading
             # the frame's line table from the start up to the frame's current instruction (about
-            # 1 ns per byte and operation: the unprepared hit, at the end, cost an eager gradient
-            # at n = 1e3 about 16 us). Failure handling and the slow paths come after them.
+            # 28 ns per byte per eager gradient at n = 1e3, measured on a synthetic frame: the
+            # unprepared hit, when it came last, 575 bytes in, about 16 us of such a call).
+            # Failure handling and the slow paths come after them.
             count = len(args)  # (read once: each len() call is a visible part of this path)
             if out is None and count >= least:
                 first = args[0]
