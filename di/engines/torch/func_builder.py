@@ -160,8 +160,9 @@ class FuncBuilder:
         keeps_graph = adapter.selector.create_graph
         lead = 1 if tangents is None else 2
 
+        compiled = adapter.compiles_now() and fast is None
         # Compiled, one tensor tangent goes to the compiled function bare (see _bare_or_tuple)
-        bare = adapter.compiles_now() and fast is None and tangents is not None
+        bare = compiled and tangents is not None
 
         def converted_arguments(
             x: Any, tangents: Sequence[Any] | None, values: Sequence[Any], dense: bool = True
@@ -177,6 +178,8 @@ class FuncBuilder:
                 t = like(tangents[0], xt)
                 # forward mode refuses an expanded tangent too (compiled, with dynamo's raw error)
                 t = _dense(t) if dense else t
+                # (dense: the compiled functions' arguments; the traced ones, inside transforms, go to
+                # the cores themselves, which take the tuple)
                 if bare and dense and t.__class__ is torch.Tensor:
                     return (xt, t, *values)
                 return (xt, (t,), *values)
@@ -198,7 +201,7 @@ class FuncBuilder:
         traced_arguments = functools.partial(converted_arguments, dense=False)
 
         plain_function, full_function = plain_core, full_core
-        if adapter.compiles_now() and fast is None:
+        if compiled:
             example = arguments(x, tangents, [c.value for c in contexts])
             argnums = static_argnums(contexts, adapter.backend, lead)
             # prepare_*(..., value=True) compiles the value_and_* program now, the plain one when first used
