@@ -560,6 +560,8 @@ def test_a_strict_eager_runner_calls_its_program_first_and_still_compares_first(
     gradient_prep = di.prepare_gradient(counted, EAGER, x, a)
     pullback_prep = di.prepare_pullback(scalar, EAGER, x, (tf.constant(1.0), tf.constant(2.0)))
     for prep, name in ((gradient_prep, "gradient"), (pullback_prep, "pullback")):
+        # (marked, so that the preparation also indexes di's line numbers: tests/test_line_numbers.py)
+        assert prep.programs[name].records_python_stack is True
         runner = prep.runners[name]
         first_call = next(ins for ins in dis.get_instructions(runner) if ins.opname == "CALL")
         program_line = min(ins.positions.lineno for ins in dis.get_instructions(runner) if ins.argval == "program")

@@ -31,6 +31,7 @@ from typing import Any, NamedTuple, Protocol
 
 from di.families import get_family
 from di.prep.finish import Step, composed_steps, finish_steps
+from di.prep.line_numbers import index_di_line_numbers, index_line_numbers
 from di.prep.matching import Matcher, same_selector
 from di.prep.own_checks import ArgumentsRejected, checks_arguments
 from di.prep.slow_paths import Missed, mismatched, mismatched_with_tangents, rejected
@@ -158,6 +159,7 @@ def _miss(*args: Any) -> Any:
 
 def _made(prep: Prepared, program: Callable[..., Any], probing: bool) -> Callable[..., Any]:
     """A runner (:func:`runner`), or with ``probing`` a :func:`probe`."""
+    records_python_stack = getattr(program, "records_python_stack", False) is True
     checked = checks_arguments(program)
     program, steps = finish_steps(program)
     if prep.tangent_check is not None:
@@ -171,6 +173,12 @@ def _made(prep: Prepared, program: Callable[..., Any], probing: bool) -> Callabl
     if factory is None:
         shape = _Shape(*key)
         factory = _FACTORIES[key] = _compiled(_source(shape), shape.name)
+    if records_python_stack and key not in _INDEXED_FACTORIES:
+        # (the frames between the caller and the engine's operations: this runner's, the dispatcher's,
+        # the program's and f's wrappers, all di's)
+        index_di_line_numbers()
+        if index_line_numbers([factory.__code__]):
+            _INDEXED_FACTORIES.add(key)
     return factory(*constants)
 
 
@@ -494,6 +502,9 @@ def _values(shape: _Shape) -> str:
 
 _FACTORIES: dict[tuple[Any, ...], Callable[..., Callable[..., Any]]] = {}
 """The compiled factory of each runner shape met in this process, by the shape's fields."""
+
+_INDEXED_FACTORIES: set[tuple[Any, ...]] = set()
+"""The shapes whose factory's line numbers are indexed (:mod:`di.prep.line_numbers`)."""
 
 
 def _compiled(source: str, name: str) -> Callable[..., Callable[..., Any]]:
