@@ -87,7 +87,8 @@ def test_the_lines_python_reports_are_the_same_after_indexing() -> None:
 @pytest.mark.parametrize("which", ["profile", "trace"])
 def test_a_trace_or_profile_function_is_left_alone_and_nothing_is_indexed(which: str, monkeypatch: Any) -> None:
     profile = which == "profile"
-    set_function, get_function = (sys.setprofile, sys.getprofile) if profile else (sys.settrace, sys.gettrace)
+    set_function: Any = sys.setprofile if profile else sys.settrace
+    get_function: Any = sys.getprofile if profile else sys.gettrace
     ran: list[str] = []
 
     def own(frame: Any, event: str, arg: Any) -> Any:
@@ -143,7 +144,12 @@ def test_a_preparation_indexes_dis_lines_when_its_program_records_the_python_sta
     backend: di.AbstractBackend, strict: bool, monkeypatch: Any
 ) -> None:
     asked: list[int] = []
-    monkeypatch.setattr(runners, "index_di_line_numbers", lambda: asked.append(1) or 0)
+
+    def index_di_line_numbers() -> int:
+        asked.append(1)
+        return 0
+
+    monkeypatch.setattr(runners, "index_di_line_numbers", index_di_line_numbers)
     monkeypatch.setattr(runners, "_INDEXED_FACTORIES", set())
     x = as_family(np.array([1.0, 2.0, 3.0]), engine_family(backend))
     prep = di.prepare_gradient(weighted, backend, x, strict=strict)
