@@ -421,7 +421,7 @@ def test_one_eager_pushforward_prep_serves_threads() -> None:
 
 
 def test_a_large_eager_pushforward_runs_forward_mode_with_the_same_results_and_rules() -> None:
-    """From FORWARD_FROM elements of x the eager pushforward is torch.func.jvp (the
+    """From FORWARD_FROM elements of x the eager pushforward is forward mode by dual tensors (the
     double vjp's two extra passes cost most there: 1.4-1.9x forward mode's time at
     2**16 elements on functions without Python scalars), said in prep.info; on both
     sides of the size the results agree, several tangents and the value included, a
@@ -432,6 +432,7 @@ def test_a_large_eager_pushforward_runs_forward_mode_with_the_same_results_and_r
     import torch
 
     from di.engines.torch.func import FORWARD_FROM
+    from di.engines.torch.transforms import functorch_active
 
     class Cube(torch.autograd.Function):  # classic style: no jvp, no vmap rule
         @staticmethod
@@ -449,7 +450,7 @@ def test_a_large_eager_pushforward_runs_forward_mode_with_the_same_results_and_r
         return x * 1.0
 
     backend = di.AutoTorch()
-    for size, spelling in ((FORWARD_FROM - 1, "double vjp"), (FORWARD_FROM, "torch.func.jvp")):
+    for size, spelling in ((FORWARD_FROM - 1, "double vjp"), (FORWARD_FROM, "forward_ad dual tensors")):
         x = torch.linspace(-1.0, 1.0, size, dtype=torch.float64)
         tangents = (torch.cos(x), torch.sin(x))
         prep = di.prepare_pushforward(_coupled, backend, x, tangents, di.Constant(2.0))
@@ -459,6 +460,16 @@ def test_a_large_eager_pushforward_runs_forward_mode_with_the_same_results_and_r
         assert not y.requires_grad and not any(product.requires_grad for product in products)
         for t, product in zip(tangents, products):
             torch.testing.assert_close(product, torch.func.jvp(lambda x: _coupled(x, 2.0), (x,), (t,))[1])
+        if size == FORWARD_FROM:  # dual tensors: f runs under a forward_ad level, without functorch's
+            seen: list[tuple[int, bool]] = []
+
+            def watched(x: Any, seen: list[tuple[int, bool]] = seen) -> Any:
+                seen.append((int(torch.autograd.forward_ad._current_level), functorch_active()))
+                return _coupled(x, 2.0)
+
+            (product,) = di.pushforward(watched, backend, x, tangents[:1])
+            torch.testing.assert_close(product, products[0])
+            assert seen[-1][0] >= 0 and not seen[-1][1]
         calls: list[int] = []
 
         def cube(x: Any, calls: list[int] = calls) -> Any:

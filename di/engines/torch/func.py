@@ -50,6 +50,7 @@ _JACOBIAN_SPELLINGS = {
 }
 """What ``prep.info.program`` says of a jacobian's program, by mode."""
 _JVP = "torch.func.jvp (forward mode)"
+_DUAL = "forward_ad dual tensors (forward mode)"
 _DOUBLE_VJP = "double vjp (torch.autograd.grad of the pullback along a cotangent that requires grad, per tangent)"
 FORWARD_FROM = 1 << 16
 """The size of ``x`` (elements) from which the eager pushforward runs ``torch.func.jvp``:
@@ -216,9 +217,11 @@ class FuncPrograms(SecondOrderPrograms):
         elements, two reverse passes (a double vjp: 0.4 of ``torch.func.jvp``'s
         time and 0.7 of ``forward_ad`` dual numbers' at n = 32 and 1e3 on an ``f``
         with Python scalars, about equal without; and thread-safe, which dual
-        numbers are not); from that size, compiled, at a pytree or complex ``x``,
-        and inside transforms and ``forward_ad`` levels, ``torch.func.jvp``.
-        ``prep.info.program`` says which."""
+        numbers are not); from that size, eagerly, ``forward_ad``'s dual tensors
+        (under the forward-mode lock; ``torch.func.jvp`` runs the same operations
+        more slowly, 1.20-1.23x their time on a cubic at n = 1e5); compiled, at a
+        pytree or complex ``x``, and inside transforms and ``forward_ad`` levels,
+        ``torch.func.jvp``. ``prep.info.program`` says which."""
         if self.adapter.compiled or is_pytree(x) or _is_complex(x):
             programs = self._func_pushforward(f, x, tx, contexts, has_aux)
             return spelled(programs, _JVP + self._compiled_note())
@@ -234,7 +237,7 @@ class FuncPrograms(SecondOrderPrograms):
         size = math.prod(tuple(x.shape))
         if size < FORWARD_FROM or not isinstance(x, torch.Tensor):
             return spelled(programs, _DOUBLE_VJP)
-        forward = self._func_pushforward(f, x, tx, contexts, has_aux)
+        forward = self._func_pushforward(f, x, tx, contexts, has_aux, dual=True)
         keeps_graph = self.adapter.selector.create_graph
         return spelled(
             {name: _forward_first(forward[name], programs[name], keeps_graph) for name in forward}, _large(size)
@@ -248,12 +251,23 @@ class FuncPrograms(SecondOrderPrograms):
         contexts: Sequence[Context],
         has_aux: bool,
         fast: Callable[[Programs], Programs] | None = None,
+        dual: bool = False,
     ) -> Programs:
         """``torch.func.jvp``, compiled on a compiled backend unless ``fast`` (the
-        double vjp) serves calls outside transforms."""
+        double vjp) serves calls outside transforms; with ``dual``, eagerly outside
+        transforms, ``forward_ad``'s dual tensors (:meth:`_dual_jvp`)."""
         checked = self._checked(f, "pushforward", self._forward_rules(), has_aux)
-        jvp = self._jvp(f, "pushforward")
         names = ("pushforward", "value_and_pushforward")
+        cores = self._pushforward_cores(checked, self._jvp(f, "pushforward"), has_aux)
+        eager_cores = self._pushforward_cores(checked, self._dual_jvp(f, "pushforward"), has_aux) if dual else None
+        return self._programs(*cores, x, tx, contexts, names, fast=fast, eager_cores=eager_cores)
+
+    @staticmethod
+    def _pushforward_cores(
+        checked: Callable[..., Any], jvp: Callable[..., Any], has_aux: bool
+    ) -> tuple[Callable[..., Any], Callable[..., Any]]:
+        """The plain and the ``value_and_pushforward`` functions of ``(x, tx, *values)``
+        computing each tangent's product by ``jvp``."""
         if has_aux:
 
             def value_and_pushforward_with_aux(x: Any, tx: tuple[Any, ...], *values: Any) -> Any:
@@ -267,8 +281,7 @@ class FuncPrograms(SecondOrderPrograms):
                 dys = per_tangent(lambda t: _product(jvp(fy, (x,), (t,), has_aux=True)), tx)
                 return join((y, dys), tensors)
 
-            plain = plain_from_full(value_and_pushforward_with_aux, has_aux=True)
-            return self._programs(plain, value_and_pushforward_with_aux, x, tx, contexts, names, fast=fast)
+            return plain_from_full(value_and_pushforward_with_aux, has_aux=True), value_and_pushforward_with_aux
 
         def pushforward(x: Any, tx: tuple[Any, ...], *values: Any) -> Any:
             def fx(x: Any) -> Any:
@@ -289,7 +302,7 @@ class FuncPrograms(SecondOrderPrograms):
                 return y, (as_dtype(dy, y),)
             return fx(x), pushforward(x, tx, *values)
 
-        return self._programs(pushforward, value_and_pushforward, x, tx, contexts, names, fast=fast)
+        return pushforward, value_and_pushforward
 
     def jacobian(self, f: Callable[..., Any], x: Any, contexts: Sequence[Context], has_aux: bool) -> Programs:
         y = evaluate_output(self.adapter, self._checked(f, "jacobian", RULES, has_aux), x, contexts)
@@ -440,8 +453,8 @@ def _no_view(x: Any) -> Any:
 
 def _large(size: int) -> str:
     return (
-        f"{_JVP} (x has {size} elements, at least {FORWARD_FROM}: forward mode's one pass beats the double vjp's "
-        f"three); the {_DOUBLE_VJP.partition(' (')[0]} where forward mode refuses f"
+        f"{_DUAL} (x has {size} elements, at least {FORWARD_FROM}: forward mode's one pass beats the double vjp's "
+        f"three); the {_DOUBLE_VJP.partition(' (')[0]} where forward mode refuses f, {_JVP} inside transforms"
     )
 
 
