@@ -461,7 +461,7 @@ def _large(size: int) -> str:
 def _forward_first(
     forward: Callable[..., Any], double_vjp: Callable[..., Any], keeps_graph: bool
 ) -> Callable[..., Any]:
-    """``forward`` (``torch.func.jvp``) at a detached alias of ``x`` that requires
+    """``forward`` (forward mode: dual tensors) at a detached alias of ``x`` that requires
     grad, as the double vjp's (autograd refuses a write into it before it is made,
     where forward mode alone lets the write happen; the results are detached from
     it unless a tangent or context of the caller's that requires grad reaches them,
