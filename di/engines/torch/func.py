@@ -214,14 +214,11 @@ class FuncPrograms(SecondOrderPrograms):
         self, f: Callable[..., Any], x: Any, tx: Sequence[Any], contexts: Sequence[Context], has_aux: bool
     ) -> Programs:
         """Eagerly at a real tensor ``x`` of fewer than :data:`FORWARD_FROM`
-        elements, two reverse passes (a double vjp: 0.4 of ``torch.func.jvp``'s
-        time and 0.7 of ``forward_ad`` dual numbers' at n = 32 and 1e3 on an ``f``
-        with Python scalars, about equal without; and thread-safe, which dual
-        numbers are not); from that size, eagerly, ``forward_ad``'s dual tensors
-        (under the forward-mode lock; ``torch.func.jvp`` runs the same operations
-        more slowly, 1.20-1.23x their time on a cubic at n = 1e5); compiled, at a
-        pytree or complex ``x``, and inside transforms and ``forward_ad`` levels,
-        ``torch.func.jvp``. ``prep.info.program`` says which."""
+        elements, a double vjp (0.4 of ``torch.func.jvp``'s time and 0.7 of dual
+        tensors' at n = 32 and 1e3 on an ``f`` with Python scalars; thread-safe);
+        from that size, ``forward_ad``'s dual tensors (``torch.func.jvp`` took
+        1.14-1.23x their time at n = 1e5); compiled, at a pytree or complex ``x``,
+        and inside transforms, ``torch.func.jvp``. ``prep.info.program`` says which."""
         if self.adapter.compiled or is_pytree(x) or _is_complex(x):
             programs = self._func_pushforward(f, x, tx, contexts, has_aux)
             return spelled(programs, _JVP + self._compiled_note())
@@ -253,9 +250,8 @@ class FuncPrograms(SecondOrderPrograms):
         fast: Callable[[Programs], Programs] | None = None,
         dual: bool = False,
     ) -> Programs:
-        """``torch.func.jvp``, compiled on a compiled backend unless ``fast`` (the
-        double vjp) serves calls outside transforms; with ``dual``, eagerly outside
-        transforms, ``forward_ad``'s dual tensors (:meth:`_dual_jvp`)."""
+        """``torch.func.jvp``, compiled on a compiled backend unless ``fast`` (the double vjp)
+        serves calls outside transforms; with ``dual``, there, dual tensors (:meth:`_dual_jvp`)."""
         checked = self._checked(f, "pushforward", self._forward_rules(), has_aux)
         names = ("pushforward", "value_and_pushforward")
         cores = self._pushforward_cores(checked, self._jvp(f, "pushforward"), has_aux)
@@ -263,11 +259,8 @@ class FuncPrograms(SecondOrderPrograms):
         return self._programs(*cores, x, tx, contexts, names, fast=fast, eager_cores=eager_cores)
 
     @staticmethod
-    def _pushforward_cores(
-        checked: Callable[..., Any], jvp: Callable[..., Any], has_aux: bool
-    ) -> tuple[Callable[..., Any], Callable[..., Any]]:
-        """The plain and the ``value_and_pushforward`` functions of ``(x, tx, *values)``
-        computing each tangent's product by ``jvp``."""
+    def _pushforward_cores(checked: Callable[..., Any], jvp: Callable[..., Any], has_aux: bool) -> tuple[Any, Any]:
+        """The plain and full functions of ``(x, tx, *values)``, each product by ``jvp``."""
         if has_aux:
 
             def value_and_pushforward_with_aux(x: Any, tx: tuple[Any, ...], *values: Any) -> Any:
