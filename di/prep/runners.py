@@ -173,11 +173,11 @@ def _made(prep: Prepared, program: Callable[..., Any], probing: bool) -> Callabl
     if factory is None:
         shape = _Shape(*key)
         factory = _FACTORIES[key] = _compiled(_source(shape), shape.name)
-    if records_python_stack and key not in _INDEXED_FACTORIES:
+    if records_python_stack:
         # (the frames between the caller and the engine's operations: this runner's, the dispatcher's,
-        # the program's and f's wrappers, all di's)
+        # the program's and f's wrappers, all di's; a module loaded since is indexed now)
         index_di_line_numbers()
-        if index_line_numbers([factory.__code__]):
+        if key not in _INDEXED_FACTORIES and index_line_numbers([factory.__code__]):
             _INDEXED_FACTORIES.add(key)
     return factory(*constants)
 

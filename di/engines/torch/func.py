@@ -53,7 +53,7 @@ _JVP = "torch.func.jvp (forward mode)"
 _DUAL = "forward_ad dual tensors (forward mode)"
 _DOUBLE_VJP = "double vjp (torch.autograd.grad of the pullback along a cotangent that requires grad, per tangent)"
 FORWARD_FROM = 1 << 16
-"""The size of ``x`` (elements) from which the eager pushforward runs ``torch.func.jvp``:
+"""The size of ``x`` (elements) from which the eager pushforward runs forward mode:
 from there the arithmetic outweighs ``torch.func.jvp``'s per-operation cost (which
 reaches 150-190 us for an operation with a scalar operand), and the double vjp's two extra
 passes cost most. Measured on three functions (docs/performance.md): at 2**16 elements

@@ -125,7 +125,7 @@ class FuncBuilder:
         ``torch.func.jvp``'s signature (one primal, one tangent) and the same refusal
         of an output cut off from ``x``: for eager programs outside transforms, where
         the same operations run without functorch's level around each of them (a
-        cubic at n = 1e5 took 1.20-1.23x the dual tensors' time through
+        cubic at n = 1e5 took 1.14-1.23x the dual tensors' time through
         ``torch.func.jvp``). Its caller holds the forward-mode lock: the dual level
         is the process's. An engine's own program constant in ``x`` gets zeros."""
         backend = self.adapter.backend
