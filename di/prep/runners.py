@@ -159,16 +159,18 @@ def _miss(*args: Any) -> Any:
 
 def _made(prep: Prepared, program: Callable[..., Any], probing: bool) -> Callable[..., Any]:
     """A runner (:func:`runner`), or with ``probing`` a :func:`probe`."""
-    records_python_stack = getattr(program, "records_python_stack", False) is True
     checked = checks_arguments(program)
     program, steps = finish_steps(program)
+    # (the engine records the Python stack at every operation: the runner calls the program first
+    # in its code, and di's line numbers are indexed, see di.prep.line_numbers)
+    records_python_stack = getattr(program, "records_python_stack", False) is True
     if prep.tangent_check is not None:
         kind = _WITH_TANGENTS
     elif checked and prep.x_spec is None:  # a pytree x, compared by the program itself
         kind = _CHECKED_BY_PROGRAM
     else:
         kind = _PLAIN
-    key, constants = _shape_and_constants(prep, kind, program, steps, probing)
+    key, constants = _shape_and_constants(prep, kind, program, steps, probing, records_python_stack)
     factory = _FACTORIES.get(key)
     if factory is None:
         shape = _Shape(*key)
@@ -221,7 +223,12 @@ class _Shape(NamedTuple):
 
 
 def _shape_and_constants(
-    prep: Prepared, kind: str, program: Callable[..., Any], steps: tuple[Step, ...], probing: bool = False
+    prep: Prepared,
+    kind: str,
+    program: Callable[..., Any],
+    steps: tuple[Step, ...],
+    probing: bool,
+    records_python_stack: bool,
 ) -> tuple[tuple[Any, ...], list[Any]]:
     """The fields of a runner's :class:`_Shape` (a plain tuple: the key of its
     factory) and the constants it closes over, in the order of the parameters of
@@ -277,7 +284,7 @@ def _shape_and_constants(
         tuple(inline),
         through_cell,
         boxed,
-        compares and getattr(program, "records_python_stack", False) is True,  # (call_first)
+        compares and records_python_stack,  # (call_first)
         probing,
     )
     return key, constants

@@ -113,10 +113,8 @@ class FuncBuilder:
             except RuntimeError as err:
                 if _INDEPENDENT not in str(err) or not outputs:
                     raise
-                custom = custom_operator_error(fn, primals, backend, operator)
-                if custom is not None:
-                    raise custom from err
-                raise cut_off_error(outputs[-1][0] if has_aux else outputs[-1], backend, operator) from err
+                y = outputs[-1][0] if has_aux else outputs[-1]
+                raise _without_tangent_error(fn, primals, y, backend, operator) from err
 
         return strict_jvp
 
@@ -138,8 +136,7 @@ class FuncBuilder:
                 primal, tangent = forward_ad.unpack_dual(y)
             if tangent is None:
                 if not constant_is_zero:
-                    custom = custom_operator_error(fn, primals, backend, operator)
-                    raise custom if custom is not None else cut_off_error(y, backend, operator)
+                    raise _without_tangent_error(fn, primals, y, backend, operator)
                 tangent = torch.zeros_like(primal)
             return (primal, tangent, aux) if has_aux else (primal, tangent)
 
@@ -277,6 +274,14 @@ class FuncBuilder:
             program = detaching(program, lead, keeps_graph)
             programs[name] = adapter.counted(dispatching(program, traced[name], name, adapter.backend), contexts, lead)
         return programs
+
+
+def _without_tangent_error(fn: Callable[..., Any], primals: Any, y: Any, backend: Any, operator: str) -> Exception:
+    """The error for an output of ``fn`` that forward mode gave no tangent: a custom
+    operator's account where ``fn`` calls one (:func:`custom_operator_error`), else
+    the output cut off from ``x`` (:func:`cut_off_error`)."""
+    custom = custom_operator_error(fn, primals, backend, operator)
+    return custom if custom is not None else cut_off_error(y, backend, operator)
 
 
 def _bare_or_tuple(core: Callable[..., Any]) -> Callable[..., Any]:
