@@ -53,11 +53,11 @@ _JVP = "torch.func.jvp (forward mode)"
 _DUAL = "forward_ad dual tensors (forward mode)"
 _DOUBLE_VJP = "double vjp (torch.autograd.grad of the pullback along a cotangent that requires grad, per tangent)"
 FORWARD_FROM = 1 << 16
-"""The size of ``x`` (elements) from which the eager pushforward runs forward mode:
-from there the arithmetic outweighs ``torch.func.jvp``'s per-operation cost (which
-reaches 150-190 us for an operation with a scalar operand), and the double vjp's two extra
-passes cost most. Measured on three functions (docs/performance.md): at 2**16 elements
-the double vjp ran 0.92-1.94x ``torch.func.jvp``'s time, at 1e6 2.0-2.8x; at 1e3 0.36-1.06x."""
+"""The size of ``x`` (elements) from which the eager pushforward runs forward mode (dual
+tensors): from there the arithmetic outweighs forward mode's per-operation cost (150-300 us
+for an operation with a scalar operand, ``x * 0.5``), and the double vjp's extra passes cost
+most. Below it, dual tensors took 0.79-0.83x the double vjp's time at n = 1e3 on an ``f``
+without scalar operands and 2.1-2.7x on one with them (docs/performance.md)."""
 
 __all__ = ["FuncPrograms"]
 
