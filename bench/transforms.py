@@ -13,6 +13,9 @@ and their range.
   way (the jit cache holds one entry after the runs). Target: within 1.05x.
 * ``torch.func.vmap`` over a prepared ``di.gradient`` on ``AutoTorch()``, against
   ``torch.func.vmap(torch.func.grad(f))``. Target: within 1.10x.
+* ``torch.compile(..., fullgraph=True)`` of a step calling a prepared ``di.gradient``
+  on ``AutoTorch()``, against ``torch.compile(torch.func.grad(f), fullgraph=True)``
+  (inductor; each compiled from a reset dynamo cache). Target: within 1.10x.
 
 ``f`` is the Rosenbrock function, float32, n = 10 and 1000 (a batch of 64 for vmap).
 """
@@ -41,7 +44,7 @@ SIZES = (10, 1000)
 STEPS = 50
 BATCH = 64
 OUTPUT = Path(__file__).resolve().parent / "transforms_results.md"
-TARGETS = {"jax.jit loop": 1.05, "torch.func.vmap": 1.10}
+TARGETS = {"jax.jit loop": 1.05, "torch.func.vmap": 1.10, "torch.compile": 1.10}
 
 Case = tuple[str, str, Callable[[], Any], Callable[[], Any], Callable[[], str]]
 
@@ -100,13 +103,37 @@ def _torch_vmap(n: int) -> Case:
     return "torch.func.vmap", f"{backend!r}", lambda: native(batch), lambda: through_di(batch), lambda: "-"
 
 
-def transform_rows(settings: Settings, runs: int) -> list[dict[str, Any]]:
-    """One row per case and size: ``runs`` interleaved comparisons, native then ``di``."""
+def _torch_compile(n: int, compile_backend: str) -> Case:
+    import torch
+
+    # dynamo keeps its compiles per code object: each size's two functions start from an empty
+    # cache, as a user's first compile does (a second entry would add its guards to every call)
+    torch._dynamo.reset()
+    backend = di.AutoTorch()
+    x = torch.from_numpy(_point(n))
+    prep = di.prepare_gradient(rosenbrock, backend, x)
+    gradient = di.gradient
+    native = torch.compile(torch.func.grad(rosenbrock), fullgraph=True, backend=compile_backend)
+    through_di = torch.compile(
+        lambda x: gradient(rosenbrock, prep, backend, x), fullgraph=True, backend=compile_backend
+    )
+    torch.testing.assert_close(through_di(x), native(x))
+    return "torch.compile", f"{backend!r}", lambda: native(x), lambda: through_di(x), lambda: "-"
+
+
+def transform_rows(settings: Settings, runs: int, compile_backend: str = "inductor") -> list[dict[str, Any]]:
+    """One row per case and size: ``runs`` interleaved comparisons, native then ``di``
+    (``compile_backend``: ``torch.compile``'s backend for the torch.compile rows)."""
     import jax  # noqa: F401  (both engines are needed)
 
     rows = []
     for n in SIZES:
-        cases = [_jax_loop(di.AutoJAX(jit=True), n), _jax_loop(di.AutoJAX(), n), _torch_vmap(n)]
+        cases = [
+            _jax_loop(di.AutoJAX(jit=True), n),
+            _jax_loop(di.AutoJAX(), n),
+            _torch_vmap(n),
+            _torch_compile(n, compile_backend),
+        ]
         for kind, backend, native, through_di, programs in cases:
             timings = [compare(native, through_di, settings) for _ in range(runs)]
             rows.append({"kind": kind, "backend": backend, "n": n, "timings": timings, "programs": programs()})
@@ -162,7 +189,9 @@ def main(argv: list[str] | None = None) -> int:
         "their median ratios, with their range. The jax rows: `jax.jit` of a "
         f"{STEPS}-step `lax.fori_loop` calling a prepared `di.value_and_gradient`, against the loop with "
         f"`jax.value_and_grad`. The torch rows: `torch.func.vmap` over a prepared `di.gradient` (a batch of "
-        f"{BATCH}), against `torch.func.vmap(torch.func.grad(f))`. Rosenbrock, float32.\n\n" + table + "\n"
+        f"{BATCH}), against `torch.func.vmap(torch.func.grad(f))`; `torch.compile(fullgraph=True)` (inductor) "
+        "of a step calling a prepared `di.gradient`, against `torch.compile(torch.func.grad(f), "
+        "fullgraph=True)`. Rosenbrock, float32.\n\n" + table + "\n"
     )
     args.output.write_text(report)
     return 0
