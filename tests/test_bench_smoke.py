@@ -229,6 +229,30 @@ def test_the_spelling_bench_times_every_spelling(tmp_path: Path) -> None:
     assert "within 1.2 of the fastest native spelling" in markdown
 
 
+def test_the_spelling_target_line_names_the_engines_it_left_out() -> None:
+    """The target line speaks of every engine measured: one left out by default
+    (compiled torch, a compile per spelling) is named, and the line passes only on
+    the rows it has; measured, it is not named."""
+    from bench.cases import ENGINES
+    from bench.spellings import SKIPPED, target_line
+    from bench.timing import Timing
+
+    def row(backend: str, ratio: float) -> dict[str, object]:
+        return {
+            "backend": backend,
+            "operator": "gradient",
+            "n": 32,
+            "timings": {"native": Timing(1e4, 1e4 * ratio, ratio, 0, ratio, ratio, 1, 1)},
+        }
+
+    skipped = [ENGINES[key].label for key in SKIPPED if key in ENGINES]
+    line = target_line([row("AutoAutograd()", 1.05)])
+    assert line.startswith("- PASS: every prepared operator, every engine measured,")
+    assert all(f"not measured here: {label}" in line for label in skipped)
+    missed = target_line([row("AutoAutograd()", 1.05), *[row(label, 1.4) for label in skipped]])
+    assert missed.startswith("- MISS") and "not measured here" not in missed
+
+
 def test_the_breakdown_table_names_an_engine_whose_case_splits_no_layers(monkeypatch: pytest.MonkeyPatch) -> None:
     import argparse
 
