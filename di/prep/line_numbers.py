@@ -76,7 +76,7 @@ def index_line_numbers(codes: Iterable[types.CodeType]) -> int:
         >>> index_line_numbers([shout.__code__]) in (0, 1)  # (0 off CPython 3.11)
         True
     """
-    if not _SUPPORTED or sys.getprofile() is not None or sys.gettrace() is not None:
+    if not _applies():
         return 0
     count = 0
     with _STARTING_LOCK:  # (one code being started at a time: _STARTING names it to every thread)
@@ -84,6 +84,12 @@ def index_line_numbers(codes: Iterable[types.CodeType]) -> int:
             if not code.co_flags & _SUSPENDED and _start_frame(code):
                 count += 1
     return count
+
+
+def _applies() -> bool:
+    """Whether indexing applies here: CPython 3.11, and no trace or profile function
+    in this thread."""
+    return _SUPPORTED and sys.getprofile() is None and sys.gettrace() is None
 
 
 def _with_nested(codes: Iterable[types.CodeType]) -> Iterator[types.CodeType]:
@@ -147,7 +153,7 @@ def index_di_line_numbers() -> int:
     """
     if not _SUPPORTED or len(sys.modules) == _SEEN_MODULE_COUNT[0]:
         return 0
-    if sys.getprofile() is not None or sys.gettrace() is not None:
+    if not _applies():
         return 0  # (tried again at the next call: the modules are not marked done)
     with _LOCK:
         _SEEN_MODULE_COUNT[0] = len(sys.modules)
