@@ -23,16 +23,17 @@ from typing import Any
 import torch
 
 from di.backends.capabilities import AUX_FAMILIES, OPERATOR_FAMILIES, Capabilities
-from di.backends.protocol import Programs
+from di.backends.protocol import Program, Programs
 from di.backends.transforms import Composition
 from di.contexts import Cache, Context
 from di.engines.torch.base import TorchBase
 from di.engines.torch.checks import refuse_what_compiling_drops
 from di.engines.torch.compile import TorchCompiler
+from di.engines.torch.compiled_call import Fusible
 from di.engines.torch.distributed import refuse_sharded_parameters, watching
 from di.engines.torch.eager import EagerPrograms
 from di.engines.torch.func import FuncPrograms
-from di.engines.torch.ownership import addresses, owning, unshared
+from di.engines.torch.ownership import addresses, owned_results, owning, unshared
 from di.engines.torch.rules import overwritten_error, version_of
 from di.engines.torch.selector import AutoTorch
 from di.engines.torch.tensors import requires_grad
@@ -166,18 +167,26 @@ class TorchAdapter(TorchBase):
         )
         if eager:
             return programs
-        # with tangents, every program: its products may be the tangents themselves
-        owned = {
-            name: owning(program, lead, name.startswith("value_"), has_aux, None if name in _PLAIN else 1)
-            if has_aux or lead == 2 or name.startswith("value_")
-            else program
-            for name, program in programs.items()
-        }
+        owned = {name: self._owned(name, program, has_aux, lead) for name, program in programs.items()}
         for name, program in programs.items():
             spelling = getattr(program, "spelling", None)
             if spelling is not None and owned[name] is not program:
                 owned[name].spelling = spelling  # type: ignore[attr-defined]
         return owned
+
+    def _owned(self, name: str, program: Program, has_aux: bool, lead: int) -> Program:
+        """``program`` (named ``name``) with its results owned (:func:`owning`);
+        a compiled one offering it (:class:`Fusible`, not since wrapped) makes its
+        common call in one frame."""
+        # with tangents, every program: its products may be the tangents themselves
+        owns = has_aux or lead == 2 or name.startswith("value_")
+        parts = (lead, name.startswith("value_"), has_aux, None if name in _PLAIN else 1)
+        general = owning(program, *parts) if owns else program
+        fusible: Fusible | None = getattr(program, "fusible", None)
+        if fusible is None or fusible.layered is not program:  # (a DDP wrapper copies the attribute)
+            return general
+        products_alone = lead == 2 and not has_aux and parts[1:] == (False, False, None)
+        return fusible.fused(general, owned_results(*parts) if owns else None, products_alone)
 
     def check_inputs(self, operator: str, x: Any) -> None:
         """Refuse FSDP2's DTensor parameters in ``x`` before anything runs."""

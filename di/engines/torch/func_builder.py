@@ -25,6 +25,7 @@ from di.backends.protocol import Programs
 from di.contexts import Context
 from di.engines.torch.base import TorchBase
 from di.engines.torch.compile import UNSUPPORTED
+from di.engines.torch.compiled_call import Fusible
 from di.engines.torch.ownership import detaching, without_overlap
 from di.engines.torch.rules import (
     FORWARD_RULES,
@@ -195,7 +196,8 @@ class FuncBuilder:
         ) -> tuple[Any, ...]:
             xt = x if to_torch_x is identity else to_torch_x(x)
             if dense and xt.__class__ is torch.Tensor and not xt.is_contiguous():
-                xt = without_overlap(xt)
+                # compiled: dense, since dynamo's recompile for other strides fails in forward mode's make_dual
+                xt = xt.contiguous() if compiled else without_overlap(xt)
             if convert_any:
                 values = [convert(v) for convert, v in zip(convert_values, values)]
             if tangents is None:
@@ -203,14 +205,14 @@ class FuncBuilder:
             if len(tangents) == 1:
                 t = like(tangents[0], xt)
                 # forward mode refuses an expanded tangent too (compiled, with dynamo's raw error)
-                t = _dense(t) if dense else t
+                t = _dense(t, compiled) if dense else t
                 # (dense: the compiled functions' arguments; the traced ones, inside transforms, go to
                 # the cores themselves, which take the tuple)
                 if bare and dense and t.__class__ is torch.Tensor:
                     return (xt, t, *values)
                 return (xt, (t,), *values)
             if dense:
-                return (xt, tuple(_dense(like(t, xt)) for t in tangents), *values)
+                return (xt, tuple(_dense(like(t, xt), compiled) for t in tangents), *values)
             return (xt, tuple(like(t, xt) for t in tangents), *values)
 
         def detached_arguments(x: Any, tangents: Sequence[Any] | None, values: Sequence[Any]) -> tuple[Any, ...]:
@@ -267,12 +269,19 @@ class FuncBuilder:
         # Inputs taken as they are (nothing to convert or detach, no tangents, no lock):
         # the function itself, two Python calls fewer per prepared call.
         as_given = keeps_graph and to_torch_x is identity and not convert_any and not with_tangents and not locked
+        # a compiled program whose layers leave the common call's inputs as they are can make it in one frame
+        fusible = compiled and keeps_graph and to_torch_x is identity and not convert_any
         programs = {}
         for name, function in zip(names, (plain_function, full_function)):
             refuse = functools.partial(overwritten_error, adapter.backend, name)
             program = function if as_given else running(function, arguments, with_tangents, locked, refuse=refuse)
             program = detaching(program, lead, keeps_graph)
-            programs[name] = adapter.counted(dispatching(program, traced[name], name, adapter.backend), contexts, lead)
+            dispatched = dispatching(program, traced[name], name, adapter.backend)
+            programs[name] = adapter.counted(dispatched, contexts, lead)
+            if fusible and programs[name] is dispatched:  # (no static context counted)
+                dispatched.fusible = Fusible(  # type: ignore[attr-defined]
+                    dispatched, function, lead, locked, None if as_given else refuse
+                )
         return programs
 
 
@@ -299,12 +308,14 @@ def _bare_or_tuple(core: Callable[..., Any]) -> Callable[..., Any]:
     return bare_or_tuple
 
 
-def _dense(tangent: Any) -> Any:
+def _dense(tangent: Any, compiled: bool) -> Any:
     """A tensor ``tangent``, copied without overlap where it is not contiguous
-    (:func:`without_overlap`); anything else (a pytree cotangent, which the check
-    of ``f``'s output refuses with its remedy) as it is."""
+    (:func:`without_overlap`), or ``compiled``, copied contiguous (another
+    stride is a recompile, which fails for ``x`` in forward mode); anything else
+    (a pytree cotangent, which the check of ``f``'s output refuses with its
+    remedy) as it is."""
     if isinstance(tangent, torch.Tensor) and not tangent.is_contiguous():
-        return without_overlap(tangent)
+        return tangent.contiguous() if compiled else without_overlap(tangent)
     return tangent
 
 

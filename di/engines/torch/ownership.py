@@ -19,7 +19,18 @@ from di.engines.torch.tensors import requires_grad
 from di.engines.torch.transforms import dynamo_compiling, functorch_active
 from di.pytrees import is_pytree, tree_leaves
 
-__all__ = ["addresses", "detaching", "owned_aux", "owning", "storage_address", "unshared", "without_overlap"]
+__all__ = [
+    "addresses",
+    "detached_unless_kept",
+    "detaching",
+    "owned_aux",
+    "owned_results",
+    "owning",
+    "requires_grad_anywhere",
+    "storage_address",
+    "unshared",
+    "without_overlap",
+]
 
 
 def without_overlap(tensor: Any) -> Any:
@@ -130,7 +141,29 @@ def owned_aux(aux: Any, taken: Callable[[], set[int]], detach: bool, computed: b
 
 def owning(program: Program, lead: int, with_value: bool, has_aux: bool, products_at: int | None = None) -> Program:
     """``program`` (arguments ``x``, ``lead - 1`` tangent arguments, the context
-    values) whose value (``with_value``: the first of its results) and ``aux``
+    values) whose results are owned by the caller (:func:`owned_results`): copied
+    where they share an input's or a tangent's memory. Inside a ``torch.func``
+    transform or a ``torch.compile`` trace the results are the transform's
+    values, returned as they are."""
+    owned = owned_results(lead, with_value, has_aux, products_at)
+
+    def run(*args: Any) -> Any:
+        output = program(*args)
+        if dynamo_compiling() or functorch_active():
+            return output
+        return owned(output, args)
+
+    if getattr(program, "keeps_x_structure", False):
+        run.keeps_x_structure = True  # type: ignore[attr-defined]
+    return run
+
+
+def owned_results(
+    lead: int, with_value: bool, has_aux: bool, products_at: int | None = None
+) -> Callable[[Any, tuple[Any, ...]], Any]:
+    """What makes a program's output the caller's: ``owned(output, args)``, for a
+    program of ``args`` (``x``, ``lead - 1`` tangent arguments, the context
+    values), whose value (``with_value``: the first of its results) and ``aux``
     tensors are copied where they share an input's memory (:func:`unshared`):
     ``torch.func`` returns an output that is ``f``'s input, or a view of it, as it
     is. A result ``f`` computed costs a look at its base and its graph; ``aux``
@@ -138,8 +171,16 @@ def owning(program: Program, lead: int, with_value: bool, has_aux: bool, product
     the products (the result itself, or its element ``products_at``) are copied
     where they share a tangent's memory: the product of a linear ``f`` (the
     identity, a reshape) is its tangent, or a view of it, as ``torch.func`` gives
-    it. Inside a ``torch.func`` transform or a ``torch.compile`` trace the
-    results are the transform's values, returned as they are."""
+    it.
+
+    Examples:
+        >>> import torch
+        >>> from di.engines.torch.ownership import owned_results
+        >>> v = torch.ones(2)
+        >>> owned = owned_results(2, with_value=False, has_aux=False)
+        >>> owned((v,), (torch.zeros(2), (v,)))[0] is v  # the product of the identity: its tangent, copied
+        False
+    """
     tensor = torch.Tensor
 
     def taken(args: tuple[Any, ...]) -> set[int]:
@@ -155,16 +196,13 @@ def owning(program: Program, lead: int, with_value: bool, has_aux: bool, product
         memory = addresses(list(tangents))
         return tuple([unshared(p, memory) if p.__class__ is tensor else p for p in products])
 
-    def run(*args: Any) -> Any:
-        output = program(*args)
-        if dynamo_compiling() or functorch_active():
-            return output
+    def owned(output: Any, args: tuple[Any, ...]) -> Any:
         result, aux = output if has_aux else (output, None)
         if lead == 2 and args[1]:
             products = result if products_at is None else result[products_at]
-            owned = owned_products(products, args[1])
-            if owned is not products:
-                result = owned if products_at is None else (*result[:products_at], owned)
+            copied = owned_products(products, args[1])
+            if copied is not products:
+                result = copied if products_at is None else (*result[:products_at], copied)
         if with_value:
             y, values = result[0], args[lead:]
             if y.__class__ is tensor and (
@@ -175,9 +213,7 @@ def owning(program: Program, lead: int, with_value: bool, has_aux: bool, product
             return result, owned_aux(aux, lambda: taken(args), False)
         return result
 
-    if getattr(program, "keeps_x_structure", False):
-        run.keeps_x_structure = True  # type: ignore[attr-defined]
-    return run
+    return owned
 
 
 def detaching(program: Callable[..., Any], lead: int, keeps_graph: bool) -> Callable[..., Any]:
@@ -189,32 +225,38 @@ def detaching(program: Callable[..., Any], lead: int, keeps_graph: bool) -> Call
     ``f`` closes over too (a model's parameters): without this, a pushforward or
     a hessian carried their graph where a gradient did not. The common call, whose
     results require no grad, costs one look at each result."""
-    is_grad_enabled = torch.is_grad_enabled
 
     def run(*args: Any) -> Any:
         output = program(*args)
-        if not _requires_grad_anywhere(output):
+        if not requires_grad_anywhere(output):
             return output
-        if keeps_graph and is_grad_enabled():
-            if requires_grad(args[0]) or any([requires_grad(v) for v in args[lead:]]):
-                return output
-            if lead == 2 and any([requires_grad(t) for t in args[1]]):
-                return output
-        return _detached(output)
+        return detached_unless_kept(output, args, lead, keeps_graph)
 
     if getattr(program, "keeps_x_structure", False):
         run.keeps_x_structure = True  # type: ignore[attr-defined]
     return run
 
 
-def _requires_grad_anywhere(output: Any) -> bool:
+def detached_unless_kept(output: Any, args: tuple[Any, ...], lead: int, keeps_graph: bool) -> Any:
+    """``output`` (a program's, of ``args``; some tensor of it requires grad) as it
+    is where the call keeps the caller's graph (:func:`detaching`), else with
+    each of its tensors detached."""
+    if keeps_graph and torch.is_grad_enabled():
+        if requires_grad(args[0]) or any([requires_grad(v) for v in args[lead:]]):
+            return output
+        if lead == 2 and any([requires_grad(t) for t in args[1]]):
+            return output
+    return _detached(output)
+
+
+def requires_grad_anywhere(output: Any) -> bool:
     """Whether a tensor of ``output`` (a program's result: a tensor, tuples of them,
     ``aux``) requires grad; tuples and tensors without torch's pytree walk."""
     if output.__class__ is torch.Tensor:
         return output.requires_grad
     if output.__class__ is tuple:
         for item in output:
-            if _requires_grad_anywhere(item):
+            if requires_grad_anywhere(item):
                 return True
         return False
     return any(getattr(leaf, "requires_grad", False) is True for leaf in torch_pytree.tree_leaves(output))
