@@ -209,3 +209,25 @@ def test_a_write_into_x_is_refused_on_the_common_call() -> None:
     writing[0] = True
     with pytest.raises(di.DIError, match="pushforward"):
         di.pushforward(writes_later, prep, BACKEND, x, (v,))
+
+
+@pytest.mark.parametrize("operator", ["value_and_gradient", "value_and_jacobian", "value_and_pushforward"])
+def test_a_value_that_is_x_itself_is_a_copy_without_contexts(operator: str) -> None:
+    """The value of the identity is x itself (torch.compile returns its input as
+    the output): with no context, the value is compared with x's memory alone,
+    and copied, so writing into it leaves x as it was."""
+    x = _tensor(2.0) if operator == "value_and_gradient" else _tensor(X)
+
+    def identity(x: Any) -> Any:
+        return x
+
+    call = getattr(di, operator)
+    if operator == "value_and_pushforward":
+        prep = di.prepare_pushforward(identity, BACKEND, x, (_tensor(V),), value=True)
+        y, _ = call(identity, prep, BACKEND, x, (_tensor(V),))
+    else:
+        prep = getattr(di, f"prepare_{operator.removeprefix('value_and_')}")(identity, BACKEND, x, value=True)
+        y, _ = call(identity, prep, BACKEND, x)
+    assert y is not x
+    y.detach()[...] = 99.0
+    np.testing.assert_array_equal(_numpy(x), 2.0 if operator == "value_and_gradient" else X)

@@ -208,7 +208,13 @@ def owned_results(
             if y.__class__ is tensor and (
                 y._base is not None or y.grad_fn is None or (values and any(y is v for v in values))
             ):
-                result = (unshared(y, taken(args)), *result[1:])
+                x = args[0]
+                if values or x.__class__ is not tensor:
+                    result = (unshared(y, taken(args)), *result[1:])
+                else:  # (a compiled program's value, which has no graph: compared with x's memory alone)
+                    address = storage_address(y)
+                    if address and address == storage_address(x):
+                        result = (y.clone(), *result[1:])
         if has_aux:
             return result, owned_aux(aux, lambda: taken(args), False)
         return result
