@@ -67,3 +67,16 @@ def test_the_array_api_norms_on_every_engine(backend: Any) -> None:
     expected = x / flat + 2 * x + np.sign(x) + 0.5 * x / flat + x / np.linalg.norm(x, axis=0)
     rtol, atol = di.testing.default_tolerances(backend, np.float64)
     np.testing.assert_allclose(np.asarray(di.gradient(norms, backend, x)), expected, rtol=max(rtol, 1e-6), atol=atol)
+
+
+def test_a_compiled_torch_program_compiled_on_first_use_after_another_size() -> None:
+    """AutoTorch(compile=True) under AutoSparse: the size-3 hessian of a program that
+    slices at x.shape[0] // 2, then the size-2 one. The second prep's gradient_and_hvp
+    program compiles on its first call; traced with dynamo's automatic dynamic shapes
+    (the same code had been compiled for size 3), it got symbolic sizes, which the
+    slicing and forward mode's make_dual could not take: dynamo's TorchRuntimeError.
+    Its first trace is now specialized to the prep, as the first program's is."""
+    pytest.importorskip("torch")
+    backend = di.AutoTorch(compile=True, compile_options={"backend": "eager"})
+    for size in (3, 2):
+        check(Program(("half_sum",), "scalar", size, 161604859), "hessian", backend, "sparse")

@@ -285,7 +285,9 @@ def _warn_static_values(backend: AbstractBackend, number: int, count: int, whole
     )
 
 
-def compiled_on_first_use(program: Program) -> Program:
+def compiled_on_first_use(
+    program: Program, while_compiling: Callable[[], contextlib.AbstractContextManager[Any]] | None = None
+) -> Program:
     """``program``, whose first call (the one that compiles) runs under a lock.
 
     Calls made while the first one compiles wait for it, then run the compiled
@@ -294,6 +296,8 @@ def compiled_on_first_use(program: Program) -> Program:
 
     Args:
         program: a compiled-on-call function (a jitted or ``torch.compile``'d one).
+        while_compiling: a context the first call runs in (the engine's settings
+            for a prep's first trace), or ``None``.
 
     Returns:
         A function with the same arguments and results.
@@ -317,7 +321,7 @@ def compiled_on_first_use(program: Program) -> Program:
         nonlocal compiled
         if compiled:
             return program(*args)
-        with lock:
+        with lock, contextlib.nullcontext() if while_compiling is None else while_compiling():
             result = program(*args)
             compiled = True
         return result

@@ -241,10 +241,16 @@ class TorchCompiler:
         self, function: Callable[..., Any], options: dict[str, Any], static_argnums: tuple[int, ...] = ()
     ) -> Callable[..., Any]:
         """``torch.compile(function)`` with the options another program of the prep
-        was compiled with, compiling on its first call (once, under a lock)."""
+        was compiled with, compiling on its first call (once, under a lock), that
+        first trace specialized to the prep's signature as :meth:`compile_now`'s is
+        (:func:`_specialized_to_the_prep`): traced with automatic dynamic shapes,
+        after a prep of another size had compiled the same code, it took symbolic
+        sizes, which forward mode's ``make_dual`` and ``f``'s own ``x.shape[0] // 2``
+        could not take (an ``AutoSparse`` hessian failed inside dynamo)."""
         traced = own_code(specializing(function, static_argnums))
         compiled = torch.compile(traced, **options)
-        return compiled_on_first_use(self.watching(compiled, traced, static_argnums, options))
+        watched = self.watching(compiled, traced, static_argnums, options)
+        return compiled_on_first_use(watched, while_compiling=_specialized_to_the_prep)
 
     def watching(
         self,
