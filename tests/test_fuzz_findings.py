@@ -80,3 +80,13 @@ def test_a_compiled_torch_program_compiled_on_first_use_after_another_size() -> 
     backend = di.AutoTorch(compile=True, compile_options={"backend": "eager"})
     for size in (3, 2):
         check(Program(("half_sum",), "scalar", size, 161604859), "hessian", backend, "sparse")
+
+
+@pytest.mark.parametrize("backend", [di.AutoTorch(), di.AutoTorch(compile=True, compile_options={"backend": "eager"})])
+def test_a_zero_second_derivative_under_vmap_converts_to_numpy(backend: Any) -> None:
+    """The second derivative of a linear f of a scalar, inside torch.func.vmap, is a
+    ZeroTensor (torch's forward mode gives one, natively too); its conversion to a
+    NumPy array raised torch's 'Cannot convert a ZeroTensor to numpy'. It is zeros."""
+    pytest.importorskip("torch")
+    program = Program((), "vector", 2, 181805580, "scalar")
+    check(program, "second_derivative", backend, "torch.func.vmap")

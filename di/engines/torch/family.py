@@ -102,7 +102,9 @@ class TorchFamily(Family):
         tensor = value.detach().cpu().resolve_conj().resolve_neg()
         if tensor.dtype is sys.modules["torch"].bfloat16:
             return _bfloat16_to_numpy(tensor)
-        return tensor.numpy()  # type: ignore[no-any-return]
+        # (force: a ZeroTensor, which forward mode gives for a zero derivative under vmap,
+        # as torch.func.vmap of jacfwd(jacfwd(f)) of a linear f does, becomes its zeros)
+        return tensor.numpy(force=True)  # type: ignore[no-any-return]
 
     def from_numpy(self, array: np.ndarray) -> Any:
         import torch
