@@ -179,13 +179,15 @@ class TorchAdapter(TorchBase):
         a compiled one offering it (:class:`Fusible`, not since wrapped) makes its
         common call in one frame."""
         # with tangents, every program: its products may be the tangents themselves
-        owns = has_aux or lead == 2 or name.startswith("value_")
-        parts = (lead, name.startswith("value_"), has_aux, None if name in _PLAIN else 1)
+        with_value = name.startswith("value_")
+        owns = has_aux or lead == 2 or with_value
+        products_at = None if name in _PLAIN else 1
+        parts = (lead, with_value, has_aux, products_at)
         general = owning(program, *parts) if owns else program
         fusible: Fusible | None = getattr(program, "fusible", None)
         if fusible is None or fusible.layered is not program:  # (a DDP wrapper copies the attribute)
             return general
-        products_alone = lead == 2 and not has_aux and parts[1:] == (False, False, None)
+        products_alone = lead == 2 and not (with_value or has_aux) and products_at is None
         return fusible.fused(general, owned_results(*parts) if owns else None, products_alone)
 
     def check_inputs(self, operator: str, x: Any) -> None:

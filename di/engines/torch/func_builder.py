@@ -266,11 +266,12 @@ class FuncBuilder:
         }
         if fast is not None:
             return fast(traced)
-        # Inputs taken as they are (nothing to convert or detach, no tangents, no lock):
-        # the function itself, two Python calls fewer per prepared call.
-        as_given = keeps_graph and to_torch_x is identity and not convert_any and not with_tangents and not locked
+        inputs_as_given = keeps_graph and to_torch_x is identity and not convert_any  # (nothing converted or detached)
+        # Inputs taken as they are, no tangents, no lock: the function itself, two Python calls
+        # fewer per prepared call.
+        as_given = inputs_as_given and not with_tangents and not locked
         # a compiled program whose layers leave the common call's inputs as they are can make it in one frame
-        fusible = compiled and keeps_graph and to_torch_x is identity and not convert_any
+        fusible = compiled and inputs_as_given
         programs = {}
         for name, function in zip(names, (plain_function, full_function)):
             refuse = functools.partial(overwritten_error, adapter.backend, name)
