@@ -90,3 +90,37 @@ def test_a_zero_second_derivative_under_vmap_converts_to_numpy(backend: Any) -> 
     pytest.importorskip("torch")
     program = Program((), "vector", 2, 181805580, "scalar")
     check(program, "second_derivative", backend, "torch.func.vmap")
+
+
+@pytest.mark.parametrize("mode", ["unprepared", "torch.func.vmap"])
+def test_a_compiled_second_derivative_dynamo_fails_in_reverse_over_forward(mode: str) -> None:
+    """AutoTorch(compile=True)'s second derivative of a vector f of a scalar whose
+    rows are normalized: dynamo failed tracing reverse over forward (its fake tensors
+    give a view's gradient on the meta device; natively too, for jacrev(jacfwd(f))),
+    and the prep raised dynamo's raw TorchRuntimeError. The prep now takes reverse
+    over reverse, which dynamo traces, and says so in prep.info."""
+    pytest.importorskip("torch")
+    backend = di.AutoTorch(compile=True, compile_options={"backend": "eager"})
+    program = Program(("row_norms",), "vector", 2, 181805580, "scalar")
+    check(program, "second_derivative", backend, mode)
+
+
+def test_the_reverse_over_reverse_second_derivative_is_said_and_agrees_analytically() -> None:
+    torch = pytest.importorskip("torch")
+    backend = di.AutoTorch(compile=True, compile_options={"backend": "eager"})
+
+    def f(t: Any, m: Any) -> Any:
+        xp = di.array_namespace(t)
+        rows = xp.reshape((m[0] * 0.5 + 1.0) * t, (2, 1))
+        # (dynamo fails on the row norms scaled after the reshape, not on them alone)
+        return 1.5 * xp.reshape(rows / (xp.linalg.vector_norm(rows, axis=1, keepdims=True) + 1.0), (2,))
+
+    m = torch.tensor([[0.3, -0.7], [0.2, 0.1]], dtype=torch.float64)
+    t = torch.tensor(0.4, dtype=torch.float64)
+    prep = di.prepare_second_derivative(f, backend, t, di.Constant(m))
+    assert "reverse over reverse" in prep.info.program
+    # each entry is 1.5 c t / (|c t| + 1) with c = m[0] / 2 + 1 > 0: at t > 0, -3 c^2 / (c t + 1)^3
+    c = m[0] * 0.5 + 1.0
+    for at in (t, torch.tensor(1.5, dtype=torch.float64)):
+        got = di.second_derivative(f, prep, backend, at, di.Constant(m))
+        torch.testing.assert_close(got, -3 * c**2 / (c * at + 1.0) ** 3)

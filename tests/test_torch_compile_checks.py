@@ -226,3 +226,28 @@ def test_one_tangent_reaches_the_compiled_program_bare_and_several_still_work(
     assert received[2:] == [torch.Tensor]
     for got, want in zip([one[0], *two, again[0]], [expected[0], *expected, expected[1]]):
         torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
+
+
+def test_dynamo_failing_on_a_program_that_runs_uncompiled_is_a_di_error() -> None:
+    """dynamo's fake tensors fail a jvp of a jvp of a scalar t broadcast against a
+    vector (natively too); the uncompiled program runs. The failure is a
+    di.UnsupportedOperatorError naming the backend, the operator and the way out,
+    chained to dynamo's TorchRuntimeError, where it was dynamo's error alone."""
+    from di.engines.torch.compile import TorchCompiler
+
+    c = torch.tensor([0.3, -0.7], dtype=torch.float64)
+    one = torch.ones((), dtype=torch.float64)
+
+    def derivative(t: Any) -> Any:
+        return torch.func.jvp(lambda t: torch.sin(t * c), (t,), (one,))[1]
+
+    def second_derivative(t: Any) -> Any:
+        return torch.func.jvp(derivative, (t,), (one,))[1]
+
+    t = torch.tensor(0.4, dtype=torch.float64)
+    np.testing.assert_allclose(second_derivative(t), -(c**2) * torch.sin(t * c))
+    compiler = TorchCompiler(COMPILED)
+    with pytest.raises(di.UnsupportedOperatorError, match=r"second_derivative of f .*Use AutoTorch\(\)") as raised:
+        compiler.compile_now(second_derivative, lambda program: program(t), operator="second_derivative")
+    assert repr(COMPILED) in str(raised.value)
+    assert isinstance(raised.value.__cause__, torch._dynamo.exc.TorchRuntimeError)

@@ -40,6 +40,7 @@ __all__ = [
     "FALLS_BACK",
     "ClosedOverNumpyError",
     "TorchCompiler",
+    "TraceFailedError",
     "break_in_di",
     "limit_hit",
     "own_code",
@@ -75,7 +76,18 @@ class ClosedOverNumpyError(UnsupportedOperatorError):
     compile ``f`` alone instead, which dynamo traces; the others raise it."""
 
 
-FALLS_BACK: tuple[type[BaseException], ...] = (UNSUPPORTED, ClosedOverNumpyError)
+class TraceFailedError(UnsupportedOperatorError):
+    """dynamo failed tracing a call that runs uncompiled (an error of its own
+    fake tensors, not of ``f``: a ``torch.func`` transform of some ``f`` gives
+    ``autograd.grad`` a gradient on the meta device). The reverse-mode programs
+    compile ``f`` alone instead; the others raise it, chained to dynamo's error."""
+
+
+_FAKE_TENSOR_REASON = re.compile(r"\): got (\w+\(.*\))\s*$", re.M)
+"""The error dynamo's fake tensors raised, as its ``TorchRuntimeError`` quotes it."""
+
+
+FALLS_BACK: tuple[type[BaseException], ...] = (UNSUPPORTED, ClosedOverNumpyError, TraceFailedError)
 """dynamo's refusals of a ``torch.func`` transform of ``f`` after which ``f``
 compiled alone and differentiated eagerly still runs."""
 
@@ -113,6 +125,7 @@ class TorchCompiler:
         static_argnums: tuple[int, ...] = (),
         graph_breaks: bool = True,
         x: Any = None,
+        operator: str | None = None,
     ) -> tuple[Callable[..., Any], dict[str, Any]]:
         """``torch.compile(function)``, compiled now by ``warm_up(compiled)``, watched
         for recompiles; and the options it was compiled with. A graph break under
@@ -124,7 +137,8 @@ class TorchCompiler:
         ``graph_breaks=False``: ``function`` cannot run with graph breaks (a
         ``torch.func`` transform of ``f``), so dynamo's refusal is raised as is.
         ``x``: the prepared ``x``, named in the error for one nested deeper than
-        dynamo traces.
+        dynamo traces. ``operator``: the operator whose program ``function`` is, named
+        in the errors (``None``: ``function`` is ``f`` alone).
 
         When dynamo fails, ``warm_up(function)`` runs the uncompiled function on
         the same arguments first: what ``f`` raises there reaches the caller
@@ -133,7 +147,10 @@ class TorchCompiler:
         Raises:
             InvalidInputError: dynamo ran out of Python recursion tracing the call
                 (it follows nested containers recursively: an ``x`` nested about
-                50 levels deep), with dynamo's error as its cause."""
+                50 levels deep), with dynamo's error as its cause.
+            TraceFailedError: dynamo failed otherwise than refusing a graph break
+                (its fake tensors' error) on a call that runs uncompiled, with
+                dynamo's error as its cause; a :class:`di.UnsupportedOperatorError`."""
         options = self.options()
         fullgraph_default = "fullgraph" not in self.selector.compile_kwargs
         traced = own_code(specializing(function, static_argnums))
@@ -170,7 +187,9 @@ class TorchCompiler:
             self.raise_own_error(failure, lambda: warm_up(function), x)
         _replay(caught)
         if failure is not None:
-            if not (isinstance(failure, UNSUPPORTED) and fullgraph_default and graph_breaks):
+            if not isinstance(failure, UNSUPPORTED):
+                raise self.trace_failed_error(operator, failure) from failure
+            if not (fullgraph_default and graph_breaks):
                 raise failure
             reason = str(failure).strip().splitlines()[0]
             own = break_in_di(failure)
@@ -210,6 +229,18 @@ class TorchCompiler:
         if _ran_out_of_recursion(failure):
             raise self.too_deep_error(x) from failure
         run_eagerly()
+
+    def trace_failed_error(self, operator: str | None, failure: BaseException) -> TraceFailedError:
+        """The error for dynamo's ``failure`` to trace a call that ran uncompiled
+        (``operator``'s program, or ``f`` alone for ``None``)."""
+        quoted = _FAKE_TENSOR_REASON.search(str(failure))
+        reason = quoted.group(1) if quoted else str(failure).strip().splitlines()[0]
+        what = "f" if operator is None else f"{operator} of f"
+        return TraceFailedError(
+            f"{self.selector!r}: torch.compile failed tracing {what} at the prepared arguments ({reason}), although "
+            f"the same call runs uncompiled: a failure of dynamo's own tracing, not of f. Use AutoTorch() (eager) "
+            f"for this operator, or rewrite f around the operation dynamo fails on."
+        )
 
     def too_deep_error(self, x: Any) -> InvalidInputError:
         """The error for a call dynamo could not trace for want of Python recursion."""

@@ -358,43 +358,6 @@ class FuncPrograms(SecondOrderPrograms):
         plain = plain_from_full(value_and_derivative, has_aux)
         return self._programs(plain, value_and_derivative, x, None, contexts, names)
 
-    # --- second order -----------------------------------------------------------------------
-
-    def second_derivative(self, f: Callable[..., Any], x: Any, contexts: Sequence[Context]) -> Programs:
-        checked = self._checked(f, "second_derivative", self._forward_rules())
-        jvp = self._jvp(f, "second_derivative")
-
-        def core(x: Any, *values: Any) -> Any:
-            x = _no_view(x)
-            one = torch.ones_like(x)
-
-            def value_and_derivative(x: Any) -> Any:
-                return jvp(lambda x: checked(x, *values), (x,), (one,))
-
-            if dynamo_compiling():
-                # dynamo's fake tensors fail a jvp of a jvp whose f broadcasts the scalar x
-                # against an array (t * c: "more than one element of the written-to tensor
-                # refers to a single memory location"), and inductor's code for a jvp batched
-                # over the tangent (jacfwd's, or jacfwd of jacfwd) writes into a zero tensor
-                # without storage there (a segmentation fault): the second derivative is
-                # taken in reverse mode over the derivative, which both compile.
-                def derivative_and_value(x: Any) -> Any:
-                    y, dy = value_and_derivative(x)
-                    # differentiated connected to x (the zero jacobian of a derivative
-                    # that does not depend on x is otherwise torch's storage-less zero,
-                    # which fake tensors cannot hold); d(x * 0)/dx is 0 even where x is inf
-                    return dy + x * 0, (y, dy)
-
-                _, d2y, (y, dy) = reverse_jacobian(derivative_and_value, x, True)
-                return y, as_dtype(dy, y), as_dtype(d2y, y)
-            (y, dy), (_, d2y) = _func.jvp(value_and_derivative, (x,), (one,))  # type: ignore[misc]
-            if torch._is_zerotensor(d2y):  # f linear in x: torch's immutable, storage-less zero
-                d2y = torch.zeros_like(y)
-            return y, as_dtype(dy, y), as_dtype(d2y, y)
-
-        names = ("second_derivative", "value_derivative_and_second_derivative")
-        return self._programs(plain_from_full(core, False), core, x, None, contexts, names)
-
 
 def _leaves_of(structure: Structure | None) -> Callable[[Any], Any]:
     """``x`` as ``torch.func`` differentiates it: a pytree as the list of its leaves."""
@@ -436,12 +399,6 @@ def _plain_tensor_tree(x: Any) -> bool:
 def _rebuilt(structure: Structure | None) -> Callable[[Any], Any]:
     """Results for the list of leaves of a pytree ``x``, as a pytree shaped like it."""
     return same if structure is None else structure.unflatten
-
-
-def _no_view(x: Any) -> Any:
-    """``x``, copied while dynamo compiles: its fake tensors fail nested forward
-    mode on a view (``x[0]``) once a first such graph was compiled in the process."""
-    return x.clone() if dynamo_compiling() else x
 
 
 def _large(size: int) -> str:

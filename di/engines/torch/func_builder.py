@@ -250,7 +250,9 @@ class FuncBuilder:
                 return refusing_writes(run, example[:1], lambda xt: overwritten_error(adapter.backend, operator, x, xt))
 
             try:
-                compiled_now, options = adapter.compiler.compile_now(now, warm_up, argnums, graph_breaks=False, x=x)
+                compiled_now, options = adapter.compiler.compile_now(
+                    now, warm_up, argnums, graph_breaks=False, x=x, operator=names[1 if combined else 0]
+                )
             except UNSUPPORTED as err:
                 if not refuse_breaks:
                     raise

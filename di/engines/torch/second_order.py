@@ -14,14 +14,16 @@ from typing import Any
 
 import torch
 
-from di.backends.protocol import Programs
+from di.backends.protocol import Programs, plain_from_full
 from di.contexts import Context
+from di.engines.torch.compile import TraceFailedError
 from di.engines.torch.eager import EagerPrograms
 from di.engines.torch.func_builder import FuncBuilder
 from di.engines.torch.jacobians import forward_jacobian, per_tangent, reverse_jacobian
 from di.engines.torch.lazy import eager_beside_traced
 from di.engines.torch.rules import REVERSE_RULES
 from di.engines.torch.tensors import as_dtype
+from di.engines.torch.transforms import dynamo_compiling
 from di.pytrees import is_pytree
 
 __all__ = ["BATCHED_HESSIAN_MAX_N", "SecondOrderPrograms", "spelled"]
@@ -39,6 +41,10 @@ _DOUBLE_BACKWARD = "double backward (torch.autograd.grad of the gradient along e
 _FORWARD_OVER_REVERSE = "torch.func.jvp(torch.func.grad(f)) (forward over reverse)"
 _BATCHED_DOUBLE_BACKWARD = "double backward batched over the standard basis (autograd.grad, is_grads_batched=True)"
 _JACREV_OF_GRAD = "torch.func.vjp(torch.func.grad(f)) batched over the standard basis (reverse over reverse)"
+_REVERSE_OVER_REVERSE = (
+    "torch.func.vjp of the vjp, each batched over y's standard basis (reverse over reverse: dynamo failed "
+    "tracing reverse over forward for f)"
+)
 _JACFWD_OF_GRAD = "torch.func.jvp(torch.func.grad(f)) batched over the standard basis (forward over reverse)"
 
 
@@ -51,7 +57,8 @@ def spelled(programs: Programs, spelling: str) -> Programs:
 
 
 class SecondOrderPrograms(FuncBuilder):
-    """hvp and hessian: double backward eagerly, ``torch.func`` compiled and inside transforms."""
+    """hvp and hessian: double backward eagerly, ``torch.func`` compiled and inside
+    transforms; the second derivative by ``torch.func``."""
 
     eager: EagerPrograms
 
@@ -170,3 +177,64 @@ class SecondOrderPrograms(FuncBuilder):
 
         names = ("hessian", "value_gradient_and_hessian")
         return self._programs(hessian, value_gradient_and_hessian, x, None, contexts, names, fast=fast)
+
+    def second_derivative(self, f: Callable[..., Any], x: Any, contexts: Sequence[Context]) -> Programs:
+        """Forward over forward (a ``torch.func.jvp`` of the derivative's). While
+        dynamo compiles, reverse over forward (``vjp`` of the ``jvp``), and where
+        dynamo fails tracing that for ``f`` (:class:`TraceFailedError`; natively
+        too, ``jacrev(jacfwd(f))``), reverse over reverse, which it traces."""
+        try:
+            return self._second_derivative(f, x, contexts, reverse_first=False)
+        except TraceFailedError as failed:
+            try:
+                programs = self._second_derivative(f, x, contexts, reverse_first=True)
+            except TraceFailedError:
+                raise failed from None  # (the first spelling's failure, which names dynamo's error)
+            return spelled(programs, _REVERSE_OVER_REVERSE + self._compiled_note())
+
+    def _second_derivative(
+        self, f: Callable[..., Any], x: Any, contexts: Sequence[Context], reverse_first: bool
+    ) -> Programs:
+        """The second derivative's programs; ``reverse_first``: the derivative too in
+        reverse mode while dynamo compiles (see :meth:`second_derivative`)."""
+        checked = self._checked(f, "second_derivative", self._forward_rules())
+        jvp = self._jvp(f, "second_derivative")
+
+        def core(x: Any, *values: Any) -> Any:
+            x = _no_view(x)
+            one = torch.ones_like(x)
+
+            def value_and_derivative(x: Any) -> Any:
+                if reverse_first:
+                    return reverse_jacobian(lambda x: checked(x, *values), x, False)
+                return jvp(lambda x: checked(x, *values), (x,), (one,))
+
+            if dynamo_compiling():
+                # dynamo's fake tensors fail a jvp of a jvp whose f broadcasts the scalar x
+                # against an array (t * c: "more than one element of the written-to tensor
+                # refers to a single memory location"), and inductor's code for a jvp batched
+                # over the tangent (jacfwd's, or jacfwd of jacfwd) writes into a zero tensor
+                # without storage there (a segmentation fault): the second derivative is
+                # taken in reverse mode over the derivative, which both compile.
+                def derivative_and_value(x: Any) -> Any:
+                    y, dy = value_and_derivative(x)
+                    # differentiated connected to x (the zero jacobian of a derivative
+                    # that does not depend on x is otherwise torch's storage-less zero,
+                    # which fake tensors cannot hold); d(x * 0)/dx is 0 even where x is inf
+                    return dy + x * 0, (y, dy)
+
+                _, d2y, (y, dy) = reverse_jacobian(derivative_and_value, x, True)
+                return y, as_dtype(dy, y), as_dtype(d2y, y)
+            (y, dy), (_, d2y) = _func.jvp(value_and_derivative, (x,), (one,))  # type: ignore[misc]
+            if torch._is_zerotensor(d2y):  # f linear in x: torch's immutable, storage-less zero
+                d2y = torch.zeros_like(y)
+            return y, as_dtype(dy, y), as_dtype(d2y, y)
+
+        names = ("second_derivative", "value_derivative_and_second_derivative")
+        return self._programs(plain_from_full(core, False), core, x, None, contexts, names)
+
+
+def _no_view(x: Any) -> Any:
+    """``x``, copied while dynamo compiles: its fake tensors fail nested forward
+    mode on a view (``x[0]``) once a first such graph was compiled in the process."""
+    return x.clone() if dynamo_compiling() else x
