@@ -32,6 +32,7 @@ from di.contexts import Context
 from di.engines.torch.base import TorchBase
 from di.engines.torch.compile import FALLS_BACK, break_in_di
 from di.engines.torch.eager import EagerPrograms
+from di.engines.torch.func_builder import value_first, value_first_with_aux
 from di.engines.torch.jacobians import batched_jvp_fails, forward_jacobian, per_tangent, reverse_jacobian, rows
 from di.engines.torch.lazy import eager_beside_traced, same
 from di.engines.torch.ownership import detaching
@@ -137,9 +138,23 @@ class FuncPrograms(SecondOrderPrograms):
                 g, (y, tensors) = _func.grad_and_value(fy, has_aux=True)(leaves_of(x))
                 return join((y, rebuilt(g)), tensors)
 
+            def gradient_and_value_with_aux(x: Any, *values: Any) -> Any:
+                fy, join = _tensor_aux(checked, values)
+                g, (y, tensors) = _func.grad_and_value(fy, has_aux=True)(leaves_of(x))
+                return join((rebuilt(g), y), tensors)
+
             full = value_and_gradient_with_aux
             return self._programs(
-                gradient_with_aux, full, x, None, contexts, names, locked=False, fast=fast, refuse_breaks=False
+                gradient_with_aux,
+                full,
+                x,
+                None,
+                contexts,
+                names,
+                locked=False,
+                fast=fast,
+                refuse_breaks=False,
+                compiled_full=(gradient_and_value_with_aux, value_first_with_aux),
             )
 
         def gradient(x: Any, *values: Any) -> Any:
@@ -149,8 +164,21 @@ class FuncPrograms(SecondOrderPrograms):
             g, y = _func.grad_and_value(checked)(leaves_of(x), *values)
             return y, rebuilt(g)
 
+        def gradient_and_value(x: Any, *values: Any) -> Any:
+            g, y = _func.grad_and_value(checked)(leaves_of(x), *values)
+            return rebuilt(g), y
+
         programs = self._programs(
-            gradient, value_and_gradient, x, None, contexts, names, locked=False, fast=fast, refuse_breaks=False
+            gradient,
+            value_and_gradient,
+            x,
+            None,
+            contexts,
+            names,
+            locked=False,
+            fast=fast,
+            refuse_breaks=False,
+            compiled_full=(gradient_and_value, value_first),
         )
         if fast is None and structure is None and is_pytree(x):  # torch.func returns x's own structure
             for program in programs.values():

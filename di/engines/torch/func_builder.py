@@ -42,7 +42,7 @@ from di.engines.torch.tensors import like, requires_grad
 from di.engines.torch.transforms import dispatching
 from di.families import identity
 
-__all__ = ["FuncBuilder"]
+__all__ = ["FuncBuilder", "value_first", "value_first_with_aux"]
 
 
 _func = torch.func
@@ -161,6 +161,7 @@ class FuncBuilder:
         fast: Callable[[Programs], Programs] | None = None,
         refuse_breaks: bool = True,
         eager_cores: tuple[Callable[..., Any], Callable[..., Any]] | None = None,
+        compiled_full: tuple[Callable[..., Any], Callable[[Callable[..., Any]], Callable[..., Any]]] | None = None,
     ) -> Programs:
         """The plain and the ``value_and_*`` programs of an operator family from two
         pure ``torch.func`` functions of ``(x, [tangents,] *values)``, the first
@@ -173,6 +174,10 @@ class FuncBuilder:
         that falls back to compiling ``f`` alone). ``eager_cores``: the plain and
         full functions the programs run outside transforms when nothing compiles
         (those of dual tensors, :meth:`_dual_jvp`), the first two inside them.
+        ``compiled_full``: ``(core, put_back)``, compiled in place of the full
+        function a core returning its results in another order (inductor fuses
+        a graph's loops by its outputs' order), and ``put_back(compiled)`` the
+        program returning them in the full function's.
 
         Inside a ``torch.func`` transform or a ``torch.compile`` trace of the
         caller's code, the programs run the functions themselves, uncompiled, on
@@ -234,7 +239,8 @@ class FuncBuilder:
             argnums = static_argnums(contexts, adapter.backend, lead)
             # prepare_*(..., value=True) compiles the value_and_* program now, the plain one when first used
             combined = combined_first()
-            now, later = (full_core, plain_core) if combined else (plain_core, full_core)
+            full_compiled = full_core if compiled_full is None else compiled_full[0]
+            now, later = (full_compiled, plain_core) if combined else (plain_core, full_compiled)
             if bare:
                 now, later = _bare_or_tuple(now), _bare_or_tuple(later)
 
@@ -261,6 +267,8 @@ class FuncBuilder:
             plain_function, full_function = (
                 (compiled_later, compiled_now) if combined else (compiled_now, compiled_later)
             )
+            if compiled_full is not None:
+                full_function = compiled_full[1](full_function)
         with_tangents = tangents is not None
         traced = {
             name: running(core, traced_arguments, with_tangents, locked, traced=True)
@@ -338,3 +346,39 @@ def _float_array(y: Any) -> bool:
     """The common output of the other operators: a float tensor of at least one
     dimension (a 0-d one gets the full check, which looks for its tangent)."""
     return y.__class__ is torch.Tensor and y.ndim > 0 and y.is_floating_point()
+
+
+def value_first(compiled: Callable[..., Any]) -> Callable[..., Any]:
+    """The compiled ``(gradient, value)`` function returning ``(value, gradient)``.
+    Compiled, the value comes last, as in ``torch.func.grad_and_value``'s graph:
+    inductor then fuses the value's reduction into the gradient's loop, which it
+    did not with the value first (one pass over ``x`` where there were two: 1.5x
+    faster at n = 1e5 for an ``f`` with ``roll``, 1.1x for ``sum(sin(x) * x)``).
+
+    Examples:
+        >>> from di.engines.torch.func_builder import value_first
+        >>> value_first(lambda x: (2 * x, x * x))(3.0)
+        (9.0, 6.0)
+    """
+
+    def value_and_gradient(*args: Any) -> Any:
+        g, y = compiled(*args)
+        return y, g
+
+    return value_and_gradient
+
+
+def value_first_with_aux(compiled: Callable[..., Any]) -> Callable[..., Any]:
+    """:func:`value_first` for a function returning ``((gradient, value), aux)``.
+
+    Examples:
+        >>> from di.engines.torch.func_builder import value_first_with_aux
+        >>> value_first_with_aux(lambda x: ((2 * x, x * x), "aux"))(3.0)
+        ((9.0, 6.0), 'aux')
+    """
+
+    def value_and_gradient(*args: Any) -> Any:
+        (g, y), aux = compiled(*args)
+        return (y, g), aux
+
+    return value_and_gradient
