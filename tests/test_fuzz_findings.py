@@ -124,3 +124,15 @@ def test_the_reverse_over_reverse_second_derivative_is_said_and_agrees_analytica
     for at in (t, torch.tensor(1.5, dtype=torch.float64)):
         got = di.second_derivative(f, prep, backend, at, di.Constant(m))
         torch.testing.assert_close(got, -3 * c**2 / (c * at + 1.0) ** 3)
+
+
+@pytest.mark.parametrize("compile", [True, False])
+def test_a_second_derivative_through_concat_under_xla(compile: bool) -> None:
+    """AutoTensorFlow(compile=True)'s second derivative of a scalar program that
+    interleaves (a tf.concat of strided slices) raised TensorFlow's raw LookupError
+    (no gradient for XlaDynamicUpdateSlice): under jit_compile the gradient of
+    concat's slices is that XLA op, which nested forward accumulators differentiate
+    (natively too). Reverse over reverse, which compiles, answers there."""
+    pytest.importorskip("tensorflow")
+    program = Program(("interleave",), "scalar", 2, 202006064, "scalar")
+    check(program, "second_derivative", di.AutoTensorFlow(compile=compile), "unprepared")

@@ -118,7 +118,38 @@ def second_derivative(fx: Fx, x: Any) -> tuple[tuple[Any, Any, Any], None]:
     """``((y, dy, d2y), None)``: forward over forward, two nested accumulators along ones;
     reverse over forward (the tape's jacobian of the accumulator's derivative)
     where a tape outside records ``x``, which TensorFlow cannot differentiate
-    nested accumulators under."""
+    nested accumulators under. Under XLA (``jit_compile``), where TensorFlow has
+    no gradient for what nested accumulators need (:func:`_without_xla_gradient`),
+    reverse over reverse."""
+    try:
+        return _forward_second_derivative(fx, x)
+    except LookupError as error:
+        if not _without_xla_gradient(error):
+            raise
+    with tf.GradientTape(persistent=True) as outer:
+        outer.watch(x)
+        with tf.GradientTape(persistent=True) as inner:
+            inner.watch(x)
+            y, _ = fx(x)
+        dy = tf.reshape(_tape_jacobian(inner, y, x), tf.shape(y))  # (x is 0-d: y's shape)
+    d2y = _tape_jacobian(outer, dy, x)
+    return (y, _cast(dy, y), _cast(tf.reshape(d2y, tf.shape(dy)), y)), None
+
+
+def _without_xla_gradient(error: LookupError) -> bool:
+    """Whether ``error`` is TensorFlow's missing gradient of an XLA op: inside
+    ``jit_compile`` the gradient of a ``Slice`` (of ``tf.concat``'s gradient) is an
+    ``XlaDynamicUpdateSlice``, which has none, and a forward accumulator's
+    derivative differentiates gradients (natively too: nested accumulators of
+    ``concat([v[1:], v[:1]])`` fail in a fresh process, reverse over reverse
+    compiles). ``f``'s own ``LookupError`` (a ``KeyError``) is not one."""
+    message = str(error)
+    return message.startswith("No gradient defined for operation") and "(op type: Xla" in message
+
+
+def _forward_second_derivative(fx: Fx, x: Any) -> tuple[tuple[Any, Any, Any], None]:
+    """:func:`second_derivative` by forward over forward, or reverse over forward
+    where a tape outside records ``x``."""
     one = tf.ones_like(x)
     if record.should_record_backprop([x]):
         with tf.GradientTape(persistent=True) as tape:
