@@ -55,6 +55,36 @@ def test_calls_inside_each_declared_transform_agree(backend: Any) -> None:
     check(Program(("tanh", "matmul"), "vector", 4, 1), "jacobian", backend, inside_modes(backend, "jacobian")[0])
 
 
+FLOAT32_CALLS = [
+    (Program(("sin", "matmul"), "scalar", 4, 1, dtype="float32"), "gradient"),
+    (Program(("sin",), "scalar", 4, 5, "pytree", dtype="float32"), "value_and_gradient"),
+    (Program(("tanh", "interleave"), "vector", 4, 2, dtype="float32"), "value_and_jacobian"),
+    (Program(("exp",), "scalar", 4, 3, dtype="float32"), "hvp"),
+    (Program(("sin",), "vector", 2, 4, "scalar", dtype="float32"), "second_derivative"),
+]
+
+
+@pytest.mark.parametrize("backend", backend_params(ENGINES))
+def test_float32_programs_agree_and_give_float32_results(backend: Any) -> None:
+    """A float32 x (and float32 contexts and tangents) gets results in float32 that
+    agree with the float64 reference within float32's tolerance, on every engine."""
+    for program, operator in FLOAT32_CALLS:
+        check(program, operator, backend, "prepared")
+
+
+def test_a_result_in_another_dtype_is_a_silent_wrong_finding(monkeypatch: Any) -> None:
+    import di.testing.fuzz.search as search
+    from di.testing.fuzz.calls import DtypeMismatch
+
+    original = di.gradient
+    monkeypatch.setattr(di, "gradient", lambda *args: np.asarray(original(*args), dtype=np.float64))
+    program = Program(("sin",), "scalar", 4, 1, dtype="float32")
+    kind, detail = search.disagreement(program, "gradient", di.AutoFiniteDiff(), "unprepared") or ("", "")
+    assert kind == "silent wrong" and "a result in float64, x in float32" in detail
+    with pytest.raises(DtypeMismatch):
+        check(program, "gradient", di.AutoFiniteDiff())
+
+
 @dataclass(frozen=True)
 class Wrong(di.AutoFiniteDiff):
     """A planted defect: finite differences whose gradient is off by 1% once the

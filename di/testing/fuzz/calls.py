@@ -21,7 +21,7 @@ from di.testing.fuzz.programs import Program
 from di.testing.fuzz.reference import flat, reference
 from di.testing.tolerances import default_tolerances
 
-__all__ = ["BASIC_MODES", "call", "check", "compare", "inside", "inside_modes", "tolerance"]
+__all__ = ["BASIC_MODES", "DtypeMismatch", "call", "check", "compare", "inside", "inside_modes", "tolerance"]
 
 BASIC_MODES = ("unprepared", "prepared", "sparse")
 """The modes every engine is called in (``sparse``: a prep of
@@ -30,6 +30,11 @@ BASIC_MODES = ("unprepared", "prepared", "sparse")
 
 UNPREPARED = ", unprepared"
 SECOND_ORDER = ("hvp", "hessian", "second_derivative")
+
+
+class DtypeMismatch(AssertionError):
+    """A result (or a part of one) in another dtype than the program's ``x``: a
+    float32 ``x`` must get float32 results, on every engine and in every mode."""
 
 
 def _aspect(operator: str) -> str:
@@ -114,7 +119,19 @@ def call(operator: str, program: Program, backend: AbstractBackend, mode: str) -
     result = compute(x) if transform is None else load(transform.run)(compute, x)
     if operator in ("hvp", "pushforward", "pullback"):
         result = result[0]
-    return flat(_tree(_numpy, result))
+    result = _tree(_numpy, result)
+    wrong = sorted({str(leaf.dtype) for leaf in _leaves(result) if leaf.dtype != np.dtype(program.dtype)})
+    if wrong:
+        raise DtypeMismatch(f"{operator} {mode} on {backend!r}: a result in {', '.join(wrong)}, x in {program.dtype}")
+    return flat(result)
+
+
+def _leaves(value: Any) -> list[Any]:
+    if isinstance(value, dict):
+        return [leaf for key in sorted(value) for leaf in _leaves(value[key])]
+    if isinstance(value, (tuple, list)):
+        return [leaf for item in value for leaf in _leaves(item)]
+    return [np.asarray(value)]
 
 
 def _tree_converter(family: str) -> Any:
@@ -122,20 +139,22 @@ def _tree_converter(family: str) -> Any:
     return lambda value: _tree(convert, value)
 
 
-def tolerance(backend: AbstractBackend, operator: str) -> tuple[float, float]:
-    """``(rtol, atol)`` for ``backend``'s ``operator``: di's rule
+def tolerance(backend: AbstractBackend, operator: str, dtype: str = "float64") -> tuple[float, float]:
+    """``(rtol, atol)`` for ``backend``'s ``operator`` in ``dtype``: di's rule
     (:func:`di.testing.default_tolerances`), no tighter than the reference's
     own error."""
     order = 2 if operator in SECOND_ORDER else 1
-    rtol, atol = default_tolerances(backend, np.float64, order=order)
+    rtol, atol = default_tolerances(backend, np.dtype(dtype), order=order)
     return max(rtol, 1e-6), max(atol, 1e-7)
 
 
-def compare(got: np.ndarray, expected: np.ndarray, backend: AbstractBackend, operator: str) -> tuple[float, float]:
+def compare(
+    got: np.ndarray, expected: np.ndarray, backend: AbstractBackend, operator: str, dtype: str = "float64"
+) -> tuple[float, float]:
     """``(largest difference, what is allowed)``, on the problem's scale (x and its
     data are of order one: a result near zero, as a Hessian along a direction f does
     not change in, is compared with that scale, not with itself)."""
-    rtol, atol = tolerance(backend, operator)
+    rtol, atol = tolerance(backend, operator, dtype)
     scale = max(float(np.max(np.abs(expected), initial=0.0)), 1.0)
     if got.shape != expected.shape:
         return float("inf"), atol + rtol * scale
@@ -148,6 +167,7 @@ def check(program: Program, operator: str, backend: AbstractBackend, mode: str =
 
     Raises:
         AssertionError: it does not (the difference and what is allowed).
+        DtypeMismatch: a result is in another dtype than ``x``.
 
     Examples:
         >>> import di
@@ -156,5 +176,5 @@ def check(program: Program, operator: str, backend: AbstractBackend, mode: str =
     """
     expected = reference(program, operator)
     got = call(operator, program, backend, mode)
-    worst, allowed = compare(got, expected, backend, operator)
+    worst, allowed = compare(got, expected, backend, operator, program.dtype)
     assert worst <= allowed, f"{operator} {mode} on {backend!r}: largest difference {worst:.3g}, allowed {allowed:.3g}"

@@ -80,9 +80,11 @@ FORMS = ("array", "pytree", "scalar")
 of it; a 0-d ``t``, the program then running on ``t * (matrix[0] * 0.5 + 1)``
 (derivative, second_derivative)."""
 
-DTYPES = ("float64",)
-"""The dtypes programs are drawn in. The hook for complex numbers: a complex dtype
-added here needs :meth:`Program.inputs` to draw complex values and the reference
+DTYPES = ("float64", "float32")
+"""The dtypes programs are drawn in (a quarter of them float32: every array input
+in that dtype, the reference in float64 at the same rounded inputs, the results
+required in it too). The hook for complex numbers: a complex dtype added here
+needs :meth:`Program.inputs` to draw complex values and the reference
 (:mod:`di.testing.fuzz.reference`) to differentiate along real and imaginary parts;
 every other part of the fuzzer reads the dtype from the inputs."""
 
@@ -126,21 +128,24 @@ class Program:
 
     def __call__(self, x: Any, matrix: Any, scale: Any) -> Any:
         """The program, on any engine's arrays (``xp = di.array_namespace(...)``)."""
-        return run_program(self.steps, self.output, x, matrix, scale, self.form)
+        return run_program(self.steps, self.output, x, matrix, scale, self.form, self.size)
 
     def inputs(self) -> Inputs:
         """The arguments: the vector in [0.2, 1.2] (away from zero, where no step
-        is singular), a well-conditioned matrix, ``scale`` in [0.5, 1.5]."""
+        is singular), a well-conditioned matrix, ``scale`` in [0.5, 1.5], each in
+        the program's dtype (drawn in float64, then rounded)."""
         if self.dtype not in DTYPES:
             raise ValueError(f"Program(dtype={self.dtype!r}): the fuzzer draws {DTYPES}")
         rng = np.random.default_rng(self.seed)
-        vector = rng.uniform(0.2, 1.2, self.size)
-        matrix = np.eye(self.size) * 0.5 + rng.normal(0.0, 0.2, (self.size, self.size))
-        scale = np.asarray(rng.uniform(0.5, 1.5))
-        tangent = rng.normal(0.0, 1.0, self.size)
-        cotangent = rng.normal(0.0, 1.0, self.size)
+        dtype = np.dtype(self.dtype)
+        vector = rng.uniform(0.2, 1.2, self.size).astype(dtype)
+        matrix = (np.eye(self.size) * 0.5 + rng.normal(0.0, 0.2, (self.size, self.size))).astype(dtype)
+        scale = np.asarray(rng.uniform(0.5, 1.5), dtype=dtype)
+        tangent = rng.normal(0.0, 1.0, self.size).astype(dtype)
+        cotangent = rng.normal(0.0, 1.0, self.size).astype(dtype)
         if self.form == "scalar":
-            return Inputs(np.asarray(0.6 + 0.4 * vector[0]), matrix, scale, np.asarray(tangent[0]), cotangent)
+            t = np.asarray(0.6 + 0.4 * vector[0], dtype=dtype)
+            return Inputs(t, matrix, scale, np.asarray(tangent[0]), cotangent)
         return Inputs(self.shape_x(vector), matrix, scale, self.shape_x(tangent), cotangent)
 
     def shape_x(self, vector: np.ndarray) -> Any:
@@ -165,9 +170,14 @@ class Program:
         return Program(**{**fields, **changes})
 
 
-def run_program(steps: Sequence[str], output: str, x: Any, matrix: Any, scale: Any, form: str = "array") -> Any:
+def run_program(
+    steps: Sequence[str], output: str, x: Any, matrix: Any, scale: Any, form: str = "array", size: int | None = None
+) -> Any:
     """Run ``steps`` on ``x`` (with ``matrix`` and ``scale`` as contexts), returning
-    a scalar or the vector."""
+    a scalar or the vector. ``size``: the vector's length as a Python int, which a
+    scalar output is divided by (``v.shape[0]`` where not given: on PyTensor a
+    variable of an intermediate, an int64 that makes a float32 output float64,
+    PyTensor's own promotion, which the float32 programs are not about)."""
     if form == "pytree":
         xp = di.array_namespace(x["a"], matrix)
         v = xp.concat([x["a"], x["b"][0]])
@@ -180,5 +190,5 @@ def run_program(steps: Sequence[str], output: str, x: Any, matrix: Any, scale: A
     for step in steps:
         v = OPERATIONS[step](xp, v, matrix)
     if output == "scalar":
-        return scale * xp.sum(v * v) / v.shape[0]
+        return scale * xp.sum(v * v) / (v.shape[0] if size is None else size)
     return scale * v

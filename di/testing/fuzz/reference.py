@@ -65,7 +65,8 @@ def reference(program: Program, operator: str) -> np.ndarray:
     :func:`flat` flattens ``di``'s (``value_and_*``: the value first; ``hvp``,
     ``pushforward`` and ``pullback`` along the inputs' tangent or cotangent)."""
     inputs = program.inputs()
-    matrix, scale = inputs.matrix, inputs.scale
+    # in float64 at the program's (rounded) inputs, whatever its dtype
+    matrix, scale = inputs.matrix.astype(np.float64), inputs.scale.astype(np.float64)
     vector = flat(inputs.x)
 
     def run(v: np.ndarray) -> Any:
