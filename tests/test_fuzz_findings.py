@@ -136,3 +136,14 @@ def test_a_second_derivative_through_concat_under_xla(compile: bool) -> None:
     pytest.importorskip("tensorflow")
     program = Program(("interleave",), "scalar", 2, 202006064, "scalar")
     check(program, "second_derivative", di.AutoTensorFlow(compile=compile), "unprepared")
+
+
+def test_a_float32_hvp_through_take_inside_vmap() -> None:
+    """AutoTorch's hvp inside torch.func.vmap of a float32 program with take, then
+    sum(v) * 0.1: torch's forward over reverse gets a float64 tangent there and
+    index_add_ refused it (RuntimeError, natively too). The torch.func hvp is
+    reverse over reverse now, which has no forward mode."""
+    pytest.importorskip("torch")
+    program = Program(("take", "scaled_sum"), "scalar", 2, 212106472, dtype="float32")
+    check(program, "hvp", di.AutoTorch(), "torch.func.vmap")
+    check(program, "hvp", di.AutoTorch(compile=True, compile_options={"backend": "eager"}), "prepared")

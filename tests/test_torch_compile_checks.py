@@ -251,3 +251,44 @@ def test_dynamo_failing_on_a_program_that_runs_uncompiled_is_a_di_error() -> Non
         compiler.compile_now(second_derivative, lambda program: program(t), operator="second_derivative")
     assert repr(COMPILED) in str(raised.value)
     assert isinstance(raised.value.__cause__, torch._dynamo.exc.TorchRuntimeError)
+
+
+def _take_then_sum(x: Any) -> Any:
+    xp = di.array_namespace(x)
+    v = xp.take(x, xp.flip(xp.arange(x.shape[0]))) * 0.5 + x
+    v = v + xp.sum(v) * 0.1
+    return xp.sum(v * v)
+
+
+def test_a_compiled_hvp_where_forward_mode_fails_takes_reverse_over_reverse_and_leaves_torch_as_it_was() -> None:
+    """Forward over reverse of _take_then_sum fails in float32 (torch's float64
+    tangent); dynamo's eager backend left saved-tensor hooks disabled and a dual
+    level open, so every later forward-mode call of the process failed. The prep
+    takes reverse over reverse, says so, and torch's state is as it was."""
+    backend = di.AutoTorch(compile=True, compile_options={"backend": "eager"})
+    x = torch.tensor([0.3, 0.7])
+    tangents = (torch.tensor([1.0, -1.0]), torch.tensor([0.5, 2.0]))
+    prep = di.prepare_hvp(_take_then_sum, backend, x, tangents)
+    assert "reverse over reverse" in prep.info.program and "forward over reverse failed" in prep.info.program
+    # v = A x with A = [[1, 0.5], [0.5, 1]] then (I + 0.1 11^T) v: f = |B x|^2, H = 2 B^T B
+    b = (torch.eye(2) + 0.1) @ torch.tensor([[1.0, 0.5], [0.5, 1.0]])
+    for got, t in zip(di.hvp(_take_then_sum, prep, backend, x, tangents), tangents):
+        torch.testing.assert_close(got, 2 * b.T @ b @ t)
+    assert torch._C._autograd._saved_tensors_hooks_is_enabled()
+    _, dy = torch.func.jvp(torch.sin, (x,), (tangents[0],))  # forward mode still works
+    torch.testing.assert_close(dy, torch.cos(x) * tangents[0])
+
+
+def test_a_compiled_result_that_differs_from_the_uncompiled_program_is_refused() -> None:
+    """Inductor's code for jacrev(grad(f)) through take gave a wrong Hessian (3.5
+    for 2.5, natively too); the prep compares the compiled program with the same
+    program run uncompiled, and refuses with the way out."""
+    from di.engines.torch.func_builder import _miscompiled
+
+    exact = torch.tensor([[2.5, 2.0], [2.0, 2.5]])
+    _miscompiled(exact + 1e-9, exact, COMPILED, "hessian")  # rounding passes
+    with pytest.raises(di.UnsupportedOperatorError, match=r"compiled hessian of f differs.*'aot_eager'"):
+        _miscompiled(torch.tensor([[3.5, 2.5], [2.5, 3.5]]), exact, COMPILED, "hessian")
+    with pytest.raises(di.UnsupportedOperatorError):  # float32 rounding is allowed, not more
+        _miscompiled(exact.float() * 1.01, exact.float(), COMPILED, "hessian")
+    _miscompiled(exact.float() * (1 + 1e-5), exact.float(), COMPILED, "hessian")

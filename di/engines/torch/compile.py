@@ -32,6 +32,7 @@ from typing import Any
 import torch
 
 from di.backends.compile import RecompileWatch, caller_stacklevel, compiled_on_first_use
+from di.engines.torch import leaked_state
 from di.engines.torch.selector import AutoTorch
 from di.errors import InvalidInputError, RecompileLimitError, RecompileWarning, UnsupportedOperatorError
 from di.pytrees.structure import nesting_depth
@@ -165,7 +166,7 @@ class TorchCompiler:
         caught = held.__enter__()
         try:
             with _specialized_to_the_prep():
-                warm_up(compiled)
+                leaked_state.restoring(warm_up)(compiled)
         except RECURSION_LIMITS as err:
             failure: BaseException | None = err
         except AssertionError as err:
@@ -213,7 +214,7 @@ class TorchCompiler:
             compiled = torch.compile(traced, **options)
             try:
                 with _specialized_to_the_prep():
-                    warm_up(compiled)
+                    leaked_state.restoring(warm_up)(compiled)
             except RECURSION_LIMITS as err:
                 if not _ran_out_of_recursion(err):
                     raise
@@ -328,6 +329,8 @@ class TorchCompiler:
                 raise self.limit_error(failure, reason, limit, bool(static_argnums)) from failure
             raise failure
 
+        if options.get("backend") == "eager":  # (its failed graphs leave torch's state changed)
+            return leaked_state.restoring(watched)
         return watched
 
     def limit_error(

@@ -17,6 +17,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
+import torch.utils._pytree as torch_pytree
 from torch.autograd import forward_ad
 
 from di.backends.compile import combined_first, static_argnums
@@ -40,6 +41,7 @@ from di.engines.torch.rules import (
 from di.engines.torch.running import FORWARD_MODE_LOCK, running
 from di.engines.torch.tensors import like, requires_grad
 from di.engines.torch.transforms import dispatching
+from di.errors import UnsupportedOperatorError
 from di.families import identity
 
 __all__ = ["FuncBuilder", "value_first", "value_first_with_aux"]
@@ -162,6 +164,7 @@ class FuncBuilder:
         refuse_breaks: bool = True,
         eager_cores: tuple[Callable[..., Any], Callable[..., Any]] | None = None,
         compiled_full: tuple[Callable[..., Any], Callable[[Callable[..., Any]], Callable[..., Any]]] | None = None,
+        cross_check: bool = False,
     ) -> Programs:
         """The plain and the ``value_and_*`` programs of an operator family from two
         pure ``torch.func`` functions of ``(x, [tangents,] *values)``, the first
@@ -177,7 +180,9 @@ class FuncBuilder:
         ``compiled_full``: ``(core, put_back)``, compiled in place of the full
         function a core returning its results in another order (inductor fuses
         a graph's loops by its outputs' order), and ``put_back(compiled)`` the
-        program returning them in the full function's.
+        program returning them in the full function's. ``cross_check``: the
+        program compiled at preparation is run uncompiled too, and a result that
+        differs raises :class:`di.UnsupportedOperatorError` (:func:`_miscompiled`).
 
         Inside a ``torch.func`` transform or a ``torch.compile`` trace of the
         caller's code, the programs run the functions themselves, uncompiled, on
@@ -253,7 +258,12 @@ class FuncBuilder:
                         return program(*example)
 
                 operator = names[1 if combined else 0]
-                return refusing_writes(run, example[:1], lambda xt: overwritten_error(adapter.backend, operator, x, xt))
+                refuse = functools.partial(overwritten_error, adapter.backend, operator, x)
+                result = refusing_writes(run, example[:1], refuse)
+                if cross_check and program is not now:
+                    expected = warm_up(now)  # (uncompiled)
+                    _miscompiled(result, expected, adapter.selector, operator)
+                return result
 
             try:
                 compiled_now, options = adapter.compiler.compile_now(
@@ -294,6 +304,34 @@ class FuncBuilder:
                     dispatched, function, lead, locked, None if as_given else refuse
                 )
         return programs
+
+
+def _miscompiled(result: Any, expected: Any, selector: Any, operator: str) -> None:
+    """Raise :class:`di.UnsupportedOperatorError` where a compiled program's
+    ``result`` differs from ``expected``, the same program's run uncompiled at the
+    same arguments, by more than rounding (a relative 1e-6 in float64, 1e-3 in
+    float32): a miscompilation. Inductor's code for ``f``'s second derivatives
+    batched over the standard basis (``jacrev`` of ``grad``) through ``take`` gave
+    a wrong Hessian, natively too (``torch.compile(torch.func.jacrev(
+    torch.func.grad(f)))``: 3.5 where 2.5 is exact)."""
+    got, wanted = torch_pytree.tree_leaves(result), torch_pytree.tree_leaves(expected)
+    for a, b in zip(got, wanted):
+        if not (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and b.is_floating_point()):
+            continue
+        rtol = 1e-6 if b.dtype == torch.float64 else 1e-3
+        scale = float(b.abs().max()) if b.numel() and bool(b.isfinite().all()) else 1.0
+        if a.shape == b.shape and bool(
+            torch.isclose(a, b, rtol=rtol, atol=rtol * max(scale, 1.0), equal_nan=True).all()
+        ):
+            continue
+        difference = float((a - b).abs().nan_to_num(float("inf")).max()) if a.shape == b.shape else float("inf")
+        raise UnsupportedOperatorError(
+            f"{selector!r}: the compiled {operator} of f differs from the same torch.func program run uncompiled at "
+            f"the prepared arguments (largest difference {difference:.3g}, values of order {scale:.3g}): "
+            f"torch.compile's code for it is wrong (inductor's code for a second derivative batched over the "
+            f"standard basis through take or another scatter is one known case, natively too). Use "
+            f"compile_options={{'backend': 'aot_eager'}} (the same graph, not code-generated) or AutoTorch() (eager)."
+        )
 
 
 def _without_tangent_error(fn: Callable[..., Any], primals: Any, y: Any, backend: Any, operator: str) -> Exception:

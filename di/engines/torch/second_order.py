@@ -24,6 +24,7 @@ from di.engines.torch.lazy import eager_beside_traced
 from di.engines.torch.rules import REVERSE_RULES
 from di.engines.torch.tensors import as_dtype
 from di.engines.torch.transforms import dynamo_compiling
+from di.errors import DIError
 from di.pytrees import is_pytree
 
 __all__ = ["BATCHED_HESSIAN_MAX_N", "SecondOrderPrograms", "spelled"]
@@ -40,6 +41,7 @@ from n = 32 to 1e3); above it, ``torch.func``'s reverse over reverse (see
 _DOUBLE_BACKWARD = "double backward (torch.autograd.grad of the gradient along each tangent)"
 _FORWARD_OVER_REVERSE = "torch.func.jvp(torch.func.grad(f)) (forward over reverse)"
 _BATCHED_DOUBLE_BACKWARD = "double backward batched over the standard basis (autograd.grad, is_grads_batched=True)"
+_VJP_OF_GRAD = "torch.func.vjp(torch.func.grad(f)) along each tangent (reverse over reverse)"
 _JACREV_OF_GRAD = "torch.func.vjp(torch.func.grad(f)) batched over the standard basis (reverse over reverse)"
 _REVERSE_OVER_REVERSE = (
     "torch.func.vjp of the vjp, each batched over y's standard basis (reverse over reverse: dynamo failed "
@@ -65,12 +67,24 @@ class SecondOrderPrograms(FuncBuilder):
     def hvp(self, f: Callable[..., Any], x: Any, tx: Sequence[Any], contexts: Sequence[Context]) -> Programs:
         """Eagerly, double backward (``torch.autograd.grad`` with ``create_graph=True``,
         then a backward of the gradient along each tangent): 2-5 times faster than
-        ``torch.func.jvp(torch.func.grad(f))`` at n = 32 to 1e3 here. Compiled graphs
-        have no double backward, and inside ``torch.func`` transforms eager autograd
-        cannot run: the ``torch.func`` forward-over-reverse programs serve those,
-        built on their first use there."""
+        ``torch.func.jvp(torch.func.grad(f))`` at n = 32 to 1e3 here. Inside
+        ``torch.func`` transforms eager autograd cannot run: the ``torch.func``
+        programs serve those, built on their first use there, reverse over
+        reverse (:meth:`_func_hvp`); so does a pytree ``x``. Compiled graphs have
+        no double backward: compiled, forward over reverse, or reverse over
+        reverse where that fails for ``f``."""
+        if self.adapter.compiles_now():
+            try:
+                return spelled(self._func_hvp(f, x, tx, contexts), _FORWARD_OVER_REVERSE + self._compiled_note())
+            except Exception as error:  # (f's own error comes again from the second program)
+                if isinstance(error, DIError) and not isinstance(error, TraceFailedError):
+                    raise
+                forward_failed = error
+            programs = self._func_hvp(f, x, tx, contexts, forward_compiled=False)
+            reason = f" (forward over reverse failed for f: {type(forward_failed).__name__})"
+            return spelled(programs, _VJP_OF_GRAD + self._compiled_note() + reason)
         if self.adapter.compiled or is_pytree(x):
-            return spelled(self._func_hvp(f, x, tx, contexts), _FORWARD_OVER_REVERSE + self._compiled_note())
+            return spelled(self._func_hvp(f, x, tx, contexts), _VJP_OF_GRAD + self._compiled_note())
 
         programs = eager_beside_traced(
             lambda x, tx, contexts, fast: self._func_hvp(f, x, tx, contexts, fast=fast),
@@ -92,28 +106,51 @@ class SecondOrderPrograms(FuncBuilder):
         tx: Sequence[Any],
         contexts: Sequence[Context],
         fast: Callable[[Programs], Programs] | None = None,
+        forward_compiled: bool = True,
     ) -> Programs:
-        """``torch.func.jvp(torch.func.grad(f))``: forward over reverse, compiled on a
-        compiled backend unless ``fast`` (double backward) serves calls outside
-        transforms."""
+        """The ``torch.func`` hvp, compiled on a compiled backend unless ``fast``
+        (double backward) serves calls outside transforms. Traced by dynamo (and
+        ``forward_compiled``), forward over reverse, ``torch.func.jvp`` of
+        ``torch.func.grad(f)``: the faster there at n = 1e5 (191 against 202 us,
+        rosenbrock, inductor). Otherwise (inside transforms, a pytree ``x``)
+        reverse over reverse, ``torch.func.vjp`` of the gradient along each
+        tangent (the Hessian is symmetric): 2.7 and 1.5 times faster than forward
+        over reverse at n = 1e3 and 1e5 in eager ``torch.func``, and no forward
+        mode, whose formulas torch gets wrong for some ``f`` (a float32
+        ``take`` followed by ``sum(v) * 0.1`` gets a float64 tangent, and
+        ``index_add_`` refuses it: natively too). Several tangents go one at a
+        time while dynamo compiles: inductor's code for a ``vmap`` over them of
+        the forward over reverse of an ``f`` with ``take`` crashed the process."""
         checked = self._checked(f, "hvp", REVERSE_RULES)
 
-        def hvp(x: Any, tx: tuple[Any, ...], *values: Any) -> Any:
+        def gradient_and_products(x: Any, tx: tuple[Any, ...], values: Sequence[Any]) -> Any:
             grad = _func.grad(lambda x: checked(x, *values))
+            if forward_compiled and dynamo_compiling():
+                if len(tx) == 1:
+                    g, hv = _func.jvp(grad, (x,), (tx[0],))  # type: ignore[misc]
+                    return g, (hv,)
+                return grad(x), tuple(_func.jvp(grad, (x,), (t,))[1] for t in tx)
+            g, pull = _func.vjp(grad, x)  # type: ignore[misc]
             if len(tx) == 1:
-                return (as_dtype(_func.jvp(grad, (x,), (tx[0],))[1], x),)  # type: ignore[misc]
+                return g, (pull(tx[0])[0],)
+            if dynamo_compiling():  # (one at a time: inductor's code for the vmap crashed, see the docstring)
+                return g, tuple(pull(t)[0] for t in tx)
+            return g, per_tangent(lambda t: pull(t)[0], tx)
+
+        def hvp(x: Any, tx: tuple[Any, ...], *values: Any) -> Any:
             if not tx:
                 return ()
-            return tuple(as_dtype(hv, x) for hv in per_tangent(lambda t: _func.jvp(grad, (x,), (t,))[1], tx))
+            _, products = gradient_and_products(x, tx, values)
+            return tuple(as_dtype(hv, x) for hv in products)
 
         def gradient_and_hvp(x: Any, tx: tuple[Any, ...], *values: Any) -> Any:
-            grad = _func.grad(lambda x: checked(x, *values))
-            if len(tx) == 1:
-                g, hv = _func.jvp(grad, (x,), (tx[0],))  # type: ignore[misc]
-                return as_dtype(g, x), (as_dtype(hv, x),)
-            return as_dtype(grad(x), x), hvp(x, tx, *values)
+            if not tx:
+                return as_dtype(_func.grad(lambda x: checked(x, *values))(x), x), ()
+            g, products = gradient_and_products(x, tx, values)
+            return as_dtype(g, x), tuple(as_dtype(hv, x) for hv in products)
 
-        return self._programs(hvp, gradient_and_hvp, x, tx, contexts, ("hvp", "gradient_and_hvp"), fast=fast)
+        names = ("hvp", "gradient_and_hvp")
+        return self._programs(hvp, gradient_and_hvp, x, tx, contexts, names, fast=fast, cross_check=True)
 
     def hessian(self, f: Callable[..., Any], x: Any, contexts: Sequence[Context]) -> Programs:
         """Eagerly, reverse over reverse: up to :data:`BATCHED_HESSIAN_MAX_N`
@@ -123,9 +160,14 @@ class SecondOrderPrograms(FuncBuilder):
         of ``torch.func``'s reverse over reverse up to 1e3), above it (and for a
         raveled pytree ``x``) ``torch.func``'s vjp of the gradient batched over the
         basis, the ``torch.func`` programs serving inside transforms. Compiled:
-        forward over reverse (``jacfwd`` of ``grad``). ``prep.info.program`` says which."""
+        reverse over reverse (``jacrev`` of ``grad``): inductor's code for forward
+        over reverse of an ``f`` with ``take`` (a scatter-add) crashed the process
+        (a segmentation fault, which no fallback can catch; natively
+        ``jacfwd(grad(f))`` fails to compile), and reverse over reverse compiles
+        it; it took 45.8 against 49.1 us at n = 100 and 1957 against 1878 us at
+        n = 1e3 (rosenbrock, float64). ``prep.info.program`` says which."""
         if self.adapter.compiled:
-            return spelled(self._func_hessian(f, x, contexts, "forward"), _JACFWD_OF_GRAD + self._compiled_note())
+            return spelled(self._func_hessian(f, x, contexts, "reverse"), _JACREV_OF_GRAD + self._compiled_note())
         if is_pytree(x) or math.prod(getattr(x, "shape", ())) > BATCHED_HESSIAN_MAX_N:
             return spelled(self._func_hessian(f, x, contexts, "reverse"), _JACREV_OF_GRAD)
 
@@ -176,7 +218,9 @@ class SecondOrderPrograms(FuncBuilder):
             return y, g, hessian
 
         names = ("hessian", "value_gradient_and_hessian")
-        return self._programs(hessian, value_gradient_and_hessian, x, None, contexts, names, fast=fast)
+        return self._programs(
+            hessian, value_gradient_and_hessian, x, None, contexts, names, fast=fast, cross_check=True
+        )
 
     def second_derivative(self, f: Callable[..., Any], x: Any, contexts: Sequence[Context]) -> Programs:
         """Forward over forward (a ``torch.func.jvp`` of the derivative's). While
@@ -231,7 +275,7 @@ class SecondOrderPrograms(FuncBuilder):
             return y, as_dtype(dy, y), as_dtype(d2y, y)
 
         names = ("second_derivative", "value_derivative_and_second_derivative")
-        return self._programs(plain_from_full(core, False), core, x, None, contexts, names)
+        return self._programs(plain_from_full(core, False), core, x, None, contexts, names, cross_check=True)
 
 
 def _no_view(x: Any) -> Any:
