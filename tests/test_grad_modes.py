@@ -122,8 +122,8 @@ def test_grad_mode_compiled(mode: str) -> None:
 
 # --- a torch.autograd.forward_ad level ---------------------------------------------------------------------------
 
-REVERSE = {"gradient", "value_and_gradient", "pullback", "hessian", "jacobian"}
-"""Reverse mode eagerly (the hessian: reverse over reverse; a square jacobian, such as the
+REVERSE = {"gradient", "value_and_gradient", "pullback", "hessian", "hvp", "jacobian"}
+"""Reverse mode eagerly (the hessian and the hvp: reverse over reverse; a square jacobian, such as the
 elementwise one here), which nests in a forward_ad level."""
 
 

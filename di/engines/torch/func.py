@@ -126,6 +126,8 @@ class FuncPrograms(SecondOrderPrograms):
             def checked(leaves: Any, *values: Any) -> Any:
                 return tree_f(structure.unflatten(leaves), *values)
 
+        # Compiled, the value comes last in the graph (value_first's docstring says why); the
+        # traced programs put it first with the same frame.
         if has_aux:
 
             def gradient_with_aux(x: Any, *values: Any) -> Any:
@@ -133,44 +135,25 @@ class FuncPrograms(SecondOrderPrograms):
                 g, tensors = _func.grad(fy, has_aux=True)(leaves_of(x))
                 return join(rebuilt(g), tensors)
 
-            def value_and_gradient_with_aux(x: Any, *values: Any) -> Any:
-                fy, join = _tensor_aux(checked, values)
-                g, (y, tensors) = _func.grad_and_value(fy, has_aux=True)(leaves_of(x))
-                return join((y, rebuilt(g)), tensors)
-
             def gradient_and_value_with_aux(x: Any, *values: Any) -> Any:
                 fy, join = _tensor_aux(checked, values)
                 g, (y, tensors) = _func.grad_and_value(fy, has_aux=True)(leaves_of(x))
                 return join((rebuilt(g), y), tensors)
 
-            full = value_and_gradient_with_aux
-            return self._programs(
-                gradient_with_aux,
-                full,
-                x,
-                None,
-                contexts,
-                names,
-                locked=False,
-                fast=fast,
-                refuse_breaks=False,
-                compiled_full=(gradient_and_value_with_aux, value_first_with_aux),
-            )
+            plain, value_last, put_back = gradient_with_aux, gradient_and_value_with_aux, value_first_with_aux
+        else:
 
-        def gradient(x: Any, *values: Any) -> Any:
-            return rebuilt(_func.grad(checked)(leaves_of(x), *values))
+            def gradient(x: Any, *values: Any) -> Any:
+                return rebuilt(_func.grad(checked)(leaves_of(x), *values))
 
-        def value_and_gradient(x: Any, *values: Any) -> Any:
-            g, y = _func.grad_and_value(checked)(leaves_of(x), *values)
-            return y, rebuilt(g)
+            def gradient_and_value(x: Any, *values: Any) -> Any:
+                g, y = _func.grad_and_value(checked)(leaves_of(x), *values)
+                return rebuilt(g), y
 
-        def gradient_and_value(x: Any, *values: Any) -> Any:
-            g, y = _func.grad_and_value(checked)(leaves_of(x), *values)
-            return rebuilt(g), y
-
+            plain, value_last, put_back = gradient, gradient_and_value, value_first
         programs = self._programs(
-            gradient,
-            value_and_gradient,
+            plain,
+            put_back(value_last),
             x,
             None,
             contexts,
@@ -178,8 +161,10 @@ class FuncPrograms(SecondOrderPrograms):
             locked=False,
             fast=fast,
             refuse_breaks=False,
-            compiled_full=(gradient_and_value, value_first),
+            compiled_full=(value_last, put_back),
         )
+        if has_aux:
+            return programs
         if fast is None and structure is None and is_pytree(x):  # torch.func returns x's own structure
             for program in programs.values():
                 program.keeps_x_structure = True  # type: ignore[attr-defined]

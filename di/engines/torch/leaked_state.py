@@ -47,6 +47,7 @@ def restoring(call: Callable[..., Any]) -> Callable[..., Any]:
     before its error goes on.
 
     Examples:
+        >>> import torch
         >>> from di.engines.torch.leaked_state import hooks_enabled, restoring
         >>> def failing():
         ...     torch._C._autograd._saved_tensors_hooks_disable("left disabled")
