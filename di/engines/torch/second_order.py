@@ -19,7 +19,7 @@ from di.contexts import Context
 from di.engines.torch.compile import TraceFailedError
 from di.engines.torch.eager import EagerPrograms
 from di.engines.torch.func_builder import FuncBuilder
-from di.engines.torch.jacobians import forward_jacobian, per_tangent, reverse_jacobian
+from di.engines.torch.jacobians import per_tangent, reverse_jacobian
 from di.engines.torch.lazy import eager_beside_traced
 from di.engines.torch.rules import REVERSE_RULES
 from di.engines.torch.tensors import as_dtype
@@ -47,7 +47,6 @@ _REVERSE_OVER_REVERSE = (
     "torch.func.vjp of the vjp, each batched over y's standard basis (reverse over reverse: dynamo failed "
     "tracing reverse over forward for f)"
 )
-_JACFWD_OF_GRAD = "torch.func.jvp(torch.func.grad(f)) batched over the standard basis (forward over reverse)"
 
 
 def spelled(programs: Programs, spelling: str) -> Programs:
@@ -167,12 +166,12 @@ class SecondOrderPrograms(FuncBuilder):
         it; it took 45.8 against 49.1 us at n = 100 and 1957 against 1878 us at
         n = 1e3 (rosenbrock, float64). ``prep.info.program`` says which."""
         if self.adapter.compiled:
-            return spelled(self._func_hessian(f, x, contexts, "reverse"), _JACREV_OF_GRAD + self._compiled_note())
+            return spelled(self._func_hessian(f, x, contexts), _JACREV_OF_GRAD + self._compiled_note())
         if is_pytree(x) or math.prod(getattr(x, "shape", ())) > BATCHED_HESSIAN_MAX_N:
-            return spelled(self._func_hessian(f, x, contexts, "reverse"), _JACREV_OF_GRAD)
+            return spelled(self._func_hessian(f, x, contexts), _JACREV_OF_GRAD)
 
         programs = eager_beside_traced(
-            lambda x, _, contexts, fast: self._func_hessian(f, x, contexts, "reverse", fast=fast),
+            lambda x, _, contexts, fast: self._func_hessian(f, x, contexts, fast=fast),
             lambda traced: self.eager.hessian_by_double_backward(f, x, contexts, traced),
             x,
             None,
@@ -186,24 +185,21 @@ class SecondOrderPrograms(FuncBuilder):
         f: Callable[..., Any],
         x: Any,
         contexts: Sequence[Context],
-        mode: str,
         fast: Callable[[Programs], Programs] | None = None,
     ) -> Programs:
-        """The jacobian of ``torch.func.grad(f)``, by ``mode`` (``"forward"``:
-        ``jacfwd``, ``"reverse"``: ``jacrev``, as batches over the standard
-        basis), compiled on a compiled backend unless ``fast`` (double backward)
-        serves calls outside transforms."""
+        """The jacobian of ``torch.func.grad(f)`` in reverse mode (``jacrev``, a
+        batch over the standard basis), compiled on a compiled backend unless
+        ``fast`` (double backward) serves calls outside transforms."""
         checked = self._checked(f, "hessian", REVERSE_RULES)
-        jacobian = forward_jacobian if mode == "forward" else reverse_jacobian
 
         def hessian(x: Any, *values: Any) -> Any:
-            if x.numel() == 0:  # jacfwd cannot take an empty input
+            if x.numel() == 0:  # (no basis to batch over)
                 return x.new_zeros(x.shape + x.shape)
 
             def fx(x: Any) -> Any:
                 return checked(x, *values)
 
-            _, hessian = jacobian(_func.grad(fx), x, False)
+            _, hessian = reverse_jacobian(_func.grad(fx), x, False)
             return hessian
 
         def value_gradient_and_hessian(x: Any, *values: Any) -> Any:
@@ -211,10 +207,10 @@ class SecondOrderPrograms(FuncBuilder):
                 g, y = _func.grad_and_value(lambda x: checked(x, *values))(x)
                 return g, (y,)
 
-            if x.numel() == 0:  # jacfwd cannot take an empty input
+            if x.numel() == 0:  # (no basis to batch over)
                 g, y = _func.grad_and_value(lambda x: checked(x, *values))(x)
                 return y, g, x.new_zeros(x.shape + x.shape)
-            g, hessian, (y,) = jacobian(gradient_with_aux, x, True)  # (aux is (y,))
+            g, hessian, (y,) = reverse_jacobian(gradient_with_aux, x, True)  # (aux is (y,))
             return y, g, hessian
 
         names = ("hessian", "value_gradient_and_hessian")

@@ -18,7 +18,7 @@ from di.backends.transforms import Composition
 from di.families import converter
 from di.testing.arrays import to_numpy
 from di.testing.fuzz.programs import Program
-from di.testing.fuzz.reference import flat, reference
+from di.testing.fuzz.reference import flat, leaves, reference
 from di.testing.tolerances import default_tolerances
 
 __all__ = ["BASIC_MODES", "DtypeMismatch", "call", "check", "compare", "inside", "inside_modes", "tolerance"]
@@ -120,18 +120,10 @@ def call(operator: str, program: Program, backend: AbstractBackend, mode: str) -
     if operator in ("hvp", "pushforward", "pullback"):
         result = result[0]
     result = _tree(_numpy, result)
-    wrong = sorted({str(leaf.dtype) for leaf in _leaves(result) if leaf.dtype != np.dtype(program.dtype)})
+    wrong = sorted({str(leaf.dtype) for leaf in leaves(result) if leaf.dtype != np.dtype(program.dtype)})
     if wrong:
         raise DtypeMismatch(f"{operator} {mode} on {backend!r}: a result in {', '.join(wrong)}, x in {program.dtype}")
     return flat(result)
-
-
-def _leaves(value: Any) -> list[Any]:
-    if isinstance(value, dict):
-        return [leaf for key in sorted(value) for leaf in _leaves(value[key])]
-    if isinstance(value, (tuple, list)):
-        return [leaf for item in value for leaf in _leaves(item)]
-    return [np.asarray(value)]
 
 
 def _tree_converter(family: str) -> Any:

@@ -11,7 +11,7 @@ import numpy as np
 
 from di.testing.fuzz.programs import Program
 
-__all__ = ["OPERATORS", "flat", "reference"]
+__all__ = ["OPERATORS", "flat", "leaves", "reference"]
 
 OPERATORS: dict[str, tuple[str, ...]] = {
     "scalar": ("gradient", "value_and_gradient", "hvp", "hessian"),
@@ -22,14 +22,26 @@ CURVE_OPERATORS = ("derivative", "second_derivative")
 """The operators of a scalar ``x``, either output kind."""
 
 
-def flat(value: Any) -> np.ndarray:
-    """Every number of a result, leaf by leaf (a dict's in key order, a tuple's in
-    order), as one float64 vector."""
+def leaves(value: Any) -> list[np.ndarray]:
+    """The arrays of a result, leaf by leaf (a dict's in key order, a tuple's in
+    order), each as it is (its own dtype).
+
+    Examples:
+        >>> import numpy as np
+        >>> from di.testing.fuzz.reference import leaves
+        >>> [leaf.dtype.name for leaf in leaves({"b": (np.float32(1.0),), "a": np.zeros(2)})]
+        ['float64', 'float32']
+    """
     if isinstance(value, dict):
-        return np.concatenate([flat(value[key]) for key in sorted(value)] or [np.zeros(0)])
+        return [leaf for key in sorted(value) for leaf in leaves(value[key])]
     if isinstance(value, (tuple, list)):
-        return np.concatenate([flat(item) for item in value] or [np.zeros(0)])
-    return np.asarray(value, dtype=np.float64).reshape(-1)
+        return [leaf for item in value for leaf in leaves(item)]
+    return [np.asarray(value)]
+
+
+def flat(value: Any) -> np.ndarray:
+    """Every number of a result, leaf by leaf (:func:`leaves`), as one float64 vector."""
+    return np.concatenate([leaf.astype(np.float64).reshape(-1) for leaf in leaves(value)] or [np.zeros(0)])
 
 
 def _richardson(function: Callable[[np.ndarray], Any], x: np.ndarray) -> np.ndarray:
